@@ -1,0 +1,33 @@
+// mtron: one binary, one subcommand per job (design.md, "What a user runs").
+#include <cstdio>
+#include <cstring>
+#include <string>
+
+namespace {
+void usage(FILE* f) {
+  std::fputs(
+      "usage: mtron <command> [flags]\n"
+      "\n"
+      "commands:\n"
+      "  train       pretrain a GPT/Llama model (Megatron's flags; mpirun -np N for parallel)\n"
+      "  preprocess  JSONL/text -> Megatron .bin/.idx token files\n"
+      "  generate    sample text from a checkpoint\n"
+      "  export      checkpoint -> Hugging Face folder\n"
+      "  import      Hugging Face folder -> checkpoint\n"
+      "  plan        choose a parallel layout: memory, time, MFU, launch scripts\n"
+      "  doctor      diagnose a training log\n"
+      "\n"
+      "mtron <command> --help shows the command's flags.\n",
+      f);
+}
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2 || !std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h")) {
+    usage(argc < 2 ? stderr : stdout);
+    return argc < 2 ? 2 : 0;
+  }
+  std::fprintf(stderr, "mtron: unknown command '%s'\n", argv[1]);
+  usage(stderr);
+  return 2;
+}

@@ -1,0 +1,116 @@
+#include "mtron/core/model_config.h"
+
+#include <fmt/core.h>
+
+#include "mtron/core/error.h"
+
+namespace mtron {
+
+void ModelConfig::finalize() {
+  MT_CHECK(num_layers > 0, "--num-layers must be positive (got ", num_layers, ")");
+  MT_CHECK(hidden_size > 0, "--hidden-size must be positive (got ", hidden_size, ")");
+  MT_CHECK(num_attention_heads > 0, "--num-attention-heads must be positive (got ",
+           num_attention_heads, ")");
+  MT_CHECK(seq_length > 0, "--seq-length must be positive (got ", seq_length, ")");
+  MT_CHECK(vocab_size > 0, "vocabulary size must be positive (got ", vocab_size,
+           "); set --vocab-size for --tokenizer-type NullTokenizer");
+  MT_CHECK(make_vocab_size_divisible_by > 0, "--make-vocab-size-divisible-by must be positive (got ",
+           make_vocab_size_divisible_by, ")");
+  MT_CHECK(init_method_std > 0, "--init-method-std must be positive (got ", init_method_std, ")");
+  MT_CHECK(norm_epsilon > 0, "--norm-epsilon must be positive (got ", norm_epsilon, ")");
+  MT_CHECK(hidden_dropout >= 0 && hidden_dropout < 1, "--hidden-dropout must be in [0, 1) (got ",
+           hidden_dropout, ")");
+  MT_CHECK(attention_dropout >= 0 && attention_dropout < 1,
+           "--attention-dropout must be in [0, 1) (got ", attention_dropout, ")");
+  if (kv_channels == 0) {
+    MT_CHECK(hidden_size % num_attention_heads == 0, "--hidden-size (", hidden_size,
+             ") must be divisible by --num-attention-heads (", num_attention_heads, ")");
+    kv_channels = hidden_size / num_attention_heads;
+  }
+  MT_CHECK(kv_channels > 0, "--kv-channels must be positive (got ", kv_channels, ")");
+  if (group_query_attention) {
+    MT_CHECK(num_query_groups > 0, "--num-query-groups must be positive (got ", num_query_groups,
+             ")");
+    MT_CHECK(num_attention_heads % num_query_groups == 0, "--num-attention-heads (",
+             num_attention_heads, ") must be divisible by --num-query-groups (", num_query_groups,
+             ")");
+  }
+  if (ffn_hidden_size == 0) {
+    ffn_hidden_size = swiglu ? int64_t(8 * hidden_size / 3 / 64) * 64 : 4 * hidden_size;
+  }
+  MT_CHECK(ffn_hidden_size > 0, "--ffn-hidden-size must be positive (got ", ffn_hidden_size, ")");
+  if (max_position_embeddings == 0) max_position_embeddings = seq_length;
+  MT_CHECK(max_position_embeddings >= seq_length, "--max-position-embeddings (",
+           max_position_embeddings, ") must be >= --seq-length (", seq_length, ")");
+  if (position_embedding_type == PositionEmbedding::kRope) {
+    MT_CHECK(rotary_percent > 0 && rotary_percent <= 1, "--rotary-percent must be in (0, 1] (got ",
+             rotary_percent, ")");
+    MT_CHECK(rotary_dim() % 2 == 0 && rotary_dim() > 0, "rotary dimension (kv channels ",
+             kv_channels, " x --rotary-percent ", rotary_percent, ") must be even and positive");
+  }
+  if (is_moe()) {
+    MT_CHECK(num_experts > 0, "--num-experts must be positive (got ", num_experts, ")");
+    if (moe_ffn_hidden_size == 0) moe_ffn_hidden_size = ffn_hidden_size;
+    MT_CHECK(moe_router_topk >= 1 && moe_router_topk <= num_experts, "--moe-router-topk (",
+             moe_router_topk, ") must be in [1, --num-experts (", num_experts, ")]");
+    MT_CHECK(moe_layer_freq >= 1, "--moe-layer-freq must be >= 1 (got ", moe_layer_freq, ")");
+    MT_CHECK(moe_aux_loss_coeff >= 0, "--moe-aux-loss-coeff must be >= 0");
+    MT_CHECK(moe_z_loss_coeff >= 0, "--moe-z-loss-coeff must be >= 0");
+  }
+}
+
+int64_t ModelConfig::num_moe_layers() const {
+  if (!is_moe()) return 0;
+  int64_t n = 0;
+  for (int64_t l = 0; l < num_layers; ++l) n += is_moe_layer(l);
+  return n;
+}
+
+int64_t ModelConfig::rotary_dim() const { return int64_t(kv_channels * rotary_percent); }
+
+int64_t ModelConfig::padded_vocab_size(int64_t tp) const {
+  int64_t m = make_vocab_size_divisible_by * tp;
+  return (vocab_size + m - 1) / m * m;
+}
+
+int64_t ModelConfig::num_parameters(int64_t tp) const {
+  const int64_t h = hidden_size;
+  const int64_t norm = normalization == Normalization::kLayerNorm ? 2 * h : h;
+  const int64_t bias = add_bias_linear ? 1 : 0;
+  const int64_t attn = h * (q_size() + 2 * kv_size()) + bias * (q_size() + 2 * kv_size()) +
+                       q_size() * h + bias * h;
+  auto mlp = [&](int64_t f) {
+    const int64_t up = swiglu ? 2 * f : f;
+    return h * up + bias * up + f * h + bias * h;
+  };
+  int64_t layers = 0;
+  for (int64_t l = 0; l < num_layers; ++l) {
+    layers += 2 * norm + attn;
+    if (is_moe_layer(l)) {
+      layers += num_experts * mlp(moe_ffn()) + h * num_experts;
+      if (moe_shared_expert_intermediate_size > 0) layers += mlp(moe_shared_expert_intermediate_size);
+    } else {
+      layers += mlp(ffn());
+    }
+  }
+  const int64_t V = padded_vocab_size(tp);
+  int64_t emb = V * h * (untie_embeddings_and_output_weights ? 2 : 1);
+  if (position_embedding_type == PositionEmbedding::kLearnedAbsolute) emb += max_position_embeddings * h;
+  return layers + emb + norm;
+}
+
+std::string ModelConfig::summary() const {
+  return fmt::format(
+      "{} layers, hidden {}, {} heads ({} query groups, head dim {}), ffn {}{}, {}, {}, vocab {} "
+      "(padded {}), seq {}{}",
+      num_layers, hidden_size, num_attention_heads, query_groups(), kv_channels, ffn_hidden_size,
+      swiglu ? " SwiGLU" : " GELU",
+      normalization == Normalization::kLayerNorm ? "LayerNorm" : "RMSNorm",
+      position_embedding_type == PositionEmbedding::kRope ? "RoPE"
+      : position_embedding_type == PositionEmbedding::kLearnedAbsolute ? "learned positions"
+                                                                        : "no positions",
+      vocab_size, padded_vocab_size(1), seq_length,
+      is_moe() ? fmt::format(", MoE {} experts top-{}", num_experts, moe_router_topk) : "");
+}
+
+}  // namespace mtron

@@ -1,0 +1,78 @@
+// defines: ModelConfig, Normalization, PositionEmbedding, RouterLoadBalancing
+//
+// The shape of a GPT/Llama/MoE model in Megatron's terms. It lives in core, not model/, because
+// the planner (plan/, which depends on core only) and the trainer must share one definition and
+// one set of formulas (core/formulas.h). Fields named as Megatron's flags, minus the dashes.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace mtron {
+
+enum class Normalization { kLayerNorm, kRMSNorm };
+enum class PositionEmbedding { kLearnedAbsolute, kRope, kNone };
+enum class RouterLoadBalancing { kAuxLoss, kSeqAuxLoss, kNone };
+enum class RouterScore { kSoftmax, kSigmoid };
+enum class TokenDropPolicy { kProbs, kPosition };
+
+struct ModelConfig {
+  int64_t num_layers = 0;
+  int64_t hidden_size = 0;
+  int64_t num_attention_heads = 0;
+  bool group_query_attention = false;
+  int64_t num_query_groups = 1;  // used only with group_query_attention (Megatron's rule)
+  int64_t kv_channels = 0;       // 0: hidden_size / num_attention_heads
+  int64_t ffn_hidden_size = 0;   // 0: 4h, or int(8h/3/64)*64 with --swiglu
+  bool swiglu = false;
+  Normalization normalization = Normalization::kLayerNorm;
+  float norm_epsilon = 1e-5f;
+  PositionEmbedding position_embedding_type = PositionEmbedding::kLearnedAbsolute;
+  float rotary_base = 10000.0f;
+  float rotary_percent = 1.0f;
+  bool untie_embeddings_and_output_weights = false;
+  bool add_bias_linear = true;  // --disable-bias-linear clears it
+  int64_t make_vocab_size_divisible_by = 128;
+  float init_method_std = 0.02f;
+  int64_t seq_length = 0;
+  int64_t max_position_embeddings = 0;
+  int64_t vocab_size = 0;  // the tokenizer's vocabulary, before padding
+  float hidden_dropout = 0.0f;
+  float attention_dropout = 0.0f;
+
+  // Mixture of experts (num_experts == 0: dense).
+  int64_t num_experts = 0;
+  int64_t moe_ffn_hidden_size = 0;  // 0: ffn_hidden_size
+  int64_t moe_router_topk = 2;
+  int64_t moe_layer_freq = 1;  // every k-th layer is MoE
+  int64_t moe_shared_expert_intermediate_size = 0;
+  RouterLoadBalancing moe_router_load_balancing_type = RouterLoadBalancing::kAuxLoss;
+  RouterScore moe_router_score_function = RouterScore::kSoftmax;
+  float moe_aux_loss_coeff = 0.0f;
+  float moe_z_loss_coeff = 0.0f;
+  float moe_expert_capacity_factor = 0.0f;  // <= 0: dropless
+  TokenDropPolicy moe_token_drop_policy = TokenDropPolicy::kProbs;
+
+  // Fills defaults (ffn size, query groups, kv channels, max positions) and checks the shape,
+  // throwing mtron::Error with a message naming the flag. Call once after parsing.
+  void finalize();
+
+  int64_t query_groups() const { return group_query_attention ? num_query_groups : num_attention_heads; }
+  int64_t head_dim() const { return kv_channels; }
+  int64_t q_size() const { return num_attention_heads * kv_channels; }
+  int64_t kv_size() const { return query_groups() * kv_channels; }
+  int64_t ffn() const { return ffn_hidden_size; }
+  int64_t moe_ffn() const { return moe_ffn_hidden_size; }
+  bool is_moe() const { return num_experts > 0; }
+  bool is_moe_layer(int64_t layer) const { return is_moe() && layer % moe_layer_freq == 0; }
+  int64_t num_moe_layers() const;
+  int64_t rotary_dim() const;
+  // Megatron pads the vocabulary to a multiple of make_vocab_size_divisible_by * TP.
+  int64_t padded_vocab_size(int64_t tp) const;
+  // Total parameters (global, unsharded, unpadded by TP=1's padded vocab), with and without the
+  // embedding tables.
+  int64_t num_parameters(int64_t tp = 1) const;
+  std::string summary() const;
+};
+
+}  // namespace mtron

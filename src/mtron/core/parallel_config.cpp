@@ -1,0 +1,108 @@
+#include "mtron/core/parallel_config.h"
+
+#include <fmt/core.h>
+
+#include "mtron/core/error.h"
+
+namespace mtron {
+
+void ParallelConfig::finalize(const ModelConfig& m) {
+  auto positive = [](int64_t v, const char* flag) {
+    MT_CHECK(v >= 1, flag, " must be >= 1 (got ", v, ")");
+  };
+  positive(world_size, "world size");
+  positive(tensor_model_parallel_size, "--tensor-model-parallel-size");
+  positive(pipeline_model_parallel_size, "--pipeline-model-parallel-size");
+  positive(context_parallel_size, "--context-parallel-size");
+  positive(expert_model_parallel_size, "--expert-model-parallel-size");
+  MT_CHECK(expert_tensor_parallel_size >= 0, "--expert-tensor-parallel-size must be >= 1 (got ",
+           expert_tensor_parallel_size, ")");
+  if (expert_tensor_parallel_size == 0) expert_tensor_parallel_size = tensor_model_parallel_size;
+  positive(micro_batch_size, "--micro-batch-size");
+
+  MT_CHECK(world_size % (tp() * pp() * cp()) == 0, "world_size (", world_size,
+           ") is not divisible by tensor_model_parallel_size (", tp(),
+           ") x pipeline_model_parallel_size (", pp(), ") x context_parallel_size (", cp(), ")");
+  MT_CHECK(world_size % (etp() * ep() * pp()) == 0, "world_size (", world_size,
+           ") is not divisible by expert_tensor_parallel_size (", etp(),
+           ") x expert_model_parallel_size (", ep(), ") x pipeline_model_parallel_size (", pp(),
+           ")");
+
+  MT_CHECK(m.num_attention_heads % tp() == 0, "num_attention_heads (", m.num_attention_heads,
+           ") must be a multiple of tensor_model_parallel_size (", tp(), ")");
+  MT_CHECK(m.query_groups() % tp() == 0, "num_query_groups (", m.query_groups(),
+           ") must be a multiple of tensor_model_parallel_size (", tp(), ")");
+  MT_CHECK(m.ffn() % tp() == 0, "ffn_hidden_size (", m.ffn(),
+           ") must be a multiple of tensor_model_parallel_size (", tp(), ")");
+
+  if (tp() == 1 && sequence_parallel) sequence_parallel = false;  // Megatron forces SP off at TP=1
+  if (sequence_parallel) {
+    MT_CHECK(m.seq_length / cp() % tp() == 0, "--sequence-parallel needs the sequence length per "
+             "context-parallel rank (", m.seq_length / cp(), ") to be a multiple of "
+             "tensor_model_parallel_size (", tp(), ")");
+  }
+
+  MT_CHECK(m.num_layers % pp() == 0, "Number of layers (", m.num_layers,
+           ") should be divisible by the pipeline-model-parallel size (", pp(), ")");
+  MT_CHECK(num_layers_per_virtual_pipeline_stage == 0 || num_virtual_stages_per_pipeline_rank == 0,
+           "--num-layers-per-virtual-pipeline-stage and --num-virtual-stages-per-pipeline-rank "
+           "cannot be set together");
+  vpp_ = 1;
+  const int64_t layers_per_stage = m.num_layers / pp();
+  if (num_layers_per_virtual_pipeline_stage > 0) {
+    MT_CHECK(pp() > 1, "pipeline-model-parallel size should be greater than 1 with interleaved "
+             "schedule (--num-layers-per-virtual-pipeline-stage needs "
+             "--pipeline-model-parallel-size > 1)");
+    MT_CHECK(layers_per_stage % num_layers_per_virtual_pipeline_stage == 0,
+             "number of layers per pipeline stage (", layers_per_stage,
+             ") must be divisible by number of layers per virtual pipeline stage (",
+             num_layers_per_virtual_pipeline_stage, ")");
+    vpp_ = layers_per_stage / num_layers_per_virtual_pipeline_stage;
+  } else if (num_virtual_stages_per_pipeline_rank > 0) {
+    MT_CHECK(pp() > 1 || num_virtual_stages_per_pipeline_rank == 1,
+             "pipeline-model-parallel size should be greater than 1 with interleaved schedule");
+    MT_CHECK(layers_per_stage % num_virtual_stages_per_pipeline_rank == 0,
+             "number of layers per pipeline stage (", layers_per_stage,
+             ") must be divisible by --num-virtual-stages-per-pipeline-rank (",
+             num_virtual_stages_per_pipeline_rank, ")");
+    vpp_ = num_virtual_stages_per_pipeline_rank;
+  }
+
+  if (cp() > 1) {
+    MT_CHECK(m.seq_length % (2 * cp()) == 0, "seq_length (", m.seq_length,
+             ") must be divisible by 2 x context_parallel_size (", 2 * cp(), ")");
+  }
+  if (m.is_moe()) {
+    MT_CHECK(m.num_experts % ep() == 0, "Number of experts (", m.num_experts,
+             ") should be a multiple of expert model parallel_size (", ep(), ")");
+    MT_CHECK(m.moe_ffn() % etp() == 0, "moe_ffn_hidden_size (", m.moe_ffn(),
+             ") must be a multiple of expert_tensor_parallel_size (", etp(), ")");
+  } else {
+    MT_CHECK(ep() == 1, "--expert-model-parallel-size (", ep(), ") > 1 needs --num-experts");
+  }
+  if (overlap_param_gather) {
+    MT_CHECK(use_distributed_optimizer && overlap_grad_reduce,
+             "--overlap-param-gather only supported with distributed optimizer and "
+             "--overlap-grad-reduce");
+  }
+
+  if (global_batch_size == 0) global_batch_size = micro_batch_size * dp();
+  positive(global_batch_size, "--global-batch-size");
+  MT_CHECK(global_batch_size % (micro_batch_size * dp()) == 0, "global batch size (",
+           global_batch_size, ") is not divisible by micro batch size (", micro_batch_size,
+           ") times data parallel size (", dp(), ")");
+}
+
+std::string ParallelConfig::summary() const {
+  std::string s = fmt::format("world {} = TP {} x CP {} x DP {} x PP {}", world_size, tp(), cp(),
+                              dp(), pp());
+  if (vpp() > 1) s += fmt::format(" (VPP {})", vpp());
+  if (ep() > 1 || etp() != tp()) s += fmt::format("; experts ETP {} x EP {} x EDP {}", etp(), ep(), edp());
+  if (sequence_parallel) s += ", sequence parallel";
+  if (use_distributed_optimizer) s += ", distributed optimizer";
+  s += fmt::format("; micro-batch {}, global batch {} ({} micro-batches per DP rank)",
+                   micro_batch_size, global_batch_size, num_microbatches());
+  return s;
+}
+
+}  // namespace mtron

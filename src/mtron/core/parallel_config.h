@@ -1,0 +1,53 @@
+// defines: ParallelConfig
+//
+// A parallel layout and batch split: sizes of the five parallel dimensions, the virtual pipeline,
+// the optimizer sharding, micro/global batch. finalize() applies Megatron's validation rules
+// (reference/megatron.md section 5) before anything large is allocated. The trainer and the
+// planner share it, so a layout the planner proposes is one the trainer accepts.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "mtron/core/model_config.h"
+
+namespace mtron {
+
+struct ParallelConfig {
+  int64_t world_size = 1;
+  int64_t tensor_model_parallel_size = 1;
+  int64_t pipeline_model_parallel_size = 1;
+  int64_t context_parallel_size = 1;
+  int64_t expert_model_parallel_size = 1;
+  int64_t expert_tensor_parallel_size = 0;  // 0: equal to TP (Megatron's default)
+  int64_t num_layers_per_virtual_pipeline_stage = 0;  // 0: no interleaving
+  int64_t num_virtual_stages_per_pipeline_rank = 0;   // alternative way to set VPP
+  bool sequence_parallel = false;
+  bool use_distributed_optimizer = false;
+  bool overlap_grad_reduce = false;
+  bool overlap_param_gather = false;
+  bool use_tp_pp_dp_mapping = false;  // order tp-cp-ep-pp-dp instead of tp-cp-ep-dp-pp
+  int64_t micro_batch_size = 0;
+  int64_t global_batch_size = 0;  // 0: micro_batch_size * DP
+
+  // Derives DP, VPP and the number of micro-batches and checks every rule, throwing
+  // mtron::Error with Megatron's message (naming the flags). Needs a finalized model.
+  void finalize(const ModelConfig& model);
+
+  int64_t tp() const { return tensor_model_parallel_size; }
+  int64_t pp() const { return pipeline_model_parallel_size; }
+  int64_t cp() const { return context_parallel_size; }
+  int64_t ep() const { return expert_model_parallel_size; }
+  int64_t etp() const { return expert_tensor_parallel_size; }
+  int64_t dp() const { return world_size / (tp() * pp() * cp()); }
+  int64_t edp() const { return world_size / (etp() * ep() * pp()); }
+  int64_t vpp() const { return vpp_; }  // model chunks per pipeline rank (1: not interleaved)
+  int64_t num_microbatches() const { return global_batch_size / (micro_batch_size * dp()); }
+  std::string order() const { return use_tp_pp_dp_mapping ? "tp-cp-ep-pp-dp" : "tp-cp-ep-dp-pp"; }
+  std::string summary() const;
+
+ private:
+  int64_t vpp_ = 1;
+};
+
+}  // namespace mtron

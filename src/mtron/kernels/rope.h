@@ -1,0 +1,33 @@
+// defines: qkv_split, qkv_merge_grad, rope_forward, rope_backward
+//
+// Megatron's fused QKV projection writes, per token, the query groups one after another, each
+// as [hpg query heads | 1 key head | 1 value head] of D channels (hpg = heads per group):
+//   qkv[N, G, hpg + 2, D]
+// qkv_split copies it into separate q[N, H, D], k[N, G, D], v[N, G, D] (H = G * hpg);
+// qkv_merge_grad is its adjoint (writes dqkv).
+//
+// RoPE (rotate-half pairing as Megatron-Core's default and Hugging Face): for i < R/2 with
+// R = rot_dim, inv_freq_i = base^(-2i/R), angle = pos * inv_freq_i (fp32),
+//   x[i]       <- x[i] cos - x[i + R/2] sin
+//   x[i + R/2] <- x[i + R/2] cos + x[i] sin
+// Channels >= R pass unchanged. In place over x[N, nh, D]; pos[N] is each token's position.
+#pragma once
+
+#include <cstdint>
+
+#include "mtron/kernels/ctx.h"
+
+namespace mtron::kernels {
+
+void qkv_split(const Ctx& ctx, float* q, float* k, float* v, const float* qkv, int64_t N,
+               int64_t G, int64_t hpg, int64_t D);
+void qkv_merge_grad(const Ctx& ctx, float* dqkv, const float* dq, const float* dk,
+                    const float* dv, int64_t N, int64_t G, int64_t hpg, int64_t D);
+
+void rope_forward(const Ctx& ctx, float* x, const int32_t* pos, int64_t N, int64_t nh, int64_t D,
+                  int64_t rot_dim, float base);
+// The adjoint (rotation by -angle), in place over dx.
+void rope_backward(const Ctx& ctx, float* dx, const int32_t* pos, int64_t N, int64_t nh,
+                   int64_t D, int64_t rot_dim, float base);
+
+}  // namespace mtron::kernels

@@ -1,0 +1,107 @@
+#include <gtest/gtest.h>
+
+#include <functional>
+
+#include "mtron/core/error.h"
+#include "mtron/core/formulas.h"
+#include "mtron/core/parallel_config.h"
+
+namespace mtron {
+namespace {
+
+ModelConfig gpt2_124m() {
+  ModelConfig m;
+  m.num_layers = 12;
+  m.hidden_size = 768;
+  m.num_attention_heads = 12;
+  m.seq_length = 1024;
+  m.max_position_embeddings = 1024;
+  m.vocab_size = 50257;
+  m.finalize();
+  return m;
+}
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(ModelConfig, DefaultsAndPadding) {
+  ModelConfig m = gpt2_124m();
+  EXPECT_EQ(m.ffn(), 3072);
+  EXPECT_EQ(m.kv_channels, 64);
+  EXPECT_EQ(m.query_groups(), 12);
+  EXPECT_EQ(m.padded_vocab_size(1), 50304);
+  EXPECT_EQ(m.padded_vocab_size(4), 50688);
+  // GPT-2 small: 124,475,904 parameters with the vocab padded to 50304 (124,439,808 at 50257).
+  EXPECT_EQ(m.num_parameters(1), 124475904);
+  ModelConfig s;
+  s.num_layers = 2;
+  s.hidden_size = 4096;
+  s.num_attention_heads = 32;
+  s.swiglu = true;
+  s.seq_length = 8;
+  s.vocab_size = 10;
+  s.finalize();
+  EXPECT_EQ(s.ffn(), 10880);  // int(8h/3/64)*64
+}
+
+TEST(ModelConfig, BadShapesNameTheFlag) {
+  ModelConfig m = gpt2_124m();
+  m.num_attention_heads = 10;
+  m.kv_channels = 0;
+  EXPECT_NE(error_of([&] { m.finalize(); }).find("--num-attention-heads"), std::string::npos);
+  ModelConfig g = gpt2_124m();
+  g.group_query_attention = true;
+  g.num_query_groups = 5;
+  EXPECT_NE(error_of([&] { g.finalize(); }).find("--num-query-groups"), std::string::npos);
+  ModelConfig n = gpt2_124m();
+  n.hidden_size = -3;
+  EXPECT_NE(error_of([&] { n.finalize(); }).find("--hidden-size"), std::string::npos);
+}
+
+TEST(ParallelConfig, MegatronRules) {
+  ModelConfig m = gpt2_124m();
+  ParallelConfig p;
+  p.world_size = 16;
+  p.tensor_model_parallel_size = 2;
+  p.pipeline_model_parallel_size = 2;
+  p.context_parallel_size = 2;
+  p.micro_batch_size = 2;
+  p.global_batch_size = 16;
+  p.num_layers_per_virtual_pipeline_stage = 3;
+  p.finalize(m);
+  EXPECT_EQ(p.dp(), 2);
+  EXPECT_EQ(p.vpp(), 2);
+  EXPECT_EQ(p.num_microbatches(), 4);
+
+  ParallelConfig bad = p;
+  bad.global_batch_size = 10;
+  EXPECT_EQ(error_of([&] { bad.finalize(m); }),
+            "global batch size (10) is not divisible by micro batch size (2) times data parallel "
+            "size (2)");
+  ParallelConfig w = p;
+  w.world_size = 12;
+  EXPECT_NE(error_of([&] { w.finalize(m); }).find("world_size (12) is not divisible"),
+            std::string::npos);
+  ParallelConfig tp = p;
+  tp.tensor_model_parallel_size = 8;
+  tp.world_size = 64;
+  EXPECT_NE(error_of([&] { tp.finalize(m); }).find("num_attention_heads (12) must be a multiple"),
+            std::string::npos);
+}
+
+TEST(Formulas, MegatronFlopsMatchesClosedForm) {
+  // Dense MHA, F = 4h, GeLU: 72 B s L h^2 (1 + s/(12h) + V/(12 L h)).
+  ModelConfig m = gpt2_124m();
+  const double B = 8, s = 1024, L = 12, h = 768, V = 50304;
+  const double closed = 72 * B * s * L * h * h * (1 + s / (12 * h) + V / (12 * L * h));
+  EXPECT_NEAR(flops_per_iteration(m, 8, 50304) / closed, 1.0, 1e-12);
+}
+
+}  // namespace
+}  // namespace mtron
