@@ -38,26 +38,31 @@ class Comm {
   // recv holds size() * count elements, rank-major; send may be recv + rank() * count.
   virtual void all_gather(const void* send, void* recv, int64_t count, DType t) = 0;
   // send holds size() * count elements; rank r receives the reduction of block r.
-  virtual void reduce_scatter(const void* send, void* recv, int64_t count, DType t,
-                              ReduceOp op) = 0;
+  virtual void reduce_scatter(
+      const void* send, void* recv, int64_t count, DType t, ReduceOp op) = 0;
   // Counts and displacements in elements, one per rank.
-  virtual void all_to_all_v(const void* send, const int64_t* send_counts,
-                            const int64_t* send_displs, void* recv, const int64_t* recv_counts,
-                            const int64_t* recv_displs, DType t) = 0;
+  virtual void all_to_all_v(const void* send,
+                            const int64_t* send_counts,
+                            const int64_t* send_displs,
+                            void* recv,
+                            const int64_t* recv_counts,
+                            const int64_t* recv_displs,
+                            DType t) = 0;
   virtual void broadcast(void* buf, int64_t count, DType t, int root) = 0;
   virtual void send(const void* buf, int64_t count, DType t, int peer, int tag) = 0;
   virtual void recv(void* buf, int64_t count, DType t, int peer, int tag) = 0;
   virtual void barrier() = 0;
 
   virtual std::unique_ptr<Request> iall_reduce(void* buf, int64_t count, DType t, ReduceOp op) = 0;
-  virtual std::unique_ptr<Request> ireduce_scatter(const void* send, void* recv, int64_t count,
-                                                   DType t, ReduceOp op) = 0;
-  virtual std::unique_ptr<Request> iall_gather(const void* send, void* recv, int64_t count,
+  virtual std::unique_ptr<Request> ireduce_scatter(
+      const void* send, void* recv, int64_t count, DType t, ReduceOp op) = 0;
+  virtual std::unique_ptr<Request> iall_gather(const void* send,
+                                               void* recv,
+                                               int64_t count,
                                                DType t) = 0;
-  virtual std::unique_ptr<Request> isend(const void* buf, int64_t count, DType t, int peer,
-                                         int tag) = 0;
-  virtual std::unique_ptr<Request> irecv(void* buf, int64_t count, DType t, int peer,
-                                         int tag) = 0;
+  virtual std::unique_ptr<Request> isend(
+      const void* buf, int64_t count, DType t, int peer, int tag) = 0;
+  virtual std::unique_ptr<Request> irecv(void* buf, int64_t count, DType t, int peer, int tag) = 0;
 
   // Ranks with the same color form a new group, ordered by key (then by rank).
   virtual std::unique_ptr<Comm> split(int color, int key) = 0;

@@ -25,8 +25,12 @@ class SingleComm final : public Comm {
   void reduce_scatter(const void* send, void* recv, int64_t count, DType t, ReduceOp) override {
     copy(send, recv, count, t);
   }
-  void all_to_all_v(const void* send, const int64_t* send_counts, const int64_t* send_displs,
-                    void* recv, const int64_t* recv_counts, const int64_t* recv_displs,
+  void all_to_all_v(const void* send,
+                    const int64_t* send_counts,
+                    const int64_t* send_displs,
+                    void* recv,
+                    const int64_t* recv_counts,
+                    const int64_t* recv_displs,
                     DType t) override {
     MT_ASSERT(send_counts[0] == recv_counts[0], "all_to_all_v count mismatch on one rank");
     const size_t es = dtype_size(t);
@@ -47,12 +51,14 @@ class SingleComm final : public Comm {
   std::unique_ptr<Request> iall_reduce(void*, int64_t, DType, ReduceOp) override {
     return std::make_unique<DoneRequest>();
   }
-  std::unique_ptr<Request> ireduce_scatter(const void* send, void* recv, int64_t count, DType t,
-                                           ReduceOp) override {
+  std::unique_ptr<Request> ireduce_scatter(
+      const void* send, void* recv, int64_t count, DType t, ReduceOp) override {
     copy(send, recv, count, t);
     return std::make_unique<DoneRequest>();
   }
-  std::unique_ptr<Request> iall_gather(const void* send, void* recv, int64_t count,
+  std::unique_ptr<Request> iall_gather(const void* send,
+                                       void* recv,
+                                       int64_t count,
                                        DType t) override {
     copy(send, recv, count, t);
     return std::make_unique<DoneRequest>();
@@ -73,6 +79,8 @@ class SingleComm final : public Comm {
 
 }  // namespace
 
-std::unique_ptr<Comm> make_single_comm() { return std::make_unique<SingleComm>(); }
+std::unique_ptr<Comm> make_single_comm() {
+  return std::make_unique<SingleComm>();
+}
 
 }  // namespace mtron

@@ -10,9 +10,13 @@ namespace mtron {
 Arena::Arena(Device device, size_t min_block_bytes)
     : device_(device), min_block_bytes_(min_block_bytes) {}
 
-Arena::~Arena() { release(); }
+Arena::~Arena() {
+  release();
+}
 
-Arena::Arena(Arena&& o) noexcept { *this = std::move(o); }
+Arena::Arena(Arena&& o) noexcept {
+  *this = std::move(o);
+}
 
 Arena& Arena::operator=(Arena&& o) noexcept {
   if (this != &o) {

@@ -32,18 +32,21 @@ std::string str(const Args&... args) {
 }
 
 namespace detail {
-[[noreturn]] void throw_internal(const char* file, int line, const char* cond, const std::string& msg);
+[[noreturn]] void throw_internal(const char* file,
+                                 int line,
+                                 const char* cond,
+                                 const std::string& msg);
 }  // namespace detail
 
 }  // namespace mtron
 
-#define MT_CHECK(cond, ...)                                  \
-  do {                                                       \
+#define MT_CHECK(cond, ...)                                       \
+  do {                                                            \
     if (!(cond)) throw ::mtron::Error(::mtron::str(__VA_ARGS__)); \
   } while (0)
 
-#define MT_ASSERT(cond, ...)                                                          \
-  do {                                                                                \
-    if (!(cond))                                                                      \
+#define MT_ASSERT(cond, ...)                                                                 \
+  do {                                                                                       \
+    if (!(cond))                                                                             \
       ::mtron::detail::throw_internal(__FILE__, __LINE__, #cond, ::mtron::str(__VA_ARGS__)); \
   } while (0)

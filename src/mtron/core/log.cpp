@@ -16,12 +16,18 @@ void log_init(int rank, int world, LogLevel level) {
   g_world = world;
   g_level = level;
 }
-int log_rank() { return g_rank; }
-int log_world() { return g_world; }
+int log_rank() {
+  return g_rank;
+}
+int log_world() {
+  return g_world;
+}
 
 void log_write(LogLevel level, const std::string& msg) {
   if (level < g_level) return;
-  const char* tag = level == LogLevel::kWarn ? "warning: " : level == LogLevel::kError ? "error: " : "";
+  const char* tag = level == LogLevel::kWarn    ? "warning: "
+                    : level == LogLevel::kError ? "error: "
+                                                : "";
   std::lock_guard<std::mutex> lock(g_mutex);
   std::fprintf(stderr, "[mtron r%d/%d] %s%s\n", g_rank, g_world, tag, msg.c_str());
   std::fflush(stderr);

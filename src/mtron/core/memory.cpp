@@ -27,7 +27,9 @@ void* cpu_alloc(size_t bytes) {
   if (!p) throw std::bad_alloc();
   return p;
 }
-void cpu_free(void* p, size_t) { std::free(p); }
+void cpu_free(void* p, size_t) {
+  std::free(p);
+}
 
 void account(Device d, int64_t delta) {
   Counters& c = g_counters[int(d)];
@@ -39,7 +41,9 @@ void account(Device d, int64_t delta) {
 
 }  // namespace
 
-void set_device_allocator(Device d, DeviceAllocator a) { g_allocators[int(d)] = a; }
+void set_device_allocator(Device d, DeviceAllocator a) {
+  g_allocators[int(d)] = a;
+}
 
 void* device_alloc(Device d, size_t bytes) {
   void* p = nullptr;

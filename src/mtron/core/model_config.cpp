@@ -14,8 +14,9 @@ void ModelConfig::finalize() {
   MT_CHECK(seq_length > 0, "--seq-length must be positive (got ", seq_length, ")");
   MT_CHECK(vocab_size > 0, "vocabulary size must be positive (got ", vocab_size,
            "); set --vocab-size for --tokenizer-type NullTokenizer");
-  MT_CHECK(make_vocab_size_divisible_by > 0, "--make-vocab-size-divisible-by must be positive (got ",
-           make_vocab_size_divisible_by, ")");
+  MT_CHECK(make_vocab_size_divisible_by > 0,
+           "--make-vocab-size-divisible-by must be positive (got ", make_vocab_size_divisible_by,
+           ")");
   MT_CHECK(init_method_std > 0, "--init-method-std must be positive (got ", init_method_std, ")");
   MT_CHECK(norm_epsilon > 0, "--norm-epsilon must be positive (got ", norm_epsilon, ")");
   MT_CHECK(hidden_dropout >= 0 && hidden_dropout < 1, "--hidden-dropout must be in [0, 1) (got ",
@@ -66,7 +67,9 @@ int64_t ModelConfig::num_moe_layers() const {
   return n;
 }
 
-int64_t ModelConfig::rotary_dim() const { return int64_t(kv_channels * rotary_percent); }
+int64_t ModelConfig::rotary_dim() const {
+  return int64_t(kv_channels * rotary_percent);
+}
 
 int64_t ModelConfig::padded_vocab_size(int64_t tp) const {
   int64_t m = make_vocab_size_divisible_by * tp;
@@ -77,8 +80,8 @@ int64_t ModelConfig::num_parameters(int64_t tp) const {
   const int64_t h = hidden_size;
   const int64_t norm = normalization == Normalization::kLayerNorm ? 2 * h : h;
   const int64_t bias = add_bias_linear ? 1 : 0;
-  const int64_t attn = h * (q_size() + 2 * kv_size()) + bias * (q_size() + 2 * kv_size()) +
-                       q_size() * h + bias * h;
+  const int64_t attn =
+      h * (q_size() + 2 * kv_size()) + bias * (q_size() + 2 * kv_size()) + q_size() * h + bias * h;
   auto mlp = [&](int64_t f) {
     const int64_t up = swiglu ? 2 * f : f;
     return h * up + bias * up + f * h + bias * h;
@@ -88,14 +91,16 @@ int64_t ModelConfig::num_parameters(int64_t tp) const {
     layers += 2 * norm + attn;
     if (is_moe_layer(l)) {
       layers += num_experts * mlp(moe_ffn()) + h * num_experts;
-      if (moe_shared_expert_intermediate_size > 0) layers += mlp(moe_shared_expert_intermediate_size);
+      if (moe_shared_expert_intermediate_size > 0)
+        layers += mlp(moe_shared_expert_intermediate_size);
     } else {
       layers += mlp(ffn());
     }
   }
   const int64_t V = padded_vocab_size(tp);
   int64_t emb = V * h * (untie_embeddings_and_output_weights ? 2 : 1);
-  if (position_embedding_type == PositionEmbedding::kLearnedAbsolute) emb += max_position_embeddings * h;
+  if (position_embedding_type == PositionEmbedding::kLearnedAbsolute)
+    emb += max_position_embeddings * h;
   return layers + emb + norm;
 }
 
@@ -106,9 +111,9 @@ std::string ModelConfig::summary() const {
       num_layers, hidden_size, num_attention_heads, query_groups(), kv_channels, ffn_hidden_size,
       swiglu ? " SwiGLU" : " GELU",
       normalization == Normalization::kLayerNorm ? "LayerNorm" : "RMSNorm",
-      position_embedding_type == PositionEmbedding::kRope ? "RoPE"
+      position_embedding_type == PositionEmbedding::kRope              ? "RoPE"
       : position_embedding_type == PositionEmbedding::kLearnedAbsolute ? "learned positions"
-                                                                        : "no positions",
+                                                                       : "no positions",
       vocab_size, padded_vocab_size(1), seq_length,
       is_moe() ? fmt::format(", MoE {} experts top-{}", num_experts, moe_router_topk) : "");
 }

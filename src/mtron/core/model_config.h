@@ -57,7 +57,9 @@ struct ModelConfig {
   // throwing mtron::Error with a message naming the flag. Call once after parsing.
   void finalize();
 
-  int64_t query_groups() const { return group_query_attention ? num_query_groups : num_attention_heads; }
+  int64_t query_groups() const {
+    return group_query_attention ? num_query_groups : num_attention_heads;
+  }
   int64_t head_dim() const { return kv_channels; }
   int64_t q_size() const { return num_attention_heads * kv_channels; }
   int64_t kv_size() const { return query_groups() * kv_channels; }

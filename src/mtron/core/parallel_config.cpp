@@ -37,9 +37,13 @@ void ParallelConfig::finalize(const ModelConfig& m) {
 
   if (tp() == 1 && sequence_parallel) sequence_parallel = false;  // Megatron forces SP off at TP=1
   if (sequence_parallel) {
-    MT_CHECK(m.seq_length / cp() % tp() == 0, "--sequence-parallel needs the sequence length per "
-             "context-parallel rank (", m.seq_length / cp(), ") to be a multiple of "
-             "tensor_model_parallel_size (", tp(), ")");
+    MT_CHECK(m.seq_length / cp() % tp() == 0,
+             "--sequence-parallel needs the sequence length per "
+             "context-parallel rank (",
+             m.seq_length / cp(),
+             ") to be a multiple of "
+             "tensor_model_parallel_size (",
+             tp(), ")");
   }
 
   MT_CHECK(m.num_layers % pp() == 0, "Number of layers (", m.num_layers,
@@ -50,7 +54,8 @@ void ParallelConfig::finalize(const ModelConfig& m) {
   vpp_ = 1;
   const int64_t layers_per_stage = m.num_layers / pp();
   if (num_layers_per_virtual_pipeline_stage > 0) {
-    MT_CHECK(pp() > 1, "pipeline-model-parallel size should be greater than 1 with interleaved "
+    MT_CHECK(pp() > 1,
+             "pipeline-model-parallel size should be greater than 1 with interleaved "
              "schedule (--num-layers-per-virtual-pipeline-stage needs "
              "--pipeline-model-parallel-size > 1)");
     MT_CHECK(layers_per_stage % num_layers_per_virtual_pipeline_stage == 0,
@@ -94,10 +99,11 @@ void ParallelConfig::finalize(const ModelConfig& m) {
 }
 
 std::string ParallelConfig::summary() const {
-  std::string s = fmt::format("world {} = TP {} x CP {} x DP {} x PP {}", world_size, tp(), cp(),
-                              dp(), pp());
+  std::string s =
+      fmt::format("world {} = TP {} x CP {} x DP {} x PP {}", world_size, tp(), cp(), dp(), pp());
   if (vpp() > 1) s += fmt::format(" (VPP {})", vpp());
-  if (ep() > 1 || etp() != tp()) s += fmt::format("; experts ETP {} x EP {} x EDP {}", etp(), ep(), edp());
+  if (ep() > 1 || etp() != tp())
+    s += fmt::format("; experts ETP {} x EP {} x EDP {}", etp(), ep(), edp());
   if (sequence_parallel) s += ", sequence parallel";
   if (use_distributed_optimizer) s += ", distributed optimizer";
   s += fmt::format("; micro-batch {}, global batch {} ({} micro-batches per DP rank)",

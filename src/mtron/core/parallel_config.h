@@ -19,7 +19,7 @@ struct ParallelConfig {
   int64_t pipeline_model_parallel_size = 1;
   int64_t context_parallel_size = 1;
   int64_t expert_model_parallel_size = 1;
-  int64_t expert_tensor_parallel_size = 0;  // 0: equal to TP (Megatron's default)
+  int64_t expert_tensor_parallel_size = 0;            // 0: equal to TP (Megatron's default)
   int64_t num_layers_per_virtual_pipeline_stage = 0;  // 0: no interleaving
   int64_t num_virtual_stages_per_pipeline_rank = 0;   // alternative way to set VPP
   bool sequence_parallel = false;

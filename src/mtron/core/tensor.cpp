@@ -18,7 +18,9 @@ std::string shape_str(const Shape& s) {
   return out + "]";
 }
 
-Tensor::Storage::~Storage() { device_free(device, ptr, bytes); }
+Tensor::Storage::~Storage() {
+  device_free(device, ptr, bytes);
+}
 
 Tensor Tensor::empty(const Shape& shape, DType dtype, Device device) {
   for (int64_t d : shape) MT_ASSERT(d >= 0, "negative dimension in ", shape_str(shape));

@@ -16,7 +16,7 @@ void gelu_backward(const Ctx& ctx, float* dinp, const float* inp, const float* d
 // inp[N, 2F] = [gate | up] per row (Megatron's fused fc1 with --swiglu);
 // out[N, F] = silu(gate) * up, silu(x) = x * sigmoid(x).
 void swiglu_forward(const Ctx& ctx, float* out, const float* inp, int64_t N, int64_t F);
-void swiglu_backward(const Ctx& ctx, float* dinp, const float* inp, const float* dout, int64_t N,
-                     int64_t F);
+void swiglu_backward(
+    const Ctx& ctx, float* dinp, const float* inp, const float* dout, int64_t N, int64_t F);
 
 }  // namespace mtron::kernels

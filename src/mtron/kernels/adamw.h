@@ -22,7 +22,13 @@ struct AdamWParams {
   int64_t step = 1;  // 1-based, for bias correction
 };
 
-void adamw_step(const Ctx& ctx, float* param, float* m, float* v, const float* grad,
-                bf16* param_bf16, int64_t n, const AdamWParams& p);
+void adamw_step(const Ctx& ctx,
+                float* param,
+                float* m,
+                float* v,
+                const float* grad,
+                bf16* param_bf16,
+                int64_t n,
+                const AdamWParams& p);
 
 }  // namespace mtron::kernels

@@ -27,12 +27,27 @@ struct AttnShape {
   float scale;  // usually 1/sqrt(D)
 };
 
-void attention_forward(const Ctx& ctx, float* out, float* lse, const float* q, const float* k,
-                       const float* v, const AttnShape& s, AttnMask mask);
+void attention_forward(const Ctx& ctx,
+                       float* out,
+                       float* lse,
+                       const float* q,
+                       const float* k,
+                       const float* v,
+                       const AttnShape& s,
+                       AttnMask mask);
 
 // out and lse are the forward's (for ring attention: the final merged ones).
-void attention_backward(const Ctx& ctx, float* dq, float* dk, float* dv, const float* dout,
-                        const float* q, const float* k, const float* v, const float* out,
-                        const float* lse, const AttnShape& s, AttnMask mask);
+void attention_backward(const Ctx& ctx,
+                        float* dq,
+                        float* dk,
+                        float* dv,
+                        const float* dout,
+                        const float* q,
+                        const float* k,
+                        const float* v,
+                        const float* out,
+                        const float* lse,
+                        const AttnShape& s,
+                        AttnMask mask);
 
 }  // namespace mtron::kernels

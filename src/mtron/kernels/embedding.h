@@ -12,12 +12,25 @@
 namespace mtron::kernels {
 
 // out[n, :] (= or += when accumulate) table[ids[n] - row_start, :]   out: [N, C]
-void embedding_forward(const Ctx& ctx, float* out, const int32_t* ids, const float* table,
-                       int64_t N, int64_t C, int64_t row_start, int64_t rows, bool accumulate);
+void embedding_forward(const Ctx& ctx,
+                       float* out,
+                       const int32_t* ids,
+                       const float* table,
+                       int64_t N,
+                       int64_t C,
+                       int64_t row_start,
+                       int64_t rows,
+                       bool accumulate);
 
 // dtable[ids[n] - row_start, :] += dout[n, :] for ids in range. Deterministic (the order of
 // additions into a row does not depend on the thread count).
-void embedding_backward(const Ctx& ctx, float* dtable, const float* dout, const int32_t* ids,
-                        int64_t N, int64_t C, int64_t row_start, int64_t rows);
+void embedding_backward(const Ctx& ctx,
+                        float* dtable,
+                        const float* dout,
+                        const int32_t* ids,
+                        int64_t N,
+                        int64_t C,
+                        int64_t row_start,
+                        int64_t rows);
 
 }  // namespace mtron::kernels

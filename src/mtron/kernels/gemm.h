@@ -18,12 +18,34 @@ namespace mtron::kernels {
 
 enum class Trans { kN, kT };
 
-void gemm(const Ctx& ctx, Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alpha,
-          const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
+void gemm(const Ctx& ctx,
+          Trans ta,
+          Trans tb,
+          int64_t M,
+          int64_t N,
+          int64_t K,
+          float alpha,
+          const float* A,
+          int64_t lda,
+          const float* B,
+          int64_t ldb,
+          float beta,
+          float* C,
           int64_t ldc);
 
-void gemm(const Ctx& ctx, Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alpha,
-          const bf16* A, int64_t lda, const bf16* B, int64_t ldb, float beta, float* C,
+void gemm(const Ctx& ctx,
+          Trans ta,
+          Trans tb,
+          int64_t M,
+          int64_t N,
+          int64_t K,
+          float alpha,
+          const bf16* A,
+          int64_t lda,
+          const bf16* B,
+          int64_t ldb,
+          float beta,
+          float* C,
           int64_t ldc);
 
 }  // namespace mtron::kernels

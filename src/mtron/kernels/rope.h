@@ -19,15 +19,41 @@
 
 namespace mtron::kernels {
 
-void qkv_split(const Ctx& ctx, float* q, float* k, float* v, const float* qkv, int64_t N,
-               int64_t G, int64_t hpg, int64_t D);
-void qkv_merge_grad(const Ctx& ctx, float* dqkv, const float* dq, const float* dk,
-                    const float* dv, int64_t N, int64_t G, int64_t hpg, int64_t D);
+void qkv_split(const Ctx& ctx,
+               float* q,
+               float* k,
+               float* v,
+               const float* qkv,
+               int64_t N,
+               int64_t G,
+               int64_t hpg,
+               int64_t D);
+void qkv_merge_grad(const Ctx& ctx,
+                    float* dqkv,
+                    const float* dq,
+                    const float* dk,
+                    const float* dv,
+                    int64_t N,
+                    int64_t G,
+                    int64_t hpg,
+                    int64_t D);
 
-void rope_forward(const Ctx& ctx, float* x, const int32_t* pos, int64_t N, int64_t nh, int64_t D,
-                  int64_t rot_dim, float base);
+void rope_forward(const Ctx& ctx,
+                  float* x,
+                  const int32_t* pos,
+                  int64_t N,
+                  int64_t nh,
+                  int64_t D,
+                  int64_t rot_dim,
+                  float base);
 // The adjoint (rotation by -angle), in place over dx.
-void rope_backward(const Ctx& ctx, float* dx, const int32_t* pos, int64_t N, int64_t nh,
-                   int64_t D, int64_t rot_dim, float base);
+void rope_backward(const Ctx& ctx,
+                   float* dx,
+                   const int32_t* pos,
+                   int64_t N,
+                   int64_t nh,
+                   int64_t D,
+                   int64_t rot_dim,
+                   float base);
 
 }  // namespace mtron::kernels
