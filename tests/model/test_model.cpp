@@ -14,11 +14,28 @@ namespace mtron {
 namespace {
 
 train::TrainArgs make_args(std::vector<std::string> flags) {
-  std::vector<std::string> base = {"train", "--num-layers", "3", "--hidden-size", "64",
-                                   "--num-attention-heads", "4", "--seq-length", "32",
-                                   "--micro-batch-size", "2", "--global-batch-size", "4",
-                                   "--train-iters", "40", "--lr", "3e-3", "--mock-data",
-                                   "--vocab-size", "300", "--metrics-file", "/dev/null"};
+  std::vector<std::string> base = {"train",
+                                   "--num-layers",
+                                   "3",
+                                   "--hidden-size",
+                                   "64",
+                                   "--num-attention-heads",
+                                   "4",
+                                   "--seq-length",
+                                   "32",
+                                   "--micro-batch-size",
+                                   "2",
+                                   "--global-batch-size",
+                                   "4",
+                                   "--train-iters",
+                                   "40",
+                                   "--lr",
+                                   "3e-3",
+                                   "--mock-data",
+                                   "--vocab-size",
+                                   "300",
+                                   "--metrics-file",
+                                   "/dev/null"};
   base.insert(base.end(), flags.begin(), flags.end());
   std::vector<char*> av;
   for (auto& s : base) av.push_back(s.data());
@@ -49,8 +66,15 @@ TEST_P(Recompute, GradientsAreBitIdentical) {
   for (const char* arch : {"gpt", "llama"}) {
     std::vector<std::string> shape;
     if (std::string(arch) == "llama") {
-      shape = {"--swiglu", "--normalization", "RMSNorm", "--position-embedding-type", "rope",
-               "--group-query-attention", "--num-query-groups", "2", "--disable-bias-linear"};
+      shape = {"--swiglu",
+               "--normalization",
+               "RMSNorm",
+               "--position-embedding-type",
+               "rope",
+               "--group-query-attention",
+               "--num-query-groups",
+               "2",
+               "--disable-bias-linear"};
     }
     std::vector<float> plain = grads_of(make_args(shape));
     std::vector<std::string> flags = shape;
@@ -62,12 +86,13 @@ TEST_P(Recompute, GradientsAreBitIdentical) {
 }
 
 INSTANTIATE_TEST_SUITE_P(
-    Methods, Recompute,
+    Methods,
+    Recompute,
     ::testing::Values(
-        std::vector<std::string>{"--recompute-granularity", "full", "--recompute-method",
-                                 "uniform", "--recompute-num-layers", "1"},
-        std::vector<std::string>{"--recompute-granularity", "full", "--recompute-method",
-                                 "uniform", "--recompute-num-layers", "2"},
+        std::vector<std::string>{"--recompute-granularity", "full", "--recompute-method", "uniform",
+                                 "--recompute-num-layers", "1"},
+        std::vector<std::string>{"--recompute-granularity", "full", "--recompute-method", "uniform",
+                                 "--recompute-num-layers", "2"},
         std::vector<std::string>{"--recompute-granularity", "full", "--recompute-method", "block",
                                  "--recompute-num-layers", "2"}));
 

@@ -22,7 +22,10 @@ namespace {
 
 FILE* g_out = nullptr;
 
-void record(const std::string& name, int dtype, const std::vector<int64_t>& dims, const void* data,
+void record(const std::string& name,
+            int dtype,
+            const std::vector<int64_t>& dims,
+            const void* data,
             size_t elem) {
   uint32_t n = uint32_t(name.size());
   std::fwrite(&n, 4, 1, g_out);
@@ -40,20 +43,59 @@ void record(const std::string& name, int dtype, const std::vector<int64_t>& dims
 }
 
 std::vector<std::string> base_flags(const std::string& arch) {
-  std::vector<std::string> common = {
-      "--num-layers", "2", "--hidden-size", "64", "--seq-length", "32",
-      "--max-position-embeddings", "32", "--micro-batch-size", "2", "--global-batch-size", "4",
-      "--train-iters", "10", "--lr", "2e-3", "--min-lr", "2e-4", "--lr-decay-style", "cosine",
-      "--lr-warmup-iters", "2", "--weight-decay", "0.1", "--clip-grad", "1.0", "--adam-beta2",
-      "0.95", "--mock-data", "--vocab-size", "500", "--seed", "1234", "--init-method-std", "0.05",
-      "--log-interval", "1000"};
+  std::vector<std::string> common = {"--num-layers",
+                                     "2",
+                                     "--hidden-size",
+                                     "64",
+                                     "--seq-length",
+                                     "32",
+                                     "--max-position-embeddings",
+                                     "32",
+                                     "--micro-batch-size",
+                                     "2",
+                                     "--global-batch-size",
+                                     "4",
+                                     "--train-iters",
+                                     "10",
+                                     "--lr",
+                                     "2e-3",
+                                     "--min-lr",
+                                     "2e-4",
+                                     "--lr-decay-style",
+                                     "cosine",
+                                     "--lr-warmup-iters",
+                                     "2",
+                                     "--weight-decay",
+                                     "0.1",
+                                     "--clip-grad",
+                                     "1.0",
+                                     "--adam-beta2",
+                                     "0.95",
+                                     "--mock-data",
+                                     "--vocab-size",
+                                     "500",
+                                     "--seed",
+                                     "1234",
+                                     "--init-method-std",
+                                     "0.05",
+                                     "--log-interval",
+                                     "1000"};
   std::vector<std::string> extra;
   if (arch == "gpt2") {
     extra = {"--num-attention-heads", "4"};
   } else if (arch == "llama") {
-    extra = {"--num-attention-heads", "8", "--group-query-attention", "--num-query-groups", "2",
-             "--swiglu", "--normalization", "RMSNorm", "--position-embedding-type", "rope",
-             "--untie-embeddings-and-output-weights", "--disable-bias-linear"};
+    extra = {"--num-attention-heads",
+             "8",
+             "--group-query-attention",
+             "--num-query-groups",
+             "2",
+             "--swiglu",
+             "--normalization",
+             "RMSNorm",
+             "--position-embedding-type",
+             "rope",
+             "--untie-embeddings-and-output-weights",
+             "--disable-bias-linear"};
   } else {
     throw Error("unknown arch " + arch + " (gpt2 or llama)");
   }
@@ -112,8 +154,8 @@ int main(int argc, char** argv) {
   double loss = loss_sum / double(a.parallel.global_batch_size * a.model.seq_length);
   record("step0/loss", 2, {1}, &loss, 8);
   for (size_t i = 0; i < params.specs().size(); ++i) {
-    record("grad/" + params.specs()[i].name, 0, params.specs()[i].global_shape,
-           params.grad(int(i)), 4);
+    record("grad/" + params.specs()[i].name, 0, params.specs()[i].global_shape, params.grad(int(i)),
+           4);
   }
 
   std::vector<double> losses, lrs, norms;

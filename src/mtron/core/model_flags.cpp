@@ -23,9 +23,8 @@ void add_model_flags(CLI::App& app, ModelConfig& m) {
       ->group(g);
   app.add_flag("--swiglu", m.swiglu, "SwiGLU MLP instead of GELU")->group(g);
   app.add_option("--normalization", m.normalization, "LayerNorm or RMSNorm")
-      ->transform(CLI::CheckedTransformer(
-          std::map<std::string, Normalization>{{"LayerNorm", Normalization::kLayerNorm},
-                                               {"RMSNorm", Normalization::kRMSNorm}}))
+      ->transform(CLI::CheckedTransformer(std::map<std::string, Normalization>{
+          {"LayerNorm", Normalization::kLayerNorm}, {"RMSNorm", Normalization::kRMSNorm}}))
       ->group(g);
   app.add_option("--norm-epsilon", m.norm_epsilon, "Epsilon of the norms (default 1e-5)")->group(g);
   app.add_option("--position-embedding-type", m.position_embedding_type,
@@ -41,8 +40,9 @@ void add_model_flags(CLI::App& app, ModelConfig& m) {
   app.add_flag("--untie-embeddings-and-output-weights", m.untie_embeddings_and_output_weights,
                "Separate output layer instead of the tied word embeddings")
       ->group(g);
-  app.add_flag_callback("--disable-bias-linear", [&m] { m.add_bias_linear = false; },
-                        "No biases in the linear layers")
+  app.add_flag_callback(
+         "--disable-bias-linear", [&m] { m.add_bias_linear = false; },
+         "No biases in the linear layers")
       ->group(g);
   app.add_option("--make-vocab-size-divisible-by", m.make_vocab_size_divisible_by,
                  "Pad the vocabulary to a multiple of this times TP (default 128)")
@@ -60,7 +60,8 @@ void add_model_flags(CLI::App& app, ModelConfig& m) {
       ->group(g);
 
   const char* e = "Mixture of experts";
-  app.add_option("--num-experts", m.num_experts, "Experts per MoE layer (default: dense)")->group(e);
+  app.add_option("--num-experts", m.num_experts, "Experts per MoE layer (default: dense)")
+      ->group(e);
   app.add_option("--moe-ffn-hidden-size", m.moe_ffn_hidden_size, "Expert MLP hidden size")
       ->group(e);
   app.add_option("--moe-router-topk", m.moe_router_topk, "Experts per token (default 2)")->group(e);

@@ -9,8 +9,10 @@
 
 namespace mtron::model {
 
-GPTChunk::GPTChunk(const ModelConfig& cfg, ChunkPlacement place,
-                   const parallel::TensorParallel& tp, Recompute recompute)
+GPTChunk::GPTChunk(const ModelConfig& cfg,
+                   ChunkPlacement place,
+                   const parallel::TensorParallel& tp,
+                   Recompute recompute)
     : cfg_(cfg), place_(place), recompute_(recompute) {
   MT_ASSERT(place.num_layers >= 1, "a model chunk needs at least one layer");
   const int64_t h = cfg.hidden_size;
@@ -18,9 +20,12 @@ GPTChunk::GPTChunk(const ModelConfig& cfg, ChunkPlacement place,
   vocab_local_ = V / tp.size;
   vocab_start_ = tp.rank * vocab_local_;
   auto word_embedding_spec = [&] {
-    return ParamSpec{.name = "embedding.word_embeddings.weight", .global_shape = {V, h},
-                     .shard_dim = 0, .shard_offset = vocab_start_,
-                     .local_shape = {vocab_local_, h}, .init = ParamInit::kNormal,
+    return ParamSpec{.name = "embedding.word_embeddings.weight",
+                     .global_shape = {V, h},
+                     .shard_dim = 0,
+                     .shard_offset = vocab_start_,
+                     .local_shape = {vocab_local_, h},
+                     .init = ParamInit::kNormal,
                      .init_std = cfg.init_method_std};
   };
   if (place.has_embedding) {
@@ -28,8 +33,10 @@ GPTChunk::GPTChunk(const ModelConfig& cfg, ChunkPlacement place,
     if (cfg.position_embedding_type == PositionEmbedding::kLearnedAbsolute) {
       const Shape s = {cfg.max_position_embeddings, h};
       wpe_ = params_.add(ParamSpec{.name = "embedding.position_embeddings.weight",
-                                   .global_shape = s, .local_shape = s,
-                                   .init = ParamInit::kNormal, .init_std = cfg.init_method_std});
+                                   .global_shape = s,
+                                   .local_shape = s,
+                                   .init = ParamInit::kNormal,
+                                   .init_std = cfg.init_method_std});
     }
   }
   layers_.reserve(size_t(place.num_layers));
@@ -66,8 +73,8 @@ int64_t GPTChunk::group_end(int64_t i) const {
   return std::min<int64_t>((i / n + 1) * n, place_.num_layers);
 }
 
-const float* GPTChunk::forward(const RunCtx& rc, const MicroBatch& mb, Stash& st,
-                               const float* input, bool train) {
+const float* GPTChunk::forward(
+    const RunCtx& rc, const MicroBatch& mb, Stash& st, const float* input, bool train) {
   const auto& tp = rc.tp;
   const TokenLayout tl = mb.layout();
   const int64_t N = tl.rows(), Nl = tp.sp_rows(N), h = cfg_.hidden_size;
@@ -123,7 +130,8 @@ const float* GPTChunk::forward(const RunCtx& rc, const MicroBatch& mb, Stash& st
 
   scratch_.reset();
   float* lnf = scratch_.alloc<float>(Nl * h);
-  st.lnf_mean = cfg_.normalization == Normalization::kLayerNorm ? st.keep.alloc<float>(Nl) : nullptr;
+  st.lnf_mean =
+      cfg_.normalization == Normalization::kLayerNorm ? st.keep.alloc<float>(Nl) : nullptr;
   st.lnf_rstd = st.keep.alloc<float>(Nl);
   lnf_.forward(rc, cfg_, params_, lnf, st.lnf_mean, st.lnf_rstd, x, Nl);
   float* full = lnf;
@@ -149,7 +157,9 @@ const float* GPTChunk::forward(const RunCtx& rc, const MicroBatch& mb, Stash& st
   return nullptr;
 }
 
-const float* GPTChunk::backward(const RunCtx& rc, const MicroBatch& mb, Stash& st,
+const float* GPTChunk::backward(const RunCtx& rc,
+                                const MicroBatch& mb,
+                                Stash& st,
                                 const float* dout) {
   const auto& tp = rc.tp;
   const TokenLayout tl = mb.layout();
@@ -199,8 +209,8 @@ const float* GPTChunk::backward(const RunCtx& rc, const MicroBatch& mb, Stash& s
     kernels::embedding_backward(rc.k, params_.grad(wpe_), dfull, mb.pos.data(), N, h, 0,
                                 cfg_.max_position_embeddings);
   }
-  kernels::embedding_backward(rc.k, params_.grad(wte_), dfull, mb.tokens.data(), N, h,
-                              vocab_start_, vocab_local_);
+  kernels::embedding_backward(rc.k, params_.grad(wte_), dfull, mb.tokens.data(), N, h, vocab_start_,
+                              vocab_local_);
   return nullptr;
 }
 

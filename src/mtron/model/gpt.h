@@ -24,8 +24,8 @@ namespace mtron::model {
 
 // One micro-batch as this rank sees it: rows sequence-major (n = s*B + b).
 struct MicroBatch {
-  int64_t B = 0, S = 0;                        // S: tokens per sequence on this rank
-  std::vector<int32_t> tokens, labels, pos;    // [S*B]
+  int64_t B = 0, S = 0;                      // S: tokens per sequence on this rank
+  std::vector<int32_t> tokens, labels, pos;  // [S*B]
   float dloss = 1.0f;  // d(loss)/d(token loss): 1 / number of tokens in the global batch
   TokenLayout layout() const { return {B, S, pos.data()}; }
 };
@@ -59,7 +59,9 @@ class GPTChunk {
     int64_t num_tokens = 0;
   };
 
-  GPTChunk(const ModelConfig& cfg, ChunkPlacement place, const parallel::TensorParallel& tp,
+  GPTChunk(const ModelConfig& cfg,
+           ChunkPlacement place,
+           const parallel::TensorParallel& tp,
            Recompute recompute);
 
   // Registering is done in the constructor; allocate and initialise before use.
@@ -72,8 +74,8 @@ class GPTChunk {
   // input: [Nl, h] from the previous stage (null on the first chunk). Returns the output
   // [Nl, h] (null on the head chunk, which instead fills st.loss_sum and, when `train`, the
   // loss gradient in st.dhead).
-  const float* forward(const RunCtx& rc, const MicroBatch& mb, Stash& st, const float* input,
-                       bool train);
+  const float* forward(
+      const RunCtx& rc, const MicroBatch& mb, Stash& st, const float* input, bool train);
   // dout: d(loss)/d(output) [Nl, h] (ignored on the head chunk). Returns d(loss)/d(input)
   // [Nl, h] in the stash (null on the first chunk). Parameter gradients accumulate.
   const float* backward(const RunCtx& rc, const MicroBatch& mb, Stash& st, const float* dout);

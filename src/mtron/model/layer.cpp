@@ -11,11 +11,16 @@
 
 namespace mtron::model {
 
-void Norm::add_params(const ModelConfig& cfg, const std::string& prefix, bool sequence_parallel,
+void Norm::add_params(const ModelConfig& cfg,
+                      const std::string& prefix,
+                      bool sequence_parallel,
                       ParamBuffer& params) {
   const Shape shape = {cfg.hidden_size};
-  ParamSpec ws{.name = prefix + ".weight", .global_shape = shape, .local_shape = shape,
-               .init = ParamInit::kOnes, .weight_decay = false,
+  ParamSpec ws{.name = prefix + ".weight",
+               .global_shape = shape,
+               .local_shape = shape,
+               .init = ParamInit::kOnes,
+               .weight_decay = false,
                .sequence_parallel = sequence_parallel};
   w = params.add(ws);
   if (cfg.normalization == Normalization::kLayerNorm) {
@@ -26,8 +31,14 @@ void Norm::add_params(const ModelConfig& cfg, const std::string& prefix, bool se
   }
 }
 
-void Norm::forward(const RunCtx& rc, const ModelConfig& cfg, const ParamBuffer& p, float* out,
-                   float* mean, float* rstd, const float* in, int64_t n) const {
+void Norm::forward(const RunCtx& rc,
+                   const ModelConfig& cfg,
+                   const ParamBuffer& p,
+                   float* out,
+                   float* mean,
+                   float* rstd,
+                   const float* in,
+                   int64_t n) const {
   if (cfg.normalization == Normalization::kLayerNorm) {
     kernels::layernorm_forward(rc.k, out, mean, rstd, in, p.master(w), p.master(b), n,
                                cfg.hidden_size, cfg.norm_epsilon);
@@ -37,12 +48,18 @@ void Norm::forward(const RunCtx& rc, const ModelConfig& cfg, const ParamBuffer& 
   }
 }
 
-void Norm::backward(const RunCtx& rc, const ModelConfig& cfg, const ParamBuffer& p, float* din,
-                    const float* dout, const float* in, const float* mean, const float* rstd,
+void Norm::backward(const RunCtx& rc,
+                    const ModelConfig& cfg,
+                    const ParamBuffer& p,
+                    float* din,
+                    const float* dout,
+                    const float* in,
+                    const float* mean,
+                    const float* rstd,
                     int64_t n) const {
   if (cfg.normalization == Normalization::kLayerNorm) {
-    kernels::layernorm_backward(rc.k, din, p.grad(w), p.grad(b), dout, in, p.master(w), mean,
-                                rstd, n, cfg.hidden_size);
+    kernels::layernorm_backward(rc.k, din, p.grad(w), p.grad(b), dout, in, p.master(w), mean, rstd,
+                                n, cfg.hidden_size);
   } else {
     kernels::rmsnorm_backward(rc.k, din, p.grad(w), dout, in, p.master(w), rstd, n,
                               cfg.hidden_size);
@@ -52,26 +69,39 @@ void Norm::backward(const RunCtx& rc, const ModelConfig& cfg, const ParamBuffer&
 namespace {
 
 // A TP-sharded weight: global shape, sharded along `dim` in `tp.size` equal slices.
-ParamSpec sharded(std::string name, Shape global, int dim, const parallel::TensorParallel& tp,
-                  float std, bool weight_decay = true) {
+ParamSpec sharded(std::string name,
+                  Shape global,
+                  int dim,
+                  const parallel::TensorParallel& tp,
+                  float std,
+                  bool weight_decay = true) {
   Shape local = global;
   local[size_t(dim)] /= tp.size;
-  return ParamSpec{.name = std::move(name), .global_shape = global, .shard_dim = dim,
-                   .shard_offset = tp.rank * local[size_t(dim)], .local_shape = local,
+  return ParamSpec{.name = std::move(name),
+                   .global_shape = global,
+                   .shard_dim = dim,
+                   .shard_offset = tp.rank * local[size_t(dim)],
+                   .local_shape = local,
                    .init = weight_decay ? ParamInit::kNormal : ParamInit::kZeros,
-                   .init_std = std, .weight_decay = weight_decay};
+                   .init_std = std,
+                   .weight_decay = weight_decay};
 }
 
 ParamSpec replicated_bias(std::string name, int64_t n, bool sequence_parallel) {
-  return ParamSpec{.name = std::move(name), .global_shape = {n}, .local_shape = {n},
-                   .init = ParamInit::kZeros, .weight_decay = false,
+  return ParamSpec{.name = std::move(name),
+                   .global_shape = {n},
+                   .local_shape = {n},
+                   .init = ParamInit::kZeros,
+                   .weight_decay = false,
                    .sequence_parallel = sequence_parallel};
 }
 
 }  // namespace
 
-TransformerLayer::TransformerLayer(const ModelConfig& cfg, int64_t layer,
-                                   const parallel::TensorParallel& tp, ParamBuffer& params)
+TransformerLayer::TransformerLayer(const ModelConfig& cfg,
+                                   int64_t layer,
+                                   const parallel::TensorParallel& tp,
+                                   ParamBuffer& params)
     : cfg_(cfg), p_(params) {
   const int64_t H = cfg.num_attention_heads, G = cfg.query_groups(), D = cfg.kv_channels;
   const int64_t F = cfg.ffn(), h = cfg.hidden_size;
@@ -90,13 +120,14 @@ TransformerLayer::TransformerLayer(const ModelConfig& cfg, int64_t layer,
   ln1_.add_params(cfg, pre + "input_layernorm", sp, params);
   // QKV rows are Megatron's interleaved [group][hpg q | k | v][D]: a TP shard is a contiguous
   // block of whole groups.
-  qkv_w_ = params.add(sharded(pre + "self_attention.linear_qkv.weight", {G * (H / G + 2) * D, h},
-                              0, tp, std));
+  qkv_w_ = params.add(
+      sharded(pre + "self_attention.linear_qkv.weight", {G * (H / G + 2) * D, h}, 0, tp, std));
   if (bias) {
-    qkv_b_ = params.add(sharded(pre + "self_attention.linear_qkv.bias", {G * (H / G + 2) * D}, 0,
-                                tp, 0, false));
+    qkv_b_ = params.add(
+        sharded(pre + "self_attention.linear_qkv.bias", {G * (H / G + 2) * D}, 0, tp, 0, false));
   }
-  proj_w_ = params.add(sharded(pre + "self_attention.linear_proj.weight", {h, H * D}, 1, tp, out_std));
+  proj_w_ =
+      params.add(sharded(pre + "self_attention.linear_proj.weight", {h, H * D}, 1, tp, out_std));
   if (bias) proj_b_ = params.add(replicated_bias(pre + "self_attention.linear_proj.bias", h, sp));
 
   ln2_.add_params(cfg, pre + "pre_mlp_layernorm", sp, params);
@@ -114,12 +145,21 @@ TransformerLayer::TransformerLayer(const ModelConfig& cfg, int64_t layer,
 }
 
 namespace {
-const float* opt(const ParamBuffer& p, int handle) { return handle < 0 ? nullptr : p.master(handle); }
-float* opt_grad(const ParamBuffer& p, int handle) { return handle < 0 ? nullptr : p.grad(handle); }
+const float* opt(const ParamBuffer& p, int handle) {
+  return handle < 0 ? nullptr : p.master(handle);
+}
+float* opt_grad(const ParamBuffer& p, int handle) {
+  return handle < 0 ? nullptr : p.grad(handle);
+}
 }  // namespace
 
-void TransformerLayer::forward(const RunCtx& rc, const TokenLayout& tl, Stash& st, Arena& keep,
-                               Arena& scratch, const float* x, float* y) const {
+void TransformerLayer::forward(const RunCtx& rc,
+                               const TokenLayout& tl,
+                               Stash& st,
+                               Arena& keep,
+                               Arena& scratch,
+                               const float* x,
+                               float* y) const {
   const auto& tp = rc.tp;
   const int64_t N = tl.rows(), Nl = tp.sp_rows(N), h = h_;
   const bool sp = tp.sequence_parallel;
@@ -134,8 +174,8 @@ void TransformerLayer::forward(const RunCtx& rc, const TokenLayout& tl, Stash& s
   ln1_.forward(rc, cfg_, p_, ln1, st.ln1_mean, st.ln1_rstd, x, Nl);
   float* ln1_full = ln1;
   if (sp) {
-    ln1_full = rc.precision == Precision::kFP32 ? keep.alloc<float>(N * h)
-                                                : scratch.alloc<float>(N * h);
+    ln1_full =
+        rc.precision == Precision::kFP32 ? keep.alloc<float>(N * h) : scratch.alloc<float>(N * h);
     parallel::enter_tp_forward(tp, ln1_full, ln1, N, h);
   }
   st.ln1_in = as_gemm_input(rc, keep, ln1_full, N * h);
@@ -173,8 +213,8 @@ void TransformerLayer::forward(const RunCtx& rc, const TokenLayout& tl, Stash& s
   ln2_.forward(rc, cfg_, p_, ln2, st.ln2_mean, st.ln2_rstd, st.x2, Nl);
   float* ln2_full = ln2;
   if (sp) {
-    ln2_full = rc.precision == Precision::kFP32 ? keep.alloc<float>(N * h)
-                                                : scratch.alloc<float>(N * h);
+    ln2_full =
+        rc.precision == Precision::kFP32 ? keep.alloc<float>(N * h) : scratch.alloc<float>(N * h);
     parallel::enter_tp_forward(tp, ln2_full, ln2, N, h);
   }
   st.ln2_in = as_gemm_input(rc, keep, ln2_full, N * h);
@@ -182,15 +222,15 @@ void TransformerLayer::forward(const RunCtx& rc, const TokenLayout& tl, Stash& s
   const int64_t fc1_w = cfg_.swiglu ? 2 * Fl_ : Fl_;
   st.fc1 = keep.alloc<float>(N * fc1_w);
   linear_forward(rc, st.fc1, st.ln2_in, p_.weight(fc1_w_), opt(p_, fc1_b_), N, h, fc1_w);
-  float* act = rc.precision == Precision::kFP32 ? keep.alloc<float>(N * Fl_)
-                                                : scratch.alloc<float>(N * Fl_);
+  float* act =
+      rc.precision == Precision::kFP32 ? keep.alloc<float>(N * Fl_) : scratch.alloc<float>(N * Fl_);
   if (cfg_.swiglu) {
     kernels::swiglu_forward(rc.k, act, st.fc1, N, Fl_);
   } else {
     kernels::gelu_forward(rc.k, act, st.fc1, N * Fl_);
   }
-  st.act_in = rc.precision == Precision::kFP32 ? Act{act, nullptr}
-                                               : as_gemm_input(rc, keep, act, N * Fl_);
+  st.act_in =
+      rc.precision == Precision::kFP32 ? Act{act, nullptr} : as_gemm_input(rc, keep, act, N * Fl_);
 
   partial = sp ? scratch.alloc<float>(N * h) : y;
   linear_forward(rc, partial, st.act_in, p_.weight(fc2_w_), nullptr, N, Fl_, h);
@@ -199,8 +239,8 @@ void TransformerLayer::forward(const RunCtx& rc, const TokenLayout& tl, Stash& s
   kernels::add(rc.k, y, y, st.x2, Nl * h);
 }
 
-void TransformerLayer::backward(const RunCtx& rc, const TokenLayout& tl, const Stash& st,
-                                Arena& scratch, float* dxy) const {
+void TransformerLayer::backward(
+    const RunCtx& rc, const TokenLayout& tl, const Stash& st, Arena& scratch, float* dxy) const {
   const auto& tp = rc.tp;
   const int64_t N = tl.rows(), Nl = tp.sp_rows(N), h = h_;
   const bool sp = tp.sequence_parallel;

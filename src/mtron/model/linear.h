@@ -32,12 +32,27 @@ struct Act {
 Act as_gemm_input(const RunCtx& rc, Arena& arena, const float* x, int64_t n);
 
 // y[N,out] = x[N,in] W[out,in]^T + bias (bias may be null)
-void linear_forward(const RunCtx& rc, float* y, Act x, Weight w, const float* bias, int64_t N,
-                    int64_t in, int64_t out);
+void linear_forward(const RunCtx& rc,
+                    float* y,
+                    Act x,
+                    Weight w,
+                    const float* bias,
+                    int64_t N,
+                    int64_t in,
+                    int64_t out);
 
 // dx[N,in] = dy W (written; skipped when dx is null), dw[out,in] += dy^T x,
 // db[out] += column sums of dy (skipped when db is null). Temporaries come from `scratch`.
-void linear_backward(const RunCtx& rc, Arena& scratch, float* dx, float* dw, float* db,
-                     const float* dy, Act x, Weight w, int64_t N, int64_t in, int64_t out);
+void linear_backward(const RunCtx& rc,
+                     Arena& scratch,
+                     float* dx,
+                     float* dw,
+                     float* db,
+                     const float* dy,
+                     Act x,
+                     Weight w,
+                     int64_t N,
+                     int64_t in,
+                     int64_t out);
 
 }  // namespace mtron::model

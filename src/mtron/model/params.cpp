@@ -45,8 +45,12 @@ void ParamBuffer::init(uint64_t seed) {
         fill_normal_shard(w, rng_key(seed, s.name), s.init_std, s.global_shape, s.shard_dim,
                           s.shard_offset, s.shard_dim < 0 ? 0 : s.local_shape[size_t(s.shard_dim)]);
         break;
-      case ParamInit::kOnes: std::fill(w, w + s.numel(), 1.0f); break;
-      case ParamInit::kZeros: std::fill(w, w + s.numel(), 0.0f); break;
+      case ParamInit::kOnes:
+        std::fill(w, w + s.numel(), 1.0f);
+        break;
+      case ParamInit::kZeros:
+        std::fill(w, w + s.numel(), 0.0f);
+        break;
     }
   }
   refresh_bf16();
@@ -58,7 +62,9 @@ void ParamBuffer::refresh_bf16() {
   }
 }
 
-void ParamBuffer::zero_grad() { grad_.fill_zero(); }
+void ParamBuffer::zero_grad() {
+  grad_.fill_zero();
+}
 
 Weight ParamBuffer::weight(int h) const {
   const int64_t off = specs_[size_t(h)].offset;

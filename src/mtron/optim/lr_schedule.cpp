@@ -12,13 +12,15 @@ double LrSchedule::lr_at(int64_t samples) const {
     return warmup_init + (lr - warmup_init) * double(samples) / double(warmup_samples);
   }
   switch (style) {
-    case LrDecayStyle::kConstant: return lr;
+    case LrDecayStyle::kConstant:
+      return lr;
     case LrDecayStyle::kInverseSquareRoot: {
       const double w = double(std::max<int64_t>(warmup_samples, 1));
       return std::max(min_lr, lr * std::sqrt(w) / std::sqrt(double(std::max<int64_t>(samples, 1))));
     }
     case LrDecayStyle::kLinear:
-    case LrDecayStyle::kCosine: break;
+    case LrDecayStyle::kCosine:
+      break;
   }
   if (samples > decay_samples) return min_lr;
   MT_ASSERT(decay_samples > warmup_samples, "decay (", decay_samples, ") must exceed warmup (",

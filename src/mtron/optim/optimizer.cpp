@@ -45,7 +45,9 @@ bool AdamW::step(double lr, double grad_norm) {
     for (const OptimRange& r : b.ranges) {
       const int64_t lo = std::max(r.begin, b.shard_begin), hi = std::min(r.end, b.shard_end);
       if (lo >= hi) continue;
-      kernels::AdamWParams p{.lr = float(lr), .beta1 = cfg_.beta1, .beta2 = cfg_.beta2,
+      kernels::AdamWParams p{.lr = float(lr),
+                             .beta1 = cfg_.beta1,
+                             .beta2 = cfg_.beta2,
                              .eps = cfg_.eps,
                              .weight_decay = r.weight_decay ? cfg_.weight_decay : 0.0f,
                              .step = step_};

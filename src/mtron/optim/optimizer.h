@@ -19,7 +19,8 @@ namespace mtron::optim {
 struct OptimRange {
   int64_t begin = 0, end = 0;  // elements in the buffer
   bool weight_decay = true;
-  bool count_in_norm = true;  // false for replicas counted on another rank (TP duplicates, tied copies)
+  bool count_in_norm =
+      true;  // false for replicas counted on another rank (TP duplicates, tied copies)
 };
 
 struct OptimBuffer {
@@ -27,7 +28,7 @@ struct OptimBuffer {
   float* grad = nullptr;
   bf16* compute = nullptr;  // bf16 copy refreshed by the step (null in fp32 mode)
   int64_t size = 0;
-  std::vector<OptimRange> ranges;  // sorted, disjoint
+  std::vector<OptimRange> ranges;          // sorted, disjoint
   int64_t shard_begin = 0, shard_end = 0;  // this rank's part (the whole buffer unless sharded)
 };
 

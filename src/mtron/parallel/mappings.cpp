@@ -4,8 +4,8 @@
 
 namespace mtron::parallel {
 
-void enter_tp_forward(const TensorParallel& tp, float* full, const float* local, int64_t rows,
-                      int64_t C) {
+void enter_tp_forward(
+    const TensorParallel& tp, float* full, const float* local, int64_t rows, int64_t C) {
   if (tp.sequence_parallel) {
     tp.comm->all_gather(local, full, rows / tp.size * C, DType::kF32);
   } else {
@@ -13,8 +13,8 @@ void enter_tp_forward(const TensorParallel& tp, float* full, const float* local,
   }
 }
 
-void enter_tp_backward(const TensorParallel& tp, float* dlocal, float* dfull, int64_t rows,
-                       int64_t C) {
+void enter_tp_backward(
+    const TensorParallel& tp, float* dlocal, float* dfull, int64_t rows, int64_t C) {
   if (tp.sequence_parallel) {
     tp.comm->reduce_scatter(dfull, dlocal, rows / tp.size * C, DType::kF32, ReduceOp::kSum);
   } else {
@@ -23,8 +23,8 @@ void enter_tp_backward(const TensorParallel& tp, float* dlocal, float* dfull, in
   }
 }
 
-void exit_tp_forward(const TensorParallel& tp, float* local, float* partial, int64_t rows,
-                     int64_t C) {
+void exit_tp_forward(
+    const TensorParallel& tp, float* local, float* partial, int64_t rows, int64_t C) {
   if (tp.sequence_parallel) {
     tp.comm->reduce_scatter(partial, local, rows / tp.size * C, DType::kF32, ReduceOp::kSum);
   } else {
@@ -33,12 +33,13 @@ void exit_tp_forward(const TensorParallel& tp, float* local, float* partial, int
   }
 }
 
-void exit_tp_backward(const TensorParallel& tp, float* dpartial, const float* dlocal,
-                      int64_t rows, int64_t C) {
+void exit_tp_backward(
+    const TensorParallel& tp, float* dpartial, const float* dlocal, int64_t rows, int64_t C) {
   if (tp.sequence_parallel) {
     tp.comm->all_gather(dlocal, dpartial, rows / tp.size * C, DType::kF32);
   } else {
-    MT_ASSERT(dpartial == dlocal, "reduce_from_tp backward: without SP the region shares its buffer");
+    MT_ASSERT(dpartial == dlocal,
+              "reduce_from_tp backward: without SP the region shares its buffer");
   }
 }
 

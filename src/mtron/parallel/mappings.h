@@ -29,16 +29,17 @@ struct TensorParallel {
 };
 
 // full[rows, C] <- local[sp_rows, C]   (SP: all-gather; else full must equal local)
-void enter_tp_forward(const TensorParallel& tp, float* full, const float* local, int64_t rows,
-                      int64_t C);
-// dlocal[sp_rows, C] <- dfull[rows, C] (SP: reduce-scatter; else all-reduce in place, dlocal == dfull)
-void enter_tp_backward(const TensorParallel& tp, float* dlocal, float* dfull, int64_t rows,
-                       int64_t C);
+void enter_tp_forward(
+    const TensorParallel& tp, float* full, const float* local, int64_t rows, int64_t C);
+// dlocal[sp_rows, C] <- dfull[rows, C] (SP: reduce-scatter; else all-reduce in place, dlocal ==
+// dfull)
+void enter_tp_backward(
+    const TensorParallel& tp, float* dlocal, float* dfull, int64_t rows, int64_t C);
 // local[sp_rows, C] <- partial[rows, C] (SP: reduce-scatter; else all-reduce in place)
-void exit_tp_forward(const TensorParallel& tp, float* local, float* partial, int64_t rows,
-                     int64_t C);
+void exit_tp_forward(
+    const TensorParallel& tp, float* local, float* partial, int64_t rows, int64_t C);
 // dpartial[rows, C] <- dlocal[sp_rows, C] (SP: all-gather; else identity, dpartial == dlocal)
-void exit_tp_backward(const TensorParallel& tp, float* dpartial, const float* dlocal,
-                      int64_t rows, int64_t C);
+void exit_tp_backward(
+    const TensorParallel& tp, float* dpartial, const float* dlocal, int64_t rows, int64_t C);
 
 }  // namespace mtron::parallel

@@ -13,13 +13,24 @@ namespace {
 // Megatron flags that select an implementation detail mtron always has (or never needs):
 // accepted, reported once, no effect.
 const char* kNoOpFlags[] = {
-    "--use-mcore-models", "--use-flash-attn", "--no-masked-softmax-fusion",
-    "--no-bias-gelu-fusion", "--no-bias-dropout-fusion", "--no-bias-swiglu-fusion",
-    "--no-rope-fusion", "--no-gradient-accumulation-fusion", "--attention-softmax-in-fp32",
-    "--no-async-tensor-model-parallel-allreduce", "--accumulate-allreduce-grads-in-fp32",
-    "--log-throughput", "--log-timers-to-tensorboard", "--log-memory-to-tensorboard",
-    "--log-validation-ppl-to-tensorboard", "--no-create-attention-mask-in-dataloader",
-    "--use-contiguous-buffers-in-local-ddp", "--cross-entropy-loss-fusion",
+    "--use-mcore-models",
+    "--use-flash-attn",
+    "--no-masked-softmax-fusion",
+    "--no-bias-gelu-fusion",
+    "--no-bias-dropout-fusion",
+    "--no-bias-swiglu-fusion",
+    "--no-rope-fusion",
+    "--no-gradient-accumulation-fusion",
+    "--attention-softmax-in-fp32",
+    "--no-async-tensor-model-parallel-allreduce",
+    "--accumulate-allreduce-grads-in-fp32",
+    "--log-throughput",
+    "--log-timers-to-tensorboard",
+    "--log-memory-to-tensorboard",
+    "--log-validation-ppl-to-tensorboard",
+    "--no-create-attention-mask-in-dataloader",
+    "--use-contiguous-buffers-in-local-ddp",
+    "--cross-entropy-loss-fusion",
 };
 
 template <typename E>
@@ -30,24 +41,30 @@ CLI::CheckedTransformer choices(std::map<std::string, E> m) {
 }  // namespace
 
 bool parse_train_args(int argc, char** argv, int64_t world_size, TrainArgs& a) {
-  CLI::App app{"mtron train: pretrain a GPT/Llama model with Megatron's flags.\n"
-               "One process, or N under `mpirun -np N mtron train ...` / srun."};
+  CLI::App app{
+      "mtron train: pretrain a GPT/Llama model with Megatron's flags.\n"
+      "One process, or N under `mpirun -np N mtron train ...` / srun."};
   app.name("mtron train");
   app.set_help_flag("-h,--help", "Print this help and exit");
+  // argparse semantics, as Megatron: a repeated flag takes its last value.
+  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   add_model_flags(app, a.model);
 
   const char* p = "Parallelism";
   auto& par = a.parallel;
-  app.add_option("--tensor-model-parallel-size", par.tensor_model_parallel_size, "TP size")->group(p);
+  app.add_option("--tensor-model-parallel-size", par.tensor_model_parallel_size, "TP size")
+      ->group(p);
   app.add_option("--pipeline-model-parallel-size", par.pipeline_model_parallel_size, "PP size")
       ->group(p);
   app.add_option("--context-parallel-size", par.context_parallel_size, "CP size")->group(p);
-  app.add_option("--expert-model-parallel-size", par.expert_model_parallel_size, "EP size")->group(p);
+  app.add_option("--expert-model-parallel-size", par.expert_model_parallel_size, "EP size")
+      ->group(p);
   app.add_option("--expert-tensor-parallel-size", par.expert_tensor_parallel_size,
                  "Expert TP size (default: TP)")
       ->group(p);
   app.add_option("--num-layers-per-virtual-pipeline-stage",
-                 par.num_layers_per_virtual_pipeline_stage, "Interleaved pipeline: layers per chunk")
+                 par.num_layers_per_virtual_pipeline_stage,
+                 "Interleaved pipeline: layers per chunk")
       ->group(p);
   app.add_option("--num-virtual-stages-per-pipeline-rank", par.num_virtual_stages_per_pipeline_rank,
                  "Interleaved pipeline: chunks per rank")
@@ -110,17 +127,19 @@ bool parse_train_args(int argc, char** argv, int64_t world_size, TrainArgs& a) {
       ->group(o);
   app.add_option("--lr", a.lr, "Peak learning rate")->group(o);
   app.add_option("--min-lr", a.min_lr, "Minimum learning rate (default 0)")->group(o);
-  app.add_option("--lr-decay-style", a.lr_decay_style, "constant, linear, cosine, inverse-square-root")
+  app.add_option("--lr-decay-style", a.lr_decay_style,
+                 "constant, linear, cosine, inverse-square-root")
       ->transform(choices(std::map<std::string, optim::LrDecayStyle>{
           {"constant", optim::LrDecayStyle::kConstant},
           {"linear", optim::LrDecayStyle::kLinear},
           {"cosine", optim::LrDecayStyle::kCosine},
           {"inverse-square-root", optim::LrDecayStyle::kInverseSquareRoot}}))
       ->group(o);
-  app.add_option("--lr-decay-iters", a.lr_decay_iters, "Decay over this many iterations (default: --train-iters)")
+  app.add_option("--lr-decay-iters", a.lr_decay_iters,
+                 "Decay over this many iterations (default: --train-iters)")
       ->group(o);
-  auto* warm_iters = app.add_option("--lr-warmup-iters", a.lr_warmup_iters, "Linear warmup iterations")
-                         ->group(o);
+  auto* warm_iters =
+      app.add_option("--lr-warmup-iters", a.lr_warmup_iters, "Linear warmup iterations")->group(o);
   app.add_option("--lr-warmup-fraction", a.lr_warmup_fraction, "Warmup as a fraction of decay")
       ->excludes(warm_iters)
       ->group(o);
@@ -128,13 +147,15 @@ bool parse_train_args(int argc, char** argv, int64_t world_size, TrainArgs& a) {
       ->group(o);
   app.add_option("--weight-decay", a.adam.weight_decay, "Decoupled weight decay (default 0.01)")
       ->group(o);
-  app.add_option("--clip-grad", a.adam.clip_grad, "Global gradient-norm clip (default 1.0)")->group(o);
+  app.add_option("--clip-grad", a.adam.clip_grad, "Global gradient-norm clip (default 1.0)")
+      ->group(o);
   app.add_option("--adam-beta1", a.adam.beta1, "Adam beta1 (default 0.9)")->group(o);
   app.add_option("--adam-beta2", a.adam.beta2, "Adam beta2 (default 0.999)")->group(o);
   app.add_option("--adam-eps", a.adam.eps, "Adam epsilon (default 1e-8)")->group(o);
 
   const char* d = "Data";
-  app.add_flag("--mock-data", a.mock_data, "Synthetic data, deterministic per sample index")->group(d);
+  app.add_flag("--mock-data", a.mock_data, "Synthetic data, deterministic per sample index")
+      ->group(d);
   app.add_option("--tokenizer-type", a.tokenizer_type, "NullTokenizer, GPT2BPETokenizer, ...")
       ->group(d);
   app.add_option("--vocab-size", a.vocab_size, "Vocabulary size (NullTokenizer)")->group(d);
@@ -142,9 +163,12 @@ bool parse_train_args(int argc, char** argv, int64_t world_size, TrainArgs& a) {
   app.add_option("--split", a.split, "Train/valid/test split (default 969, 30, 1)")->group(d);
   app.add_option("--vocab-file", a.vocab_file, "GPT-2 vocab.json")->group(d);
   app.add_option("--merge-file", a.merge_file, "GPT-2 merges.txt")->group(d);
-  app.add_option("--tokenizer-model", a.tokenizer_model, "SentencePiece/HF tokenizer file")->group(d);
-  app.add_option("--data-cache-path", a.data_cache_path, "Where dataset indices are cached")->group(d);
-  app.add_option("--eval-interval", a.eval_interval, "Iterations between evaluations (default 1000)")
+  app.add_option("--tokenizer-model", a.tokenizer_model, "SentencePiece/HF tokenizer file")
+      ->group(d);
+  app.add_option("--data-cache-path", a.data_cache_path, "Where dataset indices are cached")
+      ->group(d);
+  app.add_option("--eval-interval", a.eval_interval,
+                 "Iterations between evaluations (default 1000)")
       ->group(d);
   app.add_option("--eval-iters", a.eval_iters, "Iterations per evaluation (default 100)")->group(d);
 
@@ -155,7 +179,8 @@ bool parse_train_args(int argc, char** argv, int64_t world_size, TrainArgs& a) {
       ->group(l);
 
   for (const char* f : kNoOpFlags) {
-    app.add_flag_callback(f, [&a, f] { a.notes.push_back(std::string(f) + " has no effect in mtron"); })
+    app.add_flag_callback(
+           f, [&a, f] { a.notes.push_back(std::string(f) + " has no effect in mtron"); })
         ->group("");
   }
   std::string transformer_impl;
@@ -184,14 +209,14 @@ bool parse_train_args(int argc, char** argv, int64_t world_size, TrainArgs& a) {
     a.model.vocab_size = a.vocab_size;
   }
   MT_CHECK(a.mock_data || !a.data_path.empty(), "no data: pass --data-path PREFIX or --mock-data");
-  MT_CHECK(a.model.num_layers > 0, "--num-layers is required");
-  MT_CHECK(a.model.hidden_size > 0, "--hidden-size is required");
-  MT_CHECK(a.model.num_attention_heads > 0, "--num-attention-heads is required");
-  MT_CHECK(a.model.seq_length > 0, "--seq-length is required");
+  MT_CHECK(a.model.num_layers != 0, "--num-layers is required");
+  MT_CHECK(a.model.hidden_size != 0, "--hidden-size is required");
+  MT_CHECK(a.model.num_attention_heads != 0, "--num-attention-heads is required");
+  MT_CHECK(a.model.seq_length != 0, "--seq-length is required");
   a.model.finalize();
 
   par.world_size = world_size;
-  MT_CHECK(par.micro_batch_size > 0, "--micro-batch-size is required");
+  MT_CHECK(par.micro_batch_size != 0, "--micro-batch-size is required");
   par.finalize(a.model);
 
   MT_CHECK(a.train_iters > 0, "--train-iters is required and must be positive");
@@ -207,7 +232,8 @@ bool parse_train_args(int argc, char** argv, int64_t world_size, TrainArgs& a) {
   }
   MT_CHECK(a.lr_warmup_iters >= 0, "--lr-warmup-iters must be >= 0");
   if (a.recompute.granularity == model::RecomputeGranularity::kSelective) {
-    MT_CHECK(!recompute_method_set, "recompute method is not yet supported for selective "
+    MT_CHECK(!recompute_method_set,
+             "recompute method is not yet supported for selective "
              "recomputing granularity");
   }
   MT_CHECK(a.recompute.num_layers >= 1, "--recompute-num-layers must be >= 1");

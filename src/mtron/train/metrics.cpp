@@ -44,9 +44,9 @@ void MetricsWriter::write(const IterationLog& l) {
              "\"learning_rate\": {:.9g}, \"grad_norm\": {:.9g}, \"elapsed_ms\": {:.3f}, "
              "\"tflops_per_device\": {:.6g}, \"tokens_per_s_per_device\": {:.3f}, \"mfu\": {:.6g}, "
              "\"peak_memory_mb\": {:.3f}, \"skipped_iterations\": {}, \"nan_iterations\": {}}}\n",
-             l.iteration, l.consumed_samples, l.lm_loss, l.learning_rate, l.grad_norm,
-             l.elapsed_ms, l.tflops_per_device, l.tokens_per_s_per_device, l.mfu,
-             l.peak_memory_mb, l.skipped_iterations, l.nan_iterations);
+             l.iteration, l.consumed_samples, l.lm_loss, l.learning_rate, l.grad_norm, l.elapsed_ms,
+             l.tflops_per_device, l.tokens_per_s_per_device, l.mfu, l.peak_memory_mb,
+             l.skipped_iterations, l.nan_iterations);
   std::fflush(f_);
 }
 

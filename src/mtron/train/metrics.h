@@ -13,14 +13,14 @@ namespace mtron::train {
 
 struct IterationLog {
   int64_t iteration = 0, train_iters = 0, consumed_samples = 0, global_batch_size = 0;
-  double elapsed_ms = 0;        // per iteration, averaged over the interval
+  double elapsed_ms = 0;  // per iteration, averaged over the interval
   double tflops_per_device = 0;
   double learning_rate = 0;
-  double lm_loss = 0;           // averaged over the interval
+  double lm_loss = 0;  // averaged over the interval
   double grad_norm = 0;
   int64_t skipped_iterations = 0, nan_iterations = 0;
   double tokens_per_s_per_device = 0;
-  double mfu = 0;               // fraction
+  double mfu = 0;  // fraction
   double peak_memory_mb = 0;
 };
 

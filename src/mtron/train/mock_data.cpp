@@ -9,13 +9,14 @@ MockData::MockData(uint64_t seed, int64_t vocab_size, int64_t seq_length)
 
 void MockData::sample(int64_t index, int32_t* out) const {
   const PhiloxKey key = rng_key(seed_, "mock-data");
-  const uint64_t base = uint64_t(index) * uint64_t(seq_ + 3);
-  const int64_t start = int64_t(u64_at(key, base) % uint64_t(vocab_));
-  const int64_t stride = 1 + int64_t(u64_at(key, base + 1) % 7);
-  for (int64_t t = 0; t <= seq_; ++t) {
-    const uint64_t r = u64_at(key, base + 2 + uint64_t(t));
-    out[t] = (r & 15) == 0 ? int32_t((r >> 4) % uint64_t(vocab_))
-                           : int32_t((start + t * stride) % vocab_);
+  const PhiloxKey table = rng_key(seed_, "mock-data-successor");
+  const uint64_t base = uint64_t(index) * uint64_t(seq_ + 1);
+  uint64_t prev = u64_at(key, base) % uint64_t(vocab_);
+  out[0] = int32_t(prev);
+  for (int64_t t = 1; t <= seq_; ++t) {
+    const uint64_t r = u64_at(key, base + uint64_t(t));
+    prev = (r & 15) == 0 ? (r >> 4) % uint64_t(vocab_) : u64_at(table, prev) % uint64_t(vocab_);
+    out[t] = int32_t(prev);
   }
 }
 

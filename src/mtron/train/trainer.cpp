@@ -59,14 +59,14 @@ void Trainer::build_model() {
     model::ParamBuffer& p = c->params();
     p.allocate(rc_.precision, 1);
     p.init(a_.seed);
-    optim::OptimBuffer b{.master = p.master_flat().f32(),
-                         .grad = p.grad_flat().f32(),
-                         .compute = rc_.precision == model::Precision::kBF16 ? p.bf16_flat().bf()
-                                                                              : nullptr,
-                         .size = p.size(),
-                         .ranges = optim_ranges(p, rc_.tp.rank),
-                         .shard_begin = 0,
-                         .shard_end = p.size()};
+    optim::OptimBuffer b{
+        .master = p.master_flat().f32(),
+        .grad = p.grad_flat().f32(),
+        .compute = rc_.precision == model::Precision::kBF16 ? p.bf16_flat().bf() : nullptr,
+        .size = p.size(),
+        .ranges = optim_ranges(p, rc_.tp.rank),
+        .shard_begin = 0,
+        .shard_end = p.size()};
     bufs.push_back(std::move(b));
   }
   optimizer_ = std::make_unique<optim::AdamW>(std::move(bufs), a_.adam);
@@ -135,13 +135,13 @@ StepResult Trainer::step() {
 void Trainer::run() {
   const auto& par = a_.parallel;
   const bool logger = world_.rank() == world_.size() - 1;
-  const double flops = flops_per_iteration(a_.model, par.global_batch_size,
-                                           a_.model.padded_vocab_size(par.tp()));
+  const double flops =
+      flops_per_iteration(a_.model, par.global_batch_size, a_.model.padded_vocab_size(par.tp()));
   const double peak = device_peak_flops(a_.bf16);
   log_info("model: {}", a_.model.summary());
   log_info("layout: {}", par.summary());
-  log_info("parameters: {:.2f} M (padded vocab {})", double(a_.model.num_parameters(par.tp())) / 1e6,
-           a_.model.padded_vocab_size(par.tp()));
+  log_info("parameters: {:.2f} M (padded vocab {})",
+           double(a_.model.num_parameters(par.tp())) / 1e6, a_.model.padded_vocab_size(par.tp()));
   log_info("precision: {}; MFU against {:.1f} GFLOP/s per device ({} threads)",
            a_.bf16 ? "bf16 (fp32 master weights and gradients)" : "fp32", peak / 1e9,
            omp_get_max_threads());
@@ -172,8 +172,8 @@ void Trainer::run() {
       l.grad_norm = r.grad_norm;
       l.skipped_iterations = skipped;
       l.nan_iterations = nans;
-      l.tokens_per_s_per_device = double(par.global_batch_size * a_.model.seq_length) /
-                                  per_iter / double(world_.size());
+      l.tokens_per_s_per_device =
+          double(par.global_batch_size * a_.model.seq_length) / per_iter / double(world_.size());
       l.mfu = flops / per_iter / double(world_.size()) / peak;
       l.peak_memory_mb = double(process_peak_rss()) / 1048576.0;
       if (logger) {
