@@ -80,6 +80,16 @@ TEST(Gemm, EmptyInnerDimensionScalesC) {
   EXPECT_EQ(C, (std::vector<float>{0, 0, 0, 0}));
 }
 
+TEST(Gemm, OpenBlasRunsAvx512KernelsOnAvx512Cpus) {
+  // The OpenBLAS core-type trap (docs/kernels.md): mtron_kernels must have made OpenBLAS pick
+  // AVX-512 kernels, re-executing the process if needed, so fp32 GEMMs do not run on Prescott.
+  const std::string info = gemm_library_info();
+  if (__builtin_cpu_supports("avx512f")) {
+    EXPECT_NE(info.find("fp32 OpenBLAS ("), std::string::npos) << info;
+    EXPECT_EQ(info.find("Prescott"), std::string::npos) << info;
+  }
+}
+
 TEST(Gemm, BadLeadingDimensionIsAUserError) {
   std::vector<float> A(16), B(16), C(16);
   EXPECT_THROW(

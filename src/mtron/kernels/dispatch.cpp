@@ -37,6 +37,10 @@ void check_rope(int64_t D, int64_t rot_dim) {
 
 }  // namespace
 
+std::string gemm_library_info() {
+  return cpu::gemm_library_info();
+}
+
 void gemm(const Ctx& ctx,
           Trans ta,
           Trans tb,

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 #include "mtron/kernels/adamw.h"
 #include "mtron/kernels/attention.h"
@@ -14,6 +15,7 @@
 namespace mtron::kernels::cpu {
 
 // gemm.cpp
+std::string gemm_library_info();
 void gemm(Trans ta,
           Trans tb,
           int64_t M,

@@ -1,15 +1,30 @@
-// CPU GEMM through oneDNN matmul primitives (bf16 runs on the AMX units).
+// CPU GEMM: fp32 through OpenBLAS, bf16 through oneDNN matmul (AMX where the CPU has it,
+// AVX512_BF16 otherwise). docs/kernels.md has the measurements behind the split.
 //
-// Creating a oneDNN primitive costs tens to hundreds of microseconds, so primitives are cached
+// oneDNN: creating a primitive costs tens to hundreds of microseconds, so primitives are cached
 // per (shape, strides, transposes, dtype, alpha, beta) for the life of the process. A training
 // step uses a few dozen distinct shapes; the cache never needs evicting.
+//
+// OpenBLAS 0.3.21 picks its kernels once, when the library loads, from OPENBLAS_CORETYPE or its
+// CPUID tables; those tables do not know Sapphire/Emerald Rapids and fall back to Prescott (SSE3,
+// 5-10x slower). Setting the variable later has no effect, so this file's constructor, which runs
+// after OpenBLAS's own and before main, re-executes the process with OPENBLAS_CORETYPE=SkylakeX
+// when the CPU has AVX-512 but OpenBLAS chose a core without it. If that did not happen (no
+// /proc/self/exe, exec failed), fp32 GEMMs fall back to oneDNN with one warning.
+#include <cblas.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <cstring>
 #include <dnnl.hpp>
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <unordered_map>
 
 #include "mtron/core/error.h"
+#include "mtron/core/log.h"
 #include "mtron/kernels/cpu/cpu_ops.h"
 
 namespace mtron::kernels::cpu {
@@ -88,6 +103,41 @@ class Gemm {
   std::unordered_map<Key, std::unique_ptr<Entry>, KeyHash> cache_;
 };
 
+// OpenBLAS cores whose sgemm uses AVX-512.
+bool avx512_core(const char* name) {
+  for (const char* c : {"SkylakeX", "Cooperlake", "SapphireRapids"})
+    if (std::strcmp(name, c) == 0) return true;
+  return false;
+}
+
+// Whether OpenBLAS runs kernels fit for this CPU: an AVX-512 core if the CPU has AVX-512 (on
+// other CPUs its detection is trusted).
+bool openblas_fit() {
+  static const bool fit = [] {
+    const bool ok = !__builtin_cpu_supports("avx512f") || avx512_core(openblas_get_corename());
+    if (!ok)
+      log_warn(
+          "OpenBLAS chose '{}' kernels on an AVX-512 CPU; fp32 GEMMs use oneDNN instead (start "
+          "the process with OPENBLAS_CORETYPE=SkylakeX to use OpenBLAS)",
+          openblas_get_corename());
+    return ok;
+  }();
+  return fit;
+}
+
+// Runs before main: glibc passes (argc, argv, envp) to ELF constructors.
+__attribute__((constructor)) void openblas_coretype_reexec(int, char** argv, char**) {
+  if (std::getenv("OPENBLAS_CORETYPE") || !__builtin_cpu_supports("avx512f") ||
+      avx512_core(openblas_get_corename()))
+    return;
+  setenv("OPENBLAS_CORETYPE", "SkylakeX", 1);
+  execv("/proc/self/exe", argv);  // returns only on failure: openblas_fit() then says so
+}
+
+CBLAS_TRANSPOSE cblas_trans(bool t) {
+  return t ? CblasTrans : CblasNoTrans;
+}
+
 // C = beta C for the degenerate K = 0 product (beta = 0: C is write-only).
 void scale_c(int64_t M, int64_t N, float beta, float* C, int64_t ldc) {
   for (int64_t i = 0; i < M; ++i)
@@ -111,10 +161,29 @@ void gemm_any(Trans ta,
   if (M == 0 || N == 0) return;
   if (K == 0) return scale_c(M, N, beta, C, ldc);
   const Key k{M, N, K, lda, ldb, ldc, ta == Trans::kT, tb == Trans::kT, bf16, alpha, beta};
+  if (!bf16 && openblas_fit()) {
+    // OpenBLAS reads C when beta != 0 only, so beta = 0 ignores NaN in C as gemm.h promises
+    cblas_sgemm(CblasRowMajor, cblas_trans(k.ta), cblas_trans(k.tb), blasint(M), blasint(N),
+                blasint(K), alpha, static_cast<const float*>(A), blasint(lda),
+                static_cast<const float*>(B), blasint(ldb), beta, C, blasint(ldc));
+    return;
+  }
   Gemm::get().run(k, A, B, C);
 }
 
 }  // namespace
+
+std::string gemm_library_info() {
+  const dnnl_version_t* v = dnnl_version();
+  const dnnl::cpu_isa isa = dnnl::get_effective_cpu_isa();
+  const char* units = isa == dnnl::cpu_isa::avx512_core_amx    ? "AMX"
+                      : isa == dnnl::cpu_isa::avx512_core_bf16 ? "AVX512_BF16"
+                                                               : "no bf16 units";
+  const std::string f32 = openblas_fit() ? str("OpenBLAS (", openblas_get_corename(), " kernels)")
+                                         : std::string("oneDNN (OpenBLAS kernels unfit)");
+  return str("fp32 ", f32, ", bf16 oneDNN ", v->major, ".", v->minor, ".", v->patch, " (", units,
+             ")");
+}
 
 void gemm(Trans ta,
           Trans tb,
