@@ -10,7 +10,7 @@
 
 namespace mtron::parallel {
 
-std::vector<PipelineOp> pipeline_ops(int rank, int pp, int vpp, int64_t M) {
+std::vector<PipelineOp> pipeline_ops(int rank, int pp, int vpp, int64_t M, bool forward_only) {
   MT_ASSERT(vpp == 1 || M % pp == 0, "interleaved schedule needs micro-batches % PP == 0");
   const int64_t total = M * vpp;
   // Megatron's chunk/micro-batch of the k-th forward (backwards run the chunks in reverse):
@@ -24,7 +24,9 @@ std::vector<PipelineOp> pipeline_ops(int rank, int pp, int vpp, int64_t M) {
     return PipelineOp{forward, chunk, mb};
   };
   int64_t warmup;
-  if (vpp == 1) {
+  if (forward_only) {
+    warmup = total;
+  } else if (vpp == 1) {
     warmup = std::min<int64_t>(pp - rank - 1, M);
   } else {
     warmup = std::min<int64_t>(int64_t(pp - rank - 1) * 2 + int64_t(vpp - 1) * pp, total);
@@ -36,11 +38,13 @@ std::vector<PipelineOp> pipeline_ops(int rank, int pp, int vpp, int64_t M) {
     ops.push_back(op(warmup + k, true));
     ops.push_back(op(k, false));
   }
-  for (int64_t k = total - warmup; k < total; ++k) ops.push_back(op(k, false));
+  if (!forward_only) {
+    for (int64_t k = total - warmup; k < total; ++k) ops.push_back(op(k, false));
+  }
   return ops;
 }
 
-void run_pipeline(StageModel& model, Comm& pp, int vpp, int64_t M) {
+void run_pipeline(StageModel& model, Comm& pp, int vpp, int64_t M, bool forward_only) {
   const int P = pp.size(), r = pp.rank();
   const int last_vs = P * vpp - 1;
   const int64_t n = model.message_elems();
@@ -57,18 +61,17 @@ void run_pipeline(StageModel& model, Comm& pp, int vpp, int64_t M) {
   std::map<std::pair<int, int64_t>, Tensor> inputs;  // received activations until backward
   Tensor grad_in = Tensor::empty({n}, DType::kF32);
 
-  for (const PipelineOp& op : pipeline_ops(r, P, vpp, M)) {
+  for (const PipelineOp& op : pipeline_ops(r, P, vpp, M, forward_only)) {
     const int vs = op.chunk * P + r;
     const auto key = std::make_pair(op.chunk, op.microbatch);
     if (op.forward) {
-      const float* input = nullptr;
+      Tensor in;
       if (vs > 0) {
-        Tensor in = Tensor::empty({n}, DType::kF32);
+        in = Tensor::empty({n}, DType::kF32);
         pp.recv(in.f32(), n, DType::kF32, prev, fwd_tag(vs));
-        input = in.f32();
-        inputs[key] = std::move(in);
       }
-      const float* out = model.forward(op.chunk, op.microbatch, input);
+      const float* out = model.forward(op.chunk, op.microbatch, in.defined() ? in.f32() : nullptr);
+      if (in.defined() && !forward_only) inputs[key] = std::move(in);
       if (vs < last_vs) {
         Tensor buf = Tensor::empty({n}, DType::kF32);
         std::memcpy(buf.f32(), out, sizeof(float) * size_t(n));
@@ -89,8 +92,9 @@ void run_pipeline(StageModel& model, Comm& pp, int vpp, int64_t M) {
       }
     }
     // Free the buffers of sends that completed.
-    sends.erase(std::remove_if(sends.begin(), sends.end(), [](Pending& s) { return s.req->test(); }),
-                sends.end());
+    sends.erase(
+        std::remove_if(sends.begin(), sends.end(), [](Pending& s) { return s.req->test(); }),
+        sends.end());
   }
   for (Pending& s : sends) s.req->wait();
   MT_ASSERT(inputs.empty(), "pipeline step ended with ", inputs.size(), " unconsumed inputs");

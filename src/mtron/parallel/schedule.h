@@ -28,7 +28,9 @@ struct PipelineOp {
 };
 
 // The op order of pipeline rank `rank` of `pp`, with `vpp` chunks per rank and M micro-batches.
-std::vector<PipelineOp> pipeline_ops(int rank, int pp, int vpp, int64_t M);
+// forward_only (evaluation): every forward in schedule order, no backward.
+std::vector<PipelineOp> pipeline_ops(
+    int rank, int pp, int vpp, int64_t M, bool forward_only = false);
 
 // What the schedule drives: this rank's model chunks (chunk c is virtual stage c * PP + rank).
 class StageModel {
@@ -45,7 +47,8 @@ class StageModel {
   virtual int64_t message_elems() const = 0;
 };
 
-// Runs one step's forwards and backwards of M micro-batches. `pp` is the pipeline group.
-void run_pipeline(StageModel& model, Comm& pp, int vpp, int64_t M);
+// Runs one step's forwards and backwards (or forwards only) of M micro-batches over the
+// pipeline group `pp`.
+void run_pipeline(StageModel& model, Comm& pp, int vpp, int64_t M, bool forward_only = false);
 
 }  // namespace mtron::parallel

@@ -1,18 +1,24 @@
-// defines: Trainer
+// defines: StepResult, Trainer, train_main
 //
-// The training loop: builds this rank's model chunks and optimizer from TrainArgs, feeds
-// micro-batches, runs the schedule, reduces gradients, clips, steps and logs in Megatron's
-// format.
+// The training loop: builds this rank's model chunks (its pipeline stage, and its virtual
+// stages when interleaved) and optimizer from TrainArgs and the ParallelState, feeds
+// micro-batches, runs the pipeline schedule, finalises gradients (sequence-parallel norms over
+// TP, tied embeddings over the first and last stage, data parallel over DP x CP by all-reduce or
+// the distributed optimizer's reduce-scatter), clips, steps and logs in Megatron's format.
+//
+// Loss scaling: each token's loss enters the gradient with weight 1 / (tokens in the global
+// batch), so the data-parallel reduction is a plain sum and the loss is Megatron's token-
+// weighted mean over the global batch for every layout.
 #pragma once
 
 #include <cstdint>
-#include <functional>
 #include <memory>
 #include <vector>
 
 #include "mtron/comm/comm.h"
 #include "mtron/model/gpt.h"
 #include "mtron/optim/optimizer.h"
+#include "mtron/parallel/parallel_state.h"
 #include "mtron/train/args.h"
 #include "mtron/train/metrics.h"
 #include "mtron/train/mock_data.h"
@@ -20,7 +26,7 @@
 namespace mtron::train {
 
 struct StepResult {
-  double lm_loss = 0;    // token-weighted mean over the global batch
+  double lm_loss = 0;    // token-weighted mean over the global batch (on every rank)
   double grad_norm = 0;  // before clipping
   double lr = 0;
   bool skipped = false;
@@ -38,22 +44,28 @@ class Trainer {
 
   int64_t iteration() const { return iteration_; }
   int64_t consumed_samples() const { return consumed_samples_; }
+  const ParallelState& parallel_state() const { return *ps_; }
   std::vector<std::unique_ptr<model::GPTChunk>>& chunks() { return chunks_; }
   const model::RunCtx& run_ctx() const { return rc_; }
-  // Builds micro-batch `j` of the current iteration for this rank.
+  const optim::AdamW& optimizer() const { return *optimizer_; }
+  // Micro-batch `j` of the current iteration as this rank sees it.
   model::MicroBatch microbatch(int64_t j) const;
+  // Sums the micro-batches' gradients across ranks as the layout needs (after the schedule).
+  void finalize_grads();
 
  private:
+  class Stages;
   void build_model();
   double learning_rate(int64_t samples) const;
 
   TrainArgs a_;
   Comm& world_;
+  std::unique_ptr<ParallelState> ps_;
   model::RunCtx rc_;
   std::vector<std::unique_ptr<model::GPTChunk>> chunks_;
   std::unique_ptr<optim::AdamW> optimizer_;
   std::unique_ptr<MockData> mock_;
-  std::vector<model::GPTChunk::Stash> stashes_;
+  std::unique_ptr<Stages> stages_;
   std::unique_ptr<MetricsWriter> metrics_;
   int64_t iteration_ = 0, consumed_samples_ = 0;
 };
