@@ -178,6 +178,8 @@ bool parse_train_args(int argc, char** argv, int64_t world_size, TrainArgs& a) {
   app.add_option("--metrics-file", a.metrics_file, "JSONL metrics (default ./mtron-metrics.jsonl)")
       ->group(l);
 
+  checkpoint::add_checkpoint_flags(app, a.checkpoint);
+
   for (const char* f : kNoOpFlags) {
     app.add_flag_callback(
            f, [&a, f] { a.notes.push_back(std::string(f) + " has no effect in mtron"); })
@@ -237,6 +239,7 @@ bool parse_train_args(int argc, char** argv, int64_t world_size, TrainArgs& a) {
              "recomputing granularity");
   }
   MT_CHECK(a.recompute.num_layers >= 1, "--recompute-num-layers must be >= 1");
+  checkpoint::validate_checkpoint_args(a.checkpoint);
   return true;
 }
 

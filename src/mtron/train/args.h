@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "mtron/checkpoint/checkpointer.h"
 #include "mtron/core/model_config.h"
 #include "mtron/core/parallel_config.h"
 #include "mtron/model/gpt.h"
@@ -23,6 +24,7 @@ struct TrainArgs {
   ParallelConfig parallel;
   optim::AdamWConfig adam;
   model::Recompute recompute;
+  checkpoint::CheckpointArgs checkpoint;  // --save, --load, --exit-*, ... (checkpointer.h)
 
   int64_t train_iters = 0;
   double lr = -1, min_lr = 0, lr_warmup_init = 0, lr_warmup_fraction = -1;

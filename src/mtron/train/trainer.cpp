@@ -132,6 +132,9 @@ Trainer::Trainer(const TrainArgs& args, Comm& world) : a_(args), world_(world) {
     metrics_ = std::make_unique<MetricsWriter>(a_.metrics_file.empty() ? "mtron-metrics.jsonl"
                                                                        : a_.metrics_file);
   }
+  checkpointer_ =
+      std::make_unique<checkpoint::Checkpointer>(a_.checkpoint, checkpoint_run_info(), *ps_);
+  checkpointer_->load(checkpoint_view());
 }
 
 Trainer::~Trainer() = default;
@@ -164,15 +167,49 @@ void Trainer::build_model() {
   optimizer_ = std::make_unique<optim::AdamW>(std::move(bufs), a_.adam);
 }
 
-double Trainer::learning_rate(int64_t samples) const {
+optim::LrSchedule Trainer::lr_schedule() const {
   const int64_t gbs = a_.parallel.global_batch_size;
-  optim::LrSchedule s{.lr = a_.lr,
-                      .min_lr = a_.min_lr,
-                      .warmup_init = a_.lr_warmup_init,
-                      .warmup_samples = a_.lr_warmup_iters * gbs,
-                      .decay_samples = a_.lr_decay_iters * gbs,
-                      .style = a_.lr_decay_style};
-  return s.lr_at(samples);
+  return optim::LrSchedule{.lr = a_.lr,
+                           .min_lr = a_.min_lr,
+                           .warmup_init = a_.lr_warmup_init,
+                           .warmup_samples = a_.lr_warmup_iters * gbs,
+                           .decay_samples = a_.lr_decay_iters * gbs,
+                           .style = a_.lr_decay_style};
+}
+
+double Trainer::learning_rate(int64_t samples) const {
+  return lr_schedule().lr_at(samples);
+}
+
+checkpoint::TrainView Trainer::checkpoint_view() {
+  checkpoint::TrainView v{{}, &iteration_, &consumed_samples_, optimizer_.get()};
+  for (size_t i = 0; i < chunks_.size(); ++i) {
+    const optim::OptimBuffer& b = optimizer_->buffers()[i];
+    v.chunks.push_back({&chunks_[i]->params(), optimizer_->exp_avg(i).f32(),
+                        optimizer_->exp_avg_sq(i).f32(), b.shard_begin, b.shard_end});
+  }
+  return v;
+}
+
+checkpoint::RunInfo Trainer::checkpoint_run_info() const {
+  const auto& par = a_.parallel;
+  checkpoint::RunInfo r;
+  r.model = a_.model;
+  r.layout = {par.world_size,
+              par.tp(),
+              par.pp(),
+              par.cp(),
+              par.ep(),
+              par.dp(),
+              par.vpp(),
+              par.sequence_parallel,
+              par.use_distributed_optimizer};
+  r.precision = a_.bf16 ? "bf16" : "fp32";
+  r.adam = a_.adam;
+  r.lr_schedule = lr_schedule();
+  r.seed = a_.seed;
+  r.tokenizer = {a_.tokenizer_type, a_.vocab_file, a_.merge_file, a_.tokenizer_model};
+  return r;
 }
 
 model::MicroBatch Trainer::microbatch(int64_t j) const {
@@ -334,7 +371,9 @@ void Trainer::run() {
       interval_loss = interval_time = 0;
       interval_iters = skipped = nans = 0;
     }
+    if (checkpointer_->after_iteration(checkpoint_view())) return;
   }
+  checkpointer_->at_end(checkpoint_view());
 }
 
 int train_main(int argc, char** argv) {

@@ -15,6 +15,7 @@
 #include <memory>
 #include <vector>
 
+#include "mtron/checkpoint/checkpointer.h"
 #include "mtron/comm/comm.h"
 #include "mtron/model/gpt.h"
 #include "mtron/optim/optimizer.h"
@@ -52,6 +53,11 @@ class Trainer {
   model::MicroBatch microbatch(int64_t j) const;
   // Sums the micro-batches' gradients across ranks as the layout needs (after the schedule).
   void finalize_grads();
+  // The learning-rate schedule of the flags (a function of consumed samples).
+  optim::LrSchedule lr_schedule() const;
+  // What checkpoints save and restore of this trainer (views into its state).
+  checkpoint::TrainView checkpoint_view();
+  checkpoint::RunInfo checkpoint_run_info() const;
 
  private:
   class Stages;
@@ -67,6 +73,7 @@ class Trainer {
   std::unique_ptr<MockData> mock_;
   std::unique_ptr<Stages> stages_;
   std::unique_ptr<MetricsWriter> metrics_;
+  std::unique_ptr<checkpoint::Checkpointer> checkpointer_;
   int64_t iteration_ = 0, consumed_samples_ = 0;
 };
 

@@ -1,0 +1,288 @@
+#include "mtron/checkpoint/checkpoint.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cctype>
+#include <chrono>
+#include <ctime>
+#include <filesystem>
+
+#include "mtron/checkpoint/crc32c.h"
+#include "mtron/checkpoint/file_io.h"
+#include "mtron/checkpoint/reader.h"
+#include "mtron/checkpoint/safetensors.h"
+#include "mtron/core/log.h"
+#include "mtron/core/timer.h"
+
+#ifndef MTRON_VERSION
+#define MTRON_VERSION "unknown"
+#endif
+
+namespace mtron::checkpoint {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr const char* kMarker = "latest_checkpointed_iteration.txt";
+constexpr const char* kExpAvg = "optimizer.exp_avg.";
+constexpr const char* kExpAvgSq = "optimizer.exp_avg_sq.";
+
+std::string rank_file_name(int rank) {
+  return fmt::format("rank_{:05d}.safetensors", rank);
+}
+
+std::string utc_now() {
+  const std::time_t t = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
+// The element range of a chunk's flat buffer that dp_cp rank r writes: equal ranges, which are
+// the distributed optimizer's shards when it is on.
+std::pair<int64_t, int64_t> write_range(int64_t size, const Comm& dp_cp) {
+  const int64_t w = dp_cp.size(), part = (size + w - 1) / w;
+  const int64_t b = std::min(size, dp_cp.rank() * part);
+  return {b, std::min(size, b + part)};
+}
+
+// The region of parameter spec `s` that flat elements [lo, hi) of its buffer hold.
+Region param_region(const model::ParamSpec& s, int64_t lo, int64_t hi) {
+  Region r;
+  r.global = s.global_shape;
+  r.offset.assign(s.global_shape.size(), 0);
+  if (s.shard_dim >= 0) r.offset[size_t(s.shard_dim)] = s.shard_offset;
+  r.block = s.local_shape;
+  r.flat_begin = lo - s.offset;
+  r.flat_end = hi - s.offset;
+  return r;
+}
+
+// Calls f(spec, lo, hi) for every parameter overlapping flat range [b, e) of the buffer.
+template <typename F>
+void for_each_param_in(const model::ParamBuffer& p, int64_t b, int64_t e, F f) {
+  for (const model::ParamSpec& s : p.specs()) {
+    const int64_t lo = std::max(b, s.offset), hi = std::min(e, s.offset + s.numel());
+    if (lo < hi) f(s, lo, hi);
+  }
+}
+
+void check_ec(const std::error_code& ec, const std::string& what) {
+  MT_CHECK(!ec, what, ": ", ec.message());
+}
+
+// Leftovers of interrupted saves and deletions.
+void remove_stale(const fs::path& root) {
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(root, ec)) {
+    const std::string n = e.path().filename().string();
+    if (n.rfind(".tmp.iter_", 0) == 0 || n.rfind(".trash.", 0) == 0) fs::remove_all(e.path(), ec);
+  }
+}
+
+// Committed iterations in root (directories iter_NNNNNNN with a manifest), ascending.
+std::vector<int64_t> committed_iterations(const fs::path& root) {
+  std::vector<int64_t> its;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(root, ec)) {
+    const std::string n = e.path().filename().string();
+    if (n.size() < 6 || n.rfind("iter_", 0) != 0) continue;
+    if (!std::all_of(n.begin() + 5, n.end(), [](char c) { return std::isdigit(c); })) continue;
+    if (fs::exists(e.path() / "manifest.json")) its.push_back(std::stoll(n.substr(5)));
+  }
+  std::sort(its.begin(), its.end());
+  return its;
+}
+
+// Rank 0's part of the commit, once every rank's file is durable in `tmp`.
+void commit(const fs::path& root, const fs::path& tmp, const Manifest& m, int64_t keep_last_n) {
+  const fs::path final = root / iteration_dir_name(m.iteration);
+  write_file_atomic((tmp / "manifest.json").string(), manifest_to_json(m));  // fsyncs tmp
+  // A stale directory of the same iteration (a run that crashed before its marker update, or
+  // an abandoned future after a rollback) is replaced.
+  if (fs::exists(final)) remove_tree(final.string());
+  std::error_code ec;
+  fs::rename(tmp, final, ec);
+  check_ec(ec, "cannot rename " + tmp.string() + " to " + final.string());
+  fsync_path(root.string());
+  write_file_atomic((root / kMarker).string(), std::to_string(m.iteration));
+  if (keep_last_n > 0) {
+    std::vector<int64_t> old;
+    for (int64_t it : committed_iterations(root)) {
+      if (it < m.iteration) old.push_back(it);
+    }
+    const int64_t keep_old = keep_last_n - 1;
+    for (int64_t i = 0; i + keep_old < int64_t(old.size()); ++i) {
+      remove_tree((root / iteration_dir_name(old[size_t(i)])).string());
+    }
+  }
+}
+
+}  // namespace
+
+std::string iteration_dir_name(int64_t iteration) {
+  return fmt::format("iter_{:07d}", iteration);
+}
+
+bool is_vocab_parameter(const std::string& name) {
+  return name == "embedding.word_embeddings.weight" || name == "output_layer.weight";
+}
+
+std::string save_checkpoint(const std::string& save_dir,
+                            const std::vector<ChunkState>& chunks,
+                            const RunInfo& info,
+                            const Progress& progress,
+                            const RankGroups& g,
+                            int64_t keep_last_n) {
+  Comm& world = *g.world;
+  const double t0 = now_seconds();
+  const fs::path root(save_dir);
+  const std::string name = iteration_dir_name(progress.iteration);
+  const fs::path tmp = root / (".tmp." + name);
+  if (world.rank() == 0) {
+    std::error_code ec;
+    fs::create_directories(root, ec);
+    check_ec(ec, "cannot create --save directory " + save_dir);
+    remove_stale(root);
+    fs::create_directory(tmp, ec);
+    check_ec(ec, "cannot create " + tmp.string());
+    fsync_path(root.string());
+  }
+  world.barrier();
+
+  // This rank's pieces: its share of each chunk's buffer, weights then moments.
+  std::vector<SafetensorsTensor> tensors;
+  std::vector<PieceInfo> pieces;
+  const bool with_optimizer = !chunks.empty() && chunks.front().exp_avg != nullptr;
+  auto add = [&](const std::string& key, const Region& r, const float* data) {
+    tensors.push_back({key, "F32", r.whole_block() ? r.block : Shape{r.size()}, data});
+    pieces.push_back({key, r, crc32c(data, size_t(r.size()) * sizeof(float))});
+  };
+  for (const ChunkState& c : chunks) {
+    const model::ParamBuffer& p = *c.params;
+    const auto [b, e] = write_range(p.size(), *g.dp_cp);
+    MT_ASSERT(!with_optimizer || (c.exp_avg && c.opt_begin <= b && e <= c.opt_end), "write range [",
+              b, ", ", e, ") outside the optimizer shard");
+    for_each_param_in(p, b, e, [&](const model::ParamSpec& s, int64_t lo, int64_t hi) {
+      if (s.tied_copy || (s.tp_replicated() && g.tp_rank != 0)) return;
+      const Region r = param_region(s, lo, hi);
+      add(s.name, r, p.master_flat().f32() + lo);
+      if (with_optimizer) {
+        add(kExpAvg + s.name, r, c.exp_avg + (lo - c.opt_begin));
+        add(kExpAvgSq + s.name, r, c.exp_avg_sq + (lo - c.opt_begin));
+      }
+    });
+  }
+  int64_t rec[4] = {0, 0, 0, 0};  // has a file, bytes, header CRC, tensors
+  if (!tensors.empty()) {
+    const auto w = write_safetensors(
+        (tmp / rank_file_name(world.rank())).string(), tensors,
+        {{"format", "pt"}, {kPiecesMetadataKey, piece_metadata_json(pieces)}}, /*sync=*/true);
+    rec[0] = 1;
+    rec[1] = int64_t(w.bytes);
+    rec[2] = int64_t(crc32c(w.header.data(), w.header.size()));
+    rec[3] = int64_t(tensors.size());
+  }
+  std::vector<int64_t> all(size_t(4 * world.size()));
+  world.all_gather(rec, all.data(), 4, DType::kI64);
+
+  if (world.rank() == 0) {
+    Manifest m;
+    m.mtron_version = MTRON_VERSION;
+    m.iteration = progress.iteration;
+    m.consumed_samples = progress.consumed_samples;
+    m.model = info.model;
+    m.layout = info.layout;
+    m.precision = info.precision;
+    m.has_optimizer = with_optimizer;
+    m.optimizer_steps = progress.optimizer_steps;
+    m.adam = info.adam;
+    m.lr_schedule = info.lr_schedule;
+    m.seed = info.seed;
+    m.tokenizer = info.tokenizer;
+    m.saved_at = utc_now();
+    uint64_t total = 0;
+    for (int r = 0; r < world.size(); ++r) {
+      const int64_t* x = &all[size_t(4 * r)];
+      if (!x[0]) continue;
+      m.files.push_back({rank_file_name(r), uint64_t(x[1]), uint32_t(x[2]), x[3]});
+      total += uint64_t(x[1]);
+    }
+    commit(root, tmp, m, keep_last_n);
+    const double dt = now_seconds() - t0;
+    log_info("saved checkpoint at iteration {} to {}: {:.1f} MB in {:.2f} s ({:.2f} GB/s)",
+             progress.iteration, (root / name).string(), double(total) / 1e6, dt,
+             double(total) / 1e9 / std::max(dt, 1e-9));
+  }
+  world.barrier();
+  return (root / name).string();
+}
+
+Manifest load_checkpoint(const std::string& dir,
+                         const std::vector<ChunkState>& chunks,
+                         const RankGroups& g,
+                         bool load_optimizer) {
+  const double t0 = now_seconds();
+  CheckpointReader reader(dir);
+  const Manifest& m = reader.manifest();
+  MT_CHECK(!load_optimizer || m.has_optimizer, dir, " holds no optimizer state");
+  int64_t bytes = 0;
+  for (const ChunkState& c : chunks) {
+    model::ParamBuffer& p = *c.params;
+    float* master = p.master_flat().f32();
+    // With the distributed optimizer, read this rank's shard and gather the rest.
+    const bool sharded = c.opt_end - c.opt_begin < p.size() && g.dp_cp->size() > 1;
+    const int64_t b = sharded ? c.opt_begin : 0, e = sharded ? c.opt_end : p.size();
+    MT_ASSERT(!sharded || (e - b) * g.dp_cp->size() == p.size(), "unequal optimizer shards");
+    for_each_param_in(p, b, e, [&](const model::ParamSpec& s, int64_t lo, int64_t hi) {
+      reader.read(s.name, param_region(s, lo, hi), master + lo, is_vocab_parameter(s.name));
+      bytes += (hi - lo) * 4;
+    });
+    if (sharded) g.dp_cp->all_gather(master + b, master, e - b, DType::kF32);
+    p.refresh_bf16();
+    if (!load_optimizer) continue;
+    MT_ASSERT(c.exp_avg && c.exp_avg_sq, "no optimizer state to load into");
+    for_each_param_in(p, c.opt_begin, c.opt_end,
+                      [&](const model::ParamSpec& s, int64_t lo, int64_t hi) {
+                        const Region r = param_region(s, lo, hi);
+                        const bool pad = is_vocab_parameter(s.name);
+                        reader.read(kExpAvg + s.name, r, c.exp_avg + (lo - c.opt_begin), pad);
+                        reader.read(kExpAvgSq + s.name, r, c.exp_avg_sq + (lo - c.opt_begin), pad);
+                        bytes += (hi - lo) * 8;
+                      });
+  }
+  g.world->barrier();
+  if (g.world->rank() == 0) {
+    const double dt = now_seconds() - t0;
+    log_info("loaded checkpoint {} (iteration {}): {:.1f} MB on rank 0 in {:.2f} s", dir,
+             m.iteration, double(bytes) / 1e6, dt);
+  }
+  return m;
+}
+
+std::optional<std::string> find_checkpoint(const std::string& load_dir) {
+  const fs::path root(load_dir);
+  if (fs::exists(root / "manifest.json")) return root.string();
+  const fs::path marker = root / kMarker;
+  if (!fs::exists(marker)) return std::nullopt;
+  std::string text = read_small_file(marker.string(), 64);
+  while (!text.empty() && std::isspace(static_cast<unsigned char>(text.back()))) text.pop_back();
+  fs::path dir;
+  if (text == "release") {
+    dir = root / "release";
+  } else {
+    MT_CHECK(!text.empty() && text.size() <= 12 &&
+                 std::all_of(text.begin(), text.end(), [](char c) { return std::isdigit(c); }),
+             marker.string(), " does not hold an iteration number (got '", text, "')");
+    dir = root / iteration_dir_name(std::stoll(text));
+  }
+  MT_CHECK(fs::exists(dir / "manifest.json"), marker.string(), " names ", dir.string(),
+           ", which is missing or incomplete (no manifest.json)");
+  return dir.string();
+}
+
+}  // namespace mtron::checkpoint

@@ -1,0 +1,102 @@
+// defines: ChunkState, RunInfo, Progress, RankGroups, iteration_dir_name, save_checkpoint,
+//          load_checkpoint, find_checkpoint, is_vocab_parameter
+//
+// Sharded, reshardable checkpoints (design.md, "Formats"; docs/checkpoints.md):
+//
+//   <save>/latest_checkpointed_iteration.txt      "100": the commit point
+//   <save>/iter_0000100/manifest.json             manifest.h
+//   <save>/iter_0000100/rank_00003.safetensors    what rank 3 wrote
+//
+// Every tensor is stored as pieces of its *global* tensor (region.h), keyed by its Megatron-Core
+// name: the fp32 master weight under the parameter's name, Adam's moments under
+// "optimizer.exp_avg.<name>" and "optimizer.exp_avg_sq.<name>". So the optimizer state reshards
+// exactly like the weights. Who writes what: each rank's model shard (its TP rank, its pipeline
+// stage's chunks) is split over the ranks that hold replicas of it (the DP x CP group) in equal
+// ranges of each chunk's flat buffer; with the distributed optimizer those ranges are exactly the
+// ranks' optimizer shards, and they cut across parameter boundaries, so a piece is a (parameter,
+// element range). TP-replicated parameters are written by TP rank 0, and the last stage's
+// replica of tied embeddings is not written at all (it is the same tensor).
+//
+// Loading reads, under any layout, exactly the elements each rank holds: with the distributed
+// optimizer a rank reads its shard of the master weights and moments and the master weights are
+// all-gathered over DP x CP; otherwise every rank reads its whole model shard.
+//
+// Commit protocol (crash safety): ranks write into <save>/.tmp.iter_0000100/ and fsync; rank 0
+// then writes the manifest, fsyncs the directory, renames it to iter_0000100 (moving an older
+// directory of the same iteration aside first), fsyncs <save>, and finally replaces the marker
+// atomically. A checkpoint exists once the marker names it; a crash at any moment leaves the
+// previous one loadable.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "mtron/checkpoint/manifest.h"
+#include "mtron/comm/comm.h"
+#include "mtron/model/params.h"
+
+namespace mtron::checkpoint {
+
+// One model chunk's state on this rank.
+struct ChunkState {
+  model::ParamBuffer* params = nullptr;
+  // Adam's moments of flat elements [opt_begin, opt_end) of the chunk's buffer (the distributed
+  // optimizer's shard, or the whole buffer); null when there is no optimizer state.
+  float* exp_avg = nullptr;
+  float* exp_avg_sq = nullptr;
+  int64_t opt_begin = 0, opt_end = 0;
+};
+
+// What the manifest records about the run.
+struct RunInfo {
+  ModelConfig model;
+  LayoutRecord layout;
+  std::string precision = "fp32";
+  optim::AdamWConfig adam;
+  std::optional<optim::LrSchedule> lr_schedule;
+  std::optional<uint64_t> seed;
+  TokenizerRecord tokenizer;
+};
+
+struct Progress {
+  int64_t iteration = 0, consumed_samples = 0, optimizer_steps = 0;
+};
+
+// The groups a save or load runs over (single-process tools pass one single Comm for both).
+struct RankGroups {
+  Comm* world = nullptr;  // every rank: barriers, gathering the file list
+  Comm* dp_cp = nullptr;  // the ranks holding replicas of this rank's model shard
+  int tp_rank = 0;        // TP-replicated parameters are written by TP rank 0
+};
+
+// "iter_0000100"
+std::string iteration_dir_name(int64_t iteration);
+
+// True for the tensors whose dimension 0 is the padded vocabulary (its padding depends on TP).
+bool is_vocab_parameter(const std::string& name);
+
+// Collective over g.world. Writes and commits <save_dir>/iter_NNNNNNN; with keep_last_n > 0
+// deletes all but the newest keep_last_n committed checkpoints. Returns the directory.
+std::string save_checkpoint(const std::string& save_dir,
+                            const std::vector<ChunkState>& chunks,
+                            const RunInfo& info,
+                            const Progress& progress,
+                            const RankGroups& g,
+                            int64_t keep_last_n);
+
+// Collective over g.world. Fills the chunks' master weights (refreshing their bf16 copies) and,
+// with load_optimizer, the moments, from the checkpoint directory `dir` (holding
+// manifest.json). The caller checks the manifest's compatibility first (it is returned).
+Manifest load_checkpoint(const std::string& dir,
+                         const std::vector<ChunkState>& chunks,
+                         const RankGroups& g,
+                         bool load_optimizer);
+
+// The checkpoint directory `load_dir` designates: itself if it holds manifest.json, else the
+// iteration named by its latest_checkpointed_iteration.txt; nullopt when it has no marker.
+// Throws when the marker names a missing or incomplete directory.
+std::optional<std::string> find_checkpoint(const std::string& load_dir);
+
+}  // namespace mtron::checkpoint

@@ -1,0 +1,226 @@
+#include "mtron/checkpoint/checkpointer.h"
+
+#include <cmath>
+#include <csignal>
+#include <filesystem>
+
+#include "mtron/checkpoint/file_io.h"
+#include "mtron/core/log.h"
+#include "mtron/core/timer.h"
+
+namespace mtron::checkpoint {
+
+namespace {
+
+// The checkpoint's model must be this run's model: every field that changes a tensor's shape
+// or the function the weights compute, named by its flag.
+void check_model(const ModelConfig& ck, const ModelConfig& run, const std::string& dir) {
+  auto same = [&](bool eq, const char* flag, auto a, auto b) {
+    MT_CHECK(eq, "checkpoint ", dir, " was trained with ", flag, " ", a, " but this run has ", b);
+  };
+  same(ck.num_layers == run.num_layers, "--num-layers", ck.num_layers, run.num_layers);
+  same(ck.hidden_size == run.hidden_size, "--hidden-size", ck.hidden_size, run.hidden_size);
+  same(ck.num_attention_heads == run.num_attention_heads, "--num-attention-heads",
+       ck.num_attention_heads, run.num_attention_heads);
+  same(ck.query_groups() == run.query_groups(), "query groups (--num-query-groups)",
+       ck.query_groups(), run.query_groups());
+  same(ck.kv_channels == run.kv_channels, "--kv-channels", ck.kv_channels, run.kv_channels);
+  same(ck.ffn_hidden_size == run.ffn_hidden_size, "--ffn-hidden-size", ck.ffn_hidden_size,
+       run.ffn_hidden_size);
+  same(ck.swiglu == run.swiglu, "--swiglu", ck.swiglu ? "on" : "off", run.swiglu ? "on" : "off");
+  same(ck.normalization == run.normalization, "--normalization",
+       ck.normalization == Normalization::kLayerNorm ? "LayerNorm" : "RMSNorm",
+       run.normalization == Normalization::kLayerNorm ? "LayerNorm" : "RMSNorm");
+  same(ck.position_embedding_type == run.position_embedding_type, "--position-embedding-type",
+       int(ck.position_embedding_type), int(run.position_embedding_type));
+  same(ck.untie_embeddings_and_output_weights == run.untie_embeddings_and_output_weights,
+       "--untie-embeddings-and-output-weights",
+       ck.untie_embeddings_and_output_weights ? "on" : "off",
+       run.untie_embeddings_and_output_weights ? "on" : "off");
+  same(ck.add_bias_linear == run.add_bias_linear, "biases (--disable-bias-linear)",
+       ck.add_bias_linear ? "on" : "off", run.add_bias_linear ? "on" : "off");
+  same(ck.vocab_size == run.vocab_size, "a vocabulary of", ck.vocab_size, run.vocab_size);
+  if (run.position_embedding_type == PositionEmbedding::kLearnedAbsolute) {
+    same(ck.max_position_embeddings == run.max_position_embeddings, "--max-position-embeddings",
+         ck.max_position_embeddings, run.max_position_embeddings);
+  }
+  if (run.position_embedding_type == PositionEmbedding::kRope) {
+    same(ck.rotary_percent == run.rotary_percent, "--rotary-percent", ck.rotary_percent,
+         run.rotary_percent);
+    if (ck.rotary_base != run.rotary_base) {
+      log_warn("checkpoint was trained with --rotary-base {}; continuing with {}", ck.rotary_base,
+               run.rotary_base);
+    }
+  }
+  if (ck.norm_epsilon != run.norm_epsilon) {
+    log_warn("checkpoint was trained with --norm-epsilon {}; continuing with {}", ck.norm_epsilon,
+             run.norm_epsilon);
+  }
+}
+
+// Megatron's OptimizerParamScheduler check: the flags' schedule must be the checkpoint's.
+void check_lr(const optim::LrSchedule& ck, const optim::LrSchedule& run, const std::string& dir) {
+  auto same = [&](bool eq, const char* what, auto a, auto b) {
+    MT_CHECK(eq, "learning-rate schedule: checkpoint ", dir, " has ", what, " ", a,
+             " but this run has ", b,
+             " (pass the checkpoint's values, or --override-opt_param-scheduler to use the "
+             "new ones)");
+  };
+  same(ck.lr == run.lr, "--lr", ck.lr, run.lr);
+  same(ck.min_lr == run.min_lr, "--min-lr", ck.min_lr, run.min_lr);
+  same(ck.warmup_init == run.warmup_init, "--lr-warmup-init", ck.warmup_init, run.warmup_init);
+  same(ck.warmup_samples == run.warmup_samples, "warmup samples (--lr-warmup-*)", ck.warmup_samples,
+       run.warmup_samples);
+  same(ck.decay_samples == run.decay_samples, "decay samples (--lr-decay-iters/--train-iters)",
+       ck.decay_samples, run.decay_samples);
+  same(ck.style == run.style, "--lr-decay-style", lr_style_name(ck.style),
+       lr_style_name(run.style));
+}
+
+std::string layout_str(const LayoutRecord& l) {
+  return fmt::format(
+      "TP{} PP{} DP{}{}{}{}", l.tp, l.pp, l.dp, l.vpp > 1 ? fmt::format(" VPP{}", l.vpp) : "",
+      l.sequence_parallel ? " SP" : "", l.distributed_optimizer ? " distributed optimizer" : "");
+}
+
+}  // namespace
+
+void add_checkpoint_flags(CLI::App& app, CheckpointArgs& a) {
+  const char* g = "Checkpointing";
+  app.add_option("--save", a.save, "Directory to save checkpoints to")->group(g);
+  app.add_option("--save-interval", a.save_interval, "Iterations between checkpoints")->group(g);
+  app.add_option("--load", a.load, "Directory to load a checkpoint from")->group(g);
+  app.add_flag("--no-load-optim", a.no_load_optim, "Do not load the optimizer state")->group(g);
+  app.add_flag("--no-load-rng", a.no_load_rng,
+               "Do not require the checkpoint's seed (continue with --seed)")
+      ->group(g);
+  app.add_flag("--finetune", a.finetune,
+               "Load the weights only (no optimizer, no RNG) and start at iteration 0")
+      ->group(g);
+  app.add_flag("--exit-signal-handler", a.exit_signal_handler,
+               "On SIGTERM/SIGINT, save a checkpoint and exit 0")
+      ->group(g);
+  app.add_option("--exit-interval", a.exit_interval,
+                 "Save and exit when the iteration is a multiple of this")
+      ->group(g);
+  app.add_option("--exit-duration-in-mins", a.exit_duration_in_mins,
+                 "Save and exit after this many minutes")
+      ->group(g);
+  app.add_option("--keep-last-n-checkpoints", a.keep_last_n_checkpoints,
+                 "Keep only the newest N checkpoints in --save (default: all)")
+      ->group(g);
+  app.add_flag("--override-opt_param-scheduler,--override-lr-scheduler",
+               a.override_opt_param_scheduler,
+               "Use the flags' learning-rate schedule instead of requiring the checkpoint's")
+      ->group(g);
+}
+
+void validate_checkpoint_args(const CheckpointArgs& a) {
+  MT_CHECK(a.save.empty() || a.save_interval > 0,
+           "--save-interval must be a positive number when --save is given");
+  MT_CHECK(a.save_interval >= 0, "--save-interval must be positive (got ", a.save_interval, ")");
+  MT_CHECK(a.exit_interval >= 0, "--exit-interval must be >= 0 (got ", a.exit_interval, ")");
+  MT_CHECK(a.exit_duration_in_mins >= 0, "--exit-duration-in-mins must be >= 0 (got ",
+           a.exit_duration_in_mins, ")");
+  MT_CHECK(a.keep_last_n_checkpoints >= 0, "--keep-last-n-checkpoints must be >= 0 (got ",
+           a.keep_last_n_checkpoints, ")");
+}
+
+Checkpointer::Checkpointer(CheckpointArgs args, RunInfo info, const ParallelState& ps)
+    : a_(std::move(args)), info_(std::move(info)), ps_(ps), start_time_(now_seconds()) {
+  groups_ = RankGroups{&ps_.world(), &ps_.dp_cp(), ps_.tp_rank()};
+  if (a_.exit_signal_handler) signals_ = std::make_unique<ExitSignalHandler>();
+}
+
+Checkpointer::~Checkpointer() = default;
+
+void Checkpointer::load(const TrainView& v) {
+  if (a_.load.empty()) return;
+  const bool root = ps_.rank() == 0;
+  const std::optional<std::string> dir = find_checkpoint(a_.load);
+  if (!dir) {
+    if (root) {
+      log_warn(
+          "could not find a checkpoint in --load {} (no latest_checkpointed_iteration.txt): "
+          "will not load any checkpoint and will start from random",
+          a_.load);
+    }
+    return;
+  }
+  const std::string mpath = (std::filesystem::path(*dir) / "manifest.json").string();
+  const Manifest m = manifest_from_json(read_small_file(mpath, 64 << 20), mpath);
+  check_model(m.model, info_.model, *dir);
+  bool load_optim = !a_.no_load_optim && !a_.finetune;
+  if (load_optim && !m.has_optimizer) {
+    if (root) log_info("note: {} has no optimizer state; the optimizer starts fresh", *dir);
+    load_optim = false;
+  }
+  if (!a_.no_load_rng && !a_.finetune && m.seed && info_.seed && *m.seed != *info_.seed) {
+    MT_CHECK(false, "checkpoint ", *dir, " was trained with --seed ", *m.seed, "; pass --seed ",
+             *m.seed, " to resume exactly, or --no-load-rng to continue with --seed ", *info_.seed);
+  }
+  if (load_optim && !a_.override_opt_param_scheduler && m.lr_schedule && info_.lr_schedule) {
+    check_lr(*m.lr_schedule, *info_.lr_schedule, *dir);
+  }
+  if (root) {
+    log_info("loading checkpoint {} (iteration {}, saved under {}) under {}{}", *dir, m.iteration,
+             layout_str(m.layout), layout_str(info_.layout), load_optim ? "" : " (weights only)");
+  }
+  load_checkpoint(*dir, v.chunks, groups_, load_optim);
+  if (load_optim) v.optimizer->set_steps(m.optimizer_steps);
+  if (a_.finetune) {
+    *v.iteration = 0;
+    *v.consumed_samples = 0;
+  } else {
+    *v.iteration = m.iteration;
+    *v.consumed_samples = m.consumed_samples;
+  }
+  last_saved_ = *v.iteration;
+}
+
+void Checkpointer::save(const TrainView& v) {
+  if (a_.save.empty() || last_saved_ == *v.iteration) return;
+  save_checkpoint(a_.save, v.chunks, info_,
+                  Progress{*v.iteration, *v.consumed_samples, v.optimizer->steps()}, groups_,
+                  a_.keep_last_n_checkpoints);
+  last_saved_ = *v.iteration;
+}
+
+bool Checkpointer::after_iteration(const TrainView& v) {
+  const int64_t it = *v.iteration;
+  const bool root = ps_.rank() == 0;
+  Comm& world = ps_.world();
+  if (signals_) {
+    // Every rank must agree, or some would save and exit while others wait in a collective.
+    const int sig = int(world.all_reduce_max(double(signals_->received())));
+    if (sig > 0) {
+      save(v);
+      if (root)
+        log_info("exiting program after receiving {}.", sig == SIGINT ? "SIGINT" : "SIGTERM");
+      return true;
+    }
+  }
+  if (!a_.save.empty() && it % a_.save_interval == 0) save(v);
+  if (a_.exit_duration_in_mins > 0) {
+    const double minutes = (now_seconds() - start_time_) / 60.0;
+    const double done = world.all_reduce_max(minutes > double(a_.exit_duration_in_mins) ? 1 : 0);
+    if (done > 0) {
+      save(v);
+      if (root) log_info("exiting program after {:.2f} minutes", minutes);
+      return true;
+    }
+  }
+  if (a_.exit_interval > 0 && it % a_.exit_interval == 0) {
+    save(v);
+    world.barrier();
+    if (root) log_info("exiting program at iteration {}", it);
+    return true;
+  }
+  return false;
+}
+
+void Checkpointer::at_end(const TrainView& v) {
+  if (*v.iteration > 0) save(v);
+}
+
+}  // namespace mtron::checkpoint

@@ -1,0 +1,306 @@
+#include "mtron/checkpoint/manifest.h"
+
+#include <fmt/format.h>
+
+#include <string>
+
+#include "mtron/checkpoint/safetensors.h"
+#include "mtron/core/error.h"
+
+namespace mtron::checkpoint {
+
+using nlohmann::json;
+using nlohmann::ordered_json;
+
+namespace {
+
+const char* norm_name(Normalization n) {
+  return n == Normalization::kLayerNorm ? "LayerNorm" : "RMSNorm";
+}
+const char* pos_name(PositionEmbedding p) {
+  switch (p) {
+    case PositionEmbedding::kLearnedAbsolute:
+      return "learned_absolute";
+    case PositionEmbedding::kRope:
+      return "rope";
+    case PositionEmbedding::kNone:
+      return "none";
+  }
+  return "none";
+}
+
+// A float as the shortest decimal that reads back to it (1e-05, not 9.99999974737875e-06).
+double tidy(float f) {
+  return std::stod(fmt::format("{}", f));
+}
+
+// Typed field access that reports the file and the field instead of nlohmann's exception text.
+template <typename T>
+T field(const json& j, const char* key, const std::string& file) {
+  MT_CHECK(j.contains(key), file, ": missing field '", key, "'");
+  const json& v = j[key];
+  if constexpr (std::is_same_v<T, bool>) {
+    MT_CHECK(v.is_boolean(), file, ": field '", key, "' is not a boolean");
+  } else if constexpr (std::is_integral_v<T>) {
+    MT_CHECK(v.is_number_integer(), file, ": field '", key, "' is not an integer");
+  } else if constexpr (std::is_floating_point_v<T>) {
+    MT_CHECK(v.is_number(), file, ": field '", key, "' is not a number");
+  } else {
+    MT_CHECK(v.is_string(), file, ": field '", key, "' is not a string");
+  }
+  return v.get<T>();
+}
+template <typename T>
+T field_or(const json& j, const char* key, T fallback, const std::string& file) {
+  return j.contains(key) ? field<T>(j, key, file) : fallback;
+}
+
+optim::LrDecayStyle lr_style_from(const std::string& s, const std::string& file) {
+  if (s == "constant") return optim::LrDecayStyle::kConstant;
+  if (s == "linear") return optim::LrDecayStyle::kLinear;
+  if (s == "cosine") return optim::LrDecayStyle::kCosine;
+  if (s == "inverse-square-root") return optim::LrDecayStyle::kInverseSquareRoot;
+  MT_CHECK(false, file, ": unknown lr decay style '", s, "'");
+  return optim::LrDecayStyle::kLinear;
+}
+
+}  // namespace
+
+std::string lr_style_name(optim::LrDecayStyle s) {
+  switch (s) {
+    case optim::LrDecayStyle::kConstant:
+      return "constant";
+    case optim::LrDecayStyle::kLinear:
+      return "linear";
+    case optim::LrDecayStyle::kCosine:
+      return "cosine";
+    case optim::LrDecayStyle::kInverseSquareRoot:
+      return "inverse-square-root";
+  }
+  return "linear";
+}
+
+ordered_json model_config_to_json(const ModelConfig& m) {
+  ordered_json j;
+  j["num_layers"] = m.num_layers;
+  j["hidden_size"] = m.hidden_size;
+  j["num_attention_heads"] = m.num_attention_heads;
+  j["group_query_attention"] = m.group_query_attention;
+  j["num_query_groups"] = m.num_query_groups;
+  j["kv_channels"] = m.kv_channels;
+  j["ffn_hidden_size"] = m.ffn_hidden_size;
+  j["swiglu"] = m.swiglu;
+  j["normalization"] = norm_name(m.normalization);
+  j["norm_epsilon"] = tidy(m.norm_epsilon);
+  j["position_embedding_type"] = pos_name(m.position_embedding_type);
+  j["rotary_base"] = tidy(m.rotary_base);
+  j["rotary_percent"] = tidy(m.rotary_percent);
+  j["untie_embeddings_and_output_weights"] = m.untie_embeddings_and_output_weights;
+  j["add_bias_linear"] = m.add_bias_linear;
+  j["make_vocab_size_divisible_by"] = m.make_vocab_size_divisible_by;
+  j["init_method_std"] = tidy(m.init_method_std);
+  j["seq_length"] = m.seq_length;
+  j["max_position_embeddings"] = m.max_position_embeddings;
+  j["vocab_size"] = m.vocab_size;
+  j["num_experts"] = m.num_experts;
+  return j;
+}
+
+ModelConfig model_config_from_json(const json& j, const std::string& file) {
+  MT_CHECK(j.is_object(), file, ": 'model' is not an object");
+  ModelConfig m;
+  m.num_layers = field<int64_t>(j, "num_layers", file);
+  m.hidden_size = field<int64_t>(j, "hidden_size", file);
+  m.num_attention_heads = field<int64_t>(j, "num_attention_heads", file);
+  m.group_query_attention = field<bool>(j, "group_query_attention", file);
+  m.num_query_groups = field<int64_t>(j, "num_query_groups", file);
+  m.kv_channels = field<int64_t>(j, "kv_channels", file);
+  m.ffn_hidden_size = field<int64_t>(j, "ffn_hidden_size", file);
+  m.swiglu = field<bool>(j, "swiglu", file);
+  const auto norm = field<std::string>(j, "normalization", file);
+  MT_CHECK(norm == "LayerNorm" || norm == "RMSNorm", file, ": unknown normalization '", norm, "'");
+  m.normalization = norm == "LayerNorm" ? Normalization::kLayerNorm : Normalization::kRMSNorm;
+  m.norm_epsilon = field<float>(j, "norm_epsilon", file);
+  const auto pos = field<std::string>(j, "position_embedding_type", file);
+  if (pos == "learned_absolute") {
+    m.position_embedding_type = PositionEmbedding::kLearnedAbsolute;
+  } else if (pos == "rope") {
+    m.position_embedding_type = PositionEmbedding::kRope;
+  } else {
+    MT_CHECK(pos == "none", file, ": unknown position_embedding_type '", pos, "'");
+    m.position_embedding_type = PositionEmbedding::kNone;
+  }
+  m.rotary_base = field<float>(j, "rotary_base", file);
+  m.rotary_percent = field<float>(j, "rotary_percent", file);
+  m.untie_embeddings_and_output_weights =
+      field<bool>(j, "untie_embeddings_and_output_weights", file);
+  m.add_bias_linear = field<bool>(j, "add_bias_linear", file);
+  m.make_vocab_size_divisible_by = field<int64_t>(j, "make_vocab_size_divisible_by", file);
+  m.init_method_std = field_or<float>(j, "init_method_std", 0.02f, file);
+  m.seq_length = field<int64_t>(j, "seq_length", file);
+  m.max_position_embeddings = field<int64_t>(j, "max_position_embeddings", file);
+  m.vocab_size = field<int64_t>(j, "vocab_size", file);
+  m.num_experts = field_or<int64_t>(j, "num_experts", 0, file);
+  MT_CHECK(m.num_experts == 0, file, ": mixture-of-experts checkpoints are not supported yet");
+  try {
+    m.finalize();
+  } catch (const Error& e) {
+    throw Error(file + ": invalid model configuration: " + e.what());
+  }
+  return m;
+}
+
+std::string manifest_to_json(const Manifest& m) {
+  ordered_json j;
+  j["format"] = "mtron-checkpoint";
+  j["format_version"] = m.format_version;
+  j["mtron_version"] = m.mtron_version;
+  j["iteration"] = m.iteration;
+  j["consumed_samples"] = m.consumed_samples;
+  j["model"] = model_config_to_json(m.model);
+  const LayoutRecord& l = m.layout;
+  j["layout"] = {{"world_size", l.world_size},
+                 {"tensor_model_parallel_size", l.tp},
+                 {"pipeline_model_parallel_size", l.pp},
+                 {"context_parallel_size", l.cp},
+                 {"expert_model_parallel_size", l.ep},
+                 {"data_parallel_size", l.dp},
+                 {"virtual_pipeline_stages", l.vpp},
+                 {"sequence_parallel", l.sequence_parallel},
+                 {"use_distributed_optimizer", l.distributed_optimizer}};
+  j["precision"] = m.precision;
+  if (m.has_optimizer) {
+    j["optimizer"] = {{"type", "adamw"},
+                      {"steps", m.optimizer_steps},
+                      {"beta1", tidy(m.adam.beta1)},
+                      {"beta2", tidy(m.adam.beta2)},
+                      {"eps", tidy(m.adam.eps)},
+                      {"weight_decay", tidy(m.adam.weight_decay)},
+                      {"clip_grad", tidy(m.adam.clip_grad)}};
+  } else {
+    j["optimizer"] = nullptr;
+  }
+  if (m.lr_schedule) {
+    const optim::LrSchedule& s = *m.lr_schedule;
+    j["lr_scheduler"] = {{"lr", s.lr},
+                         {"min_lr", s.min_lr},
+                         {"warmup_init", s.warmup_init},
+                         {"warmup_samples", s.warmup_samples},
+                         {"decay_samples", s.decay_samples},
+                         {"decay_style", lr_style_name(s.style)},
+                         {"num_samples", m.consumed_samples}};
+  } else {
+    j["lr_scheduler"] = nullptr;
+  }
+  if (m.seed) {
+    j["rng"] = {{"generator", "philox4x32-10"}, {"seed", *m.seed}};
+  } else {
+    j["rng"] = nullptr;
+  }
+  j["tokenizer"] = {{"type", m.tokenizer.type},
+                    {"vocab_file", m.tokenizer.vocab_file},
+                    {"merge_file", m.tokenizer.merge_file},
+                    {"tokenizer_model", m.tokenizer.model}};
+  ordered_json files = ordered_json::array();
+  for (const FileRecord& f : m.files) {
+    files.push_back({{"name", f.name},
+                     {"bytes", f.bytes},
+                     {"header_crc32c", f.header_crc32c},
+                     {"tensors", f.tensors}});
+  }
+  j["files"] = files;
+  j["saved_at"] = m.saved_at;
+  return j.dump(2) + "\n";
+}
+
+Manifest manifest_from_json(std::string_view text, const std::string& file) {
+  MT_CHECK(json_depth_ok(text, 8), file, ": manifest nests too deeply");
+  const json j = json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
+  MT_CHECK(!j.is_discarded() && j.is_object(), file, ": manifest is not a JSON object");
+  MT_CHECK(field<std::string>(j, "format", file) == "mtron-checkpoint", file,
+           ": not an mtron checkpoint manifest");
+  Manifest m;
+  m.format_version = field<int>(j, "format_version", file);
+  MT_CHECK(m.format_version >= 1 && m.format_version <= kFormatVersion, file,
+           ": checkpoint format version ", m.format_version, " is newer than this mtron reads (",
+           kFormatVersion, "); upgrade mtron");
+  m.mtron_version = field_or<std::string>(j, "mtron_version", "", file);
+  m.iteration = field<int64_t>(j, "iteration", file);
+  m.consumed_samples = field<int64_t>(j, "consumed_samples", file);
+  MT_CHECK(m.iteration >= 0 && m.consumed_samples >= 0, file,
+           ": negative iteration or consumed samples");
+  MT_CHECK(j.contains("model"), file, ": missing field 'model'");
+  m.model = model_config_from_json(j["model"], file);
+  if (j.contains("layout") && j["layout"].is_object()) {
+    const json& l = j["layout"];
+    m.layout.world_size = field_or<int64_t>(l, "world_size", 1, file);
+    m.layout.tp = field_or<int64_t>(l, "tensor_model_parallel_size", 1, file);
+    m.layout.pp = field_or<int64_t>(l, "pipeline_model_parallel_size", 1, file);
+    m.layout.cp = field_or<int64_t>(l, "context_parallel_size", 1, file);
+    m.layout.ep = field_or<int64_t>(l, "expert_model_parallel_size", 1, file);
+    m.layout.dp = field_or<int64_t>(l, "data_parallel_size", 1, file);
+    m.layout.vpp = field_or<int64_t>(l, "virtual_pipeline_stages", 1, file);
+    m.layout.sequence_parallel = field_or<bool>(l, "sequence_parallel", false, file);
+    m.layout.distributed_optimizer = field_or<bool>(l, "use_distributed_optimizer", false, file);
+  }
+  m.precision = field_or<std::string>(j, "precision", "fp32", file);
+  if (j.contains("optimizer") && !j["optimizer"].is_null()) {
+    const json& o = j["optimizer"];
+    MT_CHECK(o.is_object() && field<std::string>(o, "type", file) == "adamw", file,
+             ": unknown optimizer (expected adamw)");
+    m.has_optimizer = true;
+    m.optimizer_steps = field<int64_t>(o, "steps", file);
+    m.adam.beta1 = field<float>(o, "beta1", file);
+    m.adam.beta2 = field<float>(o, "beta2", file);
+    m.adam.eps = field<float>(o, "eps", file);
+    m.adam.weight_decay = field<float>(o, "weight_decay", file);
+    m.adam.clip_grad = field<float>(o, "clip_grad", file);
+  }
+  if (j.contains("lr_scheduler") && !j["lr_scheduler"].is_null()) {
+    const json& s = j["lr_scheduler"];
+    optim::LrSchedule lr;
+    lr.lr = field<double>(s, "lr", file);
+    lr.min_lr = field<double>(s, "min_lr", file);
+    lr.warmup_init = field<double>(s, "warmup_init", file);
+    lr.warmup_samples = field<int64_t>(s, "warmup_samples", file);
+    lr.decay_samples = field<int64_t>(s, "decay_samples", file);
+    lr.style = lr_style_from(field<std::string>(s, "decay_style", file), file);
+    m.lr_schedule = lr;
+  }
+  if (j.contains("rng") && !j["rng"].is_null()) {
+    const json& r = j["rng"];
+    MT_CHECK(r.is_object() && r.contains("seed") && r["seed"].is_number_unsigned(), file,
+             ": rng.seed is not a non-negative integer");
+    m.seed = r["seed"].get<uint64_t>();
+  }
+  if (j.contains("tokenizer") && j["tokenizer"].is_object()) {
+    const json& t = j["tokenizer"];
+    m.tokenizer.type = field_or<std::string>(t, "type", "", file);
+    m.tokenizer.vocab_file = field_or<std::string>(t, "vocab_file", "", file);
+    m.tokenizer.merge_file = field_or<std::string>(t, "merge_file", "", file);
+    m.tokenizer.model = field_or<std::string>(t, "tokenizer_model", "", file);
+  }
+  MT_CHECK(j.contains("files") && j["files"].is_array(), file, ": missing 'files' list");
+  for (const json& f : j["files"]) {
+    MT_CHECK(f.is_object(), file, ": 'files' entry is not an object");
+    FileRecord r;
+    r.name = field<std::string>(f, "name", file);
+    // Files live inside the checkpoint directory: no absolute paths, no "..", no subfolders.
+    MT_CHECK(
+        !r.name.empty() && r.name.find('/') == std::string::npos && r.name != "." && r.name != "..",
+        file, ": invalid file name '", r.name, "'");
+    MT_CHECK(f.contains("bytes") && f["bytes"].is_number_unsigned(), file, ": ", r.name,
+             ": 'bytes' is not a non-negative integer");
+    r.bytes = f["bytes"].get<uint64_t>();
+    MT_CHECK(f.contains("header_crc32c") && f["header_crc32c"].is_number_unsigned() &&
+                 f["header_crc32c"].get<uint64_t>() <= 0xFFFFFFFFu,
+             file, ": ", r.name, ": invalid header_crc32c");
+    r.header_crc32c = uint32_t(f["header_crc32c"].get<uint64_t>());
+    r.tensors = field_or<int64_t>(f, "tensors", 0, file);
+    m.files.push_back(std::move(r));
+  }
+  m.saved_at = field_or<std::string>(j, "saved_at", "", file);
+  return m;
+}
+
+}  // namespace mtron::checkpoint
