@@ -48,8 +48,8 @@ Region random_region(std::mt19937& rng, const Shape& global) {
 
 TEST(Region, RunsMatchBruteForce) {
   std::mt19937 rng(1234);
-  const std::vector<Shape> shapes = {{1}, {31}, {33}, {1, 1}, {32, 3}, {5, 33}, {2, 7, 31},
-                                     {3, 1, 32}, {4, 5, 6, 7}};
+  const std::vector<Shape> shapes = {{1},     {31},       {33},       {1, 1},      {32, 3},
+                                     {5, 33}, {2, 7, 31}, {3, 1, 32}, {4, 5, 6, 7}};
   int64_t checked = 0;
   for (const Shape& g : shapes) {
     for (int trial = 0; trial < 200; ++trial) {

@@ -77,9 +77,11 @@ TEST(Safetensors, WriteThenReadRoundTrip) {
   std::vector<float> a(31);
   for (size_t i = 0; i < a.size(); ++i) a[i] = 0.5f * float(i) - 3;
   std::vector<uint16_t> b = {0x3f80, 0x4000, 0xbf80};  // bf16 1, 2, -1
-  const auto w = write_safetensors(
-      path, {{"a", "F32", {31}, a.data()}, {"b", "BF16", {1, 3}, b.data()}, {"e", "F32", {0, 4}, nullptr}},
-      {{"format", "pt"}}, true);
+  const auto w = write_safetensors(path,
+                                   {{"a", "F32", {31}, a.data()},
+                                    {"b", "BF16", {1, 3}, b.data()},
+                                    {"e", "F32", {0, 4}, nullptr}},
+                                   {{"format", "pt"}}, true);
   EXPECT_EQ(w.header.size() % 8, 0u);
   EXPECT_EQ(w.bytes, std::filesystem::file_size(path));
   SafetensorsFile f(path);
@@ -125,17 +127,17 @@ TEST(Safetensors, RejectsEveryMalformation) {
   // Offsets reversed, gap, overlap.
   EXPECT_TRUE(has(parse_error(t(R"("w":{"dtype":"F32","shape":[0],"data_offsets":[8,0]})"), 8),
                   "outside the data buffer"));
-  EXPECT_TRUE(has(parse_error(t(R"("a":{"dtype":"F32","shape":[1],"data_offsets":[4,8]})"), 8),
-                  "gap"));
+  EXPECT_TRUE(
+      has(parse_error(t(R"("a":{"dtype":"F32","shape":[1],"data_offsets":[4,8]})"), 8), "gap"));
   EXPECT_TRUE(has(parse_error(t(R"("a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
                                 R"("b":{"dtype":"F32","shape":[1],"data_offsets":[4,8]})"),
                               8),
                   "overlapping"));
   // Missing or extra fields, wrong types, bad metadata, not JSON, not an object, too deep.
   EXPECT_TRUE(has(parse_error(t(R"("w":{"dtype":"F32","shape":[2]})"), 8), "tensor 'w'"));
-  EXPECT_TRUE(has(parse_error(t(R"("w":{"dtype":"F32","shape":[2],"data_offsets":[0,8],"x":1})"),
-                              8),
-                  "tensor 'w'"));
+  EXPECT_TRUE(
+      has(parse_error(t(R"("w":{"dtype":"F32","shape":[2],"data_offsets":[0,8],"x":1})"), 8),
+          "tensor 'w'"));
   EXPECT_TRUE(has(parse_error(t(R"("w":{"dtype":7,"shape":[2],"data_offsets":[0,8]})"), 8),
                   "dtype is not a string"));
   EXPECT_TRUE(has(parse_error(t(R"("__metadata__":{"a":1},)" + ok), 8), "__metadata__"));

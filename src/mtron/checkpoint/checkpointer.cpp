@@ -203,7 +203,7 @@ bool Checkpointer::after_iteration(const TrainView& v) {
   if (!a_.save.empty() && it % a_.save_interval == 0) save(v);
   if (a_.exit_duration_in_mins > 0) {
     const double minutes = (now_seconds() - start_time_) / 60.0;
-    const double done = world.all_reduce_max(minutes > double(a_.exit_duration_in_mins) ? 1 : 0);
+    const double done = world.all_reduce_max(minutes > a_.exit_duration_in_mins ? 1 : 0);
     if (done > 0) {
       save(v);
       if (root) log_info("exiting program after {:.2f} minutes", minutes);

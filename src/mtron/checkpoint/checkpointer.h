@@ -10,7 +10,8 @@
 //   --finetune                       load the weights only and start at iteration 0
 //   --exit-signal-handler            on SIGTERM/SIGINT (any rank): all ranks save and exit 0
 //   --exit-interval N                save and exit when the iteration is a multiple of N
-//   --exit-duration-in-mins N        save and exit once any rank has run N minutes
+//   --exit-duration-in-mins N        save and exit once any rank has run N minutes (from the
+//                                    start of training; fractions accepted)
 //   --keep-last-n-checkpoints N      (mtron) delete older checkpoints, keeping the newest N
 //   --override-opt_param-scheduler   use the flags' learning-rate schedule even if it differs
 //                                    from the checkpoint's (Megatron's flag)
@@ -40,7 +41,7 @@ struct CheckpointArgs {
   bool no_load_optim = false, no_load_rng = false, finetune = false;
   bool exit_signal_handler = false;
   int64_t exit_interval = 0;
-  int64_t exit_duration_in_mins = 0;
+  double exit_duration_in_mins = 0;     // Megatron takes an int; fractions are accepted too
   int64_t keep_last_n_checkpoints = 0;  // 0: keep all
   bool override_opt_param_scheduler = false;
 };

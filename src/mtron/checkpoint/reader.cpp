@@ -52,9 +52,12 @@ CheckpointReader::CheckpointReader(std::string dir) : dir_(std::move(dir)) {
   for (const FileRecord& rec : manifest_.files) {
     const std::string path = (fs::path(dir_) / rec.name).string();
     MT_CHECK(fs::exists(path), path, " is listed in ", mpath, " but missing");
+    std::error_code ec;
+    const uint64_t size = fs::file_size(path, ec);
+    MT_CHECK(!ec && size == rec.bytes, path, " has ", size, " bytes; the manifest says ", rec.bytes,
+             " (truncated or replaced)");
     auto f = std::make_unique<SafetensorsFile>(path);
-    MT_CHECK(f->size() == rec.bytes, path, " has ", f->size(), " bytes; the manifest says ",
-             rec.bytes, " (truncated or replaced)");
+    MT_CHECK(f->size() == rec.bytes, path, " changed while it was opened");
     MT_CHECK(crc32c(f->header_json().data(), f->header_json().size()) == rec.header_crc32c, path,
              ": header checksum does not match the manifest (corrupt file)");
     const auto it = f->header().metadata.find(kPiecesMetadataKey);

@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# corrupt_cli_test.sh MTRON WORKDIR: `mtron train --load` of a damaged checkpoint exits 2 with
+# one clear error line naming the file and the tensor (no stack trace), for a flipped data byte,
+# a truncated shard and a mismatched model.
+set -u
+mtron=$1 work=$2
+rm -rf "$work" && mkdir -p "$work"
+flags=(--num-layers 2 --hidden-size 32 --num-attention-heads 4 --seq-length 8 --micro-batch-size 1
+       --train-iters 2 --lr 1e-3 --mock-data --vocab-size 100 --metrics-file /dev/null)
+"$mtron" train "${flags[@]}" --save "$work/ck" --save-interval 2 >/dev/null 2>&1 || { echo "setup failed"; exit 1; }
+shard=$work/ck/iter_0000002/rank_00000.safetensors
+cp "$shard" "$work/pristine"
+fail=0
+expect() {  # expect REGEX [extra flags...]
+  local regex=$1; shift
+  out=$(OMP_NUM_THREADS=1 "$mtron" train "${flags[@]}" --load "$work/ck" "$@" 2>&1)
+  rc=$?
+  err=$(printf '%s\n' "$out" | grep 'error:')
+  if [ $rc -ne 2 ] || [ "$(printf '%s\n' "$err" | grep -c .)" -ne 1 ] ||
+     ! printf '%s' "$err" | grep -Eq -- "$regex" || printf '%s' "$out" | grep -q 'terminate called'; then
+    echo "FAIL (exit $rc, want 2 and /$regex/):"; echo "$out"; fail=1
+  else
+    echo "ok: $err"
+  fi
+}
+size=$(stat -c %s "$shard")
+printf '\x55' | dd of="$shard" bs=1 seek=$((size - 5)) conv=notrunc status=none
+expect "rank_00000\.safetensors: tensor '[^']+': checksum mismatch"
+cp "$work/pristine" "$shard"
+truncate -s $((size - 1000)) "$shard"
+expect "rank_00000\.safetensors has [0-9]+ bytes; the manifest says [0-9]+ \(truncated"
+cp "$work/pristine" "$shard"
+expect "trained with --hidden-size 32 but this run has 64" --hidden-size 64
+expect "trained with --seed 1234; pass --seed 1234" --seed 99
+expect "--lr 0.001 but this run has 0.002" --lr 2e-3
+exit $fail
