@@ -187,7 +187,7 @@ std::string save_checkpoint(const std::string& save_dir,
     rec[2] = int64_t(crc32c(w.header.data(), w.header.size()));
     rec[3] = int64_t(tensors.size());
   }
-  std::vector<int64_t> all(size_t(4 * world.size()));
+  std::vector<int64_t> all(static_cast<size_t>(4 * world.size()));
   world.all_gather(rec, all.data(), 4, DType::kI64);
 
   if (world.rank() == 0) {

@@ -1,0 +1,31 @@
+#include "mtron/checkpoint/whole_model.h"
+
+#include <filesystem>
+
+#include "mtron/checkpoint/checkpoint.h"
+#include "mtron/checkpoint/file_io.h"
+#include "mtron/comm/single.h"
+
+namespace mtron::checkpoint {
+
+std::unique_ptr<WholeModel> load_whole_model(const std::string& load_dir) {
+  const std::optional<std::string> dir = find_checkpoint(load_dir);
+  MT_CHECK(dir, "no checkpoint in --load ", load_dir,
+           " (neither manifest.json nor latest_checkpointed_iteration.txt)");
+  auto m = std::make_unique<WholeModel>();
+  m->dir = *dir;
+  const std::string mpath = (std::filesystem::path(*dir) / "manifest.json").string();
+  m->manifest = manifest_from_json(read_small_file(mpath, 64 << 20), mpath);
+  m->cfg = m->manifest.model;
+  m->chunk = std::make_unique<model::GPTChunk>(
+      m->cfg, model::ChunkPlacement{0, m->cfg.num_layers, true, true}, parallel::TensorParallel{},
+      model::Recompute{});
+  model::ParamBuffer& p = m->chunk->params();
+  p.allocate(model::Precision::kFP32, 1);
+  auto world = make_single_comm();
+  load_checkpoint(*dir, {ChunkState{&p, nullptr, nullptr, 0, p.size()}},
+                  RankGroups{world.get(), world.get(), 0}, /*load_optimizer=*/false);
+  return m;
+}
+
+}  // namespace mtron::checkpoint
