@@ -2,14 +2,19 @@
 //   ckpt_tool compare A B [--model-only]   every tensor of A and B bit-identical (same keys);
 //                                          vocabulary tensors compared over the real rows
 //   ckpt_tool dump DIR KEY OUT.bin          one global tensor as raw little-endian fp32
+//   ckpt_tool logits DIR OUT.bin ID...      the model's logits [n, vocab] for the ids (one
+//                                           prefill through the KV-cache inference forward)
 // Exit 0 when equal, 1 when not, 2 on a (reported) error.
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "mtron/checkpoint/checkpoint.h"
 #include "mtron/checkpoint/reader.h"
+#include "mtron/checkpoint/whole_model.h"
+#include "mtron/model/inference.h"
 
 using namespace mtron;
 using namespace mtron::checkpoint;
@@ -81,7 +86,23 @@ int main(int argc, char** argv) {
       std::fclose(f);
       return 0;
     }
-    std::fprintf(stderr, "usage: ckpt_tool compare A B [--model-only] | dump DIR KEY OUT\n");
+    if (cmd == "logits" && argc >= 5) {
+      auto m = load_whole_model(argv[2]);
+      std::vector<int32_t> ids;
+      for (int i = 4; i < argc; ++i) ids.push_back(int32_t(std::stoi(argv[i])));
+      const int64_t n = int64_t(ids.size()), V = m->cfg.vocab_size;
+      model::InferenceModel im(m->cfg, m->params(), n);
+      std::vector<float> lg(static_cast<size_t>(n * im.padded_vocab()));
+      im.forward(ids.data(), n, lg.data(), true);
+      FILE* f = std::fopen(argv[3], "wb");
+      for (int64_t r = 0; f && r < n; ++r)
+        std::fwrite(lg.data() + r * im.padded_vocab(), 4, size_t(V), f);
+      if (!f || std::fclose(f) != 0) return 2;
+      return 0;
+    }
+    std::fprintf(
+        stderr,
+        "usage: ckpt_tool compare A B [--model-only] | dump DIR KEY OUT | logits DIR OUT ID...\n");
     return 2;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "ckpt_tool: %s\n", e.what());

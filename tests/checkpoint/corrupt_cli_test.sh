@@ -11,9 +11,13 @@ flags=(--num-layers 2 --hidden-size 32 --num-attention-heads 4 --seq-length 8 --
 shard=$work/ck/iter_0000002/rank_00000.safetensors
 cp "$shard" "$work/pristine"
 fail=0
-expect() {  # expect REGEX [extra flags...]
+expect() {  # expect REGEX [extra train flags...]
   local regex=$1; shift
-  out=$(OMP_NUM_THREADS=1 "$mtron" train "${flags[@]}" --load "$work/ck" "$@" 2>&1)
+  expect_cmd "$regex" train "${flags[@]}" --load "$work/ck" "$@"
+}
+expect_cmd() {  # expect_cmd REGEX MTRON-ARGS...
+  local regex=$1; shift
+  out=$(OMP_NUM_THREADS=1 "$mtron" "$@" 2>&1)
   rc=$?
   err=$(printf '%s\n' "$out" | grep 'error:')
   if [ $rc -ne 2 ] || [ "$(printf '%s\n' "$err" | grep -c .)" -ne 1 ] ||
@@ -33,4 +37,16 @@ cp "$work/pristine" "$shard"
 expect "trained with --hidden-size 32 but this run has 64" --hidden-size 64
 expect "trained with --seed 1234; pass --seed 1234" --seed 99
 expect "--lr 0.001 but this run has 0.002" --lr 2e-3
+
+# Hugging Face folders are input too: a hostile index, a truncated weight file, an unknown model.
+"$mtron" export --load "$work/ck" --output "$work/hf" >/dev/null 2>&1 || { echo "export failed"; exit 1; }
+cp -r "$work/hf" "$work/hf_bad"
+echo '{"weight_map": {"transformer.wte.weight": "../../etc/passwd"}}' > "$work/hf_bad/model.safetensors.index.json"
+expect_cmd "invalid file name '\.\./\.\./etc/passwd'" import --input "$work/hf_bad" --output "$work/imp1"
+rm "$work/hf_bad/model.safetensors.index.json"
+truncate -s 5000 "$work/hf_bad/model.safetensors"
+expect_cmd "model\.safetensors: (file is truncated|tensor '[^']+')" import --input "$work/hf_bad" --output "$work/imp2"
+sed -i 's/"gpt2"/"bert"/' "$work/hf_bad/config.json"
+expect_cmd "model_type 'bert' is not supported" import --input "$work/hf_bad" --output "$work/imp3"
+expect_cmd "--output .* exists and is not an empty directory" export --load "$work/ck" --output "$work/hf"
 exit $fail

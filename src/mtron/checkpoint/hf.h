@@ -1,0 +1,53 @@
+// defines: HfArch, HfExportOptions, export_hf, HfImportOptions, import_hf, parse_byte_size
+//
+// Hugging Face interchange (reference/ecosystem.md section 4):
+//   mtron export --load DIR --output OUT   checkpoint -> GPT2LMHeadModel or LlamaForCausalLM
+//   mtron import --input HF --output DIR   the reverse: a checkpoint `mtron train --load` continues
+//
+// OUT holds model.safetensors (or model-0000i-of-0000N.safetensors and
+// model.safetensors.index.json above --max-shard-size), config.json, and the tokenizer files the
+// checkpoint's run named (vocab.json + merges.txt, tokenizer.json, tokenizer.model). The weight
+// conversions, all exact:
+// - GPT-2's Conv1D layers store [in, out]: Megatron's [out, in] weights are transposed.
+// - Megatron's fused QKV is interleaved per query group ([q heads of g | k_g | v_g] rows); GPT-2's
+//   c_attn wants [Q | K | V] columns and Llama separate q/k/v_proj: the rows are regrouped.
+// - SwiGLU's fc1 is [gate; up]: split into gate_proj and up_proj.
+// - The vocabulary padding (Megatron pads to a multiple of 128 x TP) is sliced off; import pads
+//   with zero rows (padding never affects the loss).
+// Both RoPEs rotate halves (Megatron-Core's default, HF Llama's rotate_half), so q and k need no
+// permutation. Import reads F32, BF16 and F16 weights through the bounds-checked safetensors
+// reader; nothing from the folder is ever executed.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace mtron::checkpoint {
+
+enum class HfArch { kGPT2, kLlama };
+
+struct HfExportOptions {
+  std::string dtype = "float32";             // or "bfloat16"
+  uint64_t max_shard_bytes = 5'000'000'000;  // Hugging Face's default "5GB"
+};
+
+// Writes the folder `out` (which must not exist or be empty). Returns the architecture.
+HfArch export_hf(const std::string& load_dir, const std::string& out, const HfExportOptions& o);
+
+struct HfImportOptions {
+  int64_t make_vocab_size_divisible_by = 128;
+  int64_t seq_length = 0;  // 0: the model's max_position_embeddings
+};
+
+// Writes an mtron checkpoint (iteration 0, no optimizer state) into the --save style directory
+// `out`. Returns the architecture.
+HfArch import_hf(const std::string& hf_dir, const std::string& out, const HfImportOptions& o);
+
+// "5GB", "500MB", "10KiB", "123" -> bytes.
+uint64_t parse_byte_size(const std::string& s);
+
+// `mtron export` / `mtron import` entry points (hf_cli.cpp): return the exit code.
+int export_main(int argc, char** argv);
+int import_main(int argc, char** argv);
+
+}  // namespace mtron::checkpoint
