@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -78,7 +79,15 @@ class GPTChunk {
       const RunCtx& rc, const MicroBatch& mb, Stash& st, const float* input, bool train);
   // dout: d(loss)/d(output) [Nl, h] (ignored on the head chunk). Returns d(loss)/d(input)
   // [Nl, h] in the stash (null on the first chunk). Parameter gradients accumulate.
-  const float* backward(const RunCtx& rc, const MicroBatch& mb, Stash& st, const float* dout);
+  // grads_ready, when given, is called as backward proceeds with an offset in the parameter
+  // buffer: this micro-batch's contributions to every parameter at or above it are complete
+  // (after the head, after each layer, after the embeddings), for overlapping the reduction.
+  using GradsReady = std::function<void(int64_t offset)>;
+  const float* backward(const RunCtx& rc,
+                        const MicroBatch& mb,
+                        Stash& st,
+                        const float* dout,
+                        const GradsReady& grads_ready = nullptr);
 
  private:
   bool recomputed(int64_t i) const;  // is local layer i in a recompute group?
@@ -91,6 +100,8 @@ class GPTChunk {
   std::vector<TransformerLayer> layers_;
   Norm lnf_;
   int wte_ = -1, wpe_ = -1, out_w_ = -1;
+  std::vector<int> layer_first_;  // first parameter handle of each layer
+  int head_first_ = -1;           // first parameter handle of the head (final norm)
   int64_t vocab_start_ = 0, vocab_local_ = 0;
   Arena scratch_, recompute_arena_;
 };

@@ -66,7 +66,13 @@ class Trainer::Stages : public parallel::StageModel {
   const float* backward(int chunk, int64_t m, const float* dout) override {
     release_pending();
     model::GPTChunk::Stash& st = *in_use_.at({chunk, m});
-    const float* d = t_.chunks_[size_t(chunk)]->backward(t_.rc_, mb(m), st, dout);
+    // The last micro-batch's backward completes each gradient: start reducing buckets then.
+    model::GPTChunk::GradsReady ready;
+    if (t_.a_.parallel.overlap_grad_reduce && m == t_.a_.parallel.num_microbatches() - 1) {
+      GradSync* sync = t_.grad_syncs_[size_t(chunk)].get();
+      ready = [sync](int64_t offset) { sync->ready(offset); };
+    }
+    const float* d = t_.chunks_[size_t(chunk)]->backward(t_.rc_, mb(m), st, dout, ready);
     pending_ = {chunk, m};  // the schedule copies d before the next call
     return d;
   }
@@ -141,25 +147,30 @@ void Trainer::build_model() {
   const auto& par = a_.parallel;
   const int64_t P = par.pp(), v = par.vpp();
   const int64_t per_chunk = m.num_layers / (P * v);
-  const int64_t dpcp = ps_->dp_cp().size();
+  Comm& dp = ps_->dp_cp();
+  // Megatron's DDP buckets: one per chunk, or max(40M, 1M x DP) elements when overlapping.
+  const int64_t bucket = a_.ddp_bucket_size > 0 ? a_.ddp_bucket_size
+                         : par.overlap_grad_reduce
+                             ? std::max<int64_t>(40000000, 1000000 * dp.size())
+                             : 0;
   std::vector<optim::OptimBuffer> bufs;
   for (int64_t c = 0; c < v; ++c) {
     const int64_t vs = c * P + ps_->pp_rank();  // virtual stage
     model::ChunkPlacement place{vs * per_chunk, per_chunk, vs == 0, vs == P * v - 1};
     chunks_.push_back(std::make_unique<model::GPTChunk>(m, place, rc_.tp, a_.recompute));
     model::ParamBuffer& p = chunks_.back()->params();
-    p.allocate(rc_.precision, par.use_distributed_optimizer ? dpcp : 1);
+    p.allocate(rc_.precision, par.use_distributed_optimizer ? dp.size() : 1, bucket);
     p.init(a_.seed);
-    const int64_t shard = par.use_distributed_optimizer ? p.size() / dpcp : p.size();
-    const int64_t begin = par.use_distributed_optimizer ? ps_->dp_cp().rank() * shard : 0;
-    bufs.push_back(optim::OptimBuffer{
+    grad_syncs_.push_back(std::make_unique<GradSync>(p, dp, par.use_distributed_optimizer));
+    optim::OptimBuffer b{
         .master = p.master_flat().f32(),
         .grad = p.grad_flat().f32(),
         .compute = rc_.precision == model::Precision::kBF16 ? p.bf16_flat().bf() : nullptr,
         .size = p.size(),
         .ranges = optim_ranges(p, rc_.tp.rank),
-        .shard_begin = begin,
-        .shard_end = begin + shard});
+        .shards = {}};
+    for (const auto& [lo, hi] : grad_syncs_.back()->shards()) b.shards.push_back({lo, hi});
+    bufs.push_back(std::move(b));
   }
   optimizer_ = std::make_unique<optim::AdamW>(std::move(bufs), a_.adam);
 }
@@ -200,8 +211,20 @@ model::MicroBatch Trainer::microbatch(int64_t j) const {
 }
 
 void Trainer::finalize_grads() {
-  const auto& par = a_.parallel;
-  // Sequence-parallel parameters (norms, row-parallel biases) saw only this rank's rows.
+  // Tied embeddings on different stages: both copies get the summed gradient, before the
+  // data-parallel reduction (the two stages' buffers are laid out differently).
+  if (ps_->in_embedding_group()) {
+    for (auto& c : chunks_) {
+      model::ParamBuffer& p = c->params();
+      for (size_t i = 0; i < p.specs().size(); ++i) {
+        if (p.spec(int(i)).cross_stage)
+          ps_->embedding().all_reduce(p.grad(int(i)), p.spec(int(i)).numel());
+      }
+    }
+  }
+  for (auto& g : grad_syncs_) g->finish();
+  // Sequence-parallel parameters (norms, row-parallel biases) saw only this rank's rows. With
+  // the distributed optimizer only the shard part of the sum is used; TP ranks share the layout.
   if (rc_.tp.sequence_parallel) {
     for (auto& c : chunks_) {
       model::ParamBuffer& p = c->params();
@@ -220,27 +243,6 @@ void Trainer::finalize_grads() {
       }
     }
   }
-  // Tied embeddings on different stages: both copies get the summed gradient.
-  if (par.pp() > 1 && !a_.model.untie_embeddings_and_output_weights && ps_->in_embedding_group()) {
-    for (auto& c : chunks_) {
-      const int w = c->word_embedding();
-      if (w >= 0) ps_->embedding().all_reduce(c->params().grad(w), c->params().spec(w).numel());
-    }
-  }
-  // Data parallel (x context parallel): sum, or reduce-scatter into this rank's shard.
-  Comm& dp = ps_->dp_cp();
-  if (dp.size() == 1) return;
-  for (size_t i = 0; i < chunks_.size(); ++i) {
-    const optim::OptimBuffer& b = optimizer_->buffers()[i];
-    if (par.use_distributed_optimizer) {
-      const int64_t shard = b.shard_end - b.shard_begin;
-      Tensor tmp = Tensor::empty({shard}, DType::kF32);
-      dp.reduce_scatter(b.grad, tmp.f32(), shard, DType::kF32, ReduceOp::kSum);
-      std::memcpy(b.grad + b.shard_begin, tmp.f32(), sizeof(float) * size_t(shard));
-    } else {
-      dp.all_reduce(b.grad, b.size);
-    }
-  }
 }
 
 StepResult Trainer::step() {
@@ -257,11 +259,9 @@ StepResult Trainer::step() {
   r.grad_norm = optimizer_->grad_norm(norm_group);
   r.skipped = !optimizer_->step(r.lr, r.grad_norm);
   if (par.use_distributed_optimizer && ps_->dp_cp().size() > 1) {
-    // Every rank updated its shard of the master weights: gather the whole model back.
+    // Every rank updated its shards of the master weights: gather the whole model back.
     for (size_t i = 0; i < chunks_.size(); ++i) {
-      const optim::OptimBuffer& b = optimizer_->buffers()[i];
-      const int64_t shard = b.shard_end - b.shard_begin;
-      ps_->dp_cp().all_gather(b.master + b.shard_begin, b.master, shard, DType::kF32);
+      grad_syncs_[i]->gather_params();
       chunks_[i]->params().refresh_bf16();
     }
   }

@@ -20,6 +20,7 @@
 #include "mtron/optim/optimizer.h"
 #include "mtron/parallel/parallel_state.h"
 #include "mtron/train/args.h"
+#include "mtron/train/grad_sync.h"
 #include "mtron/train/metrics.h"
 #include "mtron/train/mock_data.h"
 
@@ -63,6 +64,7 @@ class Trainer {
   std::unique_ptr<ParallelState> ps_;
   model::RunCtx rc_;
   std::vector<std::unique_ptr<model::GPTChunk>> chunks_;
+  std::vector<std::unique_ptr<GradSync>> grad_syncs_;  // one per chunk
   std::unique_ptr<optim::AdamW> optimizer_;
   std::unique_ptr<MockData> mock_;
   std::unique_ptr<Stages> stages_;
