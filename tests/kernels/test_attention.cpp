@@ -1,6 +1,8 @@
 // Flash attention on the CPU against the naive reference (forward out/lse, backward with +=),
 // over awkward sequence lengths, GQA ratios, head dims, causal/non-causal and offsets; fully
 // masked rows; and the reference backward against float64 finite differences.
+#include <omp.h>
+
 #include <cmath>
 #include <limits>
 
@@ -75,6 +77,15 @@ TEST(Attention, OffsetsAndFullyMaskedRows) {
                      v.data(), out.data(), lse.data(), s, {true, -5});
   for (int i = 0; i < 5 * 16; ++i) EXPECT_EQ(dq[size_t(i)], 0.0f);
   for (float x : dq) EXPECT_TRUE(std::isfinite(x));
+}
+
+TEST(Attention, FewGroupsSplitTheBackwardOverHeads) {
+  // B * G = 1 < threads: the backward runs one task per head with per-thread dK/dV copies.
+  const int saved = omp_get_max_threads();
+  omp_set_num_threads(std::max(2, saved));
+  run_case({1, 200, 200, 4, 1, 64, 0.125f}, {true, 0}, 7);
+  run_case({1, 150, 180, 6, 2, 32, 0.2f}, {true, 30}, 8);
+  omp_set_num_threads(saved);
 }
 
 TEST(Attention, ReferenceBackwardMatchesFiniteDifferences) {

@@ -334,6 +334,120 @@ void attention_forward(float* out,
   }
 }
 
+namespace {
+
+// Per-thread working memory of the backward: the packed K of one (b, g) and the packed Q, dO of
+// one head, the dQ^T accumulator, Delta, lse and two score tiles.
+struct BwdWork {
+  float *ktp, *kc, *vc, *qtp, *dotp, *dqtp, *qc, *doc, *delta, *lsev, *PT, *dST;
+};
+
+BwdWork bwd_work(std::vector<float>& buf, int64_t Sq, int64_t Sk, int64_t D) {
+  const int64_t nkt = (Sk + kBk - 1) / kBk * D * kBk, nqt = (Sq + kBq - 1) / kBq * D * kBq;
+  BwdWork w;
+  w.ktp = scratch(buf, nkt + 2 * Sk * D + 3 * nqt + 2 * Sq * D + 2 * Sq + 2 * kBk * kBq);
+  w.kc = w.ktp + nkt;
+  w.vc = w.kc + Sk * D;
+  w.qtp = w.vc + Sk * D;
+  w.dotp = w.qtp + nqt;
+  w.dqtp = w.dotp + nqt;
+  w.qc = w.dqtp + nqt;
+  w.doc = w.qc + Sq * D;
+  w.delta = w.doc + Sq * D;
+  w.lsev = w.delta + Sq;
+  w.PT = w.lsev + Sq;
+  w.dST = w.PT + kBk * kBq;
+  return w;
+}
+
+// Packs K and V of (b, g) into w.
+void pack_kv(BwdWork& w, const float* k, const float* v, const AttnShape& s, int64_t b, int64_t g) {
+  const int64_t koff = (b * s.G + g) * s.D, ks = s.B * s.G * s.D;
+  pack_t_blocks(w.ktp, k + koff, ks, s.Sk, s.D);
+  pack_rows(w.kc, k + koff, ks, s.Sk, s.D);
+  pack_rows(w.vc, v + koff, ks, s.Sk, s.D);
+}
+
+// The backward of head h of batch b, whose K and V are packed in w: adds into dq (in place) and
+// into dkc, dvc ([Sk][D], the head's group).
+void backward_head(BwdWork& w,
+                   float* dkc,
+                   float* dvc,
+                   float* dq,
+                   const float* dout,
+                   const float* q,
+                   const float* out,
+                   const float* lse,
+                   const AttnShape& s,
+                   AttnMask mask,
+                   int64_t b,
+                   int64_t h) {
+  const int64_t Sq = s.Sq, Sk = s.Sk, H = s.H, D = s.D, qs = s.B * H * D;
+  const int64_t nkb = (Sk + kBk - 1) / kBk, nqb = (Sq + kBq - 1) / kBq, nqt = nqb * D * kBq;
+  const __m512 vscale = _mm512_set1_ps(s.scale);
+  float *ktp = w.ktp, *kc = w.kc, *vc = w.vc, *qtp = w.qtp, *dotp = w.dotp, *dqtp = w.dqtp;
+  float *qc = w.qc, *doc = w.doc, *delta = w.delta, *lsev = w.lsev, *PT = w.PT, *dST = w.dST;
+  const int64_t qoff = b * H * D + h * D;
+  pack_rows(qc, q + qoff, qs, Sq, D);
+  pack_rows(doc, dout + qoff, qs, Sq, D);
+  pack_t_blocks(qtp, q + qoff, qs, Sq, D);
+  pack_t_blocks(dotp, dout + qoff, qs, Sq, D);
+  std::fill(dqtp, dqtp + nqt, 0.0f);
+  for (int64_t i = 0; i < Sq; ++i) {
+    if (i + kAhead < Sq) prefetch_row(out + qoff + (i + kAhead) * qs, D);
+    const float* o = out + qoff + i * qs;
+    __m512 acc = _mm512_setzero_ps();
+    for (int64_t d = 0; d < D; d += kVec) {
+      const __mmask16 m = tail_mask(D - d);
+      acc = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, doc + i * D + d),
+                            _mm512_maskz_loadu_ps(m, o + d), acc);
+    }
+    delta[i] = hsum(acc);
+    const float l = lse[(b * H + h) * Sq + i];
+    // a fully masked row has lse = -inf; +inf makes exp(s - lse) = 0 there
+    lsev[i] = l == kNegInf ? std::numeric_limits<float>::infinity() : l;
+  }
+  for (int64_t jb = 0; jb < nkb; ++jb) {
+    const int64_t j0 = jb * kBk, nk = std::min(kBk, Sk - j0);
+    // the first query block with a query that sees key j0
+    const int64_t ib0 = mask.causal ? std::max<int64_t>(0, j0 - mask.offset) / kBq : 0;
+    for (int64_t ib = ib0; ib < nqb; ++ib) {
+      const int64_t i0 = ib * kBq, nq = std::min(kBq, Sq - i0);
+      mm(nk, nq, D, kc + j0 * D, D, qtp + ib * D * kBq, kBq, PT, kBq, false);
+      mm(nk, nq, D, vc + j0 * D, D, dotp + ib * D * kBq, kBq, dST, kBq, false);
+      for (int64_t jj = 0; jj < nk; ++jj) {
+        // queries i >= j - offset see key j
+        const int64_t first =
+            mask.causal ? std::clamp<int64_t>(j0 + jj - mask.offset - i0, 0, nq) : 0;
+        float* p = PT + jj * kBq;
+        float* ds = dST + jj * kBq;
+        for (int64_t c = 0; c < nq; c += kVec) {
+          const __mmask16 m = tail_mask(nq - c);
+          const __mmask16 vis = m & ~tail_mask(first - c);
+          const __m512 pv = _mm512_maskz_mov_ps(
+              vis, exp_ps(_mm512_fmsub_ps(_mm512_loadu_ps(p + c), vscale,
+                                          _mm512_maskz_loadu_ps(m, lsev + i0 + c))));
+          const __m512 dsv = _mm512_mul_ps(
+              _mm512_mul_ps(pv, _mm512_sub_ps(_mm512_loadu_ps(ds + c),
+                                              _mm512_maskz_loadu_ps(m, delta + i0 + c))),
+              vscale);
+          _mm512_mask_storeu_ps(p + c, m, pv);
+          _mm512_mask_storeu_ps(ds + c, m, dsv);
+        }
+      }
+      mm(nk, D, nq, PT, kBq, doc + i0 * D, D, dvc + j0 * D, D, true);
+      mm(nk, D, nq, dST, kBq, qc + i0 * D, D, dkc + j0 * D, D, true);
+      mm(D, nq, nk, ktp + jb * D * kBk, kBk, dST, kBq, dqtp + ib * D * kBq, kBq, true);
+    }
+  }
+  // dQ^T blocks back to rows (qc is free again), then into dq
+  for (int64_t ib = 0; ib < nqb; ++ib)
+    transpose(qc + ib * kBq * D, D, dqtp + ib * D * kBq, kBq, D, std::min(kBq, Sq - ib * kBq));
+  add_rows(dq + qoff, qs, qc, Sq, D);
+}
+
+}  // namespace
+
 void attention_backward(float* dq,
                         float* dk,
                         float* dv,
@@ -345,101 +459,59 @@ void attention_backward(float* dq,
                         const float* lse,
                         const AttnShape& s,
                         AttnMask mask) {
-  const int64_t B = s.B, Sq = s.Sq, Sk = s.Sk, H = s.H, G = s.G, D = s.D, hpg = H / G;
-  const int64_t qs = B * H * D, ks = B * G * D;
-  const int64_t nkb = (Sk + kBk - 1) / kBk, nqb = (Sq + kBq - 1) / kBq;
-  const __m512 vscale = _mm512_set1_ps(s.scale);
-#pragma omp parallel num_threads( \
-    attn_threads(B* G, 10.0 * double(B * H * D) * double(Sq) * double(Sk)))
-  {
-    // per (b, g): K^T blocks, K, V, and the dK, dV accumulators; per head: Q^T and dO^T blocks,
-    // Q, dO, dQ^T blocks, Delta and lse
-    thread_local std::vector<float> buf;
-    const int64_t nkt = nkb * D * kBk, nqt = nqb * D * kBq;
-    float* ktp = scratch(buf, nkt + 4 * Sk * D + 3 * nqt + 2 * Sq * D + 2 * Sq + 2 * kBk * kBq);
-    float* kc = ktp + nkt;
-    float* vc = kc + Sk * D;
-    float* dkc = vc + Sk * D;
-    float* dvc = dkc + Sk * D;
-    float* qtp = dvc + Sk * D;
-    float* dotp = qtp + nqt;
-    float* dqtp = dotp + nqt;
-    float* qc = dqtp + nqt;
-    float* doc = qc + Sq * D;
-    float* delta = doc + Sq * D;
-    float* lsev = delta + Sq;
-    float* PT = lsev + Sq;
-    float* dST = PT + kBk * kBq;
+  const int64_t B = s.B, Sk = s.Sk, H = s.H, G = s.G, D = s.D, hpg = H / G;
+  const int64_t ks = B * G * D, kv_size = B * G * Sk * D;
+  const int nt = attn_threads(B * H, 10.0 * double(B * H * D) * double(s.Sq) * double(Sk));
+  if (B * G >= nt) {
+    // One task per (b, g): the task owns dK, dV of its group, so no thread shares a gradient.
+#pragma omp parallel num_threads(nt)
+    {
+      thread_local std::vector<float> buf, acc;
+      BwdWork w = bwd_work(buf, s.Sq, Sk, D);
+      float* dkc = scratch(acc, 2 * Sk * D);
+      float* dvc = dkc + Sk * D;
 #pragma omp for schedule(dynamic)
-    for (int64_t task = 0; task < B * G; ++task) {
-      const int64_t b = task / G, g = task % G, koff = b * G * D + g * D;
-      pack_t_blocks(ktp, k + koff, ks, Sk, D);
-      pack_rows(kc, k + koff, ks, Sk, D);
-      pack_rows(vc, v + koff, ks, Sk, D);
-      std::fill(dkc, dkc + Sk * D, 0.0f);
-      std::fill(dvc, dvc + Sk * D, 0.0f);
-      for (int64_t h = g * hpg; h < (g + 1) * hpg; ++h) {
-        const int64_t qoff = b * H * D + h * D;
-        pack_rows(qc, q + qoff, qs, Sq, D);
-        pack_rows(doc, dout + qoff, qs, Sq, D);
-        pack_t_blocks(qtp, q + qoff, qs, Sq, D);
-        pack_t_blocks(dotp, dout + qoff, qs, Sq, D);
-        std::fill(dqtp, dqtp + nqt, 0.0f);
-        for (int64_t i = 0; i < Sq; ++i) {
-          if (i + kAhead < Sq) prefetch_row(out + qoff + (i + kAhead) * qs, D);
-          const float* o = out + qoff + i * qs;
-          __m512 acc = _mm512_setzero_ps();
-          for (int64_t d = 0; d < D; d += kVec) {
-            const __mmask16 m = tail_mask(D - d);
-            acc = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, doc + i * D + d),
-                                  _mm512_maskz_loadu_ps(m, o + d), acc);
-          }
-          delta[i] = hsum(acc);
-          const float l = lse[(b * H + h) * Sq + i];
-          // a fully masked row has lse = -inf; +inf makes exp(s - lse) = 0 there
-          lsev[i] = l == kNegInf ? std::numeric_limits<float>::infinity() : l;
-        }
-        for (int64_t jb = 0; jb < nkb; ++jb) {
-          const int64_t j0 = jb * kBk, nk = std::min(kBk, Sk - j0);
-          // the first query block with a query that sees key j0
-          const int64_t ib0 = mask.causal ? std::max<int64_t>(0, j0 - mask.offset) / kBq : 0;
-          for (int64_t ib = ib0; ib < nqb; ++ib) {
-            const int64_t i0 = ib * kBq, nq = std::min(kBq, Sq - i0);
-            mm(nk, nq, D, kc + j0 * D, D, qtp + ib * D * kBq, kBq, PT, kBq, false);
-            mm(nk, nq, D, vc + j0 * D, D, dotp + ib * D * kBq, kBq, dST, kBq, false);
-            for (int64_t jj = 0; jj < nk; ++jj) {
-              // queries i >= j - offset see key j
-              const int64_t first =
-                  mask.causal ? std::clamp<int64_t>(j0 + jj - mask.offset - i0, 0, nq) : 0;
-              float* p = PT + jj * kBq;
-              float* ds = dST + jj * kBq;
-              for (int64_t c = 0; c < nq; c += kVec) {
-                const __mmask16 m = tail_mask(nq - c);
-                const __mmask16 vis = m & ~tail_mask(first - c);
-                const __m512 pv = _mm512_maskz_mov_ps(
-                    vis, exp_ps(_mm512_fmsub_ps(_mm512_loadu_ps(p + c), vscale,
-                                                _mm512_maskz_loadu_ps(m, lsev + i0 + c))));
-                const __m512 dsv = _mm512_mul_ps(
-                    _mm512_mul_ps(pv, _mm512_sub_ps(_mm512_loadu_ps(ds + c),
-                                                    _mm512_maskz_loadu_ps(m, delta + i0 + c))),
-                    vscale);
-                _mm512_mask_storeu_ps(p + c, m, pv);
-                _mm512_mask_storeu_ps(ds + c, m, dsv);
-              }
-            }
-            mm(nk, D, nq, PT, kBq, doc + i0 * D, D, dvc + j0 * D, D, true);
-            mm(nk, D, nq, dST, kBq, qc + i0 * D, D, dkc + j0 * D, D, true);
-            mm(D, nq, nk, ktp + jb * D * kBk, kBk, dST, kBq, dqtp + ib * D * kBq, kBq, true);
-          }
-        }
-        // dQ^T blocks back to rows (qc is free again), then into dq
-        for (int64_t ib = 0; ib < nqb; ++ib)
-          transpose(qc + ib * kBq * D, D, dqtp + ib * D * kBq, kBq, D,
-                    std::min(kBq, Sq - ib * kBq));
-        add_rows(dq + qoff, qs, qc, Sq, D);
+      for (int64_t task = 0; task < B * G; ++task) {
+        const int64_t b = task / G, g = task % G, koff = (b * G + g) * D;
+        pack_kv(w, k, v, s, b, g);
+        std::fill(dkc, dkc + 2 * Sk * D, 0.0f);
+        for (int64_t h = g * hpg; h < (g + 1) * hpg; ++h)
+          backward_head(w, dkc, dvc, dq, dout, q, out, lse, s, mask, b, h);
+        add_rows(dk + koff, ks, dkc, Sk, D);
+        add_rows(dv + koff, ks, dvc, Sk, D);
       }
-      add_rows(dk + koff, ks, dkc, Sk, D);
-      add_rows(dv + koff, ks, dvc, Sk, D);
+    }
+    return;
+  }
+  // Fewer (b, g) than threads (GQA/MQA at small batch): one task per (b, h), statically split,
+  // each thread adding dK, dV into its own copy; the copies are summed in thread order, so the
+  // result is deterministic for a given thread count.
+  thread_local std::vector<float> priv_buf;
+  float* priv = scratch(priv_buf, int64_t(nt) * 2 * kv_size);
+#pragma omp parallel num_threads(nt)
+  {
+    thread_local std::vector<float> buf;
+    BwdWork w = bwd_work(buf, s.Sq, Sk, D);
+    float* pdk = priv + int64_t(omp_get_thread_num()) * 2 * kv_size;
+    float* pdv = pdk + kv_size;
+    std::fill(pdk, pdk + 2 * kv_size, 0.0f);
+    int64_t packed = -1;  // the (b, g) whose K, V are in w
+#pragma omp for schedule(static)
+    for (int64_t task = 0; task < B * H; ++task) {
+      const int64_t b = task / H, h = task % H, bg = b * G + h / hpg;
+      if (bg != packed) pack_kv(w, k, v, s, b, h / hpg), packed = bg;
+      backward_head(w, pdk + bg * Sk * D, pdv + bg * Sk * D, dq, dout, q, out, lse, s, mask, b, h);
+    }
+    // implicit barrier: every copy is complete
+#pragma omp for schedule(static)
+    for (int64_t row = 0; row < B * G * Sk; ++row) {
+      const int64_t bg = row / Sk, j = row % Sk;
+      float* dkr = dk + j * ks + bg * D;
+      float* dvr = dv + j * ks + bg * D;
+      for (int t = 0; t < nt; ++t) {
+        const float* pk = priv + int64_t(t) * 2 * kv_size + (bg * Sk + j) * D;
+        for (int64_t d = 0; d < D; ++d) dkr[d] += pk[d], dvr[d] += pk[kv_size + d];
+      }
     }
   }
 }
