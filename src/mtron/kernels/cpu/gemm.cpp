@@ -128,6 +128,7 @@ bool openblas_fit() {
 
 // Runs before main: glibc passes (argc, argv, envp) to ELF constructors.
 __attribute__((constructor)) void openblas_coretype_reexec(int, char** argv, char**) {
+  __builtin_cpu_init();  // __builtin_cpu_supports may not be initialised yet in a constructor
   if (std::getenv("OPENBLAS_CORETYPE") || !__builtin_cpu_supports("avx512f") ||
       avx512_core(openblas_get_corename()))
     return;
