@@ -48,7 +48,8 @@ void xent_stats(float* row_max,
         m1 = _mm512_max_ps(m1, _mm512_loadu_ps(x + c + kVec));
       }
       for (; c < c1; c += kVec)
-        m0 = _mm512_mask_max_ps(m0, tail_mask(c1 - c), m0, _mm512_loadu_ps(x + c));
+        m0 = _mm512_mask_max_ps(m0, tail_mask(c1 - c), m0,
+                                _mm512_maskz_loadu_ps(tail_mask(c1 - c), x + c));
       const float cm = hmax(_mm512_max_ps(m0, m1));
       if (cm == ninf) continue;  // every logit of the chunk is -inf: adds nothing
       if (cm > mx) {
