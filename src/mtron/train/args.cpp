@@ -179,6 +179,9 @@ bool parse_train_args(int argc, char** argv, int64_t world_size, TrainArgs& a) {
   const char* l = "Logging";
   app.add_option("--log-interval", a.log_interval, "Iterations between log lines (default 100)")
       ->group(l);
+  app.add_flag("--profile", a.profile,
+               "Print where the time went (per kernel, after the first iteration) at the end")
+      ->group(l);
   app.add_option("--metrics-file", a.metrics_file, "JSONL metrics (default ./mtron-metrics.jsonl)")
       ->group(l);
 

@@ -45,6 +45,7 @@ struct TrainArgs {
   int64_t log_interval = 100;
   std::string metrics_file;  // JSONL; default: <save>/metrics.jsonl or ./mtron-metrics.jsonl
   bool print_layout = false;
+  bool profile = false;  // per-op time table at the end
 
   std::vector<std::string> notes;  // accepted no-op flags, reported at start
 };

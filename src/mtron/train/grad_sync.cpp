@@ -35,8 +35,8 @@ void GradSync::launch(size_t i) {
   const model::Bucket& b = p_.buckets()[i];
   float* g = p_.grad_flat().f32() + b.begin;
   if (distributed_) {
-    requests_[i] = dp_.ireduce_scatter(g, scattered_[i].f32(), b.shard_len(dp_.size()),
-                                       DType::kF32, ReduceOp::kSum);
+    requests_[i] = dp_.ireduce_scatter(g, scattered_[i].f32(), b.shard_len(dp_.size()), DType::kF32,
+                                       ReduceOp::kSum);
   } else {
     requests_[i] = dp_.iall_reduce(g, b.end - b.begin, DType::kF32, ReduceOp::kSum);
   }
@@ -63,8 +63,8 @@ void GradSync::finish() {
     }
     if (distributed_ && dp_.size() > 1) {
       const int64_t len = buckets[i].shard_len(dp_.size());
-      std::memcpy(p_.grad_flat().f32() + buckets[i].begin + dp_.rank() * len,
-                  scattered_[i].f32(), sizeof(float) * size_t(len));
+      std::memcpy(p_.grad_flat().f32() + buckets[i].begin + dp_.rank() * len, scattered_[i].f32(),
+                  sizeof(float) * size_t(len));
     }
     launched_[i] = false;
   }

@@ -11,6 +11,7 @@
 #include "mtron/core/formulas.h"
 #include "mtron/core/log.h"
 #include "mtron/core/memory.h"
+#include "mtron/core/profile.h"
 #include "mtron/core/timer.h"
 #include "mtron/parallel/launch.h"
 #include "mtron/parallel/rank_map.h"
@@ -298,12 +299,15 @@ void Trainer::run() {
              par.use_distributed_optimizer ? " (distributed optimizer shard)" : "");
   }
 
-  double interval_loss = 0, interval_time = 0;
+  double interval_loss = 0, interval_time = 0, profiled_time = 0;
   int64_t interval_iters = 0, skipped = 0, nans = 0;
   while (iteration_ < a_.train_iters) {
+    // The first iteration warms caches and allocators; profile the rest.
+    profile_enable(a_.profile && iteration_ >= 1);
     const double t0 = now_seconds();
     const StepResult r = step();
     const double dt = now_seconds() - t0;
+    if (profile_enabled()) profiled_time += dt;
     interval_loss += r.lm_loss;
     interval_time += dt;
     ++interval_iters;
@@ -334,6 +338,11 @@ void Trainer::run() {
       interval_loss = interval_time = 0;
       interval_iters = skipped = nans = 0;
     }
+  }
+  profile_enable(false);
+  if (a_.profile && profiled_time > 0 && (world_.rank() == 0 || logger)) {
+    log_info("profile of iterations 2-{} on this rank ({:.3f} s):\n{}", iteration_, profiled_time,
+             format_profile(profile_report(), profiled_time));
   }
 }
 
