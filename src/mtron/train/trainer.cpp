@@ -58,7 +58,12 @@ class Trainer::Stages : public parallel::StageModel {
     release_pending();
     model::GPTChunk::Stash& st = acquire({chunk, m});
     model::GPTChunk& c = *t_.chunks_[size_t(chunk)];
-    const float* out = c.forward(t_.rc_, mb(m), st, input, train_);
+    // --overlap-param-gather: the parameter all-gathers of the last step are still in flight.
+    model::GPTChunk::ParamsNeeded need;
+    GradSync* sync = t_.grad_syncs_[size_t(chunk)].get();
+    if (sync->params_pending())
+      need = [sync](int64_t lo, int64_t hi) { sync->wait_params(lo, hi); };
+    const float* out = c.forward(t_.rc_, mb(m), st, input, train_, need);
     if (c.placement().has_head) loss_sum_ += st.loss_sum;
     if (!train_) pending_ = {chunk, m};
     return out;
@@ -259,13 +264,9 @@ StepResult Trainer::step() {
   Comm& norm_group = par.use_distributed_optimizer ? world_ : ps_->tp_pp();
   r.grad_norm = optimizer_->grad_norm(norm_group);
   r.skipped = !optimizer_->step(r.lr, r.grad_norm);
-  if (par.use_distributed_optimizer && ps_->dp_cp().size() > 1) {
-    // Every rank updated its shards of the master weights: gather the whole model back.
-    for (size_t i = 0; i < chunks_.size(); ++i) {
-      grad_syncs_[i]->gather_params();
-      chunks_[i]->params().refresh_bf16();
-    }
-  }
+  // Every rank updated its shards of the master weights: gather the whole model back (in the
+  // background with --overlap-param-gather: the next forward waits bucket by bucket).
+  for (auto& g : grad_syncs_) g->gather_params(par.overlap_param_gather);
 
   // The loss lives on the last stage; sum it over DP x CP and share it along the pipeline.
   double loss = ps_->is_last_pp_stage() ? stages_->loss_sum() : 0.0;
