@@ -27,6 +27,7 @@ class Gpt2Tokenizer final : public Tokenizer {
                 const std::string& vocab_path,
                 const std::string& merges_path);
 
+  using Tokenizer::encode;
   void encode(std::string_view text, std::vector<int32_t>& out) const override;
   std::string decode(std::span<const int32_t> ids) const override;
   int32_t eod() const override { return eod_; }

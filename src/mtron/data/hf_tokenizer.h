@@ -40,6 +40,7 @@ class HfTokenizer final : public Tokenizer {
   // tokenizer_config.json).
   static std::unique_ptr<HfTokenizer> from_path(const std::string& path);
 
+  using Tokenizer::encode;
   void encode(std::string_view text, std::vector<int32_t>& out) const override;
   std::string decode(std::span<const int32_t> ids) const override;
   int32_t eod() const override;

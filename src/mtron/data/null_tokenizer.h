@@ -18,6 +18,7 @@ class NullTokenizer final : public Tokenizer {
  public:
   NullTokenizer(int64_t vocab_size, std::optional<int64_t> eod_id, std::optional<int64_t> pad_id);
 
+  using Tokenizer::encode;
   void encode(std::string_view text, std::vector<int32_t>& out) const override;
   std::string decode(std::span<const int32_t> ids) const override;
   int32_t eod() const override { return eod_; }

@@ -15,6 +15,7 @@
 #include "mtron/data/indexed_dataset.h"
 #include "mtron/data/line_reader.h"
 #include "mtron/data/progress.h"
+#include "mtron/data/unicode.h"
 
 namespace mtron::data {
 
@@ -106,6 +107,8 @@ class Encoder {
     for (std::size_t k = 0; k < nk; ++k) {
       texts.clear();
       if (text_input_) {
+        const std::size_t bad = utf8_first_invalid(line);
+        if (bad != std::string_view::npos) return fail(str("invalid UTF-8 at byte ", bad));
         texts.emplace_back(line);
       } else {
         const std::string& key = o_.json_keys[k];

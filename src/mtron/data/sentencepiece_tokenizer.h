@@ -22,6 +22,7 @@ class SentencePieceTokenizer final : public Tokenizer {
   SentencePieceTokenizer(const std::string& model_path, const std::string& type);
   ~SentencePieceTokenizer() override;
 
+  using Tokenizer::encode;
   void encode(std::string_view text, std::vector<int32_t>& out) const override;
   std::string decode(std::span<const int32_t> ids) const override;
   int32_t eod() const override { return eod_; }
