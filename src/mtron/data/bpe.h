@@ -45,7 +45,7 @@ class BpeMerges {
 // thread can serve several tokenizers.
 class BpeWordCache {
  public:
-  static constexpr std::size_t kMaxEntries = 1 << 20;
+  static constexpr std::size_t kMaxEntries = 1 << 18;  // ~25 MB per thread for GPT-2 words
 
   // Returns the cache of the calling thread for the tokenizer `owner`.
   static BpeWordCache& for_thread(uint64_t owner);

@@ -80,25 +80,27 @@ Gpt2Tokenizer::Gpt2Tokenizer(const std::string& vocab_json,
   }
 }
 
-void Gpt2Tokenizer::encode_word(std::string_view word, std::vector<int32_t>& out) const {
-  BpeWordCache& cache = BpeWordCache::for_thread(cache_owner_);
-  if (const auto* hit = cache.find(word)) {
-    out.insert(out.end(), hit->begin(), hit->end());
-    return;
-  }
-  thread_local std::vector<int32_t> syms;
-  syms.clear();
-  for (char c : word) syms.push_back(byte_ids_[static_cast<unsigned char>(c)]);
-  merges_.apply(syms);
-  cache.insert(word, syms);
-  out.insert(out.end(), syms.begin(), syms.end());
-}
-
 void Gpt2Tokenizer::encode(std::string_view text, std::vector<int32_t>& out) const {
   const std::size_t bad = utf8_first_invalid(text);
   MT_CHECK(bad == std::string_view::npos, "invalid UTF-8 at byte ", bad, " of the text");
-  pattern_.for_each_match(
-      text, [&](std::size_t b, std::size_t e) { encode_word(text.substr(b, e - b), out); });
+  BpeWordCache& cache = BpeWordCache::for_thread(cache_owner_);
+  thread_local std::vector<int32_t> syms;
+  pattern_.for_each_match(text, [&](std::size_t b, std::size_t e) {
+    const std::string_view word = text.substr(b, e - b);
+    if (word.size() == 1) {  // one byte: nothing to merge
+      out.push_back(byte_ids_[static_cast<unsigned char>(word[0])]);
+      return;
+    }
+    if (const auto* hit = cache.find(word)) {
+      out.insert(out.end(), hit->begin(), hit->end());
+      return;
+    }
+    syms.clear();
+    for (char c : word) syms.push_back(byte_ids_[static_cast<unsigned char>(c)]);
+    merges_.apply(syms);
+    cache.insert(word, syms);
+    out.insert(out.end(), syms.begin(), syms.end());
+  });
 }
 
 std::string Gpt2Tokenizer::decode(std::span<const int32_t> ids) const {

@@ -35,8 +35,6 @@ class Gpt2Tokenizer final : public Tokenizer {
   std::string type() const override { return "GPT2BPETokenizer"; }
 
  private:
-  void encode_word(std::string_view word, std::vector<int32_t>& out) const;
-
   ByteUnicodeMap bytes_;
   std::vector<std::string> tokens_;  // id -> raw bytes
   int32_t byte_ids_[256];            // byte -> id of its single-byte token

@@ -773,8 +773,8 @@ HfTokenizer::HfTokenizer(const std::string& text,
     for (const auto& a : added) max_id = std::max(max_id, a.at("id").get<int64_t>());
     // Ids are (nearly) dense in real files; a huge id would only make the id table huge.
     const int64_t entries = int64_t(vocab.size() + added.size());
-    MT_CHECK(max_id < 2 * entries + 1024, path, ": token id ", max_id, " is far beyond the ", entries,
-             " tokens of the file");
+    MT_CHECK(max_id < 2 * entries + 1024, path, ": token id ", max_id, " is far beyond the ",
+             entries, " tokens of the file");
     m.id_to_token.assign(std::size_t(max_id + 1), std::string());
     for (const auto& [tok, id] : m.vocab) m.id_to_token[id] = tok;
 
