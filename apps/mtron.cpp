@@ -4,6 +4,7 @@
 #include <string>
 
 #include "mtron/data/preprocess.h"
+#include "mtron/train/trainer.h"
 
 namespace {
 void usage(FILE* f) {
@@ -29,7 +30,9 @@ int main(int argc, char** argv) {
     usage(argc < 2 ? stderr : stdout);
     return argc < 2 ? 2 : 0;
   }
-  if (!std::strcmp(argv[1], "preprocess")) return mtron::data::preprocess_main(argc - 1, argv + 1);
+  const std::string cmd = argv[1];
+  if (cmd == "train") return mtron::train::train_main(argc - 1, argv + 1);
+  if (cmd == "preprocess") return mtron::data::preprocess_main(argc - 1, argv + 1);
   std::fprintf(stderr, "mtron: unknown command '%s'\n", argv[1]);
   usage(stderr);
   return 2;

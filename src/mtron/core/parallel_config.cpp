@@ -96,6 +96,11 @@ void ParallelConfig::finalize(const ModelConfig& m) {
   MT_CHECK(global_batch_size % (micro_batch_size * dp()) == 0, "global batch size (",
            global_batch_size, ") is not divisible by micro batch size (", micro_batch_size,
            ") times data parallel size (", dp(), ")");
+  if (vpp_ > 1) {
+    MT_CHECK(num_microbatches() % pp() == 0, "number of microbatches (", num_microbatches(),
+             ") is not divisible by pipeline-model-parallel-size (", pp(),
+             ") when using interleaved schedule");
+  }
 }
 
 std::string ParallelConfig::summary() const {
