@@ -10,6 +10,8 @@
 //       synthesises GB (default 1) of uint16 tokens in documents of 1..2047 tokens, then times
 //       opening/validating the dataset, building the GPT indices (seq 2048, 1 epoch and 3 epochs),
 //       writing and reloading the index cache, and random sample reads.
+#include <sys/resource.h>
+
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -29,6 +31,20 @@ using namespace mtron;
 using namespace mtron::data;
 
 namespace {
+
+// CPU seconds (user + system) used by the process so far.
+double cpu_seconds() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return double(u.ru_utime.tv_sec + u.ru_stime.tv_sec) +
+         1e-6 * double(u.ru_utime.tv_usec + u.ru_stime.tv_usec);
+}
+
+double peak_rss_mb() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return double(u.ru_maxrss) / 1024.0;
+}
 
 std::string temp_dir() {
   std::string tmpl = (std::filesystem::temp_directory_path() / "mtron-bench-XXXXXX").string();
@@ -81,12 +97,16 @@ int bench_preprocess(const std::string& jsonl,
     o.append_eod = true;
     o.workers = w;
     o.progress = ProgressStyle::kNone;
+    const double cpu0 = cpu_seconds();
     const PreprocessStats st = preprocess(o);
+    const double cpu = cpu_seconds() - cpu0;
     std::printf(
         "preprocess (GPT-2, %d worker%s): %.1f MB, %lld documents in %.2f s: %.2f MB/s, %.2f M "
-        "tokens/s\n",
+        "tokens/s; "
+        "%.2f CPU s: %.2f MB per CPU-second; peak RSS %.0f MB\n",
         w, w > 1 ? "s" : "", st.input_bytes / 1e6, (long long)st.documents, st.seconds,
-        st.input_bytes / 1e6 / st.seconds, st.tokens / 1e6 / st.seconds);
+        st.input_bytes / 1e6 / st.seconds, st.tokens / 1e6 / st.seconds, cpu,
+        st.input_bytes / 1e6 / cpu, peak_rss_mb());
   }
   std::filesystem::remove_all(dir);
   return 0;

