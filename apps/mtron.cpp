@@ -4,6 +4,7 @@
 #include <string>
 
 #include "mtron/checkpoint/hf.h"
+#include "mtron/data/preprocess.h"
 #include "mtron/train/generate.h"
 #include "mtron/train/trainer.h"
 
@@ -33,6 +34,7 @@ int main(int argc, char** argv) {
   }
   const std::string cmd = argv[1];
   if (cmd == "train") return mtron::train::train_main(argc - 1, argv + 1);
+  if (cmd == "preprocess") return mtron::data::preprocess_main(argc - 1, argv + 1);
   if (cmd == "generate") return mtron::train::generate_main(argc - 1, argv + 1);
   if (cmd == "export") return mtron::checkpoint::export_main(argc - 1, argv + 1);
   if (cmd == "import") return mtron::checkpoint::import_main(argc - 1, argv + 1);

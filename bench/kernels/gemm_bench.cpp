@@ -1,7 +1,9 @@
 // GEMM library comparison on the GPT-2 124M training shapes (4096 tokens per micro-batch):
 // oneDNN fp32 and bf16 (through mtron::kernels::gemm, i.e. with the primitive cache) against
 // OpenBLAS fp32 (cblas_sgemm), for the forward (NT), dgrad (NN) and wgrad (TN, beta = 1) forms.
-// Libraries run interleaved, rep by rep, so machine noise hits them alike; medians are printed.
+// Libraries run interleaved, rep by rep, so machine noise hits them alike; medians are printed,
+// from wall time and, after "|", per thread of CPU time (the library's own speed on a shared
+// machine; exact with OMP_NUM_THREADS=1, which is how docs/kernels.md compares them).
 //
 //   build/cpu-release/bench/kernels/gemm_bench [reps]
 // (mtron_kernels makes OpenBLAS run AVX-512 kernels on AVX-512 CPUs; see docs/kernels.md.)
@@ -10,6 +12,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <ctime>
 #include <functional>
 #include <string>
 #include <vector>
@@ -28,6 +31,12 @@ struct Shape {
   Trans ta, tb;
   float beta;
 };
+
+double cpu_seconds() {
+  timespec t;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+  return double(t.tv_sec) + 1e-9 * double(t.tv_nsec);
+}
 
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
@@ -81,17 +90,20 @@ int main(int argc, char** argv) {
           mtron::kernels::gemm(ctx, s.ta, s.tb, s.M, s.N, s.K, 1.0f, Ab.data(), lda, Bb.data(), ldb,
                                s.beta, C.data(), ldc);
         }};
-    std::vector<std::vector<double>> t(libs.size());
+    std::vector<std::vector<double>> t(libs.size()), c(libs.size());
+    const int threads = openblas_get_num_threads();
     for (auto& f : libs) f();  // warm-up (primitive creation, page faults)
     for (int r = 0; r < reps; ++r)
       for (size_t l = 0; l < libs.size(); ++l) {
-        const double t0 = mtron::now_seconds();
+        const double t0 = mtron::now_seconds(), c0 = cpu_seconds();
         for (int i = 0; i < inner; ++i) libs[l]();
         t[l].push_back((mtron::now_seconds() - t0) / inner);
+        c[l].push_back((cpu_seconds() - c0) / inner / threads);
       }
-    std::printf("%-14s %6lld %6lld %6lld  %12.0f %12.0f %12.0f\n", s.name, (long long)s.M,
-                (long long)s.N, (long long)s.K, flop / median(t[0]) * 1e-9,
-                flop / median(t[1]) * 1e-9, flop / median(t[2]) * 1e-9);
+    std::printf("%-14s %6lld %6lld %6lld  %12.0f %12.0f %12.0f  | %6.0f %6.0f %6.0f\n", s.name,
+                (long long)s.M, (long long)s.N, (long long)s.K, flop / median(t[0]) * 1e-9,
+                flop / median(t[1]) * 1e-9, flop / median(t[2]) * 1e-9, flop / median(c[0]) * 1e-9,
+                flop / median(c[1]) * 1e-9, flop / median(c[2]) * 1e-9);
   }
   return 0;
 }

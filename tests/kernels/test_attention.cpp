@@ -1,6 +1,8 @@
 // Flash attention on the CPU against the naive reference (forward out/lse, backward with +=),
 // over awkward sequence lengths, GQA ratios, head dims, causal/non-causal and offsets; fully
 // masked rows; and the reference backward against float64 finite differences.
+#include <omp.h>
+
 #include <cmath>
 #include <limits>
 
@@ -20,11 +22,10 @@ void run_case(const AttnShape& s, AttnMask mask, uint64_t seed) {
   attention_forward(kCpu, out.data(), lse.data(), q.data(), k.data(), v.data(), s, mask);
   ref::attention_forward(outr.data(), lser.data(), q.data(), k.data(), v.data(), s, mask);
   const std::string what =
-      "B" + std::to_string(s.B) + " Sq" + std::to_string(s.Sq) + " Sk" + std::to_string(s.Sk) +
-      " H" + std::to_string(s.H) + " G" + std::to_string(s.G) + " D" + std::to_string(s.D) +
-      (mask.causal ? " causal offset " + std::to_string(mask.offset) : " full");
-  expect_close(out, outr, 2e-5, 1e-4, "attention out " + what);
-  expect_close(lse, lser, 1e-5, 1e-5, "attention lse " + what);
+      str("B", s.B, " Sq", s.Sq, " Sk", s.Sk, " H", s.H, " G", s.G, " D", s.D,
+          mask.causal ? str(" causal offset ", mask.offset) : std::string(" full"));
+  expect_close(out, outr, 2e-5, 1e-4, str("attention out ", what));
+  expect_close(lse, lser, 1e-5, 1e-5, str("attention lse ", what));
   // backward accumulates: start from non-zero gradients
   auto dq = randn(nq, seed + 4), dk = randn(nk, seed + 5), dv = randn(nk, seed + 6);
   auto dqr = dq, dkr = dk, dvr = dv;
@@ -33,9 +34,9 @@ void run_case(const AttnShape& s, AttnMask mask, uint64_t seed) {
   ref::attention_backward(dqr.data(), dkr.data(), dvr.data(), dout.data(), q.data(), k.data(),
                           v.data(), s, mask);
   const double atol = 2e-5 * std::sqrt(double(std::max(s.Sq, s.Sk)));
-  expect_close(dq, dqr, atol, 1e-4, "attention dq " + what);
-  expect_close(dk, dkr, atol, 1e-4, "attention dk " + what);
-  expect_close(dv, dvr, atol, 1e-4, "attention dv " + what);
+  expect_close(dq, dqr, atol, 1e-4, str("attention dq ", what));
+  expect_close(dk, dkr, atol, 1e-4, str("attention dk ", what));
+  expect_close(dv, dvr, atol, 1e-4, str("attention dv ", what));
 }
 
 TEST(Attention, MatchesReferenceOverShapes) {
@@ -43,7 +44,7 @@ TEST(Attention, MatchesReferenceOverShapes) {
   uint64_t seed = 1;
   for (int64_t Sq : lens)
     for (int64_t Sk : lens)
-      for (auto [H, G] : {std::pair<int64_t, int64_t>{1, 1}, {2, 1}, {4, 2}})
+      for (auto [H, G] : {std::pair<int64_t, int64_t>{1, 1}, {2, 1}, {4, 1}, {4, 2}})
         for (int64_t D : {16, 64}) {
           if ((D == 64) != ((Sq + Sk + H) % 2 == 0)) continue;  // half the sweep at each D
           const AttnShape s{1 + int64_t(seed % 2), Sq, Sk, H, G, D, 1.0f / std::sqrt(float(D))};
@@ -76,6 +77,15 @@ TEST(Attention, OffsetsAndFullyMaskedRows) {
                      v.data(), out.data(), lse.data(), s, {true, -5});
   for (int i = 0; i < 5 * 16; ++i) EXPECT_EQ(dq[size_t(i)], 0.0f);
   for (float x : dq) EXPECT_TRUE(std::isfinite(x));
+}
+
+TEST(Attention, FewGroupsSplitTheBackwardOverHeads) {
+  // B * G = 1 < threads: the backward runs one task per head with per-thread dK/dV copies.
+  const int saved = omp_get_max_threads();
+  omp_set_num_threads(std::max(2, saved));
+  run_case({1, 200, 200, 4, 1, 64, 0.125f}, {true, 0}, 7);
+  run_case({1, 150, 180, 6, 2, 32, 0.2f}, {true, 30}, 8);
+  omp_set_num_threads(saved);
 }
 
 TEST(Attention, ReferenceBackwardMatchesFiniteDifferences) {

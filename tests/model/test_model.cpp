@@ -126,9 +126,17 @@ TEST(TensorParallel, Tp4ShardsAreSlicesOfTp1) {
   for (const char* arch : {"gpt", "llama"}) {
     std::vector<std::string> shape = {"--num-attention-heads", "8"};
     if (std::string(arch) == "llama") {
-      shape = {"--num-attention-heads", "8", "--swiglu", "--normalization", "RMSNorm",
-               "--position-embedding-type", "rope", "--group-query-attention",
-               "--num-query-groups", "4", "--disable-bias-linear",
+      shape = {"--num-attention-heads",
+               "8",
+               "--swiglu",
+               "--normalization",
+               "RMSNorm",
+               "--position-embedding-type",
+               "rope",
+               "--group-query-attention",
+               "--num-query-groups",
+               "4",
+               "--disable-bias-linear",
                "--untie-embeddings-and-output-weights"};
     }
     const train::TrainArgs a = make_args(shape);

@@ -42,12 +42,31 @@ std::string utc_now() {
   return buf;
 }
 
-// The element range of a chunk's flat buffer that dp_cp rank r writes: equal ranges, which are
-// the distributed optimizer's shards when it is on.
-std::pair<int64_t, int64_t> write_range(int64_t size, const Comm& dp_cp) {
+int64_t total(const std::vector<FlatRange>& rs) {
+  int64_t n = 0;
+  for (const FlatRange& r : rs) n += r.end - r.begin;
+  return n;
+}
+
+// The ranges of a chunk's flat buffer this rank writes: its distributed-optimizer shards, or
+// (replicated optimizer state) its equal part of the buffer among the dp_cp replicas.
+std::vector<FlatRange> write_ranges(const ChunkState& c, const Comm& dp_cp) {
+  const int64_t size = c.params->size();
+  if (c.exp_avg && total(c.opt_shards) < size) return c.opt_shards;
   const int64_t w = dp_cp.size(), part = (size + w - 1) / w;
   const int64_t b = std::min(size, dp_cp.rank() * part);
-  return {b, std::min(size, b + part)};
+  return {{b, std::min(size, b + part)}};
+}
+
+// Where flat element `i` of the buffer sits in the concatenated moments of `shards`.
+int64_t moment_index(const std::vector<FlatRange>& shards, int64_t i) {
+  int64_t at = 0;
+  for (const FlatRange& r : shards) {
+    if (i >= r.begin && i < r.end) return at + (i - r.begin);
+    at += r.end - r.begin;
+  }
+  MT_ASSERT(false, "element ", i, " outside the optimizer shards");
+  return -1;
 }
 
 // The region of parameter spec `s` that flat elements [lo, hi) of its buffer hold.
@@ -164,18 +183,21 @@ std::string save_checkpoint(const std::string& save_dir,
   };
   for (const ChunkState& c : chunks) {
     const model::ParamBuffer& p = *c.params;
-    const auto [b, e] = write_range(p.size(), *g.dp_cp);
-    MT_ASSERT(!with_optimizer || (c.exp_avg && c.opt_begin <= b && e <= c.opt_end), "write range [",
-              b, ", ", e, ") outside the optimizer shard");
-    for_each_param_in(p, b, e, [&](const model::ParamSpec& s, int64_t lo, int64_t hi) {
-      if (s.tied_copy || (s.tp_replicated() && g.tp_rank != 0)) return;
-      const Region r = param_region(s, lo, hi);
-      add(s.name, r, p.master_flat().f32() + lo);
-      if (with_optimizer) {
-        add(kExpAvg + s.name, r, c.exp_avg + (lo - c.opt_begin));
-        add(kExpAvgSq + s.name, r, c.exp_avg_sq + (lo - c.opt_begin));
-      }
-    });
+    for (const FlatRange& w : write_ranges(c, *g.dp_cp)) {
+      for_each_param_in(p, w.begin, w.end, [&](const model::ParamSpec& s, int64_t lo, int64_t hi) {
+        if (s.tied_copy || (s.tp_replicated() && g.tp_rank != 0)) return;
+        const Region r = param_region(s, lo, hi);
+        add(s.name, r, p.master_flat().f32() + lo);
+        if (with_optimizer) {
+          // A write range lies inside one optimizer shard: its moments are contiguous.
+          const int64_t m = moment_index(c.opt_shards, lo);
+          MT_ASSERT(moment_index(c.opt_shards, hi - 1) == m + (hi - 1 - lo),
+                    "write range crosses optimizer shards");
+          add(kExpAvg + s.name, r, c.exp_avg + m);
+          add(kExpAvgSq + s.name, r, c.exp_avg_sq + m);
+        }
+      });
+    }
   }
   int64_t rec[4] = {0, 0, 0, 0};  // has a file, bytes, header CRC, tensors
   if (!tensors.empty()) {
@@ -234,26 +256,24 @@ Manifest load_checkpoint(const std::string& dir,
   for (const ChunkState& c : chunks) {
     model::ParamBuffer& p = *c.params;
     float* master = p.master_flat().f32();
-    // With the distributed optimizer, read this rank's shard and gather the rest.
-    const bool sharded = c.opt_end - c.opt_begin < p.size() && g.dp_cp->size() > 1;
-    const int64_t b = sharded ? c.opt_begin : 0, e = sharded ? c.opt_end : p.size();
-    MT_ASSERT(!sharded || (e - b) * g.dp_cp->size() == p.size(), "unequal optimizer shards");
-    for_each_param_in(p, b, e, [&](const model::ParamSpec& s, int64_t lo, int64_t hi) {
+    for_each_param_in(p, 0, p.size(), [&](const model::ParamSpec& s, int64_t lo, int64_t hi) {
       reader.read(s.name, param_region(s, lo, hi), master + lo, is_vocab_parameter(s.name));
       bytes += (hi - lo) * 4;
     });
-    if (sharded) g.dp_cp->all_gather(master + b, master, e - b, DType::kF32);
     p.refresh_bf16();
     if (!load_optimizer) continue;
     MT_ASSERT(c.exp_avg && c.exp_avg_sq, "no optimizer state to load into");
-    for_each_param_in(p, c.opt_begin, c.opt_end,
-                      [&](const model::ParamSpec& s, int64_t lo, int64_t hi) {
-                        const Region r = param_region(s, lo, hi);
-                        const bool pad = is_vocab_parameter(s.name);
-                        reader.read(kExpAvg + s.name, r, c.exp_avg + (lo - c.opt_begin), pad);
-                        reader.read(kExpAvgSq + s.name, r, c.exp_avg_sq + (lo - c.opt_begin), pad);
-                        bytes += (hi - lo) * 8;
-                      });
+    for (const FlatRange& sh : c.opt_shards) {
+      for_each_param_in(p, sh.begin, sh.end,
+                        [&](const model::ParamSpec& s, int64_t lo, int64_t hi) {
+                          const Region r = param_region(s, lo, hi);
+                          const bool pad = is_vocab_parameter(s.name);
+                          const int64_t m = moment_index(c.opt_shards, lo);
+                          reader.read(kExpAvg + s.name, r, c.exp_avg + m, pad);
+                          reader.read(kExpAvgSq + s.name, r, c.exp_avg_sq + m, pad);
+                          bytes += (hi - lo) * 8;
+                        });
+    }
   }
   g.world->barrier();
   if (g.world->rank() == 0) {

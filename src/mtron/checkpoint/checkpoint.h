@@ -1,4 +1,4 @@
-// defines: ChunkState, RunInfo, Progress, RankGroups, iteration_dir_name, save_checkpoint,
+// defines: FlatRange, ChunkState, RunInfo, Progress, RankGroups, iteration_dir_name, save_checkpoint,
 //          load_checkpoint, find_checkpoint, is_vocab_parameter
 //
 // Sharded, reshardable checkpoints (design.md, "Formats"; docs/checkpoints.md):
@@ -11,15 +11,15 @@
 // name: the fp32 master weight under the parameter's name, Adam's moments under
 // "optimizer.exp_avg.<name>" and "optimizer.exp_avg_sq.<name>". So the optimizer state reshards
 // exactly like the weights. Who writes what: each rank's model shard (its TP rank, its pipeline
-// stage's chunks) is split over the ranks that hold replicas of it (the DP x CP group) in equal
-// ranges of each chunk's flat buffer; with the distributed optimizer those ranges are exactly the
-// ranks' optimizer shards, and they cut across parameter boundaries, so a piece is a (parameter,
-// element range). TP-replicated parameters are written by TP rank 0, and the last stage's
+// stage's chunks) is split over the ranks that hold replicas of it (the DP x CP group): with the
+// distributed optimizer each rank writes its optimizer shards (an equal part of every gradient
+// bucket), otherwise an equal range of each chunk's flat buffer. The ranges cut across parameter
+// boundaries, so a piece is a (parameter, element range). TP-replicated parameters are written by TP rank 0, and the last stage's
 // replica of tied embeddings is not written at all (it is the same tensor).
 //
-// Loading reads, under any layout, exactly the elements each rank holds: with the distributed
-// optimizer a rank reads its shard of the master weights and moments and the master weights are
-// all-gathered over DP x CP; otherwise every rank reads its whole model shard.
+// Loading reads, under any layout, exactly the elements each rank holds: the master weights of
+// its whole model shard (every data-parallel replica holds them) and the moments of its
+// optimizer shards.
 //
 // Commit protocol (crash safety): ranks write into <save>/.tmp.iter_0000100/ and fsync; rank 0
 // then writes the manifest, fsyncs the directory, renames it to iter_0000100 (moving an older
@@ -39,14 +39,20 @@
 
 namespace mtron::checkpoint {
 
+// A range [begin, end) of a chunk's flat buffer.
+struct FlatRange {
+  int64_t begin = 0, end = 0;
+};
+
 // One model chunk's state on this rank.
 struct ChunkState {
   model::ParamBuffer* params = nullptr;
-  // Adam's moments of flat elements [opt_begin, opt_end) of the chunk's buffer (the distributed
-  // optimizer's shard, or the whole buffer); null when there is no optimizer state.
+  // Adam's moments of the flat ranges `opt_shards` of the chunk's buffer (the distributed
+  // optimizer's shards, one per gradient bucket, or the whole buffer), stored one after another;
+  // null when there is no optimizer state.
   float* exp_avg = nullptr;
   float* exp_avg_sq = nullptr;
-  int64_t opt_begin = 0, opt_end = 0;
+  std::vector<FlatRange> opt_shards;
 };
 
 // What the manifest records about the run.

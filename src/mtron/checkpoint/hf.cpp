@@ -635,8 +635,9 @@ HfArch import_hf(const std::string& hf_dir, const std::string& out, const HfImpo
   info.model = cfg;
   info.tokenizer = import_tokenizer(src, fs::path(out));
   auto world = make_single_comm();
-  const std::string d = save_checkpoint(out, {ChunkState{&p, nullptr, nullptr, 0, p.size()}}, info,
-                                        Progress{}, RankGroups{world.get(), world.get(), 0}, 0);
+  const std::string d =
+      save_checkpoint(out, {ChunkState{&p, nullptr, nullptr, {{0, p.size()}}}}, info, Progress{},
+                      RankGroups{world.get(), world.get(), 0}, 0);
   log_info("imported {} ({}, {}) into {}", hf_dir,
            arch == HfArch::kGPT2 ? "GPT2LMHeadModel" : "LlamaForCausalLM", cfg.summary(), d);
   log_info("continue with: mtron train --load {} {} (vocabulary {}: {})", out, model_flags(cfg),

@@ -23,7 +23,7 @@ std::unique_ptr<WholeModel> load_whole_model(const std::string& load_dir) {
   model::ParamBuffer& p = m->chunk->params();
   p.allocate(model::Precision::kFP32, 1);
   auto world = make_single_comm();
-  load_checkpoint(*dir, {ChunkState{&p, nullptr, nullptr, 0, p.size()}},
+  load_checkpoint(*dir, {ChunkState{&p, nullptr, nullptr, {{0, p.size()}}}},
                   RankGroups{world.get(), world.get(), 0}, /*load_optimizer=*/false);
   return m;
 }

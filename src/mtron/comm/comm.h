@@ -9,7 +9,8 @@
 // require). Buffers are host or device memory according to the backend. Counts are elements of
 // the given DType and may exceed INT_MAX (the MPI backend splits such calls).
 //
-// Threads: only the thread that created the world Comm may call it (MPI_THREAD_FUNNELED).
+// Threads: only the thread that created the world Comm may call it (MPI_THREAD_FUNNELED). A
+// Request must be completed (or destroyed) before its Comm is destroyed.
 //
 // Bytes sent (bytes_sent()): each call adds this rank's share of the payload that the operation
 // must move, independent of the algorithm the backend picks, so benchmarks can compare a step's
@@ -61,7 +62,8 @@ class Comm {
   virtual void all_reduce(void* buf, int64_t count, DType t, ReduceOp op) = 0;
   // recv holds size() * count elements, rank-major; send may be recv + rank() * count.
   virtual void all_gather(const void* send, void* recv, int64_t count, DType t) = 0;
-  // send holds size() * count elements; rank r receives the reduction of block r.
+  // send holds size() * count elements; rank r receives the reduction of block r. recv must not
+  // overlap send.
   virtual void reduce_scatter(
       const void* send, void* recv, int64_t count, DType t, ReduceOp op) = 0;
   // Counts and displacements in elements, one per rank. Counts may be zero; each pair's

@@ -2,6 +2,8 @@
 
 #include <fmt/core.h>
 
+#include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 
 #include "mtron/core/log.h"

@@ -1,6 +1,7 @@
 // The public kernel entry points (kernels/*.h): argument checks common to every backend, then
 // a switch on ctx.device to the CPU (cpu/) or CUDA (cuda/) implementation.
 #include "mtron/core/error.h"
+#include "mtron/core/profile.h"
 #include "mtron/kernels/activation.h"
 #include "mtron/kernels/adamw.h"
 #include "mtron/kernels/attention.h"
@@ -30,6 +31,12 @@ void check_attention(const AttnShape& s) {
            " D=", s.D, " (need H % G == 0)");
 }
 
+// Multiply-adds of QK^T and PV (2 FLOPs each), halved for the causal mask as Megatron counts.
+double attention_flops(const AttnShape& s, AttnMask mask) {
+  const double f = 4.0 * double(s.B) * double(s.H) * double(s.Sq) * double(s.Sk) * double(s.D);
+  return mask.causal ? f / 2 : f;
+}
+
 void check_rope(int64_t D, int64_t rot_dim) {
   MT_CHECK(rot_dim > 0 && rot_dim % 2 == 0 && rot_dim <= D, "rope: rot_dim=", rot_dim,
            " must be even and in (0, head dim ", D, "]");
@@ -55,6 +62,7 @@ void gemm(const Ctx& ctx,
           float beta,
           float* C,
           int64_t ldc) {
+  MT_PROFILE("gemm.fp32", 2.0 * double(M) * double(N) * double(K));
   check_gemm(ta, tb, M, N, K, lda, ldb, ldc);
   switch (ctx.device) {
     case Device::kCPU:
@@ -79,6 +87,7 @@ void gemm(const Ctx& ctx,
           float beta,
           float* C,
           int64_t ldc) {
+  MT_PROFILE("gemm.bf16", 2.0 * double(M) * double(N) * double(K));
   check_gemm(ta, tb, M, N, K, lda, ldb, ldc);
   switch (ctx.device) {
     case Device::kCPU:
@@ -90,6 +99,7 @@ void gemm(const Ctx& ctx,
 }
 
 void add(const Ctx& ctx, float* out, const float* a, const float* b, int64_t n) {
+  MT_PROFILE("add");
   switch (ctx.device) {
     case Device::kCPU:
       return cpu::add(out, a, b, n);
@@ -100,6 +110,7 @@ void add(const Ctx& ctx, float* out, const float* a, const float* b, int64_t n) 
 }
 
 void scale_inplace(const Ctx& ctx, float* x, float s, int64_t n) {
+  MT_PROFILE("scale_inplace");
   switch (ctx.device) {
     case Device::kCPU:
       return cpu::scale_inplace(x, s, n);
@@ -110,6 +121,7 @@ void scale_inplace(const Ctx& ctx, float* x, float s, int64_t n) {
 }
 
 void convert(const Ctx& ctx, bf16* dst, const float* src, int64_t n) {
+  MT_PROFILE("convert.to_bf16");
   switch (ctx.device) {
     case Device::kCPU:
       return cpu::convert(dst, src, n);
@@ -120,6 +132,7 @@ void convert(const Ctx& ctx, bf16* dst, const float* src, int64_t n) {
 }
 
 void convert(const Ctx& ctx, float* dst, const bf16* src, int64_t n) {
+  MT_PROFILE("convert.to_fp32");
   switch (ctx.device) {
     case Device::kCPU:
       return cpu::convert(dst, src, n);
@@ -130,6 +143,7 @@ void convert(const Ctx& ctx, float* dst, const bf16* src, int64_t n) {
 }
 
 void bias_add(const Ctx& ctx, float* out, const float* bias, int64_t N, int64_t C) {
+  MT_PROFILE("bias_add");
   switch (ctx.device) {
     case Device::kCPU:
       return cpu::bias_add(out, bias, N, C);
@@ -140,6 +154,7 @@ void bias_add(const Ctx& ctx, float* out, const float* bias, int64_t N, int64_t 
 }
 
 void bias_backward(const Ctx& ctx, float* dbias, const float* dout, int64_t N, int64_t C) {
+  MT_PROFILE("bias_backward");
   switch (ctx.device) {
     case Device::kCPU:
       return cpu::bias_backward(dbias, dout, N, C);
@@ -150,6 +165,7 @@ void bias_backward(const Ctx& ctx, float* dbias, const float* dout, int64_t N, i
 }
 
 double sum_squares(const Ctx& ctx, const float* x, int64_t n) {
+  MT_PROFILE("sum_squares");
   switch (ctx.device) {
     case Device::kCPU:
       return cpu::sum_squares(x, n);
@@ -168,6 +184,7 @@ void embedding_forward(const Ctx& ctx,
                        int64_t row_start,
                        int64_t rows,
                        bool accumulate) {
+  MT_PROFILE("embedding_forward");
   switch (ctx.device) {
     case Device::kCPU:
       return cpu::embedding_forward(out, ids, table, N, C, row_start, rows, accumulate);
@@ -185,6 +202,7 @@ void embedding_backward(const Ctx& ctx,
                         int64_t C,
                         int64_t row_start,
                         int64_t rows) {
+  MT_PROFILE("embedding_backward");
   switch (ctx.device) {
     case Device::kCPU:
       return cpu::embedding_backward(dtable, dout, ids, N, C, row_start, rows);
@@ -204,6 +222,7 @@ void layernorm_forward(const Ctx& ctx,
                        int64_t N,
                        int64_t C,
                        float eps) {
+  MT_PROFILE("layernorm_forward");
   switch (ctx.device) {
     case Device::kCPU:
       return cpu::layernorm_forward(out, mean, rstd, inp, weight, bias, N, C, eps);
@@ -224,6 +243,7 @@ void layernorm_backward(const Ctx& ctx,
                         const float* rstd,
                         int64_t N,
                         int64_t C) {
+  MT_PROFILE("layernorm_backward");
   switch (ctx.device) {
     case Device::kCPU:
       return cpu::layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C);
@@ -242,6 +262,7 @@ void rmsnorm_forward(const Ctx& ctx,
                      int64_t N,
                      int64_t C,
                      float eps) {
+  MT_PROFILE("rmsnorm_forward");
   switch (ctx.device) {
     case Device::kCPU:
       return cpu::rmsnorm_forward(out, rstd, inp, weight, N, C, eps);
@@ -260,6 +281,7 @@ void rmsnorm_backward(const Ctx& ctx,
                       const float* rstd,
                       int64_t N,
                       int64_t C) {
+  MT_PROFILE("rmsnorm_backward");
   switch (ctx.device) {
     case Device::kCPU:
       return cpu::rmsnorm_backward(dinp, dweight, dout, inp, weight, rstd, N, C);
@@ -270,6 +292,7 @@ void rmsnorm_backward(const Ctx& ctx,
 }
 
 void gelu_forward(const Ctx& ctx, float* out, const float* inp, int64_t n) {
+  MT_PROFILE("gelu_forward");
   switch (ctx.device) {
     case Device::kCPU:
       return cpu::gelu_forward(out, inp, n);
@@ -280,6 +303,7 @@ void gelu_forward(const Ctx& ctx, float* out, const float* inp, int64_t n) {
 }
 
 void gelu_backward(const Ctx& ctx, float* dinp, const float* inp, const float* dout, int64_t n) {
+  MT_PROFILE("gelu_backward");
   switch (ctx.device) {
     case Device::kCPU:
       return cpu::gelu_backward(dinp, inp, dout, n);
@@ -290,6 +314,7 @@ void gelu_backward(const Ctx& ctx, float* dinp, const float* inp, const float* d
 }
 
 void swiglu_forward(const Ctx& ctx, float* out, const float* inp, int64_t N, int64_t F) {
+  MT_PROFILE("swiglu_forward");
   switch (ctx.device) {
     case Device::kCPU:
       return cpu::swiglu_forward(out, inp, N, F);
@@ -301,6 +326,7 @@ void swiglu_forward(const Ctx& ctx, float* out, const float* inp, int64_t N, int
 
 void swiglu_backward(
     const Ctx& ctx, float* dinp, const float* inp, const float* dout, int64_t N, int64_t F) {
+  MT_PROFILE("swiglu_backward");
   switch (ctx.device) {
     case Device::kCPU:
       return cpu::swiglu_backward(dinp, inp, dout, N, F);
@@ -319,6 +345,7 @@ void qkv_split(const Ctx& ctx,
                int64_t G,
                int64_t hpg,
                int64_t D) {
+  MT_PROFILE("qkv_split");
   switch (ctx.device) {
     case Device::kCPU:
       return cpu::qkv_split(q, k, v, qkv, N, G, hpg, D);
@@ -337,6 +364,7 @@ void qkv_merge_grad(const Ctx& ctx,
                     int64_t G,
                     int64_t hpg,
                     int64_t D) {
+  MT_PROFILE("qkv_merge_grad");
   switch (ctx.device) {
     case Device::kCPU:
       return cpu::qkv_merge_grad(dqkv, dq, dk, dv, N, G, hpg, D);
@@ -354,6 +382,7 @@ void rope_forward(const Ctx& ctx,
                   int64_t D,
                   int64_t rot_dim,
                   float base) {
+  MT_PROFILE("rope_forward");
   check_rope(D, rot_dim);
   switch (ctx.device) {
     case Device::kCPU:
@@ -372,6 +401,7 @@ void rope_backward(const Ctx& ctx,
                    int64_t D,
                    int64_t rot_dim,
                    float base) {
+  MT_PROFILE("rope_backward");
   check_rope(D, rot_dim);
   switch (ctx.device) {
     case Device::kCPU:
@@ -390,6 +420,7 @@ void attention_forward(const Ctx& ctx,
                        const float* v,
                        const AttnShape& s,
                        AttnMask mask) {
+  MT_PROFILE("attention_forward", attention_flops(s, mask));
   check_attention(s);
   switch (ctx.device) {
     case Device::kCPU:
@@ -412,6 +443,7 @@ void attention_backward(const Ctx& ctx,
                         const float* lse,
                         const AttnShape& s,
                         AttnMask mask) {
+  MT_PROFILE("attention_backward", 2.0 * attention_flops(s, mask));
   check_attention(s);
   switch (ctx.device) {
     case Device::kCPU:
@@ -432,6 +464,7 @@ void xent_stats(const Ctx& ctx,
                 int64_t Vl,
                 int64_t col_start,
                 int64_t vocab_valid) {
+  MT_PROFILE("xent_stats");
   switch (ctx.device) {
     case Device::kCPU:
       return cpu::xent_stats(row_max, row_sumexp, target_logit, logits, targets, n, Vl, col_start,
@@ -454,6 +487,7 @@ void xent_backward(const Ctx& ctx,
                    int64_t Vl,
                    int64_t col_start,
                    int64_t vocab_valid) {
+  MT_PROFILE("xent_backward");
   switch (ctx.device) {
     case Device::kCPU:
       return cpu::xent_backward(dlogits, logits, targets, row_max, row_sumexp, row_scale, n, Vl,
@@ -473,6 +507,7 @@ void adamw_step(const Ctx& ctx,
                 bf16* param_bf16,
                 int64_t n,
                 const AdamWParams& p) {
+  MT_PROFILE("adamw_step");
   switch (ctx.device) {
     case Device::kCPU:
       return cpu::adamw_step(param, m, v, grad, param_bf16, n, p);

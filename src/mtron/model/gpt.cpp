@@ -28,8 +28,13 @@ GPTChunk::GPTChunk(const ModelConfig& cfg,
                      .init = ParamInit::kNormal,
                      .init_std = cfg.init_method_std};
   };
+  // Tied embeddings whose two uses sit on different pipeline stages.
+  const bool cross_stage =
+      !cfg.untie_embeddings_and_output_weights && place.has_embedding != place.has_head;
   if (place.has_embedding) {
-    wte_ = params_.add(word_embedding_spec());
+    ParamSpec s = word_embedding_spec();
+    s.cross_stage = cross_stage;
+    wte_ = params_.add(s);
     if (cfg.position_embedding_type == PositionEmbedding::kLearnedAbsolute) {
       const Shape s = {cfg.max_position_embeddings, h};
       wpe_ = params_.add(ParamSpec{.name = "embedding.position_embeddings.weight",
@@ -41,9 +46,11 @@ GPTChunk::GPTChunk(const ModelConfig& cfg,
   }
   layers_.reserve(size_t(place.num_layers));
   for (int64_t i = 0; i < place.num_layers; ++i) {
+    layer_first_.push_back(int(params_.specs().size()));
     layers_.emplace_back(cfg, place.first_layer + i, tp, params_);
   }
   if (place.has_head) {
+    head_first_ = int(params_.specs().size());
     lnf_.add_params(cfg, "decoder.final_layernorm", tp.sequence_parallel, params_);
     if (cfg.untie_embeddings_and_output_weights) {
       ParamSpec s = word_embedding_spec();
@@ -54,6 +61,7 @@ GPTChunk::GPTChunk(const ModelConfig& cfg,
       // identically (same name, same key) and kept equal by summing the two gradients.
       ParamSpec s = word_embedding_spec();
       s.tied_copy = true;
+      s.cross_stage = true;
       wte_ = params_.add(s);
       out_w_ = wte_;
     } else {
@@ -73,8 +81,28 @@ int64_t GPTChunk::group_end(int64_t i) const {
   return std::min<int64_t>((i / n + 1) * n, place_.num_layers);
 }
 
-const float* GPTChunk::forward(
-    const RunCtx& rc, const MicroBatch& mb, Stash& st, const float* input, bool train) {
+std::pair<int64_t, int64_t> GPTChunk::param_range(int first, int next_first) const {
+  const int64_t end = next_first < 0 ? params_.size() : params_.spec(next_first).offset;
+  return {params_.spec(first).offset, end};
+}
+
+const float* GPTChunk::forward(const RunCtx& rc,
+                               const MicroBatch& mb,
+                               Stash& st,
+                               const float* input,
+                               bool train,
+                               const ParamsNeeded& params_needed) {
+  // The handle after layer i's parameters (or -1: the rest of the buffer).
+  auto next_first = [&](int64_t i) {
+    if (i + 1 < int64_t(layer_first_.size())) return layer_first_[size_t(i + 1)];
+    return head_first_;
+  };
+  auto need = [&](int first, int next) {
+    if (params_needed) {
+      const auto [lo, hi] = param_range(first, next);
+      params_needed(lo, hi);
+    }
+  };
   const auto& tp = rc.tp;
   const TokenLayout tl = mb.layout();
   const int64_t N = tl.rows(), Nl = tp.sp_rows(N), h = cfg_.hidden_size;
@@ -87,6 +115,7 @@ const float* GPTChunk::forward(
 
   const float* x = input;
   if (place_.has_embedding) {
+    need(0, layer_first_.front());
     scratch_.reset();
     float* emb = tp.sequence_parallel ? scratch_.alloc<float>(N * h) : st.keep.alloc<float>(N * h);
     kernels::embedding_forward(rc.k, emb, mb.tokens.data(), params_.master(wte_), N, h,
@@ -107,6 +136,7 @@ const float* GPTChunk::forward(
 
   const int64_t L = int64_t(layers_.size());
   for (int64_t i = 0; i < L; ++i) {
+    need(layer_first_[size_t(i)], next_first(i));
     st.inputs[size_t(i)] = x;
     scratch_.reset();
     float* y;
@@ -129,6 +159,7 @@ const float* GPTChunk::forward(
   if (!place_.has_head) return x;
 
   scratch_.reset();
+  need(head_first_, -1);
   float* lnf = scratch_.alloc<float>(Nl * h);
   st.lnf_mean =
       cfg_.normalization == Normalization::kLayerNorm ? st.keep.alloc<float>(Nl) : nullptr;
@@ -160,7 +191,11 @@ const float* GPTChunk::forward(
 const float* GPTChunk::backward(const RunCtx& rc,
                                 const MicroBatch& mb,
                                 Stash& st,
-                                const float* dout) {
+                                const float* dout,
+                                const GradsReady& grads_ready) {
+  auto ready = [&](int handle) {
+    if (grads_ready) grads_ready(params_.spec(handle).offset);
+  };
   const auto& tp = rc.tp;
   const TokenLayout tl = mb.layout();
   const int64_t N = tl.rows(), Nl = tp.sp_rows(N), h = cfg_.hidden_size;
@@ -173,6 +208,7 @@ const float* GPTChunk::backward(const RunCtx& rc,
     parallel::enter_tp_backward(tp, dlnf, st.dhead, N, h);
     std::memset(g, 0, sizeof(float) * Nl * h);
     lnf_.backward(rc, cfg_, params_, g, dlnf, st.out, st.lnf_mean, st.lnf_rstd, Nl);
+    ready(head_first_);
   } else {
     MT_ASSERT(dout, "backward of a middle chunk needs the output gradient");
     std::memcpy(g, dout, sizeof(float) * Nl * h);
@@ -196,6 +232,7 @@ const float* GPTChunk::backward(const RunCtx& rc,
     }
     scratch_.reset();
     layers_[size_t(i)].backward(rc, tl, st.layers[size_t(i)], scratch_, g);
+    ready(layer_first_[size_t(i)]);
   }
 
   if (!place_.has_embedding) return g;
@@ -211,6 +248,7 @@ const float* GPTChunk::backward(const RunCtx& rc,
   }
   kernels::embedding_backward(rc.k, params_.grad(wte_), dfull, mb.tokens.data(), N, h, vocab_start_,
                               vocab_local_);
+  if (grads_ready) grads_ready(0);
   return nullptr;
 }
 

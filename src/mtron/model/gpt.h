@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -73,15 +74,32 @@ class GPTChunk {
 
   // input: [Nl, h] from the previous stage (null on the first chunk). Returns the output
   // [Nl, h] (null on the head chunk, which instead fills st.loss_sum and, when `train`, the
-  // loss gradient in st.dhead).
-  const float* forward(
-      const RunCtx& rc, const MicroBatch& mb, Stash& st, const float* input, bool train);
+  // loss gradient in st.dhead). params_needed, when given, is called before each part (the
+  // embeddings, each layer, the head) with the buffer range [begin, end) of its parameters,
+  // so their all-gather can overlap with the parts before (--overlap-param-gather).
+  using ParamsNeeded = std::function<void(int64_t begin, int64_t end)>;
+  const float* forward(const RunCtx& rc,
+                       const MicroBatch& mb,
+                       Stash& st,
+                       const float* input,
+                       bool train,
+                       const ParamsNeeded& params_needed = nullptr);
   // dout: d(loss)/d(output) [Nl, h] (ignored on the head chunk). Returns d(loss)/d(input)
   // [Nl, h] in the stash (null on the first chunk). Parameter gradients accumulate.
-  const float* backward(const RunCtx& rc, const MicroBatch& mb, Stash& st, const float* dout);
+  // grads_ready, when given, is called as backward proceeds with an offset in the parameter
+  // buffer: this micro-batch's contributions to every parameter at or above it are complete
+  // (after the head, after each layer, after the embeddings), for overlapping the reduction.
+  using GradsReady = std::function<void(int64_t offset)>;
+  const float* backward(const RunCtx& rc,
+                        const MicroBatch& mb,
+                        Stash& st,
+                        const float* dout,
+                        const GradsReady& grads_ready = nullptr);
 
  private:
   bool recomputed(int64_t i) const;  // is local layer i in a recompute group?
+  // Buffer range of parameter handles [first, next_first) (next_first < 0: to the end).
+  std::pair<int64_t, int64_t> param_range(int first, int next_first) const;
   int64_t group_end(int64_t i) const;
 
   const ModelConfig& cfg_;
@@ -91,6 +109,8 @@ class GPTChunk {
   std::vector<TransformerLayer> layers_;
   Norm lnf_;
   int wte_ = -1, wpe_ = -1, out_w_ = -1;
+  std::vector<int> layer_first_;  // first parameter handle of each layer
+  int head_first_ = -1;           // first parameter handle of the head (final norm)
   int64_t vocab_start_ = 0, vocab_local_ = 0;
   Arena scratch_, recompute_arena_;
 };

@@ -23,15 +23,30 @@ int ParamBuffer::add(ParamSpec spec) {
   return int(specs_.size()) - 1;
 }
 
-void ParamBuffer::allocate(Precision precision, int64_t pad_multiple) {
+void ParamBuffer::allocate(Precision precision, int64_t shards, int64_t bucket_elems) {
   precision_ = precision;
+  const int64_t m = std::max<int64_t>(1, shards) * 64;
   int64_t offset = 0;
+  buckets_.clear();
+  auto close_bucket = [&](bool deferred) {
+    const int64_t end = (offset + m - 1) / m * m;
+    if (end > (buckets_.empty() ? 0 : buckets_.back().end)) {
+      buckets_.push_back({buckets_.empty() ? 0 : buckets_.back().end, end, deferred});
+    }
+    offset = end;
+  };
   for (ParamSpec& s : specs_) {
+    if (s.cross_stage) close_bucket(false);  // alone in its own bucket
     s.offset = offset;
     offset += (s.numel() + 63) / 64 * 64;
+    const int64_t begin = buckets_.empty() ? 0 : buckets_.back().end;
+    if (s.cross_stage || (bucket_elems > 0 && offset - begin >= bucket_elems)) {
+      close_bucket(s.cross_stage);
+    }
   }
-  const int64_t m = std::max<int64_t>(1, pad_multiple) * 64;
-  const int64_t total = std::max<int64_t>(m, (offset + m - 1) / m * m);
+  close_bucket(false);
+  if (buckets_.empty()) buckets_.push_back({0, m, false});
+  const int64_t total = buckets_.back().end;
   master_ = Tensor::zeros({total}, DType::kF32);
   grad_ = Tensor::zeros({total}, DType::kF32);
   if (precision == Precision::kBF16) bf16_ = Tensor::zeros({total}, DType::kBF16);
@@ -57,8 +72,12 @@ void ParamBuffer::init(uint64_t seed) {
 }
 
 void ParamBuffer::refresh_bf16() {
+  refresh_bf16(0, master_.numel());
+}
+
+void ParamBuffer::refresh_bf16(int64_t begin, int64_t end) {
   if (precision_ == Precision::kBF16) {
-    kernels::convert(kernels::Ctx{}, bf16_.bf(), master_.f32(), master_.numel());
+    kernels::convert(kernels::Ctx{}, bf16_.bf() + begin, master_.f32() + begin, end - begin);
   }
 }
 

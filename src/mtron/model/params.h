@@ -34,9 +34,21 @@ struct ParamSpec {
   bool weight_decay = true;        // Megatron: none on biases and norm weights
   bool sequence_parallel = false;  // replicated over TP, gradient partial per SP rank
   bool tied_copy = false;          // last stage's replica of the word embeddings (PP > 1)
+  bool cross_stage = false;        // tied word embeddings split over two pipeline stages: its
+                                   // gradient is summed over the embedding group first
   int64_t offset = 0;              // element offset in the flat buffers
   int64_t numel() const { return mtron::numel(local_shape); }
   bool tp_replicated() const { return shard_dim < 0; }
+};
+
+// A contiguous range of whole parameters reduced over data parallel as one message (and, with
+// the distributed optimizer, sharded over the DP x CP ranks in equal parts). Its length is a
+// multiple of the shard count. A deferred bucket holds a cross-stage tied embedding, whose
+// gradient must first be summed over the embedding group.
+struct Bucket {
+  int64_t begin = 0, end = 0;
+  bool deferred = false;
+  int64_t shard_len(int64_t shards) const { return (end - begin) / shards; }
 };
 
 // A weight as a GEMM reads it: fp32 master in fp32 mode, the bf16 copy in bf16 mode.
@@ -51,16 +63,19 @@ class ParamBuffer {
   // [shard_offset, shard_offset + local extent). Returns its handle.
   int add(ParamSpec spec);
 
-  // Lays out every registered parameter (64-element aligned) and allocates the buffers; the
-  // total is padded to a multiple of `pad_multiple` elements (the distributed optimizer's
-  // shard count), padding zero.
-  void allocate(Precision precision, int64_t pad_multiple);
+  // Lays out every registered parameter (64-element aligned) in buckets of at least
+  // `bucket_elems` elements (0: one bucket), each padded to a multiple of 64 * `shards` (the
+  // distributed optimizer's shard count; padding is zero), and allocates the buffers.
+  void allocate(Precision precision, int64_t shards, int64_t bucket_elems = 0);
   // Fills master weights per their specs and refreshes the bf16 copy.
   void init(uint64_t seed);
-  // master -> bf16 copy (after loading or an optimizer step that did not write it).
+  // master -> bf16 copy (after loading or an optimizer step that did not write it), of the
+  // whole buffer or of elements [begin, end).
   void refresh_bf16();
+  void refresh_bf16(int64_t begin, int64_t end);
   void zero_grad();
 
+  const std::vector<Bucket>& buckets() const { return buckets_; }
   const ParamSpec& spec(int h) const { return specs_[size_t(h)]; }
   const std::vector<ParamSpec>& specs() const { return specs_; }
   float* master(int h) const { return master_.f32() + specs_[size_t(h)].offset; }
@@ -75,6 +90,7 @@ class ParamBuffer {
 
  private:
   std::vector<ParamSpec> specs_;
+  std::vector<Bucket> buckets_;
   Precision precision_ = Precision::kFP32;
   Tensor master_, grad_, bf16_;
 };

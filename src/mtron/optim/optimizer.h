@@ -3,8 +3,9 @@
 // AdamW over flat fp32 buffers (one per model chunk). The optimizer knows nothing of the model:
 // a buffer is a master/grad(/bf16) triple plus ranges with their weight-decay and norm flags
 // (the trainer builds them from the parameter registry). With the distributed optimizer each
-// data-parallel rank owns a contiguous shard [shard_begin, shard_end) of every buffer and keeps
-// Adam's moments for that shard only.
+// data-parallel rank owns one equal part of every gradient bucket (Megatron's layout: each
+// bucket is reduce-scattered on its own), its `shards`, and keeps Adam's moments for those
+// elements only, stored one after another in shard order.
 #pragma once
 
 #include <cstdint>
@@ -19,8 +20,8 @@ namespace mtron::optim {
 struct OptimRange {
   int64_t begin = 0, end = 0;  // elements in the buffer
   bool weight_decay = true;
-  bool count_in_norm =
-      true;  // false for replicas counted on another rank (TP duplicates, tied copies)
+  // false for replicas counted on another rank (TP duplicates, tied copies)
+  bool count_in_norm = true;
 };
 
 struct OptimBuffer {
@@ -28,8 +29,12 @@ struct OptimBuffer {
   float* grad = nullptr;
   bf16* compute = nullptr;  // bf16 copy refreshed by the step (null in fp32 mode)
   int64_t size = 0;
-  std::vector<OptimRange> ranges;          // sorted, disjoint
-  int64_t shard_begin = 0, shard_end = 0;  // this rank's part (the whole buffer unless sharded)
+  std::vector<OptimRange> ranges;  // sorted, disjoint
+  struct Shard {
+    int64_t begin, end;
+  };
+  std::vector<Shard> shards;  // this rank's part, sorted (the whole buffer unless sharded)
+  int64_t shard_elems() const;
 };
 
 struct AdamWConfig {
@@ -54,7 +59,7 @@ class AdamW {
   // Optimizer-state bytes this rank holds (moments), for the memory report.
   int64_t state_bytes() const;
   const std::vector<OptimBuffer>& buffers() const { return buffers_; }
-  // Adam moments of buffer i (its shard, [shard_begin, shard_end)).
+  // Adam moments of buffer i (its shards, concatenated).
   const Tensor& exp_avg(size_t i) const { return m_[i]; }
   const Tensor& exp_avg_sq(size_t i) const { return v_[i]; }
 

@@ -80,6 +80,10 @@ bool parse_train_args(int argc, char** argv, int64_t world_size, TrainArgs& a) {
   app.add_flag("--overlap-param-gather", par.overlap_param_gather,
                "Overlap the parameter all-gather with forward")
       ->group(p);
+  app.add_option("--ddp-bucket-size", a.ddp_bucket_size,
+                 "Gradient bucket size in elements (default: one bucket, or max(40M, 1M x DP) "
+                 "with --overlap-grad-reduce)")
+      ->group(p);
   app.add_flag("--use-tp-pp-dp-mapping", par.use_tp_pp_dp_mapping, "Rank order tp-cp-ep-pp-dp")
       ->group(p);
   int64_t timeout_minutes = 10;
@@ -175,6 +179,9 @@ bool parse_train_args(int argc, char** argv, int64_t world_size, TrainArgs& a) {
   const char* l = "Logging";
   app.add_option("--log-interval", a.log_interval, "Iterations between log lines (default 100)")
       ->group(l);
+  app.add_flag("--profile", a.profile,
+               "Print where the time went (per kernel, after the first iteration) at the end")
+      ->group(l);
   app.add_option("--metrics-file", a.metrics_file, "JSONL metrics (default ./mtron-metrics.jsonl)")
       ->group(l);
 
@@ -239,6 +246,7 @@ bool parse_train_args(int argc, char** argv, int64_t world_size, TrainArgs& a) {
              "recomputing granularity");
   }
   MT_CHECK(a.recompute.num_layers >= 1, "--recompute-num-layers must be >= 1");
+  MT_CHECK(a.ddp_bucket_size >= 0, "--ddp-bucket-size must be >= 0");
   checkpoint::validate_checkpoint_args(a.checkpoint);
   return true;
 }

@@ -32,6 +32,7 @@ struct TrainArgs {
   optim::LrDecayStyle lr_decay_style = optim::LrDecayStyle::kLinear;
   uint64_t seed = 1234;
   bool bf16 = false;
+  int64_t ddp_bucket_size = 0;  // elements per gradient bucket; 0: Megatron's default
 
   // data
   bool mock_data = false;
@@ -46,6 +47,7 @@ struct TrainArgs {
   int64_t log_interval = 100;
   std::string metrics_file;  // JSONL; default: <save>/metrics.jsonl or ./mtron-metrics.jsonl
   bool print_layout = false;
+  bool profile = false;  // per-op time table at the end
 
   std::vector<std::string> notes;  // accepted no-op flags, reported at start
 };

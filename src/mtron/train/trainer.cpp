@@ -11,6 +11,7 @@
 #include "mtron/core/formulas.h"
 #include "mtron/core/log.h"
 #include "mtron/core/memory.h"
+#include "mtron/core/profile.h"
 #include "mtron/core/timer.h"
 #include "mtron/parallel/launch.h"
 #include "mtron/parallel/rank_map.h"
@@ -57,7 +58,12 @@ class Trainer::Stages : public parallel::StageModel {
     release_pending();
     model::GPTChunk::Stash& st = acquire({chunk, m});
     model::GPTChunk& c = *t_.chunks_[size_t(chunk)];
-    const float* out = c.forward(t_.rc_, mb(m), st, input, train_);
+    // --overlap-param-gather: the parameter all-gathers of the last step are still in flight.
+    model::GPTChunk::ParamsNeeded need;
+    GradSync* sync = t_.grad_syncs_[size_t(chunk)].get();
+    if (sync->params_pending())
+      need = [sync](int64_t lo, int64_t hi) { sync->wait_params(lo, hi); };
+    const float* out = c.forward(t_.rc_, mb(m), st, input, train_, need);
     if (c.placement().has_head) loss_sum_ += st.loss_sum;
     if (!train_) pending_ = {chunk, m};
     return out;
@@ -66,7 +72,13 @@ class Trainer::Stages : public parallel::StageModel {
   const float* backward(int chunk, int64_t m, const float* dout) override {
     release_pending();
     model::GPTChunk::Stash& st = *in_use_.at({chunk, m});
-    const float* d = t_.chunks_[size_t(chunk)]->backward(t_.rc_, mb(m), st, dout);
+    // The last micro-batch's backward completes each gradient: start reducing buckets then.
+    model::GPTChunk::GradsReady ready;
+    if (t_.a_.parallel.overlap_grad_reduce && m == t_.a_.parallel.num_microbatches() - 1) {
+      GradSync* sync = t_.grad_syncs_[size_t(chunk)].get();
+      ready = [sync](int64_t offset) { sync->ready(offset); };
+    }
+    const float* d = t_.chunks_[size_t(chunk)]->backward(t_.rc_, mb(m), st, dout, ready);
     pending_ = {chunk, m};  // the schedule copies d before the next call
     return d;
   }
@@ -144,25 +156,30 @@ void Trainer::build_model() {
   const auto& par = a_.parallel;
   const int64_t P = par.pp(), v = par.vpp();
   const int64_t per_chunk = m.num_layers / (P * v);
-  const int64_t dpcp = ps_->dp_cp().size();
+  Comm& dp = ps_->dp_cp();
+  // Megatron's DDP buckets: one per chunk, or max(40M, 1M x DP) elements when overlapping.
+  const int64_t bucket = a_.ddp_bucket_size > 0 ? a_.ddp_bucket_size
+                         : par.overlap_grad_reduce
+                             ? std::max<int64_t>(40000000, 1000000 * dp.size())
+                             : 0;
   std::vector<optim::OptimBuffer> bufs;
   for (int64_t c = 0; c < v; ++c) {
     const int64_t vs = c * P + ps_->pp_rank();  // virtual stage
     model::ChunkPlacement place{vs * per_chunk, per_chunk, vs == 0, vs == P * v - 1};
     chunks_.push_back(std::make_unique<model::GPTChunk>(m, place, rc_.tp, a_.recompute));
     model::ParamBuffer& p = chunks_.back()->params();
-    p.allocate(rc_.precision, par.use_distributed_optimizer ? dpcp : 1);
+    p.allocate(rc_.precision, par.use_distributed_optimizer ? dp.size() : 1, bucket);
     p.init(a_.seed);
-    const int64_t shard = par.use_distributed_optimizer ? p.size() / dpcp : p.size();
-    const int64_t begin = par.use_distributed_optimizer ? ps_->dp_cp().rank() * shard : 0;
-    bufs.push_back(optim::OptimBuffer{
+    grad_syncs_.push_back(std::make_unique<GradSync>(p, dp, par.use_distributed_optimizer));
+    optim::OptimBuffer b{
         .master = p.master_flat().f32(),
         .grad = p.grad_flat().f32(),
         .compute = rc_.precision == model::Precision::kBF16 ? p.bf16_flat().bf() : nullptr,
         .size = p.size(),
         .ranges = optim_ranges(p, rc_.tp.rank),
-        .shard_begin = begin,
-        .shard_end = begin + shard});
+        .shards = {}};
+    for (const auto& [lo, hi] : grad_syncs_.back()->shards()) b.shards.push_back({lo, hi});
+    bufs.push_back(std::move(b));
   }
   optimizer_ = std::make_unique<optim::AdamW>(std::move(bufs), a_.adam);
 }
@@ -184,9 +201,10 @@ double Trainer::learning_rate(int64_t samples) const {
 checkpoint::TrainView Trainer::checkpoint_view() {
   checkpoint::TrainView v{{}, &iteration_, &consumed_samples_, optimizer_.get()};
   for (size_t i = 0; i < chunks_.size(); ++i) {
-    const optim::OptimBuffer& b = optimizer_->buffers()[i];
-    v.chunks.push_back({&chunks_[i]->params(), optimizer_->exp_avg(i).f32(),
-                        optimizer_->exp_avg_sq(i).f32(), b.shard_begin, b.shard_end});
+    checkpoint::ChunkState c{
+        &chunks_[i]->params(), optimizer_->exp_avg(i).f32(), optimizer_->exp_avg_sq(i).f32(), {}};
+    for (const auto& s : optimizer_->buffers()[i].shards) c.opt_shards.push_back({s.begin, s.end});
+    v.chunks.push_back(std::move(c));
   }
   return v;
 }
@@ -237,8 +255,20 @@ model::MicroBatch Trainer::microbatch(int64_t j) const {
 }
 
 void Trainer::finalize_grads() {
-  const auto& par = a_.parallel;
-  // Sequence-parallel parameters (norms, row-parallel biases) saw only this rank's rows.
+  // Tied embeddings on different stages: both copies get the summed gradient, before the
+  // data-parallel reduction (the two stages' buffers are laid out differently).
+  if (ps_->in_embedding_group()) {
+    for (auto& c : chunks_) {
+      model::ParamBuffer& p = c->params();
+      for (size_t i = 0; i < p.specs().size(); ++i) {
+        if (p.spec(int(i)).cross_stage)
+          ps_->embedding().all_reduce(p.grad(int(i)), p.spec(int(i)).numel());
+      }
+    }
+  }
+  for (auto& g : grad_syncs_) g->finish();
+  // Sequence-parallel parameters (norms, row-parallel biases) saw only this rank's rows. With
+  // the distributed optimizer only the shard part of the sum is used; TP ranks share the layout.
   if (rc_.tp.sequence_parallel) {
     for (auto& c : chunks_) {
       model::ParamBuffer& p = c->params();
@@ -257,27 +287,6 @@ void Trainer::finalize_grads() {
       }
     }
   }
-  // Tied embeddings on different stages: both copies get the summed gradient.
-  if (par.pp() > 1 && !a_.model.untie_embeddings_and_output_weights && ps_->in_embedding_group()) {
-    for (auto& c : chunks_) {
-      const int w = c->word_embedding();
-      if (w >= 0) ps_->embedding().all_reduce(c->params().grad(w), c->params().spec(w).numel());
-    }
-  }
-  // Data parallel (x context parallel): sum, or reduce-scatter into this rank's shard.
-  Comm& dp = ps_->dp_cp();
-  if (dp.size() == 1) return;
-  for (size_t i = 0; i < chunks_.size(); ++i) {
-    const optim::OptimBuffer& b = optimizer_->buffers()[i];
-    if (par.use_distributed_optimizer) {
-      const int64_t shard = b.shard_end - b.shard_begin;
-      Tensor tmp = Tensor::empty({shard}, DType::kF32);
-      dp.reduce_scatter(b.grad, tmp.f32(), shard, DType::kF32, ReduceOp::kSum);
-      std::memcpy(b.grad + b.shard_begin, tmp.f32(), sizeof(float) * size_t(shard));
-    } else {
-      dp.all_reduce(b.grad, b.size);
-    }
-  }
 }
 
 StepResult Trainer::step() {
@@ -287,21 +296,20 @@ StepResult Trainer::step() {
   for (auto& c : chunks_) c->params().zero_grad();
 
   stages_->begin(true);
-  parallel::run_pipeline(*stages_, ps_->pp(), int(par.vpp()), par.num_microbatches());
+  const parallel::PipelineTimes pt =
+      parallel::run_pipeline(*stages_, ps_->pp(), int(par.vpp()), par.num_microbatches());
+  if (profile_enabled()) {
+    pipeline_compute_s_ += pt.compute_s;
+    pipeline_wait_s_ += pt.wait_s;
+  }
   finalize_grads();
 
   Comm& norm_group = par.use_distributed_optimizer ? world_ : ps_->tp_pp();
   r.grad_norm = optimizer_->grad_norm(norm_group);
   r.skipped = !optimizer_->step(r.lr, r.grad_norm);
-  if (par.use_distributed_optimizer && ps_->dp_cp().size() > 1) {
-    // Every rank updated its shard of the master weights: gather the whole model back.
-    for (size_t i = 0; i < chunks_.size(); ++i) {
-      const optim::OptimBuffer& b = optimizer_->buffers()[i];
-      const int64_t shard = b.shard_end - b.shard_begin;
-      ps_->dp_cp().all_gather(b.master + b.shard_begin, b.master, shard, DType::kF32);
-      chunks_[i]->params().refresh_bf16();
-    }
-  }
+  // Every rank updated its shards of the master weights: gather the whole model back (in the
+  // background with --overlap-param-gather: the next forward waits bucket by bucket).
+  for (auto& g : grad_syncs_) g->gather_params(par.overlap_param_gather);
 
   // The loss lives on the last stage; sum it over DP x CP and share it along the pipeline.
   double loss = ps_->is_last_pp_stage() ? stages_->loss_sum() : 0.0;
@@ -335,12 +343,17 @@ void Trainer::run() {
              par.use_distributed_optimizer ? " (distributed optimizer shard)" : "");
   }
 
-  double interval_loss = 0, interval_time = 0;
-  int64_t interval_iters = 0, skipped = 0, nans = 0;
+  double interval_loss = 0, interval_time = 0, profiled_time = 0;
+  int64_t interval_iters = 0, skipped = 0, nans = 0, profiled_iters = 0;
+  std::vector<int64_t> bytes_at_start;
   while (iteration_ < a_.train_iters) {
+    // The first iteration warms caches and allocators; profile the rest.
+    profile_enable(a_.profile && iteration_ >= 1);
+    if (profile_enabled() && profiled_iters++ == 0) bytes_at_start = comm_bytes();
     const double t0 = now_seconds();
     const StepResult r = step();
     const double dt = now_seconds() - t0;
+    if (profile_enabled()) profiled_time += dt;
     interval_loss += r.lm_loss;
     interval_time += dt;
     ++interval_iters;
@@ -371,9 +384,46 @@ void Trainer::run() {
       interval_loss = interval_time = 0;
       interval_iters = skipped = nans = 0;
     }
-    if (checkpointer_->after_iteration(checkpoint_view())) return;
+    // Saves when due; stops on --exit-* conditions (having saved).
+    if (checkpointer_->after_iteration(checkpoint_view())) break;
   }
-  checkpointer_->at_end(checkpoint_view());
+  checkpointer_->at_end(checkpoint_view());  // the final save (none if this iteration is saved)
+  profile_enable(false);
+  if (a_.profile && profiled_iters > 0) log_profile(profiled_time, profiled_iters, bytes_at_start);
+}
+
+std::vector<int64_t> Trainer::comm_bytes() const {
+  std::vector<int64_t> b;
+  for (GroupKind k : kProfiledGroups) {
+    b.push_back(
+        k == GroupKind::kEmbedding && !ps_->in_embedding_group() ? 0 : ps_->group(k).bytes_sent());
+  }
+  b.push_back(world_.bytes_sent());
+  return b;
+}
+
+void Trainer::log_profile(double seconds, int64_t iters, const std::vector<int64_t>& bytes0) const {
+  const auto& par = a_.parallel;
+  const bool logger = world_.rank() == world_.size() - 1;
+  if (world_.rank() == 0 || logger) {
+    log_info("profile of iterations 2-{} on this rank ({:.3f} s):\n{}", iteration_, seconds,
+             format_profile(profile_report(), seconds));
+  }
+  // Every rank: bytes it sent per step by group, and its pipeline compute/wait split.
+  const std::vector<int64_t> bytes1 = comm_bytes();
+  std::string line;
+  for (size_t i = 0; i < bytes1.size(); ++i) {
+    const char* name =
+        i < std::size(kProfiledGroups) ? group_name(kProfiledGroups[i]).data() : "world";
+    line += fmt::format(" {} {}", name, (bytes1[i] - bytes0[i]) / iters);
+  }
+  log_info("bytes sent per step:{}", line);
+  const double ideal = double(par.pp() - 1) / double(par.vpp() * par.num_microbatches());
+  log_info(
+      "pipeline per step: compute {:.4f} s, waiting {:.4f} s, bubble {:.3f} (ideal "
+      "(p-1)/(v m) = {:.3f})",
+      pipeline_compute_s_ / double(iters), pipeline_wait_s_ / double(iters),
+      pipeline_wait_s_ / pipeline_compute_s_, ideal);
 }
 
 int train_main(int argc, char** argv) {

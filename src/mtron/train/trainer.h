@@ -21,6 +21,7 @@
 #include "mtron/optim/optimizer.h"
 #include "mtron/parallel/parallel_state.h"
 #include "mtron/train/args.h"
+#include "mtron/train/grad_sync.h"
 #include "mtron/train/metrics.h"
 #include "mtron/train/mock_data.h"
 
@@ -63,18 +64,26 @@ class Trainer {
   class Stages;
   void build_model();
   double learning_rate(int64_t samples) const;
+  // --profile: bytes each group's Comm has sent (kProfiledGroups order, then world).
+  static constexpr GroupKind kProfiledGroups[] = {GroupKind::kTP,   GroupKind::kCP,
+                                                  GroupKind::kDPCP, GroupKind::kPP,
+                                                  GroupKind::kTPPP, GroupKind::kEmbedding};
+  std::vector<int64_t> comm_bytes() const;
+  void log_profile(double seconds, int64_t iters, const std::vector<int64_t>& bytes0) const;
 
   TrainArgs a_;
   Comm& world_;
   std::unique_ptr<ParallelState> ps_;
   model::RunCtx rc_;
   std::vector<std::unique_ptr<model::GPTChunk>> chunks_;
+  std::vector<std::unique_ptr<GradSync>> grad_syncs_;  // one per chunk
   std::unique_ptr<optim::AdamW> optimizer_;
   std::unique_ptr<MockData> mock_;
   std::unique_ptr<Stages> stages_;
   std::unique_ptr<MetricsWriter> metrics_;
   std::unique_ptr<checkpoint::Checkpointer> checkpointer_;
   int64_t iteration_ = 0, consumed_samples_ = 0;
+  double pipeline_compute_s_ = 0, pipeline_wait_s_ = 0;  // over profiled steps
 };
 
 // `mtron train` entry point: returns the process exit code.

@@ -2,6 +2,9 @@
 // All memory-bound: one pass, AVX-512 with masked tails, split over threads in whole cache lines.
 #include <omp.h>
 
+#include <algorithm>
+#include <vector>
+
 #include "mtron/kernels/cpu/cpu_ops.h"
 #include "mtron/kernels/cpu/vec.h"
 
@@ -72,30 +75,30 @@ void bias_add(float* out, const float* bias, int64_t N, int64_t C) {
 }
 
 // Threads split the columns, each summing all rows in order: deterministic for any thread count.
-// Rows are summed in fp32 blocks of 256 that are then added in fp32 (pairwise-like accuracy).
+// Each thread walks the rows sequentially (its column range of every row is contiguous), adding
+// into fp32 block sums over kBlock rows that are then added into fp32 totals (pairwise-like
+// accuracy), both small enough to stay in L1.
 void bias_backward(float* dbias, const float* dout, int64_t N, int64_t C) {
   constexpr int64_t kBlock = 256;
 #pragma omp parallel num_threads(threads_for(N* C * 4))
   {
     int64_t c0, c1;
     split_range(C, omp_get_thread_num(), omp_get_num_threads(), kVec, &c0, &c1);
-    for (int64_t c = c0; c < c1; c += kVec) {
-      const __mmask16 m = tail_mask(c1 - c);
-      __m512 total = _mm512_setzero_ps();
-      for (int64_t r0 = 0; r0 < N; r0 += kBlock) {
-        const int64_t r1 = std::min(N, r0 + kBlock);
-        __m512 s0 = _mm512_setzero_ps(), s1 = _mm512_setzero_ps();
-        int64_t r = r0;
-        for (; r + 1 < r1; r += 2) {
-          s0 = _mm512_add_ps(s0, _mm512_maskz_loadu_ps(m, dout + r * C + c));
-          s1 = _mm512_add_ps(s1, _mm512_maskz_loadu_ps(m, dout + (r + 1) * C + c));
+    std::vector<float> part(size_t(c1 - c0)), total(size_t(c1 - c0), 0.0f);
+    for (int64_t r0 = 0; r0 < N; r0 += kBlock) {
+      std::fill(part.begin(), part.end(), 0.0f);
+      for (int64_t r = r0; r < std::min(N, r0 + kBlock); ++r) {
+        const float* d = dout + r * C + c0;
+        for (int64_t c = 0; c < c1 - c0; c += kVec) {
+          const __mmask16 m = tail_mask(c1 - c0 - c);
+          _mm512_mask_storeu_ps(part.data() + c, m,
+                                _mm512_add_ps(_mm512_maskz_loadu_ps(m, part.data() + c),
+                                              _mm512_maskz_loadu_ps(m, d + c)));
         }
-        if (r < r1) s0 = _mm512_add_ps(s0, _mm512_maskz_loadu_ps(m, dout + r * C + c));
-        total = _mm512_add_ps(total, _mm512_add_ps(s0, s1));
       }
-      _mm512_mask_storeu_ps(dbias + c, m,
-                            _mm512_add_ps(_mm512_maskz_loadu_ps(m, dbias + c), total));
+      for (int64_t c = 0; c < c1 - c0; ++c) total[size_t(c)] += part[size_t(c)];
     }
+    for (int64_t c = c0; c < c1; ++c) dbias[c] += total[size_t(c - c0)];
   }
 }
 

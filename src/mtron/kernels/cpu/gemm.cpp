@@ -56,7 +56,8 @@ struct Entry {
   dnnl::matmul prim;
 };
 
-// The process-wide oneDNN engine, stream and primitive cache.
+// The process-wide oneDNN engine and primitive cache (thread-safe); one stream per calling
+// thread, since a oneDNN stream must not be shared by concurrent callers.
 class Gemm {
  public:
   static Gemm& get() {
@@ -69,12 +70,13 @@ class Gemm {
     memory am(e.a, engine_, const_cast<void*>(A));
     memory bm(e.b, engine_, const_cast<void*>(B));
     memory cm(e.c, engine_, C);
-    e.prim.execute(stream_, {{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, cm}});
-    stream_.wait();
+    thread_local dnnl::stream stream(engine_);
+    e.prim.execute(stream, {{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, cm}});
+    stream.wait();
   }
 
  private:
-  Gemm() : engine_(dnnl::engine::kind::cpu, 0), stream_(engine_) {}
+  Gemm() : engine_(dnnl::engine::kind::cpu, 0) {}
 
   const Entry& entry(const Key& k) {
     std::lock_guard<std::mutex> lock(mu_);
@@ -98,7 +100,6 @@ class Gemm {
   }
 
   dnnl::engine engine_;
-  dnnl::stream stream_;
   std::mutex mu_;
   std::unordered_map<Key, std::unique_ptr<Entry>, KeyHash> cache_;
 };
@@ -127,6 +128,7 @@ bool openblas_fit() {
 
 // Runs before main: glibc passes (argc, argv, envp) to ELF constructors.
 __attribute__((constructor)) void openblas_coretype_reexec(int, char** argv, char**) {
+  __builtin_cpu_init();  // __builtin_cpu_supports may not be initialised yet in a constructor
   if (std::getenv("OPENBLAS_CORETYPE") || !__builtin_cpu_supports("avx512f") ||
       avx512_core(openblas_get_corename()))
     return;
