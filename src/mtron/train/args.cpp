@@ -97,6 +97,9 @@ bool parse_train_args(int argc, char** argv, int64_t world_size, TrainArgs& a) {
       ->group(p);
   app.add_flag("--print-layout", a.print_layout, "Print the rank map of this layout and exit")
       ->group(p);
+  app.add_option("--world-size", a.layout_world_size,
+                 "With --print-layout: the number of ranks to lay out (default: this launch's)")
+      ->group(p);
 
   const char* t = "Training";
   app.add_option("--micro-batch-size", par.micro_batch_size, "Sequences per micro-batch")->group(t);
@@ -238,7 +241,8 @@ bool parse_train_args(int argc, char** argv, int64_t world_size, TrainArgs& a) {
   MT_CHECK(a.model.seq_length != 0, "--seq-length is required");
   a.model.finalize();
 
-  par.world_size = world_size;
+  MT_CHECK(a.layout_world_size == 0 || a.print_layout, "--world-size is only for --print-layout");
+  par.world_size = a.layout_world_size > 0 ? a.layout_world_size : world_size;
   MT_CHECK(par.micro_batch_size != 0, "--micro-batch-size is required");
   par.finalize(a.model);
 

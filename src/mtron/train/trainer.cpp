@@ -451,6 +451,22 @@ void Trainer::log_profile(double seconds, int64_t iters, const std::vector<int64
       pipeline_wait_s_ / pipeline_compute_s_, ideal);
 }
 
+// Which layers each pipeline stage (and virtual stage) holds, for --print-layout.
+std::string stage_layers(const TrainArgs& a) {
+  const int64_t P = a.parallel.pp(), v = a.parallel.vpp(), per = a.model.num_layers / (P * v);
+  std::string out = "\nstage  layers\n";
+  for (int64_t s = 0; s < P; ++s) {
+    out += fmt::format("{:5d} ", s);
+    for (int64_t c = 0; c < v; ++c) {
+      const int64_t vs = c * P + s;
+      out += fmt::format(" [{}, {}){}{}", vs * per, (vs + 1) * per, vs == 0 ? " +embedding" : "",
+                         vs == P * v - 1 ? " +output layer and loss" : "");
+    }
+    out += "\n";
+  }
+  return out;
+}
+
 int train_main(int argc, char** argv) {
   return run_main(argc, argv, [&](Launch& launch) {
     log_init(launch.rank(), launch.size());
@@ -461,7 +477,7 @@ int train_main(int argc, char** argv) {
     TrainArgs a;
     if (!parse_train_args(argc, argv, launch.size(), a)) return 0;
     if (a.print_layout) {
-      if (launch.rank() == 0) log_plain(format_layout(a.parallel));
+      if (launch.rank() == 0) log_plain(format_layout(a.parallel) + stage_layers(a));
       return 0;
     }
     Trainer t(a, launch.world());
