@@ -185,7 +185,8 @@ def main():
     # Greedy generation picks the reference model's argmax at every step.
     prompt = ids[:5]
     out = run([mtron, "generate", "--load", ck, "--prompt-ids", " ".join(map(str, prompt)),
-               "--max-new-tokens", "12", "--temperature", "0", "--ignore-eos"], stdout_only=True)
+               "--max-new-tokens", "12", "--temperature", "0", "--ignore-eos", "--print-ids"],
+              stdout_only=True)
     gen = [int(t) for t in out.split()]
     seq = list(prompt)
     for _ in range(12):

@@ -129,6 +129,11 @@ void validate_checkpoint_args(const CheckpointArgs& a) {
 Checkpointer::Checkpointer(CheckpointArgs args, RunInfo info, const ParallelState& ps)
     : a_(std::move(args)), info_(std::move(info)), ps_(ps), start_time_(now_seconds()) {
   groups_ = RankGroups{&ps_.world(), &ps_.dp_cp(), ps_.tp_rank()};
+  // Tokenizer files are recorded by absolute path: export and generate run from anywhere.
+  for (std::string* f :
+       {&info_.tokenizer.vocab_file, &info_.tokenizer.merge_file, &info_.tokenizer.model}) {
+    if (!f->empty()) *f = std::filesystem::absolute(*f).lexically_normal().string();
+  }
   if (a_.exit_signal_handler) signals_ = std::make_unique<ExitSignalHandler>();
 }
 

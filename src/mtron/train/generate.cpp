@@ -52,38 +52,42 @@ int32_t sample_token(const float* logits, int64_t vocab, const SamplingOptions& 
 }
 
 TextCodec make_text_codec(const checkpoint::TokenizerRecord& t, int64_t vocab_size) {
-  const std::string type = t.type.empty() ? "NullTokenizer" : t.type;
-  MT_CHECK(type == "NullTokenizer", "--tokenizer-type ", type,
-           " is not available to `mtron generate` yet: pass the prompt as token ids "
-           "(--prompt-ids) and read ids back, or use a NullTokenizer model");
-  TextCodec c;
-  c.name = "NullTokenizer";
-  c.encode = [vocab_size](const std::string& text) {
-    std::vector<int32_t> ids;
-    std::istringstream in(text);
-    std::string w;
-    while (in >> w) {
-      size_t used = 0;
-      long long v = -1;
-      try {
-        v = std::stoll(w, &used);
-      } catch (const std::exception&) {
-        used = 0;
-      }
-      MT_CHECK(used == w.size() && v >= 0 && v < vocab_size, "NullTokenizer: '", w,
-               "' is not a token id in [0, ", vocab_size, ")");
-      ids.push_back(int32_t(v));
-    }
-    return ids;
-  };
-  c.decode = [](std::span<const int32_t> ids) {
-    std::string s;
-    for (size_t i = 0; i < ids.size(); ++i) s += (i ? " " : "") + std::to_string(ids[i]);
-    return s;
-  };
-  c.eod = int32_t(vocab_size - 1);
+  data::TokenizerOptions o;
+  o.type = t.type.empty() ? "NullTokenizer" : t.type;
+  o.vocab_file = t.vocab_file;
+  o.merge_file = t.merge_file;
+  o.model = t.model;
+  if (o.type == "NullTokenizer") o.vocab_size = vocab_size;
+  TextCodec c{data::make_tokenizer(o)};
+  MT_CHECK(c.tokenizer->vocab_size() == vocab_size, "tokenizer ", o.type, " has ",
+           c.tokenizer->vocab_size(), " tokens but the model's vocabulary is ", vocab_size,
+           " (pass the tokenizer the model was trained with)");
   return c;
 }
+
+namespace {
+
+// "3 17 5" -> ids in [0, vocab).
+std::vector<int32_t> parse_ids(const std::string& text, int64_t vocab) {
+  std::vector<int32_t> ids;
+  std::istringstream in(text);
+  std::string w;
+  while (in >> w) {
+    size_t used = 0;
+    long long v = -1;
+    try {
+      v = std::stoll(w, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    MT_CHECK(used == w.size() && v >= 0 && v < vocab, "--prompt-ids: '", w,
+             "' is not a token id in [0, ", vocab, ")");
+    ids.push_back(int32_t(v));
+  }
+  return ids;
+}
+
+}  // namespace
 
 std::vector<int32_t> generate(model::InferenceModel& m,
                               std::span<const int32_t> prompt,
@@ -119,7 +123,7 @@ int generate_main(int argc, char** argv) {
     int64_t max_new = 64;
     SamplingOptions o;
     uint64_t seed = 1234;
-    bool ignore_eos = false;
+    bool ignore_eos = false, print_ids = false;
     checkpoint::TokenizerRecord tok;
     app.add_option("--load", load, "Checkpoint (a --save directory or an iter_* directory)")
         ->required();
@@ -131,6 +135,7 @@ int generate_main(int argc, char** argv) {
     app.add_option("--top-p", o.top_p, "Nucleus sampling threshold; 0: off");
     app.add_option("--seed", seed, "Random seed (default 1234)");
     app.add_flag("--ignore-eos", ignore_eos, "Do not stop at the end-of-document token");
+    app.add_flag("--print-ids", print_ids, "Print token ids instead of text");
     app.add_option("--tokenizer-type", tok.type, "Tokenizer (default: the checkpoint's)");
     app.add_option("--vocab-file", tok.vocab_file, "GPT-2 vocab.json");
     app.add_option("--merge-file", tok.merge_file, "GPT-2 merges.txt");
@@ -155,7 +160,7 @@ int generate_main(int argc, char** argv) {
     if (!tok.type.empty()) rec = tok;
     const TextCodec codec = make_text_codec(rec, V);
     const std::vector<int32_t> ids =
-        prompt_ids.empty() ? codec.encode(prompt) : make_text_codec({}, V).encode(prompt_ids);
+        prompt_ids.empty() ? codec.encode(prompt) : parse_ids(prompt_ids, V);
     MT_CHECK(!ids.empty(), "the prompt has no tokens");
     int64_t cap = int64_t(ids.size()) + max_new;
     if (m->cfg.position_embedding_type == PositionEmbedding::kLearnedAbsolute) {
@@ -165,16 +170,24 @@ int generate_main(int argc, char** argv) {
     }
     model::InferenceModel im(m->cfg, m->params(), cap);
     const double t0 = now_seconds();
-    const std::vector<int32_t> out = generate(im, ids, V, cap - int64_t(ids.size()), o, seed,
-                                              ignore_eos ? std::nullopt : codec.eod);
+    const std::vector<int32_t> out =
+        generate(im, ids, V, cap - int64_t(ids.size()), o, seed,
+                 ignore_eos ? std::nullopt : std::optional<int32_t>(codec.eod()));
     const double dt = now_seconds() - t0;
     std::vector<int32_t> all = ids;
     all.insert(all.end(), out.begin(), out.end());
-    std::fputs((codec.decode(all) + "\n").c_str(), stdout);
+    std::string text;
+    if (print_ids) {
+      for (size_t i = 0; i < all.size(); ++i) text += (i ? " " : "") + std::to_string(all[i]);
+    } else {
+      text = codec.decode(all);
+    }
+    std::fputs((text + "\n").c_str(), stdout);
     std::fflush(stdout);
     log_info(
         "generated {} tokens after a {}-token prompt in {:.2f} s ({:.1f} tokens/s), {} from {}",
-        out.size(), ids.size(), dt, double(out.size()) / std::max(dt, 1e-9), codec.name, m->dir);
+        out.size(), ids.size(), dt, double(out.size()) / std::max(dt, 1e-9),
+        codec.tokenizer->type(), m->dir);
     return 0;
   });
 }

@@ -6,17 +6,20 @@
 // top k tokens (--top-k > 0), then to the smallest set whose probability reaches --top-p
 // (nucleus, --top-p > 0), and one draw. Draws are counter-based (Philox keyed by --seed, indexed
 // by the position), so a seed gives the same text on every machine. Generation stops after
-// --max-new-tokens or at the tokenizer's end-of-document token (unless --ignore-eos).
+// --max-new-tokens or at the tokenizer's end-of-document token (unless --ignore-eos). The
+// prompt is text in the checkpoint's tokenizer (--prompt) or token ids (--prompt-ids); the output
+// is the decoded text (or ids, --print-ids).
 #pragma once
 
 #include <cstdint>
-#include <functional>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
 #include <vector>
 
 #include "mtron/checkpoint/manifest.h"
+#include "mtron/data/tokenizer.h"
 #include "mtron/model/inference.h"
 
 namespace mtron::train {
@@ -33,15 +36,15 @@ int32_t sample_token(const float* logits, int64_t vocab, const SamplingOptions& 
 
 // Text <-> ids for generation.
 struct TextCodec {
-  std::string name;
-  std::function<std::vector<int32_t>(const std::string&)> encode;
-  std::function<std::string(std::span<const int32_t>)> decode;
-  std::optional<int32_t> eod;
+  std::unique_ptr<data::Tokenizer> tokenizer;
+  std::vector<int32_t> encode(const std::string& text) const { return tokenizer->encode(text); }
+  std::string decode(std::span<const int32_t> ids) const { return tokenizer->decode(ids); }
+  int32_t eod() const { return tokenizer->eod(); }
 };
 
-// The tokenizer a checkpoint was trained with (its manifest's record; flags may override it).
-// Today this is Megatron's NullTokenizer (text = space-separated ids, EOD = vocab - 1); the data
-// layer's tokenizers (data/tokenizer.h: make_tokenizer) plug in here, in this one function.
+// The tokenizer a checkpoint was trained with (its manifest's record, which --tokenizer-type and
+// the file flags override), built by the data layer (data/tokenizer.h). Its vocabulary must be
+// the model's.
 TextCodec make_text_codec(const checkpoint::TokenizerRecord& t, int64_t vocab_size);
 
 // Appends up to max_new tokens to `prompt` (which is run first, as one prefill). Returns the new
