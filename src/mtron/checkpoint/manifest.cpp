@@ -141,6 +141,12 @@ ModelConfig model_config_from_json(const json& j, const std::string& file) {
   m.max_position_embeddings = field<int64_t>(j, "max_position_embeddings", file);
   m.vocab_size = field<int64_t>(j, "vocab_size", file);
   m.num_experts = field_or<int64_t>(j, "num_experts", 0, file);
+  // Bounds far beyond any real model keep derived sizes (4h, V x h, ...) from overflowing.
+  for (const int64_t v : {m.num_layers, m.hidden_size, m.num_attention_heads, m.num_query_groups,
+                          m.kv_channels, m.ffn_hidden_size, m.make_vocab_size_divisible_by,
+                          m.seq_length, m.max_position_embeddings, m.vocab_size}) {
+    MT_CHECK(v >= 0 && v <= (int64_t(1) << 30), file, ": model size ", v, " out of range");
+  }
   MT_CHECK(m.num_experts == 0, file, ": mixture-of-experts checkpoints are not supported yet");
   try {
     m.finalize();

@@ -71,6 +71,11 @@ void validate_region(const Region& r, const std::string& where) {
   MT_CHECK(r.offset.size() == r.global.size() && r.block.size() == r.global.size(), where,
            ": offset ", shape_str(r.offset), " and block ", shape_str(r.block),
            " do not match the rank of global shape ", shape_str(r.global));
+  int64_t n = 1;
+  for (int64_t d : r.global) {
+    MT_CHECK(d >= 0 && !__builtin_mul_overflow(n, d, &n) && n <= (int64_t(1) << 48), where,
+             ": global shape ", shape_str(r.global), " is too large");
+  }
   for (size_t d = 0; d < r.global.size(); ++d) {
     MT_CHECK(r.global[d] >= 0 && r.offset[d] >= 0 && r.block[d] >= 0 &&
                  r.offset[d] <= r.global[d] && r.block[d] <= r.global[d] - r.offset[d],
