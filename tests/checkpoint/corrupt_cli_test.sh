@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # corrupt_cli_test.sh MTRON WORKDIR: `mtron train --load` of a damaged checkpoint exits 2 with
 # one clear error line naming the file and the tensor (no stack trace), for a flipped data byte,
-# a truncated shard and a mismatched model.
+# a truncated shard and a mismatched model; the same for hostile Hugging Face folders; then
+# Megatron's --ckpt-step, --no-save-optim and --ckpt-format.
 set -u
 mtron=$1 work=$2
 rm -rf "$work" && mkdir -p "$work"
@@ -49,4 +50,18 @@ expect_cmd "model\.safetensors: (file is truncated|tensor '[^']+')" import --inp
 sed -i 's/"gpt2"/"bert"/' "$work/hf_bad/config.json"
 expect_cmd "model_type 'bert' is not supported" import --input "$work/hf_bad" --output "$work/imp3"
 expect_cmd "--output .* exists and is not an empty directory" export --load "$work/ck" --output "$work/hf"
+
+# --no-save-optim writes weights only; --ckpt-step picks an older iteration; --ckpt-format is a note.
+"$mtron" train "${flags[@]}" --train-iters 4 --save "$work/w" --save-interval 2 --no-save-optim \
+  >/dev/null 2>&1 || { echo "FAIL: --no-save-optim run"; fail=1; }
+if ! grep -q '"optimizer": null' "$work/w/iter_0000004/manifest.json"; then
+  echo "FAIL: --no-save-optim saved optimizer state"; fail=1
+fi
+out=$("$mtron" train "${flags[@]}" --train-iters 4 --load "$work/w" --ckpt-step 2 --ckpt-format torch_dist 2>&1)
+for want in "loading checkpoint $work/w/iter_0000002 \\(iteration 2," "has no optimizer state" \
+            "--ckpt-format torch_dist has no effect" "iteration +4/ +4"; do
+  printf '%s' "$out" | grep -Eq -- "$want" || { echo "FAIL: no /$want/ in:"; echo "$out"; fail=1; }
+done
+[ $fail = 0 ] && echo "ok: --no-save-optim, --ckpt-step 2, --ckpt-format"
+expect "iter_0000003/manifest.json" --ckpt-step 3
 exit $fail

@@ -106,6 +106,14 @@ void add_checkpoint_flags(CLI::App& app, CheckpointArgs& a) {
   app.add_option("--exit-duration-in-mins", a.exit_duration_in_mins,
                  "Save and exit after this many minutes")
       ->group(g);
+  app.add_option("--ckpt-step", a.ckpt_step, "Load this iteration of --load (default: latest)")
+      ->group(g);
+  app.add_flag("--no-save-optim", a.no_save_optim, "Save without the optimizer state")->group(g);
+  app.add_flag("--no-save-rng", a.no_save_rng, "Save without the seed")->group(g);
+  app.add_option("--ckpt-format", a.ckpt_format,
+                 "Accepted for Megatron scripts; mtron writes its own reshardable format")
+      ->check(CLI::IsMember({"torch_dist", "torch", "torch_dcp", "fsdp_dtensor"}))
+      ->group(g);
   app.add_option("--keep-last-n-checkpoints", a.keep_last_n_checkpoints,
                  "Keep only the newest N checkpoints in --save (default: all)")
       ->group(g);
@@ -122,6 +130,7 @@ void validate_checkpoint_args(const CheckpointArgs& a) {
   MT_CHECK(a.exit_interval >= 0, "--exit-interval must be >= 0 (got ", a.exit_interval, ")");
   MT_CHECK(a.exit_duration_in_mins >= 0, "--exit-duration-in-mins must be >= 0 (got ",
            a.exit_duration_in_mins, ")");
+  MT_CHECK(a.ckpt_step >= -1, "--ckpt-step must be >= 0 (got ", a.ckpt_step, ")");
   MT_CHECK(a.keep_last_n_checkpoints >= 0, "--keep-last-n-checkpoints must be >= 0 (got ",
            a.keep_last_n_checkpoints, ")");
 }
@@ -134,7 +143,14 @@ Checkpointer::Checkpointer(CheckpointArgs args, RunInfo info, const ParallelStat
        {&info_.tokenizer.vocab_file, &info_.tokenizer.merge_file, &info_.tokenizer.model}) {
     if (!f->empty()) *f = std::filesystem::absolute(*f).lexically_normal().string();
   }
+  if (a_.no_save_rng) info_.seed.reset();
   if (a_.exit_signal_handler) signals_ = std::make_unique<ExitSignalHandler>();
+  if (!a_.ckpt_format.empty() && ps_.rank() == 0) {
+    log_info(
+        "note: --ckpt-format {} has no effect: mtron writes sharded safetensors checkpoints "
+        "that load under any layout (docs/checkpoints.md)",
+        a_.ckpt_format);
+  }
 }
 
 Checkpointer::~Checkpointer() = default;
@@ -142,7 +158,11 @@ Checkpointer::~Checkpointer() = default;
 void Checkpointer::load(const TrainView& v) {
   if (a_.load.empty()) return;
   const bool root = ps_.rank() == 0;
-  const std::optional<std::string> dir = find_checkpoint(a_.load);
+  const std::optional<std::string> dir =
+      a_.ckpt_step >= 0
+          ? std::optional<std::string>(
+                (std::filesystem::path(a_.load) / iteration_dir_name(a_.ckpt_step)).string())
+          : find_checkpoint(a_.load);
   if (!dir) {
     if (root) {
       log_warn(
@@ -185,7 +205,11 @@ void Checkpointer::load(const TrainView& v) {
 
 void Checkpointer::save(const TrainView& v) {
   if (a_.save.empty() || last_saved_ == *v.iteration) return;
-  save_checkpoint(a_.save, v.chunks, info_,
+  std::vector<ChunkState> chunks = v.chunks;
+  if (a_.no_save_optim) {
+    for (ChunkState& c : chunks) c.exp_avg = c.exp_avg_sq = nullptr;
+  }
+  save_checkpoint(a_.save, chunks, info_,
                   Progress{*v.iteration, *v.consumed_samples, v.optimizer->steps()}, groups_,
                   a_.keep_last_n_checkpoints);
   last_saved_ = *v.iteration;

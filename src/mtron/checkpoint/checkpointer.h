@@ -12,6 +12,10 @@
 //   --exit-interval N                save and exit when the iteration is a multiple of N
 //   --exit-duration-in-mins N        save and exit once any rank has run N minutes (from the
 //                                    start of training; fractions accepted)
+//   --ckpt-step N                    load iteration N of --load instead of the latest
+//   --no-save-optim, --no-save-rng   save without the optimizer state / the seed
+//   --ckpt-format F                  accepted with a note: mtron writes its own reshardable
+//                                    format (Megatron's torch_dist is its closest analogue)
 //   --keep-last-n-checkpoints N      (mtron) delete older checkpoints, keeping the newest N
 //   --override-opt_param-scheduler   use the flags' learning-rate schedule even if it differs
 //                                    from the checkpoint's (Megatron's flag)
@@ -39,6 +43,9 @@ struct CheckpointArgs {
   std::string save, load;
   int64_t save_interval = 0;
   bool no_load_optim = false, no_load_rng = false, finetune = false;
+  bool no_save_optim = false, no_save_rng = false;
+  int64_t ckpt_step = -1;   // -1: the latest
+  std::string ckpt_format;  // informational
   bool exit_signal_handler = false;
   int64_t exit_interval = 0;
   double exit_duration_in_mins = 0;     // Megatron takes an int; fractions are accepted too
