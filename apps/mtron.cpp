@@ -3,6 +3,8 @@
 #include <cstring>
 #include <string>
 
+#include "mtron/plan/cli.h"
+
 namespace {
 void usage(FILE* f) {
   std::fputs(
@@ -27,6 +29,8 @@ int main(int argc, char** argv) {
     usage(argc < 2 ? stderr : stdout);
     return argc < 2 ? 2 : 0;
   }
+  if (!std::strcmp(argv[1], "plan")) return mtron::plan::plan_main(argc - 1, argv + 1);
+  if (!std::strcmp(argv[1], "doctor")) return mtron::plan::doctor_main(argc - 1, argv + 1);
   std::fprintf(stderr, "mtron: unknown command '%s'\n", argv[1]);
   usage(stderr);
   return 2;
