@@ -79,7 +79,17 @@ std::string nothing_fits(const ModelConfig& m,
         layout_name(best.layout), best.memory.total() / kGiB, best.memory.model_state() / kGiB,
         (best.memory.activations + best.memory.working) / kGiB);
   }
-  // What would fit: more GPUs of the same kind, or the same count of larger GPUs.
+  // What would fit: bf16 gradient buffers, more GPUs of the same kind, or the same count of
+  // larger GPUs.
+  if (o.grads_fp32 && o.precision != Precision::kFP32) {
+    SearchOptions x = o;
+    x.grads_fp32 = false;
+    x.top = 1;
+    const SearchResult rr = search_layouts(m, c, perf, x);
+    if (!rr.plans.empty())
+      s += fmt::format("; with --grad-reduce-in-bf16 (bf16 gradient buffers) {} would fit",
+                       layout_name(rr.plans[0].layout));
+  }
   for (int64_t k = 2; k <= 64; k *= 2) {
     Cluster more = c;
     more.num_devices = c.num_devices * k;
@@ -111,7 +121,6 @@ std::string nothing_fits(const ModelConfig& m,
   }
   if (!o.recompute)
     s += "; a shorter --seq-length or a smaller --micro-batch-size lowers activations";
-  (void)perf;
   return s;
 }
 

@@ -41,15 +41,16 @@ double median(std::vector<double> v) {
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
-// "[2024-05-01 12:00:00" (optionally with .ffffff) anywhere in the line -> seconds (UTC).
+// "2024-05-01 12:00:00" or "2024-05-01T12:00:00" (optionally with .ffffff) anywhere in the
+// line -> seconds (as UTC; only differences matter).
 double parse_timestamp(const std::string& s) {
   for (size_t i = 0; i + 19 <= s.size(); ++i) {
     if (!std::isdigit(static_cast<unsigned char>(s[i])) || s[i + 4] != '-' || s[i + 7] != '-' ||
-        s[i + 10] != ' ' || s[i + 13] != ':' || s[i + 16] != ':')
+        (s[i + 10] != ' ' && s[i + 10] != 'T') || s[i + 13] != ':' || s[i + 16] != ':')
       continue;
     std::tm tm{};
-    if (std::sscanf(s.c_str() + i, "%4d-%2d-%2d %2d:%2d:%2d", &tm.tm_year, &tm.tm_mon, &tm.tm_mday,
-                    &tm.tm_hour, &tm.tm_min, &tm.tm_sec) != 6)
+    if (std::sscanf(s.c_str() + i, "%4d-%2d-%2d%*c%2d:%2d:%2d", &tm.tm_year, &tm.tm_mon,
+                    &tm.tm_mday, &tm.tm_hour, &tm.tm_min, &tm.tm_sec) != 6)
       continue;
     tm.tm_year -= 1900;
     tm.tm_mon -= 1;

@@ -251,7 +251,9 @@ std::string judge_alternative(const std::string& label,
     std::string why;
     if (p.tp() > perf.nvlink_domain) {
       why = fmt::format(
-          "TP={} crosses {}: an inter-node {} every layer ({} of the step on {})", p.tp(),
+          "{:.1f}% slower than #1: TP={} crosses {}: an inter-node {} every layer, not "
+          "overlapped ({} of the step on {})",
+          100 * slower, p.tp(),
           perf.nvlink_domain < perf.devices_per_node ? "NVLink domains" : "nodes",
           p.sequence_parallel ? "all-gather/reduce-scatter" : "all-reduce",
           pct(top->time.tp_comm, top->time.total), perf.link_for_group(p.tp(), 1).name);

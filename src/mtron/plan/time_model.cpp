@@ -135,6 +135,8 @@ StepTime estimate_step_time(const ModelConfig& m, const Layout& l, const PerfPar
   const double V = double(m.padded_vocab_size(p.tp()));
   const double interf = pp.overlap_interference;
   const Link tp_link = pp.link_for_group(p.tp(), 1);
+  // --tp-comm-overlap (Transformer Engine's userbuffers) works over NVLink only.
+  const bool tp_overlap = l.tp_comm_overlap && p.tp() <= pp.nvlink_domain;
   const Link cp_link = pp.link_for_group(p.cp(), p.tp());
   const Link ep_link = pp.link_for_group(p.ep(), p.etp());
 
@@ -168,14 +170,14 @@ StepTime estimate_step_time(const ModelConfig& m, const Layout& l, const PerfPar
       if (p.sequence_parallel) {
         // fwd: all-gather in, reduce-scatter out. bwd: all-gather of the output gradient,
         // re-gather of the input (behind dgrad), reduce-scatter of dgrad (behind wgrad).
-        x.tp_f += l.tp_comm_overlap ? overlapped(half, cf, interf) + overlapped(half, rf, interf)
-                                    : 2 * half;
-        x.tp_b += (l.tp_comm_overlap ? overlapped(half, rd, interf) : half) +
+        x.tp_f +=
+            tp_overlap ? overlapped(half, cf, interf) + overlapped(half, rf, interf) : 2 * half;
+        x.tp_b += (tp_overlap ? overlapped(half, rd, interf) : half) +
                   overlapped(half, cd, interf) + overlapped(half, cw, interf);
       } else {
         // fwd: all-reduce after the row-parallel linear. bwd: all-reduce of the column-parallel
         // dgrad, behind its wgrad.
-        x.tp_f += l.tp_comm_overlap ? overlapped(ar, rf, interf) : ar;
+        x.tp_f += tp_overlap ? overlapped(ar, rf, interf) : ar;
         x.tp_b += overlapped(ar, cw, interf);
       }
     };
