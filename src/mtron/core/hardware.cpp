@@ -1,7 +1,6 @@
 #include "mtron/core/hardware.h"
 
 #include <fmt/core.h>
-#include <sched.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -130,11 +129,26 @@ CpuInfo read_cpuinfo() {
   return c;
 }
 
-int affinity_cores() {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  if (sched_getaffinity(0, sizeof(set), &set) == 0) return std::max(1, CPU_COUNT(&set));
-  return std::max(1L, sysconf(_SC_NPROCESSORS_ONLN));
+// Cores of this node available to the job: the container's cpuset when there is one, else
+// the online CPUs. Not this process's affinity mask: under mpirun each rank is bound to a
+// share of the node, and the node is what is described here.
+int node_cores() {
+  for (const char* path :
+       {"/sys/fs/cgroup/cpuset.cpus.effective", "/sys/fs/cgroup/cpuset/cpuset.effective_cpus"}) {
+    std::ifstream in(path);
+    std::string list;
+    if (!(in >> list)) continue;
+    int n = 0;
+    std::istringstream ss(list);
+    for (std::string range; std::getline(ss, range, ',');) {
+      const auto dash = range.find('-');
+      n += dash == std::string::npos
+               ? 1
+               : std::atoi(range.c_str() + dash + 1) - std::atoi(range.c_str()) + 1;
+    }
+    if (n > 0) return n;
+  }
+  return int(std::max(1L, sysconf(_SC_NPROCESSORS_ONLN)));
 }
 
 double mem_total_bytes() {
@@ -225,7 +239,7 @@ double Hardware::inter_node_bandwidth() const {
 std::string Hardware::peak_description(Precision p) const {  // the MFU denominator
   const char* unit = !is_cpu ? "GPU" : ranks_per_node > 0 ? "rank" : "core";
   const Precision q = p == Precision::kFP8 ? Precision::kBF16 : p;
-  return fmt::format("{} {} dense peak {:.1f} TFLOP/s per {}", description, precision_name(q),
+  return fmt::format("{} {} dense peak {:.4g} TFLOP/s per {}", description, precision_name(q),
                      peak_flops(q) / 1e12, unit);
 }
 
@@ -277,7 +291,7 @@ const Hardware* find_hardware_by_device_name(std::string_view device_name) {
 
 Hardware detect_local_cpu() {
   const CpuInfo info = read_cpuinfo();
-  const int cores = affinity_cores();
+  const int cores = node_cores();
   for (const json& p : catalog_entries("cpus")) {
     if (!profile_matches(p.value("match", json::object()), info)) continue;
     Hardware h;

@@ -94,8 +94,8 @@ const Hardware* find_hardware_by_device_name(std::string_view device_name);
 const std::vector<Network>& network_catalog();
 const Network& find_network(std::string_view name);
 
-// This machine as a CPU node: cores (the affinity mask), memory (MemTotal), the first CPU
-// profile of catalog/hardware/cpu.json that matches /proc/cpuinfo.
+// This machine as a CPU node: cores (the container's cpuset, else the online CPUs), memory
+// (MemTotal), and the first profile of catalog/hardware/cpu.json that matches /proc/cpuinfo.
 Hardware detect_local_cpu();
 
 // What one rank sees when `ranks_per_node` ranks share a node. A GPU is unchanged (one rank per

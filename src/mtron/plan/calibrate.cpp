@@ -3,6 +3,7 @@
 #include <fmt/core.h>
 #include <mpi.h>
 #include <omp.h>
+#include <sched.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -192,7 +193,11 @@ int run_calibration(const CalibrateOptions& o) {
   }
   const Hardware cpu = detect_local_cpu();
   const int cores = cpu.gpus_per_node;
-  int threads = std::max(1, cores / w.size);
+  // cores/ranks threads each, but no more than the cores this rank is bound to.
+  cpu_set_t mask;
+  CPU_ZERO(&mask);
+  const int bound = sched_getaffinity(0, sizeof(mask), &mask) == 0 ? CPU_COUNT(&mask) : cores;
+  int threads = std::max(1, std::min(bound, cores / w.size));
   if (const char* env = std::getenv("OMP_NUM_THREADS"); env && std::atoi(env) > 0)
     threads = std::atoi(env);
   omp_set_num_threads(threads);
@@ -243,9 +248,9 @@ int run_calibration(const CalibrateOptions& o) {
       const GemmFit f = fit_gemm(v, parse_precision(prec));
       std::printf(
           "  GEMM %s: %.1f GFLOP/s per rank, operands at %.1f GB/s, %.1f us per call "
-          "(fit within %.0f%% over %zu shapes)\n",
-          prec.c_str(), f.flops / 1e9, f.bandwidth / 1e9, f.overhead * 1e6, 100 * f.max_rel_error,
-          v.size());
+          "(median error of the fit %.0f%% over %zu shapes)\n",
+          prec.c_str(), f.flops / 1e9, f.bandwidth / 1e9, f.overhead * 1e6,
+          100 * f.median_rel_error, v.size());
     }
     std::printf("  memory bandwidth: %.1f GB/s per rank\n", r.memory_bandwidth / 1e9);
     if (!r.collectives.empty()) {

@@ -2,6 +2,7 @@
 
 #include <fmt/core.h>
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <cstdlib>
@@ -46,11 +47,12 @@ Collective parse_op(const std::string& s) {
 template <size_t K>
 bool least_squares(const std::vector<std::array<double, K>>& x,
                    const std::vector<double>& y,
+                   const std::vector<double>& weight,
                    const std::array<bool, K>& use,
                    std::array<double, K>* coef) {
   std::array<std::array<double, K + 1>, K> a{};
   for (size_t r = 0; r < x.size(); ++r) {
-    const double w = 1.0 / (y[r] * y[r]);
+    const double w = weight[r] / (y[r] * y[r]);
     for (size_t i = 0; i < K; ++i) {
       if (!use[i]) continue;
       for (size_t j = 0; j < K; ++j)
@@ -77,36 +79,58 @@ bool least_squares(const std::vector<std::array<double, K>>& x,
 }
 
 // Non-negative least squares by trying every subset of columns (K is 2 or 3): the feasible fit
-// with the smallest relative error.
+// with the smallest weighted relative error.
 template <size_t K>
 std::array<double, K> nonnegative_fit(const std::vector<std::array<double, K>>& x,
                                       const std::vector<double>& y,
-                                      double* max_rel_error) {
+                                      const std::vector<double>& weight) {
   std::array<double, K> best{};
   double best_err = std::numeric_limits<double>::infinity();
   for (unsigned mask = 1; mask < (1u << K); ++mask) {
     std::array<bool, K> use{};
     for (size_t i = 0; i < K; ++i) use[i] = mask & (1u << i);
     std::array<double, K> c{};
-    if (!least_squares(x, y, use, &c)) continue;
+    if (!least_squares(x, y, weight, use, &c)) continue;
     bool ok = true;
     for (size_t i = 0; i < K; ++i) ok &= c[i] >= 0;
     if (!ok) continue;
-    double sq = 0, mx = 0;
+    double sq = 0;
     for (size_t r = 0; r < x.size(); ++r) {
       double pred = 0;
       for (size_t i = 0; i < K; ++i) pred += c[i] * x[r][i];
       const double rel = (pred - y[r]) / y[r];
-      sq += rel * rel;
-      mx = std::max(mx, std::abs(rel));
+      sq += weight[r] * rel * rel;
     }
     if (sq < best_err) {
       best_err = sq;
       best = c;
-      *max_rel_error = mx;
     }
   }
   return best;
+}
+
+// Robust version: iteratively reweighted towards the least absolute relative error, so a few
+// measurements disturbed by other processes (a shared machine) do not pull the fit. Reports
+// the median relative error of the fit.
+template <size_t K>
+std::array<double, K> robust_fit(const std::vector<std::array<double, K>>& x,
+                                 const std::vector<double>& y,
+                                 double* median_rel_error) {
+  std::vector<double> w(x.size(), 1.0), rel(x.size());
+  std::array<double, K> c{};
+  for (int iter = 0; iter < 8; ++iter) {
+    c = nonnegative_fit(x, y, w);
+    for (size_t r = 0; r < x.size(); ++r) {
+      double pred = 0;
+      for (size_t i = 0; i < K; ++i) pred += c[i] * x[r][i];
+      rel[r] = std::abs(pred - y[r]) / y[r];
+      w[r] = 1.0 / std::max(rel[r], 0.02);
+    }
+  }
+  std::vector<double> sorted = rel;
+  std::sort(sorted.begin(), sorted.end());
+  *median_rel_error = sorted.empty() ? 0 : sorted[sorted.size() / 2];
+  return c;
 }
 
 double ring_fraction(Collective op, int64_t n) {
@@ -138,7 +162,7 @@ GemmFit fit_gemm(const std::vector<GemmSample>& samples, Precision p) {
     y.push_back(s.seconds);
   }
   GemmFit f;
-  const auto c = nonnegative_fit(x, y, &f.max_rel_error);
+  const auto c = robust_fit(x, y, &f.median_rel_error);
   f.flops = c[0] > 0 ? 1 / c[0] : std::numeric_limits<double>::infinity();
   f.bandwidth = c[1] > 0 ? 1 / c[1] : std::numeric_limits<double>::infinity();
   f.overhead = c[2];
@@ -160,7 +184,7 @@ Link fit_link(const std::vector<CollectiveSample>& samples) {
   l.name = "shared memory";
   if (x.empty()) return l;
   double err = 0;
-  const auto c = nonnegative_fit(x, y, &err);
+  const auto c = robust_fit(x, y, &err);
   l.bandwidth = c[0] > 0 ? 1 / c[0] : std::numeric_limits<double>::infinity();
   l.latency = c[1];
   return l;
@@ -213,7 +237,7 @@ void save_calibration(const Calibration& c, const std::string& path) {
       fits[prec] = {{"gflops", f.flops / 1e9},
                     {"gbps", f.bandwidth / 1e9},
                     {"overhead_us", f.overhead * 1e6},
-                    {"max_rel_error", f.max_rel_error}};
+                    {"median_rel_error", f.median_rel_error}};
     }
     json coll = json::array();
     for (const auto& s : r.collectives)

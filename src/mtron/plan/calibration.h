@@ -32,7 +32,7 @@ struct CollectiveSample {
 // Fitted: seconds = flops / gemm_flops + bytes / gemm_bandwidth + gemm_overhead.
 struct GemmFit {
   double flops = 0, bandwidth = 0, overhead = 0;
-  double max_rel_error = 0;  // of the fit over its samples
+  double median_rel_error = 0;  // of the fit over its samples
 };
 
 struct RankCalibration {
@@ -58,9 +58,9 @@ std::string default_calibration_path();
 Calibration load_calibration(const std::string& path);
 void save_calibration(const Calibration& c, const std::string& path);
 
-// Least-squares fit of the GEMM model (non-negative coefficients).
+// Fit of the GEMM model (non-negative coefficients, relative errors, robust to outliers).
 GemmFit fit_gemm(const std::vector<GemmSample>& samples, Precision p);
-// Least-squares fit of bus bandwidth and latency to ring-model collective times.
+// Fit of bus bandwidth and latency to ring-model collective times (the same way).
 Link fit_link(const std::vector<CollectiveSample>& samples);
 
 // The time model's parameters for a CPU cluster from a calibration: the entry for the

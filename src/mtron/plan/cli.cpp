@@ -382,7 +382,7 @@ int run_plan(std::vector<std::string> args) {
     }
     job.mtron = self_path();
     job.comment = fmt::format(
-        "{} on {}\nplan #{}: {}\npredicted: {:.3f} s per step, {:.0f} tokens/s/GPU, {:.1f} "
+        "{} on {}\nplan #{}: {}\npredicted: {:.3f} s per step, {:.0f} tokens/s/GPU, {:.4g} "
         "TFLOP/s/GPU, MFU {:.1f}%; memory {:.1f} of {:.1f} GiB per GPU",
         m.summary(), cluster_summary(c), pick, layout_name(chosen.layout), chosen.time.total,
         chosen.time.tokens_per_second_per_device, chosen.time.tflops_per_device,

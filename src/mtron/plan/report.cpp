@@ -69,7 +69,7 @@ std::string table_row(int rank, const Candidate& c) {
   const ParallelConfig& p = c.layout.parallel;
   return fmt::format(
       "{:>3} {:>3} {:>3} {:>3} {:>3} {:>3} {:>4} {:>4} {:>4} {:<9} {:>8.1f} {:>9.3f} "
-      "{:>10.0f} {:>8.1f} {:>5.1f}%\n",
+      "{:>10.0f} {:>8.4g} {:>5.1f}%\n",
       rank, p.tp(), p.pp(), p.vpp(), p.cp(), p.ep(), p.dp(), p.micro_batch_size,
       p.num_microbatches(), recompute_name(c.layout.recompute), c.memory.total() / kGiB,
       c.time.total, c.time.tokens_per_second_per_device, c.time.tflops_per_device,

@@ -384,7 +384,7 @@ StepTime estimate_step_time(const ModelConfig& m, const Layout& l, const PerfPar
 
 std::string format_step_time(const StepTime& t) {
   std::string s =
-      fmt::format("step {:.3f} s: {:.0f} tokens/s/GPU, {:.1f} TFLOP/s/GPU, MFU {:.1f}%\n", t.total,
+      fmt::format("step {:.3f} s: {:.0f} tokens/s/GPU, {:.4g} TFLOP/s/GPU, MFU {:.1f}%\n", t.total,
                   t.tokens_per_second_per_device, t.tflops_per_device, 100 * t.mfu);
   auto line = [&](const char* name, double v) {
     if (v > 0) s += fmt::format("  {:<22} {:9.4f} s {:5.1f}%\n", name, v, 100 * v / t.total);
