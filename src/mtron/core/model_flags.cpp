@@ -28,11 +28,14 @@ CLI::Option* choice(CLI::App& app,
                     const std::map<std::string, E>& choices,
                     const std::string& help) {
   var = dflt;
-  std::string dflt_name;
-  for (const auto& [k, v] : choices)
+  std::string dflt_name, names;
+  for (const auto& [k, v] : choices) {
     if (v == dflt) dflt_name = k;
+    names += (names.empty() ? "{" : ",") + k;
+  }
   return app.add_option(name, var, help)
-      ->transform(CLI::CheckedTransformer(choices))
+      ->transform(CLI::CheckedTransformer(choices).description(names + "}"))
+      ->type_name("TEXT")
       ->default_str(dflt_name)
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast)
       ->group("model");

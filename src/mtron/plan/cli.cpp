@@ -160,7 +160,7 @@ int run_plan(std::vector<std::string> args) {
                  "backend: one MPI rank per device)")
       ->capture_default_str()
       ->group(g);
-  app.add_option("--gpus,--num-gpus", gpus, "GPUs in the job (with local-cpu: MPI ranks)")
+  app.add_option("--gpus,--num-gpus", gpus, "GPUs in the job (with local-cpu: MPI ranks); required")
       ->group(g);
   app.add_option("--gpus-per-node", gpus_per_node,
                  "GPUs per node (default: the hardware's; local-cpu: all ranks on one node)")
@@ -249,35 +249,54 @@ int run_plan(std::vector<std::string> args) {
   app.add_flag("--calibrate-quick", quick, "A short calibration (fewer shapes)")->group(g);
 
   g = "launch script (mtron train flags)";
-  app.add_option("--train-iters", t.train_iters)->capture_default_str()->group(g);
-  app.add_option("--lr", t.lr)->capture_default_str()->group(g);
-  app.add_option("--min-lr", t.min_lr)->capture_default_str()->group(g);
-  app.add_option("--lr-decay-style", t.lr_decay_style)->capture_default_str()->group(g);
+  app.add_option("--train-iters", t.train_iters, "Iterations to train")
+      ->capture_default_str()
+      ->group(g);
+  app.add_option("--lr", t.lr, "Peak learning rate")->capture_default_str()->group(g);
+  app.add_option("--min-lr", t.min_lr, "Final learning rate")->capture_default_str()->group(g);
+  app.add_option("--lr-decay-style", t.lr_decay_style, "constant, linear, cosine, ...")
+      ->capture_default_str()
+      ->group(g);
   app.add_option("--lr-warmup-iters", t.lr_warmup_iters, "Default: a tenth of --train-iters")
       ->group(g);
-  app.add_option("--weight-decay", t.weight_decay)->capture_default_str()->group(g);
-  app.add_option("--clip-grad", t.clip_grad)->capture_default_str()->group(g);
-  app.add_option("--adam-beta1", t.adam_beta1)->capture_default_str()->group(g);
-  app.add_option("--adam-beta2", t.adam_beta2)->capture_default_str()->group(g);
-  app.add_option("--seed", t.seed)->capture_default_str()->group(g);
+  app.add_option("--weight-decay", t.weight_decay, "AdamW weight decay")
+      ->capture_default_str()
+      ->group(g);
+  app.add_option("--clip-grad", t.clip_grad, "Global gradient-norm clipping")
+      ->capture_default_str()
+      ->group(g);
+  app.add_option("--adam-beta1", t.adam_beta1, "Adam beta1")->capture_default_str()->group(g);
+  app.add_option("--adam-beta2", t.adam_beta2, "Adam beta2")->capture_default_str()->group(g);
+  app.add_option("--seed", t.seed, "Random seed")->capture_default_str()->group(g);
   app.add_option("--log-interval", t.log_interval, "Default: 1 on a CPU, 10 on GPUs")->group(g);
   app.add_option("--eval-interval", t.eval_interval, "Default: --train-iters")->group(g);
-  app.add_option("--eval-iters", t.eval_iters)->capture_default_str()->group(g);
+  app.add_option("--eval-iters", t.eval_iters, "Validation iterations per evaluation")
+      ->capture_default_str()
+      ->group(g);
   app.add_option("--data-path", data_path, "Training data (default: --mock-data)")->group(g);
-  app.add_option("--split", split)->group(g);
-  app.add_option("--tokenizer-type", tokenizer_type)->group(g);
-  app.add_option("--tokenizer-model", tokenizer_model)->group(g);
-  app.add_option("--vocab-file", vocab_file)->group(g);
-  app.add_option("--merge-file", merge_file)->group(g);
-  app.add_option("--save", t.save)->group(g);
-  app.add_option("--load", t.load)->group(g);
-  app.add_option("--save-interval", t.save_interval)->group(g);
+  app.add_option("--split", split, "Train/valid/test split of --data-path")->group(g);
+  app.add_option("--tokenizer-type", tokenizer_type, "Tokenizer (with --data-path)")->group(g);
+  app.add_option("--tokenizer-model", tokenizer_model, "SentencePiece/HF tokenizer file")->group(g);
+  app.add_option("--vocab-file", vocab_file, "GPT-2 BPE vocabulary")->group(g);
+  app.add_option("--merge-file", merge_file, "GPT-2 BPE merges")->group(g);
+  app.add_option("--save", t.save, "Checkpoint directory to save to")->group(g);
+  app.add_option("--load", t.load, "Checkpoint directory to resume from")->group(g);
+  app.add_option("--save-interval", t.save_interval,
+                 "Iterations between checkpoints (default: --train-iters)")
+      ->group(g);
   app.add_option("--extra-args", extra_args, "More `mtron train` flags, appended verbatim")
       ->group(g);
-  app.add_option("--job-name", job.job_name)->capture_default_str()->group(g);
+  app.add_option("--job-name", job.job_name, "sbatch --job-name")->capture_default_str()->group(g);
   app.add_option("--time", job.time_limit, "sbatch --time")->capture_default_str()->group(g);
   app.add_option("--partition", job.partition, "sbatch --partition")->group(g);
+  std::string mtron_binary;
+  app.add_option("--mtron", mtron_binary,
+                 "The mtron binary the script runs (default: this one, by absolute path; the "
+                 "script's MTRON variable overrides it)")
+      ->group(g);
 
+  std::string command = "mtron plan";
+  for (const auto& a : args) command += " " + a;
   // A catalog model's flags go first, so the user's own model flags override them.
   for (size_t i = 0; i < args.size(); ++i) {
     if (args[i] == "--model" && i + 1 < args.size()) model_name = args[i + 1];
@@ -380,12 +399,12 @@ int run_plan(std::vector<std::string> args) {
       std::istringstream ss(extra_args);
       for (std::string w; ss >> w;) t.extra.push_back(w);
     }
-    job.mtron = self_path();
+    job.mtron = mtron_binary.empty() ? self_path() : mtron_binary;
     job.comment = fmt::format(
-        "{} on {}\nplan #{}: {}\npredicted: {:.3f} s per step, {:.0f} tokens/s/GPU, {:.4g} "
+        "{}\n{} on {}\nplan #{}: {}\npredicted: {:.3f} s per step, {:.0f} tokens/s/GPU, {:.4g} "
         "TFLOP/s/GPU, MFU {:.1f}%; memory {:.1f} of {:.1f} GiB per GPU",
-        m.summary(), cluster_summary(c), pick, layout_name(chosen.layout), chosen.time.total,
-        chosen.time.tokens_per_second_per_device, chosen.time.tflops_per_device,
+        command, m.summary(), cluster_summary(c), pick, layout_name(chosen.layout),
+        chosen.time.total, chosen.time.tokens_per_second_per_device, chosen.time.tflops_per_device,
         100 * chosen.time.mfu, chosen.memory.total() / kGiB, chosen.memory.capacity / kGiB);
     write(emit_script(parse_launcher(emit), c, chosen.layout, train_args(m, chosen.layout, c, t),
                       job));

@@ -81,9 +81,10 @@ std::string table_row(int rank, const Candidate& c) {
 std::string cluster_summary(const Cluster& c) {
   const Hardware& h = c.hardware;
   if (h.is_cpu) {
-    return fmt::format("{} MPI rank{} on {} ({:.0f} GiB, {} threads per rank)", c.num_devices,
+    return fmt::format("{} MPI rank{} on {} ({:.0f} GiB, {} thread{} per rank)", c.num_devices,
                        c.num_devices == 1 ? "" : "s", h.description, h.memory_bytes / kGiB,
-                       std::max<int64_t>(1, h.gpus_per_node / c.devices_per_node));
+                       std::max<int64_t>(1, h.gpus_per_node / c.devices_per_node),
+                       h.gpus_per_node / c.devices_per_node > 1 ? "s" : "");
   }
   return fmt::format("{} x {} ({} node{} of {}; NVLink {:.0f} GB/s per GPU; {} x {} per node)",
                      c.num_devices, h.description, c.nodes(), c.nodes() == 1 ? "" : "s",
