@@ -66,7 +66,7 @@ configs = {
         padded_vocab_size=pad(32000, 2), tensor_model_parallel_size=2,
         pipeline_model_parallel_size=1, world_size=8, micro_batch_size=1, num_experts=8,
         moe_ffn_hidden_size=14336, expert_model_parallel_size=4, use_distributed_optimizer=True,
-        num_microbatches=8),
+        sequence_parallel=True, num_microbatches=8),
     "gpt2_124m_pp2_mbs2": args(
         num_layers=12, hidden_size=768, num_attention_heads=12, ffn_hidden_size=3072,
         seq_length=1024, padded_vocab_size=pad(50257, 1), tensor_model_parallel_size=1,

@@ -64,6 +64,7 @@ TEST(Formulas, TheoreticalMemoryEqualsMegatronsCode) {
   ParallelConfig mixtral = layout(8, 2, 1, 1, 32);
   mixtral.expert_model_parallel_size = 4;
   mixtral.use_distributed_optimizer = true;
+  mixtral.sequence_parallel = true;  // MoE with TP > 1 needs it
   const ParallelConfig gpt2 = layout(2, 1, 2, 2, 8);
   const MegatronCase cases[] = {
       {"llama2-70b", llama, RecomputeGranularity::kSelective, 39101220864.0, 21508423680.0},

@@ -111,6 +111,11 @@ void ParallelConfig::finalize(const ModelConfig& m) {
              ") must be divisible by 2 x context_parallel_size (", 2 * cp(), ")");
   }
   if (m.is_moe()) {
+    // Megatron's MoELayer raises during training when attention TP > 1 runs without SP.
+    MT_CHECK(tp() == 1 || sequence_parallel,
+             "MoE with --tensor-model-parallel-size > 1 needs --sequence-parallel (Megatron: "
+             "\"performance may degrade if MoE and tensor parallelism are enabled without also "
+             "enabling sequence parallelism\")");
     MT_CHECK(m.num_experts % ep() == 0, "Number of experts (", m.num_experts,
              ") should be a multiple of expert model parallel_size (", ep(), ")");
     MT_CHECK(m.moe_ffn() % etp() == 0, "moe_ffn_hidden_size (", m.moe_ffn(),

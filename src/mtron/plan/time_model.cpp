@@ -220,7 +220,9 @@ StepTime estimate_step_time(const ModelConfig& m, const Layout& l, const PerfPar
       const double E = double(m.num_experts), k = double(m.moe_router_topk);
       const double etp = double(p.etp()), Fe = double(m.moe_ffn());
       const double local_experts = E / double(p.ep());
-      const double routed = T * k * etp / st;  // tokens this rank's experts process
+      // Tokens this rank's experts process: its SP share of the micro-batch, top-k copies,
+      // gathered over the expert-TP group (MoE with TP > 1 requires SP, so st = t).
+      const double routed = T * k * etp / st;
       const double per_expert = routed / local_experts;
       fwd_bwd({T / st, E, h}, &f, &dg, &wg);  // router
       x.gemm_f += f;
