@@ -45,6 +45,7 @@ TEST(Doctor, FindsEachPlantedProblemAndNothingElse) {
                         {"skipped_fp16.log", "skipped_iterations"},
                         {"low_mfu.log", "low_mfu"},
                         {"straggler.log", "straggler"},
+                        {"straggler_mtron.log", "straggler"},
                         {"hang.log", "hang"},
                         {"hang_silent.log", "hang"},
                         {"throughput_drop.log", "throughput_drop"}};

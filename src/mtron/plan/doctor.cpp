@@ -203,11 +203,22 @@ void find_nan(const LogReport& log, std::vector<Finding>* out) {
   out->push_back(f);
 }
 
-// Loss points of the run, one per logged iteration (rank -1 or the last rank's lines).
-std::vector<const IterationRecord*> loss_points(const LogReport& log) {
+// The run's own series: when several ranks log iteration lines, the last rank's (Megatron
+// logs on the last rank; its loss is the global one).
+std::vector<const IterationRecord*> series(const LogReport& log) {
+  int rank = -1;
+  for (const auto& r : log.iterations) rank = std::max(rank, r.rank);
   std::vector<const IterationRecord*> v;
   for (const auto& r : log.iterations)
-    if (r.loss > 0 && !r.loss_nan && std::isfinite(r.loss)) v.push_back(&r);
+    if (r.rank == rank) v.push_back(&r);
+  return v;
+}
+
+// Loss points of the run, one per logged iteration.
+std::vector<const IterationRecord*> loss_points(const LogReport& log) {
+  std::vector<const IterationRecord*> v;
+  for (const IterationRecord* r : series(log))
+    if (r->loss > 0 && !r->loss_nan && std::isfinite(r->loss)) v.push_back(r);
   return v;
 }
 
@@ -308,8 +319,8 @@ void find_skipped(const LogReport& log, std::vector<Finding>* out) {
 
 void find_throughput(const LogReport& log, const DoctorOptions& o, std::vector<Finding>* out) {
   std::vector<const IterationRecord*> pts;
-  for (const auto& r : log.iterations)
-    if (r.elapsed_ms > 0) pts.push_back(&r);
+  for (const IterationRecord* r : series(log))
+    if (r->elapsed_ms > 0) pts.push_back(r);
   if (pts.size() < 6) return;
   // The first logged interval includes start-up; skip it.
   const size_t start = 1;
@@ -387,13 +398,14 @@ void find_throughput(const LogReport& log, const DoctorOptions& o, std::vector<F
 void find_stragglers(const LogReport& log, std::vector<Finding>* out) {
   Finding f = make(Severity::kWarning, "straggler", "", 55);
   double worst = 1;
-  std::string who;
+  std::string who, against;
   auto consider = [&](double ratio, size_t line, std::string name) {
     if (ratio < 1.15) return;
     add_evidence(f, log, int64_t(line + 1));
     if (ratio > worst) {
       worst = ratio;
       who = std::move(name);
+      against = "the fastest rank";
     }
   };
   for (size_t i = 0; i < log.lines.size(); ++i) {
@@ -441,13 +453,13 @@ void find_stragglers(const LogReport& log, std::vector<Finding>* out) {
         if (m / typical > worst) {
           worst = m / typical;
           who = fmt::format("rank {}", rank);
+          against = "the median rank";
         }
       }
     }
   }
   if (f.evidence.empty()) return;
-  f.title =
-      fmt::format("straggler: {} is {:.0f}% slower than the fastest rank", who, 100 * (worst - 1));
+  f.title = fmt::format("straggler: {} is {:.0f}% slower than {}", who, 100 * (worst - 1), against);
   f.score += worst;
   f.fixes = {
       "find the slow GPU or node: nvidia-smi -q (clocks, temperature, power, ECC), "
@@ -475,10 +487,10 @@ void find_hang(const LogReport& log, std::vector<Finding>* out) {
   // A log whose timestamps go on long after the last iteration line: no progress.
   std::vector<double> gaps;
   const IterationRecord* prev = nullptr;
-  for (const auto& r : log.iterations) {
-    if (r.timestamp < 0) continue;
-    if (prev) gaps.push_back(r.timestamp - prev->timestamp);
-    prev = &r;
+  for (const IterationRecord* r : series(log)) {
+    if (r->timestamp < 0) continue;
+    if (prev) gaps.push_back(r->timestamp - prev->timestamp);
+    prev = r;
   }
   if (prev && gaps.size() >= 3) {
     const double typical = median(gaps);

@@ -163,6 +163,16 @@ def main():
                 f"MxEtpt/Rnk: 387.32TF/8"]
     write("straggler.log", Run(10).lines(extra=straggler))
 
+    # mtron with every rank logging its own step time: rank 2 is 30% slower.
+    body = []
+    runs = [Run(20 + k, prefix=f"[mtron r{k}/4]", ms=1234.0 * (1.3 if k == 2 else 1.0))
+            for k in range(4)]
+    per_rank = [run.lines(stop=300) for run in runs]
+    for group in zip(*per_rank):
+        body.extend(group)
+    write("straggler_mtron.log", body,
+          preamble="[mtron r0/4] mtron train: world 4 = TP 1 x CP 1 x DP 4 x PP 1\n")
+
     r = Run(11)
     body = r.lines(stop=120)
     t = r.t + 600
