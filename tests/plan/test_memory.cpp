@@ -10,7 +10,6 @@
 namespace mtron::plan {
 namespace {
 
-constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 
 Layout make(const ModelConfig& m,
             int64_t world,
