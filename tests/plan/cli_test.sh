@@ -62,8 +62,11 @@ bash -n "$TMP/run.sh" || fail "mpirun script does not parse"
 grep -q "mpirun -np 2" "$TMP/run.sh" || fail "mpirun line"
 grep -q "train" "$TMP/run.sh" || fail "train"
 
-# Calibration under MPI (quick), then a CPU plan from it.
-mpirun --allow-run-as-root --oversubscribe -np 2 "$MTRON" plan --calibrate --calibrate-quick \
+# Calibration under MPI (quick), then a CPU plan from it. (Open MPI's plugins leak at exit
+# and are unloaded before LeakSanitizer can name them: no leak check for this one command in
+# the sanitizer build.)
+ASAN_OPTIONS=${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0 \
+mpirun --allow-run-as-root --oversubscribe -np 2 -x ASAN_OPTIONS "$MTRON" plan --calibrate --calibrate-quick \
   --calibration "$TMP/cal.json" > "$TMP/cal.out"
 grep -q "MPI collectives: bus bandwidth" "$TMP/cal.out" || fail "calibration output: $(cat "$TMP/cal.out")"
 "$MTRON" plan --hardware local-cpu --gpus 2 --num-layers 2 --hidden-size 64 \
