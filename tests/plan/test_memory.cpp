@@ -10,7 +10,6 @@
 namespace mtron::plan {
 namespace {
 
-
 Layout make(const ModelConfig& m,
             int64_t world,
             int64_t tp,
