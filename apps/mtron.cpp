@@ -3,7 +3,9 @@
 #include <cstring>
 #include <string>
 
+#include "mtron/data/preprocess.h"
 #include "mtron/plan/cli.h"
+#include "mtron/train/trainer.h"
 
 namespace {
 void usage(FILE* f) {
@@ -29,8 +31,11 @@ int main(int argc, char** argv) {
     usage(argc < 2 ? stderr : stdout);
     return argc < 2 ? 2 : 0;
   }
-  if (!std::strcmp(argv[1], "plan")) return mtron::plan::plan_main(argc - 1, argv + 1);
-  if (!std::strcmp(argv[1], "doctor")) return mtron::plan::doctor_main(argc - 1, argv + 1);
+  const std::string cmd = argv[1];
+  if (cmd == "train") return mtron::train::train_main(argc - 1, argv + 1);
+  if (cmd == "preprocess") return mtron::data::preprocess_main(argc - 1, argv + 1);
+  if (cmd == "plan") return mtron::plan::plan_main(argc - 1, argv + 1);
+  if (cmd == "doctor") return mtron::plan::doctor_main(argc - 1, argv + 1);
   std::fprintf(stderr, "mtron: unknown command '%s'\n", argv[1]);
   usage(stderr);
   return 2;

@@ -17,6 +17,8 @@ inline ModelConfig model(const std::string& name, std::vector<std::string> extra
   CLI::App app;
   ModelConfig m;
   add_model_flags(app, m);
+  app.add_option("--vocab-size", m.vocab_size)
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   std::vector<std::string> args = find_model(name).args;
   args.insert(args.end(), extra.begin(), extra.end());
   std::reverse(args.begin(), args.end());

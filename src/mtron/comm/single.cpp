@@ -10,6 +10,7 @@ namespace {
 class DoneRequest final : public Request {
  public:
   void wait() override {}
+  bool test() override { return true; }
 };
 
 class SingleComm final : public Comm {
@@ -69,7 +70,10 @@ class SingleComm final : public Comm {
   std::unique_ptr<Request> irecv(void*, int64_t, DType, int peer, int) override {
     MT_ASSERT(false, "irecv from rank ", peer, " in a group of one");
   }
-  std::unique_ptr<Comm> split(int, int) override { return std::make_unique<SingleComm>(); }
+  std::unique_ptr<Comm> split(int color, int) override {
+    if (color < 0) return nullptr;
+    return std::make_unique<SingleComm>();
+  }
 
  private:
   static void copy(const void* src, void* dst, int64_t count, DType t) {

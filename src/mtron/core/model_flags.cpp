@@ -7,17 +7,21 @@
 namespace mtron {
 namespace {
 
+const char* group(const std::string& flag) {
+  return flag.rfind("--moe-", 0) == 0 || flag == "--num-experts" ? "Mixture of experts" : "Model";
+}
+
 template <typename T>
 CLI::Option* opt(CLI::App& app, const std::string& name, T& var, T dflt, const std::string& help) {
   return app.add_option(name, var, help)
       ->default_val(dflt)
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast)
-      ->group("model");
+      ->group(group(name));
 }
 
 CLI::Option* flag(CLI::App& app, const std::string& name, bool& var, const std::string& help) {
   var = false;
-  return app.add_flag(name, var, help)->group("model");
+  return app.add_flag(name, var, help)->group(group(name));
 }
 
 template <typename E>
@@ -38,7 +42,7 @@ CLI::Option* choice(CLI::App& app,
       ->type_name("TEXT")
       ->default_str(dflt_name)
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast)
-      ->group("model");
+      ->group(group(name));
 }
 
 }  // namespace
@@ -85,19 +89,18 @@ void add_model_flags(CLI::App& app, ModelConfig& m) {
   app.add_flag_callback(
          "--disable-bias-linear", [&m] { m.add_bias_linear = false; },
          "Disable bias in the linear layers.")
-      ->group("model");
+      ->group("Model");
   m.add_bias_linear = true;
   opt<int64_t>(app, "--seq-length", m.seq_length, 0, "Maximum sequence length to process.");
-  opt<int64_t>(app, "--vocab-size", m.vocab_size, 0,
-               "Size of vocab before EOD or padding (the tokenizer sets it; required with "
-               "--tokenizer-type NullTokenizer).");
   opt<float>(app, "--init-method-std", m.init_method_std, 0.02f,
              "Standard deviation of the zero mean normal distribution used for weight "
              "initialization.");
-  opt<float>(app, "--hidden-dropout", m.hidden_dropout, 0.1f,
-             "Dropout probability for hidden state transformer.");
-  opt<float>(app, "--attention-dropout", m.attention_dropout, 0.1f,
-             "Post attention dropout probability.");
+  // Megatron's default is 0.1; mtron's trainer has no dropout yet, so its default is 0.
+  opt<float>(app, "--hidden-dropout", m.hidden_dropout, 0.0f,
+             "Dropout probability for hidden state transformer (Megatron's default: 0.1; "
+             "mtron: 0, the only value it supports so far).");
+  opt<float>(app, "--attention-dropout", m.attention_dropout, 0.0f,
+             "Post attention dropout probability (Megatron's default: 0.1; mtron: 0).");
 
   // Mixture of experts.
   opt<int64_t>(app, "--num-experts", m.num_experts, 0,

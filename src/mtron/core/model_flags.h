@@ -14,13 +14,14 @@
 
 namespace mtron {
 
-// Registers the flags under the option group "model" and stores Megatron's defaults into `m`
-// (e.g. --hidden-dropout 0.1). Call m.finalize() after parsing.
+// Registers the flags (groups "Model" and "Mixture of experts") and stores their defaults into
+// `m`: Megatron's, except dropout (0: mtron's trainer has none yet). --vocab-size belongs to the
+// tokenizer flags (the trainer's). Call m.finalize() after parsing.
 void add_model_flags(CLI::App& app, ModelConfig& m);
 
 // The inverse: every model flag with its value for `m` (finalized), in registration order, so
-// a launch script or a checkpoint manifest states the whole shape. Parsing the result with
-// add_model_flags gives `m` back.
+// a launch script or a checkpoint manifest states the whole shape, plus --vocab-size. Parsing
+// the result with add_model_flags (and --vocab-size) gives `m` back.
 std::vector<std::string> model_flag_args(const ModelConfig& m);
 
 }  // namespace mtron

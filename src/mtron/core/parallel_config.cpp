@@ -111,11 +111,6 @@ void ParallelConfig::finalize(const ModelConfig& m) {
              ") must be divisible by 2 x context_parallel_size (", 2 * cp(), ")");
   }
   if (m.is_moe()) {
-    // Megatron's MoELayer raises during training when attention TP > 1 runs without SP.
-    MT_CHECK(tp() == 1 || sequence_parallel,
-             "MoE with --tensor-model-parallel-size > 1 needs --sequence-parallel (Megatron: "
-             "\"performance may degrade if MoE and tensor parallelism are enabled without also "
-             "enabling sequence parallelism\")");
     MT_CHECK(m.num_experts % ep() == 0, "Number of experts (", m.num_experts,
              ") should be a multiple of expert model parallel_size (", ep(), ")");
     MT_CHECK(m.moe_ffn() % etp() == 0, "moe_ffn_hidden_size (", m.moe_ffn(),
@@ -138,11 +133,9 @@ void ParallelConfig::finalize(const ModelConfig& m) {
     // The interleaved schedule groups N = PP contiguous micro-batches per virtual stage
     // (Megatron's default --microbatch-group-size-per-virtual-pipeline-stage): N <= M, and a
     // last group shorter than PP would leave dependency bubbles, so M % PP == 0.
-    MT_CHECK(num_microbatches() >= pp() && num_microbatches() % pp() == 0,
-             "the interleaved schedule needs the number of micro-batches (", num_microbatches(),
-             ") to be a multiple of --pipeline-model-parallel-size (", pp(),
-             "): the number of contiguous micro-batches in a virtual pipeline stage should range "
-             "in [PP, M] and the remainder of M divided by it should be 0");
+    MT_CHECK(num_microbatches() % pp() == 0, "number of microbatches (", num_microbatches(),
+             ") is not divisible by pipeline-model-parallel-size (", pp(),
+             ") when using interleaved schedule");
   }
 }
 

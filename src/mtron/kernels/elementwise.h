@@ -1,4 +1,4 @@
-// defines: add, add_inplace, scale_inplace, convert (f32<->bf16), bias_add, bias_backward,
+// defines: add, scale_inplace, convert (f32<->bf16), bias_add, bias_backward,
 //          sum_squares
 #pragma once
 

@@ -137,6 +137,9 @@ int run_plan(std::vector<std::string> args) {
   app.set_help_flag("-h,--help", "Print this help message and exit");
   ModelConfig m;
   add_model_flags(app, m);
+  app.add_option("--vocab-size", m.vocab_size,
+                 "Size of vocab before EOD or padding (the tokenizer's vocabulary)")
+      ->group("Model");
 
   std::string model_name, hardware = "h100-sxm", network, emit, output, calibration_file;
   int64_t gpus = 0, gpus_per_node = 0, nics_per_node = 0, pick = 1;

@@ -114,6 +114,10 @@ Shapes search_shapes(const ModelConfig& m,
                   l.tp_comm_overlap = o.tp_comm_overlap && tp > 1 && !cpu && p.sequence_parallel;
                   try {
                     p.finalize(m);
+                    // Megatron's MoELayer refuses to train with TP > 1 and no SP.
+                    MT_CHECK(!m.is_moe() || p.tp() == 1 || p.sequence_parallel,
+                             "MoE with --tensor-model-parallel-size > 1 needs "
+                             "--sequence-parallel");
                   } catch (const Error& e) {
                     if (out.invalid++ == 0) out.first_invalid = e.what();
                     continue;

@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# bench/train_step/run.sh [ITERS] [ROUNDS]: a GPT-2 124M training step (12 layers, hidden 768,
+# 12 heads, vocab 50257 (padded 50304), seq 1024, micro-batch 4) in mtron and in PyTorch on
+# this machine, fp32 and bf16, side by side: the four runs alternate for ROUNDS rounds and each
+# figure is the median. Prints tokens/s, GFLOP/s by Megatron's formula, the ratios mtron/PyTorch,
+# and mtron's per-op profile of the last round.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+iters=${1:-3}
+rounds=${2:-2}
+mtron=${MTRON:-build/cpu-release/apps/mtron}
+py=/usr/bin/python3
+threads=$(nproc)
+shape="--num-layers 12 --hidden-size 768 --num-attention-heads 12 --seq-length 1024
+       --max-position-embeddings 1024 --micro-batch-size 4 --global-batch-size 4 --lr 1e-4
+       --mock-data --vocab-size 50257 --metrics-file /dev/null --log-interval 1"
+# Megatron's FLOPs per step (forward + backward): 72 B s L h^2 (1 + s/(12h) + V/(12 L h)).
+flops=$(awk 'BEGIN { B=4; s=1024; L=12; h=768; V=50304;
+                     printf "%.6e", 72*B*s*L*h*h*(1 + s/(12*h) + V/(12*L*h)) }')
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+mtron_run() {  # precision round
+  local extra=""
+  [ "$1" = bf16 ] && extra="--bf16"
+  # iteration 1 warms up; the profile covers iterations 2..N
+  "$mtron" train $shape $extra --train-iters $((iters + 1)) --profile >"$tmp/mtron_$1_$2.log" 2>&1
+  # median of the per-iteration times after the first
+  grep -o "elapsed time per iteration (ms): [0-9.]*" "$tmp/mtron_$1_$2.log" | tail -n +2 |
+    awk '{print $NF/1000}' | sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'
+}
+torch_run() {
+  "$py" bench/train_step/torch_gpt2.py --precision "$1" --iters "$iters" --threads "$threads" |
+    awk '{print $4}'
+}
+median() { sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
+
+echo "GPT-2 124M step (B 4, T 1024), $threads threads, $iters timed iterations x $rounds rounds"
+echo "machine: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), load $(cut -d' ' -f1-3 /proc/loadavg)"
+for r in $(seq "$rounds"); do
+  for p in fp32 bf16; do
+    mtron_run "$p" "$r" >>"$tmp/mtron_$p"
+    torch_run "$p" >>"$tmp/torch_$p"
+  done
+done
+printf "\n%-14s %10s %12s %10s\n" "run" "step (s)" "tokens/s" "GFLOP/s"
+for p in fp32 bf16; do
+  for who in mtron torch; do
+    s=$(median <"$tmp/${who}_$p")
+    printf "%-14s %10.3f %12.1f %10.1f\n" "$who $p" "$s" "$(awk -v s="$s" 'BEGIN{print 4096/s}')" \
+      "$(awk -v s="$s" -v f="$flops" 'BEGIN{print f/s/1e9}')"
+  done
+  echo "ratio mtron/PyTorch $p: $(awk -v a="$(median <"$tmp/torch_$p")" -v b="$(median <"$tmp/mtron_$p")" 'BEGIN{printf "%.2fx", a/b}')"
+done
+echo
+echo "mtron peak used for MFU: $(grep -o 'MFU against [0-9.]* GFLOP/s' "$tmp/mtron_fp32_$rounds.log") (fp32);" \
+  "$(grep -o 'MFU against [0-9.]* GFLOP/s' "$tmp/mtron_bf16_$rounds.log") (bf16)"
+for p in fp32 bf16; do
+  echo
+  echo "mtron $p profile (last round):"
+  sed -n '/profile of iterations/,$p' "$tmp/mtron_${p}_$rounds.log" | tail -n +2
+done

@@ -1,0 +1,109 @@
+// CPU fused-QKV split/merge and rotary position embedding (rotate-half).
+//
+// RoPE angles follow Megatron-Core exactly in fp32: inv_freq_i = 1 / base^(float(2i)/R),
+// angle = float(pos) * inv_freq_i, cos/sin of the fp32 angle. They are computed once per token
+// (shared by its nh heads) into a small per-thread table.
+#include <omp.h>
+
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "mtron/kernels/cpu/cpu_ops.h"
+#include "mtron/kernels/cpu/vec.h"
+
+namespace mtron::kernels::cpu {
+namespace {
+
+void copy_rows(float* dst, const float* src, int64_t n) {
+  std::memcpy(dst, src, size_t(n) * sizeof(float));
+}
+
+// sign = +1: forward rotation by +angle; -1: the adjoint (rotation by -angle).
+void rope_apply(float* x,
+                const int32_t* pos,
+                int64_t N,
+                int64_t nh,
+                int64_t D,
+                int64_t R,
+                float base,
+                float sign) {
+  const int64_t half = R / 2;
+  std::vector<float> inv_freq(static_cast<size_t>(half));
+  for (int64_t i = 0; i < half; ++i)
+    inv_freq[size_t(i)] = 1.0f / std::pow(base, float(2 * i) / float(R));
+#pragma omp parallel num_threads(threads_for(N* nh* D * 8))
+  {
+    std::vector<float> cs(size_t(2 * half));
+    float* cosv = cs.data();
+    float* sinv = cs.data() + half;
+#pragma omp for schedule(static)
+    for (int64_t n = 0; n < N; ++n) {
+      for (int64_t i = 0; i < half; ++i) {
+        const float a = float(pos[n]) * inv_freq[size_t(i)];
+        cosv[i] = std::cos(a);
+        sinv[i] = sign * std::sin(a);
+      }
+      for (int64_t h = 0; h < nh; ++h) {
+        float* x1 = x + (n * nh + h) * D;
+        float* x2 = x1 + half;
+        for (int64_t i = 0; i < half; i += kVec) {
+          const __mmask16 m = tail_mask(half - i);
+          const __m512 a = _mm512_maskz_loadu_ps(m, x1 + i), b = _mm512_maskz_loadu_ps(m, x2 + i);
+          const __m512 c = _mm512_maskz_loadu_ps(m, cosv + i),
+                       s = _mm512_maskz_loadu_ps(m, sinv + i);
+          _mm512_mask_storeu_ps(x1 + i, m, _mm512_fnmadd_ps(b, s, _mm512_mul_ps(a, c)));
+          _mm512_mask_storeu_ps(x2 + i, m, _mm512_fmadd_ps(a, s, _mm512_mul_ps(b, c)));
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+
+void qkv_split(
+    float* q, float* k, float* v, const float* qkv, int64_t N, int64_t G, int64_t hpg, int64_t D) {
+  const int64_t H = G * hpg;
+#pragma omp parallel for schedule(static) num_threads(threads_for(N*(H + 2 * G) * D * 8))
+  for (int64_t n = 0; n < N; ++n) {
+    for (int64_t g = 0; g < G; ++g) {
+      const float* src = qkv + ((n * G + g) * (hpg + 2)) * D;
+      copy_rows(q + (n * H + g * hpg) * D, src, hpg * D);
+      copy_rows(k + (n * G + g) * D, src + hpg * D, D);
+      copy_rows(v + (n * G + g) * D, src + (hpg + 1) * D, D);
+    }
+  }
+}
+
+void qkv_merge_grad(float* dqkv,
+                    const float* dq,
+                    const float* dk,
+                    const float* dv,
+                    int64_t N,
+                    int64_t G,
+                    int64_t hpg,
+                    int64_t D) {
+  const int64_t H = G * hpg;
+#pragma omp parallel for schedule(static) num_threads(threads_for(N*(H + 2 * G) * D * 8))
+  for (int64_t n = 0; n < N; ++n) {
+    for (int64_t g = 0; g < G; ++g) {
+      float* dst = dqkv + ((n * G + g) * (hpg + 2)) * D;
+      copy_rows(dst, dq + (n * H + g * hpg) * D, hpg * D);
+      copy_rows(dst + hpg * D, dk + (n * G + g) * D, D);
+      copy_rows(dst + (hpg + 1) * D, dv + (n * G + g) * D, D);
+    }
+  }
+}
+
+void rope_forward(
+    float* x, const int32_t* pos, int64_t N, int64_t nh, int64_t D, int64_t rot_dim, float base) {
+  rope_apply(x, pos, N, nh, D, rot_dim, base, 1.0f);
+}
+
+void rope_backward(
+    float* dx, const int32_t* pos, int64_t N, int64_t nh, int64_t D, int64_t rot_dim, float base) {
+  rope_apply(dx, pos, N, nh, D, rot_dim, base, -1.0f);
+}
+
+}  // namespace mtron::kernels::cpu

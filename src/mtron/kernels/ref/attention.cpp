@@ -1,0 +1,124 @@
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "mtron/kernels/ref/ref_ops.h"
+
+namespace mtron::kernels::ref {
+namespace {
+
+bool visible(const AttnMask& m, int64_t i, int64_t j) {
+  return !m.causal || j <= i + m.offset;
+}
+
+// Softmax probabilities of query row (b, h, i) over all keys (0 where masked); false when
+// every key is masked. Also returns lse.
+template <typename T>
+bool probs(std::vector<Acc<T>>& p,
+           Acc<T>* lse,
+           const T* q,
+           const T* k,
+           const AttnShape& s,
+           const AttnMask& mask,
+           int64_t b,
+           int64_t h,
+           int64_t i) {
+  const int64_t g = h / (s.H / s.G);
+  const T* qi = q + ((i * s.B + b) * s.H + h) * s.D;
+  Acc<T> mx = -std::numeric_limits<Acc<T>>::infinity();
+  p.assign(size_t(s.Sk), 0);
+  bool any = false;
+  for (int64_t j = 0; j < s.Sk; ++j) {
+    if (!visible(mask, i, j)) continue;
+    const T* kj = k + ((j * s.B + b) * s.G + g) * s.D;
+    Acc<T> dot = 0;
+    for (int64_t d = 0; d < s.D; ++d) dot += Acc<T>(qi[d]) * kj[d];
+    p[size_t(j)] = dot * s.scale;
+    mx = std::max(mx, p[size_t(j)]);
+    any = true;
+  }
+  if (!any) return false;
+  Acc<T> sum = 0;
+  for (int64_t j = 0; j < s.Sk; ++j)
+    if (visible(mask, i, j)) sum += std::exp(p[size_t(j)] - mx);
+  for (int64_t j = 0; j < s.Sk; ++j)
+    p[size_t(j)] = visible(mask, i, j) ? std::exp(p[size_t(j)] - mx) / sum : 0;
+  *lse = mx + std::log(sum);
+  return true;
+}
+
+}  // namespace
+
+template <typename T>
+void attention_forward(
+    T* out, T* lse, const T* q, const T* k, const T* v, const AttnShape& s, AttnMask mask) {
+  std::vector<Acc<T>> p;
+  for (int64_t b = 0; b < s.B; ++b)
+    for (int64_t h = 0; h < s.H; ++h)
+      for (int64_t i = 0; i < s.Sq; ++i) {
+        const int64_t g = h / (s.H / s.G);
+        T* o = out + ((i * s.B + b) * s.H + h) * s.D;
+        Acc<T> l = 0;
+        if (!probs(p, &l, q, k, s, mask, b, h, i)) {
+          for (int64_t d = 0; d < s.D; ++d) o[d] = 0;
+          lse[(b * s.H + h) * s.Sq + i] = -std::numeric_limits<T>::infinity();
+          continue;
+        }
+        for (int64_t d = 0; d < s.D; ++d) {
+          Acc<T> acc = 0;
+          for (int64_t j = 0; j < s.Sk; ++j)
+            acc += p[size_t(j)] * v[((j * s.B + b) * s.G + g) * s.D + d];
+          o[d] = T(acc);
+        }
+        lse[(b * s.H + h) * s.Sq + i] = T(l);
+      }
+}
+
+// With P the softmax row and dP_j = dO . v_j:  dS_j = P_j (dP_j - sum_j' P_j' dP_j'),
+// dq += scale sum_j dS_j k_j,  dk_j += scale dS_j q,  dv_j += P_j dO.
+template <typename T>
+void attention_backward(T* dq,
+                        T* dk,
+                        T* dv,
+                        const T* dout,
+                        const T* q,
+                        const T* k,
+                        const T* v,
+                        const AttnShape& s,
+                        AttnMask mask) {
+  std::vector<Acc<T>> p, dp;
+  for (int64_t b = 0; b < s.B; ++b)
+    for (int64_t h = 0; h < s.H; ++h)
+      for (int64_t i = 0; i < s.Sq; ++i) {
+        const int64_t g = h / (s.H / s.G);
+        Acc<T> l;
+        if (!probs(p, &l, q, k, s, mask, b, h, i)) continue;
+        const int64_t qi = ((i * s.B + b) * s.H + h) * s.D;
+        dp.assign(size_t(s.Sk), 0);
+        Acc<T> delta = 0;
+        for (int64_t j = 0; j < s.Sk; ++j) {
+          const int64_t kj = ((j * s.B + b) * s.G + g) * s.D;
+          for (int64_t d = 0; d < s.D; ++d) dp[size_t(j)] += Acc<T>(dout[qi + d]) * v[kj + d];
+          delta += p[size_t(j)] * dp[size_t(j)];
+        }
+        for (int64_t j = 0; j < s.Sk; ++j) {
+          const int64_t kj = ((j * s.B + b) * s.G + g) * s.D;
+          const Acc<T> ds = p[size_t(j)] * (dp[size_t(j)] - delta) * s.scale;
+          for (int64_t d = 0; d < s.D; ++d) {
+            dq[qi + d] = T(dq[qi + d] + ds * k[kj + d]);
+            dk[kj + d] = T(dk[kj + d] + ds * q[qi + d]);
+            dv[kj + d] = T(dv[kj + d] + p[size_t(j)] * dout[qi + d]);
+          }
+        }
+      }
+}
+
+#define MT_INSTANTIATE(T)                                                                    \
+  template void attention_forward<T>(T*, T*, const T*, const T*, const T*, const AttnShape&, \
+                                     AttnMask);                                              \
+  template void attention_backward<T>(T*, T*, T*, const T*, const T*, const T*, const T*,    \
+                                      const AttnShape&, AttnMask);
+MT_INSTANTIATE(float)
+MT_INSTANTIATE(double)
+
+}  // namespace mtron::kernels::ref

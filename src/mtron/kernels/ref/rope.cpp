@@ -1,0 +1,79 @@
+#include <cmath>
+
+#include "mtron/kernels/ref/ref_ops.h"
+
+namespace mtron::kernels::ref {
+
+template <typename T>
+void qkv_split(T* q, T* k, T* v, const T* qkv, int64_t N, int64_t G, int64_t hpg, int64_t D) {
+  const int64_t H = G * hpg;
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t g = 0; g < G; ++g)
+      for (int64_t j = 0; j < hpg + 2; ++j)
+        for (int64_t d = 0; d < D; ++d) {
+          const T x = qkv[((n * G + g) * (hpg + 2) + j) * D + d];
+          if (j < hpg)
+            q[(n * H + g * hpg + j) * D + d] = x;
+          else if (j == hpg)
+            k[(n * G + g) * D + d] = x;
+          else
+            v[(n * G + g) * D + d] = x;
+        }
+}
+
+template <typename T>
+void qkv_merge_grad(
+    T* dqkv, const T* dq, const T* dk, const T* dv, int64_t N, int64_t G, int64_t hpg, int64_t D) {
+  const int64_t H = G * hpg;
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t g = 0; g < G; ++g)
+      for (int64_t j = 0; j < hpg + 2; ++j)
+        for (int64_t d = 0; d < D; ++d)
+          dqkv[((n * G + g) * (hpg + 2) + j) * D + d] = j < hpg ? dq[(n * H + g * hpg + j) * D + d]
+                                                        : j == hpg ? dk[(n * G + g) * D + d]
+                                                                   : dv[(n * G + g) * D + d];
+}
+
+namespace {
+template <typename T>
+void rotate(
+    T* x, const int32_t* pos, int64_t N, int64_t nh, int64_t D, int64_t R, float base, int sign) {
+  const int64_t half = R / 2;
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t i = 0; i < half; ++i) {
+      // Megatron: inv_freq = 1.0 / (base ** (arange(0, R, 2, fp32) / R)), freqs = pos * inv_freq
+      const float inv_freq = 1.0f / std::pow(base, float(2 * i) / float(R));
+      const float angle = float(pos[n]) * inv_freq;
+      const Acc<T> c = std::cos(double(angle)), s = sign * std::sin(double(angle));
+      for (int64_t h = 0; h < nh; ++h) {
+        T* row = x + (n * nh + h) * D;
+        const Acc<T> a = row[i], b = row[i + half];
+        row[i] = T(a * c - b * s);
+        row[i + half] = T(b * c + a * s);
+      }
+    }
+}
+}  // namespace
+
+template <typename T>
+void rope_forward(
+    T* x, const int32_t* pos, int64_t N, int64_t nh, int64_t D, int64_t rot_dim, float base) {
+  rotate(x, pos, N, nh, D, rot_dim, base, 1);
+}
+
+template <typename T>
+void rope_backward(
+    T* dx, const int32_t* pos, int64_t N, int64_t nh, int64_t D, int64_t rot_dim, float base) {
+  rotate(dx, pos, N, nh, D, rot_dim, base, -1);
+}
+
+#define MT_INSTANTIATE(T)                                                                       \
+  template void qkv_split<T>(T*, T*, T*, const T*, int64_t, int64_t, int64_t, int64_t);         \
+  template void qkv_merge_grad<T>(T*, const T*, const T*, const T*, int64_t, int64_t, int64_t,  \
+                                  int64_t);                                                     \
+  template void rope_forward<T>(T*, const int32_t*, int64_t, int64_t, int64_t, int64_t, float); \
+  template void rope_backward<T>(T*, const int32_t*, int64_t, int64_t, int64_t, int64_t, float);
+MT_INSTANTIATE(float)
+MT_INSTANTIATE(double)
+
+}  // namespace mtron::kernels::ref

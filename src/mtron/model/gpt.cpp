@@ -1,0 +1,255 @@
+#include "mtron/model/gpt.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "mtron/kernels/elementwise.h"
+#include "mtron/kernels/embedding.h"
+#include "mtron/model/lm_head.h"
+
+namespace mtron::model {
+
+GPTChunk::GPTChunk(const ModelConfig& cfg,
+                   ChunkPlacement place,
+                   const parallel::TensorParallel& tp,
+                   Recompute recompute)
+    : cfg_(cfg), place_(place), recompute_(recompute) {
+  MT_ASSERT(place.num_layers >= 1, "a model chunk needs at least one layer");
+  const int64_t h = cfg.hidden_size;
+  const int64_t V = cfg.padded_vocab_size(tp.size);
+  vocab_local_ = V / tp.size;
+  vocab_start_ = tp.rank * vocab_local_;
+  auto word_embedding_spec = [&] {
+    return ParamSpec{.name = "embedding.word_embeddings.weight",
+                     .global_shape = {V, h},
+                     .shard_dim = 0,
+                     .shard_offset = vocab_start_,
+                     .local_shape = {vocab_local_, h},
+                     .init = ParamInit::kNormal,
+                     .init_std = cfg.init_method_std};
+  };
+  // Tied embeddings whose two uses sit on different pipeline stages.
+  const bool cross_stage =
+      !cfg.untie_embeddings_and_output_weights && place.has_embedding != place.has_head;
+  if (place.has_embedding) {
+    ParamSpec s = word_embedding_spec();
+    s.cross_stage = cross_stage;
+    wte_ = params_.add(s);
+    if (cfg.position_embedding_type == PositionEmbedding::kLearnedAbsolute) {
+      const Shape s = {cfg.max_position_embeddings, h};
+      wpe_ = params_.add(ParamSpec{.name = "embedding.position_embeddings.weight",
+                                   .global_shape = s,
+                                   .local_shape = s,
+                                   .init = ParamInit::kNormal,
+                                   .init_std = cfg.init_method_std});
+    }
+  }
+  layers_.reserve(size_t(place.num_layers));
+  for (int64_t i = 0; i < place.num_layers; ++i) {
+    layer_first_.push_back(int(params_.specs().size()));
+    layers_.emplace_back(cfg, place.first_layer + i, tp, params_);
+  }
+  if (place.has_head) {
+    head_first_ = int(params_.specs().size());
+    lnf_.add_params(cfg, "decoder.final_layernorm", tp.sequence_parallel, params_);
+    if (cfg.untie_embeddings_and_output_weights) {
+      ParamSpec s = word_embedding_spec();
+      s.name = "output_layer.weight";
+      out_w_ = params_.add(s);
+    } else if (wte_ < 0) {
+      // Tied embeddings across pipeline stages: the last stage holds a replica, initialised
+      // identically (same name, same key) and kept equal by summing the two gradients.
+      ParamSpec s = word_embedding_spec();
+      s.tied_copy = true;
+      s.cross_stage = true;
+      wte_ = params_.add(s);
+      out_w_ = wte_;
+    } else {
+      out_w_ = wte_;
+    }
+  }
+}
+
+bool GPTChunk::recomputed(int64_t i) const {
+  if (recompute_.granularity != RecomputeGranularity::kFull) return false;
+  return recompute_.method == RecomputeMethod::kUniform || i < recompute_.num_layers;
+}
+
+int64_t GPTChunk::group_end(int64_t i) const {
+  if (recompute_.method == RecomputeMethod::kBlock) return i + 1;
+  const int64_t n = std::max<int64_t>(1, recompute_.num_layers);
+  return std::min<int64_t>((i / n + 1) * n, place_.num_layers);
+}
+
+std::pair<int64_t, int64_t> GPTChunk::param_range(int first, int next_first) const {
+  const int64_t end = next_first < 0 ? params_.size() : params_.spec(next_first).offset;
+  return {params_.spec(first).offset, end};
+}
+
+const float* GPTChunk::forward(const RunCtx& rc,
+                               const MicroBatch& mb,
+                               Stash& st,
+                               const float* input,
+                               bool train,
+                               const ParamsNeeded& params_needed) {
+  // The handle after layer i's parameters (or -1: the rest of the buffer).
+  auto next_first = [&](int64_t i) {
+    if (i + 1 < int64_t(layer_first_.size())) return layer_first_[size_t(i + 1)];
+    return head_first_;
+  };
+  auto need = [&](int first, int next) {
+    if (params_needed) {
+      const auto [lo, hi] = param_range(first, next);
+      params_needed(lo, hi);
+    }
+  };
+  const auto& tp = rc.tp;
+  const TokenLayout tl = mb.layout();
+  const int64_t N = tl.rows(), Nl = tp.sp_rows(N), h = cfg_.hidden_size;
+  st.keep.reset();
+  st.layers.assign(layers_.size(), {});
+  st.inputs.assign(layers_.size(), nullptr);
+  st.loss_sum = 0;
+  st.num_tokens = N;
+  st.dhead = nullptr;
+
+  const float* x = input;
+  if (place_.has_embedding) {
+    need(0, layer_first_.front());
+    scratch_.reset();
+    float* emb = tp.sequence_parallel ? scratch_.alloc<float>(N * h) : st.keep.alloc<float>(N * h);
+    kernels::embedding_forward(rc.k, emb, mb.tokens.data(), params_.master(wte_), N, h,
+                               vocab_start_, vocab_local_, false);
+    if (tp.size > 1) tp.comm->all_reduce(emb, N * h);
+    if (wpe_ >= 0) {
+      kernels::embedding_forward(rc.k, emb, mb.pos.data(), params_.master(wpe_), N, h, 0,
+                                 cfg_.max_position_embeddings, true);
+    }
+    if (tp.sequence_parallel) {  // scatter to the sequence-parallel region: keep our rows
+      float* mine = st.keep.alloc<float>(Nl * h);
+      std::memcpy(mine, emb + tp.rank * Nl * h, sizeof(float) * Nl * h);
+      emb = mine;
+    }
+    x = emb;
+  }
+  MT_ASSERT(x != nullptr, "a chunk without embeddings needs an input");
+
+  const int64_t L = int64_t(layers_.size());
+  for (int64_t i = 0; i < L; ++i) {
+    need(layer_first_[size_t(i)], next_first(i));
+    st.inputs[size_t(i)] = x;
+    scratch_.reset();
+    float* y;
+    if (recomputed(i)) {
+      // Only the group's input stays; the group's inner outputs are transient.
+      const bool group_start = recompute_.method == RecomputeMethod::kBlock ||
+                               i % std::max<int64_t>(1, recompute_.num_layers) == 0;
+      if (group_start) recompute_arena_.reset();
+      const bool last_in_group = i + 1 == group_end(i);
+      y = last_in_group ? st.keep.alloc<float>(Nl * h) : recompute_arena_.alloc<float>(Nl * h);
+      TransformerLayer::Stash tmp;
+      layers_[size_t(i)].forward(rc, tl, tmp, recompute_arena_, scratch_, x, y);
+    } else {
+      y = st.keep.alloc<float>(Nl * h);
+      layers_[size_t(i)].forward(rc, tl, st.layers[size_t(i)], st.keep, scratch_, x, y);
+    }
+    x = y;
+  }
+  st.out = x;
+  if (!place_.has_head) return x;
+
+  scratch_.reset();
+  need(head_first_, -1);
+  float* lnf = scratch_.alloc<float>(Nl * h);
+  st.lnf_mean =
+      cfg_.normalization == Normalization::kLayerNorm ? st.keep.alloc<float>(Nl) : nullptr;
+  st.lnf_rstd = st.keep.alloc<float>(Nl);
+  lnf_.forward(rc, cfg_, params_, lnf, st.lnf_mean, st.lnf_rstd, x, Nl);
+  float* full = lnf;
+  if (tp.sequence_parallel) {
+    full = scratch_.alloc<float>(N * h);
+    parallel::enter_tp_forward(tp, full, lnf, N, h);
+  }
+  if (train) st.dhead = st.keep.alloc<float>(N * h);
+  LmHeadArgs a{.h = as_gemm_input(rc, scratch_, full, N * h),
+               .w = params_.weight(out_w_),
+               .dw = train ? params_.grad(out_w_) : nullptr,
+               .dh = st.dhead,
+               .targets = mb.labels.data(),
+               .losses = st.losses_out,
+               .logits = st.logits_out,
+               .N = N,
+               .hidden = h,
+               .Vl = vocab_local_,
+               .col_start = vocab_start_,
+               .vocab_valid = cfg_.vocab_size,
+               .dloss = mb.dloss};
+  st.loss_sum = lm_head_loss(rc, scratch_, a);
+  return nullptr;
+}
+
+const float* GPTChunk::backward(const RunCtx& rc,
+                                const MicroBatch& mb,
+                                Stash& st,
+                                const float* dout,
+                                const GradsReady& grads_ready) {
+  auto ready = [&](int handle) {
+    if (grads_ready) grads_ready(params_.spec(handle).offset);
+  };
+  const auto& tp = rc.tp;
+  const TokenLayout tl = mb.layout();
+  const int64_t N = tl.rows(), Nl = tp.sp_rows(N), h = cfg_.hidden_size;
+  float* g = st.keep.alloc<float>(Nl * h);
+
+  if (place_.has_head) {
+    MT_ASSERT(st.dhead, "backward of the head chunk needs a training forward");
+    scratch_.reset();
+    float* dlnf = tp.sequence_parallel ? scratch_.alloc<float>(Nl * h) : st.dhead;
+    parallel::enter_tp_backward(tp, dlnf, st.dhead, N, h);
+    std::memset(g, 0, sizeof(float) * Nl * h);
+    lnf_.backward(rc, cfg_, params_, g, dlnf, st.out, st.lnf_mean, st.lnf_rstd, Nl);
+    ready(head_first_);
+  } else {
+    MT_ASSERT(dout, "backward of a middle chunk needs the output gradient");
+    std::memcpy(g, dout, sizeof(float) * Nl * h);
+  }
+
+  for (int64_t i = int64_t(layers_.size()) - 1; i >= 0; --i) {
+    if (recomputed(i) && i + 1 == group_end(i)) {
+      // Rebuild the whole group's stashes from its input.
+      const int64_t start = recompute_.method == RecomputeMethod::kBlock
+                                ? i
+                                : i / std::max<int64_t>(1, recompute_.num_layers) *
+                                      std::max<int64_t>(1, recompute_.num_layers);
+      recompute_arena_.reset();
+      const float* x = st.inputs[size_t(start)];
+      for (int64_t j = start; j <= i; ++j) {
+        scratch_.reset();
+        float* y = recompute_arena_.alloc<float>(Nl * h);
+        layers_[size_t(j)].forward(rc, tl, st.layers[size_t(j)], recompute_arena_, scratch_, x, y);
+        x = y;
+      }
+    }
+    scratch_.reset();
+    layers_[size_t(i)].backward(rc, tl, st.layers[size_t(i)], scratch_, g);
+    ready(layer_first_[size_t(i)]);
+  }
+
+  if (!place_.has_embedding) return g;
+  scratch_.reset();
+  float* dfull = g;
+  if (tp.sequence_parallel) {  // conjugate of the scatter: gather the sequence back
+    dfull = scratch_.alloc<float>(N * h);
+    tp.comm->all_gather(g, dfull, Nl * h, DType::kF32);
+  }
+  if (wpe_ >= 0) {
+    kernels::embedding_backward(rc.k, params_.grad(wpe_), dfull, mb.pos.data(), N, h, 0,
+                                cfg_.max_position_embeddings);
+  }
+  kernels::embedding_backward(rc.k, params_.grad(wte_), dfull, mb.tokens.data(), N, h, vocab_start_,
+                              vocab_local_);
+  if (grads_ready) grads_ready(0);
+  return nullptr;
+}
+
+}  // namespace mtron::model

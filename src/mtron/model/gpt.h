@@ -1,0 +1,118 @@
+// defines: MicroBatch, ChunkPlacement, Recompute, GPTChunk
+//
+// A GPT/Llama model chunk: the part of the model one pipeline stage (or one virtual stage)
+// runs. The first chunk holds the embeddings, the last the final norm and the output layer
+// fused with the loss; a 1-stage model is one chunk with both. Each chunk owns one ParamBuffer.
+//
+// Contract (design.md): forward() stashes what backward() needs into the caller's per-micro-
+// batch Stash, so a pipeline schedule can keep several micro-batches in flight; with
+// --recompute-granularity full the stash keeps only layer-group inputs and backward rebuilds
+// the rest.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "mtron/core/arena.h"
+#include "mtron/core/model_config.h"
+#include "mtron/model/layer.h"
+#include "mtron/model/linear.h"
+#include "mtron/model/params.h"
+
+namespace mtron::model {
+
+// One micro-batch as this rank sees it: rows sequence-major (n = s*B + b).
+struct MicroBatch {
+  int64_t B = 0, S = 0;                      // S: tokens per sequence on this rank
+  std::vector<int32_t> tokens, labels, pos;  // [S*B]
+  float dloss = 1.0f;  // d(loss)/d(token loss): 1 / number of tokens in the global batch
+  TokenLayout layout() const { return {B, S, pos.data()}; }
+};
+
+struct ChunkPlacement {
+  int64_t first_layer = 0, num_layers = 0;
+  bool has_embedding = false, has_head = false;
+};
+
+enum class RecomputeGranularity { kNone, kSelective, kFull };
+enum class RecomputeMethod { kUniform, kBlock };
+struct Recompute {
+  RecomputeGranularity granularity = RecomputeGranularity::kNone;
+  RecomputeMethod method = RecomputeMethod::kUniform;
+  int64_t num_layers = 1;
+};
+
+class GPTChunk {
+ public:
+  struct Stash {
+    Arena keep;
+    std::vector<TransformerLayer::Stash> layers;
+    std::vector<const float*> inputs;  // input of each layer
+    const float* out = nullptr;        // [Nl, h] chunk output (non-head chunks)
+    float *lnf_mean = nullptr, *lnf_rstd = nullptr;
+    float* dhead = nullptr;  // [N, h] d(loss)/d(LM-head input), from the fused loss pass
+    double loss_sum = 0;     // sum of this micro-batch's token losses on this rank
+    // Optional outputs the caller points somewhere before forward (tests, generation, eval):
+    float* logits_out = nullptr;  // [N, Vl] this rank's vocabulary shard of the logits
+    float* losses_out = nullptr;  // [N] per-token losses
+    int64_t num_tokens = 0;
+  };
+
+  GPTChunk(const ModelConfig& cfg,
+           ChunkPlacement place,
+           const parallel::TensorParallel& tp,
+           Recompute recompute);
+
+  // Registering is done in the constructor; allocate and initialise before use.
+  ParamBuffer& params() { return params_; }
+  const ParamBuffer& params() const { return params_; }
+  const ChunkPlacement& placement() const { return place_; }
+  // The word-embedding handle (first chunk, or the last with tied embeddings), else -1.
+  int word_embedding() const { return wte_; }
+
+  // input: [Nl, h] from the previous stage (null on the first chunk). Returns the output
+  // [Nl, h] (null on the head chunk, which instead fills st.loss_sum and, when `train`, the
+  // loss gradient in st.dhead). params_needed, when given, is called before each part (the
+  // embeddings, each layer, the head) with the buffer range [begin, end) of its parameters,
+  // so their all-gather can overlap with the parts before (--overlap-param-gather).
+  using ParamsNeeded = std::function<void(int64_t begin, int64_t end)>;
+  const float* forward(const RunCtx& rc,
+                       const MicroBatch& mb,
+                       Stash& st,
+                       const float* input,
+                       bool train,
+                       const ParamsNeeded& params_needed = nullptr);
+  // dout: d(loss)/d(output) [Nl, h] (ignored on the head chunk). Returns d(loss)/d(input)
+  // [Nl, h] in the stash (null on the first chunk). Parameter gradients accumulate.
+  // grads_ready, when given, is called as backward proceeds with an offset in the parameter
+  // buffer: this micro-batch's contributions to every parameter at or above it are complete
+  // (after the head, after each layer, after the embeddings), for overlapping the reduction.
+  using GradsReady = std::function<void(int64_t offset)>;
+  const float* backward(const RunCtx& rc,
+                        const MicroBatch& mb,
+                        Stash& st,
+                        const float* dout,
+                        const GradsReady& grads_ready = nullptr);
+
+ private:
+  bool recomputed(int64_t i) const;  // is local layer i in a recompute group?
+  // Buffer range of parameter handles [first, next_first) (next_first < 0: to the end).
+  std::pair<int64_t, int64_t> param_range(int first, int next_first) const;
+  int64_t group_end(int64_t i) const;
+
+  const ModelConfig& cfg_;
+  ChunkPlacement place_;
+  Recompute recompute_;
+  ParamBuffer params_;
+  std::vector<TransformerLayer> layers_;
+  Norm lnf_;
+  int wte_ = -1, wpe_ = -1, out_w_ = -1;
+  std::vector<int> layer_first_;  // first parameter handle of each layer
+  int head_first_ = -1;           // first parameter handle of the head (final norm)
+  int64_t vocab_start_ = 0, vocab_local_ = 0;
+  Arena scratch_, recompute_arena_;
+};
+
+}  // namespace mtron::model

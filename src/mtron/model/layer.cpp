@@ -1,0 +1,305 @@
+#include "mtron/model/layer.h"
+
+#include <cmath>
+#include <cstring>
+
+#include "mtron/kernels/activation.h"
+#include "mtron/kernels/attention.h"
+#include "mtron/kernels/elementwise.h"
+#include "mtron/kernels/norm.h"
+#include "mtron/kernels/rope.h"
+
+namespace mtron::model {
+
+void Norm::add_params(const ModelConfig& cfg,
+                      const std::string& prefix,
+                      bool sequence_parallel,
+                      ParamBuffer& params) {
+  const Shape shape = {cfg.hidden_size};
+  ParamSpec ws{.name = prefix + ".weight",
+               .global_shape = shape,
+               .local_shape = shape,
+               .init = ParamInit::kOnes,
+               .weight_decay = false,
+               .sequence_parallel = sequence_parallel};
+  w = params.add(ws);
+  if (cfg.normalization == Normalization::kLayerNorm) {
+    ParamSpec bs = ws;
+    bs.name = prefix + ".bias";
+    bs.init = ParamInit::kZeros;
+    b = params.add(bs);
+  }
+}
+
+void Norm::forward(const RunCtx& rc,
+                   const ModelConfig& cfg,
+                   const ParamBuffer& p,
+                   float* out,
+                   float* mean,
+                   float* rstd,
+                   const float* in,
+                   int64_t n) const {
+  if (cfg.normalization == Normalization::kLayerNorm) {
+    kernels::layernorm_forward(rc.k, out, mean, rstd, in, p.master(w), p.master(b), n,
+                               cfg.hidden_size, cfg.norm_epsilon);
+  } else {
+    kernels::rmsnorm_forward(rc.k, out, rstd, in, p.master(w), n, cfg.hidden_size,
+                             cfg.norm_epsilon);
+  }
+}
+
+void Norm::backward(const RunCtx& rc,
+                    const ModelConfig& cfg,
+                    const ParamBuffer& p,
+                    float* din,
+                    const float* dout,
+                    const float* in,
+                    const float* mean,
+                    const float* rstd,
+                    int64_t n) const {
+  if (cfg.normalization == Normalization::kLayerNorm) {
+    kernels::layernorm_backward(rc.k, din, p.grad(w), p.grad(b), dout, in, p.master(w), mean, rstd,
+                                n, cfg.hidden_size);
+  } else {
+    kernels::rmsnorm_backward(rc.k, din, p.grad(w), dout, in, p.master(w), rstd, n,
+                              cfg.hidden_size);
+  }
+}
+
+namespace {
+
+// A TP-sharded weight: global shape, sharded along `dim` in `tp.size` equal slices.
+ParamSpec sharded(std::string name,
+                  Shape global,
+                  int dim,
+                  const parallel::TensorParallel& tp,
+                  float std,
+                  bool weight_decay = true) {
+  Shape local = global;
+  local[size_t(dim)] /= tp.size;
+  return ParamSpec{.name = std::move(name),
+                   .global_shape = global,
+                   .shard_dim = dim,
+                   .shard_offset = tp.rank * local[size_t(dim)],
+                   .local_shape = local,
+                   .init = weight_decay ? ParamInit::kNormal : ParamInit::kZeros,
+                   .init_std = std,
+                   .weight_decay = weight_decay};
+}
+
+ParamSpec replicated_bias(std::string name, int64_t n, bool sequence_parallel) {
+  return ParamSpec{.name = std::move(name),
+                   .global_shape = {n},
+                   .local_shape = {n},
+                   .init = ParamInit::kZeros,
+                   .weight_decay = false,
+                   .sequence_parallel = sequence_parallel};
+}
+
+}  // namespace
+
+TransformerLayer::TransformerLayer(const ModelConfig& cfg,
+                                   int64_t layer,
+                                   const parallel::TensorParallel& tp,
+                                   ParamBuffer& params)
+    : cfg_(cfg), p_(params) {
+  const int64_t H = cfg.num_attention_heads, G = cfg.query_groups(), D = cfg.kv_channels;
+  const int64_t F = cfg.ffn(), h = cfg.hidden_size;
+  Hl_ = H / tp.size;
+  Gl_ = G / tp.size;
+  D_ = D;
+  Fl_ = F / tp.size;
+  h_ = h;
+  qkv_l_ = Gl_ * (H / G + 2) * D;
+  const float std = cfg.init_method_std;
+  const float out_std = std / std::sqrt(2.0f * float(cfg.num_layers));
+  const bool sp = tp.sequence_parallel;
+  const bool bias = cfg.add_bias_linear;
+  const std::string pre = "decoder.layers." + std::to_string(layer) + ".";
+
+  ln1_.add_params(cfg, pre + "input_layernorm", sp, params);
+  // QKV rows are Megatron's interleaved [group][hpg q | k | v][D]: a TP shard is a contiguous
+  // block of whole groups.
+  qkv_w_ = params.add(
+      sharded(pre + "self_attention.linear_qkv.weight", {G * (H / G + 2) * D, h}, 0, tp, std));
+  if (bias) {
+    qkv_b_ = params.add(
+        sharded(pre + "self_attention.linear_qkv.bias", {G * (H / G + 2) * D}, 0, tp, 0, false));
+  }
+  proj_w_ =
+      params.add(sharded(pre + "self_attention.linear_proj.weight", {h, H * D}, 1, tp, out_std));
+  if (bias) proj_b_ = params.add(replicated_bias(pre + "self_attention.linear_proj.bias", h, sp));
+
+  ln2_.add_params(cfg, pre + "pre_mlp_layernorm", sp, params);
+  // SwiGLU's fc1 is [gate; up]: as a [2, F, h] tensor sharded along F, each rank holds
+  // [gate_r; up_r], which is Megatron's local layout and one GEMM.
+  if (cfg.swiglu) {
+    fc1_w_ = params.add(sharded(pre + "mlp.linear_fc1.weight", {2, F, h}, 1, tp, std));
+    if (bias) fc1_b_ = params.add(sharded(pre + "mlp.linear_fc1.bias", {2, F}, 1, tp, 0, false));
+  } else {
+    fc1_w_ = params.add(sharded(pre + "mlp.linear_fc1.weight", {F, h}, 0, tp, std));
+    if (bias) fc1_b_ = params.add(sharded(pre + "mlp.linear_fc1.bias", {F}, 0, tp, 0, false));
+  }
+  fc2_w_ = params.add(sharded(pre + "mlp.linear_fc2.weight", {h, F}, 1, tp, out_std));
+  if (bias) fc2_b_ = params.add(replicated_bias(pre + "mlp.linear_fc2.bias", h, sp));
+}
+
+namespace {
+const float* opt(const ParamBuffer& p, int handle) {
+  return handle < 0 ? nullptr : p.master(handle);
+}
+float* opt_grad(const ParamBuffer& p, int handle) {
+  return handle < 0 ? nullptr : p.grad(handle);
+}
+}  // namespace
+
+void TransformerLayer::forward(const RunCtx& rc,
+                               const TokenLayout& tl,
+                               Stash& st,
+                               Arena& keep,
+                               Arena& scratch,
+                               const float* x,
+                               float* y) const {
+  const auto& tp = rc.tp;
+  const int64_t N = tl.rows(), Nl = tp.sp_rows(N), h = h_;
+  const bool sp = tp.sequence_parallel;
+  const bool ln = cfg_.normalization == Normalization::kLayerNorm;
+  st.x = x;
+
+  // Attention block.
+  float* ln1 = (rc.precision == Precision::kFP32 && !sp) ? keep.alloc<float>(Nl * h)
+                                                         : scratch.alloc<float>(Nl * h);
+  st.ln1_mean = ln ? keep.alloc<float>(Nl) : nullptr;
+  st.ln1_rstd = keep.alloc<float>(Nl);
+  ln1_.forward(rc, cfg_, p_, ln1, st.ln1_mean, st.ln1_rstd, x, Nl);
+  float* ln1_full = ln1;
+  if (sp) {
+    ln1_full =
+        rc.precision == Precision::kFP32 ? keep.alloc<float>(N * h) : scratch.alloc<float>(N * h);
+    parallel::enter_tp_forward(tp, ln1_full, ln1, N, h);
+  }
+  st.ln1_in = as_gemm_input(rc, keep, ln1_full, N * h);
+
+  float* qkv = scratch.alloc<float>(N * qkv_l_);
+  linear_forward(rc, qkv, st.ln1_in, p_.weight(qkv_w_), opt(p_, qkv_b_), N, h, qkv_l_);
+  const int64_t hpg = Hl_ / Gl_;
+  st.q = keep.alloc<float>(N * Hl_ * D_);
+  st.k = keep.alloc<float>(N * Gl_ * D_);
+  st.v = keep.alloc<float>(N * Gl_ * D_);
+  kernels::qkv_split(rc.k, st.q, st.k, st.v, qkv, N, Gl_, hpg, D_);
+  if (cfg_.position_embedding_type == PositionEmbedding::kRope) {
+    kernels::rope_forward(rc.k, st.q, tl.pos, N, Hl_, D_, cfg_.rotary_dim(), cfg_.rotary_base);
+    kernels::rope_forward(rc.k, st.k, tl.pos, N, Gl_, D_, cfg_.rotary_dim(), cfg_.rotary_base);
+  }
+  st.att = keep.alloc<float>(N * Hl_ * D_);
+  st.lse = keep.alloc<float>(tl.B * Hl_ * tl.S);
+  const kernels::AttnShape as{tl.B, tl.S, tl.S, Hl_, Gl_, D_, 1.0f / std::sqrt(float(D_))};
+  kernels::attention_forward(rc.k, st.att, st.lse, st.q, st.k, st.v, as, kernels::AttnMask{});
+  st.att_in = rc.precision == Precision::kFP32 ? Act{st.att, nullptr}
+                                               : as_gemm_input(rc, keep, st.att, N * Hl_ * D_);
+
+  st.x2 = keep.alloc<float>(Nl * h);
+  float* partial = sp ? scratch.alloc<float>(N * h) : st.x2;
+  linear_forward(rc, partial, st.att_in, p_.weight(proj_w_), nullptr, N, Hl_ * D_, h);
+  parallel::exit_tp_forward(tp, st.x2, partial, N, h);
+  if (proj_b_ >= 0) kernels::bias_add(rc.k, st.x2, p_.master(proj_b_), Nl, h);
+  kernels::add(rc.k, st.x2, st.x2, x, Nl * h);
+
+  // MLP block.
+  float* ln2 = (rc.precision == Precision::kFP32 && !sp) ? keep.alloc<float>(Nl * h)
+                                                         : scratch.alloc<float>(Nl * h);
+  st.ln2_mean = ln ? keep.alloc<float>(Nl) : nullptr;
+  st.ln2_rstd = keep.alloc<float>(Nl);
+  ln2_.forward(rc, cfg_, p_, ln2, st.ln2_mean, st.ln2_rstd, st.x2, Nl);
+  float* ln2_full = ln2;
+  if (sp) {
+    ln2_full =
+        rc.precision == Precision::kFP32 ? keep.alloc<float>(N * h) : scratch.alloc<float>(N * h);
+    parallel::enter_tp_forward(tp, ln2_full, ln2, N, h);
+  }
+  st.ln2_in = as_gemm_input(rc, keep, ln2_full, N * h);
+
+  const int64_t fc1_w = cfg_.swiglu ? 2 * Fl_ : Fl_;
+  st.fc1 = keep.alloc<float>(N * fc1_w);
+  linear_forward(rc, st.fc1, st.ln2_in, p_.weight(fc1_w_), opt(p_, fc1_b_), N, h, fc1_w);
+  float* act =
+      rc.precision == Precision::kFP32 ? keep.alloc<float>(N * Fl_) : scratch.alloc<float>(N * Fl_);
+  if (cfg_.swiglu) {
+    kernels::swiglu_forward(rc.k, act, st.fc1, N, Fl_);
+  } else {
+    kernels::gelu_forward(rc.k, act, st.fc1, N * Fl_);
+  }
+  st.act_in =
+      rc.precision == Precision::kFP32 ? Act{act, nullptr} : as_gemm_input(rc, keep, act, N * Fl_);
+
+  partial = sp ? scratch.alloc<float>(N * h) : y;
+  linear_forward(rc, partial, st.act_in, p_.weight(fc2_w_), nullptr, N, Fl_, h);
+  parallel::exit_tp_forward(tp, y, partial, N, h);
+  if (fc2_b_ >= 0) kernels::bias_add(rc.k, y, p_.master(fc2_b_), Nl, h);
+  kernels::add(rc.k, y, y, st.x2, Nl * h);
+}
+
+void TransformerLayer::backward(
+    const RunCtx& rc, const TokenLayout& tl, const Stash& st, Arena& scratch, float* dxy) const {
+  const auto& tp = rc.tp;
+  const int64_t N = tl.rows(), Nl = tp.sp_rows(N), h = h_;
+  const bool sp = tp.sequence_parallel;
+
+  // MLP block: y = x2 + b2 + exit(fc2(act)). dxy holds dy and becomes dx2.
+  if (fc2_b_ >= 0) kernels::bias_backward(rc.k, p_.grad(fc2_b_), dxy, Nl, h);
+  float* dpartial = dxy;
+  if (sp) {
+    dpartial = scratch.alloc<float>(N * h);
+    parallel::exit_tp_backward(tp, dpartial, dxy, N, h);
+  }
+  float* dact = scratch.alloc<float>(N * Fl_);
+  linear_backward(rc, scratch, dact, p_.grad(fc2_w_), nullptr, dpartial, st.act_in,
+                  p_.weight(fc2_w_), N, Fl_, h);
+  const int64_t fc1_w = cfg_.swiglu ? 2 * Fl_ : Fl_;
+  float* dfc1 = scratch.alloc<float>(N * fc1_w);
+  if (cfg_.swiglu) {
+    kernels::swiglu_backward(rc.k, dfc1, st.fc1, dact, N, Fl_);
+  } else {
+    kernels::gelu_backward(rc.k, dfc1, st.fc1, dact, N * Fl_);
+  }
+  float* dln2_full = scratch.alloc<float>(N * h);
+  linear_backward(rc, scratch, dln2_full, p_.grad(fc1_w_), opt_grad(p_, fc1_b_), dfc1, st.ln2_in,
+                  p_.weight(fc1_w_), N, h, fc1_w);
+  float* dln2 = sp ? scratch.alloc<float>(Nl * h) : dln2_full;
+  parallel::enter_tp_backward(tp, dln2, dln2_full, N, h);
+  ln2_.backward(rc, cfg_, p_, dxy, dln2, st.x2, st.ln2_mean, st.ln2_rstd, Nl);
+
+  // Attention block: x2 = x + b + exit(proj(att)). dxy holds dx2 and becomes dx.
+  if (proj_b_ >= 0) kernels::bias_backward(rc.k, p_.grad(proj_b_), dxy, Nl, h);
+  dpartial = dxy;
+  if (sp) {
+    dpartial = scratch.alloc<float>(N * h);
+    parallel::exit_tp_backward(tp, dpartial, dxy, N, h);
+  }
+  float* datt = scratch.alloc<float>(N * Hl_ * D_);
+  linear_backward(rc, scratch, datt, p_.grad(proj_w_), nullptr, dpartial, st.att_in,
+                  p_.weight(proj_w_), N, Hl_ * D_, h);
+  float* dq = scratch.alloc<float>(N * Hl_ * D_);
+  float* dk = scratch.alloc<float>(N * Gl_ * D_);
+  float* dv = scratch.alloc<float>(N * Gl_ * D_);
+  std::memset(dq, 0, sizeof(float) * N * Hl_ * D_);
+  std::memset(dk, 0, sizeof(float) * N * Gl_ * D_);
+  std::memset(dv, 0, sizeof(float) * N * Gl_ * D_);
+  const kernels::AttnShape as{tl.B, tl.S, tl.S, Hl_, Gl_, D_, 1.0f / std::sqrt(float(D_))};
+  kernels::attention_backward(rc.k, dq, dk, dv, datt, st.q, st.k, st.v, st.att, st.lse, as,
+                              kernels::AttnMask{});
+  if (cfg_.position_embedding_type == PositionEmbedding::kRope) {
+    kernels::rope_backward(rc.k, dq, tl.pos, N, Hl_, D_, cfg_.rotary_dim(), cfg_.rotary_base);
+    kernels::rope_backward(rc.k, dk, tl.pos, N, Gl_, D_, cfg_.rotary_dim(), cfg_.rotary_base);
+  }
+  float* dqkv = scratch.alloc<float>(N * qkv_l_);
+  kernels::qkv_merge_grad(rc.k, dqkv, dq, dk, dv, N, Gl_, Hl_ / Gl_, D_);
+  float* dln1_full = scratch.alloc<float>(N * h);
+  linear_backward(rc, scratch, dln1_full, p_.grad(qkv_w_), opt_grad(p_, qkv_b_), dqkv, st.ln1_in,
+                  p_.weight(qkv_w_), N, h, qkv_l_);
+  float* dln1 = sp ? scratch.alloc<float>(Nl * h) : dln1_full;
+  parallel::enter_tp_backward(tp, dln1, dln1_full, N, h);
+  ln1_.backward(rc, cfg_, p_, dxy, dln1, st.x, st.ln1_mean, st.ln1_rstd, Nl);
+}
+
+}  // namespace mtron::model

@@ -1,0 +1,107 @@
+// defines: TokenLayout, TransformerLayer
+//
+// One pre-norm transformer layer (Megatron-Core's TransformerLayer with the local spec):
+//   x2 = x  + proj(attention(rope(qkv(norm1(x)))))       attention block
+//   y  = x2 + fc2(act(fc1(norm2(x2))))                    MLP block (GELU or SwiGLU)
+// on this rank's tensor-parallel shard: QKV and fc1 are column-parallel (by query group, and by
+// [gate|up] blocks), proj and fc2 row-parallel, with the TP/SP mappings of parallel/mappings.h
+// around them. Rows are tokens, sequence-major (n = s*B + b); with sequence parallelism the
+// residual stream holds this rank's S/TP block of the sequence.
+//
+// forward() saves what backward needs in a Stash carved from an arena the caller owns (one per
+// micro-batch in flight); backward() works in place on the residual gradient.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "mtron/core/arena.h"
+#include "mtron/core/model_config.h"
+#include "mtron/model/linear.h"
+#include "mtron/model/params.h"
+
+namespace mtron::model {
+
+// Token rows of one micro-batch on this rank (after CP splitting, before SP splitting).
+struct TokenLayout {
+  int64_t B = 0;                 // sequences
+  int64_t S = 0;                 // tokens per sequence on this rank
+  const int32_t* pos = nullptr;  // [S*B] position of each row (RoPE)
+  int64_t rows() const { return S * B; }
+};
+
+// A LayerNorm or RMSNorm (cfg.normalization) with its parameter handles.
+struct Norm {
+  int w = -1, b = -1;  // b only for LayerNorm
+  // Registers weight (and bias) named prefix + ".weight"/".bias".
+  void add_params(const ModelConfig& cfg,
+                  const std::string& prefix,
+                  bool sequence_parallel,
+                  ParamBuffer& params);
+  // out[n, h]; mean (LayerNorm only) and rstd [n] saved.
+  void forward(const RunCtx& rc,
+               const ModelConfig& cfg,
+               const ParamBuffer& p,
+               float* out,
+               float* mean,
+               float* rstd,
+               const float* in,
+               int64_t n) const;
+  // din[n, h] += d(norm)/d(in) dout; parameter grads accumulate.
+  void backward(const RunCtx& rc,
+                const ModelConfig& cfg,
+                const ParamBuffer& p,
+                float* din,
+                const float* dout,
+                const float* in,
+                const float* mean,
+                const float* rstd,
+                int64_t n) const;
+};
+
+class TransformerLayer {
+ public:
+  struct Stash {
+    const float* x = nullptr;  // input [Nl, h] (owned by the caller)
+    float *ln1_mean = nullptr, *ln1_rstd = nullptr;
+    Act ln1_in;                                      // [N, h] QKV's GEMM input
+    float *q = nullptr, *k = nullptr, *v = nullptr;  // [N, Hl, D], [N, Gl, D] after RoPE
+    float *att = nullptr, *lse = nullptr;            // [N, Hl*D], [B, Hl, S]
+    Act att_in;                                      // proj's GEMM input
+    float* x2 = nullptr;                             // [Nl, h]
+    float *ln2_mean = nullptr, *ln2_rstd = nullptr;
+    Act ln2_in;            // [N, h]
+    float* fc1 = nullptr;  // [N, Fl or 2 Fl] before the activation
+    Act act_in;            // [N, Fl] fc2's GEMM input
+  };
+
+  // Registers this layer's parameters (global layer index `layer`) for TP rank/size of rc.tp.
+  TransformerLayer(const ModelConfig& cfg,
+                   int64_t layer,
+                   const parallel::TensorParallel& tp,
+                   ParamBuffer& params);
+
+  // y[Nl, h] from x[Nl, h]; stash buffers from `keep`, temporaries from `scratch`.
+  void forward(const RunCtx& rc,
+               const TokenLayout& tl,
+               Stash& st,
+               Arena& keep,
+               Arena& scratch,
+               const float* x,
+               float* y) const;
+  // In place: dxy holds dL/dy [Nl, h] on entry and dL/dx on exit. Accumulates parameter grads.
+  void backward(
+      const RunCtx& rc, const TokenLayout& tl, const Stash& st, Arena& scratch, float* dxy) const;
+
+ private:
+  const ModelConfig& cfg_;
+  ParamBuffer& p_;
+  int64_t Hl_, Gl_, D_, Fl_, h_;  // local heads, local groups, head dim, local ffn, hidden
+  int64_t qkv_l_;                 // local QKV width: Gl * (H/G + 2) * D
+  Norm ln1_, ln2_;
+  // parameter handles (-1: absent)
+  int qkv_w_ = -1, qkv_b_ = -1, proj_w_ = -1, proj_b_ = -1;
+  int fc1_w_ = -1, fc1_b_ = -1, fc2_w_ = -1, fc2_b_ = -1;
+};
+
+}  // namespace mtron::model

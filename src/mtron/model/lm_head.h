@@ -1,0 +1,37 @@
+// defines: LmHeadResult, lm_head_loss
+//
+// The output layer fused with softmax cross-entropy, chunk by chunk over token rows, so the
+// full [N, V] logits never exist (at most rows_per_chunk x V_local floats at a time). The
+// weight is this rank's vocabulary shard [Vl, h] (global ids [col_start, col_start + Vl));
+// the per-row max, sum-exp and target logit are reduced across the TP group, so logits are
+// never gathered (Megatron's vocab-parallel cross-entropy). Columns at or beyond vocab_valid
+// (padding) are excluded from the softmax.
+//
+// In training the backward runs in the same pass: each chunk's dlogits give its rows of dh
+// (written) and add to dW, while the chunk is hot in cache; the loss's gradient needs nothing
+// from later layers, so this is exact.
+#pragma once
+
+#include <cstdint>
+
+#include "mtron/core/arena.h"
+#include "mtron/model/linear.h"
+
+namespace mtron::model {
+
+struct LmHeadArgs {
+  Act h;                    // [N, hidden] as a GEMM input
+  Weight w;                 // [Vl, hidden]
+  float* dw = nullptr;      // [Vl, hidden], += (training only)
+  float* dh = nullptr;      // [N, hidden], written (training only; null: forward only)
+  const int32_t* targets;   // [N]
+  float* losses = nullptr;  // [N] per-token loss, optional
+  float* logits = nullptr;  // [N, Vl] the logits, optional (tests, generation)
+  int64_t N, hidden, Vl, col_start, vocab_valid;
+  float dloss = 1.0f;  // d(total loss)/d(token loss), e.g. 1 / tokens in the global batch
+};
+
+// Returns the sum of the N token losses.
+double lm_head_loss(const RunCtx& rc, Arena& scratch, const LmHeadArgs& a);
+
+}  // namespace mtron::model

@@ -1,0 +1,94 @@
+#include "mtron/model/params.h"
+
+#include <algorithm>
+
+#include "mtron/core/philox.h"
+#include "mtron/kernels/elementwise.h"
+
+namespace mtron::model {
+
+int ParamBuffer::add(ParamSpec spec) {
+  MT_ASSERT(!master_.defined(), "parameter ", spec.name, " registered after allocate()");
+  MT_ASSERT(spec.local_shape.size() == spec.global_shape.size(), spec.name, ": rank mismatch");
+  for (size_t d = 0; d < spec.global_shape.size(); ++d) {
+    if (int(d) == spec.shard_dim) {
+      MT_ASSERT(spec.shard_offset + spec.local_shape[d] <= spec.global_shape[d], spec.name,
+                ": shard outside the global shape");
+    } else {
+      MT_ASSERT(spec.local_shape[d] == spec.global_shape[d], spec.name, ": unsharded dim ", d,
+                " differs from the global shape");
+    }
+  }
+  specs_.push_back(std::move(spec));
+  return int(specs_.size()) - 1;
+}
+
+void ParamBuffer::allocate(Precision precision, int64_t shards, int64_t bucket_elems) {
+  precision_ = precision;
+  const int64_t m = std::max<int64_t>(1, shards) * 64;
+  int64_t offset = 0;
+  buckets_.clear();
+  auto close_bucket = [&](bool deferred) {
+    const int64_t end = (offset + m - 1) / m * m;
+    if (end > (buckets_.empty() ? 0 : buckets_.back().end)) {
+      buckets_.push_back({buckets_.empty() ? 0 : buckets_.back().end, end, deferred});
+    }
+    offset = end;
+  };
+  for (ParamSpec& s : specs_) {
+    if (s.cross_stage) close_bucket(false);  // alone in its own bucket
+    s.offset = offset;
+    offset += (s.numel() + 63) / 64 * 64;
+    const int64_t begin = buckets_.empty() ? 0 : buckets_.back().end;
+    if (s.cross_stage || (bucket_elems > 0 && offset - begin >= bucket_elems)) {
+      close_bucket(s.cross_stage);
+    }
+  }
+  close_bucket(false);
+  if (buckets_.empty()) buckets_.push_back({0, m, false});
+  const int64_t total = buckets_.back().end;
+  master_ = Tensor::zeros({total}, DType::kF32);
+  grad_ = Tensor::zeros({total}, DType::kF32);
+  if (precision == Precision::kBF16) bf16_ = Tensor::zeros({total}, DType::kBF16);
+}
+
+void ParamBuffer::init(uint64_t seed) {
+  for (const ParamSpec& s : specs_) {
+    float* w = master_.f32() + s.offset;
+    switch (s.init) {
+      case ParamInit::kNormal:
+        fill_normal_shard(w, rng_key(seed, s.name), s.init_std, s.global_shape, s.shard_dim,
+                          s.shard_offset, s.shard_dim < 0 ? 0 : s.local_shape[size_t(s.shard_dim)]);
+        break;
+      case ParamInit::kOnes:
+        std::fill(w, w + s.numel(), 1.0f);
+        break;
+      case ParamInit::kZeros:
+        std::fill(w, w + s.numel(), 0.0f);
+        break;
+    }
+  }
+  refresh_bf16();
+}
+
+void ParamBuffer::refresh_bf16() {
+  refresh_bf16(0, master_.numel());
+}
+
+void ParamBuffer::refresh_bf16(int64_t begin, int64_t end) {
+  if (precision_ == Precision::kBF16) {
+    kernels::convert(kernels::Ctx{}, bf16_.bf() + begin, master_.f32() + begin, end - begin);
+  }
+}
+
+void ParamBuffer::zero_grad() {
+  grad_.fill_zero();
+}
+
+Weight ParamBuffer::weight(int h) const {
+  const int64_t off = specs_[size_t(h)].offset;
+  if (precision_ == Precision::kBF16) return {nullptr, bf16_.bf() + off};
+  return {master_.f32() + off, nullptr};
+}
+
+}  // namespace mtron::model

@@ -1,0 +1,98 @@
+// defines: Precision, ParamSpec, ParamBuffer
+//
+// The parameter registry (design.md, module contract). Each model chunk registers its
+// parameters here with their global shape and sharding; the buffer then lays them out in three
+// flat tensors: fp32 master weights, fp32 gradients (accumulated with += over micro-batches)
+// and, in bf16 mode, the bf16 compute copy the optimizer refreshes after each step. Data-parallel
+// reduction and the distributed optimizer work on flat ranges of these; checkpoints, gradient
+// clipping, weight tying and Hugging Face export all read the specs.
+//
+// Initialisation draws the *global* tensor element by element from Philox keyed by
+// (seed, name) and keeps the local shard, so every layout starts from the same model.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "mtron/core/tensor.h"
+
+namespace mtron::model {
+
+enum class Precision { kFP32, kBF16 };
+
+enum class ParamInit { kNormal, kOnes, kZeros };
+
+struct ParamSpec {
+  std::string name;  // Megatron-Core's name, with the global layer index
+  Shape global_shape;
+  int shard_dim = -1;        // sharded over TP along this dim; -1: replicated over TP
+  int64_t shard_offset = 0;  // start of this rank's slice along shard_dim
+  Shape local_shape;
+  ParamInit init = ParamInit::kNormal;
+  float init_std = 0.0f;
+  bool weight_decay = true;        // Megatron: none on biases and norm weights
+  bool sequence_parallel = false;  // replicated over TP, gradient partial per SP rank
+  bool tied_copy = false;          // last stage's replica of the word embeddings (PP > 1)
+  bool cross_stage = false;        // tied word embeddings split over two pipeline stages: its
+                                   // gradient is summed over the embedding group first
+  int64_t offset = 0;              // element offset in the flat buffers
+  int64_t numel() const { return mtron::numel(local_shape); }
+  bool tp_replicated() const { return shard_dim < 0; }
+};
+
+// A contiguous range of whole parameters reduced over data parallel as one message (and, with
+// the distributed optimizer, sharded over the DP x CP ranks in equal parts). Its length is a
+// multiple of the shard count. A deferred bucket holds a cross-stage tied embedding, whose
+// gradient must first be summed over the embedding group.
+struct Bucket {
+  int64_t begin = 0, end = 0;
+  bool deferred = false;
+  int64_t shard_len(int64_t shards) const { return (end - begin) / shards; }
+};
+
+// A weight as a GEMM reads it: fp32 master in fp32 mode, the bf16 copy in bf16 mode.
+struct Weight {
+  const float* f32 = nullptr;
+  const bf16* b16 = nullptr;
+};
+
+class ParamBuffer {
+ public:
+  // Registers a parameter; its slice of the global shape along shard_dim is
+  // [shard_offset, shard_offset + local extent). Returns its handle.
+  int add(ParamSpec spec);
+
+  // Lays out every registered parameter (64-element aligned) in buckets of at least
+  // `bucket_elems` elements (0: one bucket), each padded to a multiple of 64 * `shards` (the
+  // distributed optimizer's shard count; padding is zero), and allocates the buffers.
+  void allocate(Precision precision, int64_t shards, int64_t bucket_elems = 0);
+  // Fills master weights per their specs and refreshes the bf16 copy.
+  void init(uint64_t seed);
+  // master -> bf16 copy (after loading or an optimizer step that did not write it), of the
+  // whole buffer or of elements [begin, end).
+  void refresh_bf16();
+  void refresh_bf16(int64_t begin, int64_t end);
+  void zero_grad();
+
+  const std::vector<Bucket>& buckets() const { return buckets_; }
+  const ParamSpec& spec(int h) const { return specs_[size_t(h)]; }
+  const std::vector<ParamSpec>& specs() const { return specs_; }
+  float* master(int h) const { return master_.f32() + specs_[size_t(h)].offset; }
+  float* grad(int h) const { return grad_.f32() + specs_[size_t(h)].offset; }
+  Weight weight(int h) const;
+  Precision precision() const { return precision_; }
+
+  const Tensor& master_flat() const { return master_; }
+  const Tensor& grad_flat() const { return grad_; }
+  const Tensor& bf16_flat() const { return bf16_; }
+  int64_t size() const { return master_.numel(); }  // padded element count
+
+ private:
+  std::vector<ParamSpec> specs_;
+  std::vector<Bucket> buckets_;
+  Precision precision_ = Precision::kFP32;
+  Tensor master_, grad_, bf16_;
+};
+
+}  // namespace mtron::model

@@ -1,0 +1,86 @@
+#include "mtron/optim/optimizer.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "mtron/kernels/elementwise.h"
+
+namespace mtron::optim {
+
+int64_t OptimBuffer::shard_elems() const {
+  int64_t n = 0;
+  for (const Shard& s : shards) n += s.end - s.begin;
+  return n;
+}
+
+namespace {
+// Calls f(lo, hi, range, moment_offset) for every piece of `b` in both a shard and a range.
+template <typename F>
+void for_each_piece(const OptimBuffer& b, F&& f) {
+  int64_t moment = 0;
+  for (const OptimBuffer::Shard& s : b.shards) {
+    for (const OptimRange& r : b.ranges) {
+      const int64_t lo = std::max(r.begin, s.begin), hi = std::min(r.end, s.end);
+      if (lo < hi) f(lo, hi, r, moment + (lo - s.begin));
+    }
+    moment += s.end - s.begin;
+  }
+}
+}  // namespace
+
+AdamW::AdamW(std::vector<OptimBuffer> buffers, AdamWConfig cfg)
+    : buffers_(std::move(buffers)), cfg_(cfg) {
+  for (const OptimBuffer& b : buffers_) {
+    const int64_t n = b.shard_elems();
+    m_.push_back(Tensor::zeros({n}, DType::kF32));
+    v_.push_back(Tensor::zeros({n}, DType::kF32));
+  }
+}
+
+double AdamW::grad_norm(Comm& norm_group) const {
+  const kernels::Ctx k;
+  double sumsq = 0;
+  for (const OptimBuffer& b : buffers_) {
+    for_each_piece(b, [&](int64_t lo, int64_t hi, const OptimRange& r, int64_t) {
+      if (r.count_in_norm) sumsq += kernels::sum_squares(k, b.grad + lo, hi - lo);
+    });
+  }
+  if (norm_group.size() > 1) sumsq = norm_group.all_reduce_sum(sumsq);
+  return std::sqrt(sumsq);
+}
+
+bool AdamW::step(double lr, double grad_norm) {
+  if (!std::isfinite(grad_norm)) return false;
+  const kernels::Ctx k;
+  // As Megatron and torch's clip_grad_norm_: scale by max_norm / (norm + 1e-6) when below 1.
+  const double coeff = cfg_.clip_grad > 0 ? cfg_.clip_grad / (grad_norm + 1e-6) : 1.0;
+  const float clip = coeff < 1.0 ? float(coeff) : 1.0f;
+  ++step_;
+  for (size_t i = 0; i < buffers_.size(); ++i) {
+    const OptimBuffer& b = buffers_[i];
+    if (clip != 1.0f) {
+      for (const OptimBuffer::Shard& sh : b.shards) {
+        kernels::scale_inplace(k, b.grad + sh.begin, clip, sh.end - sh.begin);
+      }
+    }
+    for_each_piece(b, [&](int64_t lo, int64_t hi, const OptimRange& r, int64_t mo) {
+      kernels::AdamWParams p{.lr = float(lr),
+                             .beta1 = cfg_.beta1,
+                             .beta2 = cfg_.beta2,
+                             .eps = cfg_.eps,
+                             .weight_decay = r.weight_decay ? cfg_.weight_decay : 0.0f,
+                             .step = step_};
+      kernels::adamw_step(k, b.master + lo, m_[i].f32() + mo, v_[i].f32() + mo, b.grad + lo,
+                          b.compute ? b.compute + lo : nullptr, hi - lo, p);
+    });
+  }
+  return true;
+}
+
+int64_t AdamW::state_bytes() const {
+  int64_t n = 0;
+  for (size_t i = 0; i < m_.size(); ++i) n += int64_t(m_[i].nbytes() + v_[i].nbytes());
+  return n;
+}
+
+}  // namespace mtron::optim

@@ -1,0 +1,104 @@
+#include "mtron/train/grad_sync.h"
+
+#include <cstring>
+
+namespace mtron::train {
+
+GradSync::GradSync(model::ParamBuffer& params, Comm& dp, bool distributed_optimizer)
+    : p_(params), dp_(dp), distributed_(distributed_optimizer) {
+  const auto& buckets = p_.buckets();
+  launched_.assign(buckets.size(), false);
+  requests_.resize(buckets.size());
+  gathers_.resize(buckets.size());
+  if (distributed_ && dp_.size() > 1) {
+    for (const model::Bucket& b : buckets) {
+      scattered_.push_back(Tensor::empty({b.shard_len(dp_.size())}, DType::kF32));
+    }
+  }
+}
+
+std::vector<std::pair<int64_t, int64_t>> GradSync::shards() const {
+  std::vector<std::pair<int64_t, int64_t>> out;
+  for (const model::Bucket& b : p_.buckets()) {
+    if (distributed_) {
+      const int64_t len = b.shard_len(dp_.size());
+      out.emplace_back(b.begin + dp_.rank() * len, b.begin + (dp_.rank() + 1) * len);
+    } else {
+      out.emplace_back(b.begin, b.end);
+    }
+  }
+  return out;
+}
+
+void GradSync::launch(size_t i) {
+  launched_[i] = true;
+  if (dp_.size() == 1) return;
+  const model::Bucket& b = p_.buckets()[i];
+  float* g = p_.grad_flat().f32() + b.begin;
+  if (distributed_) {
+    requests_[i] = dp_.ireduce_scatter(g, scattered_[i].f32(), b.shard_len(dp_.size()), DType::kF32,
+                                       ReduceOp::kSum);
+  } else {
+    requests_[i] = dp_.iall_reduce(g, b.end - b.begin, DType::kF32, ReduceOp::kSum);
+  }
+}
+
+void GradSync::ready(int64_t offset) {
+  const auto& buckets = p_.buckets();
+  for (size_t i = 0; i < buckets.size(); ++i) {
+    if (!launched_[i] && !buckets[i].deferred && buckets[i].begin >= offset) launch(i);
+  }
+  // Open MPI advances non-blocking collectives only inside MPI calls: give them a turn.
+  for (auto& r : requests_) {
+    if (r) r->test();
+  }
+}
+
+void GradSync::finish() {
+  const auto& buckets = p_.buckets();
+  for (size_t i = 0; i < buckets.size(); ++i) {
+    if (!launched_[i]) launch(i);
+    if (requests_[i]) {
+      requests_[i]->wait();
+      requests_[i].reset();
+    }
+    if (distributed_ && dp_.size() > 1) {
+      const int64_t len = buckets[i].shard_len(dp_.size());
+      std::memcpy(p_.grad_flat().f32() + buckets[i].begin + dp_.rank() * len, scattered_[i].f32(),
+                  sizeof(float) * size_t(len));
+    }
+    launched_[i] = false;
+  }
+}
+
+void GradSync::gather_params(bool overlap) {
+  if (!distributed_ || dp_.size() == 1) return;
+  const auto& buckets = p_.buckets();
+  for (size_t i = 0; i < buckets.size(); ++i) {
+    const int64_t len = buckets[i].shard_len(dp_.size());
+    float* m = p_.master_flat().f32() + buckets[i].begin;
+    gathers_[i] = dp_.iall_gather(m + dp_.rank() * len, m, len, DType::kF32);
+  }
+  pending_params_ = true;
+  if (!overlap) wait_all_params();
+}
+
+void GradSync::wait_params(int64_t begin, int64_t end) {
+  if (!pending_params_) return;
+  const auto& buckets = p_.buckets();
+  bool any_left = false;
+  for (size_t i = 0; i < buckets.size(); ++i) {
+    if (!gathers_[i]) continue;
+    if (buckets[i].begin < end && begin < buckets[i].end) {
+      gathers_[i]->wait();
+      gathers_[i].reset();
+      p_.refresh_bf16(buckets[i].begin, buckets[i].end);
+    } else {
+      gathers_[i]->test();  // let Open MPI progress the others
+      any_left = true;
+    }
+  }
+  pending_params_ = any_left;
+}
+
+}  // namespace mtron::train

@@ -1,0 +1,56 @@
+// defines: GradSync
+//
+// Data-parallel gradient reduction of one model chunk's gradient buffer, bucket by bucket
+// (model/params.h), over the DP x CP group: an all-reduce per bucket, or with the distributed
+// optimizer a reduce-scatter that leaves each rank the sum for its part of every bucket.
+// With --overlap-grad-reduce the buckets are launched as non-blocking collectives while backward
+// still runs (ready() is called from the last micro-batch's backward as each layer finishes);
+// deferred buckets (tied embeddings split over pipeline stages) always wait for finish(), after
+// the caller has summed them over the embedding group. After the optimizer step the updated
+// master weights are all-gathered bucket by bucket; with --overlap-param-gather the gathers run
+// in the background and the next forward waits for each bucket just before it needs it.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "mtron/comm/comm.h"
+#include "mtron/model/params.h"
+
+namespace mtron::train {
+
+class GradSync {
+ public:
+  GradSync(model::ParamBuffer& params, Comm& dp, bool distributed_optimizer);
+
+  // This rank's shard of each bucket (the whole bucket without the distributed optimizer).
+  std::vector<std::pair<int64_t, int64_t>> shards() const;
+
+  // Launches every bucket not yet launched whose parameters all sit at or above `offset`.
+  void ready(int64_t offset);
+  // Launches the rest, waits for everything; the gradients are then reduced (in this rank's
+  // shards). Resets for the next step.
+  void finish();
+  // After an optimizer step on the shards: gathers every bucket's updated master weights (and
+  // refreshes their bf16 copy). overlap: only launch; wait_params() completes.
+  void gather_params(bool overlap);
+  // Completes the gathers of the buckets that hold buffer elements [begin, end).
+  void wait_params(int64_t begin, int64_t end);
+  void wait_all_params() { wait_params(0, p_.size()); }
+  bool params_pending() const { return pending_params_; }
+
+ private:
+  void launch(size_t b);
+
+  model::ParamBuffer& p_;
+  Comm& dp_;
+  bool distributed_;
+  std::vector<bool> launched_;
+  std::vector<std::unique_ptr<Request>> requests_;  // per bucket (null when not in flight)
+  std::vector<Tensor> scattered_;                   // reduce-scatter outputs per bucket
+  std::vector<std::unique_ptr<Request>> gathers_;   // per bucket, in flight
+  bool pending_params_ = false;
+};
+
+}  // namespace mtron::train

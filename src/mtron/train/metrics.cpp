@@ -1,0 +1,59 @@
+#include "mtron/train/metrics.h"
+
+#include <fmt/chrono.h>
+#include <fmt/format.h>
+
+#include <cerrno>
+#include <cstring>
+#include <ctime>
+
+#include "mtron/core/error.h"
+
+namespace mtron::train {
+
+std::string format_iteration_line(const IterationLog& l) {
+  const std::time_t now = std::time(nullptr);
+  // Megatron prints {:.1f}; CPU throughputs are below 1 TFLOP/s, so keep 3 decimals there.
+  const std::string tflops = l.tflops_per_device >= 10 ? fmt::format("{:.1f}", l.tflops_per_device)
+                                                       : fmt::format("{:.3f}", l.tflops_per_device);
+  return fmt::format(
+      " [{:%Y-%m-%d %H:%M:%S}] iteration {:8d}/{:8d} | consumed samples: {:12d} | elapsed time "
+      "per iteration (ms): {:.1f} | throughput per GPU (TFLOP/s/GPU): {} | learning rate: "
+      "{:.6E} | global batch size: {:5d} | lm loss: {:.6E} | loss scale: {:.1f} | grad norm: "
+      "{:.3f} | number of skipped iterations: {:3d} | number of nan iterations: {:3d} | tokens "
+      "per second per GPU: {:.1f} | MFU: {:.2f}% | peak memory (MB): {:.1f} |",
+      fmt::localtime(now), l.iteration, l.train_iters, l.consumed_samples, l.elapsed_ms, tflops,
+      l.learning_rate, l.global_batch_size, l.lm_loss, 1.0, l.grad_norm, l.skipped_iterations,
+      l.nan_iterations, l.tokens_per_s_per_device, 100.0 * l.mfu, l.peak_memory_mb);
+}
+
+MetricsWriter::MetricsWriter(const std::string& path) {
+  f_ = std::fopen(path.c_str(), "w");
+  MT_CHECK(f_, "cannot write the metrics file ", path, ": ", std::strerror(errno),
+           " (set --metrics-file)");
+}
+
+MetricsWriter::~MetricsWriter() {
+  if (f_) std::fclose(f_);
+}
+
+void MetricsWriter::write(const IterationLog& l) {
+  if (!f_) return;
+  fmt::print(f_,
+             "{{\"iteration\": {}, \"consumed_samples\": {}, \"lm_loss\": {:.9g}, "
+             "\"learning_rate\": {:.9g}, \"grad_norm\": {:.9g}, \"elapsed_ms\": {:.3f}, "
+             "\"tflops_per_device\": {:.6g}, \"tokens_per_s_per_device\": {:.3f}, \"mfu\": {:.6g}, "
+             "\"peak_memory_mb\": {:.3f}, \"skipped_iterations\": {}, \"nan_iterations\": {}}}\n",
+             l.iteration, l.consumed_samples, l.lm_loss, l.learning_rate, l.grad_norm, l.elapsed_ms,
+             l.tflops_per_device, l.tokens_per_s_per_device, l.mfu, l.peak_memory_mb,
+             l.skipped_iterations, l.nan_iterations);
+  std::fflush(f_);
+}
+
+void MetricsWriter::write_eval(int64_t iteration, double loss) {
+  if (!f_) return;
+  fmt::print(f_, "{{\"iteration\": {}, \"eval_lm_loss\": {:.9g}}}\n", iteration, loss);
+  std::fflush(f_);
+}
+
+}  // namespace mtron::train

@@ -1,0 +1,44 @@
+// defines: IterationLog, format_iteration_line, device_peak_flops, MetricsWriter
+//
+// The per-iteration log line in Megatron's format (reference/megatron.md section 1), so
+// existing log tooling and `mtron doctor` read it, followed by mtron's extra fields
+// (tokens/s, MFU against the stated peak, peak memory).
+#pragma once
+
+#include <cstdint>
+#include <cstdio>
+#include <string>
+
+namespace mtron::train {
+
+struct IterationLog {
+  int64_t iteration = 0, train_iters = 0, consumed_samples = 0, global_batch_size = 0;
+  double elapsed_ms = 0;  // per iteration, averaged over the interval
+  double tflops_per_device = 0;
+  double learning_rate = 0;
+  double lm_loss = 0;  // averaged over the interval
+  double grad_norm = 0;
+  int64_t skipped_iterations = 0, nan_iterations = 0;
+  double tokens_per_s_per_device = 0;
+  double mfu = 0;  // fraction
+  double peak_memory_mb = 0;
+};
+
+std::string format_iteration_line(const IterationLog& l);
+
+// Appends one JSON object per line.
+class MetricsWriter {
+ public:
+  MetricsWriter() = default;
+  explicit MetricsWriter(const std::string& path);
+  ~MetricsWriter();
+  MetricsWriter(const MetricsWriter&) = delete;
+  MetricsWriter& operator=(const MetricsWriter&) = delete;
+  void write(const IterationLog& l);
+  void write_eval(int64_t iteration, double loss);
+
+ private:
+  FILE* f_ = nullptr;
+};
+
+}  // namespace mtron::train

@@ -1,0 +1,407 @@
+#include "mtron/train/trainer.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+
+#include "mtron/core/formulas.h"
+#include "mtron/core/log.h"
+#include "mtron/core/memory.h"
+#include "mtron/core/profile.h"
+#include "mtron/core/timer.h"
+#include "mtron/parallel/launch.h"
+#include "mtron/parallel/rank_map.h"
+#include "mtron/parallel/schedule.h"
+
+namespace mtron::train {
+
+namespace {
+
+// Peak FLOP/s of one device of this run, for MFU. TODO(integrator): the hardware catalog.
+double device_peak_flops(bool bf16) {
+  const double cores = double(omp_get_max_threads());
+  const double ghz = 2.4e9;
+  return cores * ghz * (bf16 ? 1024.0 : 64.0);
+}
+
+std::vector<optim::OptimRange> optim_ranges(const model::ParamBuffer& p, int64_t tp_rank) {
+  std::vector<optim::OptimRange> r;
+  for (const model::ParamSpec& s : p.specs()) {
+    // Replicas are counted once in the global norm: TP-replicated parameters on TP rank 0 only,
+    // the last stage's tied embedding copy not at all (the first stage counts it).
+    const bool counted = !s.tied_copy && (!s.tp_replicated() || tp_rank == 0);
+    r.push_back({s.offset, s.offset + s.numel(), s.weight_decay, counted});
+  }
+  return r;
+}
+
+}  // namespace
+
+// The schedule's view of this rank's chunks: one stash per (chunk, micro-batch) in flight,
+// taken from a pool so steady-state steps reuse their arenas.
+class Trainer::Stages : public parallel::StageModel {
+ public:
+  explicit Stages(Trainer& t) : t_(t) {}
+
+  void begin(bool train) {
+    train_ = train;
+    loss_sum_ = 0;
+    mbs_.clear();
+  }
+  double loss_sum() const { return loss_sum_; }
+
+  const float* forward(int chunk, int64_t m, const float* input) override {
+    release_pending();
+    model::GPTChunk::Stash& st = acquire({chunk, m});
+    model::GPTChunk& c = *t_.chunks_[size_t(chunk)];
+    // --overlap-param-gather: the parameter all-gathers of the last step are still in flight.
+    model::GPTChunk::ParamsNeeded need;
+    GradSync* sync = t_.grad_syncs_[size_t(chunk)].get();
+    if (sync->params_pending())
+      need = [sync](int64_t lo, int64_t hi) { sync->wait_params(lo, hi); };
+    const float* out = c.forward(t_.rc_, mb(m), st, input, train_, need);
+    if (c.placement().has_head) loss_sum_ += st.loss_sum;
+    if (!train_) pending_ = {chunk, m};
+    return out;
+  }
+
+  const float* backward(int chunk, int64_t m, const float* dout) override {
+    release_pending();
+    model::GPTChunk::Stash& st = *in_use_.at({chunk, m});
+    // The last micro-batch's backward completes each gradient: start reducing buckets then.
+    model::GPTChunk::GradsReady ready;
+    if (t_.a_.parallel.overlap_grad_reduce && m == t_.a_.parallel.num_microbatches() - 1) {
+      GradSync* sync = t_.grad_syncs_[size_t(chunk)].get();
+      ready = [sync](int64_t offset) { sync->ready(offset); };
+    }
+    const float* d = t_.chunks_[size_t(chunk)]->backward(t_.rc_, mb(m), st, dout, ready);
+    pending_ = {chunk, m};  // the schedule copies d before the next call
+    return d;
+  }
+
+  int64_t message_elems() const override {
+    const int64_t N =
+        t_.a_.parallel.micro_batch_size * t_.a_.model.seq_length / t_.a_.parallel.cp();
+    return t_.rc_.tp.sp_rows(N) * t_.a_.model.hidden_size;
+  }
+
+ private:
+  using Key = std::pair<int, int64_t>;
+
+  const model::MicroBatch& mb(int64_t m) {
+    auto it = mbs_.find(m);
+    if (it == mbs_.end()) it = mbs_.emplace(m, t_.microbatch(m)).first;
+    return it->second;
+  }
+  model::GPTChunk::Stash& acquire(Key k) {
+    std::unique_ptr<model::GPTChunk::Stash> s;
+    if (free_.empty()) {
+      s = std::make_unique<model::GPTChunk::Stash>();
+    } else {
+      s = std::move(free_.back());
+      free_.pop_back();
+    }
+    auto& ref = *s;
+    in_use_[k] = std::move(s);
+    return ref;
+  }
+  void release_pending() {
+    if (pending_.first < 0) return;
+    auto it = in_use_.find(pending_);
+    free_.push_back(std::move(it->second));
+    in_use_.erase(it);
+    pending_ = {-1, -1};
+  }
+
+  Trainer& t_;
+  bool train_ = true;
+  double loss_sum_ = 0;
+  std::map<int64_t, model::MicroBatch> mbs_;
+  std::map<Key, std::unique_ptr<model::GPTChunk::Stash>> in_use_;
+  std::vector<std::unique_ptr<model::GPTChunk::Stash>> free_;
+  Key pending_{-1, -1};
+};
+
+Trainer::Trainer(const TrainArgs& args, Comm& world) : a_(args), world_(world) {
+  MT_CHECK(world_.size() == a_.parallel.world_size, "internal: world size mismatch");
+  ps_ = std::make_unique<ParallelState>(a_.parallel, world_);
+  rc_.precision = a_.bf16 ? model::Precision::kBF16 : model::Precision::kFP32;
+  rc_.tp = parallel::TensorParallel{&ps_->tp(), ps_->tp_rank(), ps_->tp_size(),
+                                    a_.parallel.sequence_parallel};
+  MT_CHECK(a_.parallel.cp() == 1, "--context-parallel-size > 1 is not supported yet");
+  MT_CHECK(!a_.model.is_moe(), "--num-experts (mixture of experts) is not supported yet");
+  build_model();
+  if (a_.mock_data) {
+    mock_ = std::make_unique<MockData>(a_.seed, a_.model.vocab_size, a_.model.seq_length);
+  }
+  MT_CHECK(mock_, "--data-path is not supported yet; use --mock-data");
+  stages_ = std::make_unique<Stages>(*this);
+  if (world_.rank() == world_.size() - 1) {
+    metrics_ = std::make_unique<MetricsWriter>(a_.metrics_file.empty() ? "mtron-metrics.jsonl"
+                                                                       : a_.metrics_file);
+  }
+}
+
+Trainer::~Trainer() = default;
+
+void Trainer::build_model() {
+  const auto& m = a_.model;
+  const auto& par = a_.parallel;
+  const int64_t P = par.pp(), v = par.vpp();
+  const int64_t per_chunk = m.num_layers / (P * v);
+  Comm& dp = ps_->dp_cp();
+  // Megatron's DDP buckets: one per chunk, or max(40M, 1M x DP) elements when overlapping.
+  const int64_t bucket = a_.ddp_bucket_size > 0 ? a_.ddp_bucket_size
+                         : par.overlap_grad_reduce
+                             ? std::max<int64_t>(40000000, 1000000 * dp.size())
+                             : 0;
+  std::vector<optim::OptimBuffer> bufs;
+  for (int64_t c = 0; c < v; ++c) {
+    const int64_t vs = c * P + ps_->pp_rank();  // virtual stage
+    model::ChunkPlacement place{vs * per_chunk, per_chunk, vs == 0, vs == P * v - 1};
+    chunks_.push_back(std::make_unique<model::GPTChunk>(m, place, rc_.tp, a_.recompute));
+    model::ParamBuffer& p = chunks_.back()->params();
+    p.allocate(rc_.precision, par.use_distributed_optimizer ? dp.size() : 1, bucket);
+    p.init(a_.seed);
+    grad_syncs_.push_back(std::make_unique<GradSync>(p, dp, par.use_distributed_optimizer));
+    optim::OptimBuffer b{
+        .master = p.master_flat().f32(),
+        .grad = p.grad_flat().f32(),
+        .compute = rc_.precision == model::Precision::kBF16 ? p.bf16_flat().bf() : nullptr,
+        .size = p.size(),
+        .ranges = optim_ranges(p, rc_.tp.rank),
+        .shards = {}};
+    for (const auto& [lo, hi] : grad_syncs_.back()->shards()) b.shards.push_back({lo, hi});
+    bufs.push_back(std::move(b));
+  }
+  optimizer_ = std::make_unique<optim::AdamW>(std::move(bufs), a_.adam);
+}
+
+double Trainer::learning_rate(int64_t samples) const {
+  const int64_t gbs = a_.parallel.global_batch_size;
+  optim::LrSchedule s{.lr = a_.lr,
+                      .min_lr = a_.min_lr,
+                      .warmup_init = a_.lr_warmup_init,
+                      .warmup_samples = a_.lr_warmup_iters * gbs,
+                      .decay_samples = a_.lr_decay_iters * gbs,
+                      .style = a_.lr_decay_style};
+  return s.lr_at(samples);
+}
+
+model::MicroBatch Trainer::microbatch(int64_t j) const {
+  const auto& par = a_.parallel;
+  const int64_t B = par.micro_batch_size, S = a_.model.seq_length;
+  // Megatron's sampler: DP rank r takes [r*B, (r+1)*B) of each B*DP block of samples.
+  const int64_t first = consumed_samples_ + j * B * par.dp() + ps_->dp_rank() * B;
+  model::MicroBatch mb;
+  mb.B = B;
+  mb.S = S;
+  mb.tokens.resize(size_t(S * B));
+  mb.labels.resize(size_t(S * B));
+  mb.pos.resize(size_t(S * B));
+  std::vector<int32_t> sample(size_t(S + 1));
+  for (int64_t b = 0; b < B; ++b) {
+    mock_->sample(first + b, sample.data());
+    for (int64_t s = 0; s < S; ++s) {
+      mb.tokens[size_t(s * B + b)] = sample[size_t(s)];
+      mb.labels[size_t(s * B + b)] = sample[size_t(s + 1)];
+      mb.pos[size_t(s * B + b)] = int32_t(s);
+    }
+  }
+  mb.dloss = float(1.0 / double(par.global_batch_size * S));
+  return mb;
+}
+
+void Trainer::finalize_grads() {
+  // Tied embeddings on different stages: both copies get the summed gradient, before the
+  // data-parallel reduction (the two stages' buffers are laid out differently).
+  if (ps_->in_embedding_group()) {
+    for (auto& c : chunks_) {
+      model::ParamBuffer& p = c->params();
+      for (size_t i = 0; i < p.specs().size(); ++i) {
+        if (p.spec(int(i)).cross_stage)
+          ps_->embedding().all_reduce(p.grad(int(i)), p.spec(int(i)).numel());
+      }
+    }
+  }
+  for (auto& g : grad_syncs_) g->finish();
+  // Sequence-parallel parameters (norms, row-parallel biases) saw only this rank's rows. With
+  // the distributed optimizer only the shard part of the sum is used; TP ranks share the layout.
+  if (rc_.tp.sequence_parallel) {
+    for (auto& c : chunks_) {
+      model::ParamBuffer& p = c->params();
+      std::vector<float> packed;
+      for (size_t i = 0; i < p.specs().size(); ++i) {
+        if (!p.spec(int(i)).sequence_parallel) continue;
+        const float* g = p.grad(int(i));
+        packed.insert(packed.end(), g, g + p.spec(int(i)).numel());
+      }
+      ps_->tp().all_reduce(packed.data(), int64_t(packed.size()));
+      size_t at = 0;
+      for (size_t i = 0; i < p.specs().size(); ++i) {
+        if (!p.spec(int(i)).sequence_parallel) continue;
+        std::memcpy(p.grad(int(i)), packed.data() + at, sizeof(float) * p.spec(int(i)).numel());
+        at += size_t(p.spec(int(i)).numel());
+      }
+    }
+  }
+}
+
+StepResult Trainer::step() {
+  const auto& par = a_.parallel;
+  StepResult r;
+  r.lr = learning_rate(consumed_samples_);
+  for (auto& c : chunks_) c->params().zero_grad();
+
+  stages_->begin(true);
+  const parallel::PipelineTimes pt =
+      parallel::run_pipeline(*stages_, ps_->pp(), int(par.vpp()), par.num_microbatches());
+  if (profile_enabled()) {
+    pipeline_compute_s_ += pt.compute_s;
+    pipeline_wait_s_ += pt.wait_s;
+  }
+  finalize_grads();
+
+  Comm& norm_group = par.use_distributed_optimizer ? world_ : ps_->tp_pp();
+  r.grad_norm = optimizer_->grad_norm(norm_group);
+  r.skipped = !optimizer_->step(r.lr, r.grad_norm);
+  // Every rank updated its shards of the master weights: gather the whole model back (in the
+  // background with --overlap-param-gather: the next forward waits bucket by bucket).
+  for (auto& g : grad_syncs_) g->gather_params(par.overlap_param_gather);
+
+  // The loss lives on the last stage; sum it over DP x CP and share it along the pipeline.
+  double loss = ps_->is_last_pp_stage() ? stages_->loss_sum() : 0.0;
+  loss = ps_->dp_cp().size() > 1 ? ps_->dp_cp().all_reduce_sum(loss) : loss;
+  loss = ps_->pp().size() > 1 ? ps_->pp().all_reduce_sum(loss) : loss;
+  r.lm_loss = loss / double(par.global_batch_size * a_.model.seq_length);
+  consumed_samples_ += par.global_batch_size;
+  ++iteration_;
+  return r;
+}
+
+void Trainer::run() {
+  const auto& par = a_.parallel;
+  const bool logger = world_.rank() == world_.size() - 1;
+  const double flops =
+      flops_per_iteration(a_.model, par.global_batch_size, a_.model.padded_vocab_size(par.tp()));
+  const double peak = device_peak_flops(a_.bf16);
+  if (world_.rank() == 0) {
+    log_info("model: {}", a_.model.summary());
+    log_info("layout: {}", par.summary());
+    log_info("parameters: {:.2f} M (padded vocab {})",
+             double(a_.model.num_parameters(par.tp())) / 1e6, a_.model.padded_vocab_size(par.tp()));
+    log_info("precision: {}; MFU against {:.1f} GFLOP/s per device ({} threads per rank)",
+             a_.bf16 ? "bf16 (fp32 master weights and gradients)" : "fp32", peak / 1e9,
+             omp_get_max_threads());
+    for (const auto& n : a_.notes) log_info("note: {}", n);
+  }
+  if (world_.rank() == 0 || logger) {
+    log_info("optimizer state: {:.3f} MB on this rank{}",
+             double(optimizer_->state_bytes()) / 1048576.0,
+             par.use_distributed_optimizer ? " (distributed optimizer shard)" : "");
+  }
+
+  double interval_loss = 0, interval_time = 0, profiled_time = 0;
+  int64_t interval_iters = 0, skipped = 0, nans = 0, profiled_iters = 0;
+  std::vector<int64_t> bytes_at_start;
+  while (iteration_ < a_.train_iters) {
+    // The first iteration warms caches and allocators; profile the rest.
+    profile_enable(a_.profile && iteration_ >= 1);
+    if (profile_enabled() && profiled_iters++ == 0) bytes_at_start = comm_bytes();
+    const double t0 = now_seconds();
+    const StepResult r = step();
+    const double dt = now_seconds() - t0;
+    if (profile_enabled()) profiled_time += dt;
+    interval_loss += r.lm_loss;
+    interval_time += dt;
+    ++interval_iters;
+    skipped += r.skipped;
+    nans += !std::isfinite(r.grad_norm);
+    if (iteration_ % a_.log_interval == 0 || iteration_ == a_.train_iters) {
+      IterationLog l;
+      l.iteration = iteration_;
+      l.train_iters = a_.train_iters;
+      l.consumed_samples = consumed_samples_;
+      l.global_batch_size = par.global_batch_size;
+      const double per_iter = interval_time / double(interval_iters);
+      l.elapsed_ms = 1e3 * per_iter;
+      l.tflops_per_device = flops / (per_iter * 1e12 * double(world_.size()));
+      l.learning_rate = learning_rate(consumed_samples_);
+      l.lm_loss = interval_loss / double(interval_iters);
+      l.grad_norm = r.grad_norm;
+      l.skipped_iterations = skipped;
+      l.nan_iterations = nans;
+      l.tokens_per_s_per_device =
+          double(par.global_batch_size * a_.model.seq_length) / per_iter / double(world_.size());
+      l.mfu = flops / per_iter / double(world_.size()) / peak;
+      l.peak_memory_mb = double(process_peak_rss()) / 1048576.0;
+      if (logger) {
+        log_plain(format_iteration_line(l));
+        metrics_->write(l);
+      }
+      interval_loss = interval_time = 0;
+      interval_iters = skipped = nans = 0;
+    }
+  }
+  profile_enable(false);
+  if (a_.profile && profiled_iters > 0) log_profile(profiled_time, profiled_iters, bytes_at_start);
+}
+
+std::vector<int64_t> Trainer::comm_bytes() const {
+  std::vector<int64_t> b;
+  for (GroupKind k : kProfiledGroups) {
+    b.push_back(
+        k == GroupKind::kEmbedding && !ps_->in_embedding_group() ? 0 : ps_->group(k).bytes_sent());
+  }
+  b.push_back(world_.bytes_sent());
+  return b;
+}
+
+void Trainer::log_profile(double seconds, int64_t iters, const std::vector<int64_t>& bytes0) const {
+  const auto& par = a_.parallel;
+  const bool logger = world_.rank() == world_.size() - 1;
+  if (world_.rank() == 0 || logger) {
+    log_info("profile of iterations 2-{} on this rank ({:.3f} s):\n{}", iteration_, seconds,
+             format_profile(profile_report(), seconds));
+  }
+  // Every rank: bytes it sent per step by group, and its pipeline compute/wait split.
+  const std::vector<int64_t> bytes1 = comm_bytes();
+  std::string line;
+  for (size_t i = 0; i < bytes1.size(); ++i) {
+    const char* name =
+        i < std::size(kProfiledGroups) ? group_name(kProfiledGroups[i]).data() : "world";
+    line += fmt::format(" {} {}", name, (bytes1[i] - bytes0[i]) / iters);
+  }
+  log_info("bytes sent per step:{}", line);
+  const double ideal = double(par.pp() - 1) / double(par.vpp() * par.num_microbatches());
+  log_info(
+      "pipeline per step: compute {:.4f} s, waiting {:.4f} s, bubble {:.3f} (ideal "
+      "(p-1)/(v m) = {:.3f})",
+      pipeline_compute_s_ / double(iters), pipeline_wait_s_ / double(iters),
+      pipeline_wait_s_ / pipeline_compute_s_, ideal);
+}
+
+int train_main(int argc, char** argv) {
+  return run_main(argc, argv, [&](Launch& launch) {
+    log_init(launch.rank(), launch.size());
+    // One OpenMP team per rank, the node's cores split between its ranks.
+    if (!std::getenv("OMP_NUM_THREADS")) {
+      omp_set_num_threads(std::max(1, omp_get_num_procs() / std::max(1, launch.local_size())));
+    }
+    TrainArgs a;
+    if (!parse_train_args(argc, argv, launch.size(), a)) return 0;
+    if (a.print_layout) {
+      if (launch.rank() == 0) log_plain(format_layout(a.parallel));
+      return 0;
+    }
+    Trainer t(a, launch.world());
+    t.run();
+    return 0;
+  });
+}
+
+}  // namespace mtron::train

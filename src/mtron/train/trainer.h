@@ -1,0 +1,85 @@
+// defines: StepResult, Trainer, train_main
+//
+// The training loop: builds this rank's model chunks (its pipeline stage, and its virtual
+// stages when interleaved) and optimizer from TrainArgs and the ParallelState, feeds
+// micro-batches, runs the pipeline schedule, finalises gradients (sequence-parallel norms over
+// TP, tied embeddings over the first and last stage, data parallel over DP x CP by all-reduce or
+// the distributed optimizer's reduce-scatter), clips, steps and logs in Megatron's format.
+//
+// Loss scaling: each token's loss enters the gradient with weight 1 / (tokens in the global
+// batch), so the data-parallel reduction is a plain sum and the loss is Megatron's token-
+// weighted mean over the global batch for every layout.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "mtron/comm/comm.h"
+#include "mtron/model/gpt.h"
+#include "mtron/optim/optimizer.h"
+#include "mtron/parallel/parallel_state.h"
+#include "mtron/train/args.h"
+#include "mtron/train/grad_sync.h"
+#include "mtron/train/metrics.h"
+#include "mtron/train/mock_data.h"
+
+namespace mtron::train {
+
+struct StepResult {
+  double lm_loss = 0;    // token-weighted mean over the global batch (on every rank)
+  double grad_norm = 0;  // before clipping
+  double lr = 0;
+  bool skipped = false;
+};
+
+class Trainer {
+ public:
+  Trainer(const TrainArgs& args, Comm& world);
+  ~Trainer();
+
+  // Trains args.train_iters iterations, logging every --log-interval.
+  void run();
+  // One iteration (1-based index = completed + 1).
+  StepResult step();
+
+  int64_t iteration() const { return iteration_; }
+  int64_t consumed_samples() const { return consumed_samples_; }
+  const ParallelState& parallel_state() const { return *ps_; }
+  std::vector<std::unique_ptr<model::GPTChunk>>& chunks() { return chunks_; }
+  const model::RunCtx& run_ctx() const { return rc_; }
+  const optim::AdamW& optimizer() const { return *optimizer_; }
+  // Micro-batch `j` of the current iteration as this rank sees it.
+  model::MicroBatch microbatch(int64_t j) const;
+  // Sums the micro-batches' gradients across ranks as the layout needs (after the schedule).
+  void finalize_grads();
+
+ private:
+  class Stages;
+  void build_model();
+  double learning_rate(int64_t samples) const;
+  // --profile: bytes each group's Comm has sent (kProfiledGroups order, then world).
+  static constexpr GroupKind kProfiledGroups[] = {GroupKind::kTP,   GroupKind::kCP,
+                                                  GroupKind::kDPCP, GroupKind::kPP,
+                                                  GroupKind::kTPPP, GroupKind::kEmbedding};
+  std::vector<int64_t> comm_bytes() const;
+  void log_profile(double seconds, int64_t iters, const std::vector<int64_t>& bytes0) const;
+
+  TrainArgs a_;
+  Comm& world_;
+  std::unique_ptr<ParallelState> ps_;
+  model::RunCtx rc_;
+  std::vector<std::unique_ptr<model::GPTChunk>> chunks_;
+  std::vector<std::unique_ptr<GradSync>> grad_syncs_;  // one per chunk
+  std::unique_ptr<optim::AdamW> optimizer_;
+  std::unique_ptr<MockData> mock_;
+  std::unique_ptr<Stages> stages_;
+  std::unique_ptr<MetricsWriter> metrics_;
+  int64_t iteration_ = 0, consumed_samples_ = 0;
+  double pipeline_compute_s_ = 0, pipeline_wait_s_ = 0;  // over profiled steps
+};
+
+// `mtron train` entry point: returns the process exit code.
+int train_main(int argc, char** argv);
+
+}  // namespace mtron::train

@@ -1,0 +1,119 @@
+// Flash attention on the CPU against the naive reference (forward out/lse, backward with +=),
+// over awkward sequence lengths, GQA ratios, head dims, causal/non-causal and offsets; fully
+// masked rows; and the reference backward against float64 finite differences.
+#include <omp.h>
+
+#include <cmath>
+#include <limits>
+
+#include "kernel_test_util.h"
+#include "mtron/kernels/attention.h"
+#include "mtron/kernels/ref/ref_ops.h"
+
+namespace mtron::kernels::test {
+namespace {
+
+void run_case(const AttnShape& s, AttnMask mask, uint64_t seed) {
+  const int64_t nq = s.Sq * s.B * s.H * s.D, nk = s.Sk * s.B * s.G * s.D;
+  auto q = randn(nq, seed), k = randn(nk, seed + 1), v = randn(nk, seed + 2);
+  auto dout = randn(nq, seed + 3);
+  std::vector<float> out(static_cast<size_t>(nq)), lse(size_t(s.B * s.H * s.Sq)), outr = out,
+                                                                                  lser = lse;
+  attention_forward(kCpu, out.data(), lse.data(), q.data(), k.data(), v.data(), s, mask);
+  ref::attention_forward(outr.data(), lser.data(), q.data(), k.data(), v.data(), s, mask);
+  const std::string what =
+      str("B", s.B, " Sq", s.Sq, " Sk", s.Sk, " H", s.H, " G", s.G, " D", s.D,
+          mask.causal ? str(" causal offset ", mask.offset) : std::string(" full"));
+  expect_close(out, outr, 2e-5, 1e-4, str("attention out ", what));
+  expect_close(lse, lser, 1e-5, 1e-5, str("attention lse ", what));
+  // backward accumulates: start from non-zero gradients
+  auto dq = randn(nq, seed + 4), dk = randn(nk, seed + 5), dv = randn(nk, seed + 6);
+  auto dqr = dq, dkr = dk, dvr = dv;
+  attention_backward(kCpu, dq.data(), dk.data(), dv.data(), dout.data(), q.data(), k.data(),
+                     v.data(), out.data(), lse.data(), s, mask);
+  ref::attention_backward(dqr.data(), dkr.data(), dvr.data(), dout.data(), q.data(), k.data(),
+                          v.data(), s, mask);
+  const double atol = 2e-5 * std::sqrt(double(std::max(s.Sq, s.Sk)));
+  expect_close(dq, dqr, atol, 1e-4, str("attention dq ", what));
+  expect_close(dk, dkr, atol, 1e-4, str("attention dk ", what));
+  expect_close(dv, dvr, atol, 1e-4, str("attention dv ", what));
+}
+
+TEST(Attention, MatchesReferenceOverShapes) {
+  const int64_t lens[] = {1, 31, 32, 33, 67, 130};
+  uint64_t seed = 1;
+  for (int64_t Sq : lens)
+    for (int64_t Sk : lens)
+      for (auto [H, G] : {std::pair<int64_t, int64_t>{1, 1}, {2, 1}, {4, 1}, {4, 2}})
+        for (int64_t D : {16, 64}) {
+          if ((D == 64) != ((Sq + Sk + H) % 2 == 0)) continue;  // half the sweep at each D
+          const AttnShape s{1 + int64_t(seed % 2), Sq, Sk, H, G, D, 1.0f / std::sqrt(float(D))};
+          run_case(s, {false, 0}, seed++);
+          run_case(s, {true, 0}, seed++);
+          run_case(s, {true, Sk - Sq}, seed++);  // queries at the end of the keys (decode, CP)
+        }
+}
+
+TEST(Attention, OffsetsAndFullyMaskedRows) {
+  uint64_t seed = 100;
+  for (int64_t offset : {-40, -5, 3, 64, 200})
+    for (int64_t D : {16, 33}) {
+      const AttnShape s{2, 67, 33, 4, 4, D, 0.3f};
+      run_case(s, {true, offset}, seed++);
+    }
+  // offset -5: rows 0..4 see no key: out 0, lse -inf, no gradient
+  const AttnShape s{1, 8, 8, 1, 1, 16, 0.25f};
+  auto q = randn(8 * 16, 1), k = randn(8 * 16, 2), v = randn(8 * 16, 3);
+  std::vector<float> out(8 * 16, 1.0f), lse(8);
+  attention_forward(kCpu, out.data(), lse.data(), q.data(), k.data(), v.data(), s, {true, -5});
+  for (int i = 0; i < 5; ++i) {
+    EXPECT_EQ(lse[size_t(i)], -std::numeric_limits<float>::infinity());
+    for (int d = 0; d < 16; ++d) EXPECT_EQ(out[size_t(i * 16 + d)], 0.0f);
+  }
+  EXPECT_TRUE(std::isfinite(lse[5]));
+  std::vector<float> dq(8 * 16, 0.0f), dk(8 * 16, 0.0f), dv(8 * 16, 0.0f);
+  auto dout = randn(8 * 16, 4);
+  attention_backward(kCpu, dq.data(), dk.data(), dv.data(), dout.data(), q.data(), k.data(),
+                     v.data(), out.data(), lse.data(), s, {true, -5});
+  for (int i = 0; i < 5 * 16; ++i) EXPECT_EQ(dq[size_t(i)], 0.0f);
+  for (float x : dq) EXPECT_TRUE(std::isfinite(x));
+}
+
+TEST(Attention, FewGroupsSplitTheBackwardOverHeads) {
+  // B * G = 1 < threads: the backward runs one task per head with per-thread dK/dV copies.
+  const int saved = omp_get_max_threads();
+  omp_set_num_threads(std::max(2, saved));
+  run_case({1, 200, 200, 4, 1, 64, 0.125f}, {true, 0}, 7);
+  run_case({1, 150, 180, 6, 2, 32, 0.2f}, {true, 30}, 8);
+  omp_set_num_threads(saved);
+}
+
+TEST(Attention, ReferenceBackwardMatchesFiniteDifferences) {
+  for (AttnMask mask : {AttnMask{false, 0}, AttnMask{true, 0}, AttnMask{true, 2}}) {
+    const AttnShape s{2, 5, 7, 4, 2, 3, 0.6f};
+    const int64_t nq = s.Sq * s.B * s.H * s.D, nk = s.Sk * s.B * s.G * s.D;
+    auto q = to_double(randn(nq, 1)), k = to_double(randn(nk, 2)), v = to_double(randn(nk, 3));
+    auto R = to_double(randn(nq, 4));
+    std::vector<double> dq(size_t(nq), 0.0), dk(size_t(nk), 0.0), dv(size_t(nk), 0.0);
+    ref::attention_backward(dq.data(), dk.data(), dv.data(), R.data(), q.data(), k.data(), v.data(),
+                            s, mask);
+    auto loss = [&] {
+      std::vector<double> out(static_cast<size_t>(nq)), lse(size_t(s.B * s.H * s.Sq));
+      ref::attention_forward(out.data(), lse.data(), q.data(), k.data(), v.data(), s, mask);
+      return project(out, R);
+    };
+    expect_fd(q, dq, loss, "attention q");
+    expect_fd(k, dk, loss, "attention k");
+    expect_fd(v, dv, loss, "attention v");
+  }
+}
+
+TEST(Attention, GroupsMustDivideHeads) {
+  std::vector<float> x(64);
+  const AttnShape s{1, 1, 1, 3, 2, 16, 1.0f};
+  EXPECT_THROW(attention_forward(kCpu, x.data(), x.data(), x.data(), x.data(), x.data(), s, {}),
+               Error);
+}
+
+}  // namespace
+}  // namespace mtron::kernels::test

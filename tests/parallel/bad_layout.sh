@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# bad_layout.sh MTRON: each invalid parallel combination, under mpirun, must print Megatron's
+# message once ("[mtron rR/N] error: ..."), exit 2 and end within 5 s.
+set -u
+mtron=$1
+tiny="--num-layers 4 --hidden-size 64 --num-attention-heads 4 --seq-length 32 --micro-batch-size 2
+      --train-iters 3 --lr 1e-3 --mock-data --vocab-size 500 --metrics-file /dev/null"
+fails=0
+check() {  # check NP REGEX FLAGS...
+  local np=$1 regex=$2
+  shift 2
+  local out start end rc errors
+  out=$(mktemp)
+  start=$(date +%s%3N)
+  timeout -k 5 30 mpirun --allow-run-as-root --oversubscribe --bind-to none -np "$np" \
+    "$mtron" train $tiny "$@" >"$out" 2>&1
+  rc=$?
+  end=$(date +%s%3N)
+  errors=$(grep -c "^\[mtron r[0-9]*/$np\] error: " "$out")
+  local why=""
+  [ $rc -eq 2 ] || why="exit code $rc, want 2"
+  [ -z "$why" ] && [ "$errors" -ne 1 ] && why="$errors error lines, want 1"
+  [ -z "$why" ] && ! grep -Eq -- "error: $regex" "$out" && why="message does not match /$regex/"
+  [ -z "$why" ] && [ $((end - start)) -gt 5000 ] && why="took $((end - start)) ms, want <= 5000"
+  if [ -n "$why" ]; then
+    echo "FAIL (np $np $*): $why"; cat "$out"; fails=$((fails + 1))
+  else
+    echo "ok   (np $np, $((end - start)) ms): $(grep "error: " "$out" | head -1)"
+  fi
+  rm -f "$out"
+}
+
+check 4 "world_size \(4\) is not divisible by tensor_model_parallel_size \(3\)" \
+  --tensor-model-parallel-size 3
+check 4 "num_attention_heads \(6\) must be a multiple of tensor_model_parallel_size \(4\)" \
+  --tensor-model-parallel-size 4 --num-attention-heads 6 --hidden-size 72
+check 2 "num_query_groups \(1\) must be a multiple of tensor_model_parallel_size \(2\)" \
+  --tensor-model-parallel-size 2 --group-query-attention --num-query-groups 1
+check 2 "global batch size \(3\) is not divisible by micro batch size \(2\) times data parallel size \(2\)" \
+  --global-batch-size 3
+check 3 "Number of layers \(4\) should be divisible by the pipeline-model-parallel size \(3\)" \
+  --pipeline-model-parallel-size 3
+check 2 "number of layers per pipeline stage \(2\) must be divisible by number of layers per virtual pipeline stage \(3\)" \
+  --pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 3
+check 2 "pipeline-model-parallel size should be greater than 1 with interleaved schedule" \
+  --num-layers-per-virtual-pipeline-stage 1 --global-batch-size 4
+check 2 "number of microbatches \(3\) is not divisible by pipeline-model-parallel-size \(2\) when using interleaved schedule" \
+  --pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 1 --global-batch-size 6
+check 2 "--overlap-param-gather only supported with distributed optimizer" --overlap-param-gather
+[ $fails -eq 0 ] && echo "all bad layouts rejected" || { echo "$fails failures"; exit 1; }

@@ -1,0 +1,179 @@
+// Dumps everything the PyTorch reference (torch_reference.py) needs to check the model tensor
+// by tensor: the configuration, the initial weights, the micro-batches of 10 iterations, the
+// logits of micro-batch 0, the loss and every parameter gradient of iteration 1, and the loss
+// and learning rate of 10 training iterations.
+//
+//   ref_dump <gpt2|llama> <out.bin> [extra mtron train flags...]
+//
+// Record format (little-endian): u32 name length, name, u8 dtype (0 f32, 1 i32, 2 f64, 3 u8),
+// u32 ndim, i64 dims[ndim], data.
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "mtron/comm/single.h"
+#include "mtron/core/error.h"
+#include "mtron/train/trainer.h"
+
+using namespace mtron;
+
+namespace {
+
+FILE* g_out = nullptr;
+
+void record(const std::string& name,
+            int dtype,
+            const std::vector<int64_t>& dims,
+            const void* data,
+            size_t elem) {
+  uint32_t n = uint32_t(name.size());
+  std::fwrite(&n, 4, 1, g_out);
+  std::fwrite(name.data(), 1, n, g_out);
+  uint8_t t = uint8_t(dtype);
+  std::fwrite(&t, 1, 1, g_out);
+  uint32_t nd = uint32_t(dims.size());
+  std::fwrite(&nd, 4, 1, g_out);
+  size_t count = 1;
+  for (int64_t d : dims) {
+    std::fwrite(&d, 8, 1, g_out);
+    count *= size_t(d);
+  }
+  std::fwrite(data, elem, count, g_out);
+}
+
+std::vector<std::string> base_flags(const std::string& arch) {
+  std::vector<std::string> common = {"--num-layers",
+                                     "2",
+                                     "--hidden-size",
+                                     "64",
+                                     "--seq-length",
+                                     "32",
+                                     "--max-position-embeddings",
+                                     "32",
+                                     "--micro-batch-size",
+                                     "2",
+                                     "--global-batch-size",
+                                     "4",
+                                     "--train-iters",
+                                     "10",
+                                     "--lr",
+                                     "2e-3",
+                                     "--min-lr",
+                                     "2e-4",
+                                     "--lr-decay-style",
+                                     "cosine",
+                                     "--lr-warmup-iters",
+                                     "2",
+                                     "--weight-decay",
+                                     "0.1",
+                                     "--clip-grad",
+                                     "1.0",
+                                     "--adam-beta2",
+                                     "0.95",
+                                     "--mock-data",
+                                     "--vocab-size",
+                                     "500",
+                                     "--seed",
+                                     "1234",
+                                     "--init-method-std",
+                                     "0.05",
+                                     "--log-interval",
+                                     "1000"};
+  std::vector<std::string> extra;
+  if (arch == "gpt2") {
+    extra = {"--num-attention-heads", "4"};
+  } else if (arch == "llama") {
+    extra = {"--num-attention-heads",
+             "8",
+             "--group-query-attention",
+             "--num-query-groups",
+             "2",
+             "--swiglu",
+             "--normalization",
+             "RMSNorm",
+             "--position-embedding-type",
+             "rope",
+             "--untie-embeddings-and-output-weights",
+             "--disable-bias-linear"};
+  } else {
+    throw Error("unknown arch " + arch + " (gpt2 or llama)");
+  }
+  common.insert(common.end(), extra.begin(), extra.end());
+  return common;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 3) {
+    std::fprintf(stderr, "usage: ref_dump <gpt2|llama> <out.bin> [flags...]\n");
+    return 2;
+  }
+  std::vector<std::string> flags = base_flags(argv[1]);
+  for (int i = 3; i < argc; ++i) flags.push_back(argv[i]);
+  std::vector<char*> av = {const_cast<char*>("train")};
+  for (auto& f : flags) av.push_back(f.data());
+
+  auto world = make_single_comm();
+  train::TrainArgs a;
+  a.metrics_file = "/dev/null";
+  train::parse_train_args(int(av.size()), av.data(), 1, a);
+  a.metrics_file = "/dev/null";
+  train::Trainer t(a, *world);
+  g_out = std::fopen(argv[2], "wb");
+  if (!g_out) return 2;
+  std::fwrite("MTRONREF", 1, 8, g_out);
+
+  std::string cfg;
+  for (auto& f : flags) cfg += f + " ";
+  record("config", 3, {int64_t(cfg.size())}, cfg.data(), 1);
+
+  auto& chunk = *t.chunks().front();
+  const auto& params = chunk.params();
+  for (const auto& s : params.specs()) {
+    record("param/" + s.name, 0, s.global_shape, params.master(int(&s - &params.specs()[0])), 4);
+  }
+
+  // Iteration 1 by hand: logits of micro-batch 0, loss and gradients over the global batch.
+  const int64_t M = a.parallel.num_microbatches();
+  const int64_t N = a.parallel.micro_batch_size * a.model.seq_length;
+  const int64_t V = a.model.padded_vocab_size(1);
+  std::vector<float> logits(size_t(N * V));
+  model::GPTChunk::Stash st;
+  chunk.params().zero_grad();
+  double loss_sum = 0;
+  for (int64_t j = 0; j < M; ++j) {
+    model::MicroBatch mb = t.microbatch(j);
+    st.logits_out = j == 0 ? logits.data() : nullptr;
+    chunk.forward(t.run_ctx(), mb, st, nullptr, true);
+    loss_sum += st.loss_sum;
+    chunk.backward(t.run_ctx(), mb, st, nullptr);
+  }
+  record("step0/logits", 0, {N, V}, logits.data(), 4);
+  double loss = loss_sum / double(a.parallel.global_batch_size * a.model.seq_length);
+  record("step0/loss", 2, {1}, &loss, 8);
+  for (size_t i = 0; i < params.specs().size(); ++i) {
+    record("grad/" + params.specs()[i].name, 0, params.specs()[i].global_shape, params.grad(int(i)),
+           4);
+  }
+
+  std::vector<double> losses, lrs, norms;
+  for (int64_t it = 0; it < a.train_iters; ++it) {
+    for (int64_t j = 0; j < M; ++j) {
+      model::MicroBatch mb = t.microbatch(j);
+      const std::string p = "it" + std::to_string(it) + "/mb" + std::to_string(j);
+      record("tokens/" + p, 1, {mb.S, mb.B}, mb.tokens.data(), 4);
+      record("labels/" + p, 1, {mb.S, mb.B}, mb.labels.data(), 4);
+    }
+    train::StepResult r = t.step();
+    losses.push_back(r.lm_loss);
+    lrs.push_back(r.lr);
+    norms.push_back(r.grad_norm);
+  }
+  record("losses", 2, {int64_t(losses.size())}, losses.data(), 8);
+  record("lrs", 2, {int64_t(lrs.size())}, lrs.data(), 8);
+  record("grad_norms", 2, {int64_t(norms.size())}, norms.data(), 8);
+  std::fclose(g_out);
+  return 0;
+}

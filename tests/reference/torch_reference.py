@@ -1,0 +1,228 @@
+#!/usr/bin/python3
+"""Independent PyTorch implementation of mtron's GPT/Llama model, used as the numerical oracle.
+
+Reads the dump written by ref_dump (weights, micro-batches, mtron's logits/loss/gradients and
+10 training-step losses), rebuilds the model from the weights with torch autograd, and checks:
+  - logits of micro-batch 0 (rel-norm error <= 1e-5),
+  - loss of iteration 1 (rel <= 1e-5),
+  - every parameter gradient (rel-norm error <= 1e-4),
+  - 10 AdamW steps (torch.optim.AdamW, clip_grad_norm_, Megatron's sample-based LR schedule
+    written here independently): each loss rel <= 1e-4.
+Exit code 1 on any failure. Run with Debian's /usr/bin/python3 (python3-torch, python3-numpy).
+"""
+import math
+import struct
+import sys
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+torch.set_num_threads(2)
+DTYPES = {0: np.float32, 1: np.int32, 2: np.float64, 3: np.uint8}
+
+
+def read_dump(path):
+    out = {}
+    with open(path, "rb") as f:
+        assert f.read(8) == b"MTRONREF", "not an mtron reference dump"
+        while True:
+            head = f.read(4)
+            if not head:
+                break
+            (n,) = struct.unpack("<I", head)
+            name = f.read(n).decode()
+            (dt,) = struct.unpack("<B", f.read(1))
+            (nd,) = struct.unpack("<I", f.read(4))
+            dims = struct.unpack("<%dq" % nd, f.read(8 * nd))
+            count = int(np.prod(dims)) if nd else 1
+            arr = np.frombuffer(f.read(count * np.dtype(DTYPES[dt]).itemsize), dtype=DTYPES[dt])
+            out[name] = arr.reshape(dims)
+    return out
+
+
+def parse_flags(text):
+    toks = text.split()
+    cfg = {}
+    i = 0
+    while i < len(toks):
+        key = toks[i][2:].replace("-", "_")
+        if i + 1 < len(toks) and not toks[i + 1].startswith("--"):
+            cfg[key] = toks[i + 1]
+            i += 2
+        else:
+            cfg[key] = True
+            i += 1
+    return cfg
+
+
+class Model:
+    def __init__(self, cfg, weights):
+        self.L = int(cfg["num_layers"])
+        self.h = int(cfg["hidden_size"])
+        self.H = int(cfg["num_attention_heads"])
+        self.G = int(cfg["num_query_groups"]) if "group_query_attention" in cfg else self.H
+        self.D = self.h // self.H
+        self.swiglu = "swiglu" in cfg
+        self.rms = cfg.get("normalization", "LayerNorm") == "RMSNorm"
+        self.rope = cfg.get("position_embedding_type", "learned_absolute") == "rope"
+        self.vocab = int(cfg["vocab_size"])
+        self.eps = 1e-5
+        self.p = {k[len("param/"):]: torch.tensor(v.copy(), dtype=torch.float32,
+                                                   requires_grad=True)
+                  for k, v in weights.items() if k.startswith("param/")}
+        self.tied = "untie_embeddings_and_output_weights" not in cfg
+
+    def norm(self, x, prefix):
+        w = self.p[prefix + ".weight"]
+        if self.rms:
+            return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * w
+        return F.layer_norm(x, (self.h,), w, self.p[prefix + ".bias"], self.eps)
+
+    def lin(self, x, name):
+        y = x @ self.p[name + ".weight"].reshape(-1, x.shape[-1]).t()
+        if name + ".bias" in self.p:
+            y = y + self.p[name + ".bias"].reshape(-1)
+        return y
+
+    def rotary(self, x, S):  # x [S, B, n, D]
+        R = self.D
+        inv_freq = 1.0 / (10000.0 ** (torch.arange(0, R, 2, dtype=torch.float32) / R))
+        freqs = torch.outer(torch.arange(S, dtype=torch.float32), inv_freq)
+        emb = torch.cat([freqs, freqs], dim=-1)[:, None, None, :]
+        x1, x2 = x[..., : R // 2], x[..., R // 2:]
+        return x * emb.cos() + torch.cat([-x2, x1], dim=-1) * emb.sin()
+
+    def logits(self, tokens):  # tokens [S, B] (sequence-major, as mtron)
+        S, B = tokens.shape
+        t = torch.tensor(tokens, dtype=torch.long)
+        x = self.p["embedding.word_embeddings.weight"][t]
+        if not self.rope:
+            x = x + self.p["embedding.position_embeddings.weight"][:S][:, None, :]
+        hpg = self.H // self.G
+        for l in range(self.L):
+            pre = "decoder.layers.%d." % l
+            a = self.norm(x, pre + "input_layernorm")
+            qkv = self.lin(a, pre + "self_attention.linear_qkv").view(S, B, self.G, hpg + 2, self.D)
+            q = qkv[:, :, :, :hpg, :].reshape(S, B, self.H, self.D)
+            k = qkv[:, :, :, hpg, :]
+            v = qkv[:, :, :, hpg + 1, :]
+            if self.rope:
+                q, k = self.rotary(q, S), self.rotary(k, S)
+            k = k.repeat_interleave(hpg, dim=2)
+            v = v.repeat_interleave(hpg, dim=2)
+            qb, kb, vb = (z.permute(1, 2, 0, 3) for z in (q, k, v))  # [B, H, S, D]
+            s = qb @ kb.transpose(-1, -2) / math.sqrt(self.D)
+            mask = torch.triu(torch.ones(S, S, dtype=torch.bool), diagonal=1)
+            s = s.masked_fill(mask, float("-inf"))
+            o = (torch.softmax(s, dim=-1) @ vb).permute(2, 0, 1, 3).reshape(S, B, self.H * self.D)
+            x = x + self.lin(o, pre + "self_attention.linear_proj")
+            a = self.norm(x, pre + "pre_mlp_layernorm")
+            f = self.lin(a, pre + "mlp.linear_fc1")
+            if self.swiglu:
+                gate, up = f.chunk(2, dim=-1)
+                act = F.silu(gate) * up
+            else:
+                act = F.gelu(f, approximate="tanh")
+            x = x + self.lin(act, pre + "mlp.linear_fc2")
+        x = self.norm(x, "decoder.final_layernorm")
+        w = self.p["embedding.word_embeddings.weight" if self.tied else "output_layer.weight"]
+        logits = x @ w.t()
+        pad = torch.zeros(logits.shape[-1], dtype=torch.bool)
+        pad[self.vocab:] = True
+        return logits.masked_fill(pad, float("-inf"))
+
+    def loss_sum(self, tokens, labels):
+        lg = self.logits(tokens)
+        return F.cross_entropy(lg.reshape(-1, lg.shape[-1]),
+                               torch.tensor(labels, dtype=torch.long).reshape(-1), reduction="sum")
+
+
+def megatron_lr(cfg, iteration):
+    """LR of iteration `iteration` (1-based): Megatron's scheduler at (iteration-1)*GBS samples."""
+    gbs = int(cfg["global_batch_size"])
+    lr, min_lr = float(cfg["lr"]), float(cfg.get("min_lr", 0))
+    warm = int(cfg.get("lr_warmup_iters", 0)) * gbs
+    decay = int(cfg.get("lr_decay_iters", cfg["train_iters"])) * gbs
+    n = (iteration - 1) * gbs
+    if warm > 0 and n <= warm:
+        return lr * n / warm
+    style = cfg.get("lr_decay_style", "linear")
+    if style == "constant":
+        return lr
+    if n > decay:
+        return min_lr
+    r = (n - warm) / (decay - warm)
+    coeff = 1.0 - r if style == "linear" else 0.5 * (math.cos(math.pi * r) + 1.0)
+    return min_lr + coeff * (lr - min_lr)
+
+
+def rel_norm(a, b):
+    a = np.asarray(a, dtype=np.float64)
+    b = np.asarray(b, dtype=np.float64)
+    return float(np.linalg.norm(a - b) / max(np.linalg.norm(b), 1e-30))
+
+
+def main():
+    d = read_dump(sys.argv[1])
+    cfg = parse_flags(bytes(d["config"]).decode())
+    m = Model(cfg, d)
+    failures = []
+
+    def check(what, err, tol):
+        ok = err <= tol
+        print("%-62s %.3e  (tol %.0e) %s" % (what, err, tol, "ok" if ok else "FAIL"))
+        if not ok:
+            failures.append(what)
+
+    iters = int(cfg["train_iters"])
+    M = len([k for k in d if k.startswith("tokens/it0/")])
+    S = int(cfg["seq_length"])
+    gbs = int(cfg["global_batch_size"])
+    ntok = gbs * S
+
+    lg = m.logits(d["tokens/it0/mb0"]).detach().numpy()
+    V = m.vocab
+    ref_logits = d["step0/logits"].reshape(lg.shape[0], lg.shape[1], -1)
+    check("logits (micro-batch 0)", rel_norm(ref_logits[:, :, :V], lg[:, :, :V]), 1e-5)
+
+    loss = sum(m.loss_sum(d["tokens/it0/mb%d" % j], d["labels/it0/mb%d" % j]) for j in range(M)) / ntok
+    loss.backward()
+    check("loss (iteration 1)", abs(float(d["step0/loss"][0]) - loss.item()) / loss.item(), 1e-5)
+    worst = 0.0
+    for name, p in m.p.items():
+        err = rel_norm(d["grad/" + name], p.grad.numpy())
+        worst = max(worst, err)
+        check("grad " + name, err, 1e-4)
+
+    # 10 AdamW steps from the initial weights.
+    m = Model(cfg, d)
+    decay = [p for n, p in m.p.items() if not (n.endswith("bias") or p.dim() == 1)]
+    no_decay = [p for n, p in m.p.items() if n.endswith("bias") or p.dim() == 1]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": float(cfg["weight_decay"])},
+                             {"params": no_decay, "weight_decay": 0.0}],
+                            lr=0.0, betas=(0.9, float(cfg.get("adam_beta2", 0.999))), eps=1e-8)
+    for it in range(iters):
+        lr = megatron_lr(cfg, it + 1)
+        check("lr (iteration %d)" % (it + 1), abs(lr - float(d["lrs"][it])) / max(lr, 1e-12), 1e-9)
+        for g in opt.param_groups:
+            g["lr"] = lr
+        opt.zero_grad()
+        loss = sum(m.loss_sum(d["tokens/it%d/mb%d" % (it, j)], d["labels/it%d/mb%d" % (it, j)])
+                   for j in range(M)) / ntok
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(list(m.p.values()), float(cfg["clip_grad"]))
+        opt.step()
+        check("loss (training iteration %d)" % (it + 1),
+              abs(float(d["losses"][it]) - loss.item()) / loss.item(), 1e-4)
+
+    print("worst gradient rel-norm error %.3e" % worst)
+    if failures:
+        print("FAILED: %d checks" % len(failures))
+        return 1
+    print("all checks passed")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
