@@ -5,6 +5,7 @@
 
 #include "mtron/checkpoint/hf.h"
 #include "mtron/data/preprocess.h"
+#include "mtron/plan/cli.h"
 #include "mtron/train/generate.h"
 #include "mtron/train/trainer.h"
 
@@ -38,6 +39,8 @@ int main(int argc, char** argv) {
   if (cmd == "generate") return mtron::train::generate_main(argc - 1, argv + 1);
   if (cmd == "export") return mtron::checkpoint::export_main(argc - 1, argv + 1);
   if (cmd == "import") return mtron::checkpoint::import_main(argc - 1, argv + 1);
+  if (cmd == "plan") return mtron::plan::plan_main(argc - 1, argv + 1);
+  if (cmd == "doctor") return mtron::plan::doctor_main(argc - 1, argv + 1);
   std::fprintf(stderr, "mtron: unknown command '%s'\n", argv[1]);
   usage(stderr);
   return 2;
