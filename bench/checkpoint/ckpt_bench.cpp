@@ -120,10 +120,11 @@ int main(int argc, char** argv) {
     return v[v.size() / 2];
   };
   const double gb = double(bytes) / 1e9;
-  std::printf("%.2f GB: save %.2f GB/s (best %.2f), load %.2f GB/s from the page cache (best "
-              "%.2f), %.2f GB/s after dropping it (best %.2f); medians of %d\n",
-              gb, gb / med(save), gb / best(save), gb / med(warm), gb / best(warm), gb / med(cold),
-              gb / best(cold), repeats);
+  std::printf(
+      "%.2f GB: save %.2f GB/s (best %.2f), load %.2f GB/s from the page cache (best "
+      "%.2f), %.2f GB/s after dropping it (best %.2f); medians of %d\n",
+      gb, gb / med(save), gb / best(save), gb / med(warm), gb / best(warm), gb / med(cold),
+      gb / best(cold), repeats);
   fs::remove_all(dir);
   return 0;
 }

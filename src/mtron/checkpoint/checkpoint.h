@@ -1,4 +1,5 @@
-// defines: FlatRange, ChunkState, RunInfo, Progress, RankGroups, iteration_dir_name, save_checkpoint,
+// defines: FlatRange, ChunkState, RunInfo, Progress, RankGroups, iteration_dir_name,
+// save_checkpoint,
 //          load_checkpoint, find_checkpoint, is_vocab_parameter
 //
 // Sharded, reshardable checkpoints (design.md, "Formats"; docs/checkpoints.md):
@@ -14,8 +15,9 @@
 // stage's chunks) is split over the ranks that hold replicas of it (the DP x CP group): with the
 // distributed optimizer each rank writes its optimizer shards (an equal part of every gradient
 // bucket), otherwise an equal range of each chunk's flat buffer. The ranges cut across parameter
-// boundaries, so a piece is a (parameter, element range). TP-replicated parameters are written by TP rank 0, and the last stage's
-// replica of tied embeddings is not written at all (it is the same tensor).
+// boundaries, so a piece is a (parameter, element range). TP-replicated parameters are written by
+// TP rank 0, and the last stage's replica of tied embeddings is not written at all (it is the same
+// tensor).
 //
 // Loading reads, under any layout, exactly the elements each rank holds: the master weights of
 // its whole model shard (every data-parallel replica holds them) and the moments of its
