@@ -249,6 +249,9 @@ StepTime estimate_step_time(const ModelConfig& m, const Layout& l, const PerfPar
     // Elementwise: two norms (read+write), two residual adds (2 reads + write), dropout
     // masks, RoPE on Q and K, the MLP activation. Backward moves about twice the bytes.
     double bytes = (4 + 6) * e * T * h / st + mlp_elem;
+    // Biases: added to each linear output (read + write), reduced over tokens backward (read),
+    // about 1.5 passes over [T, outputs] per direction.
+    if (m.add_bias_linear) bytes += 1.5 * e * T * ((q + 2 * kv) / t + h / st + F * up / t + h / st);
     if (m.hidden_dropout > 0) bytes += 2 * T * h / st;
     if (m.position_embedding_type == PositionEmbedding::kRope) bytes += 2 * e * T * (q + kv) / t;
     x.elem_f += bytes / pp.memory_bandwidth;
