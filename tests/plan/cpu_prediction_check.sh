@@ -43,7 +43,7 @@ for spec in "${LAYOUTS[@]}"; do
   "$MTRON" plan "${common[@]}" --json -o "$TMP/plan.json" 2>/dev/null
   predicted=$(/usr/bin/python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['plans'][0]['time_s']['step'])" "$TMP/plan.json")
   "$MTRON" plan "${common[@]}" --train-iters "$ITERS" --emit mpirun -o "$TMP/run.sh" 2>/dev/null
-  bash "$TMP/run.sh" > "$TMP/train.log" 2>&1 || { echo "FAIL: training run failed ($spec)"; tail -5 "$TMP/train.log"; exit 1; }
+  (cd "$TMP" && bash run.sh > train.log 2>&1) || { echo "FAIL: training run failed ($spec)"; tail -5 "$TMP/train.log"; exit 1; }
   measured=$(/usr/bin/python3 - "$TMP/train.log" <<'PY'
 import re, statistics, sys
 ms = [float(m.group(1)) for m in re.finditer(r"elapsed time per iteration \(ms\): ([0-9.]+)", open(sys.argv[1]).read())]
