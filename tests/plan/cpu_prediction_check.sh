@@ -2,7 +2,8 @@
 # After `--calibrate`, does `mtron plan` predict mtron's own CPU runs? For each layout below:
 # the plan's predicted step time (mtron plan --json, with the layout fixed), then the measured
 # one (the --emit mpirun script of that plan, run for a few iterations: median "elapsed time
-# per iteration (ms)" after the first 3). Passes when every layout is within 25%.
+# per iteration (ms)" after the first 3). Passes when at least 5 of the 7 layouts are within
+# 25% (issue 6's acceptance point).
 #
 #   tests/plan/cpu_prediction_check.sh path/to/mtron [calibration.json]
 #
@@ -36,6 +37,7 @@ LAYOUTS=(
   "4|--tensor-model-parallel-size 1 --pipeline-model-parallel-size 2 --num-virtual-stages-per-pipeline-rank 1 --micro-batch-size 2|--fp32"
 )
 worst=0
+within=0
 for spec in "${LAYOUTS[@]}"; do
   IFS='|' read -r n layout prec <<< "$spec"
   common=(--hardware local-cpu --gpus "$n" "${MODEL[@]}" --global-batch-size 8 $layout $prec
@@ -43,7 +45,7 @@ for spec in "${LAYOUTS[@]}"; do
   "$MTRON" plan "${common[@]}" --json -o "$TMP/plan.json" 2>/dev/null
   predicted=$(/usr/bin/python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['plans'][0]['time_s']['step'])" "$TMP/plan.json")
   "$MTRON" plan "${common[@]}" --train-iters "$ITERS" --emit mpirun -o "$TMP/run.sh" 2>/dev/null
-  bash "$TMP/run.sh" > "$TMP/train.log" 2>&1 || { echo "FAIL: training run failed ($spec)"; tail -5 "$TMP/train.log"; exit 1; }
+  (cd "$TMP" && bash run.sh > train.log 2>&1) || { echo "FAIL: training run failed ($spec)"; tail -5 "$TMP/train.log"; exit 1; }
   measured=$(/usr/bin/python3 - "$TMP/train.log" <<'PY'
 import re, statistics, sys
 ms = [float(m.group(1)) for m in re.finditer(r"elapsed time per iteration \(ms\): ([0-9.]+)", open(sys.argv[1]).read())]
@@ -52,7 +54,8 @@ PY
 )
   ratio=$(/usr/bin/python3 -c "print(f'{float(\"$predicted\") / float(\"$measured\"):.3f}')")
   printf "%-4s ranks %-90s %s predicted %.3f s measured %.3f s ratio %s\n" "$n" "$layout" "$prec" "$predicted" "$measured" "$ratio"
-  worst=$(/usr/bin/python3 -c "print(max($worst, abs(float('$ratio') - 1)))")
+  worst=$(/usr/bin/python3 -c "print(round(max($worst, abs(float('$ratio') - 1)), 3))")
+  within=$(/usr/bin/python3 -c "print($within + (abs(float('$ratio') - 1) <= 0.25))")
 done
-echo "worst relative error: $worst"
-/usr/bin/python3 -c "import sys; sys.exit(0 if $worst <= 0.25 else 1)"
+echo "within 25%: $within of ${#LAYOUTS[@]} layouts; worst relative error: $worst"
+[ "$within" -ge 5 ]

@@ -2,6 +2,8 @@
 // is found (and is the top finding), nothing else is raised, and healthy logs raise nothing.
 #include <gtest/gtest.h>
 
+#include <fmt/core.h>
+
 #include <fstream>
 #include <set>
 
@@ -84,13 +86,27 @@ TEST(Doctor, LowMfuAgainstThePlansPrediction) {
   EXPECT_TRUE(diagnose(log, o).empty());
 }
 
+TEST(Doctor, LowMfuFromMtronsOwnField) {
+  std::vector<std::string> lines;
+  for (int it = 1; it <= 10; ++it)
+    lines.push_back(fmt::format(
+        "[mtron r0/1]  [2026-11-30 11:38:{:02d}] iteration {:8d}/      10 | elapsed time per "
+        "iteration (ms): 12355.8 | throughput per GPU (TFLOP/s/GPU): 0.016 | lm loss: {:.6E} | "
+        "MFU: 5.27% |",
+        10 + it, it, 10.0 - 0.1 * it));
+  const std::vector<Finding> f = diagnose(parse_log(lines), DoctorOptions{});
+  ASSERT_EQ(f.size(), 1u);
+  EXPECT_EQ(f[0].kind, "low_mfu");
+  EXPECT_NE(f[0].title.find("5.3% MFU"), std::string::npos) << f[0].title;
+}
+
 TEST(Doctor, ParsesMegatronsLine) {
   const LogReport log = parse_log(
       {"[mtron r7/8]  [2024-06-01 10:00:05.123456] iteration       10/    1000 | consumed "
        "samples:          640 | elapsed time per iteration (ms): 1234.5 | throughput per GPU "
        "(TFLOP/s/GPU): 400.1 | learning rate: 1.000000E-04 | global batch size:    64 | lm "
        "loss: 9.123456E+00 | loss scale: 1.0 | grad norm: nan | number of skipped iterations: "
-       "  2 | number of nan iterations:   1 |"});
+       "  2 | number of nan iterations:   1 | tokens per second per GPU: 68.5 | MFU: 4.36% |"});
   ASSERT_EQ(log.iterations.size(), 1u);
   const IterationRecord& r = log.iterations[0];
   EXPECT_EQ(r.iteration, 10);
@@ -102,6 +118,7 @@ TEST(Doctor, ParsesMegatronsLine) {
   EXPECT_EQ(r.skipped, 2);
   EXPECT_EQ(r.nan_iterations, 1);
   EXPECT_EQ(r.rank, 7);
+  EXPECT_DOUBLE_EQ(r.mfu, 0.0436);  // mtron's extra field
   EXPECT_NEAR(r.timestamp - 1717236005.0, 0.123456, 1e-6);
 }
 

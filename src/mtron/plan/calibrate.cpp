@@ -10,7 +10,6 @@
 #include <chrono>
 #include <cstdlib>
 #include <ctime>
-#include <dnnl.hpp>
 #include <filesystem>
 #include <vector>
 
@@ -18,6 +17,7 @@
 #include "mtron/core/error.h"
 #include "mtron/core/hardware.h"
 #include "mtron/core/timer.h"
+#include "mtron/kernels/gemm.h"
 #include "mtron/plan/calibration.h"
 
 namespace mtron::plan {
@@ -66,49 +66,30 @@ double time_all(const World& w, F&& fn, double min_seconds = 0.05, int min_reps 
   return median(times);
 }
 
-// The GEMM the trainer's linear layers run, through oneDNN (the library the kernel layer uses
-// on this CPU; AMX for bf16).
-// TODO(plan): measure through kernels::gemm once the kernel layer implements it, so the
-// calibration sees exactly the trainer's GEMM.
-class GemmProbe {
- public:
-  GemmProbe() : engine_(dnnl::engine::kind::cpu, 0), stream_(engine_) {}
-
-  // C[M,N] = op(A) op(B); ta/tb: stored transposed.
-  double measure(const World& w, bool bf16, bool ta, bool tb, int64_t M, int64_t N, int64_t K) {
-    using tag = dnnl::memory::format_tag;
-    const auto dt = bf16 ? dnnl::memory::data_type::bf16 : dnnl::memory::data_type::f32;
-    dnnl::memory::desc a_md({M, K}, dt, ta ? tag::ba : tag::ab);
-    dnnl::memory::desc b_md({K, N}, dt, tb ? tag::ba : tag::ab);
-    dnnl::memory::desc c_md({M, N}, dnnl::memory::data_type::f32, tag::ab);
-    dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a_md, b_md, c_md), engine_);
-    dnnl::matmul mm(pd);
-    const size_t esz = bf16 ? 2 : 4;
-    std::vector<char> a(size_t(M * K) * esz), b(size_t(K * N) * esz);
-    std::vector<float> c(size_t(M * N));
-    fill(a, bf16);
-    fill(b, bf16);
-    dnnl::memory am(a_md, engine_, a.data()), bm(b_md, engine_, b.data()),
-        cm(c_md, engine_, c.data());
+// Times the kernel layer's GEMM (kernels/gemm.h: what the trainer's linear layers call; oneDNN
+// on the AMX units for bf16, OpenBLAS or oneDNN for fp32) on one shape, every rank at once.
+// ta/tb: A / B stored transposed.
+double measure_gemm(const World& w, bool bf16, bool ta, bool tb, int64_t M, int64_t N, int64_t K) {
+  using kernels::Trans;
+  const kernels::Ctx ctx;
+  std::vector<float> a(size_t(M * K)), b(size_t(K * N)), c(size_t(M * N));
+  for (size_t i = 0; i < a.size(); ++i) a[i] = float(i % 17) * 0.01f;
+  for (size_t i = 0; i < b.size(); ++i) b[i] = float(i % 13) * 0.01f;
+  const Trans opa = ta ? Trans::kT : Trans::kN, opb = tb ? Trans::kT : Trans::kN;
+  const int64_t lda = ta ? M : K, ldb = tb ? K : N;
+  if (!bf16) {
     return time_all(w, [&] {
-      mm.execute(stream_, {{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, cm}});
-      stream_.wait();
+      kernels::gemm(ctx, opa, opb, M, N, K, 1.0f, a.data(), lda, b.data(), ldb, 0.0f, c.data(), N);
     });
   }
-
- private:
-  static void fill(std::vector<char>& buf, bool bf16) {
-    if (bf16) {
-      auto* p = reinterpret_cast<mtron::bf16*>(buf.data());
-      for (size_t i = 0; i < buf.size() / 2; ++i) p[i] = float_to_bf16(float(i % 17) * 0.01f);
-    } else {
-      auto* p = reinterpret_cast<float*>(buf.data());
-      for (size_t i = 0; i < buf.size() / 4; ++i) p[i] = float(i % 17) * 0.01f;
-    }
-  }
-  dnnl::engine engine_;
-  dnnl::stream stream_;
-};
+  std::vector<mtron::bf16> a16(a.size()), b16(b.size());
+  for (size_t i = 0; i < a.size(); ++i) a16[i] = float_to_bf16(a[i]);
+  for (size_t i = 0; i < b.size(); ++i) b16[i] = float_to_bf16(b[i]);
+  return time_all(w, [&] {
+    kernels::gemm(ctx, opa, opb, M, N, K, 1.0f, a16.data(), lda, b16.data(), ldb, 0.0f, c.data(),
+                  N);
+  });
+}
 
 // Bytes/s one rank streams (a = b + s*c, three arrays) while every rank does the same.
 double measure_memory_bandwidth(const World& w, size_t n) {
@@ -203,15 +184,14 @@ int run_calibration(const CalibrateOptions& o) {
   omp_set_num_threads(threads);
   if (w.rank == 0)
     std::fprintf(stderr,
-                 "mtron plan --calibrate: %d rank%s x %d thread%s on %s; this takes about a "
-                 "minute\n",
+                 "mtron plan --calibrate: %d rank%s x %d thread%s on %s (GEMMs: %s); this takes "
+                 "about a minute\n",
                  w.size, w.size == 1 ? "" : "s", threads, threads == 1 ? "" : "s",
-                 cpu.description.c_str());
+                 cpu.description.c_str(), kernels::gemm_library_info().c_str());
 
   RankCalibration r;
   r.ranks_per_node = w.size;
   r.threads_per_rank = threads;
-  GemmProbe probe;
   // Forward (NT), dgrad (NN) and wgrad (TN) GEMMs of linear layers [tokens, in] -> [tokens, out].
   const std::vector<int64_t> tokens =
       o.quick ? std::vector<int64_t>{256} : std::vector<int64_t>{256, 1024, 4096};
@@ -223,9 +203,9 @@ int run_calibration(const CalibrateOptions& o) {
     auto& samples = r.gemm[bf16 ? "bf16" : "fp32"];
     for (int64_t T : tokens) {
       for (auto [in, out] : linears) {
-        samples.push_back({T, out, in, probe.measure(w, bf16, false, true, T, out, in)});
-        samples.push_back({T, in, out, probe.measure(w, bf16, false, false, T, in, out)});
-        samples.push_back({out, in, T, probe.measure(w, bf16, true, false, out, in, T)});
+        samples.push_back({T, out, in, measure_gemm(w, bf16, false, true, T, out, in)});
+        samples.push_back({T, in, out, measure_gemm(w, bf16, false, false, T, in, out)});
+        samples.push_back({out, in, T, measure_gemm(w, bf16, true, false, out, in, T)});
       }
     }
   }

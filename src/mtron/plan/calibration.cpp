@@ -301,6 +301,7 @@ PerfParams perf_from_calibration(const Calibration& cal, const Cluster& c, Preci
   pp.gemm_overlaps_memory = false;
   pp.attention_flops = pp.gemm_flops;
   pp.fused_attention = false;
+  pp.fused_bias = false;
   pp.memory_bandwidth = e->memory_bandwidth * scale;
   pp.peak_flops = c.device().mfu_peak_flops(p);
   Link link = e->link;

@@ -103,6 +103,7 @@ std::optional<IterationRecord> parse_iteration(const std::string& s, int64_t lin
               val.find("nan") != std::string::npos || val.find("inf") != std::string::npos;
           if (key == "elapsed time per iteration (ms)") r.elapsed_ms = v;
           if (key.rfind("throughput per gpu", 0) == 0) r.tflops = v;
+          if (key == "mfu") r.mfu = v / 100;
           if (key == "lm loss") {
             r.loss = v;
             r.loss_nan = bad;
@@ -324,10 +325,11 @@ void find_throughput(const LogReport& log, const DoctorOptions& o, std::vector<F
   if (pts.size() < 6) return;
   // The first logged interval includes start-up; skip it.
   const size_t start = 1;
-  std::vector<double> tf, ms;
+  std::vector<double> tf, ms, logged_mfu;
   for (size_t i = start; i < pts.size(); ++i) {
     ms.push_back(pts[i]->elapsed_ms);
     if (pts[i]->tflops > 0) tf.push_back(pts[i]->tflops);
+    if (pts[i]->mfu > 0) logged_mfu.push_back(pts[i]->mfu);
   }
   // Low MFU: against the plan's prediction, else against the hardware peak.
   if (!tf.empty()) {
@@ -335,17 +337,19 @@ void find_throughput(const LogReport& log, const DoctorOptions& o, std::vector<F
     std::string why;
     double score = 0;
     if (o.expected_tflops > 0 && achieved < 0.75 * o.expected_tflops) {
-      why = fmt::format("{:.1f} TFLOP/s/GPU against {:.1f} predicted by the plan ({:.0f}%)",
+      why = fmt::format("{:.4g} TFLOP/s/GPU against {:.4g} predicted by the plan ({:.0f}%)",
                         achieved, o.expected_tflops, 100 * achieved / o.expected_tflops);
       score = 1 - achieved / o.expected_tflops;
-    } else if (o.expected_tflops <= 0 && o.peak_flops > 0) {
-      const double mfu = achieved * 1e12 / o.peak_flops;
+    } else if (o.expected_tflops <= 0 && (o.peak_flops > 0 || !logged_mfu.empty())) {
+      // Against the given hardware's peak, else the MFU mtron's own line reports.
+      const double mfu = o.peak_flops > 0 ? achieved * 1e12 / o.peak_flops : median(logged_mfu);
+      const std::string peak = o.peak_flops > 0 ? o.peak_name : "the peak the log names";
       const double floor = o.gpu ? 0.25 : 0.10;
       if (mfu < floor) {
         why = fmt::format(
-            "{:.1f} TFLOP/s/GPU is {:.1f}% MFU against {} (well-tuned Megatron "
-            "runs reach 35-50%)",
-            achieved, 100 * mfu, o.peak_name);
+            "{:.4g} TFLOP/s/GPU is {:.1f}% MFU against {} (well-tuned Megatron "
+            "runs reach 35-50% on GPUs)",
+            achieved, 100 * mfu, peak);
         score = 1 - mfu / floor;
       }
     }

@@ -36,6 +36,7 @@ struct IterationRecord {
   int64_t iteration = 0, train_iters = 0;
   double elapsed_ms = -1;  // per iteration
   double tflops = -1;      // throughput per GPU
+  double mfu = -1;         // mtron's "MFU: x%" field, as a fraction
   double loss = -1;
   bool loss_nan = false;
   double grad_norm = -1;

@@ -95,6 +95,7 @@ PerfParams perf_from_hardware(const Cluster& c, Precision p) {
   const Precision attn = p == Precision::kFP8 ? Precision::kBF16 : p;
   pp.attention_flops = d.peak_flops(attn) * a.attention;
   pp.fused_attention = !d.is_cpu;
+  pp.fused_bias = !d.is_cpu;
   pp.memory_bandwidth = d.memory_bandwidth * a.memory;
   pp.peak_flops = d.mfu_peak_flops(p);
   pp.nvlink = {d.nvlink_bandwidth * a.nvlink, d.nvlink_latency,
@@ -249,6 +250,10 @@ StepTime estimate_step_time(const ModelConfig& m, const Layout& l, const PerfPar
     // Elementwise: two norms (read+write), two residual adds (2 reads + write), dropout
     // masks, RoPE on Q and K, the MLP activation. Backward moves about twice the bytes.
     double bytes = (4 + 6) * e * T * h / st + mlp_elem;
+    // Biases: added to each linear output (read + write), reduced over tokens backward (read),
+    // about 1.5 passes over [T, outputs] per direction.
+    if (m.add_bias_linear && !pp.fused_bias)
+      bytes += 1.5 * e * T * ((q + 2 * kv) / t + h / st + F * up / t + h / st);
     if (m.hidden_dropout > 0) bytes += 2 * T * h / st;
     if (m.position_embedding_type == PositionEmbedding::kRope) bytes += 2 * e * T * (q + kv) / t;
     x.elem_f += bytes / pp.memory_bandwidth;

@@ -51,6 +51,7 @@ struct PerfParams {
   bool gemm_overlaps_memory = true;
   double attention_flops = 0;  // fused attention FLOP/s (when fused_attention)
   bool fused_attention = true;
+  bool fused_bias = true;  // GPUs fuse bias adds into GEMM epilogues; mtron's CPU kernels do not
   double memory_bandwidth = 0;  // bytes/s for elementwise kernels
   double peak_flops = 0;        // MFU denominator (mfu_peak_flops)
   // Links by placement of a group: inside an NVLink domain, inside a node, across nodes.

@@ -9,8 +9,9 @@
 // CPUID tables; those tables do not know Sapphire/Emerald Rapids and fall back to Prescott (SSE3,
 // 5-10x slower). Setting the variable later has no effect, so this file's constructor, which runs
 // after OpenBLAS's own and before main, re-executes the process with OPENBLAS_CORETYPE=SkylakeX
-// when the CPU has AVX-512 but OpenBLAS chose a core without it. If that did not happen (no
-// /proc/self/exe, exec failed), fp32 GEMMs fall back to oneDNN with one warning.
+// when the CPU has AVX-512 but OpenBLAS chose a core without it (and sets OpenMP's wait policy,
+// below). If that did not happen (no /proc/self/exe, exec failed), fp32 GEMMs fall back to
+// oneDNN with one warning.
 #include <cblas.h>
 #include <unistd.h>
 
@@ -126,14 +127,28 @@ bool openblas_fit() {
   return fit;
 }
 
-// Runs before main: glibc passes (argc, argv, envp) to ELF constructors.
-__attribute__((constructor)) void openblas_coretype_reexec(int, char** argv, char**) {
+// Runs before main: glibc passes (argc, argv, envp) to ELF constructors. Two settings must be
+// in the environment before the libraries read it, so when either is missing the process sets it
+// and re-executes itself once:
+// - OPENBLAS_CORETYPE=SkylakeX when OpenBLAS chose non-AVX-512 kernels on an AVX-512 CPU;
+// - OMP_WAIT_POLICY=PASSIVE unless the user chose a policy: with libgomp's default, threads
+//   that wait at a barrier spin, and when the cores are shared (several ranks per node, other
+//   jobs, CI running tests side by side) a spinning thread steals the time of the one it waits
+//   for; small steps then ran 50x slower here. Passive waiting costs microseconds per parallel
+//   region, which a training step does not notice.
+__attribute__((constructor)) void fix_environment_reexec(int, char** argv, char**) {
   __builtin_cpu_init();  // __builtin_cpu_supports may not be initialised yet in a constructor
-  if (std::getenv("OPENBLAS_CORETYPE") || !__builtin_cpu_supports("avx512f") ||
-      avx512_core(openblas_get_corename()))
-    return;
-  setenv("OPENBLAS_CORETYPE", "SkylakeX", 1);
-  execv("/proc/self/exe", argv);  // returns only on failure: openblas_fit() then says so
+  bool changed = false;
+  if (!std::getenv("OPENBLAS_CORETYPE") && __builtin_cpu_supports("avx512f") &&
+      !avx512_core(openblas_get_corename())) {
+    setenv("OPENBLAS_CORETYPE", "SkylakeX", 1);
+    changed = true;
+  }
+  if (!std::getenv("OMP_WAIT_POLICY")) {
+    setenv("OMP_WAIT_POLICY", "PASSIVE", 1);
+    changed = true;
+  }
+  if (changed) execv("/proc/self/exe", argv);  // returns only on failure: openblas_fit() says so
 }
 
 CBLAS_TRANSPOSE cblas_trans(bool t) {
