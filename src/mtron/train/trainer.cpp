@@ -58,7 +58,12 @@ class Trainer::Stages : public parallel::StageModel {
     release_pending();
     model::GPTChunk::Stash& st = acquire({chunk, m});
     model::GPTChunk& c = *t_.chunks_[size_t(chunk)];
-    const float* out = c.forward(t_.rc_, mb(m), st, input, train_);
+    // --overlap-param-gather: the parameter all-gathers of the last step are still in flight.
+    model::GPTChunk::ParamsNeeded need;
+    GradSync* sync = t_.grad_syncs_[size_t(chunk)].get();
+    if (sync->params_pending())
+      need = [sync](int64_t lo, int64_t hi) { sync->wait_params(lo, hi); };
+    const float* out = c.forward(t_.rc_, mb(m), st, input, train_, need);
     if (c.placement().has_head) loss_sum_ += st.loss_sum;
     if (!train_) pending_ = {chunk, m};
     return out;
@@ -253,19 +258,20 @@ StepResult Trainer::step() {
   for (auto& c : chunks_) c->params().zero_grad();
 
   stages_->begin(true);
-  parallel::run_pipeline(*stages_, ps_->pp(), int(par.vpp()), par.num_microbatches());
+  const parallel::PipelineTimes pt =
+      parallel::run_pipeline(*stages_, ps_->pp(), int(par.vpp()), par.num_microbatches());
+  if (profile_enabled()) {
+    pipeline_compute_s_ += pt.compute_s;
+    pipeline_wait_s_ += pt.wait_s;
+  }
   finalize_grads();
 
   Comm& norm_group = par.use_distributed_optimizer ? world_ : ps_->tp_pp();
   r.grad_norm = optimizer_->grad_norm(norm_group);
   r.skipped = !optimizer_->step(r.lr, r.grad_norm);
-  if (par.use_distributed_optimizer && ps_->dp_cp().size() > 1) {
-    // Every rank updated its shards of the master weights: gather the whole model back.
-    for (size_t i = 0; i < chunks_.size(); ++i) {
-      grad_syncs_[i]->gather_params();
-      chunks_[i]->params().refresh_bf16();
-    }
-  }
+  // Every rank updated its shards of the master weights: gather the whole model back (in the
+  // background with --overlap-param-gather: the next forward waits bucket by bucket).
+  for (auto& g : grad_syncs_) g->gather_params(par.overlap_param_gather);
 
   // The loss lives on the last stage; sum it over DP x CP and share it along the pipeline.
   double loss = ps_->is_last_pp_stage() ? stages_->loss_sum() : 0.0;
@@ -300,10 +306,12 @@ void Trainer::run() {
   }
 
   double interval_loss = 0, interval_time = 0, profiled_time = 0;
-  int64_t interval_iters = 0, skipped = 0, nans = 0;
+  int64_t interval_iters = 0, skipped = 0, nans = 0, profiled_iters = 0;
+  std::vector<int64_t> bytes_at_start;
   while (iteration_ < a_.train_iters) {
     // The first iteration warms caches and allocators; profile the rest.
     profile_enable(a_.profile && iteration_ >= 1);
+    if (profile_enabled() && profiled_iters++ == 0) bytes_at_start = comm_bytes();
     const double t0 = now_seconds();
     const StepResult r = step();
     const double dt = now_seconds() - t0;
@@ -340,10 +348,41 @@ void Trainer::run() {
     }
   }
   profile_enable(false);
-  if (a_.profile && profiled_time > 0 && (world_.rank() == 0 || logger)) {
-    log_info("profile of iterations 2-{} on this rank ({:.3f} s):\n{}", iteration_, profiled_time,
-             format_profile(profile_report(), profiled_time));
+  if (a_.profile && profiled_iters > 0) log_profile(profiled_time, profiled_iters, bytes_at_start);
+}
+
+std::vector<int64_t> Trainer::comm_bytes() const {
+  std::vector<int64_t> b;
+  for (GroupKind k : kProfiledGroups) {
+    b.push_back(
+        k == GroupKind::kEmbedding && !ps_->in_embedding_group() ? 0 : ps_->group(k).bytes_sent());
   }
+  b.push_back(world_.bytes_sent());
+  return b;
+}
+
+void Trainer::log_profile(double seconds, int64_t iters, const std::vector<int64_t>& bytes0) const {
+  const auto& par = a_.parallel;
+  const bool logger = world_.rank() == world_.size() - 1;
+  if (world_.rank() == 0 || logger) {
+    log_info("profile of iterations 2-{} on this rank ({:.3f} s):\n{}", iteration_, seconds,
+             format_profile(profile_report(), seconds));
+  }
+  // Every rank: bytes it sent per step by group, and its pipeline compute/wait split.
+  const std::vector<int64_t> bytes1 = comm_bytes();
+  std::string line;
+  for (size_t i = 0; i < bytes1.size(); ++i) {
+    const char* name =
+        i < std::size(kProfiledGroups) ? group_name(kProfiledGroups[i]).data() : "world";
+    line += fmt::format(" {} {}", name, (bytes1[i] - bytes0[i]) / iters);
+  }
+  log_info("bytes sent per step:{}", line);
+  const double ideal = double(par.pp() - 1) / double(par.vpp() * par.num_microbatches());
+  log_info(
+      "pipeline per step: compute {:.4f} s, waiting {:.4f} s, bubble {:.3f} (ideal "
+      "(p-1)/(v m) = {:.3f})",
+      pipeline_compute_s_ / double(iters), pipeline_wait_s_ / double(iters),
+      pipeline_wait_s_ / pipeline_compute_s_, ideal);
 }
 
 int train_main(int argc, char** argv) {

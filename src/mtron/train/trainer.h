@@ -58,6 +58,12 @@ class Trainer {
   class Stages;
   void build_model();
   double learning_rate(int64_t samples) const;
+  // --profile: bytes each group's Comm has sent (kProfiledGroups order, then world).
+  static constexpr GroupKind kProfiledGroups[] = {GroupKind::kTP,   GroupKind::kCP,
+                                                  GroupKind::kDPCP, GroupKind::kPP,
+                                                  GroupKind::kTPPP, GroupKind::kEmbedding};
+  std::vector<int64_t> comm_bytes() const;
+  void log_profile(double seconds, int64_t iters, const std::vector<int64_t>& bytes0) const;
 
   TrainArgs a_;
   Comm& world_;
@@ -70,6 +76,7 @@ class Trainer {
   std::unique_ptr<Stages> stages_;
   std::unique_ptr<MetricsWriter> metrics_;
   int64_t iteration_ = 0, consumed_samples_ = 0;
+  double pipeline_compute_s_ = 0, pipeline_wait_s_ = 0;  // over profiled steps
 };
 
 // `mtron train` entry point: returns the process exit code.
