@@ -34,15 +34,16 @@ void expect_close(const std::vector<float>& got,
   int64_t bad = 0;
   for (size_t i = 0; i < got.size(); ++i) {
     if (std::abs(got[i] - ref[i]) <= atol + rtol * std::abs(ref[i])) continue;
-    if (++bad <= 5) ADD_FAILURE() << what << ": index " << i << " got " << got[i] << " want " << ref[i];
+    if (++bad <= 5)
+      ADD_FAILURE() << what << ": index " << i << " got " << got[i] << " want " << ref[i];
   }
   EXPECT_EQ(bad, 0) << what << ": " << bad << " of " << got.size() << " differ";
 }
 
 // Rows of the full [S, B, X] tensor that this rank holds, in local order.
 template <typename T>
-std::vector<T> local_rows(const std::vector<T>& full, const ContextParallel& cp, int64_t S_local,
-                          int64_t B, int64_t X) {
+std::vector<T> local_rows(
+    const std::vector<T>& full, const ContextParallel& cp, int64_t S_local, int64_t B, int64_t X) {
   std::vector<T> out;
   for (int64_t s = 0; s < S_local; ++s) {
     const int64_t g = cp.position(s, S_local);
@@ -51,7 +52,12 @@ std::vector<T> local_rows(const std::vector<T>& full, const ContextParallel& cp,
   return out;
 }
 
-void run_case(const ContextParallel& cp, int64_t S, int64_t B, int64_t H, int64_t G, int64_t D,
+void run_case(const ContextParallel& cp,
+              int64_t S,
+              int64_t B,
+              int64_t H,
+              int64_t G,
+              int64_t D,
               uint64_t seed) {
   const std::string what = "S " + std::to_string(S) + " B " + std::to_string(B) + " H " +
                            std::to_string(H) + " G " + std::to_string(G) + " CP " +

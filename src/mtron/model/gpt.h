@@ -27,7 +27,7 @@ namespace mtron::model {
 struct MicroBatch {
   int64_t B = 0, S = 0;                      // S: tokens per sequence on this rank
   std::vector<int32_t> tokens, labels, pos;  // [S*B]
-  float dloss = 1.0f;  // d(loss)/d(token loss): 1 / number of tokens in the global batch
+  float dloss = 1.0f;       // d(loss)/d(token loss): 1 / number of tokens in the global batch
   float aux_weight = 1.0f;  // weight of per-micro-batch auxiliary losses (MoE): 1 / micro-batches
                             // in the global batch
   TokenLayout layout() const { return {B, S, pos.data(), aux_weight}; }

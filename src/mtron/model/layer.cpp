@@ -75,8 +75,7 @@ ParamSpec sharded(std::string name,
                   const parallel::TensorParallel& tp,
                   float std,
                   bool weight_decay = true) {
-  return sharded_spec(std::move(name), std::move(global), dim, tp.rank, tp.size, std,
-                      weight_decay);
+  return sharded_spec(std::move(name), std::move(global), dim, tp.rank, tp.size, std, weight_decay);
 }
 
 ParamSpec replicated_bias(std::string name, int64_t n, bool sequence_parallel) {
@@ -213,8 +212,8 @@ void TransformerLayer::forward(const RunCtx& rc,
   if (dense_mlp()) {
     float* ln2_full = ln2;
     if (sp) {
-      ln2_full = rc.precision == Precision::kFP32 ? keep.alloc<float>(N * h)
-                                                  : scratch.alloc<float>(N * h);
+      ln2_full =
+          rc.precision == Precision::kFP32 ? keep.alloc<float>(N * h) : scratch.alloc<float>(N * h);
       parallel::enter_tp_forward(tp, ln2_full, ln2, N, h);
     }
     st.ln2_in = as_gemm_input(rc, keep, ln2_full, N * h);
@@ -271,8 +270,8 @@ void TransformerLayer::backward(
       kernels::gelu_backward(rc.k, dfc1, st.fc1, dact, N * Fl_);
     }
     float* dln2_full = scratch.alloc<float>(N * h);
-    linear_backward(rc, scratch, dln2_full, p_.grad(fc1_w_), opt_grad(p_, fc1_b_), dfc1,
-                    st.ln2_in, p_.weight(fc1_w_), N, h, fc1_w);
+    linear_backward(rc, scratch, dln2_full, p_.grad(fc1_w_), opt_grad(p_, fc1_b_), dfc1, st.ln2_in,
+                    p_.weight(fc1_w_), N, h, fc1_w);
     dln2 = sp ? scratch.alloc<float>(Nl * h) : dln2_full;
     parallel::enter_tp_backward(tp, dln2, dln2_full, N, h);
   }
@@ -305,7 +304,7 @@ void TransformerLayer::backward(
   std::memset(dv, 0, sizeof(float) * N * Gl_ * D_);
   const kernels::AttnShape as{tl.B, tl.S, tl.S, Hl_, Gl_, D_, 1.0f / std::sqrt(float(D_))};
   parallel::ring_attention_backward(rc.k, rc.cp, scratch, dq, dk, dv, datt, st.q, st.k, st.v,
-                                   st.att, st.lse, as);
+                                    st.att, st.lse, as);
   if (cfg_.position_embedding_type == PositionEmbedding::kRope) {
     kernels::rope_backward(rc.k, dq, tl.pos, N, Hl_, D_, cfg_.rotary_dim(), cfg_.rotary_base);
     kernels::rope_backward(rc.k, dk, tl.pos, N, Gl_, D_, cfg_.rotary_dim(), cfg_.rotary_base);

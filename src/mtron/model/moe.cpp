@@ -63,8 +63,8 @@ void aux_scores(const float* l, int64_t E, bool use_sigmoid, float* s) {
 }
 
 // dl[E] += d/dl of sum_e g[e] * scores(l)[e] (aux_scores' adjoint).
-void aux_scores_backward(const float* l, const float* s, const float* g, int64_t E,
-                         bool use_sigmoid, float* dl) {
+void aux_scores_backward(
+    const float* l, const float* s, const float* g, int64_t E, bool use_sigmoid, float* dl) {
   double gs = 0;
   for (int64_t e = 0; e < E; ++e) gs += double(g[e]) * s[e];
   if (!use_sigmoid) {
@@ -125,10 +125,7 @@ MoELayer::MoELayer(const ModelConfig& cfg,
   }
 }
 
-void MoELayer::apply_capacity(const RunCtx& rc,
-                              const TokenLayout& tl,
-                              Stash& st,
-                              int64_t T) const {
+void MoELayer::apply_capacity(const RunCtx& rc, const TokenLayout& tl, Stash& st, int64_t T) const {
   Comm* g = rc.ep.tokens;
   const int64_t gs = g ? g->size() : 1, grank = g ? g->rank() : 0;
   const int64_t k = k_, T_mb = T * gs, n = T * k;
@@ -216,7 +213,7 @@ void MoELayer::forward(const RunCtx& rc,
         for (int64_t j = 0; j < k; ++j) sum += (w[j] = std::exp(l[idx[j]] - m));
         for (int64_t j = 0; j < k; ++j) w[j] = float(w[j] / sum);
       } else {
-        std::vector<float> s(size_t(E));
+        std::vector<float> s(static_cast<size_t>(E));
         for (int64_t e = 0; e < E; ++e) s[size_t(e)] = sigmoid(l[e]);
         top_k(s.data(), E, k, idx);
         double sum = 0;
@@ -246,7 +243,8 @@ void MoELayer::forward(const RunCtx& rc,
       for (int64_t e = 0; e < E; ++e) psum[size_t(b * E + e)] += st.scores[t * E + e];
       for (int64_t j = 0; j < k; ++j) counts[size_t(b * E + st.idx[t * k + j])] += 1;
     }
-    if (group && group->size() > 1) group->all_reduce(counts.data(), nb * E, DType::kF64, ReduceOp::kSum);
+    if (group && group->size() > 1)
+      group->all_reduce(counts.data(), nb * E, DType::kF64, ReduceOp::kSum);
     st.counts = keep.alloc<float>(nb * E);
     const double T_seq = double(T_mb) / double(nb);  // tokens a count vector covers
     double loss = 0;
@@ -257,7 +255,7 @@ void MoELayer::forward(const RunCtx& rc,
     st.stats.load_balancing = loss * double(E) / (double(k) * T_seq * T_seq * double(nb));
   }
   if (cfg_.moe_z_loss_coeff > 0) {
-    std::vector<float> p(size_t(E));
+    std::vector<float> p(static_cast<size_t>(E));
     double zsum = 0;
     for (int64_t t = 0; t < T; ++t) {
       const double lse = softmax(st.logits + t * E, E, p.data());
@@ -395,8 +393,8 @@ void MoELayer::backward(const RunCtx& rc,
   const int64_t nb = seq ? tl.B : 1;
   const double T_seq = double(T_mb) / double(nb);
   // d(aux)/d(score[t][i]) = coeff * E / (k T_seq^2 nb) * count[i], times the micro-batch weight.
-  const double aux_g =
-      tl.aux_weight * cfg_.moe_aux_loss_coeff * double(E) / (double(k) * T_seq * T_seq * double(nb));
+  const double aux_g = tl.aux_weight * cfg_.moe_aux_loss_coeff * double(E) /
+                       (double(k) * T_seq * T_seq * double(nb));
   const double z_g = tl.aux_weight * cfg_.moe_z_loss_coeff * 2.0 / double(T_mb);
   float* dlogits = scratch.alloc<float>(T * E);
 #pragma omp parallel for schedule(static)
@@ -422,12 +420,12 @@ void MoELayer::backward(const RunCtx& rc,
     }
     if (st.scores) {
       const int64_t b = seq ? (row0 + t) % tl.B : 0;
-      std::vector<float> ga(size_t(E));
+      std::vector<float> ga(static_cast<size_t>(E));
       for (int64_t e = 0; e < E; ++e) ga[size_t(e)] = float(aux_g * st.counts[b * E + e]);
       aux_scores_backward(l, st.scores + t * E, ga.data(), E, use_sigmoid, dl);
     }
     if (z_g > 0) {
-      std::vector<float> p(size_t(E));
+      std::vector<float> p(static_cast<size_t>(E));
       const float lse = softmax(l, E, p.data());
       for (int64_t e = 0; e < E; ++e) dl[e] += float(z_g * lse) * p[size_t(e)];
     }

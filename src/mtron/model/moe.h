@@ -70,11 +70,11 @@ class MoELayer {
     int64_t* row = nullptr;    // [T, k] the pair's row in the permuted order, -1: dropped
     float* counts = nullptr;   // aux_loss [E] / seq_aux_loss [B, E] counts over the micro-batch
     parallel::DispatchPlan plan;
-    Act expert_in;            // [R, h]
-    float* fc1 = nullptr;     // [R, Fl or 2 Fl] before the activation
-    Act act_in;               // [R, Fl]
+    Act expert_in;              // [R, h]
+    float* fc1 = nullptr;       // [R, Fl or 2 Fl] before the activation
+    Act act_in;                 // [R, Fl]
     float* combined = nullptr;  // [P, h] expert outputs back in local order
-    MoEStats stats;           // this micro-batch, this layer
+    MoEStats stats;             // this micro-batch, this layer
   };
 
   // Registers the router (in `dense`, replicated, sequence-parallel) and this EP rank's experts

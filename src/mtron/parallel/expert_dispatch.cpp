@@ -88,10 +88,7 @@ DispatchPlan::DispatchPlan(const ExpertParallel& ep, const int64_t* counts, int6
       }
 }
 
-void DispatchPlan::to_experts(float* expert,
-                              const float* local,
-                              int64_t C,
-                              Arena& scratch) const {
+void DispatchPlan::to_experts(float* expert, const float* local, int64_t C, Arena& scratch) const {
   MT_PROFILE("moe.to_experts");
   const int64_t mine = std::accumulate(recv_rows_.begin(), recv_rows_.end(), int64_t(0));
   float* a = scratch.alloc<float>(mine * C);

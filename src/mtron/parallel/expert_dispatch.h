@@ -69,10 +69,10 @@ class DispatchPlan {
   int64_t ep_size_ = 1, etp_size_ = 1, etp_rank_ = 0;
   int64_t local_experts_ = 0;
   int64_t local_rows_ = 0, expert_rows_ = 0;
-  std::vector<int64_t> send_rows_;      // [EP] local rows going to each EP rank
-  std::vector<int64_t> recv_rows_;      // [EP] rows arriving from each EP rank
-  std::vector<int64_t> etp_rows_;       // [ETP] EP-received rows of each ETP rank
-  std::vector<int64_t> expert_begin_;   // [El + 1]
+  std::vector<int64_t> send_rows_;     // [EP] local rows going to each EP rank
+  std::vector<int64_t> recv_rows_;     // [EP] rows arriving from each EP rank
+  std::vector<int64_t> etp_rows_;      // [ETP] EP-received rows of each ETP rank
+  std::vector<int64_t> expert_begin_;  // [El + 1]
   std::vector<Segment> segments_;
 };
 

@@ -31,7 +31,7 @@ Half half_of(const kernels::AttnShape& s) {
   MT_ASSERT(s.Sq == s.Sk && s.Sq % 2 == 0, "ring attention needs two equal local chunks (S ", s.Sq,
             ")");
   const int64_t c = s.Sq / 2;
-  return Half{c,           c * s.B * s.H * s.D, c * s.B * s.G * s.D, s.B * s.H * c,
+  return Half{c, c * s.B * s.H * s.D, c * s.B * s.G * s.D, s.B * s.H * c,
               kernels::AttnShape{s.B, c, c, s.H, s.G, s.D, s.scale}};
 }
 
@@ -205,8 +205,7 @@ void ring_attention_backward(const kernels::Ctx& ctx,
       }
     }
     if (part) {
-      dkv_send[step % 2] =
-          cp.comm->isend(part, block, DType::kF32, int(ring_next(cp)), kTagDKV);
+      dkv_send[step % 2] = cp.comm->isend(part, block, DType::kF32, int(ring_next(cp)), kTagDKV);
     }
     if (rq) {
       MT_PROFILE("cp.ring_wait");

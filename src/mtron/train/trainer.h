@@ -31,6 +31,10 @@ struct StepResult {
   double grad_norm = 0;  // before clipping
   double lr = 0;
   bool skipped = false;
+  // MoE (Megatron's load_balancing_loss and z_loss: averaged over the global batch's
+  // micro-batches and the MoE layers, without their coefficients), and the (token, expert)
+  // pairs the capacity limit dropped in the step, with an order-independent checksum of them.
+  double load_balancing_loss = 0, z_loss = 0, moe_dropped = 0, moe_dropped_hash = 0;
 };
 
 class Trainer {
@@ -59,18 +63,20 @@ class Trainer {
   void build_model();
   double learning_rate(int64_t samples) const;
   // --profile: bytes each group's Comm has sent (kProfiledGroups order, then world).
-  static constexpr GroupKind kProfiledGroups[] = {GroupKind::kTP,   GroupKind::kCP,
-                                                  GroupKind::kDPCP, GroupKind::kPP,
-                                                  GroupKind::kTPPP, GroupKind::kEmbedding};
+  static constexpr GroupKind kProfiledGroups[] = {
+      GroupKind::kTP,        GroupKind::kCP, GroupKind::kDPCP, GroupKind::kPP, GroupKind::kTPPP,
+      GroupKind::kEmbedding, GroupKind::kEP, GroupKind::kETP,  GroupKind::kEDP};
   std::vector<int64_t> comm_bytes() const;
   void log_profile(double seconds, int64_t iters, const std::vector<int64_t>& bytes0) const;
+  void moe_stats(StepResult& r) const;
 
   TrainArgs a_;
   Comm& world_;
   std::unique_ptr<ParallelState> ps_;
   model::RunCtx rc_;
   std::vector<std::unique_ptr<model::GPTChunk>> chunks_;
-  std::vector<std::unique_ptr<GradSync>> grad_syncs_;  // one per chunk
+  std::vector<std::unique_ptr<GradSync>> grad_syncs_;    // one per chunk
+  std::vector<std::unique_ptr<GradSync>> expert_syncs_;  // one per chunk with routed experts
   std::unique_ptr<optim::AdamW> optimizer_;
   std::unique_ptr<MockData> mock_;
   std::unique_ptr<Stages> stages_;
