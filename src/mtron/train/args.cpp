@@ -31,6 +31,9 @@ const char* kNoOpFlags[] = {
     "--no-create-attention-mask-in-dataloader",
     "--use-contiguous-buffers-in-local-ddp",
     "--cross-entropy-loss-fusion",
+    "--moe-grouped-gemm",
+    "--moe-permute-fusion",
+    "--moe-router-fusion",
 };
 
 template <typename E>
@@ -93,6 +96,18 @@ bool parse_train_args(int argc, char** argv, int64_t world_size, TrainArgs& a) {
       ->check(CLI::IsMember({"nccl", "gloo"}))
       ->group(p);
   app.add_flag("--print-layout", a.print_layout, "Print the rank map of this layout and exit")
+      ->group(p);
+  std::string dispatcher = "allgather", router_dtype = "fp32", cp_comm = "p2p";
+  app.add_option("--moe-token-dispatcher-type", dispatcher,
+                 "allgather or alltoall (mtron exchanges tokens all-to-all over EP either way; "
+                 "the result is the same)")
+      ->check(CLI::IsMember({"allgather", "alltoall"}))
+      ->group(p);
+  app.add_option("--moe-router-dtype", router_dtype, "fp32 (mtron's router always runs in fp32)")
+      ->check(CLI::IsMember({"fp32"}))
+      ->group(p);
+  app.add_option("--cp-comm-type", cp_comm, "p2p (ring attention; the only one mtron has)")
+      ->check(CLI::IsMember({"p2p"}))
       ->group(p);
 
   const char* t = "Training";
@@ -221,6 +236,8 @@ bool parse_train_args(int argc, char** argv, int64_t world_size, TrainArgs& a) {
   MT_CHECK(a.model.num_attention_heads != 0, "--num-attention-heads is required");
   MT_CHECK(a.model.seq_length != 0, "--seq-length is required");
   a.model.finalize();
+  MT_CHECK(!a.model.is_moe() || !a.model.add_bias_linear,
+           "--num-experts: experts with biases are not supported yet; pass --disable-bias-linear");
 
   par.world_size = world_size;
   MT_CHECK(par.micro_batch_size != 0, "--micro-batch-size is required");
