@@ -12,4 +12,7 @@ git ls-files '*.cpp' '*.h' '*.cu' '*.cuh' | xargs -r clang-format --dry-run -Wer
 echo "== ctest ($preset)"
 ctest --preset "$preset" -j "$(nproc)" --timeout 900
 
+echo "== fuzz (libFuzzer, ASan+UBSan; MTRON_SKIP_FUZZ=1 skips)"
+[ "${MTRON_SKIP_FUZZ:-0}" = 1 ] || bash scripts/run-fuzz.sh
+
 echo "== all tests passed in $(( $(date +%s) - start )) s"
