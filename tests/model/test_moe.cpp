@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <numeric>
 #include <random>
@@ -316,7 +317,13 @@ INSTANTIATE_TEST_SUITE_P(Cases,
                                            Case{.score = RouterScore::kSigmoid,
                                                 .lb = RouterLoadBalancing::kSeqAuxLoss,
                                                 .capacity = 0.5f,
-                                                .k = 3}));
+                                                .k = 3}),
+                         [](const ::testing::TestParamInfo<Case>& info) {
+                           std::string n = info.param.name();
+                           for (char& ch : n)
+                             if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
+                           return n;
+                         });
 
 }  // namespace
 }  // namespace mtron::model
