@@ -6,8 +6,9 @@
   layout_invariance.py check MTRON ARCH BASELINE.jsonl NP FLAGS...
       trains the same model under `mpirun -np NP` with the layout FLAGS and requires every
       iteration's loss to match the baseline (rel <= 1e-5); for MoE models also the logged
-      auxiliary losses (rel <= 1e-5), the dropped (token, expert) pairs (exactly: count and
-      checksum), and each rank's expert weight bytes = the 1-process bytes / (EP x expert TP)
+      auxiliary losses (rel <= 1e-5), the routed and the dropped (token, expert) pairs (exactly:
+      counts and checksums), and each rank's expert weight bytes = the 1-process bytes /
+      (EP x expert TP x PP)
 
 ARCH: gpt2 (LayerNorm, GELU, learned positions, tied embeddings, biases) or llama (RMSNorm,
 SwiGLU, RoPE, GQA with 4 query groups for 8 heads, untied, no biases); moe (llama with 8 experts
@@ -92,6 +93,10 @@ def main():
                 arel = abs(r[key] - b[key]) / abs(b[key])
                 worst = max(worst, arel)
                 line += "  %s %.9f rel %.2e" % (key, r[key], arel)
+        if "moe_routing_hash" in b:  # the same (token, expert) pairs routed
+            same = r["moe_routing_hash"] == b["moe_routing_hash"]
+            failed |= not same
+            line += "  routing %s" % ("same" if same else "DIFFERENT")
         if "moe_dropped_pairs" in b:
             same = (r["moe_dropped_pairs"], r["moe_dropped_hash"]) == (
                 b["moe_dropped_pairs"], b["moe_dropped_hash"])

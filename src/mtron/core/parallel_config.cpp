@@ -86,10 +86,6 @@ void ParallelConfig::finalize(const ModelConfig& m) {
     MT_CHECK(m.moe_shared_expert_intermediate_size % tp() == 0,
              "moe_shared_expert_intermediate_size (", m.moe_shared_expert_intermediate_size,
              ") must be a multiple of tensor_model_parallel_size (", tp(), ")");
-    // Megatron's MoELayer raises this in training: each TP rank must route distinct tokens.
-    MT_CHECK(tp() == 1 || sequence_parallel,
-             "During training, performance may degrade if MoE and tensor parallelism are "
-             "enabled without also enabling sequence parallelism (add --sequence-parallel)");
   } else {
     MT_CHECK(ep() == 1,
              "num_experts must be non None to use expert model parallelism "

@@ -80,11 +80,20 @@ void aux_scores_backward(
   }
 }
 
-uint64_t splitmix64(uint64_t x) {
+// A 20-bit hash of a (layer, token, expert) pair (splitmix64's finaliser).
+double pair_hash(int64_t layer, int64_t token, int64_t expert) {
+  uint64_t x = (uint64_t(layer) << 48) ^ (uint64_t(expert) << 40) ^ uint64_t(token);
   x += 0x9e3779b97f4a7c15ull;
   x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
   x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
+  return double((x ^ (x >> 31)) >> 44);
+}
+
+// Index of local row t (of T sequence-parallel rows) in the micro-batch's 1-process row order
+// (s * B + b, s the global position).
+int64_t token_index(const RunCtx& rc, const TokenLayout& tl, int64_t T, int64_t t) {
+  const int64_t r = (rc.tp.sequence_parallel ? rc.tp.rank * T : 0) + t;
+  return int64_t(tl.pos[r]) * tl.B + r % tl.B;
 }
 
 }  // namespace
@@ -134,11 +143,9 @@ void MoELayer::apply_capacity(const RunCtx& rc, const TokenLayout& tl, Stash& st
   if (cap > T_mb) return;  // as Megatron: a capacity above the token count drops nothing
 
   // (token index in the micro-batch, expert, weight) of every pair of the micro-batch.
-  const int64_t row0 = rc.tp.sequence_parallel ? rc.tp.rank * T : 0;
   std::vector<double> mine(size_t(3 * n)), all(size_t(3 * n * gs));
   for (int64_t t = 0; t < T; ++t) {
-    const int64_t r = row0 + t;
-    const double token = double(int64_t(tl.pos[r]) * tl.B + r % tl.B);
+    const double token = double(token_index(rc, tl, T, t));
     for (int64_t j = 0; j < k; ++j) {
       double* m = mine.data() + 3 * (t * k + j);
       m[0] = token;
@@ -168,11 +175,8 @@ void MoELayer::apply_capacity(const RunCtx& rc, const TokenLayout& tl, Stash& st
       const int64_t pair = order[j] - grank * n;
       if (int64_t(j - i) >= cap && pair >= 0 && pair < n) {
         st.row[pair] = -1;
-        const uint64_t token = uint64_t(mine[size_t(3 * pair)]);
-        const uint64_t e = uint64_t(st.idx[pair]);
         st.stats.dropped += 1;
-        st.stats.dropped_hash +=
-            double(splitmix64((uint64_t(layer_) << 48) ^ (e << 40) ^ token) >> 32);
+        st.stats.dropped_hash += pair_hash(layer_, int64_t(mine[size_t(3 * pair)]), st.idx[pair]);
       }
       ++j;
     }
@@ -262,6 +266,11 @@ void MoELayer::forward(const RunCtx& rc,
       zsum += lse * lse;
     }
     st.stats.z_loss = zsum / double(T_mb);
+  }
+  for (int64_t t = 0; t < T; ++t) {
+    const int64_t token = token_index(rc, tl, T, t);
+    for (int64_t j = 0; j < k; ++j)
+      st.stats.routed_hash += pair_hash(layer_, token, st.idx[t * k + j]);
   }
   if (cfg_.moe_expert_capacity_factor > 0) apply_capacity(rc, tl, st, T);
 

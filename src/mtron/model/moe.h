@@ -50,11 +50,15 @@ struct MoEStats {
   double load_balancing = 0;  // aux loss / coeff (aux_loss or seq_aux_loss)
   double z_loss = 0;          // z-loss / coeff
   double dropped = 0;         // (token, expert) pairs dropped by the capacity limit
-  double dropped_hash = 0;    // an order-independent checksum of those pairs (tests)
+  // Order-independent checksums of the routed (top-k) and of the dropped (token, expert) pairs:
+  // sums of 20-bit hashes of (layer, token in the micro-batch, expert), exact in a double up to
+  // 2^33 pairs, so that layouts can be compared (tests).
+  double routed_hash = 0, dropped_hash = 0;
   void add(const MoEStats& o) {
     load_balancing += o.load_balancing;
     z_loss += o.z_loss;
     dropped += o.dropped;
+    routed_hash += o.routed_hash;
     dropped_hash += o.dropped_hash;
   }
 };

@@ -242,6 +242,10 @@ bool parse_train_args(int argc, char** argv, int64_t world_size, TrainArgs& a) {
   par.world_size = world_size;
   MT_CHECK(par.micro_batch_size != 0, "--micro-batch-size is required");
   par.finalize(a.model);
+  // Megatron's MoELayer raises this in training: each TP rank must route distinct tokens.
+  MT_CHECK(!a.model.is_moe() || par.tp() == 1 || par.sequence_parallel,
+           "During training, performance may degrade if MoE and tensor parallelism are "
+           "enabled without also enabling sequence parallelism (add --sequence-parallel)");
 
   MT_CHECK(a.train_iters > 0, "--train-iters is required and must be positive");
   MT_CHECK(a.lr >= 0, "--lr is required");

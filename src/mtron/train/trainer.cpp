@@ -329,16 +329,15 @@ StepResult Trainer::step() {
 
 void Trainer::moe_stats(StepResult& r) const {
   const model::MoEStats& m = stages_->moe();
-  double v[4] = {m.load_balancing, m.z_loss, m.dropped, m.dropped_hash};
-  if (world_.size() > 1) world_.all_reduce(v, 4, DType::kF64, ReduceOp::kSum);
+  double v[5] = {m.load_balancing, m.z_loss, m.dropped, m.routed_hash, m.dropped_hash};
+  if (world_.size() > 1) world_.all_reduce(v, 5, DType::kF64, ReduceOp::kSum);
   // Shares summed over the world: over TP x CP they make each micro-batch's value; then
   // Megatron's mean over micro-batches (of every DP rank) and MoE layers.
   const auto& par = a_.parallel;
   const double n = double(par.dp() * par.num_microbatches() * a_.model.num_moe_layers());
   r.load_balancing_loss = v[0] / n;
   r.z_loss = v[1] / n;
-  r.moe_dropped = v[2];
-  r.moe_dropped_hash = v[3];
+  r.moe = model::MoEStats{v[0], v[1], v[2], v[3], v[4]};
 }
 
 void Trainer::run() {
@@ -374,7 +373,8 @@ void Trainer::run() {
   }
 
   double interval_loss = 0, interval_time = 0, profiled_time = 0;
-  double interval_lb = 0, interval_z = 0, interval_dropped = 0, interval_dropped_hash = 0;
+  double interval_lb = 0, interval_z = 0;
+  model::MoEStats interval_moe;
   int64_t interval_iters = 0, skipped = 0, nans = 0, profiled_iters = 0;
   std::vector<int64_t> bytes_at_start;
   while (iteration_ < a_.train_iters) {
@@ -388,8 +388,7 @@ void Trainer::run() {
     interval_loss += r.lm_loss;
     interval_lb += r.load_balancing_loss;
     interval_z += r.z_loss;
-    interval_dropped += r.moe_dropped;
-    interval_dropped_hash += r.moe_dropped_hash;
+    interval_moe.add(r.moe);
     interval_time += dt;
     ++interval_iters;
     skipped += r.skipped;
@@ -422,16 +421,18 @@ void Trainer::run() {
       if (mc.moe_z_loss_coeff > 0) {
         l.moe_losses.emplace_back("z_loss", interval_z / double(interval_iters));
       }
+      if (mc.is_moe()) l.extra.emplace_back("moe_routing_hash", interval_moe.routed_hash);
       if (mc.is_moe() && mc.moe_expert_capacity_factor > 0) {
-        l.extra.emplace_back("moe_dropped_pairs", interval_dropped);
-        l.extra.emplace_back("moe_dropped_hash", interval_dropped_hash);
+        l.extra.emplace_back("moe_dropped_pairs", interval_moe.dropped);
+        l.extra.emplace_back("moe_dropped_hash", interval_moe.dropped_hash);
       }
       if (logger) {
         log_plain(format_iteration_line(l));
         metrics_->write(l);
       }
       interval_loss = interval_time = 0;
-      interval_lb = interval_z = interval_dropped = interval_dropped_hash = 0;
+      interval_lb = interval_z = 0;
+      interval_moe = model::MoEStats{};
       interval_iters = skipped = nans = 0;
     }
   }

@@ -31,10 +31,11 @@ struct StepResult {
   double grad_norm = 0;  // before clipping
   double lr = 0;
   bool skipped = false;
-  // MoE (Megatron's load_balancing_loss and z_loss: averaged over the global batch's
-  // micro-batches and the MoE layers, without their coefficients), and the (token, expert)
-  // pairs the capacity limit dropped in the step, with an order-independent checksum of them.
-  double load_balancing_loss = 0, z_loss = 0, moe_dropped = 0, moe_dropped_hash = 0;
+  // MoE: Megatron's load_balancing_loss and z_loss (averaged over the global batch's
+  // micro-batches and the MoE layers, without their coefficients), and the step's statistics
+  // summed over the world (dropped pairs, routing checksums).
+  double load_balancing_loss = 0, z_loss = 0;
+  model::MoEStats moe;
 };
 
 class Trainer {
