@@ -5,10 +5,10 @@
       trains ARCH for 10 iterations in one process and keeps its metrics
   layout_invariance.py check MTRON ARCH BASELINE.jsonl NP FLAGS...
       trains the same model under `mpirun -np NP` with the layout FLAGS and requires every
-      iteration's loss to match the baseline (rel <= 1e-5); for MoE models also the logged
-      auxiliary losses (rel <= 1e-5), the routed and the dropped (token, expert) pairs (exactly:
-      counts and checksums), and each rank's expert weight bytes = the 1-process bytes /
-      (EP x expert TP x PP)
+      iteration's loss and gradient norm to match the baseline (rel <= 1e-5); for MoE models
+      also the logged auxiliary losses (rel <= 1e-5), the routed and the dropped (token, expert)
+      pairs (exactly: counts and checksums), and each rank's expert weight bytes = the 1-process
+      bytes / (EP x expert TP x PP)
 
 ARCH: gpt2 (LayerNorm, GELU, learned positions, tied embeddings, biases) or llama (RMSNorm,
 SwiGLU, RoPE, GQA with 4 query groups for 8 heads, untied, no biases); moe (llama with 8 experts
@@ -86,8 +86,10 @@ def main():
     for b, r in zip(base, rows):
         rel = abs(r["lm_loss"] - b["lm_loss"]) / abs(b["lm_loss"])
         worst = max(worst, rel)
-        line = "iteration %2d  1 process %.9f  np %d %.9f  rel %.2e" % (
-            r["iteration"], b["lm_loss"], np_, r["lm_loss"], rel)
+        grel = abs(r["grad_norm"] - b["grad_norm"]) / abs(b["grad_norm"])
+        worst = max(worst, grel)
+        line = "iteration %2d  1 process %.9f  np %d %.9f  rel %.2e  grad norm rel %.2e" % (
+            r["iteration"], b["lm_loss"], np_, r["lm_loss"], rel, grel)
         for key in AUX:
             if key in b:
                 arel = abs(r[key] - b[key]) / abs(b[key])
