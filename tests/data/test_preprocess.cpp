@@ -225,6 +225,13 @@ TEST(PreprocessCli, ErrorsExitWithStatus2AndNameTheFlagOrFile) {
   IndexedDataset ds(t / "o_text_document");
   EXPECT_EQ(ds.num_tokens(), 3);
 
+  // The terminal progress bar (forced here: stderr is a pipe): percent, rate, ETA, then cleared.
+  c = mtron(base + in + null_tok + "--progress bar");
+  EXPECT_EQ(c.status, 0) << c.out;
+  EXPECT_NE(c.out.find("\r\033[Kpreprocess ["), std::string::npos) << c.out;
+  EXPECT_NE(c.out.find("docs/s"), std::string::npos) << c.out;
+  EXPECT_NE(c.out.find("ETA"), std::string::npos) << c.out;
+
   c = mtron("--help");
   EXPECT_EQ(c.status, 0);
   EXPECT_NE(c.out.find("--tokenizer-type"), std::string::npos);

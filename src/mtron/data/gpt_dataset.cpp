@@ -163,14 +163,15 @@ const char* split_name(Split s) {
   return "?";
 }
 
-GPTIndices build_gpt_indices(const IndexedDataset& data,
-                             int64_t begin,
-                             int64_t end,
-                             std::optional<int64_t> num_samples,
-                             int64_t seq_length,
-                             uint32_t seed,
-                             Split split) {
-  const EpochPlan plan = plan_epochs(data, begin, end, num_samples, seq_length, split);
+namespace {
+
+GPTIndices build_indices(const IndexedDataset& data,
+                         int64_t begin,
+                         int64_t end,
+                         std::optional<int64_t> num_samples,
+                         int64_t seq_length,
+                         uint32_t seed,
+                         const EpochPlan& plan) {
   MT_CHECK(end - begin <= std::numeric_limits<int32_t>::max(), data.path_prefix(),
            ": too many documents for the int32 document index");
   GPTIndices ix;
@@ -215,6 +216,19 @@ GPTIndices build_gpt_indices(const IndexedDataset& data,
   }
   ix.document_index = IntArray::from_vector(std::move(doc_idx));
   return ix;
+}
+
+}  // namespace
+
+GPTIndices build_gpt_indices(const IndexedDataset& data,
+                             int64_t begin,
+                             int64_t end,
+                             std::optional<int64_t> num_samples,
+                             int64_t seq_length,
+                             uint32_t seed,
+                             Split split) {
+  return build_indices(data, begin, end, num_samples, seq_length, seed,
+                       plan_epochs(data, begin, end, num_samples, seq_length, split));
 }
 
 GPTDataset::GPTDataset(std::shared_ptr<const IndexedDataset> data,
@@ -262,7 +276,7 @@ GPTDataset::GPTDataset(std::shared_ptr<const IndexedDataset> data,
     from_cache_ = true;
     return;
   }
-  indices_ = build_gpt_indices(d, begin, end, num_samples, seq_length_, cfg.seed, split);
+  indices_ = build_indices(d, begin, end, num_samples, seq_length_, cfg.seed, plan);
   validate_indices(indices_, d, begin, end, epochs, n, seq_length_, what);
   if (!cfg.write_cache) {
     description_path_.clear();

@@ -127,8 +127,8 @@ void IndexedDataset::validate() {
            " is impossible (must be >= 1 and fit in the file)");
   const uint64_t need = kHeaderBytes + 12 * n + 8 * d;
   MT_CHECK(isz == need || isz == need + n, ip, ": size ", isz, " bytes does not match N=", n,
-           " sequences and D=", d, " document entries (expected ", need,
-           need + n != need ? str(" or ", need + n, " with modes") : std::string(), ")");
+           " sequences and D=", d, " document entries (expected ", need, ", or ", need + n,
+           " with multimodal modes)");
   n_ = int64_t(n);
   d_ = int64_t(d);
   multimodal_ = isz == need + n && n > 0;

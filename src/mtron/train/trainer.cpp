@@ -16,6 +16,7 @@
 #include "mtron/parallel/launch.h"
 #include "mtron/parallel/rank_map.h"
 #include "mtron/parallel/schedule.h"
+#include "mtron/train/mock_data.h"
 
 namespace mtron::train {
 
@@ -55,8 +56,11 @@ class Trainer::Stages : public parallel::StageModel {
  public:
   explicit Stages(Trainer& t) : t_(t) {}
 
-  void begin(bool train) {
+  // A step over the global batch at sample `base` of `split` (train: forward and backward).
+  void begin(bool train, data::Split split, int64_t base) {
     train_ = train;
+    split_ = split;
+    base_ = base;
     loss_sum_ = 0;
     moe_ = model::MoEStats{};
     mbs_.clear();
@@ -105,7 +109,7 @@ class Trainer::Stages : public parallel::StageModel {
 
   const model::MicroBatch& mb(int64_t m) {
     auto it = mbs_.find(m);
-    if (it == mbs_.end()) it = mbs_.emplace(m, t_.microbatch(m)).first;
+    if (it == mbs_.end()) it = mbs_.emplace(m, t_.microbatch(split_, base_, m)).first;
     return it->second;
   }
   model::GPTChunk::Stash& acquire(Key k) {
@@ -130,6 +134,8 @@ class Trainer::Stages : public parallel::StageModel {
 
   Trainer& t_;
   bool train_ = true;
+  data::Split split_ = data::Split::kTrain;
+  int64_t base_ = 0;
   double loss_sum_ = 0;
   model::MoEStats moe_;  // this rank's share, over the step's micro-batches
   std::map<int64_t, model::MicroBatch> mbs_;
@@ -154,9 +160,29 @@ Trainer::Trainer(const TrainArgs& args, Comm& world) : a_(args), world_(world) {
                                     .etp_size = ps_->etp_size()};
   build_model();
   if (a_.mock_data) {
-    mock_ = std::make_unique<MockData>(a_.seed, a_.model.vocab_size, a_.model.seq_length);
+    for (data::Split sp : {data::Split::kTrain, data::Split::kValid, data::Split::kTest}) {
+      auto d = std::make_shared<MockData>(a_.seed, a_.model.vocab_size, a_.model.seq_length, sp);
+      (sp == data::Split::kTrain   ? datasets_.train
+       : sp == data::Split::kValid ? datasets_.valid
+                                   : datasets_.test) = d;
+    }
+  } else {
+    // Rank 0 builds (and caches) the dataset indices; the others then load them.
+    data::DataConfig dc{.data_path = a_.data_path,
+                        .split = a_.split,
+                        .seq_length = a_.model.seq_length,
+                        .seed = uint32_t(a_.seed),
+                        .cache_path = a_.data_cache_path,
+                        .write_cache = world_.rank() == 0};
+    const data::SampleCounts counts = data::megatron_sample_counts(
+        a_.train_iters, a_.parallel.global_batch_size, a_.eval_interval, a_.eval_iters);
+    if (world_.rank() == 0) datasets_ = data::build_train_valid_test(dc, counts);
+    world_.barrier();
+    if (world_.rank() != 0) datasets_ = data::build_train_valid_test(dc, counts);
+    MT_CHECK(datasets_.train, "--split ", a_.split, " leaves no training data");
+    MT_CHECK(datasets_.train->size() >= counts.train, "the training split has ",
+             datasets_.train->size(), " samples, fewer than the ", counts.train, " requested");
   }
-  MT_CHECK(mock_, "--data-path is not supported yet; use --mock-data");
   stages_ = std::make_unique<Stages>(*this);
   if (world_.rank() == world_.size() - 1) {
     metrics_ = std::make_unique<MetricsWriter>(a_.metrics_file.empty() ? "mtron-metrics.jsonl"
@@ -227,11 +253,12 @@ double Trainer::learning_rate(int64_t samples) const {
   return s.lr_at(samples);
 }
 
-model::MicroBatch Trainer::microbatch(int64_t j) const {
+model::MicroBatch Trainer::microbatch(data::Split split, int64_t base, int64_t j) const {
   const auto& par = a_.parallel;
   const int64_t B = par.micro_batch_size, S = a_.model.seq_length;
+  const data::SampleDataset& ds = *datasets_[split];
   // Megatron's sampler: DP rank r takes [r*B, (r+1)*B) of each B*DP block of samples.
-  const int64_t first = consumed_samples_ + j * B * par.dp() + ps_->dp_rank() * B;
+  const int64_t first = base + j * B * par.dp() + ps_->dp_rank() * B;
   // Context parallelism: this rank's two chunks of each sequence (rc_.cp.position).
   const int64_t Sl = S / par.cp();
   model::MicroBatch mb;
@@ -242,7 +269,9 @@ model::MicroBatch Trainer::microbatch(int64_t j) const {
   mb.pos.resize(size_t(Sl * B));
   std::vector<int32_t> sample(size_t(S + 1));
   for (int64_t b = 0; b < B; ++b) {
-    mock_->sample(first + b, sample.data());
+    MT_CHECK(first + b < ds.size(), "the ", data::split_name(split), " split has ", ds.size(),
+             " samples; sample ", first + b, " was asked for");
+    ds.get(first + b, sample.data());
     for (int64_t s = 0; s < Sl; ++s) {
       const int64_t g = rc_.cp.position(s, Sl);
       mb.tokens[size_t(s * B + b)] = sample[size_t(g)];
@@ -253,6 +282,23 @@ model::MicroBatch Trainer::microbatch(int64_t j) const {
   mb.dloss = float(1.0 / double(par.global_batch_size * S));
   mb.aux_weight = float(double(B) / double(par.global_batch_size));
   return mb;
+}
+
+double Trainer::evaluate(data::Split split, int64_t iters) {
+  const auto& par = a_.parallel;
+  MT_CHECK(datasets_[split], "no ", data::split_name(split), " data (see --split)");
+  for (auto& g : grad_syncs_) g->wait_all_params();
+  double loss = 0;
+  int64_t& consumed = consumed_eval_samples_[int(split)];
+  for (int64_t it = 0; it < iters; ++it) {
+    stages_->begin(false, split, consumed);
+    parallel::run_pipeline(*stages_, ps_->pp(), int(par.vpp()), par.num_microbatches(), true);
+    if (ps_->is_last_pp_stage()) loss += stages_->loss_sum();
+    consumed += par.global_batch_size;
+  }
+  if (ps_->dp_cp().size() > 1) loss = ps_->dp_cp().all_reduce_sum(loss);
+  if (ps_->pp().size() > 1) loss = ps_->pp().all_reduce_sum(loss);
+  return loss / double(std::max<int64_t>(1, iters) * par.global_batch_size * a_.model.seq_length);
 }
 
 void Trainer::finalize_grads() {
@@ -300,7 +346,7 @@ StepResult Trainer::step() {
     if (!c->expert_params().specs().empty()) c->expert_params().zero_grad();
   }
 
-  stages_->begin(true);
+  stages_->begin(true, data::Split::kTrain, consumed_samples_);
   const parallel::PipelineTimes pt =
       parallel::run_pipeline(*stages_, ps_->pp(), int(par.vpp()), par.num_microbatches());
   if (profile_enabled()) {
@@ -435,9 +481,29 @@ void Trainer::run() {
       interval_moe = model::MoEStats{};
       interval_iters = skipped = nans = 0;
     }
+    if (a_.eval_iters > 0 && datasets_.valid && iteration_ % a_.eval_interval == 0) {
+      const bool was = profile_enabled();
+      profile_enable(false);
+      const double loss = evaluate(data::Split::kValid, a_.eval_iters);
+      profile_enable(was);
+      if (logger) {
+        log_plain(format_eval_block("iteration " + std::to_string(iteration_), loss));
+        metrics_->write_eval(iteration_, loss);
+      }
+    }
   }
   profile_enable(false);
   if (a_.profile && profiled_iters > 0) log_profile(profiled_time, profiled_iters, bytes_at_start);
+  // As Megatron: a last evaluation on the validation and test splits.
+  for (data::Split sp : {data::Split::kValid, data::Split::kTest}) {
+    if (a_.eval_iters == 0 || !datasets_[sp]) continue;
+    const double loss = evaluate(sp, a_.eval_iters);
+    if (logger) {
+      log_plain(format_eval_block(std::string("the end of training for ") +
+                                      (sp == data::Split::kValid ? "val" : "test") + " data",
+                                  loss));
+    }
+  }
 }
 
 std::vector<int64_t> Trainer::comm_bytes() const {
@@ -474,6 +540,22 @@ void Trainer::log_profile(double seconds, int64_t iters, const std::vector<int64
       pipeline_wait_s_ / pipeline_compute_s_, ideal);
 }
 
+// Which layers each pipeline stage (and virtual stage) holds, for --print-layout.
+std::string stage_layers(const TrainArgs& a) {
+  const int64_t P = a.parallel.pp(), v = a.parallel.vpp(), per = a.model.num_layers / (P * v);
+  std::string out = "\nstage  layers\n";
+  for (int64_t s = 0; s < P; ++s) {
+    out += fmt::format("{:5d} ", s);
+    for (int64_t c = 0; c < v; ++c) {
+      const int64_t vs = c * P + s;
+      out += fmt::format(" [{}, {}){}{}", vs * per, (vs + 1) * per, vs == 0 ? " +embedding" : "",
+                         vs == P * v - 1 ? " +output layer and loss" : "");
+    }
+    out += "\n";
+  }
+  return out;
+}
+
 int train_main(int argc, char** argv) {
   return run_main(argc, argv, [&](Launch& launch) {
     log_init(launch.rank(), launch.size());
@@ -484,7 +566,7 @@ int train_main(int argc, char** argv) {
     TrainArgs a;
     if (!parse_train_args(argc, argv, launch.size(), a)) return 0;
     if (a.print_layout) {
-      if (launch.rank() == 0) log_plain(format_layout(a.parallel));
+      if (launch.rank() == 0) log_plain(format_layout(a.parallel) + stage_layers(a));
       return 0;
     }
     Trainer t(a, launch.world());
