@@ -54,7 +54,9 @@ def train(mtron, arch, np_, flags, metrics):
     if np_ > 1:
         cmd = ["mpirun", "--allow-run-as-root", "--oversubscribe", "--bind-to", "none",
                "-np", str(np_)] + cmd
-    env = dict(os.environ, OMPI_MCA_rmaps_base_oversubscribe="1")
+    # One OpenMP thread per rank (the 1-process baseline too): a 2-thread team whose threads
+    # spin at barriers runs 50x slower when other jobs load the machine.
+    env = dict(os.environ, OMPI_MCA_rmaps_base_oversubscribe="1", OMP_NUM_THREADS="1")
     p = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                        timeout=600)
     if p.returncode != 0:

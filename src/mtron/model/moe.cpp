@@ -210,18 +210,18 @@ void MoELayer::forward(const RunCtx& rc,
       const float* l = st.logits + t * E;
       int32_t* idx = st.idx + t * k;
       float* w = st.weight + t * k;
-      if (!use_sigmoid) {
-        top_k(l, E, k, idx);  // softmax is monotonic: the top-k of the logits
-        float m = l[idx[0]];
-        double sum = 0;
+      // Both score functions are monotonic, so the top-k of the scores is the top-k of the
+      // logits; choosing on the logits avoids the exact ties that rounding sigmoid(l) to fp32
+      // creates between close logits (which would make the choice depend on the last bit of the
+      // logits, and so on the layout).
+      top_k(l, E, k, idx);
+      double sum = 0;
+      if (!use_sigmoid) {  // softmax over the chosen logits
+        const float m = l[idx[0]];
         for (int64_t j = 0; j < k; ++j) sum += (w[j] = std::exp(l[idx[j]] - m));
         for (int64_t j = 0; j < k; ++j) w[j] = float(w[j] / sum);
-      } else {
-        std::vector<float> s(static_cast<size_t>(E));
-        for (int64_t e = 0; e < E; ++e) s[size_t(e)] = sigmoid(l[e]);
-        top_k(s.data(), E, k, idx);
-        double sum = 0;
-        for (int64_t j = 0; j < k; ++j) sum += (w[j] = s[size_t(idx[j])]);
+      } else {  // sigmoids, normalised to sum 1 when k > 1
+        for (int64_t j = 0; j < k; ++j) sum += (w[j] = sigmoid(l[idx[j]]));
         if (k > 1)
           for (int64_t j = 0; j < k; ++j) w[j] = float(w[j] / (sum + 1e-20));
       }
