@@ -47,4 +47,17 @@ check 2 "pipeline-model-parallel size should be greater than 1 with interleaved 
 check 2 "number of microbatches \(3\) is not divisible by pipeline-model-parallel-size \(2\) when using interleaved schedule" \
   --pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 1 --global-batch-size 6
 check 2 "--overlap-param-gather only supported with distributed optimizer" --overlap-param-gather
+# Context and expert parallelism.
+check 2 "seq-length \(30\) should be a multiple of 2 \* context-parallel-size \(4\) if context-parallel-size > 1" \
+  --context-parallel-size 2 --seq-length 30
+check 4 "Number of experts \(6\) should be a multiple of expert model parallel_size \(4\)" \
+  --num-experts 6 --expert-model-parallel-size 4 --disable-bias-linear
+check 2 "world_size \(2\) is not divisible by expert_tensor_parallel_size \(1\) x expert_model_parallel_size \(4\)" \
+  --num-experts 8 --expert-model-parallel-size 4 --disable-bias-linear
+check 2 "num_experts must be non None to use expert model parallelism" --expert-model-parallel-size 2
+check 2 "During training, performance may degrade if MoE and tensor parallelism are enabled without also enabling sequence parallelism" \
+  --tensor-model-parallel-size 2 --num-experts 4 --disable-bias-linear
+check 4 "moe_ffn_hidden_size \(90\) must be a multiple of expert_tensor_parallel_size \(4\)" \
+  --num-experts 4 --moe-ffn-hidden-size 90 --expert-tensor-parallel-size 4 --disable-bias-linear
+check 1 "--num-experts: experts with biases are not supported yet" --num-experts 4
 [ $fails -eq 0 ] && echo "all bad layouts rejected" || { echo "$fails failures"; exit 1; }

@@ -5,13 +5,20 @@
       trains ARCH for 10 iterations in one process and keeps its metrics
   layout_invariance.py check MTRON ARCH BASELINE.jsonl NP FLAGS...
       trains the same model under `mpirun -np NP` with the layout FLAGS and requires every
-      iteration's loss to match the baseline (rel <= 1e-5)
+      iteration's loss and gradient norm to match the baseline (rel <= 1e-5); for MoE models
+      also the logged auxiliary losses (rel <= 1e-5), the routed and the dropped (token, expert)
+      pairs (exactly: counts and checksums), and each rank's expert weight bytes = the 1-process
+      bytes / (EP x expert TP x PP)
 
 ARCH: gpt2 (LayerNorm, GELU, learned positions, tied embeddings, biases) or llama (RMSNorm,
-SwiGLU, RoPE, GQA with 4 query groups for 8 heads, untied, no biases). fp32, same seed and data.
+SwiGLU, RoPE, GQA with 4 query groups for 8 heads, untied, no biases); moe (llama with 8 experts
+per layer, top-2 softmax routing, dropless, aux loss and z-loss: Mixtral-like) or moe_cap (llama
+with MoE every 2nd layer, sigmoid top-2 routing, a shared expert, capacity factor 1 dropping
+by weight, seq_aux_loss and z-loss). fp32, same seed and data.
 """
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -25,7 +32,21 @@ ARCH = {
               "--normalization RMSNorm --position-embedding-type rope "
               "--untie-embeddings-and-output-weights --disable-bias-linear").split(),
 }
+ARCH["moe"] = ARCH["llama"] + (
+    "--num-experts 8 --moe-router-topk 2 --moe-ffn-hidden-size 96 --moe-aux-loss-coeff 1e-2 "
+    "--moe-z-loss-coeff 1e-3").split()
+ARCH["moe_cap"] = ARCH["llama"] + (
+    "--num-experts 8 --moe-router-topk 2 --moe-ffn-hidden-size 96 --moe-layer-freq 2 "
+    "--moe-router-score-function sigmoid --moe-shared-expert-intermediate-size 64 "
+    "--moe-expert-capacity-factor 1.0 --moe-router-load-balancing-type seq_aux_loss "
+    "--moe-aux-loss-coeff 1e-2 --moe-z-loss-coeff 1e-3").split()
 TOL = 1e-5
+AUX = ("load_balancing_loss", "seq_load_balancing_loss", "z_loss")
+EXPERT_BYTES = re.compile(r"\[mtron r0/\d+\] .*expert weights on this rank: (\d+) bytes")
+
+
+def flag(flags, name, default):
+    return int(flags[flags.index(name) + 1]) if name in flags else default
 
 
 def train(mtron, arch, np_, flags, metrics):
@@ -33,7 +54,9 @@ def train(mtron, arch, np_, flags, metrics):
     if np_ > 1:
         cmd = ["mpirun", "--allow-run-as-root", "--oversubscribe", "--bind-to", "none",
                "-np", str(np_)] + cmd
-    env = dict(os.environ, OMPI_MCA_rmaps_base_oversubscribe="1")
+    # One OpenMP thread per rank (the 1-process baseline too): a 2-thread team whose threads
+    # spin at barriers runs 50x slower when other jobs load the machine.
+    env = dict(os.environ, OMPI_MCA_rmaps_base_oversubscribe="1", OMP_NUM_THREADS="1")
     p = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                        timeout=600)
     if p.returncode != 0:
@@ -46,23 +69,59 @@ def train(mtron, arch, np_, flags, metrics):
 def main():
     mode, mtron, arch = sys.argv[1], sys.argv[2], sys.argv[3]
     if mode == "baseline":
-        rows, _ = train(mtron, arch, 1, [], sys.argv[4])
+        rows, out = train(mtron, arch, 1, [], sys.argv[4])
+        with open(sys.argv[4] + ".log", "w") as f:
+            f.write(out)
         print("baseline %s: %s" % (arch, " ".join("%.6f" % r["lm_loss"] for r in rows)))
+        if arch == "moe_cap":  # the capacity test needs drops to compare
+            dropped = sum(r["moe_dropped_pairs"] for r in rows)
+            print("dropped (token, expert) pairs over 10 iterations: %d" % dropped)
+            return 0 if dropped > 0 else 1
         return 0
     base = [json.loads(line) for line in open(sys.argv[4]) if line.strip()]
     np_ = int(sys.argv[5])
     flags = sys.argv[6:]
     with tempfile.TemporaryDirectory() as d:
-        rows, _ = train(mtron, arch, np_, flags, os.path.join(d, "m.jsonl"))
+        rows, out = train(mtron, arch, np_, flags, os.path.join(d, "m.jsonl"))
     assert len(rows) == len(base) == 10, "expected 10 logged iterations"
-    worst = 0.0
+    worst, failed = 0.0, False
     for b, r in zip(base, rows):
         rel = abs(r["lm_loss"] - b["lm_loss"]) / abs(b["lm_loss"])
         worst = max(worst, rel)
-        print("iteration %2d  1 process %.9f  np %d %.9f  rel %.2e" %
-              (r["iteration"], b["lm_loss"], np_, r["lm_loss"], rel))
+        grel = abs(r["grad_norm"] - b["grad_norm"]) / abs(b["grad_norm"])
+        worst = max(worst, grel)
+        line = "iteration %2d  1 process %.9f  np %d %.9f  rel %.2e  grad norm rel %.2e" % (
+            r["iteration"], b["lm_loss"], np_, r["lm_loss"], rel, grel)
+        for key in AUX:
+            if key in b:
+                arel = abs(r[key] - b[key]) / abs(b[key])
+                worst = max(worst, arel)
+                line += "  %s %.9f rel %.2e" % (key, r[key], arel)
+        if "moe_routing_hash" in b:  # the same (token, expert) pairs routed
+            same = r["moe_routing_hash"] == b["moe_routing_hash"]
+            failed |= not same
+            line += "  routing %s" % ("same" if same else "DIFFERENT")
+        if "moe_dropped_pairs" in b:
+            same = (r["moe_dropped_pairs"], r["moe_dropped_hash"]) == (
+                b["moe_dropped_pairs"], b["moe_dropped_hash"])
+            failed |= not same
+            line += "  dropped %d (1 process %d)%s" % (
+                r["moe_dropped_pairs"], b["moe_dropped_pairs"], "" if same else " DIFFERENT PAIRS")
+        print(line)
+    if arch.startswith("moe"):
+        with open(sys.argv[4] + ".log") as f:
+            one = int(EXPERT_BYTES.search(f.read()).group(1))
+        here = int(EXPERT_BYTES.search(out).group(1))
+        ep = flag(flags, "--expert-model-parallel-size", 1)
+        pp = flag(flags, "--pipeline-model-parallel-size", 1)
+        etp = flag(flags, "--expert-tensor-parallel-size",
+                   flag(flags, "--tensor-model-parallel-size", 1))
+        ok = here * ep * etp * pp == one  # a pipeline stage holds 1/PP of the layers
+        failed |= not ok
+        print("expert weight bytes on rank 0: %d = 1-process %d / %d (EP %d x expert TP %d x PP %d)%s" %
+              (here, one, one // here if here else 0, ep, etp, pp, "" if ok else "  WRONG"))
     print("%s np %d %s: worst rel %.2e (tol %.0e)" % (arch, np_, " ".join(flags), worst, TOL))
-    return 0 if worst <= TOL else 1
+    return 0 if worst <= TOL and not failed else 1
 
 
 if __name__ == "__main__":

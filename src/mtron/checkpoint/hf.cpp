@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <type_traits>
 
 #include "mtron/checkpoint/checkpoint.h"
 #include "mtron/checkpoint/file_io.h"
@@ -278,6 +279,8 @@ json read_json_file(const fs::path& p) {
 template <typename T>
 T cfg_get(const json& j, const char* key, const std::string& file) {
   MT_CHECK(j.contains(key) && !j[key].is_null(), file, ": missing '", key, "'");
+  if constexpr (std::is_integral_v<T>)  // get<int>() of a float is UB when out of range
+    MT_CHECK(j[key].is_number_integer(), file, ": '", key, "' is not an integer");
   try {
     return j[key].get<T>();
   } catch (const json::exception&) {

@@ -107,16 +107,23 @@ void ParallelConfig::finalize(const ModelConfig& m) {
   }
 
   if (cp() > 1) {
-    MT_CHECK(m.seq_length % (2 * cp()) == 0, "seq_length (", m.seq_length,
-             ") must be divisible by 2 x context_parallel_size (", 2 * cp(), ")");
+    MT_CHECK(m.seq_length % (2 * cp()) == 0, "seq-length (", m.seq_length,
+             ") should be a multiple of 2 * context-parallel-size (", 2 * cp(),
+             ") if context-parallel-size > 1");
   }
   if (m.is_moe()) {
     MT_CHECK(m.num_experts % ep() == 0, "Number of experts (", m.num_experts,
              ") should be a multiple of expert model parallel_size (", ep(), ")");
     MT_CHECK(m.moe_ffn() % etp() == 0, "moe_ffn_hidden_size (", m.moe_ffn(),
              ") must be a multiple of expert_tensor_parallel_size (", etp(), ")");
+    MT_CHECK(m.moe_shared_expert_intermediate_size % tp() == 0,
+             "moe_shared_expert_intermediate_size (", m.moe_shared_expert_intermediate_size,
+             ") must be a multiple of tensor_model_parallel_size (", tp(), ")");
   } else {
-    MT_CHECK(ep() == 1, "--expert-model-parallel-size (", ep(), ") > 1 needs --num-experts");
+    MT_CHECK(ep() == 1,
+             "num_experts must be non None to use expert model parallelism "
+             "(--expert-model-parallel-size ",
+             ep(), " needs --num-experts)");
   }
   if (overlap_param_gather) {
     MT_CHECK(use_distributed_optimizer && overlap_grad_reduce,

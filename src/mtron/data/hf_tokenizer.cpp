@@ -20,6 +20,14 @@ namespace {
 
 using json = nlohmann::json;
 
+// A token id from the file: an integer in [0, 2^31). nlohmann's get<int>() on a float is a
+// float-to-int conversion, undefined when out of range, hence the type check first.
+int32_t token_id(const json& v, const std::string& path, const std::string& what) {
+  MT_CHECK(v.is_number_integer() && v.get<int64_t>() >= 0 && v.get<int64_t>() < (int64_t(1) << 31),
+           path, ": ", what, " has invalid id ", v.dump());
+  return int32_t(v.get<int64_t>());
+}
+
 bool is_ascii(std::string_view s) {
   for (char c : s)
     if (static_cast<unsigned char>(c) >= 0x80) return false;
@@ -764,13 +772,13 @@ HfTokenizer::HfTokenizer(const std::string& text,
     int64_t max_id = -1;
     m.vocab.reserve(vocab.size());
     for (const auto& [tok, idj] : vocab.items()) {
-      const int64_t id = idj.get<int64_t>();
-      MT_CHECK(id >= 0 && id < (int64_t(1) << 31), path, ": token '", tok, "' has invalid id ", id);
+      const int64_t id = token_id(idj, path, "token '" + tok + "'");
       m.vocab[tok] = int32_t(id);
       max_id = std::max(max_id, id);
     }
     const json& added = j.value("added_tokens", json::array());
-    for (const auto& a : added) max_id = std::max(max_id, a.at("id").get<int64_t>());
+    for (const auto& a : added)
+      max_id = std::max<int64_t>(max_id, token_id(a.at("id"), path, "an added token"));
     // Ids are (nearly) dense in real files; a huge id would only make the id table huge.
     const int64_t entries = int64_t(vocab.size() + added.size());
     MT_CHECK(max_id < 2 * entries + 1024, path, ": token id ", max_id, " is far beyond the ",
@@ -811,7 +819,7 @@ HfTokenizer::HfTokenizer(const std::string& text,
 
     std::unordered_map<std::string, int32_t> added_ids;
     for (const auto& a : added) {
-      AddedToken t{a.at("content").get<std::string>(), a.at("id").get<int32_t>(),
+      AddedToken t{a.at("content").get<std::string>(), token_id(a.at("id"), path, "an added token"),
                    a.value("lstrip", false), a.value("rstrip", false),
                    a.value("single_word", false)};
       MT_CHECK(t.id >= 0, path, ": added token '", t.content, "' has a negative id");
@@ -850,13 +858,18 @@ HfTokenizer::HfTokenizer(const std::string& text,
           const std::string name = item.at("SpecialToken").at("id").get<std::string>();
           const json& st = p.at("special_tokens").at(name);
           for (const auto& id : st.at("ids"))
-            (seen_seq ? m.suffix_ids : m.prefix_ids).push_back(id.get<int32_t>());
+            (seen_seq ? m.suffix_ids : m.prefix_ids)
+                .push_back(token_id(id, path, "a special token"));
         }
       } else {
         MT_CHECK(type == "ByteLevel", path, ": unsupported post_processor type '", type, "'");
       }
     };
     post(j.value("post_processor", json()));
+    for (const auto* ids : {&m.prefix_ids, &m.suffix_ids})
+      for (int32_t id : *ids)
+        MT_CHECK(std::size_t(id) < m.id_to_token.size() && !m.id_to_token[id].empty(), path,
+                 ": post_processor special token id ", id, " is not in the vocabulary");
 
     const auto special_id = [&](const char* key) -> int32_t {
       const std::string t = token_content(cfg.is_object() ? cfg.value(key, json()) : json());

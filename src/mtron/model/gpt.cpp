@@ -12,7 +12,8 @@ namespace mtron::model {
 GPTChunk::GPTChunk(const ModelConfig& cfg,
                    ChunkPlacement place,
                    const parallel::TensorParallel& tp,
-                   Recompute recompute)
+                   Recompute recompute,
+                   const parallel::ExpertParallel& ep)
     : cfg_(cfg), place_(place), recompute_(recompute) {
   MT_ASSERT(place.num_layers >= 1, "a model chunk needs at least one layer");
   const int64_t h = cfg.hidden_size;
@@ -47,7 +48,7 @@ GPTChunk::GPTChunk(const ModelConfig& cfg,
   layers_.reserve(size_t(place.num_layers));
   for (int64_t i = 0; i < place.num_layers; ++i) {
     layer_first_.push_back(int(params_.specs().size()));
-    layers_.emplace_back(cfg, place.first_layer + i, tp, params_);
+    layers_.emplace_back(cfg, place.first_layer + i, tp, ep, params_, expert_params_);
   }
   if (place.has_head) {
     head_first_ = int(params_.specs().size());
@@ -110,6 +111,7 @@ const float* GPTChunk::forward(const RunCtx& rc,
   st.layers.assign(layers_.size(), {});
   st.inputs.assign(layers_.size(), nullptr);
   st.loss_sum = 0;
+  st.moe = MoEStats{};
   st.num_tokens = N;
   st.dhead = nullptr;
 
@@ -149,9 +151,11 @@ const float* GPTChunk::forward(const RunCtx& rc,
       y = last_in_group ? st.keep.alloc<float>(Nl * h) : recompute_arena_.alloc<float>(Nl * h);
       TransformerLayer::Stash tmp;
       layers_[size_t(i)].forward(rc, tl, tmp, recompute_arena_, scratch_, x, y);
+      st.moe.add(tmp.moe.stats);
     } else {
       y = st.keep.alloc<float>(Nl * h);
       layers_[size_t(i)].forward(rc, tl, st.layers[size_t(i)], st.keep, scratch_, x, y);
+      st.moe.add(st.layers[size_t(i)].moe.stats);
     }
     x = y;
   }

@@ -28,8 +28,10 @@ namespace mtron::model {
 struct MicroBatch {
   int64_t B = 0, S = 0;                      // S: tokens per sequence on this rank
   std::vector<int32_t> tokens, labels, pos;  // [S*B]
-  float dloss = 1.0f;  // d(loss)/d(token loss): 1 / number of tokens in the global batch
-  TokenLayout layout() const { return {B, S, pos.data()}; }
+  float dloss = 1.0f;       // d(loss)/d(token loss): 1 / number of tokens in the global batch
+  float aux_weight = 1.0f;  // weight of per-micro-batch auxiliary losses (MoE): 1 / micro-batches
+                            // in the global batch
+  TokenLayout layout() const { return {B, S, pos.data(), aux_weight}; }
 };
 
 struct ChunkPlacement {
@@ -54,6 +56,7 @@ class GPTChunk {
     float *lnf_mean = nullptr, *lnf_rstd = nullptr;
     float* dhead = nullptr;  // [N, h] d(loss)/d(LM-head input), from the fused loss pass
     double loss_sum = 0;     // sum of this micro-batch's token losses on this rank
+    MoEStats moe;            // this rank's share of the MoE statistics, summed over layers
     // Optional outputs the caller points somewhere before forward (tests, generation, eval):
     float* logits_out = nullptr;  // [N, Vl] this rank's vocabulary shard of the logits
     float* losses_out = nullptr;  // [N] per-token losses
@@ -63,11 +66,17 @@ class GPTChunk {
   GPTChunk(const ModelConfig& cfg,
            ChunkPlacement place,
            const parallel::TensorParallel& tp,
-           Recompute recompute);
+           Recompute recompute,
+           const parallel::ExpertParallel& ep = {});
 
   // Registering is done in the constructor; allocate and initialise before use.
   ParamBuffer& params() { return params_; }
   const ParamBuffer& params() const { return params_; }
+  // The routed experts' parameters (empty without MoE layers): this EP rank's experts (named by
+  // global expert index), sharded over ETP along shard_dim, replicated over EDP, so reduced over
+  // EDP rather than DP x CP.
+  ParamBuffer& expert_params() { return expert_params_; }
+  const ParamBuffer& expert_params() const { return expert_params_; }
   const ChunkPlacement& placement() const { return place_; }
   // The word-embedding handle (first chunk, or the last with tied embeddings), else -1.
   int word_embedding() const { return wte_; }
@@ -105,7 +114,7 @@ class GPTChunk {
   const ModelConfig& cfg_;
   ChunkPlacement place_;
   Recompute recompute_;
-  ParamBuffer params_;
+  ParamBuffer params_, expert_params_;
   std::vector<TransformerLayer> layers_;
   Norm lnf_;
   int wte_ = -1, wpe_ = -1, out_w_ = -1;

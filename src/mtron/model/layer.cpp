@@ -75,16 +75,7 @@ ParamSpec sharded(std::string name,
                   const parallel::TensorParallel& tp,
                   float std,
                   bool weight_decay = true) {
-  Shape local = global;
-  local[size_t(dim)] /= tp.size;
-  return ParamSpec{.name = std::move(name),
-                   .global_shape = global,
-                   .shard_dim = dim,
-                   .shard_offset = tp.rank * local[size_t(dim)],
-                   .local_shape = local,
-                   .init = weight_decay ? ParamInit::kNormal : ParamInit::kZeros,
-                   .init_std = std,
-                   .weight_decay = weight_decay};
+  return sharded_spec(std::move(name), std::move(global), dim, tp.rank, tp.size, std, weight_decay);
 }
 
 ParamSpec replicated_bias(std::string name, int64_t n, bool sequence_parallel) {
@@ -101,10 +92,14 @@ ParamSpec replicated_bias(std::string name, int64_t n, bool sequence_parallel) {
 TransformerLayer::TransformerLayer(const ModelConfig& cfg,
                                    int64_t layer,
                                    const parallel::TensorParallel& tp,
-                                   ParamBuffer& params)
+                                   const parallel::ExpertParallel& ep,
+                                   ParamBuffer& params,
+                                   ParamBuffer& expert_params)
     : cfg_(cfg), p_(params) {
   const int64_t H = cfg.num_attention_heads, G = cfg.query_groups(), D = cfg.kv_channels;
-  const int64_t F = cfg.ffn(), h = cfg.hidden_size;
+  const bool moe = cfg.is_moe_layer(layer);
+  const int64_t F = moe ? cfg.moe_shared_expert_intermediate_size : cfg.ffn();
+  const int64_t h = cfg.hidden_size;
   Hl_ = H / tp.size;
   Gl_ = G / tp.size;
   D_ = D;
@@ -131,17 +126,20 @@ TransformerLayer::TransformerLayer(const ModelConfig& cfg,
   if (bias) proj_b_ = params.add(replicated_bias(pre + "self_attention.linear_proj.bias", h, sp));
 
   ln2_.add_params(cfg, pre + "pre_mlp_layernorm", sp, params);
+  if (moe) moe_ = std::make_unique<MoELayer>(cfg, layer, tp, ep, params, expert_params);
+  if (F == 0) return;  // an MoE layer without a shared expert
   // SwiGLU's fc1 is [gate; up]: as a [2, F, h] tensor sharded along F, each rank holds
   // [gate_r; up_r], which is Megatron's local layout and one GEMM.
+  const std::string mlp = pre + (moe ? "mlp.shared_experts." : "mlp.");
   if (cfg.swiglu) {
-    fc1_w_ = params.add(sharded(pre + "mlp.linear_fc1.weight", {2, F, h}, 1, tp, std));
-    if (bias) fc1_b_ = params.add(sharded(pre + "mlp.linear_fc1.bias", {2, F}, 1, tp, 0, false));
+    fc1_w_ = params.add(sharded(mlp + "linear_fc1.weight", {2, F, h}, 1, tp, std));
+    if (bias) fc1_b_ = params.add(sharded(mlp + "linear_fc1.bias", {2, F}, 1, tp, 0, false));
   } else {
-    fc1_w_ = params.add(sharded(pre + "mlp.linear_fc1.weight", {F, h}, 0, tp, std));
-    if (bias) fc1_b_ = params.add(sharded(pre + "mlp.linear_fc1.bias", {F}, 0, tp, 0, false));
+    fc1_w_ = params.add(sharded(mlp + "linear_fc1.weight", {F, h}, 0, tp, std));
+    if (bias) fc1_b_ = params.add(sharded(mlp + "linear_fc1.bias", {F}, 0, tp, 0, false));
   }
-  fc2_w_ = params.add(sharded(pre + "mlp.linear_fc2.weight", {h, F}, 1, tp, out_std));
-  if (bias) fc2_b_ = params.add(replicated_bias(pre + "mlp.linear_fc2.bias", h, sp));
+  fc2_w_ = params.add(sharded(mlp + "linear_fc2.weight", {h, F}, 1, tp, out_std));
+  if (bias) fc2_b_ = params.add(replicated_bias(mlp + "linear_fc2.bias", h, sp));
 }
 
 namespace {
@@ -194,7 +192,7 @@ void TransformerLayer::forward(const RunCtx& rc,
   st.att = keep.alloc<float>(N * Hl_ * D_);
   st.lse = keep.alloc<float>(tl.B * Hl_ * tl.S);
   const kernels::AttnShape as{tl.B, tl.S, tl.S, Hl_, Gl_, D_, 1.0f / std::sqrt(float(D_))};
-  kernels::attention_forward(rc.k, st.att, st.lse, st.q, st.k, st.v, as, kernels::AttnMask{});
+  parallel::ring_attention_forward(rc.k, rc.cp, scratch, st.att, st.lse, st.q, st.k, st.v, as);
   st.att_in = rc.precision == Precision::kFP32 ? Act{st.att, nullptr}
                                                : as_gemm_input(rc, keep, st.att, N * Hl_ * D_);
 
@@ -205,37 +203,44 @@ void TransformerLayer::forward(const RunCtx& rc,
   if (proj_b_ >= 0) kernels::bias_add(rc.k, st.x2, p_.master(proj_b_), Nl, h);
   kernels::add(rc.k, st.x2, st.x2, x, Nl * h);
 
-  // MLP block.
-  float* ln2 = (rc.precision == Precision::kFP32 && !sp) ? keep.alloc<float>(Nl * h)
-                                                         : scratch.alloc<float>(Nl * h);
+  // MLP block: the dense MLP (an MoE layer's shared expert) and/or the routed experts.
+  float* ln2 = (rc.precision == Precision::kFP32 && !sp) || moe_ ? keep.alloc<float>(Nl * h)
+                                                                 : scratch.alloc<float>(Nl * h);
   st.ln2_mean = ln ? keep.alloc<float>(Nl) : nullptr;
   st.ln2_rstd = keep.alloc<float>(Nl);
   ln2_.forward(rc, cfg_, p_, ln2, st.ln2_mean, st.ln2_rstd, st.x2, Nl);
-  float* ln2_full = ln2;
-  if (sp) {
-    ln2_full =
-        rc.precision == Precision::kFP32 ? keep.alloc<float>(N * h) : scratch.alloc<float>(N * h);
-    parallel::enter_tp_forward(tp, ln2_full, ln2, N, h);
-  }
-  st.ln2_in = as_gemm_input(rc, keep, ln2_full, N * h);
+  if (dense_mlp()) {
+    float* ln2_full = ln2;
+    if (sp) {
+      ln2_full =
+          rc.precision == Precision::kFP32 ? keep.alloc<float>(N * h) : scratch.alloc<float>(N * h);
+      parallel::enter_tp_forward(tp, ln2_full, ln2, N, h);
+    }
+    st.ln2_in = as_gemm_input(rc, keep, ln2_full, N * h);
 
-  const int64_t fc1_w = cfg_.swiglu ? 2 * Fl_ : Fl_;
-  st.fc1 = keep.alloc<float>(N * fc1_w);
-  linear_forward(rc, st.fc1, st.ln2_in, p_.weight(fc1_w_), opt(p_, fc1_b_), N, h, fc1_w);
-  float* act =
-      rc.precision == Precision::kFP32 ? keep.alloc<float>(N * Fl_) : scratch.alloc<float>(N * Fl_);
-  if (cfg_.swiglu) {
-    kernels::swiglu_forward(rc.k, act, st.fc1, N, Fl_);
-  } else {
-    kernels::gelu_forward(rc.k, act, st.fc1, N * Fl_);
-  }
-  st.act_in =
-      rc.precision == Precision::kFP32 ? Act{act, nullptr} : as_gemm_input(rc, keep, act, N * Fl_);
+    const int64_t fc1_w = cfg_.swiglu ? 2 * Fl_ : Fl_;
+    st.fc1 = keep.alloc<float>(N * fc1_w);
+    linear_forward(rc, st.fc1, st.ln2_in, p_.weight(fc1_w_), opt(p_, fc1_b_), N, h, fc1_w);
+    float* act = rc.precision == Precision::kFP32 ? keep.alloc<float>(N * Fl_)
+                                                  : scratch.alloc<float>(N * Fl_);
+    if (cfg_.swiglu) {
+      kernels::swiglu_forward(rc.k, act, st.fc1, N, Fl_);
+    } else {
+      kernels::gelu_forward(rc.k, act, st.fc1, N * Fl_);
+    }
+    st.act_in = rc.precision == Precision::kFP32 ? Act{act, nullptr}
+                                                 : as_gemm_input(rc, keep, act, N * Fl_);
 
-  partial = sp ? scratch.alloc<float>(N * h) : y;
-  linear_forward(rc, partial, st.act_in, p_.weight(fc2_w_), nullptr, N, Fl_, h);
-  parallel::exit_tp_forward(tp, y, partial, N, h);
-  if (fc2_b_ >= 0) kernels::bias_add(rc.k, y, p_.master(fc2_b_), Nl, h);
+    partial = sp ? scratch.alloc<float>(N * h) : y;
+    linear_forward(rc, partial, st.act_in, p_.weight(fc2_w_), nullptr, N, Fl_, h);
+    parallel::exit_tp_forward(tp, y, partial, N, h);
+    if (fc2_b_ >= 0) kernels::bias_add(rc.k, y, p_.master(fc2_b_), Nl, h);
+  }
+  if (moe_) {
+    float* routed = dense_mlp() ? scratch.alloc<float>(Nl * h) : y;
+    moe_->forward(rc, tl, st.moe, keep, scratch, ln2, routed);
+    if (dense_mlp()) kernels::add(rc.k, y, y, routed, Nl * h);
+  }
   kernels::add(rc.k, y, y, st.x2, Nl * h);
 }
 
@@ -245,28 +250,40 @@ void TransformerLayer::backward(
   const int64_t N = tl.rows(), Nl = tp.sp_rows(N), h = h_;
   const bool sp = tp.sequence_parallel;
 
-  // MLP block: y = x2 + b2 + exit(fc2(act)). dxy holds dy and becomes dx2.
-  if (fc2_b_ >= 0) kernels::bias_backward(rc.k, p_.grad(fc2_b_), dxy, Nl, h);
+  // MLP block: y = x2 + b2 + exit(fc2(act)) (+ routed experts). dxy holds dy and becomes dx2.
+  float* dln2 = nullptr;  // [Nl, h]
   float* dpartial = dxy;
-  if (sp) {
-    dpartial = scratch.alloc<float>(N * h);
-    parallel::exit_tp_backward(tp, dpartial, dxy, N, h);
+  if (dense_mlp()) {
+    if (fc2_b_ >= 0) kernels::bias_backward(rc.k, p_.grad(fc2_b_), dxy, Nl, h);
+    if (sp) {
+      dpartial = scratch.alloc<float>(N * h);
+      parallel::exit_tp_backward(tp, dpartial, dxy, N, h);
+    }
+    float* dact = scratch.alloc<float>(N * Fl_);
+    linear_backward(rc, scratch, dact, p_.grad(fc2_w_), nullptr, dpartial, st.act_in,
+                    p_.weight(fc2_w_), N, Fl_, h);
+    const int64_t fc1_w = cfg_.swiglu ? 2 * Fl_ : Fl_;
+    float* dfc1 = scratch.alloc<float>(N * fc1_w);
+    if (cfg_.swiglu) {
+      kernels::swiglu_backward(rc.k, dfc1, st.fc1, dact, N, Fl_);
+    } else {
+      kernels::gelu_backward(rc.k, dfc1, st.fc1, dact, N * Fl_);
+    }
+    float* dln2_full = scratch.alloc<float>(N * h);
+    linear_backward(rc, scratch, dln2_full, p_.grad(fc1_w_), opt_grad(p_, fc1_b_), dfc1, st.ln2_in,
+                    p_.weight(fc1_w_), N, h, fc1_w);
+    dln2 = sp ? scratch.alloc<float>(Nl * h) : dln2_full;
+    parallel::enter_tp_backward(tp, dln2, dln2_full, N, h);
   }
-  float* dact = scratch.alloc<float>(N * Fl_);
-  linear_backward(rc, scratch, dact, p_.grad(fc2_w_), nullptr, dpartial, st.act_in,
-                  p_.weight(fc2_w_), N, Fl_, h);
-  const int64_t fc1_w = cfg_.swiglu ? 2 * Fl_ : Fl_;
-  float* dfc1 = scratch.alloc<float>(N * fc1_w);
-  if (cfg_.swiglu) {
-    kernels::swiglu_backward(rc.k, dfc1, st.fc1, dact, N, Fl_);
-  } else {
-    kernels::gelu_backward(rc.k, dfc1, st.fc1, dact, N * Fl_);
+  if (moe_) {
+    float* drouted = scratch.alloc<float>(Nl * h);
+    moe_->backward(rc, tl, st.moe, scratch, dxy, drouted);
+    if (dln2) {
+      kernels::add(rc.k, dln2, dln2, drouted, Nl * h);
+    } else {
+      dln2 = drouted;
+    }
   }
-  float* dln2_full = scratch.alloc<float>(N * h);
-  linear_backward(rc, scratch, dln2_full, p_.grad(fc1_w_), opt_grad(p_, fc1_b_), dfc1, st.ln2_in,
-                  p_.weight(fc1_w_), N, h, fc1_w);
-  float* dln2 = sp ? scratch.alloc<float>(Nl * h) : dln2_full;
-  parallel::enter_tp_backward(tp, dln2, dln2_full, N, h);
   ln2_.backward(rc, cfg_, p_, dxy, dln2, st.x2, st.ln2_mean, st.ln2_rstd, Nl);
 
   // Attention block: x2 = x + b + exit(proj(att)). dxy holds dx2 and becomes dx.
@@ -286,8 +303,8 @@ void TransformerLayer::backward(
   std::memset(dk, 0, sizeof(float) * N * Gl_ * D_);
   std::memset(dv, 0, sizeof(float) * N * Gl_ * D_);
   const kernels::AttnShape as{tl.B, tl.S, tl.S, Hl_, Gl_, D_, 1.0f / std::sqrt(float(D_))};
-  kernels::attention_backward(rc.k, dq, dk, dv, datt, st.q, st.k, st.v, st.att, st.lse, as,
-                              kernels::AttnMask{});
+  parallel::ring_attention_backward(rc.k, rc.cp, scratch, dq, dk, dv, datt, st.q, st.k, st.v,
+                                    st.att, st.lse, as);
   if (cfg_.position_embedding_type == PositionEmbedding::kRope) {
     kernels::rope_backward(rc.k, dq, tl.pos, N, Hl_, D_, cfg_.rotary_dim(), cfg_.rotary_base);
     kernels::rope_backward(rc.k, dk, tl.pos, N, Gl_, D_, cfg_.rotary_dim(), cfg_.rotary_base);

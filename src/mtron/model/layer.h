@@ -6,18 +6,25 @@
 // on this rank's tensor-parallel shard: QKV and fc1 are column-parallel (by query group, and by
 // [gate|up] blocks), proj and fc2 row-parallel, with the TP/SP mappings of parallel/mappings.h
 // around them. Rows are tokens, sequence-major (n = s*B + b); with sequence parallelism the
-// residual stream holds this rank's S/TP block of the sequence.
+// residual stream holds this rank's S/TP block of the sequence. With context parallelism the
+// rows are this rank's two sequence chunks and attention is ring attention over the CP group.
+//
+// In an MoE layer (cfg.is_moe_layer) the MLP block is the routed experts (moe.h) plus, with
+// --moe-shared-expert-intermediate-size, a shared expert: a dense MLP of that size, named
+// mlp.shared_experts.*, whose output is added to the experts'.
 //
 // forward() saves what backward needs in a Stash carved from an arena the caller owns (one per
 // micro-batch in flight); backward() works in place on the residual gradient.
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 
 #include "mtron/core/arena.h"
 #include "mtron/core/model_config.h"
 #include "mtron/model/linear.h"
+#include "mtron/model/moe.h"
 #include "mtron/model/params.h"
 
 namespace mtron::model {
@@ -26,7 +33,8 @@ namespace mtron::model {
 struct TokenLayout {
   int64_t B = 0;                 // sequences
   int64_t S = 0;                 // tokens per sequence on this rank
-  const int32_t* pos = nullptr;  // [S*B] position of each row (RoPE)
+  const int32_t* pos = nullptr;  // [S*B] position of each row in its sequence
+  float aux_weight = 1.0f;       // weight of per-micro-batch auxiliary losses (MoE)
   int64_t rows() const { return S * B; }
 };
 
@@ -73,13 +81,17 @@ class TransformerLayer {
     Act ln2_in;            // [N, h]
     float* fc1 = nullptr;  // [N, Fl or 2 Fl] before the activation
     Act act_in;            // [N, Fl] fc2's GEMM input
+    MoELayer::Stash moe;   // MoE layers
   };
 
-  // Registers this layer's parameters (global layer index `layer`) for TP rank/size of rc.tp.
+  // Registers this layer's parameters (global layer index `layer`) for TP rank/size of tp; an
+  // MoE layer's experts go to `expert_params` (this EP rank's experts, ETP shards).
   TransformerLayer(const ModelConfig& cfg,
                    int64_t layer,
                    const parallel::TensorParallel& tp,
-                   ParamBuffer& params);
+                   const parallel::ExpertParallel& ep,
+                   ParamBuffer& params,
+                   ParamBuffer& expert_params);
 
   // y[Nl, h] from x[Nl, h]; stash buffers from `keep`, temporaries from `scratch`.
   void forward(const RunCtx& rc,
@@ -94,6 +106,8 @@ class TransformerLayer {
       const RunCtx& rc, const TokenLayout& tl, const Stash& st, Arena& scratch, float* dxy) const;
 
  private:
+  bool dense_mlp() const { return fc1_w_ >= 0; }
+
   const ModelConfig& cfg_;
   ParamBuffer& p_;
   int64_t Hl_, Gl_, D_, Fl_, h_;  // local heads, local groups, head dim, local ffn, hidden
@@ -101,7 +115,8 @@ class TransformerLayer {
   Norm ln1_, ln2_;
   // parameter handles (-1: absent)
   int qkv_w_ = -1, qkv_b_ = -1, proj_w_ = -1, proj_b_ = -1;
-  int fc1_w_ = -1, fc1_b_ = -1, fc2_w_ = -1, fc2_b_ = -1;
+  int fc1_w_ = -1, fc1_b_ = -1, fc2_w_ = -1, fc2_b_ = -1;  // dense MLP or shared expert
+  std::unique_ptr<MoELayer> moe_;
 };
 
 }  // namespace mtron::model

@@ -12,7 +12,9 @@
 #include "mtron/core/arena.h"
 #include "mtron/kernels/ctx.h"
 #include "mtron/model/params.h"
+#include "mtron/parallel/expert_dispatch.h"
 #include "mtron/parallel/mappings.h"
+#include "mtron/parallel/ring_attention.h"
 
 namespace mtron::model {
 
@@ -20,6 +22,8 @@ struct RunCtx {
   kernels::Ctx k;
   Precision precision = Precision::kFP32;
   parallel::TensorParallel tp;
+  parallel::ContextParallel cp;
+  parallel::ExpertParallel ep;
 };
 
 // An activation as a GEMM reads it (the fp32 tensor, or its bf16 copy in bf16 mode).

@@ -7,6 +7,25 @@
 
 namespace mtron::model {
 
+ParamSpec sharded_spec(std::string name,
+                       Shape global,
+                       int dim,
+                       int64_t rank,
+                       int64_t size,
+                       float std,
+                       bool weight_decay) {
+  Shape local = global;
+  local[size_t(dim)] /= size;
+  return ParamSpec{.name = std::move(name),
+                   .global_shape = global,
+                   .shard_dim = dim,
+                   .shard_offset = rank * local[size_t(dim)],
+                   .local_shape = local,
+                   .init = weight_decay ? ParamInit::kNormal : ParamInit::kZeros,
+                   .init_std = std,
+                   .weight_decay = weight_decay};
+}
+
 int ParamBuffer::add(ParamSpec spec) {
   MT_ASSERT(!master_.defined(), "parameter ", spec.name, " registered after allocate()");
   MT_ASSERT(spec.local_shape.size() == spec.global_shape.size(), spec.name, ": rank mismatch");

@@ -41,6 +41,16 @@ struct ParamSpec {
   bool tp_replicated() const { return shard_dim < 0; }
 };
 
+// A weight sharded along `dim` in `size` equal slices, of which this rank holds slice `rank`.
+// Initialised N(0, std); a bias (weight_decay false) starts at zero.
+ParamSpec sharded_spec(std::string name,
+                       Shape global,
+                       int dim,
+                       int64_t rank,
+                       int64_t size,
+                       float std,
+                       bool weight_decay = true);
+
 // A contiguous range of whole parameters reduced over data parallel as one message (and, with
 // the distributed optimizer, sharded over the DP x CP ranks in equal parts). Its length is a
 // multiple of the shard count. A deferred bucket holds a cross-stage tied embedding, whose

@@ -34,6 +34,9 @@ const char* kNoOpFlags[] = {
     "--no-create-attention-mask-in-dataloader",
     "--use-contiguous-buffers-in-local-ddp",
     "--cross-entropy-loss-fusion",
+    "--moe-grouped-gemm",
+    "--moe-permute-fusion",
+    "--moe-router-fusion",
 };
 
 template <typename E>
@@ -99,6 +102,18 @@ bool parse_train_args(int argc, char** argv, int64_t world_size, TrainArgs& a) {
       ->group(p);
   app.add_option("--world-size", a.layout_world_size,
                  "With --print-layout: the number of ranks to lay out (default: this launch's)")
+      ->group(p);
+  std::string dispatcher = "allgather", router_dtype = "fp32", cp_comm = "p2p";
+  app.add_option("--moe-token-dispatcher-type", dispatcher,
+                 "allgather or alltoall (mtron exchanges tokens all-to-all over EP either way; "
+                 "the result is the same)")
+      ->check(CLI::IsMember({"allgather", "alltoall"}))
+      ->group(p);
+  app.add_option("--moe-router-dtype", router_dtype, "fp32 (mtron's router always runs in fp32)")
+      ->check(CLI::IsMember({"fp32"}))
+      ->group(p);
+  app.add_option("--cp-comm-type", cp_comm, "p2p (ring attention; the only one mtron has)")
+      ->check(CLI::IsMember({"p2p"}))
       ->group(p);
 
   const char* t = "Training";
@@ -241,11 +256,17 @@ bool parse_train_args(int argc, char** argv, int64_t world_size, TrainArgs& a) {
   MT_CHECK(a.model.num_attention_heads != 0, "--num-attention-heads is required");
   MT_CHECK(a.model.seq_length != 0, "--seq-length is required");
   a.model.finalize();
+  MT_CHECK(!a.model.is_moe() || !a.model.add_bias_linear,
+           "--num-experts: experts with biases are not supported yet; pass --disable-bias-linear");
 
   MT_CHECK(a.layout_world_size == 0 || a.print_layout, "--world-size is only for --print-layout");
   par.world_size = a.layout_world_size > 0 ? a.layout_world_size : world_size;
   MT_CHECK(par.micro_batch_size != 0, "--micro-batch-size is required");
   par.finalize(a.model);
+  // Megatron's MoELayer raises this in training: each TP rank must route distinct tokens.
+  MT_CHECK(!a.model.is_moe() || par.tp() == 1 || par.sequence_parallel,
+           "During training, performance may degrade if MoE and tensor parallelism are "
+           "enabled without also enabling sequence parallelism (add --sequence-parallel)");
 
   MT_CHECK(a.train_iters > 0, "--train-iters is required and must be positive");
   MT_CHECK(a.lr >= 0, "--lr is required");

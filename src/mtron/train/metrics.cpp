@@ -18,14 +18,16 @@ std::string format_iteration_line(const IterationLog& l) {
   // Megatron prints {:.1f}; CPU throughputs are far below 1 TFLOP/s: keep 3 significant digits.
   const std::string tflops = l.tflops_per_device >= 10 ? fmt::format("{:.1f}", l.tflops_per_device)
                                                        : fmt::format("{:.3g}", l.tflops_per_device);
+  std::string moe;  // Megatron: each MoE loss as " name: {:.6E} |" after lm loss
+  for (const auto& [name, value] : l.moe_losses) moe += fmt::format(" {}: {:.6E} |", name, value);
   return fmt::format(
       " [{:%Y-%m-%d %H:%M:%S}] iteration {:8d}/{:8d} | consumed samples: {:12d} | elapsed time "
       "per iteration (ms): {:.1f} | throughput per GPU (TFLOP/s/GPU): {} | learning rate: "
-      "{:.6E} | global batch size: {:5d} | lm loss: {:.6E} | loss scale: {:.1f} | grad norm: "
+      "{:.6E} | global batch size: {:5d} | lm loss: {:.6E} |{} loss scale: {:.1f} | grad norm: "
       "{:.3f} | number of skipped iterations: {:3d} | number of nan iterations: {:3d} | tokens "
       "per second per GPU: {:.1f} | MFU: {:.2f}% | peak memory (MB): {:.1f} |",
       fmt::localtime(now), l.iteration, l.train_iters, l.consumed_samples, l.elapsed_ms, tflops,
-      l.learning_rate, l.global_batch_size, l.lm_loss, 1.0, l.grad_norm, l.skipped_iterations,
+      l.learning_rate, l.global_batch_size, l.lm_loss, moe, 1.0, l.grad_norm, l.skipped_iterations,
       l.nan_iterations, l.tokens_per_s_per_device, 100.0 * l.mfu, l.peak_memory_mb);
 }
 
@@ -53,10 +55,13 @@ void MetricsWriter::write(const IterationLog& l) {
              "{{\"iteration\": {}, \"consumed_samples\": {}, \"lm_loss\": {:.9g}, "
              "\"learning_rate\": {:.9g}, \"grad_norm\": {:.9g}, \"elapsed_ms\": {:.3f}, "
              "\"tflops_per_device\": {:.6g}, \"tokens_per_s_per_device\": {:.3f}, \"mfu\": {:.6g}, "
-             "\"peak_memory_mb\": {:.3f}, \"skipped_iterations\": {}, \"nan_iterations\": {}}}\n",
+             "\"peak_memory_mb\": {:.3f}, \"skipped_iterations\": {}, \"nan_iterations\": {}",
              l.iteration, l.consumed_samples, l.lm_loss, l.learning_rate, l.grad_norm, l.elapsed_ms,
              l.tflops_per_device, l.tokens_per_s_per_device, l.mfu, l.peak_memory_mb,
              l.skipped_iterations, l.nan_iterations);
+  for (const auto& [name, value] : l.moe_losses) fmt::print(f_, ", \"{}\": {:.9g}", name, value);
+  for (const auto& [name, value] : l.extra) fmt::print(f_, ", \"{}\": {:.17g}", name, value);
+  fmt::print(f_, "}}\n");
   std::fflush(f_);
 }
 

@@ -8,6 +8,8 @@
 #include <cstdint>
 #include <cstdio>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace mtron::train {
 
@@ -17,11 +19,15 @@ struct IterationLog {
   double tflops_per_device = 0;
   double learning_rate = 0;
   double lm_loss = 0;  // averaged over the interval
+  // Megatron's MoE loss fields, printed after lm loss ("load_balancing_loss", "z_loss"),
+  // averaged over the interval.
+  std::vector<std::pair<std::string, double>> moe_losses;
   double grad_norm = 0;
   int64_t skipped_iterations = 0, nan_iterations = 0;
   double tokens_per_s_per_device = 0;
   double mfu = 0;  // fraction
   double peak_memory_mb = 0;
+  std::vector<std::pair<std::string, double>> extra;  // JSONL only (e.g. MoE dropped tokens)
 };
 
 std::string format_iteration_line(const IterationLog& l);

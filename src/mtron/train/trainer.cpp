@@ -23,12 +23,20 @@ namespace mtron::train {
 
 namespace {
 
-std::vector<optim::OptimRange> optim_ranges(const model::ParamBuffer& p, int64_t tp_rank) {
+// The global gradient norm sums over the world, so each replica is counted on one rank only:
+// TP-replicated parameters on TP rank 0, the last stage's tied embedding copy not at all (the
+// first stage counts it), and, unless the distributed optimizer shards them, parameters on
+// replica 0 of their data-parallel group (DP x CP; EDP for the routed experts).
+std::vector<optim::OptimRange> optim_ranges(const model::ParamBuffer& p,
+                                            const ParallelState& ps,
+                                            bool experts) {
+  const bool sharded = ps.config().use_distributed_optimizer;
+  const bool dp_first = experts ? ps.edp_rank() == 0 : ps.dp_rank() == 0 && ps.cp_rank() == 0;
   std::vector<optim::OptimRange> r;
   for (const model::ParamSpec& s : p.specs()) {
-    // Replicas are counted once in the global norm: TP-replicated parameters on TP rank 0 only,
-    // the last stage's tied embedding copy not at all (the first stage counts it).
-    const bool counted = !s.tied_copy && (!s.tp_replicated() || tp_rank == 0);
+    const bool tp_first = experts ? (!s.tp_replicated() || ps.etp_rank() == 0)
+                                  : (!s.tp_replicated() || ps.tp_rank() == 0);
+    const bool counted = !s.tied_copy && tp_first && (sharded || dp_first);
     r.push_back({s.offset, s.offset + s.numel(), s.weight_decay, counted});
   }
   return r;
@@ -48,9 +56,11 @@ class Trainer::Stages : public parallel::StageModel {
     split_ = split;
     base_ = base;
     loss_sum_ = 0;
+    moe_ = model::MoEStats{};
     mbs_.clear();
   }
   double loss_sum() const { return loss_sum_; }
+  const model::MoEStats& moe() const { return moe_; }
 
   const float* forward(int chunk, int64_t m, const float* input) override {
     release_pending();
@@ -63,6 +73,7 @@ class Trainer::Stages : public parallel::StageModel {
       need = [sync](int64_t lo, int64_t hi) { sync->wait_params(lo, hi); };
     const float* out = c.forward(t_.rc_, mb(m), st, input, train_, need);
     if (c.placement().has_head) loss_sum_ += st.loss_sum;
+    moe_.add(st.moe);
     if (!train_) pending_ = {chunk, m};
     return out;
   }
@@ -120,6 +131,7 @@ class Trainer::Stages : public parallel::StageModel {
   data::Split split_ = data::Split::kTrain;
   int64_t base_ = 0;
   double loss_sum_ = 0;
+  model::MoEStats moe_;  // this rank's share, over the step's micro-batches
   std::map<int64_t, model::MicroBatch> mbs_;
   std::map<Key, std::unique_ptr<model::GPTChunk::Stash>> in_use_;
   std::vector<std::unique_ptr<model::GPTChunk::Stash>> free_;
@@ -133,8 +145,14 @@ Trainer::Trainer(const TrainArgs& args, Comm& world, int ranks_per_node)
   rc_.precision = a_.bf16 ? model::Precision::kBF16 : model::Precision::kFP32;
   rc_.tp = parallel::TensorParallel{&ps_->tp(), ps_->tp_rank(), ps_->tp_size(),
                                     a_.parallel.sequence_parallel};
-  MT_CHECK(a_.parallel.cp() == 1, "--context-parallel-size > 1 is not supported yet");
-  MT_CHECK(!a_.model.is_moe(), "--num-experts (mixture of experts) is not supported yet");
+  rc_.cp = parallel::ContextParallel{&ps_->cp(), ps_->cp_rank(), ps_->cp_size()};
+  rc_.ep = parallel::ExpertParallel{.ep = &ps_->ep(),
+                                    .etp = &ps_->etp(),
+                                    .tokens = &ps_->tp_cp(),
+                                    .ep_rank = ps_->ep_rank(),
+                                    .ep_size = ps_->ep_size(),
+                                    .etp_rank = ps_->etp_rank(),
+                                    .etp_size = ps_->etp_size()};
   build_model();
   if (a_.mock_data) {
     for (data::Split sp : {data::Split::kTrain, data::Split::kValid, data::Split::kTest}) {
@@ -187,7 +205,7 @@ void Trainer::build_model() {
   for (int64_t c = 0; c < v; ++c) {
     const int64_t vs = c * P + ps_->pp_rank();  // virtual stage
     model::ChunkPlacement place{vs * per_chunk, per_chunk, vs == 0, vs == P * v - 1};
-    chunks_.push_back(std::make_unique<model::GPTChunk>(m, place, rc_.tp, a_.recompute));
+    chunks_.push_back(std::make_unique<model::GPTChunk>(m, place, rc_.tp, a_.recompute, rc_.ep));
     model::ParamBuffer& p = chunks_.back()->params();
     p.allocate(rc_.precision, par.use_distributed_optimizer ? dp.size() : 1, bucket);
     p.init(a_.seed);
@@ -197,10 +215,27 @@ void Trainer::build_model() {
         .grad = p.grad_flat().f32(),
         .compute = rc_.precision == model::Precision::kBF16 ? p.bf16_flat().bf() : nullptr,
         .size = p.size(),
-        .ranges = optim_ranges(p, rc_.tp.rank),
+        .ranges = optim_ranges(p, *ps_, false),
         .shards = {}};
     for (const auto& [lo, hi] : grad_syncs_.back()->shards()) b.shards.push_back({lo, hi});
     bufs.push_back(std::move(b));
+
+    // The routed experts: their own buffer, reduced (and sharded) over expert data parallel.
+    model::ParamBuffer& x = chunks_.back()->expert_params();
+    if (x.specs().empty()) continue;
+    Comm& edp = ps_->edp();
+    x.allocate(rc_.precision, par.use_distributed_optimizer ? edp.size() : 1, bucket);
+    x.init(a_.seed);
+    expert_syncs_.push_back(std::make_unique<GradSync>(x, edp, par.use_distributed_optimizer));
+    optim::OptimBuffer xb{
+        .master = x.master_flat().f32(),
+        .grad = x.grad_flat().f32(),
+        .compute = rc_.precision == model::Precision::kBF16 ? x.bf16_flat().bf() : nullptr,
+        .size = x.size(),
+        .ranges = optim_ranges(x, *ps_, true),
+        .shards = {}};
+    for (const auto& [lo, hi] : expert_syncs_.back()->shards()) xb.shards.push_back({lo, hi});
+    bufs.push_back(std::move(xb));
   }
   optimizer_ = std::make_unique<optim::AdamW>(std::move(bufs), a_.adam);
 }
@@ -257,24 +292,28 @@ model::MicroBatch Trainer::microbatch(data::Split split, int64_t base, int64_t j
   const data::SampleDataset& ds = *datasets_[split];
   // Megatron's sampler: DP rank r takes [r*B, (r+1)*B) of each B*DP block of samples.
   const int64_t first = base + j * B * par.dp() + ps_->dp_rank() * B;
+  // Context parallelism: this rank's two chunks of each sequence (rc_.cp.position).
+  const int64_t Sl = S / par.cp();
   model::MicroBatch mb;
   mb.B = B;
-  mb.S = S;
-  mb.tokens.resize(size_t(S * B));
-  mb.labels.resize(size_t(S * B));
-  mb.pos.resize(size_t(S * B));
+  mb.S = Sl;
+  mb.tokens.resize(size_t(Sl * B));
+  mb.labels.resize(size_t(Sl * B));
+  mb.pos.resize(size_t(Sl * B));
   std::vector<int32_t> sample(size_t(S + 1));
   for (int64_t b = 0; b < B; ++b) {
     MT_CHECK(first + b < ds.size(), "the ", data::split_name(split), " split has ", ds.size(),
              " samples; sample ", first + b, " was asked for");
     ds.get(first + b, sample.data());
-    for (int64_t s = 0; s < S; ++s) {
-      mb.tokens[size_t(s * B + b)] = sample[size_t(s)];
-      mb.labels[size_t(s * B + b)] = sample[size_t(s + 1)];
-      mb.pos[size_t(s * B + b)] = int32_t(s);
+    for (int64_t s = 0; s < Sl; ++s) {
+      const int64_t g = rc_.cp.position(s, Sl);
+      mb.tokens[size_t(s * B + b)] = sample[size_t(g)];
+      mb.labels[size_t(s * B + b)] = sample[size_t(g + 1)];
+      mb.pos[size_t(s * B + b)] = int32_t(g);
     }
   }
   mb.dloss = float(1.0 / double(par.global_batch_size * S));
+  mb.aux_weight = float(double(B) / double(par.global_batch_size));
   return mb;
 }
 
@@ -308,6 +347,7 @@ void Trainer::finalize_grads() {
     }
   }
   for (auto& g : grad_syncs_) g->finish();
+  for (auto& g : expert_syncs_) g->finish();
   // Sequence-parallel parameters (norms, row-parallel biases) saw only this rank's rows. With
   // the distributed optimizer only the shard part of the sum is used; TP ranks share the layout.
   if (rc_.tp.sequence_parallel) {
@@ -334,7 +374,10 @@ StepResult Trainer::step() {
   const auto& par = a_.parallel;
   StepResult r;
   r.lr = learning_rate(consumed_samples_);
-  for (auto& c : chunks_) c->params().zero_grad();
+  for (auto& c : chunks_) {
+    c->params().zero_grad();
+    if (!c->expert_params().specs().empty()) c->expert_params().zero_grad();
+  }
 
   stages_->begin(true, data::Split::kTrain, consumed_samples_);
   const parallel::PipelineTimes pt =
@@ -345,12 +388,13 @@ StepResult Trainer::step() {
   }
   finalize_grads();
 
-  Comm& norm_group = par.use_distributed_optimizer ? world_ : ps_->tp_pp();
-  r.grad_norm = optimizer_->grad_norm(norm_group);
+  r.grad_norm = optimizer_->grad_norm(world_);
   r.skipped = !optimizer_->step(r.lr, r.grad_norm);
   // Every rank updated its shards of the master weights: gather the whole model back (in the
   // background with --overlap-param-gather: the next forward waits bucket by bucket).
   for (auto& g : grad_syncs_) g->gather_params(par.overlap_param_gather);
+  for (auto& g : expert_syncs_) g->gather_params(false);
+  if (a_.model.is_moe()) moe_stats(r);
 
   // The loss lives on the last stage; sum it over DP x CP and share it along the pipeline.
   double loss = ps_->is_last_pp_stage() ? stages_->loss_sum() : 0.0;
@@ -360,6 +404,19 @@ StepResult Trainer::step() {
   consumed_samples_ += par.global_batch_size;
   ++iteration_;
   return r;
+}
+
+void Trainer::moe_stats(StepResult& r) const {
+  const model::MoEStats& m = stages_->moe();
+  double v[5] = {m.load_balancing, m.z_loss, m.dropped, m.routed_hash, m.dropped_hash};
+  if (world_.size() > 1) world_.all_reduce(v, 5, DType::kF64, ReduceOp::kSum);
+  // Shares summed over the world: over TP x CP they make each micro-batch's value; then
+  // Megatron's mean over micro-batches (of every DP rank) and MoE layers.
+  const auto& par = a_.parallel;
+  const double n = double(par.dp() * par.num_microbatches() * a_.model.num_moe_layers());
+  r.load_balancing_loss = v[0] / n;
+  r.z_loss = v[1] / n;
+  r.moe = model::MoEStats{v[0], v[1], v[2], v[3], v[4]};
 }
 
 void Trainer::run() {
@@ -389,8 +446,20 @@ void Trainer::run() {
              double(optimizer_->state_bytes()) / 1048576.0,
              par.use_distributed_optimizer ? " (distributed optimizer shard)" : "");
   }
+  if (a_.model.is_moe() && (world_.rank() == 0 || logger)) {
+    int64_t n = 0;
+    for (const auto& c : chunks_)
+      for (const model::ParamSpec& s : c->expert_params().specs()) n += s.numel();
+    log_info(
+        "expert weights on this rank: {} bytes fp32 ({} of {} experts per MoE layer, 1/{} of "
+        "each by expert tensor parallelism)",
+        n * int64_t(sizeof(float)), a_.model.num_experts / par.ep(), a_.model.num_experts,
+        par.etp());
+  }
 
   double interval_loss = 0, interval_time = 0, profiled_time = 0;
+  double interval_lb = 0, interval_z = 0;
+  model::MoEStats interval_moe;
   int64_t interval_iters = 0, skipped = 0, nans = 0, profiled_iters = 0;
   std::vector<int64_t> bytes_at_start;
   bool exiting = false;
@@ -403,6 +472,9 @@ void Trainer::run() {
     const double dt = now_seconds() - t0;
     if (profile_enabled()) profiled_time += dt;
     interval_loss += r.lm_loss;
+    interval_lb += r.load_balancing_loss;
+    interval_z += r.z_loss;
+    interval_moe.add(r.moe);
     interval_time += dt;
     ++interval_iters;
     skipped += r.skipped;
@@ -425,11 +497,28 @@ void Trainer::run() {
           double(par.global_batch_size * a_.model.seq_length) / per_iter / double(world_.size());
       l.mfu = flops / per_iter / double(world_.size()) / peak;
       l.peak_memory_mb = double(process_peak_rss()) / 1048576.0;
+      const auto& mc = a_.model;
+      if (mc.moe_aux_loss_coeff > 0 &&
+          mc.moe_router_load_balancing_type != RouterLoadBalancing::kNone) {
+        const bool seq = mc.moe_router_load_balancing_type == RouterLoadBalancing::kSeqAuxLoss;
+        l.moe_losses.emplace_back(seq ? "seq_load_balancing_loss" : "load_balancing_loss",
+                                  interval_lb / double(interval_iters));
+      }
+      if (mc.moe_z_loss_coeff > 0) {
+        l.moe_losses.emplace_back("z_loss", interval_z / double(interval_iters));
+      }
+      if (mc.is_moe()) l.extra.emplace_back("moe_routing_hash", interval_moe.routed_hash);
+      if (mc.is_moe() && mc.moe_expert_capacity_factor > 0) {
+        l.extra.emplace_back("moe_dropped_pairs", interval_moe.dropped);
+        l.extra.emplace_back("moe_dropped_hash", interval_moe.dropped_hash);
+      }
       if (logger) {
         log_plain(format_iteration_line(l));
         metrics_->write(l);
       }
       interval_loss = interval_time = 0;
+      interval_lb = interval_z = 0;
+      interval_moe = model::MoEStats{};
       interval_iters = skipped = nans = 0;
     }
     if (a_.eval_iters > 0 && datasets_.valid && iteration_ % a_.eval_interval == 0) {

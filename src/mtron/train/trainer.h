@@ -32,6 +32,11 @@ struct StepResult {
   double grad_norm = 0;  // before clipping
   double lr = 0;
   bool skipped = false;
+  // MoE: Megatron's load_balancing_loss and z_loss (averaged over the global batch's
+  // micro-batches and the MoE layers, without their coefficients), and the step's statistics
+  // summed over the world (dropped pairs, routing checksums).
+  double load_balancing_loss = 0, z_loss = 0;
+  model::MoEStats moe;
 };
 
 class Trainer {
@@ -73,11 +78,12 @@ class Trainer {
   void build_model();
   double learning_rate(int64_t samples) const;
   // --profile: bytes each group's Comm has sent (kProfiledGroups order, then world).
-  static constexpr GroupKind kProfiledGroups[] = {GroupKind::kTP,   GroupKind::kCP,
-                                                  GroupKind::kDPCP, GroupKind::kPP,
-                                                  GroupKind::kTPPP, GroupKind::kEmbedding};
+  static constexpr GroupKind kProfiledGroups[] = {
+      GroupKind::kTP,        GroupKind::kCP, GroupKind::kDPCP, GroupKind::kPP, GroupKind::kTPPP,
+      GroupKind::kEmbedding, GroupKind::kEP, GroupKind::kETP,  GroupKind::kEDP};
   std::vector<int64_t> comm_bytes() const;
   void log_profile(double seconds, int64_t iters, const std::vector<int64_t>& bytes0) const;
+  void moe_stats(StepResult& r) const;
 
   TrainArgs a_;
   Comm& world_;
@@ -85,7 +91,8 @@ class Trainer {
   std::unique_ptr<ParallelState> ps_;
   model::RunCtx rc_;
   std::vector<std::unique_ptr<model::GPTChunk>> chunks_;
-  std::vector<std::unique_ptr<GradSync>> grad_syncs_;  // one per chunk
+  std::vector<std::unique_ptr<GradSync>> grad_syncs_;    // one per chunk
+  std::vector<std::unique_ptr<GradSync>> expert_syncs_;  // one per chunk with routed experts
   std::unique_ptr<optim::AdamW> optimizer_;
   data::TrainValidTest datasets_;
   int64_t consumed_eval_samples_[3] = {0, 0, 0};

@@ -1,0 +1,123 @@
+// defines: MoEStats, MoELayer
+//
+// The routed part of a mixture-of-experts MLP (Megatron-Core's MoELayer with the TopKRouter and
+// the alltoall token dispatcher); the shared expert, when present, is the layer's dense MLP
+// (layer.h). On this rank's token rows x[T, h] (T = the sequence-parallel rows: with TP > 1,
+// sequence parallelism is required, as Megatron requires it in training):
+//
+//   router   logits = x W_r^T in fp32; softmax: top-k of the logits, weights = softmax over the
+//            k chosen logits; sigmoid: top-k of sigmoid(logits), weights normalised to sum 1
+//            (k > 1). Ties go to the lower expert index.
+//   capacity (--moe-expert-capacity-factor cf; default dropless) each expert keeps at most
+//            ceil(T_mb * k / E * cf) of its (token, expert) pairs, T_mb = the micro-batch's
+//            tokens; policy probs keeps the highest weights, position the earliest tokens (ties:
+//            earlier token). Megatron decides per rank over its local tokens; mtron decides over
+//            the whole micro-batch (gathered across TP x CP), so the dropped pairs are the same
+//            for every layout.
+//   experts  pairs dispatched to their experts (parallel/expert_dispatch.h), fc1 -> act -> fc2
+//            per local expert, combined back: y[t] = sum over kept pairs of weight * expert(x[t])
+//
+// Auxiliary losses (Megatron's formulas, reference/megatron.md section 1), over the token set
+// Megatron uses: one micro-batch, i.e. the tokens split over TP (SP) x CP, counts summed over
+// that group (tokens_per_expert reduced over tp_cp):
+//   aux_loss      coeff * E / (k * T_mb^2) * sum_i (sum over tokens of softmax_i) * count_i
+//                 (count_i: top-k selections of expert i before dropping)
+//   seq_aux_loss  the same per sequence (T = S), averaged over the micro-batch's sequences
+//   z-loss        coeff * mean over tokens of logsumexp(logits)^2
+// Each rank adds its tokens' share; the gradient of every micro-batch's auxiliary losses is
+// weighted by TokenLayout::aux_weight = 1 / (micro-batches in the global batch), so the
+// objective is lm loss + the auxiliary losses averaged over the global batch's micro-batches
+// (Megatron's target scaling 1 / (num_micro_batches * dp_size)).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "mtron/core/arena.h"
+#include "mtron/core/model_config.h"
+#include "mtron/model/linear.h"
+#include "mtron/model/params.h"
+#include "mtron/parallel/expert_dispatch.h"
+
+namespace mtron::model {
+
+struct TokenLayout;  // layer.h
+
+// This rank's share of the MoE statistics, summed over layers and micro-batches. Summed over the
+// TP x CP group, a micro-batch's shares are its statistics.
+struct MoEStats {
+  double load_balancing = 0;  // aux loss / coeff (aux_loss or seq_aux_loss)
+  double z_loss = 0;          // z-loss / coeff
+  double dropped = 0;         // (token, expert) pairs dropped by the capacity limit
+  // Order-independent checksums of the routed (top-k) and of the dropped (token, expert) pairs:
+  // sums of 20-bit hashes of (layer, token in the micro-batch, expert), exact in a double up to
+  // 2^33 pairs, so that layouts can be compared (tests).
+  double routed_hash = 0, dropped_hash = 0;
+  void add(const MoEStats& o) {
+    load_balancing += o.load_balancing;
+    z_loss += o.z_loss;
+    dropped += o.dropped;
+    routed_hash += o.routed_hash;
+    dropped_hash += o.dropped_hash;
+  }
+};
+
+class MoELayer {
+ public:
+  struct Stash {
+    const float* x = nullptr;  // [T, h] router and expert input (owned by the caller)
+    float* logits = nullptr;   // [T, E]
+    float* scores = nullptr;   // [T, E] scores of the aux loss (softmax or normalised sigmoid)
+    int32_t* idx = nullptr;    // [T, k] chosen experts, best first
+    float* weight = nullptr;   // [T, k] routing weights (of every chosen pair, kept or not)
+    int64_t* row = nullptr;    // [T, k] the pair's row in the permuted order, -1: dropped
+    float* counts = nullptr;   // aux_loss [E] / seq_aux_loss [B, E] counts over the micro-batch
+    parallel::DispatchPlan plan;
+    Act expert_in;              // [R, h]
+    float* fc1 = nullptr;       // [R, Fl or 2 Fl] before the activation
+    Act act_in;                 // [R, Fl]
+    float* combined = nullptr;  // [P, h] expert outputs back in local order
+    MoEStats stats;             // this micro-batch, this layer
+  };
+
+  // Registers the router (in `dense`, replicated, sequence-parallel) and this EP rank's experts
+  // (in `experts`, sharded over ETP; named by global expert index) for global layer `layer`.
+  MoELayer(const ModelConfig& cfg,
+           int64_t layer,
+           const parallel::TensorParallel& tp,
+           const parallel::ExpertParallel& ep,
+           ParamBuffer& dense,
+           ParamBuffer& experts);
+
+  // y[T, h] (written) from x[T, h]; stash from `keep`, temporaries from `scratch`. Collective
+  // over the EP, ETP and TP x CP groups.
+  void forward(const RunCtx& rc,
+               const TokenLayout& tl,
+               Stash& st,
+               Arena& keep,
+               Arena& scratch,
+               const float* x,
+               float* y) const;
+  // dx[T, h] (written) from dy[T, h]; accumulates parameter gradients.
+  void backward(const RunCtx& rc,
+                const TokenLayout& tl,
+                const Stash& st,
+                Arena& scratch,
+                const float* dy,
+                float* dx) const;
+
+ private:
+  // Drops pairs over capacity (sets st.row to -1 before the permutation); fills the stats.
+  void apply_capacity(const RunCtx& rc, const TokenLayout& tl, Stash& st, int64_t T) const;
+
+  const ModelConfig& cfg_;
+  ParamBuffer& dense_;
+  ParamBuffer& experts_;
+  int64_t layer_;
+  int64_t E_, k_, h_, El_, Fl_;  // experts, top-k, hidden, local experts, local expert ffn
+  int router_w_ = -1;
+  std::vector<int> fc1_w_, fc2_w_;  // per local expert
+};
+
+}  // namespace mtron::model

@@ -1,0 +1,73 @@
+// defines: ContextParallel, ring_attention_forward, ring_attention_backward
+//
+// Context parallelism (Megatron's --context-parallel-size with --cp-comm-type p2p). The sequence
+// is cut into 2*CP chunks of c = S/(2*CP) tokens; CP rank r holds chunks r and 2*CP-1-r (one early,
+// one late: every rank then has the same share of the causal work). Its local rows are the two
+// chunks one after the other, sequence-major as everywhere ([2c, B, ...], row = s_local*B + b).
+//
+// Ring attention: each rank's K/V block (its two chunks) travels round the CP ring, CP-1 hops;
+// at each step a rank attends its queries to the block it holds, chunk pair by chunk pair
+// (chunk j is visible to chunk i if j < i, causally if j == i, not at all if j > i), and merges
+// the partial outputs with their log-sum-exps (online softmax). Backward runs the ring again
+// with the final out/lse (exact per block): dQ stays local, each block's dK/dV partial travels
+// with it, starting at the block owner's successor, and after CP-1 hops arrives home.
+//
+// Bytes each rank sends per attention call (fp32, KV = 2 * S_local * B * G * D * 4, the rank's
+// K and V): forward (CP-1) * KV, backward 2 * (CP-1) * KV.
+//
+// lse is saved as two [B, H, c] halves (one per local chunk), not as one [B, H, 2c] array.
+#pragma once
+
+#include <cstdint>
+
+#include "mtron/comm/comm.h"
+#include "mtron/core/arena.h"
+#include "mtron/kernels/attention.h"
+
+namespace mtron::parallel {
+
+struct ContextParallel {
+  Comm* comm = nullptr;  // the CP group (may be null when size == 1)
+  int64_t rank = 0;
+  int64_t size = 1;
+
+  // Global chunk index of local half `half` (0 or 1).
+  int64_t chunk(int64_t half) const { return half == 0 ? rank : 2 * size - 1 - rank; }
+  // Global sequence position of local sequence index s, with S_local tokens per sequence on
+  // this rank (the identity when size == 1).
+  int64_t position(int64_t s, int64_t S_local) const {
+    if (size == 1) return s;
+    const int64_t c = S_local / 2;
+    return chunk(s / c) * c + s % c;
+  }
+};
+
+// out[S, B, H, D] and lse from this rank's q[S, B, H, D], k, v[S, B, G, D] (S = s.Sq = s.Sk
+// local tokens per sequence), causal over the global sequence. Collective over the CP group;
+// with size 1 it is plain causal attention. Temporaries come from `scratch`.
+void ring_attention_forward(const kernels::Ctx& ctx,
+                            const ContextParallel& cp,
+                            Arena& scratch,
+                            float* out,
+                            float* lse,
+                            const float* q,
+                            const float* k,
+                            const float* v,
+                            const kernels::AttnShape& s);
+
+// dq, dk, dv (+=) of this rank's rows; out and lse are the forward's.
+void ring_attention_backward(const kernels::Ctx& ctx,
+                             const ContextParallel& cp,
+                             Arena& scratch,
+                             float* dq,
+                             float* dk,
+                             float* dv,
+                             const float* dout,
+                             const float* q,
+                             const float* k,
+                             const float* v,
+                             const float* out,
+                             const float* lse,
+                             const kernels::AttnShape& s);
+
+}  // namespace mtron::parallel
