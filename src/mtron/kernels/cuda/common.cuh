@@ -46,7 +46,9 @@ void launch(const char* name,
   (void)stream;
   sim::launch(grid, block, smem_bytes, [&] { kernel(args...); });
 #else
-  kernel<<<grid, block, smem_bytes, stream> > >(args...);
+  // clang-format off
+  kernel<<<grid, block, smem_bytes, stream>>>(args...);  // clang-format 14 splits the >>>
+  // clang-format on
   check_launch(name, stream);
 #endif
 }

@@ -41,30 +41,42 @@ void launch(dim3 grid, dim3 block_dim, size_t smem_bytes, const std::function<vo
   const int nthreads = int(block_dim.x * block_dim.y * block_dim.z);
   MT_ASSERT(nthreads > 0 && nthreads % 32 == 0 && nthreads <= 1024, "CUDA emulation: block of ",
             nthreads, " threads (need a multiple of 32, <= 1024)");
-  for (unsigned bz = 0; bz < grid.z; ++bz)
-    for (unsigned by = 0; by < grid.y; ++by)
-      for (unsigned bx = 0; bx < grid.x; ++bx) {
-        Block b(nthreads, smem_bytes);
-        std::vector<std::thread> threads;
-        threads.reserve(size_t(nthreads));
-        for (int t = 0; t < nthreads; ++t) {
-          threads.emplace_back([&, t] {
-            tl_block = &b;
-            tl_tid = t;
-            blockIdx = {bx, by, bz};
-            gridDim = grid;
-            blockDim = block_dim;
-            threadIdx = {unsigned(t) % block_dim.x, (unsigned(t) / block_dim.x) % block_dim.y,
-                         unsigned(t) / (block_dim.x * block_dim.y)};
-            kernel();
-            // A thread that has returned no longer takes part in barriers (as on the GPU).
-            b.warps[size_t(t / 32)]->arrive_and_drop();
-            b.sync.arrive_and_drop();
-            tl_block = nullptr;
-          });
-        }
-        for (auto& th : threads) th.join();
+  const int64_t nblocks = int64_t(grid.x) * grid.y * grid.z;
+  // One OS thread per CUDA thread for the whole grid; blocks run one after another. Between
+  // blocks every thread meets at `next`, whose completion step (run once, with all threads
+  // waiting) makes the next block's state: fresh barriers, so threads that returned early from
+  // one block take part again in the next.
+  int64_t index = 0;
+  auto current = std::make_unique<Block>(nthreads, smem_bytes);
+  auto advance = [&]() noexcept {
+    if (++index < nblocks) current = std::make_unique<Block>(nthreads, smem_bytes);
+  };
+  std::barrier next(nthreads, advance);
+  std::vector<std::thread> threads;
+  threads.reserve(size_t(nthreads));
+  for (int t = 0; t < nthreads; ++t) {
+    threads.emplace_back([&, t] {
+      tl_tid = t;
+      gridDim = grid;
+      blockDim = block_dim;
+      threadIdx = {unsigned(t) % block_dim.x, (unsigned(t) / block_dim.x) % block_dim.y,
+                   unsigned(t) / (block_dim.x * block_dim.y)};
+      while (index < nblocks) {
+        Block& b = *current;
+        tl_block = &b;
+        blockIdx = {unsigned(index % grid.x), unsigned(index / grid.x % grid.y),
+                    unsigned(index / (int64_t(grid.x) * grid.y))};
+        kernel();
+        // A thread that has returned no longer takes part in the block's barriers (as on the
+        // GPU).
+        b.warps[size_t(t / 32)]->arrive_and_drop();
+        b.sync.arrive_and_drop();
+        tl_block = nullptr;
+        next.arrive_and_wait();
       }
+    });
+  }
+  for (auto& th : threads) th.join();
 }
 
 void sync_block() {
