@@ -59,10 +59,15 @@ run_timed() {
 banner "0 machine"
 GPU=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)
 NGPU=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | wc -l)
+[ "$NGPU" -gt 0 ] || NGPU=1  # no nvidia-smi: try one GPU anyway
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv 2>&1 | head -3
 echo "nvcc:  $(nvcc --version 2>/dev/null | tail -2 | head -1)"
 echo "cmake: $(cmake --version 2>/dev/null | head -1); ninja $(ninja --version 2>/dev/null)"
 echo "host:  $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(. /etc/os-release 2>/dev/null; echo "$PRETTY_NAME")"
+NVCC=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
+for f in cublasLt.h nccl.h cudnn.h; do
+  echo "$f: $(ls /usr/local/cuda/include/$f /usr/include/$f /usr/include/x86_64-linux-gnu/$f 2>/dev/null | head -1)"
+done
 TORCH=$($PY -c 'import torch; print(torch.__version__, "cuda", torch.version.cuda)' 2>/dev/null)
 echo "torch: ${TORCH:-not importable with $PY}"
 echo "git:   $(git log -1 --format='%h %s' 2>/dev/null)"
@@ -78,11 +83,28 @@ if [ -d .gpudeps ] && ls .gpudeps/*.deb >/dev/null 2>&1; then
 else
   echo "no .gpudeps/: building against this machine's own packages (run bench/gpu/pack-deps.sh here first if the configure fails)"
 fi
+# NCCL: beside the toolkit, else PyTorch's nvidia-nccl wheel (headers and libnccl.so.2; CMake's
+# find_library wants a libnccl.so, so a small NCCL_HOME of links is made for it).
+if [ ! -f "$(dirname "$NVCC")/../include/nccl.h" ] && [ ! -f /usr/include/nccl.h ]; then
+  w=$($PY -c 'import nvidia.nccl as n; print(list(n.__path__)[0])' 2>/dev/null)
+  if [ -n "$w" ] && [ -f "$w/include/nccl.h" ]; then
+    mkdir -p /tmp/mtron-nccl/lib
+    ln -sfn "$w/include" /tmp/mtron-nccl/include
+    ln -sfn "$(ls "$w"/lib/libnccl.so* | head -1)" /tmp/mtron-nccl/lib/libnccl.so
+    echo "NCCL from PyTorch's wheel: $w"
+    DEPS_ENV+=("NCCL_HOME=/tmp/mtron-nccl")
+    ld=$(printf '%s\n' "${DEPS_ENV[@]}" | sed -n 's/^LD_LIBRARY_PATH=//p' | tail -1)
+    ld=${ld:-${LD_LIBRARY_PATH:-}}
+    DEPS_ENV+=("LD_LIBRARY_PATH=${ld:+$ld:}$w/lib")  # env applies them in order: the last wins
+  else
+    echo "no nccl.h beside the toolkit nor in PyTorch's wheels: the configure will say so"
+  fi
+fi
 MENV=(env "${DEPS_ENV[@]}")  # prefix of mtron's commands: they see the carried libraries
 b0=$(elapsed)
 built=0
 if run_timed configure "$(limit 90)" "$OUT/configure.log" "${MENV[@]}" cmake --preset cuda-release \
-  -DCMAKE_CUDA_ARCHITECTURES=90 -DMTRON_BUILD_TESTS=OFF -DMTRON_WERROR=OFF -DCMAKE_POLICY_VERSION_MINIMUM=3.5 \
+  -DCMAKE_CUDA_COMPILER="$NVCC" -DCMAKE_CUDA_ARCHITECTURES=90 -DMTRON_BUILD_TESTS=OFF -DMTRON_WERROR=OFF -DCMAKE_POLICY_VERSION_MINIMUM=3.5 \
   "${DEPS_CMAKE_ARGS[@]}" >/dev/null; then
   if run_timed build "$(limit 300 60)" "$OUT/build.log" "${MENV[@]}" cmake --build $BUILD -j "$(nproc)" \
     --target op_check gpu_bench nccl_check mtron >/dev/null; then
@@ -108,9 +130,15 @@ if [ $built = 1 ]; then
   rc=$?
   fails=$(grep -c ' FAIL$' "$OUT/op_check.txt" 2>/dev/null)
   rows=$(grep -cE ' (ok|FAIL)$' "$OUT/op_check.txt" 2>/dev/null)
-  [ "$rc" = 0 ] && note "b op_check" "ok: $rows comparisons, 0 failed" ||
+  fails=${fails:-0} rows=${rows:-0}
+  if [ "$rc" = 0 ]; then
+    note "b op_check" "ok: $rows comparisons, 0 failed"
+  elif [ "$rows" -gt 0 ]; then
     note "b op_check" "FAILED (exit $rc): $fails of $rows comparisons failed"
-  grep ' FAIL$' "$OUT/op_check.txt" | head -20
+  else
+    note "b op_check" "FAILED (exit $rc): $(tail -1 "$OUT/op_check.txt" 2>/dev/null)"
+  fi
+  grep ' FAIL$' "$OUT/op_check.txt" 2>/dev/null | head -20
 
   banner "b nccl_check: the NCCL Comm on $NGPU GPU(s)"
   MPIRUN=$("${MENV[@]}" bash -c 'command -v orterun || command -v mpirun' 2>/dev/null)
@@ -222,6 +250,5 @@ paste <(grep -E '^(gpt2-124m|1\.3b) ' "$OUT/gpu_bench.txt" 2>/dev/null | grep -E
   grep -E '^(gpt2-124m|1\.3b) ' "$OUT/torch_ops.txt" 2>/dev/null
   echo '```'
 } >"$OUT/RESULTS.md"
-cp "$OUT/RESULTS.md" bench/gpu/RESULTS.md 2>/dev/null
 echo
 echo "run.sh: done in $(elapsed) s; logs and RESULTS.md in $OUT"

@@ -138,7 +138,7 @@ double sum_squares(const float* x, int64_t n) {
 }
 
 void fill_zero(void* x, int64_t bytes) {
-  std::memset(x, 0, size_t(bytes));
+  if (bytes > 0) std::memset(x, 0, size_t(bytes));  // x may be null when bytes == 0
 }
 
 void fill(float* x, float value, int64_t n) {
@@ -146,7 +146,7 @@ void fill(float* x, float value, int64_t n) {
 }
 
 void copy(void* dst, const void* src, int64_t bytes) {
-  std::memcpy(dst, src, size_t(bytes));
+  if (bytes > 0) std::memcpy(dst, src, size_t(bytes));
 }
 
 }  // namespace mtron::kernels::cpu
