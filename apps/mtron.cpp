@@ -3,6 +3,7 @@
 #include <cstring>
 #include <string>
 
+#include "mtron/data/preprocess.h"
 #include "mtron/train/trainer.h"
 
 namespace {
@@ -31,6 +32,7 @@ int main(int argc, char** argv) {
   }
   const std::string cmd = argv[1];
   if (cmd == "train") return mtron::train::train_main(argc - 1, argv + 1);
+  if (cmd == "preprocess") return mtron::data::preprocess_main(argc - 1, argv + 1);
   std::fprintf(stderr, "mtron: unknown command '%s'\n", argv[1]);
   usage(stderr);
   return 2;

@@ -30,4 +30,7 @@ else
   echo "== cuda build skipped: no nvcc (install the CUDA toolkit to check it)"
 fi
 
+echo "== fuzz (libFuzzer, ASan+UBSan; MTRON_SKIP_FUZZ=1 skips)"
+[ "${MTRON_SKIP_FUZZ:-0}" = 1 ] || bash scripts/run-fuzz.sh
+
 echo "== all tests passed in $(( $(date +%s) - start )) s"

@@ -30,9 +30,15 @@ int slot_of(const char* name) {
 
 }  // namespace
 
-void profile_enable(bool on) { g_enabled = on; }
-bool profile_enabled() { return g_enabled; }
-void profile_reset() { g_slots.clear(); }
+void profile_enable(bool on) {
+  g_enabled = on;
+}
+bool profile_enabled() {
+  return g_enabled;
+}
+void profile_reset() {
+  g_slots.clear();
+}
 
 ProfileScope::ProfileScope(const char* name, double flops) {
   if (!g_enabled || g_depth++ > 0) return;
@@ -54,7 +60,8 @@ ProfileScope::~ProfileScope() {
 std::vector<ProfileEntry> profile_report() {
   std::vector<ProfileEntry> out;
   for (const Slot& s : g_slots) out.push_back({s.name, s.calls, s.seconds, s.flops});
-  std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.seconds > b.seconds; });
+  std::sort(out.begin(), out.end(),
+            [](const auto& a, const auto& b) { return a.seconds > b.seconds; });
   return out;
 }
 

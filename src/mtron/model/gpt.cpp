@@ -81,8 +81,28 @@ int64_t GPTChunk::group_end(int64_t i) const {
   return std::min<int64_t>((i / n + 1) * n, place_.num_layers);
 }
 
-const float* GPTChunk::forward(
-    const RunCtx& rc, const MicroBatch& mb, Stash& st, const float* input, bool train) {
+std::pair<int64_t, int64_t> GPTChunk::param_range(int first, int next_first) const {
+  const int64_t end = next_first < 0 ? params_.size() : params_.spec(next_first).offset;
+  return {params_.spec(first).offset, end};
+}
+
+const float* GPTChunk::forward(const RunCtx& rc,
+                               const MicroBatch& mb,
+                               Stash& st,
+                               const float* input,
+                               bool train,
+                               const ParamsNeeded& params_needed) {
+  // The handle after layer i's parameters (or -1: the rest of the buffer).
+  auto next_first = [&](int64_t i) {
+    if (i + 1 < int64_t(layer_first_.size())) return layer_first_[size_t(i + 1)];
+    return head_first_;
+  };
+  auto need = [&](int first, int next) {
+    if (params_needed) {
+      const auto [lo, hi] = param_range(first, next);
+      params_needed(lo, hi);
+    }
+  };
   const auto& tp = rc.tp;
   const TokenLayout tl = mb.layout();
   const int64_t N = tl.rows(), Nl = tp.sp_rows(N), h = cfg_.hidden_size;
@@ -95,6 +115,7 @@ const float* GPTChunk::forward(
 
   const float* x = input;
   if (place_.has_embedding) {
+    need(0, layer_first_.front());
     scratch_.reset();
     float* emb = tp.sequence_parallel ? scratch_.alloc<float>(N * h) : st.keep.alloc<float>(N * h);
     kernels::embedding_forward(rc.k, emb, mb.tokens.data(), params_.master(wte_), N, h,
@@ -115,6 +136,7 @@ const float* GPTChunk::forward(
 
   const int64_t L = int64_t(layers_.size());
   for (int64_t i = 0; i < L; ++i) {
+    need(layer_first_[size_t(i)], next_first(i));
     st.inputs[size_t(i)] = x;
     scratch_.reset();
     float* y;
@@ -137,6 +159,7 @@ const float* GPTChunk::forward(
   if (!place_.has_head) return x;
 
   scratch_.reset();
+  need(head_first_, -1);
   float* lnf = scratch_.alloc<float>(Nl * h);
   st.lnf_mean =
       cfg_.normalization == Normalization::kLayerNorm ? st.keep.alloc<float>(Nl) : nullptr;

@@ -74,9 +74,16 @@ class GPTChunk {
 
   // input: [Nl, h] from the previous stage (null on the first chunk). Returns the output
   // [Nl, h] (null on the head chunk, which instead fills st.loss_sum and, when `train`, the
-  // loss gradient in st.dhead).
-  const float* forward(
-      const RunCtx& rc, const MicroBatch& mb, Stash& st, const float* input, bool train);
+  // loss gradient in st.dhead). params_needed, when given, is called before each part (the
+  // embeddings, each layer, the head) with the buffer range [begin, end) of its parameters,
+  // so their all-gather can overlap with the parts before (--overlap-param-gather).
+  using ParamsNeeded = std::function<void(int64_t begin, int64_t end)>;
+  const float* forward(const RunCtx& rc,
+                       const MicroBatch& mb,
+                       Stash& st,
+                       const float* input,
+                       bool train,
+                       const ParamsNeeded& params_needed = nullptr);
   // dout: d(loss)/d(output) [Nl, h] (ignored on the head chunk). Returns d(loss)/d(input)
   // [Nl, h] in the stash (null on the first chunk). Parameter gradients accumulate.
   // grads_ready, when given, is called as backward proceeds with an offset in the parameter
@@ -91,6 +98,8 @@ class GPTChunk {
 
  private:
   bool recomputed(int64_t i) const;  // is local layer i in a recompute group?
+  // Buffer range of parameter handles [first, next_first) (next_first < 0: to the end).
+  std::pair<int64_t, int64_t> param_range(int first, int next_first) const;
   int64_t group_end(int64_t i) const;
 
   const ModelConfig& cfg_;

@@ -72,8 +72,12 @@ void ParamBuffer::init(uint64_t seed) {
 }
 
 void ParamBuffer::refresh_bf16() {
+  refresh_bf16(0, master_.numel());
+}
+
+void ParamBuffer::refresh_bf16(int64_t begin, int64_t end) {
   if (precision_ == Precision::kBF16) {
-    kernels::convert(kernels::Ctx{}, bf16_.bf(), master_.f32(), master_.numel());
+    kernels::convert(kernels::Ctx{}, bf16_.bf() + begin, master_.f32() + begin, end - begin);
   }
 }
 

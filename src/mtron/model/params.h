@@ -69,8 +69,10 @@ class ParamBuffer {
   void allocate(Precision precision, int64_t shards, int64_t bucket_elems = 0);
   // Fills master weights per their specs and refreshes the bf16 copy.
   void init(uint64_t seed);
-  // master -> bf16 copy (after loading or an optimizer step that did not write it).
+  // master -> bf16 copy (after loading or an optimizer step that did not write it), of the
+  // whole buffer or of elements [begin, end).
   void refresh_bf16();
+  void refresh_bf16(int64_t begin, int64_t end);
   void zero_grad();
 
   const std::vector<Bucket>& buckets() const { return buckets_; }

@@ -7,6 +7,7 @@
 
 #include "mtron/core/error.h"
 #include "mtron/core/tensor.h"
+#include "mtron/core/timer.h"
 
 namespace mtron::parallel {
 
@@ -44,7 +45,8 @@ std::vector<PipelineOp> pipeline_ops(int rank, int pp, int vpp, int64_t M, bool 
   return ops;
 }
 
-void run_pipeline(StageModel& model, Comm& pp, int vpp, int64_t M, bool forward_only) {
+PipelineTimes run_pipeline(StageModel& model, Comm& pp, int vpp, int64_t M, bool forward_only) {
+  PipelineTimes times;
   const int P = pp.size(), r = pp.rank();
   const int last_vs = P * vpp - 1;
   const int64_t n = model.message_elems();
@@ -68,9 +70,13 @@ void run_pipeline(StageModel& model, Comm& pp, int vpp, int64_t M, bool forward_
       Tensor in;
       if (vs > 0) {
         in = Tensor::empty({n}, DType::kF32);
+        const double t0 = now_seconds();
         pp.recv(in.f32(), n, DType::kF32, prev, fwd_tag(vs));
+        times.wait_s += now_seconds() - t0;
       }
+      const double t0 = now_seconds();
       const float* out = model.forward(op.chunk, op.microbatch, in.defined() ? in.f32() : nullptr);
+      times.compute_s += now_seconds() - t0;
       if (in.defined() && !forward_only) inputs[key] = std::move(in);
       if (vs < last_vs) {
         Tensor buf = Tensor::empty({n}, DType::kF32);
@@ -80,10 +86,14 @@ void run_pipeline(StageModel& model, Comm& pp, int vpp, int64_t M, bool forward_
     } else {
       const float* dout = nullptr;
       if (vs < last_vs) {
+        const double t0 = now_seconds();
         pp.recv(grad_in.f32(), n, DType::kF32, next, bwd_tag(vs));
+        times.wait_s += now_seconds() - t0;
         dout = grad_in.f32();
       }
+      const double t0 = now_seconds();
       const float* din = model.backward(op.chunk, op.microbatch, dout);
+      times.compute_s += now_seconds() - t0;
       inputs.erase(key);
       if (vs > 0) {
         Tensor buf = Tensor::empty({n}, DType::kF32);
@@ -96,8 +106,11 @@ void run_pipeline(StageModel& model, Comm& pp, int vpp, int64_t M, bool forward_
         std::remove_if(sends.begin(), sends.end(), [](Pending& s) { return s.req->test(); }),
         sends.end());
   }
+  const double t0 = now_seconds();
   for (Pending& s : sends) s.req->wait();
+  times.wait_s += now_seconds() - t0;
   MT_ASSERT(inputs.empty(), "pipeline step ended with ", inputs.size(), " unconsumed inputs");
+  return times;
 }
 
 }  // namespace mtron::parallel

@@ -47,8 +47,15 @@ class StageModel {
   virtual int64_t message_elems() const = 0;
 };
 
+// Where a rank's time in one step went: running its chunks, or blocked waiting for a
+// neighbour's activation or gradient (the pipeline bubble, plus transfer time).
+struct PipelineTimes {
+  double compute_s = 0, wait_s = 0;
+};
+
 // Runs one step's forwards and backwards (or forwards only) of M micro-batches over the
 // pipeline group `pp`.
-void run_pipeline(StageModel& model, Comm& pp, int vpp, int64_t M, bool forward_only = false);
+PipelineTimes run_pipeline(
+    StageModel& model, Comm& pp, int vpp, int64_t M, bool forward_only = false);
 
 }  // namespace mtron::parallel

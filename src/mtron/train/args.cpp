@@ -6,6 +6,9 @@
 
 #include "mtron/core/error.h"
 #include "mtron/core/model_flags.h"
+#include "mtron/data/tokenizer.h"
+
+#include <fmt/format.h>
 
 namespace mtron::train {
 namespace {
@@ -93,6 +96,9 @@ bool parse_train_args(int argc, char** argv, int64_t world_size, TrainArgs& a) {
       ->check(CLI::IsMember({"nccl", "gloo"}))
       ->group(p);
   app.add_flag("--print-layout", a.print_layout, "Print the rank map of this layout and exit")
+      ->group(p);
+  app.add_option("--world-size", a.layout_world_size,
+                 "With --print-layout: the number of ranks to lay out (default: this launch's)")
       ->group(p);
 
   const char* t = "Training";
@@ -209,20 +215,34 @@ bool parse_train_args(int argc, char** argv, int64_t world_size, TrainArgs& a) {
            "dropout is not supported yet: pass --hidden-dropout 0 --attention-dropout 0 "
            "(mtron's default)");
 
-  // Model vocabulary comes from the tokenizer; NullTokenizer takes --vocab-size.
-  if (a.mock_data && a.tokenizer_type.empty()) a.tokenizer_type = "NullTokenizer";
+  // The model's vocabulary is the tokenizer's; NullTokenizer takes --vocab-size.
+  MT_CHECK(a.mock_data || !a.data_path.empty(), "no data: pass --data-path PREFIX or --mock-data");
+  MT_CHECK(!(a.mock_data && !a.data_path.empty()),
+           "--mock-data and --data-path exclude each other");
+  if (a.tokenizer_type.empty()) {
+    MT_CHECK(a.mock_data, "--data-path needs --tokenizer-type (one of ",
+             fmt::format("{}", fmt::join(data::tokenizer_types(), ", ")), ")");
+    a.tokenizer_type = "NullTokenizer";
+  }
   if (a.tokenizer_type == "NullTokenizer") {
     MT_CHECK(a.vocab_size > 0, "--tokenizer-type NullTokenizer needs --vocab-size");
     a.model.vocab_size = a.vocab_size;
+  } else {
+    data::TokenizerOptions o;
+    o.type = a.tokenizer_type;
+    o.vocab_file = a.vocab_file;
+    o.merge_file = a.merge_file;
+    o.model = a.tokenizer_model;
+    a.model.vocab_size = data::make_tokenizer(o)->vocab_size();
   }
-  MT_CHECK(a.mock_data || !a.data_path.empty(), "no data: pass --data-path PREFIX or --mock-data");
   MT_CHECK(a.model.num_layers != 0, "--num-layers is required");
   MT_CHECK(a.model.hidden_size != 0, "--hidden-size is required");
   MT_CHECK(a.model.num_attention_heads != 0, "--num-attention-heads is required");
   MT_CHECK(a.model.seq_length != 0, "--seq-length is required");
   a.model.finalize();
 
-  par.world_size = world_size;
+  MT_CHECK(a.layout_world_size == 0 || a.print_layout, "--world-size is only for --print-layout");
+  par.world_size = a.layout_world_size > 0 ? a.layout_world_size : world_size;
   MT_CHECK(par.micro_batch_size != 0, "--micro-batch-size is required");
   par.finalize(a.model);
 
@@ -230,6 +250,8 @@ bool parse_train_args(int argc, char** argv, int64_t world_size, TrainArgs& a) {
   MT_CHECK(a.lr >= 0, "--lr is required");
   MT_CHECK(a.min_lr <= a.lr, "--min-lr (", a.min_lr, ") must be <= --lr (", a.lr, ")");
   MT_CHECK(a.log_interval > 0, "--log-interval must be positive");
+  MT_CHECK(a.eval_interval > 0, "--eval-interval must be positive");
+  MT_CHECK(a.eval_iters >= 0, "--eval-iters must be >= 0");
   MT_CHECK(a.adam.beta1 >= 0 && a.adam.beta1 < 1, "--adam-beta1 must be in [0, 1)");
   MT_CHECK(a.adam.beta2 >= 0 && a.adam.beta2 < 1, "--adam-beta2 must be in [0, 1)");
   MT_CHECK(a.adam.eps > 0, "--adam-eps must be positive");

@@ -45,7 +45,8 @@ struct TrainArgs {
   int64_t log_interval = 100;
   std::string metrics_file;  // JSONL; default: <save>/metrics.jsonl or ./mtron-metrics.jsonl
   bool print_layout = false;
-  bool profile = false;  // per-op time table at the end
+  int64_t layout_world_size = 0;  // --world-size: the world --print-layout describes
+  bool profile = false;           // per-op time table at the end
 
   std::vector<std::string> notes;  // accepted no-op flags, reported at start
 };

@@ -4,11 +4,12 @@
 
 namespace mtron::train {
 
-GradSync::GradSync(const model::ParamBuffer& params, Comm& dp, bool distributed_optimizer)
+GradSync::GradSync(model::ParamBuffer& params, Comm& dp, bool distributed_optimizer)
     : p_(params), dp_(dp), distributed_(distributed_optimizer) {
   const auto& buckets = p_.buckets();
   launched_.assign(buckets.size(), false);
   requests_.resize(buckets.size());
+  gathers_.resize(buckets.size());
   if (distributed_ && dp_.size() > 1) {
     for (const model::Bucket& b : buckets) {
       scattered_.push_back(Tensor::empty({b.shard_len(dp_.size())}, DType::kF32));
@@ -70,13 +71,34 @@ void GradSync::finish() {
   }
 }
 
-void GradSync::gather_params() {
+void GradSync::gather_params(bool overlap) {
   if (!distributed_ || dp_.size() == 1) return;
-  for (const model::Bucket& b : p_.buckets()) {
-    const int64_t len = b.shard_len(dp_.size());
-    float* m = p_.master_flat().f32() + b.begin;
-    dp_.all_gather(m + dp_.rank() * len, m, len, DType::kF32);
+  const auto& buckets = p_.buckets();
+  for (size_t i = 0; i < buckets.size(); ++i) {
+    const int64_t len = buckets[i].shard_len(dp_.size());
+    float* m = p_.master_flat().f32() + buckets[i].begin;
+    gathers_[i] = dp_.iall_gather(m + dp_.rank() * len, m, len, DType::kF32);
   }
+  pending_params_ = true;
+  if (!overlap) wait_all_params();
+}
+
+void GradSync::wait_params(int64_t begin, int64_t end) {
+  if (!pending_params_) return;
+  const auto& buckets = p_.buckets();
+  bool any_left = false;
+  for (size_t i = 0; i < buckets.size(); ++i) {
+    if (!gathers_[i]) continue;
+    if (buckets[i].begin < end && begin < buckets[i].end) {
+      gathers_[i]->wait();
+      gathers_[i].reset();
+      p_.refresh_bf16(buckets[i].begin, buckets[i].end);
+    } else {
+      gathers_[i]->test();  // let Open MPI progress the others
+      any_left = true;
+    }
+  }
+  pending_params_ = any_left;
 }
 
 }  // namespace mtron::train

@@ -6,7 +6,9 @@
 // With --overlap-grad-reduce the buckets are launched as non-blocking collectives while backward
 // still runs (ready() is called from the last micro-batch's backward as each layer finishes);
 // deferred buckets (tied embeddings split over pipeline stages) always wait for finish(), after
-// the caller has summed them over the embedding group.
+// the caller has summed them over the embedding group. After the optimizer step the updated
+// master weights are all-gathered bucket by bucket; with --overlap-param-gather the gathers run
+// in the background and the next forward waits for each bucket just before it needs it.
 #pragma once
 
 #include <cstdint>
@@ -20,7 +22,7 @@ namespace mtron::train {
 
 class GradSync {
  public:
-  GradSync(const model::ParamBuffer& params, Comm& dp, bool distributed_optimizer);
+  GradSync(model::ParamBuffer& params, Comm& dp, bool distributed_optimizer);
 
   // This rank's shard of each bucket (the whole bucket without the distributed optimizer).
   std::vector<std::pair<int64_t, int64_t>> shards() const;
@@ -30,18 +32,25 @@ class GradSync {
   // Launches the rest, waits for everything; the gradients are then reduced (in this rank's
   // shards). Resets for the next step.
   void finish();
-  // After an optimizer step on the shards: gathers every bucket's updated master weights.
-  void gather_params();
+  // After an optimizer step on the shards: gathers every bucket's updated master weights (and
+  // refreshes their bf16 copy). overlap: only launch; wait_params() completes.
+  void gather_params(bool overlap);
+  // Completes the gathers of the buckets that hold buffer elements [begin, end).
+  void wait_params(int64_t begin, int64_t end);
+  void wait_all_params() { wait_params(0, p_.size()); }
+  bool params_pending() const { return pending_params_; }
 
  private:
   void launch(size_t b);
 
-  const model::ParamBuffer& p_;
+  model::ParamBuffer& p_;
   Comm& dp_;
   bool distributed_;
   std::vector<bool> launched_;
   std::vector<std::unique_ptr<Request>> requests_;  // per bucket (null when not in flight)
   std::vector<Tensor> scattered_;                   // reduce-scatter outputs per bucket
+  std::vector<std::unique_ptr<Request>> gathers_;   // per bucket, in flight
+  bool pending_params_ = false;
 };
 
 }  // namespace mtron::train

@@ -3,7 +3,9 @@
 #include <fmt/chrono.h>
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <cstring>
 #include <ctime>
 
@@ -25,6 +27,14 @@ std::string format_iteration_line(const IterationLog& l) {
       fmt::localtime(now), l.iteration, l.train_iters, l.consumed_samples, l.elapsed_ms, tflops,
       l.learning_rate, l.global_batch_size, l.lm_loss, 1.0, l.grad_norm, l.skipped_iterations,
       l.nan_iterations, l.tokens_per_s_per_device, 100.0 * l.mfu, l.peak_memory_mb);
+}
+
+std::string format_eval_block(const std::string& where, double loss) {
+  const std::string line =
+      fmt::format(" validation loss at {} | lm loss value: {:.6E} | lm loss PPL: {:.6E} | ", where,
+                  loss, std::exp(std::min(20.0, loss)));
+  const std::string rule(line.size() + 1, '-');
+  return rule + "\n" + line + "\n" + rule;
 }
 
 MetricsWriter::MetricsWriter(const std::string& path) {

@@ -26,6 +26,10 @@ struct IterationLog {
 
 std::string format_iteration_line(const IterationLog& l);
 
+// Megatron's evaluation block: a dashed rule, " validation loss at <where> | lm loss value: ...
+// | lm loss PPL: ... | ", a dashed rule.
+std::string format_eval_block(const std::string& where, double loss);
+
 // Appends one JSON object per line.
 class MetricsWriter {
  public:

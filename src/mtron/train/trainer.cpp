@@ -16,6 +16,7 @@
 #include "mtron/parallel/launch.h"
 #include "mtron/parallel/rank_map.h"
 #include "mtron/parallel/schedule.h"
+#include "mtron/train/mock_data.h"
 
 namespace mtron::train {
 
@@ -47,8 +48,11 @@ class Trainer::Stages : public parallel::StageModel {
  public:
   explicit Stages(Trainer& t) : t_(t) {}
 
-  void begin(bool train) {
+  // A step over the global batch at sample `base` of `split` (train: forward and backward).
+  void begin(bool train, data::Split split, int64_t base) {
     train_ = train;
+    split_ = split;
+    base_ = base;
     loss_sum_ = 0;
     mbs_.clear();
   }
@@ -58,7 +62,12 @@ class Trainer::Stages : public parallel::StageModel {
     release_pending();
     model::GPTChunk::Stash& st = acquire({chunk, m});
     model::GPTChunk& c = *t_.chunks_[size_t(chunk)];
-    const float* out = c.forward(t_.rc_, mb(m), st, input, train_);
+    // --overlap-param-gather: the parameter all-gathers of the last step are still in flight.
+    model::GPTChunk::ParamsNeeded need;
+    GradSync* sync = t_.grad_syncs_[size_t(chunk)].get();
+    if (sync->params_pending())
+      need = [sync](int64_t lo, int64_t hi) { sync->wait_params(lo, hi); };
+    const float* out = c.forward(t_.rc_, mb(m), st, input, train_, need);
     if (c.placement().has_head) loss_sum_ += st.loss_sum;
     if (!train_) pending_ = {chunk, m};
     return out;
@@ -89,7 +98,7 @@ class Trainer::Stages : public parallel::StageModel {
 
   const model::MicroBatch& mb(int64_t m) {
     auto it = mbs_.find(m);
-    if (it == mbs_.end()) it = mbs_.emplace(m, t_.microbatch(m)).first;
+    if (it == mbs_.end()) it = mbs_.emplace(m, t_.microbatch(split_, base_, m)).first;
     return it->second;
   }
   model::GPTChunk::Stash& acquire(Key k) {
@@ -114,6 +123,8 @@ class Trainer::Stages : public parallel::StageModel {
 
   Trainer& t_;
   bool train_ = true;
+  data::Split split_ = data::Split::kTrain;
+  int64_t base_ = 0;
   double loss_sum_ = 0;
   std::map<int64_t, model::MicroBatch> mbs_;
   std::map<Key, std::unique_ptr<model::GPTChunk::Stash>> in_use_;
@@ -131,9 +142,29 @@ Trainer::Trainer(const TrainArgs& args, Comm& world) : a_(args), world_(world) {
   MT_CHECK(!a_.model.is_moe(), "--num-experts (mixture of experts) is not supported yet");
   build_model();
   if (a_.mock_data) {
-    mock_ = std::make_unique<MockData>(a_.seed, a_.model.vocab_size, a_.model.seq_length);
+    for (data::Split sp : {data::Split::kTrain, data::Split::kValid, data::Split::kTest}) {
+      auto d = std::make_shared<MockData>(a_.seed, a_.model.vocab_size, a_.model.seq_length, sp);
+      (sp == data::Split::kTrain   ? datasets_.train
+       : sp == data::Split::kValid ? datasets_.valid
+                                   : datasets_.test) = d;
+    }
+  } else {
+    // Rank 0 builds (and caches) the dataset indices; the others then load them.
+    data::DataConfig dc{.data_path = a_.data_path,
+                        .split = a_.split,
+                        .seq_length = a_.model.seq_length,
+                        .seed = uint32_t(a_.seed),
+                        .cache_path = a_.data_cache_path,
+                        .write_cache = world_.rank() == 0};
+    const data::SampleCounts counts = data::megatron_sample_counts(
+        a_.train_iters, a_.parallel.global_batch_size, a_.eval_interval, a_.eval_iters);
+    if (world_.rank() == 0) datasets_ = data::build_train_valid_test(dc, counts);
+    world_.barrier();
+    if (world_.rank() != 0) datasets_ = data::build_train_valid_test(dc, counts);
+    MT_CHECK(datasets_.train, "--split ", a_.split, " leaves no training data");
+    MT_CHECK(datasets_.train->size() >= counts.train, "the training split has ",
+             datasets_.train->size(), " samples, fewer than the ", counts.train, " requested");
   }
-  MT_CHECK(mock_, "--data-path is not supported yet; use --mock-data");
   stages_ = std::make_unique<Stages>(*this);
   if (world_.rank() == world_.size() - 1) {
     metrics_ = std::make_unique<MetricsWriter>(a_.metrics_file.empty() ? "mtron-metrics.jsonl"
@@ -187,11 +218,12 @@ double Trainer::learning_rate(int64_t samples) const {
   return s.lr_at(samples);
 }
 
-model::MicroBatch Trainer::microbatch(int64_t j) const {
+model::MicroBatch Trainer::microbatch(data::Split split, int64_t base, int64_t j) const {
   const auto& par = a_.parallel;
   const int64_t B = par.micro_batch_size, S = a_.model.seq_length;
+  const data::SampleDataset& ds = *datasets_[split];
   // Megatron's sampler: DP rank r takes [r*B, (r+1)*B) of each B*DP block of samples.
-  const int64_t first = consumed_samples_ + j * B * par.dp() + ps_->dp_rank() * B;
+  const int64_t first = base + j * B * par.dp() + ps_->dp_rank() * B;
   model::MicroBatch mb;
   mb.B = B;
   mb.S = S;
@@ -200,7 +232,9 @@ model::MicroBatch Trainer::microbatch(int64_t j) const {
   mb.pos.resize(size_t(S * B));
   std::vector<int32_t> sample(size_t(S + 1));
   for (int64_t b = 0; b < B; ++b) {
-    mock_->sample(first + b, sample.data());
+    MT_CHECK(first + b < ds.size(), "the ", data::split_name(split), " split has ", ds.size(),
+             " samples; sample ", first + b, " was asked for");
+    ds.get(first + b, sample.data());
     for (int64_t s = 0; s < S; ++s) {
       mb.tokens[size_t(s * B + b)] = sample[size_t(s)];
       mb.labels[size_t(s * B + b)] = sample[size_t(s + 1)];
@@ -209,6 +243,23 @@ model::MicroBatch Trainer::microbatch(int64_t j) const {
   }
   mb.dloss = float(1.0 / double(par.global_batch_size * S));
   return mb;
+}
+
+double Trainer::evaluate(data::Split split, int64_t iters) {
+  const auto& par = a_.parallel;
+  MT_CHECK(datasets_[split], "no ", data::split_name(split), " data (see --split)");
+  for (auto& g : grad_syncs_) g->wait_all_params();
+  double loss = 0;
+  int64_t& consumed = consumed_eval_samples_[int(split)];
+  for (int64_t it = 0; it < iters; ++it) {
+    stages_->begin(false, split, consumed);
+    parallel::run_pipeline(*stages_, ps_->pp(), int(par.vpp()), par.num_microbatches(), true);
+    if (ps_->is_last_pp_stage()) loss += stages_->loss_sum();
+    consumed += par.global_batch_size;
+  }
+  if (ps_->dp_cp().size() > 1) loss = ps_->dp_cp().all_reduce_sum(loss);
+  if (ps_->pp().size() > 1) loss = ps_->pp().all_reduce_sum(loss);
+  return loss / double(std::max<int64_t>(1, iters) * par.global_batch_size * a_.model.seq_length);
 }
 
 void Trainer::finalize_grads() {
@@ -252,20 +303,21 @@ StepResult Trainer::step() {
   r.lr = learning_rate(consumed_samples_);
   for (auto& c : chunks_) c->params().zero_grad();
 
-  stages_->begin(true);
-  parallel::run_pipeline(*stages_, ps_->pp(), int(par.vpp()), par.num_microbatches());
+  stages_->begin(true, data::Split::kTrain, consumed_samples_);
+  const parallel::PipelineTimes pt =
+      parallel::run_pipeline(*stages_, ps_->pp(), int(par.vpp()), par.num_microbatches());
+  if (profile_enabled()) {
+    pipeline_compute_s_ += pt.compute_s;
+    pipeline_wait_s_ += pt.wait_s;
+  }
   finalize_grads();
 
   Comm& norm_group = par.use_distributed_optimizer ? world_ : ps_->tp_pp();
   r.grad_norm = optimizer_->grad_norm(norm_group);
   r.skipped = !optimizer_->step(r.lr, r.grad_norm);
-  if (par.use_distributed_optimizer && ps_->dp_cp().size() > 1) {
-    // Every rank updated its shards of the master weights: gather the whole model back.
-    for (size_t i = 0; i < chunks_.size(); ++i) {
-      grad_syncs_[i]->gather_params();
-      chunks_[i]->params().refresh_bf16();
-    }
-  }
+  // Every rank updated its shards of the master weights: gather the whole model back (in the
+  // background with --overlap-param-gather: the next forward waits bucket by bucket).
+  for (auto& g : grad_syncs_) g->gather_params(par.overlap_param_gather);
 
   // The loss lives on the last stage; sum it over DP x CP and share it along the pipeline.
   double loss = ps_->is_last_pp_stage() ? stages_->loss_sum() : 0.0;
@@ -300,10 +352,12 @@ void Trainer::run() {
   }
 
   double interval_loss = 0, interval_time = 0, profiled_time = 0;
-  int64_t interval_iters = 0, skipped = 0, nans = 0;
+  int64_t interval_iters = 0, skipped = 0, nans = 0, profiled_iters = 0;
+  std::vector<int64_t> bytes_at_start;
   while (iteration_ < a_.train_iters) {
     // The first iteration warms caches and allocators; profile the rest.
     profile_enable(a_.profile && iteration_ >= 1);
+    if (profile_enabled() && profiled_iters++ == 0) bytes_at_start = comm_bytes();
     const double t0 = now_seconds();
     const StepResult r = step();
     const double dt = now_seconds() - t0;
@@ -338,12 +392,79 @@ void Trainer::run() {
       interval_loss = interval_time = 0;
       interval_iters = skipped = nans = 0;
     }
+    if (a_.eval_iters > 0 && datasets_.valid && iteration_ % a_.eval_interval == 0) {
+      const bool was = profile_enabled();
+      profile_enable(false);
+      const double loss = evaluate(data::Split::kValid, a_.eval_iters);
+      profile_enable(was);
+      if (logger) {
+        log_plain(format_eval_block("iteration " + std::to_string(iteration_), loss));
+        metrics_->write_eval(iteration_, loss);
+      }
+    }
   }
   profile_enable(false);
-  if (a_.profile && profiled_time > 0 && (world_.rank() == 0 || logger)) {
-    log_info("profile of iterations 2-{} on this rank ({:.3f} s):\n{}", iteration_, profiled_time,
-             format_profile(profile_report(), profiled_time));
+  if (a_.profile && profiled_iters > 0) log_profile(profiled_time, profiled_iters, bytes_at_start);
+  // As Megatron: a last evaluation on the validation and test splits.
+  for (data::Split sp : {data::Split::kValid, data::Split::kTest}) {
+    if (a_.eval_iters == 0 || !datasets_[sp]) continue;
+    const double loss = evaluate(sp, a_.eval_iters);
+    if (logger) {
+      log_plain(format_eval_block(std::string("the end of training for ") +
+                                      (sp == data::Split::kValid ? "val" : "test") + " data",
+                                  loss));
+    }
   }
+}
+
+std::vector<int64_t> Trainer::comm_bytes() const {
+  std::vector<int64_t> b;
+  for (GroupKind k : kProfiledGroups) {
+    b.push_back(
+        k == GroupKind::kEmbedding && !ps_->in_embedding_group() ? 0 : ps_->group(k).bytes_sent());
+  }
+  b.push_back(world_.bytes_sent());
+  return b;
+}
+
+void Trainer::log_profile(double seconds, int64_t iters, const std::vector<int64_t>& bytes0) const {
+  const auto& par = a_.parallel;
+  const bool logger = world_.rank() == world_.size() - 1;
+  if (world_.rank() == 0 || logger) {
+    log_info("profile of iterations 2-{} on this rank ({:.3f} s):\n{}", iteration_, seconds,
+             format_profile(profile_report(), seconds));
+  }
+  // Every rank: bytes it sent per step by group, and its pipeline compute/wait split.
+  const std::vector<int64_t> bytes1 = comm_bytes();
+  std::string line;
+  for (size_t i = 0; i < bytes1.size(); ++i) {
+    const char* name =
+        i < std::size(kProfiledGroups) ? group_name(kProfiledGroups[i]).data() : "world";
+    line += fmt::format(" {} {}", name, (bytes1[i] - bytes0[i]) / iters);
+  }
+  log_info("bytes sent per step:{}", line);
+  const double ideal = double(par.pp() - 1) / double(par.vpp() * par.num_microbatches());
+  log_info(
+      "pipeline per step: compute {:.4f} s, waiting {:.4f} s, bubble {:.3f} (ideal "
+      "(p-1)/(v m) = {:.3f})",
+      pipeline_compute_s_ / double(iters), pipeline_wait_s_ / double(iters),
+      pipeline_wait_s_ / pipeline_compute_s_, ideal);
+}
+
+// Which layers each pipeline stage (and virtual stage) holds, for --print-layout.
+std::string stage_layers(const TrainArgs& a) {
+  const int64_t P = a.parallel.pp(), v = a.parallel.vpp(), per = a.model.num_layers / (P * v);
+  std::string out = "\nstage  layers\n";
+  for (int64_t s = 0; s < P; ++s) {
+    out += fmt::format("{:5d} ", s);
+    for (int64_t c = 0; c < v; ++c) {
+      const int64_t vs = c * P + s;
+      out += fmt::format(" [{}, {}){}{}", vs * per, (vs + 1) * per, vs == 0 ? " +embedding" : "",
+                         vs == P * v - 1 ? " +output layer and loss" : "");
+    }
+    out += "\n";
+  }
+  return out;
 }
 
 int train_main(int argc, char** argv) {
@@ -356,7 +477,7 @@ int train_main(int argc, char** argv) {
     TrainArgs a;
     if (!parse_train_args(argc, argv, launch.size(), a)) return 0;
     if (a.print_layout) {
-      if (launch.rank() == 0) log_plain(format_layout(a.parallel));
+      if (launch.rank() == 0) log_plain(format_layout(a.parallel) + stage_layers(a));
       return 0;
     }
     Trainer t(a, launch.world());

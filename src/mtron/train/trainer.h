@@ -16,13 +16,13 @@
 #include <vector>
 
 #include "mtron/comm/comm.h"
+#include "mtron/data/dataset_builder.h"
 #include "mtron/model/gpt.h"
 #include "mtron/optim/optimizer.h"
 #include "mtron/parallel/parallel_state.h"
 #include "mtron/train/args.h"
 #include "mtron/train/grad_sync.h"
 #include "mtron/train/metrics.h"
-#include "mtron/train/mock_data.h"
 
 namespace mtron::train {
 
@@ -49,8 +49,15 @@ class Trainer {
   std::vector<std::unique_ptr<model::GPTChunk>>& chunks() { return chunks_; }
   const model::RunCtx& run_ctx() const { return rc_; }
   const optim::AdamW& optimizer() const { return *optimizer_; }
-  // Micro-batch `j` of the current iteration as this rank sees it.
-  model::MicroBatch microbatch(int64_t j) const;
+  // Micro-batch `j` of the global batch that starts at sample `base` of a split, as this rank
+  // sees it (its data-parallel slice); without a split: the current training iteration's.
+  model::MicroBatch microbatch(data::Split split, int64_t base, int64_t j) const;
+  model::MicroBatch microbatch(int64_t j) const {
+    return microbatch(data::Split::kTrain, consumed_samples_, j);
+  }
+  // Mean loss over `iters` global batches of a split (forward only), continuing where the
+  // previous evaluation of that split stopped, as Megatron's evaluation iterators do.
+  double evaluate(data::Split split, int64_t iters);
   // Sums the micro-batches' gradients across ranks as the layout needs (after the schedule).
   void finalize_grads();
 
@@ -58,6 +65,12 @@ class Trainer {
   class Stages;
   void build_model();
   double learning_rate(int64_t samples) const;
+  // --profile: bytes each group's Comm has sent (kProfiledGroups order, then world).
+  static constexpr GroupKind kProfiledGroups[] = {GroupKind::kTP,   GroupKind::kCP,
+                                                  GroupKind::kDPCP, GroupKind::kPP,
+                                                  GroupKind::kTPPP, GroupKind::kEmbedding};
+  std::vector<int64_t> comm_bytes() const;
+  void log_profile(double seconds, int64_t iters, const std::vector<int64_t>& bytes0) const;
 
   TrainArgs a_;
   Comm& world_;
@@ -66,10 +79,12 @@ class Trainer {
   std::vector<std::unique_ptr<model::GPTChunk>> chunks_;
   std::vector<std::unique_ptr<GradSync>> grad_syncs_;  // one per chunk
   std::unique_ptr<optim::AdamW> optimizer_;
-  std::unique_ptr<MockData> mock_;
+  data::TrainValidTest datasets_;
+  int64_t consumed_eval_samples_[3] = {0, 0, 0};
   std::unique_ptr<Stages> stages_;
   std::unique_ptr<MetricsWriter> metrics_;
   int64_t iteration_ = 0, consumed_samples_ = 0;
+  double pipeline_compute_s_ = 0, pipeline_wait_s_ = 0;  // over profiled steps
 };
 
 // `mtron train` entry point: returns the process exit code.
