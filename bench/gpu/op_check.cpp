@@ -207,27 +207,35 @@ void check_gemm(Checker& ck, const GemmCase& g, Trans ta, Trans tb, float beta, 
   const int64_t ldb = (tb == Trans::kN ? g.N : g.K) + g.pad;
   const int64_t ldc = g.N + g.pad;
   const int64_t a_rows = ta == Trans::kN ? g.M : g.K, b_rows = tb == Trans::kN ? g.K : g.N;
-  const std::string shape = str("M", g.M, " N", g.N, " K", g.K, ta == Trans::kT ? " At" : "",
-                                tb == Trans::kT ? " Bt" : "", g.pad ? " pad" : "", " beta", beta);
+  // padded cases also start one element into their buffers: views into flat buffers are not
+  // 256-byte aligned (cuBLASLt's default assumption), bf16 ones not even 4-byte aligned
+  const int64_t off = g.pad ? 1 : 0;
+  const std::string shape =
+      str("M", g.M, " N", g.N, " K", g.K, ta == Trans::kT ? " At" : "",
+          tb == Trans::kT ? " Bt" : "", g.pad ? " pad+off" : "", " beta", beta);
   ck.run(bf ? "gemm.bf16" : "gemm.fp32", shape, [&] {
-    auto a = randn(a_rows * lda), b = randn(b_rows * ldb);
+    auto a = randn(a_rows * lda + off), b = randn(b_rows * ldb + off);
     // beta == 0 must ignore C entirely, NaN included
-    Pair<float> c(beta == 0.0f ? poison(g.M * ldc) : randn(g.M * ldc));
+    Pair<float> c(beta == 0.0f ? poison(g.M * ldc + off) : randn(g.M * ldc + off));
     if (bf) {
       Pair<bf16> A(to_bf16(a)), B(to_bf16(b));
-      gemm(kHost, ta, tb, g.M, g.N, g.K, 0.5f, A.cpu(), lda, B.cpu(), ldb, beta, c.cpu(), ldc);
-      gemm(kDev, ta, tb, g.M, g.N, g.K, 0.5f, A.dev(), lda, B.dev(), ldb, beta, c.dev(), ldc);
+      gemm(kHost, ta, tb, g.M, g.N, g.K, 0.5f, A.cpu() + off, lda, B.cpu() + off, ldb, beta,
+           c.cpu() + off, ldc);
+      gemm(kDev, ta, tb, g.M, g.N, g.K, 0.5f, A.dev() + off, lda, B.dev() + off, ldb, beta,
+           c.dev() + off, ldc);
     } else {
       Pair<float> A(a), B(b);
-      gemm(kHost, ta, tb, g.M, g.N, g.K, 0.5f, A.cpu(), lda, B.cpu(), ldb, beta, c.cpu(), ldc);
-      gemm(kDev, ta, tb, g.M, g.N, g.K, 0.5f, A.dev(), lda, B.dev(), ldb, beta, c.dev(), ldc);
+      gemm(kHost, ta, tb, g.M, g.N, g.K, 0.5f, A.cpu() + off, lda, B.cpu() + off, ldb, beta,
+           c.cpu() + off, ldc);
+      gemm(kDev, ta, tb, g.M, g.N, g.K, 0.5f, A.dev() + off, lda, B.dev() + off, ldb, beta,
+           c.dev() + off, ldc);
     }
     // the padding columns of C are not part of the result: compare the M x N block only
     std::vector<float> got = c.dev_result(), ref = c.cpu_result(), g2, r2;
     for (int64_t r = 0; r < g.M; ++r)
       for (int64_t col = 0; col < g.N; ++col) {
-        g2.push_back(got[size_t(r * ldc + col)]);
-        r2.push_back(ref[size_t(r * ldc + col)]);
+        g2.push_back(got[size_t(off + r * ldc + col)]);
+        r2.push_back(ref[size_t(off + r * ldc + col)]);
       }
     ck.check("C", g2, r2, bf ? kTolBf16 : kTolF32);
   });
@@ -581,6 +589,31 @@ void adamw_cases(Checker& ck, bool small) {
     }
 }
 
+// Ops on a stream of their own (kernels::create_stream) instead of the default one: GEMM (its
+// workspace is per stream), attention (stream-ordered scratch) and a host-returning reduction.
+void stream_cases(Checker& ck) {
+  ck.run("stream", "gemm, attention, sum_squares on a created stream", [&] {
+    void* st = create_stream(Device::kCUDA);
+    const Ctx dev{Device::kCUDA, st};
+    const int64_t M = 65, N = 70, K = 33;
+    Pair<float> A(randn(M * K)), B(randn(N * K)), C(poison(M * N));
+    gemm(kHost, Trans::kN, Trans::kT, M, N, K, 1.0f, A.cpu(), K, B.cpu(), K, 0.0f, C.cpu(), N);
+    gemm(dev, Trans::kN, Trans::kT, M, N, K, 1.0f, A.dev(), K, B.dev(), K, 0.0f, C.dev(), N);
+    synchronize(dev);
+    ck.check("gemm C", C, kTolF32);
+    const AttnShape s{1, 40, 40, 2, 1, 32, 1.0f / std::sqrt(32.0f)};
+    const int64_t nq = 40 * 2 * 32, nk = 40 * 32;
+    Pair<float> q(randn(nq)), k(randn(nk)), v(randn(nk)), out(poison(nq)), lse(poison(80));
+    attention_forward(kHost, out.cpu(), lse.cpu(), q.cpu(), k.cpu(), v.cpu(), s, {true, 0});
+    attention_forward(dev, out.dev(), lse.dev(), q.dev(), k.dev(), v.dev(), s, {true, 0});
+    synchronize(dev);
+    ck.check("attention out", out, kTolF32);
+    const double r = sum_squares(kHost, out.cpu(), nq), g = sum_squares(dev, out.dev(), nq);
+    ck.check("sum_squares", {float(g)}, {float(r)}, kTolF32);
+    destroy_stream(Device::kCUDA, st);
+  });
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -619,6 +652,11 @@ int main(int argc, char** argv) {
   attention_cases(ck, small);
   xent_cases(ck, small);
   adamw_cases(ck, small);
-  std::printf("\nop_check: %d of %d comparisons failed\n", ck.failed(), ck.rows());
+  stream_cases(ck);
+  const DeviceMemory mem = device_memory(Device::kCUDA);
+  std::printf("\ndevice memory: %.1f MiB allocated now, %.1f MiB at most, %.1f MiB reserved\n",
+              double(mem.allocated) / (1 << 20), double(mem.max_allocated) / (1 << 20),
+              double(mem.reserved) / (1 << 20));
+  std::printf("op_check: %d of %d comparisons failed\n", ck.failed(), ck.rows());
   return ck.failed() == 0 ? 0 : 1;
 }

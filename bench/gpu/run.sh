@@ -143,10 +143,10 @@ if [ $built = 1 ]; then
   banner "b nccl_check: the NCCL Comm on $NGPU GPU(s)"
   MPIRUN=$("${MENV[@]}" bash -c 'command -v orterun || command -v mpirun' 2>/dev/null)
   if [ -n "$MPIRUN" ]; then
-    run_timed nccl_check "$(limit 60)" "$OUT/nccl_check.txt" "${MENV[@]}" "$MPIRUN" --allow-run-as-root \
+    run_timed nccl_check "$(limit 60)" "$OUT/nccl_check.txt" "${MENV[@]}" NCCL_DEBUG=WARN "$MPIRUN" --allow-run-as-root \
       --oversubscribe -np "$NGPU" $BUILD/bench/gpu/nccl_check
   else
-    run_timed nccl_check "$(limit 60)" "$OUT/nccl_check.txt" "${MENV[@]}" $BUILD/bench/gpu/nccl_check
+    run_timed nccl_check "$(limit 60)" "$OUT/nccl_check.txt" "${MENV[@]}" NCCL_DEBUG=WARN $BUILD/bench/gpu/nccl_check
   fi
   rc=$?
   [ "$rc" = 0 ] && note "b nccl_check" "ok ($NGPU rank(s))" || note "b nccl_check" "FAILED (exit $rc)"

@@ -5,11 +5,13 @@
 //
 // Tiles of kT = 32 queries by kT = 32 keys; a block of 128 threads gives each query row (or, in
 // the dK/dV kernel, each key) 4 threads, `sub` = 0..3. A thread computes the scores of its row
-// against keys sub, sub + 4, ... of the tile, and owns output columns sub, sub + 4, ... of its
-// row (kMaxD / 4 accumulators in registers; kMaxD is D rounded up to 32, 64, 128 or 256). Tiles
-// live in dynamic shared memory with a row stride of D + 1 floats, so the column walks of the
-// dot products hit distinct banks. Arithmetic is plain fp32 FMA (no TF32): results agree with
-// the CPU kernel to fp32 rounding.
+// against keys sub, sub + 4, ... of the tile, and owns the output columns 16 u + 4 sub + 0..3
+// of its row (kMaxD / 4 accumulators in registers; kMaxD is D rounded up to 32, 64, 128 or 256).
+// Tiles live in dynamic shared memory with D padded by zeros to a multiple of 16 (the owned
+// column chunks) and a row stride of padded D + 4 floats: every shared-memory read is a 16-byte
+// float4 (four FMAs per load in the dot products), within the written columns, and the rows a
+// warp reads at once fall on distinct banks.
+// Arithmetic is plain fp32 FMA (no TF32): results agree with the CPU kernel to fp32 rounding.
 //
 // Forward: per block, one (batch, head, query tile); online softmax over the key tiles that the
 // mask leaves visible (a causal block stops at its last visible key). Saves lse.
@@ -32,7 +34,32 @@ namespace {
 constexpr int kT = 32;         // queries and keys per tile
 constexpr int kThreads = 128;  // 4 per tile row
 constexpr int kPerThread = kT / 4;
-constexpr int kPs = kT + 1;  // row stride of the P / dS tiles
+constexpr int kPs = kT + 4;  // row stride of the P / dS tiles (float4 rows on distinct banks)
+
+// The head dim padded to a multiple of 16, and the row stride of the Q/K/V/dO tiles.
+__host__ __device__ __forceinline__ int padded_d(int64_t D) {
+  return int((D + 15) / 16 * 16);
+}
+__host__ __device__ __forceinline__ int tile_ld(int64_t D) {
+  return padded_d(D) + 4;
+}
+
+__device__ __forceinline__ float4 ld4(const float* p) {
+  return *reinterpret_cast<const float4*>(p);
+}
+__device__ __forceinline__ float dot4(float4 a, float4 b, float acc) {
+  return fmaf(a.w, b.w, fmaf(a.z, b.z, fmaf(a.y, b.y, fmaf(a.x, b.x, acc))));
+}
+// acc[0..3] += s v
+__device__ __forceinline__ void axpy4(float* acc, float s, float4 v) {
+  acc[0] = fmaf(s, v.x, acc[0]);
+  acc[1] = fmaf(s, v.y, acc[1]);
+  acc[2] = fmaf(s, v.z, acc[2]);
+  acc[3] = fmaf(s, v.w, acc[3]);
+}
+__device__ __forceinline__ float elem(float4 v, int i) {
+  return i == 0 ? v.x : (i == 1 ? v.y : (i == 2 ? v.z : v.w));
+}
 
 __device__ __forceinline__ int64_t q_row(const AttnShape& s, int64_t i, int64_t b, int64_t h) {
   return ((i * s.B + b) * s.H + h) * s.D;
@@ -53,8 +80,9 @@ __host__ __device__ __forceinline__ int64_t key_end(const AttnShape& s,
   return e < 0 ? 0 : (e > s.Sk ? s.Sk : e);
 }
 
-// Loads kT rows of a [rows, .., D] tensor into a tile with row stride ld; rows at or beyond
-// n_rows read as zeros. Row t of the tile is src + row_offset(first + t).
+// Loads kT rows of a [rows, .., D] tensor into a tile with row stride ld, the columns padded
+// with zeros to padded_d(D); rows at or beyond n_rows read as zeros. Row t of the tile is
+// src + row_offset(first + t).
 template <typename RowOffset>
 __device__ __forceinline__ void load_tile(float* tile,
                                           int ld,
@@ -63,10 +91,22 @@ __device__ __forceinline__ void load_tile(float* tile,
                                           int64_t n_rows,
                                           int D,
                                           RowOffset row_offset) {
-  for (int e = int(threadIdx.x); e < kT * D; e += kThreads) {
-    const int t = e / D, d = e % D;
+  const int Dp = padded_d(D);
+  for (int e = int(threadIdx.x); e < kT * Dp; e += kThreads) {
+    const int t = e / Dp, d = e % Dp;
     const int64_t row = first + t;
-    tile[t * ld + d] = row < n_rows ? src[row_offset(row) + d] : 0.0f;
+    tile[t * ld + d] = (row < n_rows && d < D) ? src[row_offset(row) + d] : 0.0f;
+  }
+}
+
+// out[c] (+)= acc[..] for the columns 16 u + 4 sub + e < D this thread owns.
+template <int kMaxD, typename F>
+__device__ __forceinline__ void for_owned_columns(int sub, int D, F f) {
+  MT_UNROLL
+  for (int u = 0; u < kMaxD / 16; ++u) MT_UNROLL
+  for (int e = 0; e < 4; ++e) {
+    const int c = 16 * u + 4 * sub + e;
+    if (c < D) f(c, 4 * u + e);
   }
 }
 
@@ -79,7 +119,7 @@ __global__ void __launch_bounds__(kThreads) attention_forward_kernel(float* out,
                                                                      AttnShape s,
                                                                      AttnMask mask) {
   MT_DYNAMIC_SMEM(smem_raw);
-  const int D = int(s.D), ld = D + 1;
+  const int D = int(s.D), Dp = padded_d(s.D), ld = tile_ld(s.D), D4 = Dp / 4;
   float* Qs = reinterpret_cast<float*>(smem_raw);  // [kT][ld]
   float* KVs = Qs + kT * ld;                       // [kT][ld]: the K tile, then the V tile
   float* Ps = KVs + kT * ld;                       // [kT][kPs]
@@ -103,10 +143,11 @@ __global__ void __launch_bounds__(kThreads) attention_forward_kernel(float* out,
     float sc[kPerThread];
     MT_UNROLL
     for (int u = 0; u < kPerThread; ++u) sc[u] = 0;
-    for (int d = 0; d < D; ++d) {
-      const float qd = Qs[r * ld + d];
+    for (int d4 = 0; d4 < D4; ++d4) {
+      const float4 qd = ld4(Qs + r * ld + 4 * d4);
       MT_UNROLL
-      for (int u = 0; u < kPerThread; ++u) sc[u] = fmaf(qd, KVs[(sub + 4 * u) * ld + d], sc[u]);
+      for (int u = 0; u < kPerThread; ++u)
+        sc[u] = dot4(qd, ld4(KVs + (sub + 4 * u) * ld + 4 * d4), sc[u]);
     }
     float tmax = kNegInf;
     MT_UNROLL
@@ -136,12 +177,14 @@ __global__ void __launch_bounds__(kThreads) attention_forward_kernel(float* out,
     __syncthreads();  // K is no longer read; P is complete
     load_tile(KVs, ld, v, j0, s.Sk, D, [&](int64_t row) { return kv_row(s, row, b, g); });
     __syncthreads();
-    for (int jj = 0; jj < kT; ++jj) {
-      const float p = Ps[r * kPs + jj];
+    for (int jj = 0; jj < kT; jj += 4) {
+      const float4 p4 = ld4(Ps + r * kPs + jj);
       MT_UNROLL
-      for (int u = 0; u < kMaxD / 4; ++u) {
-        const int c = sub + 4 * u;
-        if (c < D) acc[u] = fmaf(p, KVs[jj * ld + c], acc[u]);
+      for (int e = 0; e < 4; ++e) {
+        const float p = elem(p4, e);
+        MT_UNROLL
+        for (int u = 0; u < kMaxD / 16; ++u)
+          if (16 * u < Dp) axpy4(acc + 4 * u, p, ld4(KVs + (jj + e) * ld + 16 * u + 4 * sub));
       }
     }
   }
@@ -149,11 +192,7 @@ __global__ void __launch_bounds__(kThreads) attention_forward_kernel(float* out,
   if (i < s.Sq) {
     float* o = out + q_row(s, i, b, h);
     const float inv = l_i > 0 ? 1.0f / l_i : 0.0f;
-    MT_UNROLL
-    for (int u = 0; u < kMaxD / 4; ++u) {
-      const int c = sub + 4 * u;
-      if (c < D) o[c] = acc[u] * inv;
-    }
+    for_owned_columns<kMaxD>(sub, D, [&](int c, int a) { o[c] = acc[a] * inv; });
     if (sub == 0) lse[(b * s.H + h) * s.Sq + i] = l_i > 0 ? m_i + logf(l_i) : kNegInf;
   }
 }
@@ -191,7 +230,7 @@ __global__ void __launch_bounds__(kThreads) attention_dkdv_kernel(float* dk,
                                                                   AttnShape s,
                                                                   AttnMask mask) {
   MT_DYNAMIC_SMEM(smem_raw);
-  const int D = int(s.D), ld = D + 1;
+  const int D = int(s.D), Dp = padded_d(s.D), ld = tile_ld(s.D), D4 = Dp / 4;
   float* Ks = reinterpret_cast<float*>(smem_raw);  // [kT][ld]
   float* Vs = Ks + kT * ld;                        // [kT][ld]
   float* Qs = Vs + kT * ld;                        // [kT][ld]
@@ -231,13 +270,13 @@ __global__ void __launch_bounds__(kThreads) attention_dkdv_kernel(float* dk,
       float sc[kPerThread], dp[kPerThread];
       MT_UNROLL
       for (int u = 0; u < kPerThread; ++u) sc[u] = dp[u] = 0;
-      for (int d = 0; d < D; ++d) {
-        const float kd = Ks[jj * ld + d], vd = Vs[jj * ld + d];
+      for (int d4 = 0; d4 < D4; ++d4) {
+        const float4 kd = ld4(Ks + jj * ld + 4 * d4), vd = ld4(Vs + jj * ld + 4 * d4);
         MT_UNROLL
         for (int u = 0; u < kPerThread; ++u) {
           const int rr = sub + 4 * u;
-          sc[u] = fmaf(Qs[rr * ld + d], kd, sc[u]);
-          dp[u] = fmaf(dOs[rr * ld + d], vd, dp[u]);
+          sc[u] = dot4(ld4(Qs + rr * ld + 4 * d4), kd, sc[u]);
+          dp[u] = dot4(ld4(dOs + rr * ld + 4 * d4), vd, dp[u]);
         }
       }
       MT_UNROLL
@@ -251,14 +290,18 @@ __global__ void __launch_bounds__(kThreads) attention_dkdv_kernel(float* dk,
         dSs[jj * kPs + rr] = p * (dp[u] - delta_s[rr]);
       }
       __syncwarp();  // a key's P and dS rows are written and read by its 4 threads (one warp)
-      for (int rr = 0; rr < kT; ++rr) {
-        const float p = Ps[jj * kPs + rr], ds = dSs[jj * kPs + rr];
+      for (int rr = 0; rr < kT; rr += 4) {
+        const float4 p4 = ld4(Ps + jj * kPs + rr), ds4 = ld4(dSs + jj * kPs + rr);
         MT_UNROLL
-        for (int u = 0; u < kMaxD / 4; ++u) {
-          const int c = sub + 4 * u;
-          if (c < D) {
-            dv_acc[u] = fmaf(p, dOs[rr * ld + c], dv_acc[u]);
-            dk_acc[u] = fmaf(ds, Qs[rr * ld + c], dk_acc[u]);
+        for (int e = 0; e < 4; ++e) {
+          const float p = elem(p4, e), ds = elem(ds4, e);
+          MT_UNROLL
+          for (int u = 0; u < kMaxD / 16; ++u) {
+            if (16 * u < Dp) {
+              const int col = 16 * u + 4 * sub;
+              axpy4(dv_acc + 4 * u, p, ld4(dOs + (rr + e) * ld + col));
+              axpy4(dk_acc + 4 * u, ds, ld4(Qs + (rr + e) * ld + col));
+            }
           }
         }
       }
@@ -268,14 +311,10 @@ __global__ void __launch_bounds__(kThreads) attention_dkdv_kernel(float* dk,
   if (j < s.Sk) {
     float* dkr = dk + kv_row(s, j, b, g);
     float* dvr = dv + kv_row(s, j, b, g);
-    MT_UNROLL
-    for (int u = 0; u < kMaxD / 4; ++u) {
-      const int c = sub + 4 * u;
-      if (c < D) {
-        dkr[c] += dk_acc[u] * s.scale;
-        dvr[c] += dv_acc[u];
-      }
-    }
+    for_owned_columns<kMaxD>(sub, D, [&](int c, int a) {
+      dkr[c] += dk_acc[a] * s.scale;
+      dvr[c] += dv_acc[a];
+    });
   }
 }
 
@@ -290,7 +329,7 @@ __global__ void __launch_bounds__(kThreads) attention_dq_kernel(float* dq,
                                                                 AttnShape s,
                                                                 AttnMask mask) {
   MT_DYNAMIC_SMEM(smem_raw);
-  const int D = int(s.D), ld = D + 1;
+  const int D = int(s.D), Dp = padded_d(s.D), ld = tile_ld(s.D), D4 = Dp / 4;
   float* Qs = reinterpret_cast<float*>(smem_raw);  // [kT][ld]
   float* dOs = Qs + kT * ld;                       // [kT][ld]
   float* Ks = dOs + kT * ld;                       // [kT][ld]
@@ -319,13 +358,13 @@ __global__ void __launch_bounds__(kThreads) attention_dq_kernel(float* dq,
     float sc[kPerThread], dp[kPerThread];
     MT_UNROLL
     for (int u = 0; u < kPerThread; ++u) sc[u] = dp[u] = 0;
-    for (int d = 0; d < D; ++d) {
-      const float qd = Qs[r * ld + d], od = dOs[r * ld + d];
+    for (int d4 = 0; d4 < D4; ++d4) {
+      const float4 qd = ld4(Qs + r * ld + 4 * d4), od = ld4(dOs + r * ld + 4 * d4);
       MT_UNROLL
       for (int u = 0; u < kPerThread; ++u) {
         const int jj = sub + 4 * u;
-        sc[u] = fmaf(qd, Ks[jj * ld + d], sc[u]);
-        dp[u] = fmaf(od, Vs[jj * ld + d], dp[u]);
+        sc[u] = dot4(qd, ld4(Ks + jj * ld + 4 * d4), sc[u]);
+        dp[u] = dot4(od, ld4(Vs + jj * ld + 4 * d4), dp[u]);
       }
     }
     MT_UNROLL
@@ -337,35 +376,33 @@ __global__ void __launch_bounds__(kThreads) attention_dq_kernel(float* dq,
       dSs[r * kPs + jj] = p * (dp[u] - dlt);
     }
     __syncwarp();  // a row's dS is written and read by its 4 threads (one warp)
-    for (int jj = 0; jj < kT; ++jj) {
-      const float ds = dSs[r * kPs + jj];
+    for (int jj = 0; jj < kT; jj += 4) {
+      const float4 ds4 = ld4(dSs + r * kPs + jj);
       MT_UNROLL
-      for (int u = 0; u < kMaxD / 4; ++u) {
-        const int c = sub + 4 * u;
-        if (c < D) dq_acc[u] = fmaf(ds, Ks[jj * ld + c], dq_acc[u]);
+      for (int e = 0; e < 4; ++e) {
+        const float ds = elem(ds4, e);
+        MT_UNROLL
+        for (int u = 0; u < kMaxD / 16; ++u)
+          if (16 * u < Dp) axpy4(dq_acc + 4 * u, ds, ld4(Ks + (jj + e) * ld + 16 * u + 4 * sub));
       }
     }
   }
 
   if (i < s.Sq) {
     float* dqr = dq + q_row(s, i, b, h);
-    MT_UNROLL
-    for (int u = 0; u < kMaxD / 4; ++u) {
-      const int c = sub + 4 * u;
-      if (c < D) dqr[c] += dq_acc[u] * s.scale;
-    }
+    for_owned_columns<kMaxD>(sub, D, [&](int c, int a) { dqr[c] += dq_acc[a] * s.scale; });
   }
 }
 
 // Dynamic shared memory of each kernel, in bytes.
 size_t forward_smem(int64_t D) {
-  return sizeof(float) * size_t(2 * kT * (D + 1) + kT * kPs);
+  return sizeof(float) * size_t(2 * kT * tile_ld(D) + kT * kPs);
 }
 size_t dkdv_smem(int64_t D) {
-  return sizeof(float) * size_t(4 * kT * (D + 1) + 2 * kT * kPs + 2 * kT);
+  return sizeof(float) * size_t(4 * kT * tile_ld(D) + 2 * kT * kPs + 2 * kT);
 }
 size_t dq_smem(int64_t D) {
-  return sizeof(float) * size_t(4 * kT * (D + 1) + kT * kPs);
+  return sizeof(float) * size_t(4 * kT * tile_ld(D) + kT * kPs);
 }
 
 // Lets `kernel` use `bytes` of dynamic shared memory (above the default 48 KB needs an opt-in).

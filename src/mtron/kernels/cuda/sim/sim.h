@@ -31,6 +31,9 @@ struct dim3 {
 struct uint3 {
   unsigned x = 0, y = 0, z = 0;
 };
+struct alignas(16) float4 {
+  float x, y, z, w;
+};
 
 extern thread_local uint3 threadIdx;
 extern thread_local uint3 blockIdx;
