@@ -6,7 +6,7 @@
 #
 # Stages (each prints a banner, has a time limit, and a failure does not stop the next):
 #   0 machine     GPU, driver, nvcc, cmake, PyTorch
-#   a build       cuda-release preset, sm_90 only, the libraries + mtron + the GPU programs; with
+#   a build       cuda-release preset (in build/cuda-gpu), sm_90 only, the libraries + mtron + the GPU programs; with
 #                 .gpudeps/ present, against those packages unpacked into /tmp (deps-env.sh)
 #   b check       op_check: every CUDA op against the CPU kernel (fp32 rel <= 1e-5, bf16 <= 1e-2,
 #                 MTRON_CUDA_SYNC=1); nccl_check: the NCCL Comm on this machine's GPUs
@@ -29,7 +29,7 @@ mkdir -p "$OUT"
 exec > >(tee -a "$OUT/run.log") 2>&1
 BUDGET=${MTRON_GPU_BUDGET:-450}
 T0=$(date +%s)
-BUILD=build/cuda-release
+BUILD=build/cuda-gpu  # the cuda-release preset in a directory of its own (its cache points at /tmp)
 PY=${PYTHON:-python3}
 SUMMARY=()
 
@@ -103,7 +103,7 @@ fi
 MENV=(env "${DEPS_ENV[@]}")  # prefix of mtron's commands: they see the carried libraries
 b0=$(elapsed)
 built=0
-if run_timed configure "$(limit 90)" "$OUT/configure.log" "${MENV[@]}" cmake --preset cuda-release \
+if run_timed configure "$(limit 90)" "$OUT/configure.log" "${MENV[@]}" cmake --preset cuda-release -B $BUILD \
   -DCMAKE_CUDA_COMPILER="$NVCC" -DCMAKE_CUDA_ARCHITECTURES=90 -DMTRON_BUILD_TESTS=OFF -DMTRON_WERROR=OFF -DCMAKE_POLICY_VERSION_MINIMUM=3.5 \
   "${DEPS_CMAKE_ARGS[@]}" >/dev/null; then
   if run_timed build "$(limit 300 60)" "$OUT/build.log" "${MENV[@]}" cmake --build $BUILD -j "$(nproc)" \
