@@ -4,6 +4,7 @@
 #include <string>
 
 #include "mtron/data/preprocess.h"
+#include "mtron/plan/cli.h"
 #include "mtron/train/trainer.h"
 
 namespace {
@@ -33,6 +34,8 @@ int main(int argc, char** argv) {
   const std::string cmd = argv[1];
   if (cmd == "train") return mtron::train::train_main(argc - 1, argv + 1);
   if (cmd == "preprocess") return mtron::data::preprocess_main(argc - 1, argv + 1);
+  if (cmd == "plan") return mtron::plan::plan_main(argc - 1, argv + 1);
+  if (cmd == "doctor") return mtron::plan::doctor_main(argc - 1, argv + 1);
   std::fprintf(stderr, "mtron: unknown command '%s'\n", argv[1]);
   usage(stderr);
   return 2;

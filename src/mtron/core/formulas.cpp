@@ -1,5 +1,9 @@
 #include "mtron/core/formulas.h"
 
+#include <fmt/core.h>
+
+#include "mtron/core/error.h"
+
 namespace mtron {
 
 double flops_per_iteration(const ModelConfig& m, int64_t global_batch, int64_t padded_vocab) {
@@ -15,6 +19,123 @@ double flops_per_iteration(const ModelConfig& m, int64_t global_batch, int64_t p
   const double attn = L * (h * (q + 2 * kv) + q * h);
   const double logits = h * double(padded_vocab);
   return 6.0 * B * s * (mlp + attn + logits) + 6.0 * B * s * s * q * L;
+}
+
+StateBytes state_bytes_per_parameter(Precision params,
+                                     bool distributed_optimizer,
+                                     int64_t shards,
+                                     bool grads_fp32) {
+  MT_ASSERT(shards >= 1, "shards must be >= 1");
+  StateBytes b;
+  switch (params) {
+    case Precision::kFP32:  // fp32 params and grads; Adam m and v
+      b = {4, 4, 8};
+      break;
+    case Precision::kFP16:  // fp16 params and grads; fp32 main grad, master copy, Adam m and v
+      b = {2, 2, 16};
+      break;
+    case Precision::kBF16:
+    case Precision::kFP8:  // bf16 params, fp32 grads (accumulate/all-reduce in fp32); fp32
+                           // master copy, Adam m and v
+      b = {2, grads_fp32 ? 4.0 : 2.0, 12};
+      break;
+  }
+  if (distributed_optimizer) b.optimizer /= double(shards);
+  return b;
+}
+
+TheoreticalMemory megatron_theoretical_memory(const ModelConfig& m,
+                                              const ParallelConfig& p,
+                                              RecomputeGranularity recompute) {
+  const double h = double(m.hidden_size), L = double(m.num_layers);
+  const double n = double(m.num_attention_heads), g = double(m.query_groups());
+  const double tp = double(p.tp()), pp = double(p.pp());
+  const double gated = m.swiglu ? 1.5 : 1.0;
+  const double norm = m.normalization == Normalization::kRMSNorm ? 1.0 : 2.0;
+  const double V = double(m.padded_vocab_size(p.tp()));
+
+  // Parameters, split as Megatron holds them: TP-sharded, replicated, expert-sharded.
+  const double L_moe = double(m.num_moe_layers()), L_dense = L - L_moe;
+  const double attention = 2 * h * h * ((1 + g / n) * (double(m.q_size()) / h));
+  const double dense_mlp = 2 * h * double(m.ffn()) * gated;
+  const double shared_expert = 2 * h * double(m.moe_shared_expert_intermediate_size) * gated;
+  const double routed_experts =
+      m.is_moe() ? 2 * h * double(m.moe_ffn()) * double(m.num_experts) * gated : 0.0;
+  const double layernorms = 2 * h * norm;
+  const double router =
+      m.is_moe() ? h * double(m.num_experts) + (m.add_bias_linear ? double(m.num_experts) : 0)
+                 : 0.0;
+  const double final_norm = norm * h;
+  const double embedding = h * V;
+
+  const double tp_sharded = (attention + dense_mlp) * L_dense + (attention + shared_expert) * L_moe;
+  const double replicated = layernorms * L_dense + (layernorms + router) * L_moe + final_norm;
+  const double expert_sharded = routed_experts * L_moe;
+
+  double tp_on_shard = (tp_sharded / pp + embedding) / tp;
+  const double replicated_on_shard = replicated / pp;
+  const double expert_on_shard = (expert_sharded / pp) / double(p.etp() * p.ep());
+  if (m.untie_embeddings_and_output_weights && p.pp() == 1) tp_on_shard += embedding / tp;
+
+  auto bytes_per_param = [&](double dp) {
+    return p.use_distributed_optimizer ? 6 + 12 / dp : 18.0;
+  };
+  const double dp = double(p.world_size / (p.tp() * p.pp() * p.cp()));
+  const double edp = double(p.world_size / (p.etp() * p.ep() * p.pp()));
+  TheoreticalMemory t;
+  t.weight_and_optimizer = (tp_on_shard + replicated_on_shard) * bytes_per_param(dp) +
+                           expert_on_shard * bytes_per_param(edp);
+
+  // Activations of the first pipeline stage.
+  const double s = double(m.seq_length), b = double(p.micro_batch_size);
+  const double sbh = s * b * h;
+  const bool sp_selective = p.sequence_parallel && recompute == RecomputeGranularity::kSelective;
+  double act = sp_selective ? sbh * (18 + 4 * (double(m.ffn()) / h)) * L : sbh * (10 + 24 / tp) * L;
+  act += 8 * s * b * pp;  // input to the embedding, pp micro-batches in flight
+  act += sbh * pp;        // embedding dropout
+  if (p.vpp() > 1) {
+    act *= 1 + (pp - 1) / (pp * double(p.vpp()));
+  } else if (p.pp() > 1) {
+    act *= std::min(1.0, double(p.num_microbatches()) / pp);
+  }
+  if (sp_selective) {
+    if (p.pp() == 1) act += sbh * 4 * (1 + V / h);  // inputs to the output layer and the loss
+    act /= tp;
+  } else {
+    if (p.pp() == 1) act += (s * b * V / tp + sbh) * 2;  // logits and final norm output
+    act *= 1.05;                                         // optimizer and miscellaneous temporaries
+  }
+  t.activation = act;
+  return t;
+}
+
+std::string format_theoretical_memory(const TheoreticalMemory& t) {
+  constexpr double kMB = 1024.0 * 1024.0;
+  return fmt::format(
+      "Theoretical memory footprints: weight and optimizer={:.2f} MB, activation={:.2f} MB, "
+      "total={:.2f} MB",
+      t.weight_and_optimizer / kMB, t.activation / kMB, t.total() / kMB);
+}
+
+double korthikanti_activation_bytes_per_layer(int64_t s,
+                                              int64_t b,
+                                              int64_t h,
+                                              int64_t a,
+                                              int64_t t,
+                                              bool sequence_parallel,
+                                              RecomputeGranularity recompute) {
+  const double sbh = double(s) * double(b) * double(h);
+  const double td = double(t);
+  const double scores = 5.0 * double(a) * double(s) / double(h);  // 5as/h
+  switch (recompute) {
+    case RecomputeGranularity::kFull:
+      return 2 * sbh / (sequence_parallel ? td : 1.0);
+    case RecomputeGranularity::kSelective:
+      return sequence_parallel ? 34 * sbh / td : sbh * (10 + 24 / td);
+    case RecomputeGranularity::kNone:
+      return sequence_parallel ? sbh / td * (34 + scores) : sbh * (10 + 24 / td + scores / td);
+  }
+  MT_ASSERT(false, "bad RecomputeGranularity");
 }
 
 }  // namespace mtron

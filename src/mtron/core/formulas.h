@@ -1,12 +1,18 @@
-// defines: flops_per_iteration
+// defines: flops_per_iteration, RecomputeGranularity, StateBytes, state_bytes_per_parameter,
+//          TheoreticalMemory, megatron_theoretical_memory, format_theoretical_memory,
+//          korthikanti_activation_bytes_per_layer
 //
-// Megatron's analytic formulas, shared by the trainer's log line (TFLOP/s, MFU) and the planner.
-// One piece of code, so a plan's prediction and a run's measurement use the same numerator.
+// Megatron's analytic formulas, shared by the trainer's log lines (TFLOP/s, MFU, "Theoretical
+// memory footprints") and the planner. One piece of code, so a plan's prediction and a run's
+// measurement use the same numerators.
 #pragma once
 
 #include <cstdint>
+#include <string>
 
+#include "mtron/core/hardware.h"
 #include "mtron/core/model_config.h"
+#include "mtron/core/parallel_config.h"
 
 namespace mtron {
 
@@ -14,5 +20,49 @@ namespace mtron {
 // (forward + backward, causal attention counted once, recompute not counted, so it gives MFU).
 // `padded_vocab` is the vocabulary as padded for the run's TP size.
 double flops_per_iteration(const ModelConfig& m, int64_t global_batch, int64_t padded_vocab);
+
+// --recompute-granularity (none: the flag is absent).
+enum class RecomputeGranularity { kNone, kSelective, kFull };
+
+// Bytes of model state per parameter held by one rank (Megatron's table in
+// docs/.../dist_optimizer.md): bf16 params with fp32 grads 18, or 6 + 12/d with the distributed
+// optimizer sharding the fp32 master copy and Adam moments over d ranks; fp16 params with fp16
+// grads 20 or 4 + 16/d; fp32 16 or 8 + 8/d. fp8 training keeps bf16 params (as bf16).
+// grads_fp32 = false is --grad-reduce-in-bf16 (bf16 gradient buffers).
+struct StateBytes {
+  double param = 0, grad = 0, optimizer = 0;
+  double total() const { return param + grad + optimizer; }
+};
+StateBytes state_bytes_per_parameter(Precision params,
+                                     bool distributed_optimizer,
+                                     int64_t shards,
+                                     bool grads_fp32 = true);
+
+// Megatron's theoretical_memory_usage.py (HEAD d98e8a6), reproduced term by term, for the
+// "Theoretical memory footprints" line: the most loaded rank (first pipeline stage), bytes.
+// Like Megatron it assumes bf16 (18 or 6 + 12/d bytes per parameter with d = DP, not DP x CP),
+// ignores biases, position embeddings and CP, and picks the SP + selective formula only when
+// both are on (else the "without SP" formula, which includes a 1.05 overhead).
+struct TheoreticalMemory {
+  double weight_and_optimizer = 0;
+  double activation = 0;
+  double total() const { return weight_and_optimizer + activation; }
+};
+TheoreticalMemory megatron_theoretical_memory(const ModelConfig& m,
+                                              const ParallelConfig& p,
+                                              RecomputeGranularity recompute);
+// "Theoretical memory footprints: weight and optimizer=X MB, activation=Y MB, total=Z MB"
+std::string format_theoretical_memory(const TheoreticalMemory& t);
+
+// Korthikanti et al. 2022, Table 2: activation bytes of one transformer layer for one
+// micro-batch (s tokens x b sequences, hidden h, a heads, TP size t), 16-bit activations,
+// dropout masks included, attention scores materialised (no flash attention).
+double korthikanti_activation_bytes_per_layer(int64_t s,
+                                              int64_t b,
+                                              int64_t h,
+                                              int64_t a,
+                                              int64_t t,
+                                              bool sequence_parallel,
+                                              RecomputeGranularity recompute);
 
 }  // namespace mtron

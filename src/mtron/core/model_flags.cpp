@@ -1,96 +1,196 @@
 #include "mtron/core/model_flags.h"
 
+#include <fmt/core.h>
+#include <CLI/CLI.hpp>
 #include <map>
-#include <string>
 
 namespace mtron {
+namespace {
+
+const char* group(const std::string& flag) {
+  return flag.rfind("--moe-", 0) == 0 || flag == "--num-experts" ? "Mixture of experts" : "Model";
+}
+
+template <typename T>
+CLI::Option* opt(CLI::App& app, const std::string& name, T& var, T dflt, const std::string& help) {
+  return app.add_option(name, var, help)
+      ->default_val(dflt)
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast)
+      ->group(group(name));
+}
+
+CLI::Option* flag(CLI::App& app, const std::string& name, bool& var, const std::string& help) {
+  var = false;
+  return app.add_flag(name, var, help)->group(group(name));
+}
+
+template <typename E>
+CLI::Option* choice(CLI::App& app,
+                    const std::string& name,
+                    E& var,
+                    E dflt,
+                    const std::map<std::string, E>& choices,
+                    const std::string& help) {
+  var = dflt;
+  std::string dflt_name, names;
+  for (const auto& [k, v] : choices) {
+    if (v == dflt) dflt_name = k;
+    names += (names.empty() ? "{" : ",") + k;
+  }
+  return app.add_option(name, var, help)
+      ->transform(CLI::CheckedTransformer(choices).description(names + "}"))
+      ->type_name("TEXT")
+      ->default_str(dflt_name)
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast)
+      ->group(group(name));
+}
+
+}  // namespace
 
 void add_model_flags(CLI::App& app, ModelConfig& m) {
-  const char* g = "Model";
-  app.add_option("--num-layers", m.num_layers, "Number of transformer layers")->group(g);
-  app.add_option("--hidden-size", m.hidden_size, "Transformer hidden size")->group(g);
-  app.add_option("--num-attention-heads", m.num_attention_heads, "Number of attention heads")
-      ->group(g);
-  app.add_option("--ffn-hidden-size", m.ffn_hidden_size,
-                 "MLP hidden size (default 4h, or int(8h/3/64)*64 with --swiglu)")
-      ->group(g);
-  app.add_option("--kv-channels", m.kv_channels, "Attention head dimension (default h/heads)")
-      ->group(g);
-  app.add_flag("--group-query-attention", m.group_query_attention, "Use grouped-query attention")
-      ->group(g);
-  app.add_option("--num-query-groups", m.num_query_groups,
-                 "Number of key/value groups (with --group-query-attention)")
-      ->group(g);
-  app.add_flag("--swiglu", m.swiglu, "SwiGLU MLP instead of GELU")->group(g);
-  app.add_option("--normalization", m.normalization, "LayerNorm or RMSNorm")
-      ->transform(CLI::CheckedTransformer(std::map<std::string, Normalization>{
-          {"LayerNorm", Normalization::kLayerNorm}, {"RMSNorm", Normalization::kRMSNorm}}))
-      ->group(g);
-  app.add_option("--norm-epsilon", m.norm_epsilon, "Epsilon of the norms (default 1e-5)")->group(g);
-  app.add_option("--position-embedding-type", m.position_embedding_type,
-                 "learned_absolute, rope or none")
-      ->transform(CLI::CheckedTransformer(std::map<std::string, PositionEmbedding>{
-          {"learned_absolute", PositionEmbedding::kLearnedAbsolute},
+  // Network size.
+  opt<int64_t>(app, "--num-layers", m.num_layers, 0, "Number of transformer layers.");
+  opt<int64_t>(app, "--hidden-size", m.hidden_size, 0, "Transformer hidden size.");
+  opt<int64_t>(app, "--ffn-hidden-size", m.ffn_hidden_size, 0,
+               "Transformer Feed-Forward Network hidden size. This is set to 4*hidden-size if "
+               "not provided (int(8*hidden-size/3/64)*64 with --swiglu). 0: the default.");
+  opt<int64_t>(app, "--num-attention-heads", m.num_attention_heads, 0,
+               "Number of transformer attention heads.");
+  opt<int64_t>(app, "--kv-channels", m.kv_channels, 0,
+               "Projection weights dimension in multi-head attention. This is set to "
+               "hidden-size // num-attention-heads if not provided. 0: the default.");
+  flag(app, "--group-query-attention", m.group_query_attention, "Use group-query attention.");
+  opt<int64_t>(app, "--num-query-groups", m.num_query_groups, 1,
+               "Number of query groups (key/value heads) with --group-query-attention.");
+  opt<int64_t>(app, "--max-position-embeddings", m.max_position_embeddings, 0,
+               "Maximum number of position embeddings to use. This is the size of position "
+               "embedding. 0: --seq-length.");
+  choice(app, "--position-embedding-type", m.position_embedding_type,
+         PositionEmbedding::kLearnedAbsolute,
+         {{"learned_absolute", PositionEmbedding::kLearnedAbsolute},
           {"rope", PositionEmbedding::kRope},
-          {"none", PositionEmbedding::kNone}}))
-      ->group(g);
-  app.add_option("--rotary-base", m.rotary_base, "RoPE base (default 10000)")->group(g);
-  app.add_option("--rotary-percent", m.rotary_percent, "Fraction of head dims rotated by RoPE")
-      ->group(g);
-  app.add_flag("--untie-embeddings-and-output-weights", m.untie_embeddings_and_output_weights,
-               "Separate output layer instead of the tied word embeddings")
-      ->group(g);
+          {"none", PositionEmbedding::kNone}},
+         "Position embedding type.");
+  opt<float>(app, "--rotary-base", m.rotary_base, 10000.0f,
+             "Base to use for rotary positional "
+             "embeddings.");
+  opt<float>(app, "--rotary-percent", m.rotary_percent, 1.0f,
+             "Percent of rotary dimension to use.");
+  opt<int64_t>(app, "--make-vocab-size-divisible-by", m.make_vocab_size_divisible_by, 128,
+               "Pad the vocab size to be divisible by this value (times the tensor parallel "
+               "size). This is added for computational efficiency reasons.");
+  choice(app, "--normalization", m.normalization, Normalization::kLayerNorm,
+         {{"LayerNorm", Normalization::kLayerNorm}, {"RMSNorm", Normalization::kRMSNorm}},
+         "Which normalization technique to use.");
+  opt<float>(app, "--norm-epsilon", m.norm_epsilon, 1e-5f, "Epsilon for layer norm and RMS norm.");
+  flag(app, "--swiglu", m.swiglu, "Use gated linear units and SiLU activation instead of GeLU.");
+  flag(app, "--untie-embeddings-and-output-weights", m.untie_embeddings_and_output_weights,
+       "Untie embeddings and output weights.");
   app.add_flag_callback(
          "--disable-bias-linear", [&m] { m.add_bias_linear = false; },
-         "No biases in the linear layers")
-      ->group(g);
-  app.add_option("--make-vocab-size-divisible-by", m.make_vocab_size_divisible_by,
-                 "Pad the vocabulary to a multiple of this times TP (default 128)")
-      ->group(g);
-  app.add_option("--init-method-std", m.init_method_std, "Std of the normal init (default 0.02)")
-      ->group(g);
-  app.add_option("--seq-length", m.seq_length, "Sequence length")->group(g);
-  app.add_option("--max-position-embeddings", m.max_position_embeddings,
-                 "Positions of the learned position table (default: --seq-length)")
-      ->group(g);
-  app.add_option("--hidden-dropout", m.hidden_dropout, "Hidden dropout (mtron default 0.0)")
-      ->group(g);
-  app.add_option("--attention-dropout", m.attention_dropout,
-                 "Attention dropout (mtron default 0.0)")
-      ->group(g);
+         "Disable bias in the linear layers.")
+      ->group("Model");
+  m.add_bias_linear = true;
+  opt<int64_t>(app, "--seq-length", m.seq_length, 0, "Maximum sequence length to process.");
+  opt<float>(app, "--init-method-std", m.init_method_std, 0.02f,
+             "Standard deviation of the zero mean normal distribution used for weight "
+             "initialization.");
+  // Megatron's default is 0.1; mtron's trainer has no dropout yet, so its default is 0.
+  opt<float>(app, "--hidden-dropout", m.hidden_dropout, 0.0f,
+             "Dropout probability for hidden state transformer (Megatron's default: 0.1; "
+             "mtron: 0, the only value it supports so far).");
+  opt<float>(app, "--attention-dropout", m.attention_dropout, 0.0f,
+             "Post attention dropout probability (Megatron's default: 0.1; mtron: 0).");
 
-  const char* e = "Mixture of experts";
-  app.add_option("--num-experts", m.num_experts, "Experts per MoE layer (default: dense)")
-      ->group(e);
-  app.add_option("--moe-ffn-hidden-size", m.moe_ffn_hidden_size, "Expert MLP hidden size")
-      ->group(e);
-  app.add_option("--moe-router-topk", m.moe_router_topk, "Experts per token (default 2)")->group(e);
-  app.add_option("--moe-layer-freq", m.moe_layer_freq, "Every k-th layer is MoE (default 1)")
-      ->group(e);
-  app.add_option("--moe-shared-expert-intermediate-size", m.moe_shared_expert_intermediate_size,
-                 "Shared expert hidden size (default: none)")
-      ->group(e);
-  app.add_option("--moe-router-load-balancing-type", m.moe_router_load_balancing_type,
-                 "aux_loss, seq_aux_loss or none")
-      ->transform(CLI::CheckedTransformer(std::map<std::string, RouterLoadBalancing>{
-          {"aux_loss", RouterLoadBalancing::kAuxLoss},
+  // Mixture of experts.
+  opt<int64_t>(app, "--num-experts", m.num_experts, 0,
+               "Number of Experts in MoE (None means no MoE). 0: dense.");
+  opt<int64_t>(app, "--moe-ffn-hidden-size", m.moe_ffn_hidden_size, 0,
+               "The hidden size of each expert. 0: --ffn-hidden-size.");
+  opt<int64_t>(app, "--moe-router-topk", m.moe_router_topk, 2,
+               "Number of experts to route to for each token.");
+  opt<int64_t>(app, "--moe-layer-freq", m.moe_layer_freq, 1,
+               "Frequency between MoE layers and Dense layers: every k-th layer is MoE.");
+  opt<int64_t>(app, "--moe-shared-expert-intermediate-size", m.moe_shared_expert_intermediate_size,
+               0, "Shared expert total ffn hidden size. 0: no shared experts.");
+  choice(app, "--moe-router-load-balancing-type", m.moe_router_load_balancing_type,
+         RouterLoadBalancing::kAuxLoss,
+         {{"aux_loss", RouterLoadBalancing::kAuxLoss},
           {"seq_aux_loss", RouterLoadBalancing::kSeqAuxLoss},
-          {"none", RouterLoadBalancing::kNone}}))
-      ->group(e);
-  app.add_option("--moe-router-score-function", m.moe_router_score_function, "softmax or sigmoid")
-      ->transform(CLI::CheckedTransformer(std::map<std::string, RouterScore>{
-          {"softmax", RouterScore::kSoftmax}, {"sigmoid", RouterScore::kSigmoid}}))
-      ->group(e);
-  app.add_option("--moe-aux-loss-coeff", m.moe_aux_loss_coeff, "Aux loss coefficient (default 0)")
-      ->group(e);
-  app.add_option("--moe-z-loss-coeff", m.moe_z_loss_coeff, "Router z-loss coefficient")->group(e);
-  app.add_option("--moe-expert-capacity-factor", m.moe_expert_capacity_factor,
-                 "Capacity factor (default: dropless)")
-      ->group(e);
-  app.add_option("--moe-token-drop-policy", m.moe_token_drop_policy, "probs or position")
-      ->transform(CLI::CheckedTransformer(std::map<std::string, TokenDropPolicy>{
-          {"probs", TokenDropPolicy::kProbs}, {"position", TokenDropPolicy::kPosition}}))
-      ->group(e);
+          {"none", RouterLoadBalancing::kNone}},
+         "Determines the load balancing strategy for the router.");
+  choice(app, "--moe-router-score-function", m.moe_router_score_function, RouterScore::kSoftmax,
+         {{"softmax", RouterScore::kSoftmax}, {"sigmoid", RouterScore::kSigmoid}},
+         "Score function for MoE TopK routing.");
+  opt<float>(app, "--moe-aux-loss-coeff", m.moe_aux_loss_coeff, 0.0f,
+             "Scaling coefficient for the aux loss: a starting value of 1e-2 is recommended.");
+  opt<float>(app, "--moe-z-loss-coeff", m.moe_z_loss_coeff, 0.0f,
+             "Scaling coefficient for the z-loss: a starting value of 1e-3 is recommended.");
+  opt<float>(app, "--moe-expert-capacity-factor", m.moe_expert_capacity_factor, 0.0f,
+             "The capacity factor for each expert. 0 (None): no token will be dropped.");
+  choice(app, "--moe-token-drop-policy", m.moe_token_drop_policy, TokenDropPolicy::kProbs,
+         {{"probs", TokenDropPolicy::kProbs}, {"position", TokenDropPolicy::kPosition}},
+         "The policy to drop tokens: 'probs' drops those with the lowest probabilities, "
+         "'position' those at the end of each batch.");
+}
+
+std::vector<std::string> model_flag_args(const ModelConfig& m) {
+  std::vector<std::string> a;
+  auto add = [&](const char* flag, auto v) {
+    a.push_back(flag);
+    a.push_back(fmt::format("{}", v));
+  };
+  auto on = [&](const char* flag, bool v) {
+    if (v) a.push_back(flag);
+  };
+  add("--num-layers", m.num_layers);
+  add("--hidden-size", m.hidden_size);
+  add("--ffn-hidden-size", m.ffn_hidden_size);
+  add("--num-attention-heads", m.num_attention_heads);
+  add("--kv-channels", m.kv_channels);
+  on("--group-query-attention", m.group_query_attention);
+  if (m.group_query_attention) add("--num-query-groups", m.num_query_groups);
+  add("--max-position-embeddings", m.max_position_embeddings);
+  add("--position-embedding-type",
+      m.position_embedding_type == PositionEmbedding::kRope              ? "rope"
+      : m.position_embedding_type == PositionEmbedding::kLearnedAbsolute ? "learned_absolute"
+                                                                         : "none");
+  if (m.position_embedding_type == PositionEmbedding::kRope) {
+    add("--rotary-base", m.rotary_base);
+    add("--rotary-percent", m.rotary_percent);
+  }
+  add("--make-vocab-size-divisible-by", m.make_vocab_size_divisible_by);
+  add("--normalization", m.normalization == Normalization::kRMSNorm ? "RMSNorm" : "LayerNorm");
+  add("--norm-epsilon", m.norm_epsilon);
+  on("--swiglu", m.swiglu);
+  on("--untie-embeddings-and-output-weights", m.untie_embeddings_and_output_weights);
+  on("--disable-bias-linear", !m.add_bias_linear);
+  add("--seq-length", m.seq_length);
+  add("--vocab-size", m.vocab_size);
+  add("--init-method-std", m.init_method_std);
+  add("--hidden-dropout", m.hidden_dropout);
+  add("--attention-dropout", m.attention_dropout);
+  if (!m.is_moe()) return a;
+  add("--num-experts", m.num_experts);
+  add("--moe-ffn-hidden-size", m.moe_ffn_hidden_size);
+  add("--moe-router-topk", m.moe_router_topk);
+  add("--moe-layer-freq", m.moe_layer_freq);
+  if (m.moe_shared_expert_intermediate_size > 0)
+    add("--moe-shared-expert-intermediate-size", m.moe_shared_expert_intermediate_size);
+  add("--moe-router-load-balancing-type",
+      m.moe_router_load_balancing_type == RouterLoadBalancing::kAuxLoss      ? "aux_loss"
+      : m.moe_router_load_balancing_type == RouterLoadBalancing::kSeqAuxLoss ? "seq_aux_loss"
+                                                                             : "none");
+  add("--moe-router-score-function",
+      m.moe_router_score_function == RouterScore::kSigmoid ? "sigmoid" : "softmax");
+  add("--moe-aux-loss-coeff", m.moe_aux_loss_coeff);
+  if (m.moe_z_loss_coeff > 0) add("--moe-z-loss-coeff", m.moe_z_loss_coeff);
+  if (m.moe_expert_capacity_factor > 0) {
+    add("--moe-expert-capacity-factor", m.moe_expert_capacity_factor);
+    add("--moe-token-drop-policy",
+        m.moe_token_drop_policy == TokenDropPolicy::kPosition ? "position" : "probs");
+  }
+  return a;
 }
 
 }  // namespace mtron

@@ -46,31 +46,64 @@ void ParallelConfig::finalize(const ModelConfig& m) {
              tp(), ")");
   }
 
-  MT_CHECK(m.num_layers % pp() == 0, "Number of layers (", m.num_layers,
-           ") should be divisible by the pipeline-model-parallel size (", pp(), ")");
   MT_CHECK(num_layers_per_virtual_pipeline_stage == 0 || num_virtual_stages_per_pipeline_rank == 0,
            "--num-layers-per-virtual-pipeline-stage and --num-virtual-stages-per-pipeline-rank "
            "cannot be set together");
+  num_layers_ = m.num_layers;
+  const bool uneven = decoder_first_pipeline_num_layers > 0 || decoder_last_pipeline_num_layers > 0;
+  MT_CHECK(decoder_first_pipeline_num_layers >= 0 && decoder_last_pipeline_num_layers >= 0,
+           "--decoder-first-pipeline-num-layers and --decoder-last-pipeline-num-layers must be "
+           "larger than 0");
   vpp_ = 1;
-  const int64_t layers_per_stage = m.num_layers / pp();
   if (num_layers_per_virtual_pipeline_stage > 0) {
-    MT_CHECK(pp() > 1,
-             "pipeline-model-parallel size should be greater than 1 with interleaved "
-             "schedule (--num-layers-per-virtual-pipeline-stage needs "
-             "--pipeline-model-parallel-size > 1)");
+    MT_CHECK(!uneven,
+             "please use --num-virtual-stages-per-pipeline-rank to specify virtual pipeline "
+             "parallel degree when enable uneven pipeline parallelism");
+    MT_CHECK(m.num_layers % pp() == 0,
+             "number of layers of the model must be divisible pipeline model parallel size (",
+             m.num_layers, " layers, --pipeline-model-parallel-size ", pp(), ")");
+    const int64_t layers_per_stage = m.num_layers / pp();
     MT_CHECK(layers_per_stage % num_layers_per_virtual_pipeline_stage == 0,
              "number of layers per pipeline stage (", layers_per_stage,
              ") must be divisible by number of layers per virtual pipeline stage (",
              num_layers_per_virtual_pipeline_stage, ")");
     vpp_ = layers_per_stage / num_layers_per_virtual_pipeline_stage;
   } else if (num_virtual_stages_per_pipeline_rank > 0) {
-    MT_CHECK(pp() > 1 || num_virtual_stages_per_pipeline_rank == 1,
-             "pipeline-model-parallel size should be greater than 1 with interleaved schedule");
-    MT_CHECK(layers_per_stage % num_virtual_stages_per_pipeline_rank == 0,
-             "number of layers per pipeline stage (", layers_per_stage,
-             ") must be divisible by --num-virtual-stages-per-pipeline-rank (",
-             num_virtual_stages_per_pipeline_rank, ")");
     vpp_ = num_virtual_stages_per_pipeline_rank;
+  }
+  if (vpp_ > 1) {
+    MT_CHECK(pp() > 1,
+             "pipeline-model-parallel size should be greater than 1 with interleaved schedule");
+  }
+  if (uneven) {
+    // Megatron's TransformerConfig rules for uneven pipeline parallelism.
+    MT_CHECK(pp() > 1,
+             "--decoder-first/last-pipeline-num-layers need "
+             "--pipeline-model-parallel-size > 1");
+    int64_t layers = m.num_layers, stages = pp();
+    for (auto [n, which] : {std::pair{decoder_first_pipeline_num_layers, "first"},
+                            std::pair{decoder_last_pipeline_num_layers, "last"}}) {
+      if (n == 0) continue;
+      MT_CHECK(n % vpp_ == 0, "number of layers at ", which, " stage: ", n,
+               " must be divisible by virtual pipeline parallel degree ", vpp_);
+      layers -= n;
+      stages -= 1;
+    }
+    MT_CHECK((layers > 0) == (stages > 0), "Mismatch: ", layers, " middle layers remaining but ",
+             stages, " middle PP stages available.");
+    if (stages > 0) {
+      MT_CHECK(layers % stages == 0, "number of layers at middle stage: ", layers,
+               " must be divisible by the middle pipeline model parallel size ", stages);
+      MT_CHECK(layers / stages % vpp_ == 0,
+               "number of layers on each middle pipeline rank: ", layers / stages,
+               " must be divisible by virtual pipeline parallel degree ", vpp_);
+    }
+  } else {
+    MT_CHECK(m.num_layers % pp() == 0, "Number of layers (", m.num_layers,
+             ") should be divisible by the pipeline-model-parallel size (", pp(), ")");
+    MT_CHECK(m.num_layers / pp() % vpp_ == 0, "number of layers per pipeline stage (",
+             m.num_layers / pp(), ") must be divisible by --num-virtual-stages-per-pipeline-rank (",
+             vpp_, ")");
   }
 
   if (cp() > 1) {
@@ -97,10 +130,23 @@ void ParallelConfig::finalize(const ModelConfig& m) {
            global_batch_size, ") is not divisible by micro batch size (", micro_batch_size,
            ") times data parallel size (", dp(), ")");
   if (vpp_ > 1) {
+    // The interleaved schedule groups N = PP contiguous micro-batches per virtual stage
+    // (Megatron's default --microbatch-group-size-per-virtual-pipeline-stage): N <= M, and a
+    // last group shorter than PP would leave dependency bubbles, so M % PP == 0.
     MT_CHECK(num_microbatches() % pp() == 0, "number of microbatches (", num_microbatches(),
              ") is not divisible by pipeline-model-parallel-size (", pp(),
              ") when using interleaved schedule");
   }
+}
+
+int64_t ParallelConfig::num_layers_in_stage(int64_t stage) const {
+  MT_ASSERT(stage >= 0 && stage < pp(), "stage ", stage, " out of range");
+  const int64_t first = decoder_first_pipeline_num_layers, last = decoder_last_pipeline_num_layers;
+  if (first == 0 && last == 0) return num_layers_ / pp();
+  if (stage == 0 && first > 0) return first;
+  if (stage == pp() - 1 && last > 0) return last;
+  const int64_t middle_stages = pp() - (first > 0) - (last > 0);
+  return (num_layers_ - first - last) / middle_stages;
 }
 
 std::string ParallelConfig::summary() const {

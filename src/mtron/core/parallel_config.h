@@ -22,6 +22,8 @@ struct ParallelConfig {
   int64_t expert_tensor_parallel_size = 0;            // 0: equal to TP (Megatron's default)
   int64_t num_layers_per_virtual_pipeline_stage = 0;  // 0: no interleaving
   int64_t num_virtual_stages_per_pipeline_rank = 0;   // alternative way to set VPP
+  int64_t decoder_first_pipeline_num_layers = 0;      // 0: even split (uneven PP otherwise)
+  int64_t decoder_last_pipeline_num_layers = 0;       // 0: even split
   bool sequence_parallel = false;
   bool use_distributed_optimizer = false;
   bool overlap_grad_reduce = false;
@@ -43,11 +45,14 @@ struct ParallelConfig {
   int64_t edp() const { return world_size / (etp() * ep() * pp()); }
   int64_t vpp() const { return vpp_; }  // model chunks per pipeline rank (1: not interleaved)
   int64_t num_microbatches() const { return global_batch_size / (micro_batch_size * dp()); }
+  // Transformer layers held by pipeline stage `stage` (all its virtual chunks together).
+  int64_t num_layers_in_stage(int64_t stage) const;
   std::string order() const { return use_tp_pp_dp_mapping ? "tp-cp-ep-pp-dp" : "tp-cp-ep-dp-pp"; }
   std::string summary() const;
 
  private:
   int64_t vpp_ = 1;
+  int64_t num_layers_ = 0;
 };
 
 }  // namespace mtron

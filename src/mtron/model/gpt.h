@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "mtron/core/arena.h"
+#include "mtron/core/formulas.h"
 #include "mtron/core/model_config.h"
 #include "mtron/model/layer.h"
 #include "mtron/model/linear.h"
@@ -36,7 +37,6 @@ struct ChunkPlacement {
   bool has_embedding = false, has_head = false;
 };
 
-enum class RecomputeGranularity { kNone, kSelective, kFull };
 enum class RecomputeMethod { kUniform, kBlock };
 struct Recompute {
   RecomputeGranularity granularity = RecomputeGranularity::kNone;

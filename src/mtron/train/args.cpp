@@ -111,9 +111,8 @@ bool parse_train_args(int argc, char** argv, int64_t world_size, TrainArgs& a) {
   app.add_flag("--bf16", a.bf16, "bf16 mixed precision (fp32 master weights and gradients)")
       ->group(t);
   app.add_option("--recompute-granularity", a.recompute.granularity, "full or selective")
-      ->transform(choices(std::map<std::string, model::RecomputeGranularity>{
-          {"full", model::RecomputeGranularity::kFull},
-          {"selective", model::RecomputeGranularity::kSelective}}))
+      ->transform(choices(std::map<std::string, RecomputeGranularity>{
+          {"full", RecomputeGranularity::kFull}, {"selective", RecomputeGranularity::kSelective}}))
       ->group(t);
   bool recompute_method_set = false;
   app.add_option_function<model::RecomputeMethod>(
@@ -260,7 +259,7 @@ bool parse_train_args(int argc, char** argv, int64_t world_size, TrainArgs& a) {
     a.lr_warmup_iters = int64_t(a.lr_warmup_fraction * double(a.lr_decay_iters));
   }
   MT_CHECK(a.lr_warmup_iters >= 0, "--lr-warmup-iters must be >= 0");
-  if (a.recompute.granularity == model::RecomputeGranularity::kSelective) {
+  if (a.recompute.granularity == RecomputeGranularity::kSelective) {
     MT_CHECK(!recompute_method_set,
              "recompute method is not yet supported for selective "
              "recomputing granularity");

@@ -15,9 +15,9 @@ namespace mtron::train {
 
 std::string format_iteration_line(const IterationLog& l) {
   const std::time_t now = std::time(nullptr);
-  // Megatron prints {:.1f}; CPU throughputs are below 1 TFLOP/s, so keep 3 decimals there.
+  // Megatron prints {:.1f}; CPU throughputs are far below 1 TFLOP/s: keep 3 significant digits.
   const std::string tflops = l.tflops_per_device >= 10 ? fmt::format("{:.1f}", l.tflops_per_device)
-                                                       : fmt::format("{:.3f}", l.tflops_per_device);
+                                                       : fmt::format("{:.3g}", l.tflops_per_device);
   return fmt::format(
       " [{:%Y-%m-%d %H:%M:%S}] iteration {:8d}/{:8d} | consumed samples: {:12d} | elapsed time "
       "per iteration (ms): {:.1f} | throughput per GPU (TFLOP/s/GPU): {} | learning rate: "

@@ -9,6 +9,7 @@
 #include <map>
 
 #include "mtron/core/formulas.h"
+#include "mtron/core/hardware.h"
 #include "mtron/core/log.h"
 #include "mtron/core/memory.h"
 #include "mtron/core/profile.h"
@@ -21,13 +22,6 @@
 namespace mtron::train {
 
 namespace {
-
-// Peak FLOP/s of one device of this run, for MFU. TODO(integrator): the hardware catalog.
-double device_peak_flops(bool bf16) {
-  const double cores = double(omp_get_max_threads());
-  const double ghz = 2.4e9;
-  return cores * ghz * (bf16 ? 1024.0 : 64.0);
-}
 
 std::vector<optim::OptimRange> optim_ranges(const model::ParamBuffer& p, int64_t tp_rank) {
   std::vector<optim::OptimRange> r;
@@ -132,7 +126,8 @@ class Trainer::Stages : public parallel::StageModel {
   Key pending_{-1, -1};
 };
 
-Trainer::Trainer(const TrainArgs& args, Comm& world) : a_(args), world_(world) {
+Trainer::Trainer(const TrainArgs& args, Comm& world, int ranks_per_node)
+    : a_(args), world_(world), ranks_per_node_(ranks_per_node) {
   MT_CHECK(world_.size() == a_.parallel.world_size, "internal: world size mismatch");
   ps_ = std::make_unique<ParallelState>(a_.parallel, world_);
   rc_.precision = a_.bf16 ? model::Precision::kBF16 : model::Precision::kFP32;
@@ -334,15 +329,21 @@ void Trainer::run() {
   const bool logger = world_.rank() == world_.size() - 1;
   const double flops =
       flops_per_iteration(a_.model, par.global_batch_size, a_.model.padded_vocab_size(par.tp()));
-  const double peak = device_peak_flops(a_.bf16);
+  // MFU's denominator: the hardware catalog's peak for one rank of this node (one piece of
+  // code with the planner), at the precision the GEMMs run in.
+  const Precision gemm_precision = a_.bf16 ? Precision::kBF16 : Precision::kFP32;
+  const Hardware device = rank_device(detect_local_cpu(), ranks_per_node_);
+  const double peak = device.mfu_peak_flops(gemm_precision);
   if (world_.rank() == 0) {
     log_info("model: {}", a_.model.summary());
     log_info("layout: {}", par.summary());
     log_info("parameters: {:.2f} M (padded vocab {})",
              double(a_.model.num_parameters(par.tp())) / 1e6, a_.model.padded_vocab_size(par.tp()));
-    log_info("precision: {}; MFU against {:.1f} GFLOP/s per device ({} threads per rank)",
-             a_.bf16 ? "bf16 (fp32 master weights and gradients)" : "fp32", peak / 1e9,
-             omp_get_max_threads());
+    log_info("precision: {}; MFU against {} ({} threads per rank)",
+             a_.bf16 ? "bf16 (fp32 master weights and gradients)" : "fp32",
+             device.peak_description(gemm_precision), omp_get_max_threads());
+    log_info("{}", format_theoretical_memory(
+                       megatron_theoretical_memory(a_.model, par, a_.recompute.granularity)));
     for (const auto& n : a_.notes) log_info("note: {}", n);
   }
   if (world_.rank() == 0 || logger) {
@@ -480,7 +481,7 @@ int train_main(int argc, char** argv) {
       if (launch.rank() == 0) log_plain(format_layout(a.parallel) + stage_layers(a));
       return 0;
     }
-    Trainer t(a, launch.world());
+    Trainer t(a, launch.world(), launch.local_size());
     t.run();
     return 0;
   });

@@ -35,7 +35,8 @@ struct StepResult {
 
 class Trainer {
  public:
-  Trainer(const TrainArgs& args, Comm& world);
+  // ranks_per_node: how many ranks share this node's cores (the MFU denominator of one rank).
+  Trainer(const TrainArgs& args, Comm& world, int ranks_per_node = 1);
   ~Trainer();
 
   // Trains args.train_iters iterations, logging every --log-interval.
@@ -74,6 +75,7 @@ class Trainer {
 
   TrainArgs a_;
   Comm& world_;
+  int ranks_per_node_ = 1;
   std::unique_ptr<ParallelState> ps_;
   model::RunCtx rc_;
   std::vector<std::unique_ptr<model::GPTChunk>> chunks_;

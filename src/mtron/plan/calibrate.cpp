@@ -1,0 +1,268 @@
+#include "mtron/plan/calibrate.h"
+
+#include <fmt/core.h>
+#include <mpi.h>
+#include <omp.h>
+#include <sched.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <ctime>
+#include <dnnl.hpp>
+#include <filesystem>
+#include <vector>
+
+#include "mtron/core/dtype.h"
+#include "mtron/core/error.h"
+#include "mtron/core/hardware.h"
+#include "mtron/core/timer.h"
+#include "mtron/plan/calibration.h"
+
+namespace mtron::plan {
+namespace {
+
+// Launched by mpirun/srun (then MPI is initialised), or a plain process (one rank, no MPI).
+bool under_mpi_launcher() {
+  for (const char* v : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK", "MPI_LOCALNRANKS"})
+    if (std::getenv(v)) return true;
+  return false;
+}
+
+struct World {
+  bool mpi = false;
+  int rank = 0, size = 1;
+  void barrier() const {
+    if (mpi) MPI_Barrier(MPI_COMM_WORLD);
+  }
+  double max(double x) const {
+    if (mpi) MPI_Allreduce(MPI_IN_PLACE, &x, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    return x;
+  }
+};
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// Times `fn` on every rank at once: warm-up, then repetitions until min_seconds; the median
+// of the slowest rank.
+template <typename F>
+double time_all(const World& w, F&& fn, double min_seconds = 0.05, int min_reps = 3) {
+  fn();
+  std::vector<double> times;
+  double spent = 0;
+  while (int(times.size()) < min_reps || spent < min_seconds) {
+    w.barrier();
+    const double t0 = now_seconds();
+    fn();
+    const double dt = w.max(now_seconds() - t0);
+    times.push_back(dt);
+    spent += dt;
+    if (times.size() >= 50) break;
+  }
+  return median(times);
+}
+
+// The GEMM the trainer's linear layers run, through oneDNN (the library the kernel layer uses
+// on this CPU; AMX for bf16).
+// TODO(plan): measure through kernels::gemm once the kernel layer implements it, so the
+// calibration sees exactly the trainer's GEMM.
+class GemmProbe {
+ public:
+  GemmProbe() : engine_(dnnl::engine::kind::cpu, 0), stream_(engine_) {}
+
+  // C[M,N] = op(A) op(B); ta/tb: stored transposed.
+  double measure(const World& w, bool bf16, bool ta, bool tb, int64_t M, int64_t N, int64_t K) {
+    using tag = dnnl::memory::format_tag;
+    const auto dt = bf16 ? dnnl::memory::data_type::bf16 : dnnl::memory::data_type::f32;
+    dnnl::memory::desc a_md({M, K}, dt, ta ? tag::ba : tag::ab);
+    dnnl::memory::desc b_md({K, N}, dt, tb ? tag::ba : tag::ab);
+    dnnl::memory::desc c_md({M, N}, dnnl::memory::data_type::f32, tag::ab);
+    dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a_md, b_md, c_md), engine_);
+    dnnl::matmul mm(pd);
+    const size_t esz = bf16 ? 2 : 4;
+    std::vector<char> a(size_t(M * K) * esz), b(size_t(K * N) * esz);
+    std::vector<float> c(size_t(M * N));
+    fill(a, bf16);
+    fill(b, bf16);
+    dnnl::memory am(a_md, engine_, a.data()), bm(b_md, engine_, b.data()),
+        cm(c_md, engine_, c.data());
+    return time_all(w, [&] {
+      mm.execute(stream_, {{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, cm}});
+      stream_.wait();
+    });
+  }
+
+ private:
+  static void fill(std::vector<char>& buf, bool bf16) {
+    if (bf16) {
+      auto* p = reinterpret_cast<mtron::bf16*>(buf.data());
+      for (size_t i = 0; i < buf.size() / 2; ++i) p[i] = float_to_bf16(float(i % 17) * 0.01f);
+    } else {
+      auto* p = reinterpret_cast<float*>(buf.data());
+      for (size_t i = 0; i < buf.size() / 4; ++i) p[i] = float(i % 17) * 0.01f;
+    }
+  }
+  dnnl::engine engine_;
+  dnnl::stream stream_;
+};
+
+// Bytes/s one rank streams (a = b + s*c, three arrays) while every rank does the same.
+double measure_memory_bandwidth(const World& w, size_t n) {
+  std::vector<float> a(n, 1.0f), b(n, 2.0f), c(n, 3.0f);
+  const double sec = time_all(w, [&] {
+    const int64_t nn = int64_t(n);
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < nn; ++i) a[size_t(i)] = b[size_t(i)] + 0.5f * c[size_t(i)];
+  });
+  return 3.0 * 4.0 * double(n) / sec;
+}
+
+void measure_collectives(const World& w, bool quick, std::vector<CollectiveSample>* out) {
+  if (w.size < 2) return;
+  const int64_t max_bytes = quick ? (1 << 20) : (1 << 24);
+  auto run = [&](MPI_Comm comm, int n, Collective op) {
+    for (int64_t bytes = 4096; bytes <= max_bytes; bytes *= 4) {
+      const int64_t count = bytes / 4, part = count / n;
+      std::vector<float> send(size_t(count), 1.0f), recv(size_t(count), 0.0f);
+      int me = 0;
+      MPI_Comm_rank(comm, &me);
+      const double sec = time_all(
+          w,
+          [&] {
+            switch (op) {
+              case Collective::kAllReduce:
+                MPI_Allreduce(MPI_IN_PLACE, send.data(), int(count), MPI_FLOAT, MPI_SUM, comm);
+                break;
+              case Collective::kAllGather:
+                MPI_Allgather(send.data(), int(part), MPI_FLOAT, recv.data(), int(part), MPI_FLOAT,
+                              comm);
+                break;
+              case Collective::kReduceScatter:
+                MPI_Reduce_scatter_block(send.data(), recv.data(), int(part), MPI_FLOAT, MPI_SUM,
+                                         comm);
+                break;
+              case Collective::kAllToAll:
+                MPI_Alltoall(send.data(), int(part), MPI_FLOAT, recv.data(), int(part), MPI_FLOAT,
+                             comm);
+                break;
+              case Collective::kSendRecv: {
+                const int peer = me ^ 1;
+                if (peer < n)
+                  MPI_Sendrecv(send.data(), int(count), MPI_FLOAT, peer, 7, recv.data(), int(count),
+                               MPI_FLOAT, peer, 7, comm, MPI_STATUS_IGNORE);
+                break;
+              }
+            }
+          },
+          0.02, 3);
+      out->push_back({op, n, double(bytes), sec});
+    }
+  };
+  for (Collective op : {Collective::kAllReduce, Collective::kAllGather, Collective::kReduceScatter,
+                        Collective::kAllToAll, Collective::kSendRecv})
+    run(MPI_COMM_WORLD, w.size, op);
+  if (w.size >= 4) {  // pairs at once, as TP=2 groups run beside each other
+    MPI_Comm pairs;
+    MPI_Comm_split(MPI_COMM_WORLD, w.rank / 2, w.rank, &pairs);
+    run(pairs, 2, Collective::kAllReduce);
+    MPI_Comm_free(&pairs);
+  }
+}
+
+std::string today() {
+  const std::time_t t = std::time(nullptr);
+  char buf[32];
+  std::strftime(buf, sizeof(buf), "%Y-%m-%d %H:%M", std::localtime(&t));
+  return buf;
+}
+
+}  // namespace
+
+int run_calibration(const CalibrateOptions& o) {
+  World w;
+  if (under_mpi_launcher()) {
+    int provided = 0;
+    MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided);
+    w.mpi = true;
+    MPI_Comm_rank(MPI_COMM_WORLD, &w.rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &w.size);
+  }
+  const Hardware cpu = detect_local_cpu();
+  const int cores = cpu.gpus_per_node;
+  // cores/ranks threads each, but no more than the cores this rank is bound to.
+  cpu_set_t mask;
+  CPU_ZERO(&mask);
+  const int bound = sched_getaffinity(0, sizeof(mask), &mask) == 0 ? CPU_COUNT(&mask) : cores;
+  int threads = std::max(1, std::min(bound, cores / w.size));
+  if (const char* env = std::getenv("OMP_NUM_THREADS"); env && std::atoi(env) > 0)
+    threads = std::atoi(env);
+  omp_set_num_threads(threads);
+  if (w.rank == 0)
+    std::fprintf(stderr,
+                 "mtron plan --calibrate: %d rank%s x %d thread%s on %s; this takes about a "
+                 "minute\n",
+                 w.size, w.size == 1 ? "" : "s", threads, threads == 1 ? "" : "s",
+                 cpu.description.c_str());
+
+  RankCalibration r;
+  r.ranks_per_node = w.size;
+  r.threads_per_rank = threads;
+  GemmProbe probe;
+  // Forward (NT), dgrad (NN) and wgrad (TN) GEMMs of linear layers [tokens, in] -> [tokens, out].
+  const std::vector<int64_t> tokens =
+      o.quick ? std::vector<int64_t>{256} : std::vector<int64_t>{256, 1024, 4096};
+  const std::vector<std::pair<int64_t, int64_t>> linears =
+      o.quick ? std::vector<std::pair<int64_t, int64_t>>{{256, 768}, {768, 256}}
+              : std::vector<std::pair<int64_t, int64_t>>{{256, 768},  {768, 768},   {768, 3072},
+                                                         {3072, 768}, {1024, 4096}, {2048, 2048}};
+  for (bool bf16 : {false, true}) {
+    auto& samples = r.gemm[bf16 ? "bf16" : "fp32"];
+    for (int64_t T : tokens) {
+      for (auto [in, out] : linears) {
+        samples.push_back({T, out, in, probe.measure(w, bf16, false, true, T, out, in)});
+        samples.push_back({T, in, out, probe.measure(w, bf16, false, false, T, in, out)});
+        samples.push_back({out, in, T, probe.measure(w, bf16, true, false, out, in, T)});
+      }
+    }
+  }
+  r.memory_bandwidth = measure_memory_bandwidth(w, o.quick ? (size_t(1) << 22) : (size_t(1) << 25));
+  measure_collectives(w, o.quick, &r.collectives);
+
+  if (w.rank == 0) {
+    Calibration cal;
+    if (std::filesystem::exists(o.path)) cal = load_calibration(o.path);
+    char host[256] = {0};
+    gethostname(host, sizeof(host) - 1);
+    cal.host = host;
+    cal.cpu = cpu.description;
+    cal.date = today();
+    cal.by_ranks[w.size] = r;
+    save_calibration(cal, o.path);
+    std::printf("calibration for %d rank%s per node (%d thread%s each) written to %s\n", w.size,
+                w.size == 1 ? "" : "s", threads, threads == 1 ? "" : "s", o.path.c_str());
+    for (const auto& [prec, v] : r.gemm) {
+      const GemmFit f = fit_gemm(v, parse_precision(prec));
+      std::printf(
+          "  GEMM %s: %.1f GFLOP/s per rank, operands at %.1f GB/s, %.1f us per call "
+          "(median error of the fit %.0f%% over %zu shapes)\n",
+          prec.c_str(), f.flops / 1e9, f.bandwidth / 1e9, f.overhead * 1e6,
+          100 * f.median_rel_error, v.size());
+    }
+    std::printf("  memory bandwidth: %.1f GB/s per rank\n", r.memory_bandwidth / 1e9);
+    if (!r.collectives.empty()) {
+      const Link l = fit_link(r.collectives);
+      std::printf("  MPI collectives: bus bandwidth %.2f GB/s per rank, latency %.1f us per step\n",
+                  l.bandwidth / 1e9, l.latency * 1e6);
+    } else {
+      std::printf("  MPI collectives: not measured (one rank; run under mpirun -np N)\n");
+    }
+  }
+  if (w.mpi) MPI_Finalize();
+  return 0;
+}
+
+}  // namespace mtron::plan

@@ -1,0 +1,33 @@
+#include "mtron/plan/layout.h"
+
+#include <fmt/core.h>
+
+#include "mtron/core/error.h"
+
+namespace mtron::plan {
+
+std::string_view recompute_name(RecomputeGranularity r) {
+  switch (r) {
+    case RecomputeGranularity::kNone:
+      return "none";
+    case RecomputeGranularity::kSelective:
+      return "selective";
+    case RecomputeGranularity::kFull:
+      return "full";
+  }
+  MT_ASSERT(false, "bad RecomputeGranularity");
+}
+
+std::string layout_name(const Layout& l) {
+  const ParallelConfig& p = l.parallel;
+  std::string s = fmt::format("TP{} PP{}", p.tp(), p.pp());
+  if (p.vpp() > 1) s += fmt::format(" VPP{}", p.vpp());
+  s += fmt::format(" CP{}", p.cp());
+  if (p.ep() > 1 || p.etp() != p.tp()) s += fmt::format(" EP{} ETP{}", p.ep(), p.etp());
+  s += fmt::format(" DP{} mbs{}", p.dp(), p.micro_batch_size);
+  if (l.recompute != RecomputeGranularity::kNone)
+    s += fmt::format(" recompute-{}", recompute_name(l.recompute));
+  return s;
+}
+
+}  // namespace mtron::plan

@@ -1,0 +1,38 @@
+// defines: Cluster, Layout, layout_name
+//
+// The planner's vocabulary: the machine a job runs on, and one candidate layout (a finalized
+// ParallelConfig plus the knobs Megatron sets beside it).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "mtron/core/formulas.h"
+#include "mtron/core/hardware.h"
+#include "mtron/core/parallel_config.h"
+
+namespace mtron::plan {
+
+struct Cluster {
+  Hardware hardware;             // a GPU entry, or a CPU node description
+  int64_t num_devices = 1;       // GPUs (CPU: MPI ranks) in the job
+  int64_t devices_per_node = 1;  // GPUs per node (CPU: ranks per node)
+
+  int64_t nodes() const { return (num_devices + devices_per_node - 1) / devices_per_node; }
+  // What one rank sees (rank_device()): a GPU, or a CPU rank's share of its node.
+  Hardware device() const { return rank_device(hardware, int(devices_per_node)); }
+};
+
+struct Layout {
+  ParallelConfig parallel;  // finalized against the model
+  RecomputeGranularity recompute = RecomputeGranularity::kNone;
+  Precision precision = Precision::kBF16;
+  bool grads_fp32 = true;        // false: --grad-reduce-in-bf16
+  bool tp_comm_overlap = false;  // --tp-comm-overlap (TP collectives hidden behind GEMMs)
+};
+
+// "TP2 PP4 (VPP5) CP1 EP1 DP8 mbs1 sel" style one-line name.
+std::string layout_name(const Layout& l);
+std::string_view recompute_name(RecomputeGranularity r);
+
+}  // namespace mtron::plan

@@ -1,0 +1,200 @@
+#include "mtron/plan/memory_model.h"
+
+#include <fmt/core.h>
+
+#include <algorithm>
+
+#include "mtron/core/error.h"
+
+namespace mtron::plan {
+namespace {
+
+constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+// Runtime memory outside the model: CUDA context, cuBLAS/cuDNN workspaces and NCCL buffers of
+// the communicators on a GPU; MPI buffers and the program on a CPU rank. Allocator
+// fragmentation and temporaries take a further fraction of the activations (Megatron: 5%).
+constexpr double kGpuRuntime = 2.5 * kGiB;
+constexpr double kCpuRuntime = 0.25 * kGiB;
+constexpr double kFragmentation = 0.05;
+
+double activation_elem_bytes(Precision p) {
+  return p == Precision::kFP32 ? 4.0 : 2.0;
+}
+
+// Transformer layers of stage `stage` that are MoE layers (exact for --moe-layer-freq 1;
+// proportional otherwise, since interleaving scatters a rank's layers).
+double moe_layers_in_stage(const ModelConfig& m, const ParallelConfig& p, int64_t stage) {
+  if (!m.is_moe()) return 0;
+  return double(m.num_moe_layers()) * double(p.num_layers_in_stage(stage)) / double(m.num_layers);
+}
+
+// Micro-batch-layers stage `stage` holds at the peak of the 1F1B (or interleaved) schedule:
+// the warm-up forwards plus the one in the steady state.
+double in_flight_layers(const ParallelConfig& p, int64_t stage) {
+  const double layers = double(p.num_layers_in_stage(stage));
+  const int64_t pp = p.pp(), v = p.vpp(), m = p.num_microbatches();
+  if (v == 1) return layers * double(std::min<int64_t>(m, pp - stage));
+  const int64_t chunks = std::min<int64_t>(m * v, 2 * (pp - stage - 1) + (v - 1) * pp + 1);
+  return double(chunks) * layers / double(v);
+}
+
+}  // namespace
+
+StageParams stage_parameters(const ModelConfig& m, const ParallelConfig& p, int64_t stage) {
+  const double h = double(m.hidden_size), t = double(p.tp());
+  const double q = double(m.q_size()), kv = double(m.kv_size());
+  const double bias = m.add_bias_linear ? 1.0 : 0.0;
+  const double norm = m.normalization == Normalization::kLayerNorm ? 2 * h : h;
+  const double up = m.swiglu ? 2.0 : 1.0;  // fc1 matrices (gate and up with SwiGLU)
+  auto mlp = [&](double f) { return h * f * up + f * h + bias * f * up; };  // column-split part
+
+  StageParams s;
+  const double layers = double(p.num_layers_in_stage(stage));
+  const double moe = moe_layers_in_stage(m, p, stage), dense = layers - moe;
+  const double attention = h * (q + 2 * kv) + q * h + bias * (q + 2 * kv);
+  s.tp_sharded = (layers * attention + dense * mlp(double(m.ffn()))) / t;
+  s.replicated = layers * (2 * norm + bias * h) + dense * bias * h;
+  if (m.is_moe()) {
+    const double E = double(m.num_experts);
+    s.expert = moe * E * mlp(double(m.moe_ffn())) / double(p.ep() * p.etp()) +
+               moe * E / double(p.ep()) * bias * h;
+    s.replicated += moe * h * E;  // router
+    if (m.moe_shared_expert_intermediate_size > 0) {
+      s.tp_sharded += moe * mlp(double(m.moe_shared_expert_intermediate_size)) / t;
+      s.replicated += moe * bias * h;
+    }
+  }
+  const double vocab = double(m.padded_vocab_size(p.tp())) * h / t;
+  const bool first = stage == 0, last = stage == p.pp() - 1;
+  if (first) {
+    s.tp_sharded += vocab;
+    if (m.position_embedding_type == PositionEmbedding::kLearnedAbsolute)
+      s.replicated += double(m.max_position_embeddings) * h;
+  }
+  if (last) {
+    s.replicated += norm;  // final norm
+    // The output layer: its own weights when untied; when tied, the last stage keeps a copy of
+    // the word embeddings (kept equal by the embedding group's all-reduce) unless it is also
+    // the first stage.
+    if (m.untie_embeddings_and_output_weights || !first) s.tp_sharded += vocab;
+  }
+  return s;
+}
+
+double layer_activation_bytes(const ModelConfig& m,
+                              const Layout& l,
+                              bool fused_attention,
+                              bool moe_layer) {
+  const ParallelConfig& p = l.parallel;
+  const double e = activation_elem_bytes(l.precision);
+  const double h = double(m.hidden_size), t = double(p.tp());
+  const double st = p.sequence_parallel ? t : 1.0;  // SP splits the norm/dropout regions
+  const double T = double(m.seq_length) * double(p.micro_batch_size) / double(p.cp());
+  const double s_kv = double(m.seq_length);
+  const double a = double(m.num_attention_heads);
+  const double q = double(m.q_size()), kv = double(m.kv_size());
+  const double up = m.swiglu ? 2.0 : 1.0;
+  const double mask = m.hidden_dropout > 0 ? 1.0 : 0.0;
+
+  if (l.recompute == RecomputeGranularity::kFull) return e * T * h / st;  // the layer's input
+
+  // Attention block: norm input, QKV input, Q/K/V, core attention, projection input, dropout.
+  double bytes = 2 * e * T * h / st + e * T * (q + 2 * kv) / t + e * T * q / t + mask * T * h / st;
+  if (fused_attention) {
+    bytes += 4 * T * a / t;  // softmax statistics (log-sum-exp, fp32)
+  } else if (l.recompute != RecomputeGranularity::kSelective) {
+    const double scores = a / t * T * s_kv;
+    bytes += e * scores + (m.attention_dropout > 0 ? (1 + e) * scores : 0.0);
+  }
+  // MLP block: norm input, fc1 input, fc1 output(s), activation output, dropout mask.
+  bytes += e * T * h / st + mask * T * h / st;
+  auto mlp = [&](double tokens, double f, double split) {
+    return e * tokens * h + e * tokens * f * up / split + e * tokens * f / split;
+  };
+  if (!moe_layer) {
+    bytes += mlp(T / st, double(m.ffn()), t / st);
+  } else {
+    const double E = double(m.num_experts), k = double(m.moe_router_topk);
+    const double etp = double(p.etp());
+    const double routed = T * k * etp / st;  // tokens a rank's experts process (balanced)
+    bytes += 4 * T / st * E;                 // router logits and probabilities, fp32
+    bytes += mlp(routed, double(m.moe_ffn()), etp) + e * routed * h;  // + expert outputs
+    if (m.moe_shared_expert_intermediate_size > 0)
+      bytes += mlp(T / st, double(m.moe_shared_expert_intermediate_size), t / st);
+  }
+  return bytes;
+}
+
+MemoryBreakdown estimate_memory(const ModelConfig& m, const Layout& l, const Cluster& c) {
+  const ParallelConfig& p = l.parallel;
+  const Hardware dev = c.device();
+  const bool fused_attention = !dev.is_cpu;
+  const double e = activation_elem_bytes(l.precision);
+  const double t = double(p.tp());
+  const double st = p.sequence_parallel ? t : 1.0;
+  const double T = double(m.seq_length) * double(p.micro_batch_size) / double(p.cp());
+  const double V = double(m.padded_vocab_size(p.tp()));
+  const double h = double(m.hidden_size);
+  const StateBytes dense_state = state_bytes_per_parameter(l.precision, p.use_distributed_optimizer,
+                                                           p.dp() * p.cp(), l.grads_fp32);
+  const StateBytes expert_state =
+      state_bytes_per_parameter(l.precision, p.use_distributed_optimizer, p.edp(), l.grads_fp32);
+
+  Layout no_recompute = l;
+  no_recompute.recompute = RecomputeGranularity::kNone;
+  MemoryBreakdown best;
+  for (int64_t stage = 0; stage < p.pp(); ++stage) {
+    MemoryBreakdown b;
+    b.stage = stage;
+    b.capacity = dev.memory_bytes;
+    const StageParams sp = stage_parameters(m, p, stage);
+    const double dense = sp.tp_sharded + sp.replicated;
+    b.parameters = sp.total();
+    b.weights = dense * dense_state.param + sp.expert * expert_state.param;
+    b.gradients = dense * dense_state.grad + sp.expert * expert_state.grad;
+    b.optimizer = dense * dense_state.optimizer + sp.expert * expert_state.optimizer;
+    if (l.precision == Precision::kFP8) b.fp8_weights = 2 * (sp.tp_sharded + sp.expert);
+
+    const double layers = double(p.num_layers_in_stage(stage));
+    const double moe_fraction = layers > 0 ? moe_layers_in_stage(m, p, stage) / layers : 0;
+    auto per_layer = [&](const Layout& x) {
+      return (1 - moe_fraction) * layer_activation_bytes(m, x, fused_attention, false) +
+             moe_fraction * layer_activation_bytes(m, x, fused_attention, true);
+    };
+    b.in_flight = in_flight_layers(p, stage);
+    b.activations = b.in_flight * per_layer(l);
+    const double microbatches_in_flight = layers > 0 ? b.in_flight / layers : 1;
+    if (stage == 0) {  // token ids (int64) and the embedding dropout mask
+      b.activations += microbatches_in_flight * (8 * T + (m.hidden_dropout > 0 ? T * h / st : 0.0));
+    }
+    if (l.recompute == RecomputeGranularity::kFull) b.working = per_layer(no_recompute);
+    if (stage == p.pp() - 1) {
+      // Final norm and output-layer inputs; fp32 logits kept for the loss; during backward the
+      // bf16 logits and their fp32 gradient exist at once.
+      b.activations += 2 * e * T * h / st + 4 * T * V / t;
+      b.working = std::max(b.working, (e + 4) * T * V / t);
+    }
+    b.overhead =
+        (dev.is_cpu ? kCpuRuntime : kGpuRuntime) + kFragmentation * (b.activations + b.working);
+    if (stage == 0 || b.total() > best.total()) best = b;
+  }
+  return best;
+}
+
+std::string format_memory(const MemoryBreakdown& b) {
+  auto g = [](double x) { return x / kGiB; };
+  std::string s =
+      fmt::format("memory per GPU (stage {}, {:.3f} B parameters): {:.1f} of {:.1f} GiB\n", b.stage,
+                  b.parameters / 1e9, g(b.total()), g(b.capacity));
+  s += fmt::format("  weights            {:8.2f} GiB\n", g(b.weights));
+  s += fmt::format("  gradients          {:8.2f} GiB\n", g(b.gradients));
+  s += fmt::format("  optimizer state    {:8.2f} GiB\n", g(b.optimizer));
+  if (b.fp8_weights > 0) s += fmt::format("  fp8 weight copies  {:8.2f} GiB\n", g(b.fp8_weights));
+  s += fmt::format("  activations        {:8.2f} GiB ({:.0f} layer-micro-batches in flight)\n",
+                   g(b.activations), b.in_flight);
+  s += fmt::format("  transient          {:8.2f} GiB\n", g(b.working));
+  s += fmt::format("  runtime/fragments  {:8.2f} GiB\n", g(b.overhead));
+  return s;
+}
+
+}  // namespace mtron::plan

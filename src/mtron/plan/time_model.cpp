@@ -1,0 +1,408 @@
+#include "mtron/plan/time_model.h"
+
+#include <fmt/core.h>
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "mtron/core/error.h"
+#include "mtron/plan/memory_model.h"
+
+namespace mtron::plan {
+namespace {
+
+constexpr double kGemmOverhead = 4e-6;  // seconds per GEMM launch and tail on a GPU
+// Fused attention on a block of c tokens runs at c / (c + this) of its long-sequence rate
+// (flash-attention kernels fill the GPU only with enough query blocks and key steps).
+constexpr double kAttentionChunkOverhead = 256;
+// Megatron's DDP bucket: max(40M, 1M x DP) parameters; the last bucket's reduction cannot
+// overlap with backward, the first bucket's gather cannot overlap with forward.
+constexpr double kBucketParams = 40e6;
+// Bytes moved per parameter by the Adam step and the gradient norm: read grad, read/write
+// master, m and v, write the model-precision copy, plus the norm's read and the clip's scale.
+constexpr double kAdamBytesPerParam = 4 + 8 + 8 + 8 + 2 + 8;
+
+double elem_bytes(Precision p) {
+  return p == Precision::kFP32 ? 4.0 : 2.0;
+}
+
+// Time of a communication that overlaps with `window` seconds of compute: the part that does
+// not fit, plus the interference it causes to the part that does.
+double overlapped(double comm, double window, double interference) {
+  return std::max(0.0, comm - window) + interference * std::min(comm, window);
+}
+
+// Per-micro-batch times of one pipeline stage, split by cause.
+struct StageTimes {
+  double gemm = 0, attention = 0, elementwise = 0, recompute = 0;
+  double tp = 0, cp = 0, ep = 0, p2p = 0;
+  double fwd = 0, bwd = 0;  // compute + exposed communication, forward / backward
+  double total() const { return gemm + attention + elementwise + recompute + tp + cp + ep + p2p; }
+};
+
+struct LinearShape {
+  double M, N, K;  // forward GEMM: [M,K] x [K,N]
+};
+
+}  // namespace
+
+double collective_seconds(Collective c, double bytes, int64_t n, const Link& link) {
+  if (n <= 1 || bytes <= 0) return 0;
+  MT_ASSERT(link.bandwidth > 0, "collective over a link without bandwidth (", link.name, ")");
+  const double frac = double(n - 1) / double(n);
+  // Latency: ring steps inside a node, a tree (log steps) beyond a few ranks.
+  const double steps = std::min(double(n - 1), 2 * std::log2(double(n)) + 1);
+  switch (c) {
+    case Collective::kAllReduce:
+      return 2 * frac * bytes / link.bandwidth + 2 * steps * link.latency;
+    case Collective::kAllGather:
+    case Collective::kReduceScatter:
+    case Collective::kAllToAll:
+      return frac * bytes / link.bandwidth + steps * link.latency;
+    case Collective::kSendRecv:
+      return bytes / link.bandwidth + link.latency;
+  }
+  MT_ASSERT(false, "bad Collective");
+}
+
+Link PerfParams::link_for_group(int64_t size, int64_t stride) const {
+  const int64_t span = size * stride;
+  if (span <= nvlink_domain) return nvlink;
+  if (span <= devices_per_node) return pcie;
+  // Across nodes: each member of the group in a node drives its own adapter (rail-optimised
+  // rings), so the node's members share the inter-node traffic; never faster than NVLink.
+  const int64_t members_per_node =
+      std::clamp<int64_t>(devices_per_node / std::max<int64_t>(stride, 1), 1, size);
+  Link l = network;
+  l.bandwidth = std::min(nvlink.bandwidth, network.bandwidth * double(members_per_node));
+  return l;
+}
+
+PerfParams perf_from_hardware(const Cluster& c, Precision p) {
+  const Hardware d = c.device();
+  const Achievable& a = d.achievable;
+  PerfParams pp;
+  pp.gemm_flops = d.peak_flops(p) * d.gemm_efficiency(p);
+  MT_CHECK(pp.gemm_flops > 0, d.description, " has no ", precision_name(p),
+           " peak in the hardware catalog (use another precision or add it to "
+           "catalog/hardware/*.json)");
+  pp.gemm_bandwidth = d.memory_bandwidth * a.memory;
+  pp.gemm_overhead = d.is_cpu ? 2e-6 : kGemmOverhead;
+  pp.gemm_overlaps_memory = !d.is_cpu;
+  pp.gemm_k_overhead = a.gemm_k_overhead;
+  pp.step_overhead = a.step_overhead;
+  const Precision attn = p == Precision::kFP8 ? Precision::kBF16 : p;
+  pp.attention_flops = d.peak_flops(attn) * a.attention;
+  pp.fused_attention = !d.is_cpu;
+  pp.memory_bandwidth = d.memory_bandwidth * a.memory;
+  pp.peak_flops = d.mfu_peak_flops(p);
+  pp.nvlink = {d.nvlink_bandwidth * a.nvlink, d.nvlink_latency,
+               d.is_cpu ? "shared memory" : "NVLink"};
+  pp.pcie = {d.pcie_bandwidth * a.nvlink, 2 * d.nvlink_latency,
+             d.is_cpu ? "shared memory" : "PCIe"};
+  pp.network = {d.inter_node_bandwidth() * a.network, d.network.latency, d.network.name};
+  pp.nvlink_domain = d.is_cpu ? c.devices_per_node : d.nvlink_domain;
+  pp.devices_per_node = c.devices_per_node;
+  return pp;
+}
+
+double gemm_operand_bytes(double M, double N, double K, Precision p) {
+  const double e = p == Precision::kFP8 ? 1.0 : elem_bytes(p);
+  return e * (M * K + K * N) + 4 * M * N;
+}
+
+double gemm_seconds(const PerfParams& pp, double M, double N, double K, Precision p) {
+  if (M <= 0 || N <= 0 || K <= 0) return 0;
+  const double compute = 2 * M * N * (K + pp.gemm_k_overhead) / pp.gemm_flops;
+  const double memory = gemm_operand_bytes(M, N, K, p) / pp.gemm_bandwidth;
+  return (pp.gemm_overlaps_memory ? std::max(compute, memory) : compute + memory) +
+         pp.gemm_overhead;
+}
+
+StepTime estimate_step_time(const ModelConfig& m, const Layout& l, const PerfParams& pp) {
+  const ParallelConfig& p = l.parallel;
+  const Precision prec = l.precision;
+  const double e = elem_bytes(prec);
+  const double h = double(m.hidden_size), t = double(p.tp());
+  const double st = p.sequence_parallel ? t : 1.0;
+  const double b = double(p.micro_batch_size), s = double(m.seq_length);
+  const double T = s * b / double(p.cp());  // tokens of one micro-batch on this rank
+  const double q = double(m.q_size()), kv = double(m.kv_size());
+  const double a = double(m.num_attention_heads), hd = double(m.kv_channels);
+  const double up = m.swiglu ? 2.0 : 1.0;
+  const double F = double(m.ffn());
+  const double V = double(m.padded_vocab_size(p.tp()));
+  const double interf = pp.overlap_interference;
+  const Link tp_link = pp.link_for_group(p.tp(), 1);
+  // --tp-comm-overlap (Transformer Engine's userbuffers) works over NVLink only.
+  const bool tp_overlap = l.tp_comm_overlap && p.tp() <= pp.nvlink_domain;
+  const Link cp_link = pp.link_for_group(p.cp(), p.tp());
+  const Link ep_link = pp.link_for_group(p.ep(), p.etp());
+
+  auto fwd_bwd = [&](LinearShape g, double* fwd, double* dgrad, double* wgrad) {
+    *fwd = gemm_seconds(pp, g.M, g.N, g.K, prec);
+    *dgrad = gemm_seconds(pp, g.M, g.K, g.N, prec);
+    *wgrad = gemm_seconds(pp, g.N, g.K, g.M, prec);
+  };
+
+  // --- One transformer layer, one micro-batch. -------------------------------------------------
+  struct LayerTimes {
+    double gemm_f = 0, gemm_b = 0, attn_f = 0, attn_b = 0, elem_f = 0, elem_b = 0;
+    double tp_f = 0, tp_b = 0, cp_f = 0, cp_b = 0, ep_f = 0, ep_b = 0;
+  };
+  auto layer = [&](bool moe) {
+    LayerTimes x;
+    double f, dg, wg;
+    // TP collectives of the activations [T, h]: SP splits each all-reduce into an all-gather
+    // before the column-parallel linear and a reduce-scatter after the row-parallel one.
+    const double act = e * T * h;
+    const double ar = collective_seconds(Collective::kAllReduce, act, p.tp(), tp_link);
+    const double half = collective_seconds(Collective::kAllGather, act, p.tp(), tp_link);
+    // Column-parallel (input side) then row-parallel (output side) linear of a block.
+    auto block = [&](LinearShape col, LinearShape row) {
+      double cf, cd, cw, rf, rd, rw;
+      fwd_bwd(col, &cf, &cd, &cw);
+      fwd_bwd(row, &rf, &rd, &rw);
+      x.gemm_f += cf + rf;
+      x.gemm_b += cd + cw + rd + rw;
+      if (p.tp() == 1) return;
+      if (p.sequence_parallel) {
+        // fwd: all-gather in, reduce-scatter out. bwd: all-gather of the output gradient,
+        // re-gather of the input (behind dgrad), reduce-scatter of dgrad (behind wgrad).
+        x.tp_f +=
+            tp_overlap ? overlapped(half, cf, interf) + overlapped(half, rf, interf) : 2 * half;
+        x.tp_b += (tp_overlap ? overlapped(half, rd, interf) : half) +
+                  overlapped(half, cd, interf) + overlapped(half, cw, interf);
+      } else {
+        // fwd: all-reduce after the row-parallel linear. bwd: all-reduce of the column-parallel
+        // dgrad, behind its wgrad.
+        x.tp_f += tp_overlap ? overlapped(ar, rf, interf) : ar;
+        x.tp_b += overlapped(ar, cw, interf);
+      }
+    };
+    block({T, (q + 2 * kv) / t, h}, {T, h, q / t});
+    // Core attention (causal): QK^T and PV over the whole sequence for this rank's queries.
+    const double attn_flops = 2 * T * s * q / t;  // forward, causal half counted
+    if (pp.fused_attention) {
+      // Fused kernels lose efficiency on short blocks: with CP each ring step works on chunks
+      // of s/(2 cp) tokens (Megatron's load-balanced split).
+      const double chunk = p.cp() > 1 ? s / double(2 * p.cp()) : s;
+      const double rate = pp.attention_flops * chunk / (chunk + kAttentionChunkOverhead);
+      x.attn_f = attn_flops / rate;
+      x.attn_b = 2.5 * attn_flops / rate;  // flash backward recomputes QK^T
+    } else {
+      // Materialised scores: batched GEMMs over every (sequence, head) over the full square,
+      // and a softmax pass over the scores.
+      const double batches = b * a / t, sq = s / double(p.cp());
+      const double qk = gemm_seconds(pp, sq, s, hd, prec), pv = gemm_seconds(pp, sq, hd, s, prec);
+      x.attn_f = batches * (qk + pv);
+      x.attn_b = 2 * x.attn_f;
+      const double scores = batches * sq * s;
+      x.elem_f += 4 * e * scores / pp.memory_bandwidth;
+      x.elem_b += 6 * e * scores / pp.memory_bandwidth;
+    }
+    // CP ring: cp-1 steps passing this rank's K and V (and dK, dV backward), each behind the
+    // attention of the chunk it brings.
+    if (p.cp() > 1) {
+      const double kv_bytes = 2 * e * T * kv / t;
+      const double ring =
+          double(p.cp() - 1) * collective_seconds(Collective::kSendRecv, kv_bytes, 2, cp_link);
+      x.cp_f = overlapped(ring, x.attn_f, interf);
+      x.cp_b = overlapped(2 * ring, x.attn_b, interf);
+    }
+    // MLP: dense, or routed experts plus the optional shared expert.
+    double mlp_elem = 0;
+    if (!moe) {
+      block({T, F * up / t, h}, {T, h, F / t});
+      mlp_elem = (up + 1) * e * T * F / t;
+    } else {
+      const double E = double(m.num_experts), k = double(m.moe_router_topk);
+      const double etp = double(p.etp()), Fe = double(m.moe_ffn());
+      const double local_experts = E / double(p.ep());
+      // Tokens this rank's experts process: its SP share of the micro-batch, top-k copies,
+      // gathered over the expert-TP group (MoE with TP > 1 requires SP, so st = t).
+      const double routed = T * k * etp / st;
+      const double per_expert = routed / local_experts;
+      fwd_bwd({T / st, E, h}, &f, &dg, &wg);  // router
+      x.gemm_f += f;
+      x.gemm_b += dg + wg;
+      fwd_bwd({per_expert, Fe * up / etp, h}, &f, &dg, &wg);
+      x.gemm_f += local_experts * f;
+      x.gemm_b += local_experts * (dg + wg);
+      fwd_bwd({per_expert, h, Fe / etp}, &f, &dg, &wg);
+      x.gemm_f += local_experts * f;
+      x.gemm_b += local_experts * (dg + wg);
+      mlp_elem = (up + 1) * e * routed * Fe / etp + 4 * e * routed * h;  // act, (un)permute
+      if (m.moe_shared_expert_intermediate_size > 0) {
+        const double Fs = double(m.moe_shared_expert_intermediate_size);
+        block({T, Fs * up / t, h}, {T, h, Fs / t});
+        mlp_elem += (up + 1) * e * T * Fs / t;
+      }
+      if (p.ep() > 1) {  // dispatch and combine, forward and backward
+        const double a2a =
+            collective_seconds(Collective::kAllToAll, e * T / st * k * h, p.ep(), ep_link);
+        x.ep_f = 2 * a2a;
+        x.ep_b = 2 * a2a;
+      }
+    }
+    // Elementwise: two norms (read+write), two residual adds (2 reads + write), dropout
+    // masks, RoPE on Q and K, the MLP activation. Backward moves about twice the bytes.
+    double bytes = (4 + 6) * e * T * h / st + mlp_elem;
+    if (m.hidden_dropout > 0) bytes += 2 * T * h / st;
+    if (m.position_embedding_type == PositionEmbedding::kRope) bytes += 2 * e * T * (q + kv) / t;
+    x.elem_f += bytes / pp.memory_bandwidth;
+    x.elem_b += 2 * bytes / pp.memory_bandwidth;
+    return x;
+  };
+  const LayerTimes dense_layer = layer(false);
+  const LayerTimes moe_layer = m.is_moe() ? layer(true) : dense_layer;
+
+  // --- Stages.
+  // ------------------------------------------------------------------------------------
+  const double p2p_bytes = e * T * h / st;
+  const Link pp_link = pp.link_for_group(2, p.tp() * p.cp() * p.dp());
+  const double p2p_one = collective_seconds(Collective::kSendRecv, p2p_bytes, 2, pp_link);
+  std::vector<StageTimes> stages(size_t(p.pp()));
+  for (int64_t r = 0; r < p.pp(); ++r) {
+    StageTimes& x = stages[size_t(r)];
+    const double layers = double(p.num_layers_in_stage(r));
+    const double moe =
+        m.is_moe() ? double(m.num_moe_layers()) * layers / double(m.num_layers) : 0.0;
+    const double dense = layers - moe;
+    auto sum = [&](double LayerTimes::*f, double LayerTimes::*g) {
+      return dense * (dense_layer.*f + dense_layer.*g) + moe * (moe_layer.*f + moe_layer.*g);
+    };
+    auto one = [&](double LayerTimes::*f) { return dense * dense_layer.*f + moe * moe_layer.*f; };
+    x.gemm = sum(&LayerTimes::gemm_f, &LayerTimes::gemm_b);
+    x.attention = sum(&LayerTimes::attn_f, &LayerTimes::attn_b);
+    x.elementwise = sum(&LayerTimes::elem_f, &LayerTimes::elem_b);
+    x.tp = sum(&LayerTimes::tp_f, &LayerTimes::tp_b);
+    x.cp = sum(&LayerTimes::cp_f, &LayerTimes::cp_b);
+    x.ep = sum(&LayerTimes::ep_f, &LayerTimes::ep_b);
+    x.fwd = one(&LayerTimes::gemm_f) + one(&LayerTimes::attn_f) + one(&LayerTimes::elem_f) +
+            one(&LayerTimes::tp_f) + one(&LayerTimes::cp_f) + one(&LayerTimes::ep_f);
+    if (l.recompute == RecomputeGranularity::kFull) {
+      x.recompute = x.fwd;
+    } else if (l.recompute == RecomputeGranularity::kSelective) {
+      x.recompute = one(&LayerTimes::attn_f);
+    }
+    if (r == 0) x.elementwise += 6 * e * T * h / pp.memory_bandwidth;  // embedding lookup
+    if (r == p.pp() - 1) {
+      // Final norm, output layer, cross-entropy over the (TP-split) vocabulary.
+      double f, dg, wg;
+      fwd_bwd({T, V / t, h}, &f, &dg, &wg);
+      x.gemm += f + dg + wg;
+      x.fwd += f;
+      x.elementwise +=
+          (4 * e * T * h / st + (e + 4 + 8 + 4 + 4 + e) * T * V / t) / pp.memory_bandwidth;
+      if (p.tp() > 1)
+        x.tp += 2 * collective_seconds(Collective::kAllGather, e * T * h, p.tp(), tp_link);
+    }
+    x.bwd = x.total() - x.fwd;
+    if (p.pp() > 1) {
+      // One activation send and one gradient send per micro-batch and model chunk: blocking in
+      // 1F1B; in the interleaved schedule overlapped with the next chunk's compute, so its
+      // latency and interference remain, once per chunk.
+      const double v = double(p.vpp());
+      x.p2p = p.vpp() == 1
+                  ? 2 * p2p_one
+                  : 2 * v * (pp_link.latency + overlapped(p2p_one, x.total() / (2 * v), interf));
+    }
+  }
+
+  // --- Pipeline schedule over M micro-batches. ---------------------------------------------------
+  const double M = double(p.num_microbatches()), v = double(p.vpp());
+  size_t slow = 0;
+  double sum_tau = 0;
+  for (size_t r = 0; r < stages.size(); ++r) {
+    sum_tau += stages[r].total();
+    if (stages[r].total() > stages[slow].total()) slow = r;
+  }
+  const StageTimes& x = stages[slow];
+  const double pipe = (M - 1 / v) * x.total() + sum_tau / v;
+
+  StepTime out;
+  out.gemm = M * x.gemm;
+  out.attention = M * x.attention;
+  out.elementwise = M * x.elementwise;
+  out.recompute = M * x.recompute;
+  out.tp_comm = M * x.tp;
+  out.cp_comm = M * x.cp;
+  out.ep_comm = M * x.ep;
+  out.pp_p2p = M * x.p2p;
+  out.pp_bubble = pipe - M * x.total();
+
+  // --- Data parallel and the optimizer (the stage holding the most parameters). ------------------
+  double dp_exposed = 0, dp_total = 0, optimizer = 0;
+  for (int64_t r = 0; r < p.pp(); ++r) {
+    const StageParams sp = stage_parameters(m, p, r);
+    const double dense = sp.tp_sharded + sp.replicated;
+    const double grad_bytes = l.grads_fp32 || prec == Precision::kFP32 ? 4.0 : 2.0;
+    const double param_bytes = prec == Precision::kFP32 ? 4.0 : 2.0;
+    const int64_t dpcp = p.dp() * p.cp(), edp = p.edp();
+    const Link dense_link = pp.link_for_group(dpcp, p.tp());
+    const Link expert_link = pp.link_for_group(edp, p.etp() * p.ep());
+    double reduce = 0, gather = 0;
+    if (p.use_distributed_optimizer) {
+      reduce =
+          collective_seconds(Collective::kReduceScatter, dense * grad_bytes, dpcp, dense_link) +
+          collective_seconds(Collective::kReduceScatter, sp.expert * grad_bytes, edp, expert_link);
+      gather =
+          collective_seconds(Collective::kAllGather, dense * param_bytes, dpcp, dense_link) +
+          collective_seconds(Collective::kAllGather, sp.expert * param_bytes, edp, expert_link);
+    } else {
+      reduce = collective_seconds(Collective::kAllReduce, dense * grad_bytes, dpcp, dense_link) +
+               collective_seconds(Collective::kAllReduce, sp.expert * grad_bytes, edp, expert_link);
+    }
+    const StageTimes& st_r = stages[size_t(r)];
+    const double last_bucket = std::min(1.0, kBucketParams / std::max(1.0, sp.total()));
+    double exposed = 0;
+    exposed += p.overlap_grad_reduce
+                   ? overlapped(reduce * (1 - last_bucket), st_r.bwd, interf) + reduce * last_bucket
+                   : reduce;
+    exposed += p.overlap_param_gather
+                   ? overlapped(gather * (1 - last_bucket), st_r.fwd, interf) + gather * last_bucket
+                   : gather;
+    dp_exposed = std::max(dp_exposed, exposed);
+    dp_total = std::max(dp_total, reduce + gather);
+    const double local_params =
+        p.use_distributed_optimizer ? dense / double(dpcp) + sp.expert / double(edp) : sp.total();
+    optimizer = std::max(optimizer, local_params * kAdamBytesPerParam / pp.memory_bandwidth);
+  }
+  out.dp_comm = dp_exposed;
+  out.dp_comm_total = dp_total;
+  out.optimizer = optimizer + pp.step_overhead;
+  out.total = pipe + dp_exposed + out.optimizer;
+
+  const double tokens = double(p.global_batch_size) * s;
+  out.tokens_per_second = tokens / out.total;
+  out.tokens_per_second_per_device = out.tokens_per_second / double(p.world_size);
+  const double flops = flops_per_iteration(m, p.global_batch_size, m.padded_vocab_size(p.tp()));
+  out.tflops_per_device = flops / out.total / double(p.world_size) / 1e12;
+  out.mfu = out.tflops_per_device * 1e12 / pp.peak_flops;
+  return out;
+}
+
+std::string format_step_time(const StepTime& t) {
+  std::string s =
+      fmt::format("step {:.3f} s: {:.0f} tokens/s/GPU, {:.4g} TFLOP/s/GPU, MFU {:.1f}%\n", t.total,
+                  t.tokens_per_second_per_device, t.tflops_per_device, 100 * t.mfu);
+  auto line = [&](const char* name, double v) {
+    if (v > 0) s += fmt::format("  {:<22} {:9.4f} s {:5.1f}%\n", name, v, 100 * v / t.total);
+  };
+  line("GEMMs", t.gemm);
+  line("attention", t.attention);
+  line("elementwise", t.elementwise);
+  line("recompute", t.recompute);
+  line("TP communication", t.tp_comm);
+  line("CP ring exchange", t.cp_comm);
+  line("EP all-to-all", t.ep_comm);
+  line("pipeline bubble", t.pp_bubble);
+  line("pipeline p2p", t.pp_p2p);
+  line("DP communication", t.dp_comm);
+  line("optimizer step", t.optimizer);
+  return s;
+}
+
+}  // namespace mtron::plan

@@ -1,0 +1,80 @@
+// Calibration files: the fits recover known constants, the file round-trips, and a CPU
+// cluster's time-model parameters come from the entry for its ranks per node.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include "mtron/core/error.h"
+#include "mtron/plan/calibration.h"
+#include "util.h"
+
+namespace mtron::plan {
+namespace {
+
+TEST(Calibration, GemmFitRecoversTheModel) {
+  const double F = 300e9, B = 20e9, c = 3e-6;
+  std::vector<GemmSample> s;
+  for (int64_t M : {64, 256, 1024})
+    for (int64_t N : {128, 768, 3072})
+      for (int64_t K : {64, 768}) {
+        const double t = 2.0 * M * N * K / F +
+                         gemm_operand_bytes(double(M), double(N), double(K), Precision::kBF16) / B +
+                         c;
+        s.push_back({M, N, K, t});
+      }
+  const GemmFit f = fit_gemm(s, Precision::kBF16);
+  EXPECT_NEAR(f.flops / F, 1, 1e-6);
+  EXPECT_NEAR(f.bandwidth / B, 1, 1e-6);
+  EXPECT_NEAR(f.overhead / c, 1, 1e-6);
+  EXPECT_LT(f.median_rel_error, 1e-9);
+}
+
+TEST(Calibration, LinkFitRecoversBandwidthAndLatency) {
+  const Link truth{2e9, 5e-6, "x"};
+  std::vector<CollectiveSample> s;
+  for (Collective op : {Collective::kAllReduce, Collective::kAllGather, Collective::kSendRecv})
+    for (int64_t n : {2, 4})
+      for (double bytes : {4096.0, 65536.0, 1048576.0, 16777216.0})
+        s.push_back({op, n, bytes, collective_seconds(op, bytes, n, truth)});
+  const Link l = fit_link(s);
+  EXPECT_NEAR(l.bandwidth / truth.bandwidth, 1, 1e-6);
+  EXPECT_NEAR(l.latency / truth.latency, 1, 1e-6);
+}
+
+TEST(Calibration, FileRoundTripAndRankScaling) {
+  Calibration cal;
+  cal.host = "test";
+  RankCalibration r;
+  r.ranks_per_node = 2;
+  r.threads_per_rank = 1;
+  r.memory_bandwidth = 10e9;
+  for (int64_t K : {64, 256, 1024})
+    r.gemm["fp32"].push_back({512, 512, K, 2.0 * 512 * 512 * K / 100e9 + 1e-5});
+  r.collectives.push_back({Collective::kAllReduce, 2, 1e6, 1e-3});
+  r.collectives.push_back({Collective::kAllReduce, 2, 1e7, 9e-3});
+  cal.by_ranks[2] = r;
+  const auto path = std::filesystem::temp_directory_path() / "mtron_calibration_test.json";
+  save_calibration(cal, path.string());
+  const Calibration back = load_calibration(path.string());
+  std::filesystem::remove(path);
+  ASSERT_EQ(back.by_ranks.count(2), 1u);
+  EXPECT_EQ(back.by_ranks.at(2).gemm.at("fp32").size(), 3u);
+
+  Cluster c;
+  c.hardware = find_hardware("local-cpu");
+  c.num_devices = c.devices_per_node = 2;
+  const PerfParams p2 = perf_from_calibration(back, c, Precision::kFP32);
+  EXPECT_NEAR(p2.gemm_flops / back.by_ranks.at(2).gemm_fit.at("fp32").flops, 1, 1e-12);
+  EXPECT_FALSE(p2.fused_attention);
+  EXPECT_FALSE(p2.gemm_overlaps_memory);
+  EXPECT_DOUBLE_EQ(p2.memory_bandwidth, 10e9);
+  c.num_devices = c.devices_per_node = 4;  // not measured: the 2-rank entry, shared by 4
+  const PerfParams p4 = perf_from_calibration(back, c, Precision::kFP32);
+  EXPECT_NEAR(p4.gemm_flops / p2.gemm_flops, 0.5, 1e-12);
+  EXPECT_NEAR(p4.memory_bandwidth, 5e9, 1);
+  EXPECT_THROW(perf_from_calibration(back, c, Precision::kBF16), Error);  // not measured
+  EXPECT_THROW(load_calibration("/nonexistent/calibration.json"), Error);
+}
+
+}  // namespace
+}  // namespace mtron::plan

@@ -1,0 +1,205 @@
+// Megatron's formulas in core: bytes per parameter, the "Theoretical memory footprints" of
+// theoretical_memory_usage.py (against numbers from Megatron's own code), Korthikanti's table,
+// the model flags, and the uneven-pipeline rules added to ParallelConfig.
+#include <gtest/gtest.h>
+
+#include <functional>
+
+#include "mtron/core/error.h"
+#include "mtron/core/formulas.h"
+#include "util.h"
+
+namespace mtron {
+namespace {
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+ParallelConfig layout(int64_t world, int64_t tp, int64_t pp, int64_t mbs, int64_t gbs) {
+  ParallelConfig p;
+  p.world_size = world;
+  p.tensor_model_parallel_size = tp;
+  p.pipeline_model_parallel_size = pp;
+  p.micro_batch_size = mbs;
+  p.global_batch_size = gbs;
+  return p;
+}
+
+TEST(Formulas, BytesPerParameterMatchMegatronsTable) {
+  // docs/.../dist_optimizer.md: 18 / 6 + 12/d (bf16), 20 / 4 + 16/d (fp16), 16 / 8 + 8/d (fp32).
+  for (int64_t d : {1, 2, 8, 64}) {
+    EXPECT_DOUBLE_EQ(state_bytes_per_parameter(Precision::kBF16, false, d).total(), 18);
+    EXPECT_DOUBLE_EQ(state_bytes_per_parameter(Precision::kBF16, true, d).total(), 6 + 12.0 / d);
+    EXPECT_DOUBLE_EQ(state_bytes_per_parameter(Precision::kFP16, false, d).total(), 20);
+    EXPECT_DOUBLE_EQ(state_bytes_per_parameter(Precision::kFP16, true, d).total(), 4 + 16.0 / d);
+    EXPECT_DOUBLE_EQ(state_bytes_per_parameter(Precision::kFP32, false, d).total(), 16);
+    EXPECT_DOUBLE_EQ(state_bytes_per_parameter(Precision::kFP32, true, d).total(), 8 + 8.0 / d);
+    EXPECT_DOUBLE_EQ(state_bytes_per_parameter(Precision::kBF16, true, d, false).total(),
+                     4 + 12.0 / d);
+  }
+}
+
+// Expected values printed by tests/plan/megatron_memory_reference.py, which runs Megatron-LM's
+// theoretical_memory_usage.py (HEAD d98e8a6) on the same configurations.
+struct MegatronCase {
+  const char* model;
+  ParallelConfig parallel;
+  RecomputeGranularity recompute;
+  double weight_and_optimizer, activation;
+};
+
+TEST(Formulas, TheoreticalMemoryEqualsMegatronsCode) {
+  ParallelConfig llama = layout(64, 4, 4, 1, 1024);
+  llama.use_distributed_optimizer = true;
+  llama.sequence_parallel = true;
+  ParallelConfig gpt3 = layout(512, 8, 8, 1, 1536);
+  gpt3.num_virtual_stages_per_pipeline_rank = 2;
+  gpt3.sequence_parallel = true;
+  ParallelConfig mixtral = layout(8, 2, 1, 1, 32);
+  mixtral.expert_model_parallel_size = 4;
+  mixtral.use_distributed_optimizer = true;
+  mixtral.sequence_parallel = true;  // MoE with TP > 1 needs it
+  const ParallelConfig gpt2 = layout(2, 1, 2, 2, 8);
+  const MegatronCase cases[] = {
+      {"llama2-70b", llama, RecomputeGranularity::kSelective, 39101220864.0, 21508423680.0},
+      {"gpt3-175b", gpt3, RecomputeGranularity::kSelective, 50348611584.0, 14795955200.0},
+      {"mixtral-8x7b", mixtral, RecomputeGranularity::kNone, 108699881472.0, 12592226304.0},
+      {"gpt2-124m", gpt2, RecomputeGranularity::kNone, 1460160000.0, 677152358.4},
+  };
+  for (MegatronCase c : cases) {
+    const ModelConfig m = plan::test::model(c.model);
+    c.parallel.finalize(m);
+    const TheoreticalMemory t = megatron_theoretical_memory(m, c.parallel, c.recompute);
+    EXPECT_NEAR(t.weight_and_optimizer / c.weight_and_optimizer, 1.0, 1e-12) << c.model;
+    EXPECT_NEAR(t.activation / c.activation, 1.0, 1e-12) << c.model;
+  }
+}
+
+TEST(Formulas, TheoreticalMemoryLineIsMegatrons) {
+  TheoreticalMemory t{1024.0 * 1024 * 1.5, 1024.0 * 1024 * 2.25};
+  EXPECT_EQ(format_theoretical_memory(t),
+            "Theoretical memory footprints: weight and optimizer=1.50 MB, activation=2.25 MB, "
+            "total=3.75 MB");
+}
+
+TEST(Formulas, KorthikantiTable) {
+  const int64_t s = 2048, b = 3, h = 1024, a = 16;
+  const double sbh = double(s) * b * h, sc = 5.0 * a * s / h;
+  using R = RecomputeGranularity;
+  EXPECT_DOUBLE_EQ(korthikanti_activation_bytes_per_layer(s, b, h, a, 1, false, R::kNone),
+                   sbh * (34 + sc));
+  for (int64_t t : {2, 4, 8}) {
+    EXPECT_DOUBLE_EQ(korthikanti_activation_bytes_per_layer(s, b, h, a, t, false, R::kNone),
+                     sbh * (10 + 24.0 / t + sc / t));
+    EXPECT_DOUBLE_EQ(korthikanti_activation_bytes_per_layer(s, b, h, a, t, true, R::kNone),
+                     sbh / t * (34 + sc));
+    EXPECT_DOUBLE_EQ(korthikanti_activation_bytes_per_layer(s, b, h, a, t, false, R::kSelective),
+                     sbh * (10 + 24.0 / t));
+    EXPECT_DOUBLE_EQ(korthikanti_activation_bytes_per_layer(s, b, h, a, t, true, R::kSelective),
+                     34 * sbh / t);
+    EXPECT_DOUBLE_EQ(korthikanti_activation_bytes_per_layer(s, b, h, a, t, false, R::kFull),
+                     2 * sbh);
+  }
+}
+
+TEST(ModelFlags, MegatronDefaultsAndRoundTrip) {
+  CLI::App app;
+  ModelConfig m;
+  add_model_flags(app, m);
+  EXPECT_FLOAT_EQ(m.hidden_dropout, 0.0f);  // mtron's: no dropout yet (Megatron's is 0.1)
+  EXPECT_FLOAT_EQ(m.attention_dropout, 0.0f);
+  EXPECT_EQ(m.make_vocab_size_divisible_by, 128);
+  EXPECT_EQ(m.moe_router_topk, 2);
+  for (const char* name : {"llama2-70b", "mixtral-8x7b", "gpt2-124m", "deepseek-v3"}) {
+    const ModelConfig want = plan::test::model(name);
+    CLI::App again;
+    ModelConfig got;
+    add_model_flags(again, got);
+    again.add_option("--vocab-size", got.vocab_size);
+    std::vector<std::string> args = model_flag_args(want);
+    std::reverse(args.begin(), args.end());
+    again.parse(args);
+    got.finalize();
+    EXPECT_EQ(model_flag_args(got), model_flag_args(want)) << name;
+    EXPECT_EQ(got.num_parameters(1), want.num_parameters(1)) << name;
+  }
+}
+
+TEST(ModelFlags, LaterFlagsOverrideEarlierOnes) {
+  const ModelConfig m =
+      plan::test::model("llama2-7b", {"--seq-length", "2048", "--num-layers", "2"});
+  EXPECT_EQ(m.seq_length, 2048);
+  EXPECT_EQ(m.num_layers, 2);
+  EXPECT_EQ(m.max_position_embeddings, 4096);  // from the catalog
+}
+
+TEST(ModelFlags, BadChoiceNamesTheAllowedValues) {
+  CLI::App app;
+  ModelConfig m;
+  add_model_flags(app, m);
+  std::vector<std::string> args = {"--normalization", "BatchNorm"};
+  std::reverse(args.begin(), args.end());
+  try {
+    app.parse(args);
+    FAIL() << "accepted --normalization BatchNorm";
+  } catch (const CLI::ParseError& e) {
+    EXPECT_NE(std::string(e.what()).find("RMSNorm"), std::string::npos) << e.what();
+  }
+}
+
+TEST(ParallelConfig, UnevenPipelineRules) {
+  const ModelConfig m = plan::test::model("llama3.1-405b");
+  ParallelConfig p = layout(128, 8, 8, 1, 64);
+  EXPECT_NE(error_of([&] {
+              ParallelConfig x = p;
+              x.finalize(m);
+            }).find("divisible"),
+            std::string::npos);  // 126 layers over 8 stages
+  p.decoder_first_pipeline_num_layers = 15;
+  p.decoder_last_pipeline_num_layers = 15;
+  p.context_parallel_size = 2;
+  p.global_batch_size = 64;
+  ParallelConfig ok = p;
+  ok.finalize(m);
+  EXPECT_EQ(ok.num_layers_in_stage(0), 15);
+  EXPECT_EQ(ok.num_layers_in_stage(3), 16);
+  EXPECT_EQ(ok.num_layers_in_stage(7), 15);
+  int64_t total = 0;
+  for (int64_t s = 0; s < ok.pp(); ++s) total += ok.num_layers_in_stage(s);
+  EXPECT_EQ(total, 126);
+  ParallelConfig bad = p;
+  bad.decoder_first_pipeline_num_layers = 14;  // 98 middle layers over 6 stages
+  bad.decoder_last_pipeline_num_layers = 14;
+  EXPECT_NE(error_of([&] { bad.finalize(m); }).find("middle stage: 98"), std::string::npos);
+  ParallelConfig vpp = p;
+  vpp.num_virtual_stages_per_pipeline_rank = 2;  // 15 is odd
+  EXPECT_NE(error_of([&] { vpp.finalize(m); }).find("virtual pipeline parallel degree 2"),
+            std::string::npos);
+  ParallelConfig lpvs = p;
+  lpvs.num_layers_per_virtual_pipeline_stage = 1;
+  EXPECT_NE(error_of([&] { lpvs.finalize(m); }).find("--num-virtual-stages-per-pipeline-rank"),
+            std::string::npos);
+}
+
+TEST(ParallelConfig, InterleavingNeedsMicroBatchesInMultiplesOfPP) {
+  const ModelConfig m = plan::test::model("gpt2-124m");
+  ParallelConfig p = layout(4, 1, 4, 1, 6);  // 6 micro-batches, PP 4
+  p.num_virtual_stages_per_pipeline_rank = 3;
+  EXPECT_NE(error_of([&] {
+              ParallelConfig x = p;
+              x.finalize(m);
+            }).find("interleaved"),
+            std::string::npos);
+  p.global_batch_size = 8;
+  p.finalize(m);
+  EXPECT_EQ(p.vpp(), 3);
+}
+
+}  // namespace
+}  // namespace mtron

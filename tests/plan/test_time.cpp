@@ -1,0 +1,107 @@
+// The time model's pieces: collectives, GEMMs, link placement, the pipeline bubble, MFU.
+#include <gtest/gtest.h>
+
+#include "mtron/plan/time_model.h"
+#include "util.h"
+
+namespace mtron::plan {
+namespace {
+
+TEST(Time, RingCollectives) {
+  const Link l{100e9, 0, "test"};
+  const double B = 1e9;
+  EXPECT_DOUBLE_EQ(collective_seconds(Collective::kAllReduce, B, 4, l), 2 * 0.75 * B / 100e9);
+  EXPECT_DOUBLE_EQ(collective_seconds(Collective::kAllGather, B, 4, l), 0.75 * B / 100e9);
+  EXPECT_DOUBLE_EQ(collective_seconds(Collective::kReduceScatter, B, 8, l), 0.875 * B / 100e9);
+  EXPECT_DOUBLE_EQ(collective_seconds(Collective::kSendRecv, B, 2, l), B / 100e9);
+  EXPECT_EQ(collective_seconds(Collective::kAllReduce, B, 1, l), 0);
+  const Link slow{100e9, 1e-5, "test"};
+  EXPECT_GT(collective_seconds(Collective::kAllReduce, 1, 8, slow), 1e-4);  // latency-bound
+}
+
+TEST(Time, GemmRooflineOnGpusSumOnCpus) {
+  PerfParams p;
+  p.gemm_flops = 1e12;
+  p.gemm_bandwidth = 1e9;
+  p.gemm_overhead = 0;
+  p.gemm_overlaps_memory = true;
+  const double M = 64, N = 64, K = 64;  // 524288 FLOP, 8192*2 + 16384 bytes in bf16
+  const double bytes = gemm_operand_bytes(M, N, K, Precision::kBF16);
+  EXPECT_DOUBLE_EQ(bytes, 2 * (64 * 64 * 2) + 4 * 64 * 64);
+  EXPECT_DOUBLE_EQ(gemm_seconds(p, M, N, K, Precision::kBF16),
+                   std::max(2 * M * N * K / 1e12, bytes / 1e9));
+  p.gemm_overlaps_memory = false;
+  EXPECT_DOUBLE_EQ(gemm_seconds(p, M, N, K, Precision::kBF16), 2 * M * N * K / 1e12 + bytes / 1e9);
+  p.gemm_k_overhead = 64;  // doubles the math at K = 64
+  EXPECT_DOUBLE_EQ(gemm_seconds(p, M, N, K, Precision::kBF16),
+                   2 * 2 * M * N * K / 1e12 + bytes / 1e9);
+}
+
+TEST(Time, GroupsUseTheRightLinks) {
+  const PerfParams p = perf_from_hardware(test::gpus("h100-sxm", 64), Precision::kBF16);
+  EXPECT_EQ(p.link_for_group(8, 1).name, "NVLink");
+  EXPECT_EQ(p.link_for_group(16, 1).name, "ib-ndr400");  // TP16 crosses nodes
+  // A DP group strided by TP8 has one member per node: one adapter's bandwidth.
+  EXPECT_DOUBLE_EQ(p.link_for_group(8, 8).bandwidth, 50e9 * 0.85);
+  // Strided by 2, four members per node share four adapters.
+  EXPECT_DOUBLE_EQ(p.link_for_group(32, 2).bandwidth, 4 * 50e9 * 0.85);
+  const PerfParams pcie = perf_from_hardware(test::gpus("h100-pcie", 8), Precision::kBF16);
+  EXPECT_EQ(pcie.link_for_group(2, 1).name, "NVLink");
+  EXPECT_EQ(pcie.link_for_group(4, 1).name, "PCIe");
+}
+
+Layout make(const ModelConfig& m, int64_t world, int64_t tp, int64_t pp, int64_t vpp, int64_t gbs) {
+  Layout l;
+  ParallelConfig& p = l.parallel;
+  p.world_size = world;
+  p.tensor_model_parallel_size = tp;
+  p.pipeline_model_parallel_size = pp;
+  p.num_virtual_stages_per_pipeline_rank = vpp;
+  p.micro_batch_size = 1;
+  p.global_batch_size = gbs;
+  p.sequence_parallel = tp > 1;
+  p.finalize(m);
+  return l;
+}
+
+TEST(Time, PipelineBubbleIsPMinus1OverVM) {
+  // Balanced stages: a tiny vocabulary so the first/last stage extras vanish.
+  const ModelConfig m = test::model("gpt3-6.7b", {"--vocab-size", "128"});
+  const Cluster c = test::gpus("h100-sxm", 8);
+  const PerfParams perf = perf_from_hardware(c, Precision::kBF16);
+  for (auto [v, gbs] : {std::pair{0, 16}, std::pair{0, 64}, std::pair{2, 16}, std::pair{4, 32}}) {
+    const Layout l = make(m, 8, 1, 8, v, gbs);
+    const StepTime t = estimate_step_time(m, l, perf);
+    const double work = t.gemm + t.attention + t.elementwise + t.pp_p2p;
+    const double want = 7.0 / (double(l.parallel.vpp()) * gbs);
+    EXPECT_NEAR(t.pp_bubble / work, want, 0.05 * want) << "vpp " << v << " m " << gbs;
+  }
+}
+
+TEST(Time, ThroughputFiguresAreConsistent) {
+  const ModelConfig m = test::model("llama2-7b");
+  const Cluster c = test::gpus("h100-sxm", 8);
+  const PerfParams perf = perf_from_hardware(c, Precision::kBF16);
+  const Layout l = make(m, 8, 2, 1, 0, 64);
+  const StepTime t = estimate_step_time(m, l, perf);
+  const double flops = flops_per_iteration(m, 64, m.padded_vocab_size(2));
+  EXPECT_NEAR(t.tflops_per_device * 1e12 * 8 * t.total / flops, 1.0, 1e-12);
+  EXPECT_NEAR(t.mfu, t.tflops_per_device * 1e12 / 989.4e12, 1e-12);
+  EXPECT_NEAR(t.tokens_per_second * t.total, 64.0 * 4096, 1e-6);
+  EXPECT_GT(t.tp_comm, 0);
+  EXPECT_LT(t.mfu, 0.7);
+  EXPECT_GT(t.mfu, 0.3);
+  // TP beyond the NVLink domain cannot hide its collectives behind GEMMs (userbuffers need
+  // NVLink) and pays the network's latency on every layer.
+  const Cluster two_nodes = test::gpus("h100-sxm", 16);
+  Layout tp16 = make(test::model("llama2-13b", {"--num-attention-heads", "80"}), 16, 16, 1, 0, 16);
+  Layout tp8 = make(test::model("llama2-13b", {"--num-attention-heads", "80"}), 16, 8, 1, 0, 16);
+  tp16.tp_comm_overlap = tp8.tp_comm_overlap = true;
+  const PerfParams p16 = perf_from_hardware(two_nodes, Precision::kBF16);
+  const ModelConfig m13 = test::model("llama2-13b", {"--num-attention-heads", "80"});
+  EXPECT_GT(estimate_step_time(m13, tp16, p16).tp_comm,
+            4 * estimate_step_time(m13, tp8, p16).tp_comm);
+}
+
+}  // namespace
+}  // namespace mtron::plan
