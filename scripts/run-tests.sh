@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The whole suite `make test` runs (and so CI): formatting, then every CTest test of the build
-# (unit, kernel, reference-against-PyTorch, parallel under mpirun, end-to-end).
+# (unit, kernel, reference-against-PyTorch, parallel under mpirun, end-to-end), then the CUDA
+# build (compile and link).
 set -euo pipefail
 preset=${1:-cpu-release}
 cd "$(dirname "$0")/.."
@@ -15,6 +16,23 @@ export OMPI_MCA_mpi_yield_when_idle=1
 
 echo "== ctest ($preset)"
 ctest --preset "$preset" -j "$(nproc)" --timeout 900
+
+# The CUDA build compiles and links here (no GPU needed; the kernels' logic is tested above on
+# the CPU emulation, kernels.cuda_sim_op_check). Its own build directory, the preset's sm_90 and
+# sm_80, no tests: about 3 min of CPU time (sm_80 adds ~7 s of it). MTRON_SKIP_CUDA_BUILD=1
+# skips it.
+nvcc=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
+if [ "${MTRON_SKIP_CUDA_BUILD:-0}" = 1 ]; then
+  echo "== cuda build skipped (MTRON_SKIP_CUDA_BUILD=1)"
+elif [ -x "$nvcc" ]; then
+  echo "== cuda build (cuda-release, compile and link only)"
+  t=$(date +%s)
+  cmake --preset cuda-release -DCMAKE_CUDA_COMPILER="$nvcc" -DMTRON_BUILD_TESTS=OFF >/dev/null
+  cmake --build build/cuda-release -j "$(nproc)" --target mtron op_check gpu_bench nccl_check
+  echo "== cuda build ok in $(( $(date +%s) - t )) s"
+else
+  echo "== cuda build skipped: no nvcc (install the CUDA toolkit to check it)"
+fi
 
 echo "== fuzz (libFuzzer, ASan+UBSan; MTRON_SKIP_FUZZ=1 skips)"
 [ "${MTRON_SKIP_FUZZ:-0}" = 1 ] || bash scripts/run-fuzz.sh

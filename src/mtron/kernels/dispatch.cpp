@@ -1,12 +1,14 @@
 // The public kernel entry points (kernels/*.h): argument checks common to every backend, then
 // a switch on ctx.device to the CPU (cpu/) or CUDA (cuda/) implementation.
 #include "mtron/core/error.h"
+#include "mtron/core/memory.h"
 #include "mtron/core/profile.h"
 #include "mtron/kernels/activation.h"
 #include "mtron/kernels/adamw.h"
 #include "mtron/kernels/attention.h"
 #include "mtron/kernels/cpu/cpu_ops.h"
 #include "mtron/kernels/cuda/cuda_ops.h"
+#include "mtron/kernels/device.h"
 #include "mtron/kernels/elementwise.h"
 #include "mtron/kernels/embedding.h"
 #include "mtron/kernels/gemm.h"
@@ -171,6 +173,41 @@ double sum_squares(const Ctx& ctx, const float* x, int64_t n) {
       return cpu::sum_squares(x, n);
     case Device::kCUDA:
       return cuda::sum_squares(ctx, x, n);
+  }
+  MT_ASSERT(false, "unknown device ", int(ctx.device));
+}
+
+void fill_zero(const Ctx& ctx, void* x, int64_t bytes) {
+  MT_PROFILE("fill_zero");
+  MT_ASSERT(bytes >= 0, "fill_zero of ", bytes, " bytes");
+  switch (ctx.device) {
+    case Device::kCPU:
+      return cpu::fill_zero(x, bytes);
+    case Device::kCUDA:
+      return cuda::fill_zero(ctx, x, bytes);
+  }
+  MT_ASSERT(false, "unknown device ", int(ctx.device));
+}
+
+void fill(const Ctx& ctx, float* x, float value, int64_t n) {
+  MT_PROFILE("fill");
+  switch (ctx.device) {
+    case Device::kCPU:
+      return cpu::fill(x, value, n);
+    case Device::kCUDA:
+      return cuda::fill(ctx, x, value, n);
+  }
+  MT_ASSERT(false, "unknown device ", int(ctx.device));
+}
+
+void copy(const Ctx& ctx, void* dst, const void* src, int64_t bytes) {
+  MT_PROFILE("copy");
+  MT_ASSERT(bytes >= 0, "copy of ", bytes, " bytes");
+  switch (ctx.device) {
+    case Device::kCPU:
+      return cpu::copy(dst, src, bytes);
+    case Device::kCUDA:
+      return cuda::copy(ctx, dst, src, bytes);
   }
   MT_ASSERT(false, "unknown device ", int(ctx.device));
 }
@@ -513,6 +550,116 @@ void adamw_step(const Ctx& ctx,
       return cpu::adamw_step(param, m, v, grad, param_bf16, n, p);
     case Device::kCUDA:
       return cuda::adamw_step(ctx, param, m, v, grad, param_bf16, n, p);
+  }
+  MT_ASSERT(false, "unknown device ", int(ctx.device));
+}
+
+// device.h
+
+int device_count(Device d) {
+  switch (d) {
+    case Device::kCPU:
+      return 1;
+    case Device::kCUDA:
+      return cuda::device_count();
+  }
+  MT_ASSERT(false, "unknown device ", int(d));
+}
+
+void init_device(Device d, int ordinal) {
+  switch (d) {
+    case Device::kCPU:
+      MT_CHECK(ordinal == 0, "there is one CPU device (0), not ", ordinal);
+      return;
+    case Device::kCUDA:
+      return cuda::init_device(ordinal);
+  }
+  MT_ASSERT(false, "unknown device ", int(d));
+}
+
+DeviceProperties device_properties(Device d) {
+  switch (d) {
+    case Device::kCPU:
+      return DeviceProperties{.name = "cpu"};
+    case Device::kCUDA:
+      return cuda::device_properties();
+  }
+  MT_ASSERT(false, "unknown device ", int(d));
+}
+
+DeviceMemory device_memory(Device d) {
+  switch (d) {
+    case Device::kCPU: {
+      // No caching on the CPU: what is allocated is what is reserved.
+      const MemoryStats m = memory_stats(d);
+      return {m.allocated, m.max_allocated, m.allocated, m.max_allocated};
+    }
+    case Device::kCUDA:
+      return cuda::device_memory();
+  }
+  MT_ASSERT(false, "unknown device ", int(d));
+}
+
+void reset_peak_memory(Device d) {
+  switch (d) {
+    case Device::kCPU:
+      return memory_reset_peak(d);
+    case Device::kCUDA:
+      return cuda::reset_peak_memory();
+  }
+  MT_ASSERT(false, "unknown device ", int(d));
+}
+
+void* create_stream(Device d) {
+  switch (d) {
+    case Device::kCPU:
+      return nullptr;
+    case Device::kCUDA:
+      return cuda::create_stream();
+  }
+  MT_ASSERT(false, "unknown device ", int(d));
+}
+
+void destroy_stream(Device d, void* stream) {
+  switch (d) {
+    case Device::kCPU:
+      return;
+    case Device::kCUDA:
+      return cuda::destroy_stream(stream);
+  }
+  MT_ASSERT(false, "unknown device ", int(d));
+}
+
+void synchronize(const Ctx& ctx) {
+  switch (ctx.device) {
+    case Device::kCPU:
+      return;
+    case Device::kCUDA:
+      return cuda::synchronize(ctx);
+  }
+  MT_ASSERT(false, "unknown device ", int(ctx.device));
+}
+
+void copy_to_host(const Ctx& ctx, void* host_dst, const void* src, int64_t bytes) {
+  MT_PROFILE("copy_to_host");
+  MT_ASSERT(bytes >= 0, "copy_to_host of ", bytes, " bytes");
+  switch (ctx.device) {
+    case Device::kCPU:
+      return cpu::copy(host_dst, src, bytes);
+    case Device::kCUDA:
+      return cuda::copy_to_host(ctx, host_dst, src, bytes);
+  }
+  MT_ASSERT(false, "unknown device ", int(ctx.device));
+}
+
+void copy_from_host(const Ctx& ctx, void* dst, const void* host_src, int64_t bytes) {
+  MT_PROFILE("copy_from_host");
+  MT_ASSERT(bytes >= 0, "copy_from_host of ", bytes, " bytes");
+  switch (ctx.device) {
+    case Device::kCPU:
+      return cpu::copy(dst, host_src, bytes);
+    case Device::kCUDA:
+      return cuda::copy_from_host(ctx, dst, host_src, bytes);
   }
   MT_ASSERT(false, "unknown device ", int(ctx.device));
 }

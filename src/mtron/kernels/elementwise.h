@@ -1,5 +1,8 @@
 // defines: add, scale_inplace, convert (f32<->bf16), bias_add, bias_backward,
-//          sum_squares
+//          sum_squares, fill_zero, fill, copy
+//
+// fill_zero, fill and copy are the device-generic forms of memset, std::fill and memcpy: code
+// above kernels uses them on memory that may live on a GPU.
 #pragma once
 
 #include <cstdint>
@@ -21,5 +24,11 @@ void bias_add(const Ctx& ctx, float* out, const float* bias, int64_t N, int64_t 
 void bias_backward(const Ctx& ctx, float* dbias, const float* dout, int64_t N, int64_t C);
 // sum of x[i]^2 accumulated in double (for the global gradient norm)
 double sum_squares(const Ctx& ctx, const float* x, int64_t n);
+// x[0, bytes) = 0
+void fill_zero(const Ctx& ctx, void* x, int64_t bytes);
+// x[i] = value
+void fill(const Ctx& ctx, float* x, float value, int64_t n);
+// dst[0, bytes) = src[0, bytes), both on ctx's device; the ranges must not overlap
+void copy(const Ctx& ctx, void* dst, const void* src, int64_t bytes);
 
 }  // namespace mtron::kernels

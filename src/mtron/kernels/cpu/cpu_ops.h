@@ -51,6 +51,9 @@ void convert(float* dst, const bf16* src, int64_t n);
 void bias_add(float* out, const float* bias, int64_t N, int64_t C);
 void bias_backward(float* dbias, const float* dout, int64_t N, int64_t C);
 double sum_squares(const float* x, int64_t n);
+void fill_zero(void* x, int64_t bytes);
+void fill(float* x, float value, int64_t n);
+void copy(void* dst, const void* src, int64_t bytes);
 
 // embedding.cpp
 void embedding_forward(float* out,

@@ -1,8 +1,10 @@
-// CPU elementwise ops: add, scale, f32<->bf16 conversion, bias add/backward, sum of squares.
-// All memory-bound: one pass, AVX-512 with masked tails, split over threads in whole cache lines.
+// CPU elementwise ops: add, scale, f32<->bf16 conversion, bias add/backward, sum of squares,
+// and the memset/fill/memcpy forms of fill_zero, fill and copy. All memory-bound: one pass, AVX-512
+// with masked tails, split over threads in whole cache lines.
 #include <omp.h>
 
 #include <algorithm>
+#include <cstring>
 #include <vector>
 
 #include "mtron/kernels/cpu/cpu_ops.h"
@@ -133,6 +135,18 @@ double sum_squares(const float* x, int64_t n) {
     total += _mm512_reduce_add_pd(acc);
   }
   return total;
+}
+
+void fill_zero(void* x, int64_t bytes) {
+  if (bytes > 0) std::memset(x, 0, size_t(bytes));  // x may be null when bytes == 0
+}
+
+void fill(float* x, float value, int64_t n) {
+  std::fill(x, x + n, value);
+}
+
+void copy(void* dst, const void* src, int64_t bytes) {
+  if (bytes > 0) std::memcpy(dst, src, size_t(bytes));
 }
 
 }  // namespace mtron::kernels::cpu

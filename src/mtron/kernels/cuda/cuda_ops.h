@@ -1,7 +1,8 @@
 // defines: mtron::kernels::cuda::* (the CUDA implementations behind kernels/*.h)
 //
-// Same contracts and signatures as the public functions (the Ctx carries the stream). A build
-// without CUDA links cuda/no_cuda.cpp, whose functions throw mtron::Error.
+// Same contracts and signatures as the public functions of kernels/*.h (the Ctx carries the
+// stream) and, without the Device argument, of kernels/device.h. A build without CUDA links
+// cuda/no_cuda.cpp, whose functions throw mtron::Error (device_count returns 0).
 #pragma once
 
 #include <cstdint>
@@ -9,6 +10,7 @@
 #include "mtron/kernels/adamw.h"
 #include "mtron/kernels/attention.h"
 #include "mtron/kernels/ctx.h"
+#include "mtron/kernels/device.h"
 #include "mtron/kernels/gemm.h"
 
 namespace mtron::kernels::cuda {
@@ -48,6 +50,9 @@ void convert(const Ctx& ctx, float* dst, const bf16* src, int64_t n);
 void bias_add(const Ctx& ctx, float* out, const float* bias, int64_t N, int64_t C);
 void bias_backward(const Ctx& ctx, float* dbias, const float* dout, int64_t N, int64_t C);
 double sum_squares(const Ctx& ctx, const float* x, int64_t n);
+void fill_zero(const Ctx& ctx, void* x, int64_t bytes);
+void fill(const Ctx& ctx, float* x, float value, int64_t n);
+void copy(const Ctx& ctx, void* dst, const void* src, int64_t bytes);
 void embedding_forward(const Ctx& ctx,
                        float* out,
                        const int32_t* ids,
@@ -191,5 +196,17 @@ void adamw_step(const Ctx& ctx,
                 bf16* param_bf16,
                 int64_t n,
                 const AdamWParams& p);
+
+// device.h
+int device_count();
+void init_device(int ordinal);
+DeviceProperties device_properties();
+DeviceMemory device_memory();
+void reset_peak_memory();
+void* create_stream();
+void destroy_stream(void* stream);
+void synchronize(const Ctx& ctx);
+void copy_to_host(const Ctx& ctx, void* host_dst, const void* src, int64_t bytes);
+void copy_from_host(const Ctx& ctx, void* dst, const void* host_src, int64_t bytes);
 
 }  // namespace mtron::kernels::cuda

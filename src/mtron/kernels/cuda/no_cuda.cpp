@@ -64,6 +64,15 @@ void bias_backward(const Ctx&, float*, const float*, int64_t, int64_t) {
 double sum_squares(const Ctx&, const float*, int64_t) {
   no_cuda("sum_squares");
 }
+void fill_zero(const Ctx&, void*, int64_t) {
+  no_cuda("fill_zero");
+}
+void fill(const Ctx&, float*, float, int64_t) {
+  no_cuda("fill");
+}
+void copy(const Ctx&, void*, const void*, int64_t) {
+  no_cuda("copy");
+}
 void embedding_forward(
     const Ctx&, float*, const int32_t*, const float*, int64_t, int64_t, int64_t, int64_t, bool) {
   no_cuda("embedding_forward");
@@ -197,6 +206,37 @@ void xent_backward(const Ctx&,
 void adamw_step(
     const Ctx&, float*, float*, float*, const float*, bf16*, int64_t, const AdamWParams&) {
   no_cuda("adamw_step");
+}
+
+int device_count() {
+  return 0;
+}
+void init_device(int) {
+  no_cuda("init_device");
+}
+DeviceProperties device_properties() {
+  no_cuda("device_properties");
+}
+DeviceMemory device_memory() {
+  no_cuda("device_memory");
+}
+void reset_peak_memory() {
+  no_cuda("reset_peak_memory");
+}
+void* create_stream() {
+  no_cuda("create_stream");
+}
+void destroy_stream(void*) {
+  no_cuda("destroy_stream");
+}
+void synchronize(const Ctx&) {
+  no_cuda("synchronize");
+}
+void copy_to_host(const Ctx&, void*, const void*, int64_t) {
+  no_cuda("copy_to_host");
+}
+void copy_from_host(const Ctx&, void*, const void*, int64_t) {
+  no_cuda("copy_from_host");
 }
 
 }  // namespace mtron::kernels::cuda

@@ -1,0 +1,162 @@
+// gpu_bench: speed of the CUDA GEMMs and attention at the shapes of GPT-2 124M and of a 1.3B
+// model (24 layers, hidden 2048, 16 heads, seq 2048), in TFLOP/s and as a share of the dense
+// peak of an H100/H200 (bf16 989.4, fp32 66.9 TFLOP/s; the fp32 GEMMs run on the fp32 units,
+// not TF32).
+//
+//   gpu_bench [reps]
+//
+// Each figure is the mean over `reps` launches after 3 warm-up launches, timed on the host
+// around a device synchronisation (launch gaps included, which the large shapes make small).
+// GEMMs: the forward, dgrad and wgrad of each linear layer (gemm.h's three forms) for 16384
+// tokens, and one LM-head chunk of 1024 rows. Attention: causal, fp32, forward and backward
+// (FLOPs counted as Megatron does: the visible half, backward = 2 x forward).
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "mtron/core/error.h"
+#include "mtron/core/tensor.h"
+#include "mtron/kernels/attention.h"
+#include "mtron/kernels/device.h"
+#include "mtron/kernels/elementwise.h"
+#include "mtron/kernels/gemm.h"
+
+namespace {
+
+using namespace mtron;
+using namespace mtron::kernels;
+
+const Ctx kDev{Device::kCUDA, nullptr};
+constexpr double kPeakBf16 = 989.4e12, kPeakFp32 = 66.9e12;
+int g_reps = 20;
+
+// Device memory holding n random-ish values (a cheap hash, so no value is zero).
+Tensor filled(int64_t n, DType t) {
+  std::vector<float> h(static_cast<size_t>(n));
+  uint32_t x = 2463534242u;
+  for (auto& v : h) {
+    x ^= x << 13;
+    x ^= x >> 17;
+    x ^= x << 5;
+    v = float(x >> 8) / float(1 << 24) - 0.5f;
+  }
+  Tensor f = Tensor::empty({n}, DType::kF32, Device::kCUDA);
+  copy_from_host(kDev, f.raw(), h.data(), n * 4);
+  if (t == DType::kF32) return f;
+  Tensor b = Tensor::empty({n}, DType::kBF16, Device::kCUDA);
+  convert(kDev, b.bf(), f.f32(), n);
+  return b;
+}
+
+double seconds_per_call(const std::function<void()>& f) {
+  for (int i = 0; i < 3; ++i) f();
+  synchronize(kDev);
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < g_reps; ++i) f();
+  synchronize(kDev);
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / g_reps;
+}
+
+void row(const std::string& what, const std::string& shape, double s, double flops, double peak) {
+  std::printf("%-30s %-28s %9.3f %9.1f %7.1f%%\n", what.c_str(), shape.c_str(), s * 1e3,
+              flops / s / 1e12, 100.0 * flops / s / peak);
+  std::fflush(stdout);
+}
+
+// C[M,N] = op(A) op(B) (+ C when beta = 1), A/B of type t.
+void bench_gemm(const std::string& what,
+                Trans ta,
+                Trans tb,
+                int64_t M,
+                int64_t N,
+                int64_t K,
+                float beta,
+                DType t) {
+  Tensor A = filled(M * K, t), B = filled(K * N, t), C = filled(M * N, DType::kF32);
+  const int64_t lda = ta == Trans::kN ? K : M, ldb = tb == Trans::kN ? N : K;
+  const double s = seconds_per_call([&] {
+    if (t == DType::kBF16)
+      gemm(kDev, ta, tb, M, N, K, 1.0f, A.bf(), lda, B.bf(), ldb, beta, C.f32(), N);
+    else
+      gemm(kDev, ta, tb, M, N, K, 1.0f, A.f32(), lda, B.f32(), ldb, beta, C.f32(), N);
+  });
+  row(str(what, t == DType::kBF16 ? " bf16" : " fp32"), str(M, "x", N, "x", K), s,
+      2.0 * double(M) * double(N) * double(K), t == DType::kBF16 ? kPeakBf16 : kPeakFp32);
+}
+
+struct Model {
+  const char* name;
+  int64_t hidden, heads, seq, batch;  // batch: sequences per attention call
+};
+
+void gemms(const Model& m, int64_t tokens, DType t) {
+  const int64_t h = m.hidden;
+  struct Lin {
+    const char* name;
+    int64_t out, in;
+  };
+  for (const Lin& l :
+       {Lin{"qkv", 3 * h, h}, Lin{"proj", h, h}, Lin{"fc1", 4 * h, h}, Lin{"fc2", h, 4 * h}}) {
+    bench_gemm(str(m.name, " ", l.name, " fwd"), Trans::kN, Trans::kT, tokens, l.out, l.in, 0.0f,
+               t);
+    bench_gemm(str(m.name, " ", l.name, " dgrad"), Trans::kN, Trans::kN, tokens, l.in, l.out, 0.0f,
+               t);
+    bench_gemm(str(m.name, " ", l.name, " wgrad"), Trans::kT, Trans::kN, l.out, l.in, tokens, 1.0f,
+               t);
+  }
+  bench_gemm(str(m.name, " lm-head chunk"), Trans::kN, Trans::kT, 1024, 50304, h, 0.0f, t);
+}
+
+void attention(const Model& m) {
+  const int64_t D = m.hidden / m.heads;
+  const AttnShape s{m.batch, m.seq, m.seq, m.heads, m.heads, D, 1.0f / std::sqrt(float(D))};
+  const int64_t nq = s.Sq * s.B * s.H * s.D;
+  Tensor q = filled(nq, DType::kF32), k = filled(nq, DType::kF32), v = filled(nq, DType::kF32);
+  Tensor out = filled(nq, DType::kF32), lse = filled(s.B * s.H * s.Sq, DType::kF32);
+  Tensor dout = filled(nq, DType::kF32), dq = filled(nq, DType::kF32), dk = filled(nq, DType::kF32),
+         dv = filled(nq, DType::kF32);
+  const AttnMask mask{true, 0};
+  const double flops = 4.0 * double(s.B * s.H) * double(s.Sq) * double(s.Sk) * double(D) / 2;
+  const std::string shape = str("B", s.B, " S", s.Sq, " H", s.H, " D", D);
+  const double f = seconds_per_call(
+      [&] { attention_forward(kDev, out.f32(), lse.f32(), q.f32(), k.f32(), v.f32(), s, mask); });
+  row(str(m.name, " attention fwd fp32"), shape, f, flops, kPeakBf16);
+  const double b = seconds_per_call([&] {
+    attention_backward(kDev, dq.f32(), dk.f32(), dv.f32(), dout.f32(), q.f32(), k.f32(), v.f32(),
+                       out.f32(), lse.f32(), s, mask);
+  });
+  row(str(m.name, " attention bwd fp32"), shape, b, 2 * flops, kPeakBf16);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc > 1) g_reps = std::max(1, std::atoi(argv[1]));
+  try {
+    init_device(Device::kCUDA, 0);
+    const DeviceProperties p = device_properties(Device::kCUDA);
+    std::printf(
+        "gpu_bench: \"%s\", %d SMs, %d reps; %% of peak: bf16 %.1f, fp32 %.1f TFLOP/s "
+        "(attention: of the bf16 peak)\n\n",
+        p.name.c_str(), p.multiprocessors, g_reps, kPeakBf16 / 1e12, kPeakFp32 / 1e12);
+    std::printf("%-30s %-28s %9s %9s %8s\n", "op", "shape (MxNxK)", "ms", "TFLOP/s", "of peak");
+    const Model gpt2{"gpt2-124m", 768, 12, 1024, 16};
+    const Model big{"1.3b", 2048, 16, 2048, 8};
+    for (const Model& m : {gpt2, big}) {
+      gemms(m, 16384, DType::kBF16);
+      attention(m);
+    }
+    gemms(gpt2, 16384, DType::kF32);  // the fp32 path, for reference
+    const DeviceMemory mem = device_memory(Device::kCUDA);
+    std::printf("\ndevice memory: max allocated %.2f GiB, max reserved %.2f GiB\n",
+                double(mem.max_allocated) / (1 << 30), double(mem.max_reserved) / (1 << 30));
+  } catch (const std::exception& ex) {
+    std::fprintf(stderr, "gpu_bench: %s\n", ex.what());
+    return 1;
+  }
+  return 0;
+}

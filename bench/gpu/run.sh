@@ -1,0 +1,254 @@
+#!/usr/bin/env bash
+# bench/gpu/run.sh: everything mtron checks on a GPU, in one run of under 8 minutes on one H200.
+#
+#   here:   bash bench/gpu/pack-deps.sh            (the build's Debian packages -> .gpudeps/)
+#   device: run(command="bash bench/gpu/run.sh", carry=[".gpudeps"], timeout_s=600)
+#
+# Stages (each prints a banner, has a time limit, and a failure does not stop the next):
+#   0 machine     GPU, driver, nvcc, cmake, PyTorch
+#   a build       cuda-release preset (in build/cuda-gpu), sm_90 only, the libraries + mtron + the GPU programs; with
+#                 .gpudeps/ present, against those packages unpacked into /tmp (deps-env.sh)
+#   b check       op_check: every CUDA op against the CPU kernel (fp32 rel <= 1e-5, bf16 <= 1e-2,
+#                 MTRON_CUDA_SYNC=1); nccl_check: the NCCL Comm on this machine's GPUs
+#   c bench       gpu_bench: mtron's GEMMs and attention at GPT-2 124M / 1.3B shapes (TFLOP/s,
+#                 % of 989.4); torch_ops.py: PyTorch's cuBLAS GEMMs and flash SDPA at the same
+#   d train       mtron on CUDA, if its trainer has a --device flag: 10 steps of a tiny model on
+#                 the CPU and on the GPU (losses compared), then GPT-2 124M (64 x 1024 tokens per
+#                 step) and the 1.3B model (24 layers, hidden 2048, 16 heads, seq 2048); PyTorch
+#                 eager and torch.compile on the same models (torch_gpt.py)
+#   e report      a summary table; the entry for bench/gpu/RESULTS.md is written to
+#                 $OUT/RESULTS.md (the device machine's copy of the repository is discarded:
+#                 append that file's last entry to bench/gpu/RESULTS.md here)
+# Full logs go to $OUT (the device tool brings that folder back; /tmp/mtron-gpu-out elsewhere).
+# MTRON_GPU_BUDGET (seconds, default 450) bounds the whole run: a stage that no longer fits is
+# skipped and says so.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+OUT=${OUT:-/tmp/mtron-gpu-out}
+mkdir -p "$OUT"
+exec > >(tee -a "$OUT/run.log") 2>&1
+BUDGET=${MTRON_GPU_BUDGET:-450}
+T0=$(date +%s)
+BUILD=build/cuda-gpu  # the cuda-release preset in a directory of its own (its cache points at /tmp)
+PY=${PYTHON:-python3}
+SUMMARY=()
+
+elapsed() { echo $(($(date +%s) - T0)); }
+banner() { printf '\n===== [%4ss] %s\n' "$(elapsed)" "$*"; }
+note() { SUMMARY+=("$(printf '%-34s %s' "$1" "$2")"); }
+# limit WANT: the seconds a stage may take, or 0 when fewer than MIN remain in the budget
+limit() {
+  local want=$1 min=${2:-20} left=$((BUDGET - $(elapsed)))
+  if [ "$left" -lt "$min" ]; then echo 0; elif [ "$want" -gt "$left" ]; then echo "$left"; else echo "$want"; fi
+}
+# run_timed NAME SECONDS LOGFILE CMD...: runs CMD with a time limit, output to screen and LOGFILE
+run_timed() {
+  local name=$1 secs=$2 log=$3
+  shift 3
+  if [ "$secs" -le 0 ]; then
+    echo "SKIPPED: $name (no time left in the ${BUDGET}s budget)" >&2
+    return 125
+  fi
+  timeout --kill-after=10 "$secs" "$@" 2>&1 | tee "$log"
+  local rc=${PIPESTATUS[0]}
+  [ "$rc" -eq 124 ] && echo "TIMEOUT: $name after ${secs}s" >&2
+  return "$rc"
+}
+
+# ---- 0 machine ------------------------------------------------------------------------------
+banner "0 machine"
+GPU=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)
+NGPU=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | wc -l)
+[ "$NGPU" -gt 0 ] || NGPU=1  # no nvidia-smi: try one GPU anyway
+nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv 2>&1 | head -3
+echo "nvcc:  $(nvcc --version 2>/dev/null | tail -2 | head -1)"
+echo "cmake: $(cmake --version 2>/dev/null | head -1); ninja $(ninja --version 2>/dev/null)"
+echo "host:  $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(. /etc/os-release 2>/dev/null; echo "$PRETTY_NAME")"
+NVCC=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
+for f in cublasLt.h nccl.h cudnn.h; do
+  echo "$f: $(ls /usr/local/cuda/include/$f /usr/include/$f /usr/include/x86_64-linux-gnu/$f 2>/dev/null | head -1)"
+done
+TORCH=$($PY -c 'import torch; print(torch.__version__, "cuda", torch.version.cuda)' 2>/dev/null)
+echo "torch: ${TORCH:-not importable with $PY}"
+echo "git:   $(git log -1 --format='%h %s' 2>/dev/null)"
+note "machine" "${GPU:-no GPU found} x${NGPU}; torch ${TORCH:-none}"
+
+# ---- a build --------------------------------------------------------------------------------
+banner "a build (cuda-release, sm_90)"
+DEPS_ENV=()
+DEPS_CMAKE_ARGS=()
+if [ -d .gpudeps ] && ls .gpudeps/*.deb >/dev/null 2>&1; then
+  source bench/gpu/deps-env.sh
+  deps_setup .gpudeps /tmp/mtron-deps && echo "using the $(ls .gpudeps/*.deb | wc -l) carried Debian packages, unpacked in /tmp/mtron-deps"
+else
+  echo "no .gpudeps/: building against this machine's own packages (run bench/gpu/pack-deps.sh here first if the configure fails)"
+fi
+# NCCL: beside the toolkit, else PyTorch's nvidia-nccl wheel (headers and libnccl.so.2; CMake's
+# find_library wants a libnccl.so, so a small NCCL_HOME of links is made for it).
+if [ ! -f "$(dirname "$NVCC")/../include/nccl.h" ] && [ ! -f /usr/include/nccl.h ]; then
+  w=$($PY -c 'import nvidia.nccl as n; print(list(n.__path__)[0])' 2>/dev/null)
+  if [ -n "$w" ] && [ -f "$w/include/nccl.h" ]; then
+    mkdir -p /tmp/mtron-nccl/lib
+    ln -sfn "$w/include" /tmp/mtron-nccl/include
+    ln -sfn "$(ls "$w"/lib/libnccl.so* | head -1)" /tmp/mtron-nccl/lib/libnccl.so
+    echo "NCCL from PyTorch's wheel: $w"
+    DEPS_ENV+=("NCCL_HOME=/tmp/mtron-nccl")
+    ld=$(printf '%s\n' "${DEPS_ENV[@]}" | sed -n 's/^LD_LIBRARY_PATH=//p' | tail -1)
+    ld=${ld:-${LD_LIBRARY_PATH:-}}
+    DEPS_ENV+=("LD_LIBRARY_PATH=${ld:+$ld:}$w/lib")  # env applies them in order: the last wins
+  else
+    echo "no nccl.h beside the toolkit nor in PyTorch's wheels: the configure will say so"
+  fi
+fi
+MENV=(env "${DEPS_ENV[@]}")  # prefix of mtron's commands: they see the carried libraries
+b0=$(elapsed)
+built=0
+if run_timed configure "$(limit 90)" "$OUT/configure.log" "${MENV[@]}" cmake --preset cuda-release -B $BUILD \
+  -DCMAKE_CUDA_COMPILER="$NVCC" -DCMAKE_CUDA_ARCHITECTURES=90 -DMTRON_BUILD_TESTS=OFF -DMTRON_WERROR=OFF -DCMAKE_POLICY_VERSION_MINIMUM=3.5 \
+  "${DEPS_CMAKE_ARGS[@]}" >/dev/null; then
+  if run_timed build "$(limit 300 60)" "$OUT/build.log" "${MENV[@]}" cmake --build $BUILD -j "$(nproc)" \
+    --target op_check gpu_bench nccl_check mtron >/dev/null; then
+    built=1
+  else
+    grep -E "error|Error" -m 20 "$OUT/build.log"
+  fi
+else
+  tail -30 "$OUT/configure.log"
+fi
+if [ $built = 1 ]; then
+  echo "built in $(($(elapsed) - b0)) s"
+  note "a build" "ok ($(($(elapsed) - b0)) s)"
+else
+  echo "BUILD FAILED (logs: $OUT/configure.log, $OUT/build.log)"
+  note "a build" "FAILED: see configure.log / build.log"
+fi
+
+# ---- b check --------------------------------------------------------------------------------
+banner "b op_check: every CUDA op against the CPU kernel"
+if [ $built = 1 ]; then
+  run_timed op_check "$(limit 180)" "$OUT/op_check.txt" "${MENV[@]}" MTRON_CUDA_SYNC=1 $BUILD/bench/gpu/op_check
+  rc=$?
+  fails=$(grep -c ' FAIL$' "$OUT/op_check.txt" 2>/dev/null)
+  rows=$(grep -cE ' (ok|FAIL)$' "$OUT/op_check.txt" 2>/dev/null)
+  fails=${fails:-0} rows=${rows:-0}
+  if [ "$rc" = 0 ]; then
+    note "b op_check" "ok: $rows comparisons, 0 failed"
+  elif [ "$rows" -gt 0 ]; then
+    note "b op_check" "FAILED (exit $rc): $fails of $rows comparisons failed"
+  else
+    note "b op_check" "FAILED (exit $rc): $(tail -1 "$OUT/op_check.txt" 2>/dev/null)"
+  fi
+  grep ' FAIL$' "$OUT/op_check.txt" 2>/dev/null | head -20
+
+  banner "b nccl_check: the NCCL Comm on $NGPU GPU(s)"
+  MPIRUN=$("${MENV[@]}" bash -c 'command -v orterun || command -v mpirun' 2>/dev/null)
+  if [ -n "$MPIRUN" ]; then
+    run_timed nccl_check "$(limit 60)" "$OUT/nccl_check.txt" "${MENV[@]}" NCCL_DEBUG=WARN "$MPIRUN" --allow-run-as-root \
+      --oversubscribe -np "$NGPU" $BUILD/bench/gpu/nccl_check
+  else
+    run_timed nccl_check "$(limit 60)" "$OUT/nccl_check.txt" "${MENV[@]}" NCCL_DEBUG=WARN $BUILD/bench/gpu/nccl_check
+  fi
+  rc=$?
+  [ "$rc" = 0 ] && note "b nccl_check" "ok ($NGPU rank(s))" || note "b nccl_check" "FAILED (exit $rc)"
+else
+  note "b op_check, nccl_check" "not run (no build)"
+fi
+
+# ---- c bench --------------------------------------------------------------------------------
+banner "c gpu_bench: mtron's GEMMs and attention"
+if [ $built = 1 ]; then
+  run_timed gpu_bench "$(limit 120)" "$OUT/gpu_bench.txt" "${MENV[@]}" $BUILD/bench/gpu/gpu_bench 20 &&
+    note "c gpu_bench" "ok (table in gpu_bench.txt)" || note "c gpu_bench" "FAILED (exit $?)"
+else
+  note "c gpu_bench" "not run (no build)"
+fi
+banner "c torch_ops: PyTorch's GEMMs and flash attention at the same shapes"
+run_timed torch_ops "$(limit 90)" "$OUT/torch_ops.txt" $PY bench/gpu/torch_ops.py &&
+  note "c torch_ops" "ok (table in torch_ops.txt)" || note "c torch_ops" "FAILED (exit $?)"
+
+# ---- d train --------------------------------------------------------------------------------
+# The two models: name | mtron flags | torch_gpt.py flags | tokens per step
+GPT2_M="--num-layers 12 --hidden-size 768 --num-attention-heads 12 --seq-length 1024 --max-position-embeddings 1024 --micro-batch-size 16 --global-batch-size 64"
+GPT2_T="--layers 12 --hidden 768 --heads 12 --seq 1024 --batch 64"
+BIG_M="--num-layers 24 --hidden-size 2048 --num-attention-heads 16 --seq-length 2048 --max-position-embeddings 2048 --micro-batch-size 8 --global-batch-size 8"
+BIG_T="--layers 24 --hidden 2048 --heads 16 --seq 2048 --batch 8"
+COMMON_M="--vocab-size 50257 --mock-data --lr 1e-4 --log-interval 1 --metrics-file /dev/null --bf16"
+declare -A TRAIN
+
+# log line -> "tokens/s MFU" of the last iteration
+last_rate() {
+  grep -o 'tokens per second per GPU: [0-9.]*.*MFU: [0-9.]*%' "$1" | tail -1 |
+    sed -E 's/tokens per second per GPU: ([0-9.]*).*MFU: ([0-9.]*%)/\1 \2/'
+}
+
+banner "d mtron training on CUDA"
+if [ $built = 1 ] && "${MENV[@]}" $BUILD/apps/mtron train --help 2>&1 | grep -q -- '--device'; then
+  # parity: a tiny model, fp32, 10 steps on the CPU and on the GPU
+  TINY="--num-layers 2 --hidden-size 128 --num-attention-heads 4 --seq-length 128 --max-position-embeddings 128 --micro-batch-size 4 --global-batch-size 4 --vocab-size 1000 --mock-data --lr 1e-3 --train-iters 10 --log-interval 1 --metrics-file /dev/null"
+  run_timed "mtron tiny cpu" "$(limit 60)" "$OUT/mtron_tiny_cpu.log" "${MENV[@]}" $BUILD/apps/mtron train $TINY >/dev/null
+  run_timed "mtron tiny cuda" "$(limit 60)" "$OUT/mtron_tiny_cuda.log" "${MENV[@]}" $BUILD/apps/mtron train $TINY --device cuda >/dev/null
+  paste <(grep -o 'lm loss: [0-9.E+-]*' "$OUT/mtron_tiny_cpu.log" | awk '{print $3}') \
+    <(grep -o 'lm loss: [0-9.E+-]*' "$OUT/mtron_tiny_cuda.log" | awk '{print $3}') |
+    awk '{ d = ($1 - $2) / $1; if (d < 0) d = -d; if (d > m) m = d; n++; print "step " n ": cpu " $1 "  cuda " $2 }
+         END { printf "max relative loss difference over %d steps: %.2e (bound 1e-5)\n", n, m;
+               exit !(n == 10 && m <= 1e-5) }' | tee "$OUT/parity.txt"
+  [ "${PIPESTATUS[1]}" = 0 ] && note "d loss parity (tiny, fp32)" "ok: $(tail -1 "$OUT/parity.txt")" ||
+    note "d loss parity (tiny, fp32)" "FAILED: $(tail -1 "$OUT/parity.txt")"
+  run_timed "mtron gpt2" "$(limit 90)" "$OUT/mtron_gpt2.log" "${MENV[@]}" $BUILD/apps/mtron train $GPT2_M $COMMON_M --train-iters 10 --device cuda >/dev/null
+  TRAIN[mtron_gpt2]=$(last_rate "$OUT/mtron_gpt2.log")
+  run_timed "mtron 1.3b" "$(limit 120)" "$OUT/mtron_1.3b.log" "${MENV[@]}" $BUILD/apps/mtron train $BIG_M $COMMON_M --train-iters 10 --device cuda >/dev/null
+  TRAIN[mtron_1.3b]=$(last_rate "$OUT/mtron_1.3b.log")
+else
+  echo "SKIPPED: this mtron's trainer has no --device flag yet (the GPU training path is the integrator's)"
+  note "d mtron training" "skipped: no GPU training path in this mtron yet"
+fi
+
+banner "d PyTorch training (bf16 autocast, flash SDPA, fused AdamW)"
+torch_run() {  # key seconds flags...
+  local key=$1 secs=$2
+  shift 2
+  run_timed "torch $key" "$(limit "$secs" 30)" "$OUT/torch_$key.txt" $PY bench/gpu/torch_gpt.py "$@" &&
+    TRAIN[torch_$key]=$(grep '^tokens/s' "$OUT/torch_$key.txt" | awk '{printf "%.0f %.1f%%", $2, 100 * $6}')
+}
+torch_run eager_gpt2 90 $GPT2_T
+torch_run eager_1.3b 120 $BIG_T
+torch_run compile_gpt2 150 $GPT2_T --compile
+torch_run compile_1.3b 180 $BIG_T --compile
+
+# ---- e report -------------------------------------------------------------------------------
+banner "e summary"
+for s in "${SUMMARY[@]}"; do echo "$s"; done
+echo
+printf '%-44s %-22s %-22s %-22s\n' "training (tokens/s, MFU of 989.4 TFLOP/s)" "mtron" "torch eager" "torch.compile"
+for m in gpt2 1.3b; do
+  [ $m = gpt2 ] && label="GPT-2 124M, 64 x 1024 tokens/step" || label="1.3B (24L, h2048, 16H), 8 x 2048"
+  printf '%-44s %-22s %-22s %-22s\n' "$label" "${TRAIN[mtron_$m]:--}" "${TRAIN[torch_eager_$m]:--}" "${TRAIN[torch_compile_$m]:--}"
+done
+echo
+echo "mtron GEMM/attention vs PyTorch (TFLOP/s):"
+paste <(grep -E '^(gpt2-124m|1\.3b) ' "$OUT/gpu_bench.txt" 2>/dev/null | grep -E 'fwd bf16|attention' | awk '{printf "%-34s %8s\n", $1" "$2" "$3" "$4, $(NF-1)}') \
+  <(grep -E '^(gpt2-124m|1\.3b) ' "$OUT/torch_ops.txt" 2>/dev/null | awk '{printf "torch %8s\n", $(NF-1)}') 2>/dev/null | head -24
+
+# The RESULTS.md entry (bench/gpu/RESULTS.md: newest last)
+{
+  [ -f bench/gpu/RESULTS.md ] && cat bench/gpu/RESULTS.md
+  echo
+  echo "## $(date -u '+%Y-%m-%d %H:%M UTC'), ${GPU:-unknown GPU} x${NGPU}, $(git log -1 --format=%h 2>/dev/null)"
+  echo
+  echo "Command: \`bash bench/gpu/run.sh\` (device tool, carry .gpudeps); torch ${TORCH:-none}; $(($(elapsed))) s."
+  echo
+  echo '```'
+  for s in "${SUMMARY[@]}"; do echo "$s"; done
+  echo
+  printf '%-44s %-22s %-22s %-22s\n' "training (tokens/s, MFU)" "mtron" "torch eager" "torch.compile"
+  for m in gpt2 1.3b; do
+    printf '%-44s %-22s %-22s %-22s\n' "$m" "${TRAIN[mtron_$m]:--}" "${TRAIN[torch_eager_$m]:--}" "${TRAIN[torch_compile_$m]:--}"
+  done
+  echo
+  grep -E '^(gpt2-124m|1\.3b) ' "$OUT/gpu_bench.txt" 2>/dev/null
+  echo
+  grep -E '^(gpt2-124m|1\.3b) ' "$OUT/torch_ops.txt" 2>/dev/null
+  echo '```'
+} >"$OUT/RESULTS.md"
+echo
+echo "run.sh: done in $(elapsed) s; logs and RESULTS.md in $OUT"

@@ -1,0 +1,86 @@
+// CUDA GELU (tanh approximation) and SwiGLU (kernels/activation.h), elementwise.
+//
+// GELU uses the same identity as the CPU kernel: 0.5 x (1 + tanh(u)) = x sigmoid(2u), which
+// keeps its digits for large negative x; the derivative is s + 2 x s (1 - s) u'.
+#include "mtron/kernels/cuda/common.cuh"
+#include "mtron/kernels/cuda/cuda_ops.h"
+
+namespace mtron::kernels::cuda {
+namespace {
+
+constexpr int kThreads = 256;
+constexpr float kGeluK = 0.7978845608028654f;  // sqrt(2/pi)
+constexpr float kGeluC = 0.044715f;
+
+__device__ __forceinline__ float sigmoid(float x) {
+  return 1.0f / (1.0f + expf(-x));
+}
+
+__global__ void gelu_forward_kernel(float* out, const float* inp, int64_t n) {
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    const float x = inp[i];
+    const float u2 = (2 * kGeluK) * x * fmaf(kGeluC, x * x, 1.0f);
+    out[i] = x * sigmoid(u2);
+  }
+}
+
+__global__ void gelu_backward_kernel(float* dinp, const float* inp, const float* dout, int64_t n) {
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    const float x = inp[i];
+    const float x2 = x * x;
+    const float s = sigmoid((2 * kGeluK) * x * fmaf(kGeluC, x2, 1.0f));
+    const float du2 = (2 * kGeluK) * fmaf(3 * kGeluC, x2, 1.0f);
+    dinp[i] = fmaf(x * (s * (1.0f - s)), du2, s) * dout[i];
+  }
+}
+
+__global__ void swiglu_forward_kernel(float* out, const float* inp, int64_t N, int64_t F) {
+  const int64_t n = N * F;
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t r = i / F, c = i % F;
+    const float g = inp[r * 2 * F + c], u = inp[r * 2 * F + F + c];
+    out[i] = g * sigmoid(g) * u;
+  }
+}
+
+// d gate = dout up s (1 + g (1 - s)),  d up = dout g s   (s = sigmoid(g))
+__global__ void swiglu_backward_kernel(
+    float* dinp, const float* inp, const float* dout, int64_t N, int64_t F) {
+  const int64_t n = N * F;
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t r = i / F, c = i % F;
+    const float g = inp[r * 2 * F + c], u = inp[r * 2 * F + F + c], d = dout[i];
+    const float s = sigmoid(g);
+    dinp[r * 2 * F + c] = (d * u) * (s * fmaf(g, 1.0f - s, 1.0f));
+    dinp[r * 2 * F + F + c] = d * (g * s);
+  }
+}
+
+}  // namespace
+
+void gelu_forward(const Ctx& ctx, float* out, const float* inp, int64_t n) {
+  launch("gelu_forward", gelu_forward_kernel, grid_for(n, kThreads), kThreads, 0, stream_of(ctx),
+         out, inp, n);
+}
+
+void gelu_backward(const Ctx& ctx, float* dinp, const float* inp, const float* dout, int64_t n) {
+  launch("gelu_backward", gelu_backward_kernel, grid_for(n, kThreads), kThreads, 0, stream_of(ctx),
+         dinp, inp, dout, n);
+}
+
+void swiglu_forward(const Ctx& ctx, float* out, const float* inp, int64_t N, int64_t F) {
+  launch("swiglu_forward", swiglu_forward_kernel, grid_for(N * F, kThreads), kThreads, 0,
+         stream_of(ctx), out, inp, N, F);
+}
+
+void swiglu_backward(
+    const Ctx& ctx, float* dinp, const float* inp, const float* dout, int64_t N, int64_t F) {
+  launch("swiglu_backward", swiglu_backward_kernel, grid_for(N * F, kThreads), kThreads, 0,
+         stream_of(ctx), dinp, inp, dout, N, F);
+}
+
+}  // namespace mtron::kernels::cuda

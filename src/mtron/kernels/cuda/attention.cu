@@ -1,0 +1,514 @@
+// CUDA flash attention in fp32, forward and backward (kernels/attention.h).
+//
+// Layouts as the header: q/out [Sq, B, H, D], k/v [Sk, B, G, D], lse [B, H, Sq]; query head h
+// reads key/value group h / (H / G). The S x S score matrix never exists.
+//
+// Tiles of kT = 32 queries by kT = 32 keys; a block of 128 threads gives each query row (or, in
+// the dK/dV kernel, each key) 4 threads, `sub` = 0..3. A thread computes the scores of its row
+// against keys sub, sub + 4, ... of the tile, and owns the output columns 16 u + 4 sub + 0..3
+// of its row (kMaxD / 4 accumulators in registers; kMaxD is D rounded up to 32, 64, 128 or 256).
+// Tiles live in dynamic shared memory with D padded by zeros to a multiple of 16 (the owned
+// column chunks) and a row stride of padded D + 4 floats: every shared-memory read is a 16-byte
+// float4 (four FMAs per load in the dot products), within the written columns, and the rows a
+// warp reads at once fall on distinct banks.
+// Arithmetic is plain fp32 FMA (no TF32): results agree with the CPU kernel to fp32 rounding.
+//
+// Forward: per block, one (batch, head, query tile); online softmax over the key tiles that the
+// mask leaves visible (a causal block stops at its last visible key). Saves lse.
+// Backward, deterministic (no atomics), in three kernels:
+//   delta[b, h, i] = dO_i . O_i (the softmax-backward row term, as FlashAttention-2);
+//   dK/dV: per block, one (batch, group, key tile); loops over the group's heads and the query
+//          tiles that can see the keys, recomputing P = exp(S - lse), accumulating dV += P^T dO
+//          and dK += dS^T Q in registers, then adds them into dk/dv;
+//   dQ:    per block, one (batch, head, query tile); loops over key tiles, dQ += dS K.
+// dS = P (dP - delta) with dP = dO V^T; the softmax scale is applied to dQ and dK at the end.
+#include <cstdint>
+
+#include "mtron/core/error.h"
+#include "mtron/kernels/cuda/common.cuh"
+#include "mtron/kernels/cuda/cuda_ops.h"
+
+namespace mtron::kernels::cuda {
+namespace {
+
+constexpr int kT = 32;         // queries and keys per tile
+constexpr int kThreads = 128;  // 4 per tile row
+constexpr int kPerThread = kT / 4;
+constexpr int kPs = kT + 4;  // row stride of the P / dS tiles (float4 rows on distinct banks)
+
+// The head dim padded to a multiple of 16, and the row stride of the Q/K/V/dO tiles.
+__host__ __device__ __forceinline__ int padded_d(int64_t D) {
+  return int((D + 15) / 16 * 16);
+}
+__host__ __device__ __forceinline__ int tile_ld(int64_t D) {
+  return padded_d(D) + 4;
+}
+
+__device__ __forceinline__ float4 ld4(const float* p) {
+  return *reinterpret_cast<const float4*>(p);
+}
+__device__ __forceinline__ float dot4(float4 a, float4 b, float acc) {
+  return fmaf(a.w, b.w, fmaf(a.z, b.z, fmaf(a.y, b.y, fmaf(a.x, b.x, acc))));
+}
+// acc[0..3] += s v
+__device__ __forceinline__ void axpy4(float* acc, float s, float4 v) {
+  acc[0] = fmaf(s, v.x, acc[0]);
+  acc[1] = fmaf(s, v.y, acc[1]);
+  acc[2] = fmaf(s, v.z, acc[2]);
+  acc[3] = fmaf(s, v.w, acc[3]);
+}
+__device__ __forceinline__ float elem(float4 v, int i) {
+  return i == 0 ? v.x : (i == 1 ? v.y : (i == 2 ? v.z : v.w));
+}
+
+__device__ __forceinline__ int64_t q_row(const AttnShape& s, int64_t i, int64_t b, int64_t h) {
+  return ((i * s.B + b) * s.H + h) * s.D;
+}
+__device__ __forceinline__ int64_t kv_row(const AttnShape& s, int64_t j, int64_t b, int64_t g) {
+  return ((j * s.B + b) * s.G + g) * s.D;
+}
+__device__ __forceinline__ bool visible(const AttnMask& m, int64_t i, int64_t j) {
+  return !m.causal || j <= i + m.offset;
+}
+
+// End (exclusive) of the keys visible to query rows [i0, i1).
+__host__ __device__ __forceinline__ int64_t key_end(const AttnShape& s,
+                                                    const AttnMask& m,
+                                                    int64_t i1) {
+  if (!m.causal) return s.Sk;
+  const int64_t e = i1 - 1 + m.offset + 1;
+  return e < 0 ? 0 : (e > s.Sk ? s.Sk : e);
+}
+
+// Loads kT rows of a [rows, .., D] tensor into a tile with row stride ld, the columns padded
+// with zeros to padded_d(D); rows at or beyond n_rows read as zeros. Row t of the tile is
+// src + row_offset(first + t).
+template <typename RowOffset>
+__device__ __forceinline__ void load_tile(float* tile,
+                                          int ld,
+                                          const float* src,
+                                          int64_t first,
+                                          int64_t n_rows,
+                                          int D,
+                                          RowOffset row_offset) {
+  const int Dp = padded_d(D);
+  for (int e = int(threadIdx.x); e < kT * Dp; e += kThreads) {
+    const int t = e / Dp, d = e % Dp;
+    const int64_t row = first + t;
+    tile[t * ld + d] = (row < n_rows && d < D) ? src[row_offset(row) + d] : 0.0f;
+  }
+}
+
+// out[c] (+)= acc[..] for the columns 16 u + 4 sub + e < D this thread owns.
+template <int kMaxD, typename F>
+__device__ __forceinline__ void for_owned_columns(int sub, int D, F f) {
+  MT_UNROLL
+  for (int u = 0; u < kMaxD / 16; ++u) MT_UNROLL
+  for (int e = 0; e < 4; ++e) {
+    const int c = 16 * u + 4 * sub + e;
+    if (c < D) f(c, 4 * u + e);
+  }
+}
+
+template <int kMaxD>
+__global__ void __launch_bounds__(kThreads) attention_forward_kernel(float* out,
+                                                                     float* lse,
+                                                                     const float* q,
+                                                                     const float* k,
+                                                                     const float* v,
+                                                                     AttnShape s,
+                                                                     AttnMask mask) {
+  MT_DYNAMIC_SMEM(smem_raw);
+  const int D = int(s.D), Dp = padded_d(s.D), ld = tile_ld(s.D), D4 = Dp / 4;
+  float* Qs = reinterpret_cast<float*>(smem_raw);  // [kT][ld]
+  float* KVs = Qs + kT * ld;                       // [kT][ld]: the K tile, then the V tile
+  float* Ps = KVs + kT * ld;                       // [kT][kPs]
+  const int r = int(threadIdx.x) / 4, sub = int(threadIdx.x) % 4;
+  const int64_t b = blockIdx.y / s.H, h = blockIdx.y % s.H, g = h / (s.H / s.G);
+  const int64_t i0 = int64_t(blockIdx.x) * kT, i = i0 + r;
+
+  load_tile(Qs, ld, q, i0, s.Sq, D, [&](int64_t row) { return q_row(s, row, b, h); });
+  const int64_t i1 = i0 + kT < s.Sq ? i0 + kT : s.Sq;
+  const int64_t kv_end = key_end(s, mask, i1);
+
+  float m_i = kNegInf, l_i = 0;
+  float acc[kMaxD / 4];
+  MT_UNROLL
+  for (int u = 0; u < kMaxD / 4; ++u) acc[u] = 0;
+
+  for (int64_t j0 = 0; j0 < kv_end; j0 += kT) {
+    __syncthreads();  // the previous tile's V and P are no longer read (and Q is loaded)
+    load_tile(KVs, ld, k, j0, s.Sk, D, [&](int64_t row) { return kv_row(s, row, b, g); });
+    __syncthreads();
+    float sc[kPerThread];
+    MT_UNROLL
+    for (int u = 0; u < kPerThread; ++u) sc[u] = 0;
+    for (int d4 = 0; d4 < D4; ++d4) {
+      const float4 qd = ld4(Qs + r * ld + 4 * d4);
+      MT_UNROLL
+      for (int u = 0; u < kPerThread; ++u)
+        sc[u] = dot4(qd, ld4(KVs + (sub + 4 * u) * ld + 4 * d4), sc[u]);
+    }
+    float tmax = kNegInf;
+    MT_UNROLL
+    for (int u = 0; u < kPerThread; ++u) {
+      const int64_t j = j0 + sub + 4 * u;
+      sc[u] = (j < s.Sk && visible(mask, i, j)) ? sc[u] * s.scale : kNegInf;
+      tmax = fmaxf(tmax, sc[u]);
+    }
+    // the row's 4 threads are adjacent lanes of one warp
+    tmax = fmaxf(tmax, __shfl_xor_sync(0xffffffffu, tmax, 1));
+    tmax = fmaxf(tmax, __shfl_xor_sync(0xffffffffu, tmax, 2));
+    const float m_new = fmaxf(m_i, tmax);
+    const float alpha = m_i == kNegInf ? 0.0f : expf(m_i - m_new);
+    float psum = 0;
+    MT_UNROLL
+    for (int u = 0; u < kPerThread; ++u) {
+      const float p = sc[u] == kNegInf ? 0.0f : expf(sc[u] - m_new);
+      Ps[r * kPs + sub + 4 * u] = p;
+      psum += p;
+    }
+    psum += __shfl_xor_sync(0xffffffffu, psum, 1);
+    psum += __shfl_xor_sync(0xffffffffu, psum, 2);
+    l_i = l_i * alpha + psum;
+    m_i = m_new;
+    MT_UNROLL
+    for (int u = 0; u < kMaxD / 4; ++u) acc[u] *= alpha;
+    __syncthreads();  // K is no longer read; P is complete
+    load_tile(KVs, ld, v, j0, s.Sk, D, [&](int64_t row) { return kv_row(s, row, b, g); });
+    __syncthreads();
+    for (int jj = 0; jj < kT; jj += 4) {
+      const float4 p4 = ld4(Ps + r * kPs + jj);
+      MT_UNROLL
+      for (int e = 0; e < 4; ++e) {
+        const float p = elem(p4, e);
+        MT_UNROLL
+        for (int u = 0; u < kMaxD / 16; ++u)
+          if (16 * u < Dp) axpy4(acc + 4 * u, p, ld4(KVs + (jj + e) * ld + 16 * u + 4 * sub));
+      }
+    }
+  }
+
+  if (i < s.Sq) {
+    float* o = out + q_row(s, i, b, h);
+    const float inv = l_i > 0 ? 1.0f / l_i : 0.0f;
+    for_owned_columns<kMaxD>(sub, D, [&](int c, int a) { o[c] = acc[a] * inv; });
+    if (sub == 0) lse[(b * s.H + h) * s.Sq + i] = l_i > 0 ? m_i + logf(l_i) : kNegInf;
+  }
+}
+
+// delta[b, h, i] = dO . O over the row; one warp per (i, b, h) row (rows in q's order).
+__global__ void attention_delta_kernel(float* delta,
+                                       const float* dout,
+                                       const float* out,
+                                       AttnShape s) {
+  const int64_t rows = s.Sq * s.B * s.H;
+  const int64_t warps = int64_t(gridDim.x) * (blockDim.x / 32);
+  for (int64_t row = int64_t(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32; row < rows;
+       row += warps) {
+    const float* a = dout + row * s.D;
+    const float* o = out + row * s.D;
+    float acc = 0;
+    for (int64_t d = threadIdx.x % 32; d < s.D; d += 32) acc = fmaf(a[d], o[d], acc);
+    acc = warp_sum(acc);
+    if (threadIdx.x % 32 == 0) {
+      const int64_t h = row % s.H, b = (row / s.H) % s.B, i = row / (s.H * s.B);
+      delta[(b * s.H + h) * s.Sq + i] = acc;
+    }
+  }
+}
+
+template <int kMaxD>
+__global__ void __launch_bounds__(kThreads) attention_dkdv_kernel(float* dk,
+                                                                  float* dv,
+                                                                  const float* dout,
+                                                                  const float* q,
+                                                                  const float* k,
+                                                                  const float* v,
+                                                                  const float* lse,
+                                                                  const float* delta,
+                                                                  AttnShape s,
+                                                                  AttnMask mask) {
+  MT_DYNAMIC_SMEM(smem_raw);
+  const int D = int(s.D), Dp = padded_d(s.D), ld = tile_ld(s.D), D4 = Dp / 4;
+  float* Ks = reinterpret_cast<float*>(smem_raw);  // [kT][ld]
+  float* Vs = Ks + kT * ld;                        // [kT][ld]
+  float* Qs = Vs + kT * ld;                        // [kT][ld]
+  float* dOs = Qs + kT * ld;                       // [kT][ld]
+  float* Ps = dOs + kT * ld;                       // [kT keys][kPs]: P^T
+  float* dSs = Ps + kT * kPs;                      // [kT keys][kPs]: dS^T
+  float* lse_s = dSs + kT * kPs;                   // [kT]
+  float* delta_s = lse_s + kT;                     // [kT]
+  const int jj = int(threadIdx.x) / 4, sub = int(threadIdx.x) % 4;
+  const int64_t hpg = s.H / s.G;
+  const int64_t b = blockIdx.y / s.G, g = blockIdx.y % s.G;
+  const int64_t j0 = int64_t(blockIdx.x) * kT, j = j0 + jj;
+
+  load_tile(Ks, ld, k, j0, s.Sk, D, [&](int64_t row) { return kv_row(s, row, b, g); });
+  load_tile(Vs, ld, v, j0, s.Sk, D, [&](int64_t row) { return kv_row(s, row, b, g); });
+
+  float dk_acc[kMaxD / 4], dv_acc[kMaxD / 4];
+  MT_UNROLL
+  for (int u = 0; u < kMaxD / 4; ++u) dk_acc[u] = dv_acc[u] = 0;
+
+  // Queries that can see key j0 or later: i + offset >= j0.
+  int64_t i_begin = 0;
+  if (mask.causal && j0 - mask.offset > 0) i_begin = (j0 - mask.offset) / kT * kT;
+
+  for (int64_t hh = 0; hh < hpg; ++hh) {
+    const int64_t h = g * hpg + hh;
+    for (int64_t i0 = i_begin; i0 < s.Sq; i0 += kT) {
+      __syncthreads();  // the previous tiles are no longer read (and K, V are loaded)
+      load_tile(Qs, ld, q, i0, s.Sq, D, [&](int64_t row) { return q_row(s, row, b, h); });
+      load_tile(dOs, ld, dout, i0, s.Sq, D, [&](int64_t row) { return q_row(s, row, b, h); });
+      if (threadIdx.x < kT) {
+        const int64_t i = i0 + threadIdx.x;
+        lse_s[threadIdx.x] = i < s.Sq ? lse[(b * s.H + h) * s.Sq + i] : kNegInf;
+        delta_s[threadIdx.x] = i < s.Sq ? delta[(b * s.H + h) * s.Sq + i] : 0.0f;
+      }
+      __syncthreads();
+      float sc[kPerThread], dp[kPerThread];
+      MT_UNROLL
+      for (int u = 0; u < kPerThread; ++u) sc[u] = dp[u] = 0;
+      for (int d4 = 0; d4 < D4; ++d4) {
+        const float4 kd = ld4(Ks + jj * ld + 4 * d4), vd = ld4(Vs + jj * ld + 4 * d4);
+        MT_UNROLL
+        for (int u = 0; u < kPerThread; ++u) {
+          const int rr = sub + 4 * u;
+          sc[u] = dot4(ld4(Qs + rr * ld + 4 * d4), kd, sc[u]);
+          dp[u] = dot4(ld4(dOs + rr * ld + 4 * d4), vd, dp[u]);
+        }
+      }
+      MT_UNROLL
+      for (int u = 0; u < kPerThread; ++u) {
+        const int rr = sub + 4 * u;
+        const int64_t i = i0 + rr;
+        const float l = lse_s[rr];
+        const bool vis = i < s.Sq && j < s.Sk && visible(mask, i, j) && l != kNegInf;
+        const float p = vis ? expf(sc[u] * s.scale - l) : 0.0f;
+        Ps[jj * kPs + rr] = p;
+        dSs[jj * kPs + rr] = p * (dp[u] - delta_s[rr]);
+      }
+      __syncwarp();  // a key's P and dS rows are written and read by its 4 threads (one warp)
+      for (int rr = 0; rr < kT; rr += 4) {
+        const float4 p4 = ld4(Ps + jj * kPs + rr), ds4 = ld4(dSs + jj * kPs + rr);
+        MT_UNROLL
+        for (int e = 0; e < 4; ++e) {
+          const float p = elem(p4, e), ds = elem(ds4, e);
+          MT_UNROLL
+          for (int u = 0; u < kMaxD / 16; ++u) {
+            if (16 * u < Dp) {
+              const int col = 16 * u + 4 * sub;
+              axpy4(dv_acc + 4 * u, p, ld4(dOs + (rr + e) * ld + col));
+              axpy4(dk_acc + 4 * u, ds, ld4(Qs + (rr + e) * ld + col));
+            }
+          }
+        }
+      }
+    }
+  }
+
+  if (j < s.Sk) {
+    float* dkr = dk + kv_row(s, j, b, g);
+    float* dvr = dv + kv_row(s, j, b, g);
+    for_owned_columns<kMaxD>(sub, D, [&](int c, int a) {
+      dkr[c] += dk_acc[a] * s.scale;
+      dvr[c] += dv_acc[a];
+    });
+  }
+}
+
+template <int kMaxD>
+__global__ void __launch_bounds__(kThreads) attention_dq_kernel(float* dq,
+                                                                const float* dout,
+                                                                const float* q,
+                                                                const float* k,
+                                                                const float* v,
+                                                                const float* lse,
+                                                                const float* delta,
+                                                                AttnShape s,
+                                                                AttnMask mask) {
+  MT_DYNAMIC_SMEM(smem_raw);
+  const int D = int(s.D), Dp = padded_d(s.D), ld = tile_ld(s.D), D4 = Dp / 4;
+  float* Qs = reinterpret_cast<float*>(smem_raw);  // [kT][ld]
+  float* dOs = Qs + kT * ld;                       // [kT][ld]
+  float* Ks = dOs + kT * ld;                       // [kT][ld]
+  float* Vs = Ks + kT * ld;                        // [kT][ld]
+  float* dSs = Vs + kT * ld;                       // [kT][kPs]
+  const int r = int(threadIdx.x) / 4, sub = int(threadIdx.x) % 4;
+  const int64_t b = blockIdx.y / s.H, h = blockIdx.y % s.H, g = h / (s.H / s.G);
+  const int64_t i0 = int64_t(blockIdx.x) * kT, i = i0 + r;
+
+  load_tile(Qs, ld, q, i0, s.Sq, D, [&](int64_t row) { return q_row(s, row, b, h); });
+  load_tile(dOs, ld, dout, i0, s.Sq, D, [&](int64_t row) { return q_row(s, row, b, h); });
+  const float l = i < s.Sq ? lse[(b * s.H + h) * s.Sq + i] : kNegInf;
+  const float dlt = i < s.Sq ? delta[(b * s.H + h) * s.Sq + i] : 0.0f;
+  const int64_t i1 = i0 + kT < s.Sq ? i0 + kT : s.Sq;
+  const int64_t kv_end = key_end(s, mask, i1);
+
+  float dq_acc[kMaxD / 4];
+  MT_UNROLL
+  for (int u = 0; u < kMaxD / 4; ++u) dq_acc[u] = 0;
+
+  for (int64_t j0 = 0; j0 < kv_end; j0 += kT) {
+    __syncthreads();  // the previous K, V and dS are no longer read (and Q, dO are loaded)
+    load_tile(Ks, ld, k, j0, s.Sk, D, [&](int64_t row) { return kv_row(s, row, b, g); });
+    load_tile(Vs, ld, v, j0, s.Sk, D, [&](int64_t row) { return kv_row(s, row, b, g); });
+    __syncthreads();
+    float sc[kPerThread], dp[kPerThread];
+    MT_UNROLL
+    for (int u = 0; u < kPerThread; ++u) sc[u] = dp[u] = 0;
+    for (int d4 = 0; d4 < D4; ++d4) {
+      const float4 qd = ld4(Qs + r * ld + 4 * d4), od = ld4(dOs + r * ld + 4 * d4);
+      MT_UNROLL
+      for (int u = 0; u < kPerThread; ++u) {
+        const int jj = sub + 4 * u;
+        sc[u] = dot4(qd, ld4(Ks + jj * ld + 4 * d4), sc[u]);
+        dp[u] = dot4(od, ld4(Vs + jj * ld + 4 * d4), dp[u]);
+      }
+    }
+    MT_UNROLL
+    for (int u = 0; u < kPerThread; ++u) {
+      const int jj = sub + 4 * u;
+      const int64_t j = j0 + jj;
+      const bool vis = i < s.Sq && j < s.Sk && visible(mask, i, j) && l != kNegInf;
+      const float p = vis ? expf(sc[u] * s.scale - l) : 0.0f;
+      dSs[r * kPs + jj] = p * (dp[u] - dlt);
+    }
+    __syncwarp();  // a row's dS is written and read by its 4 threads (one warp)
+    for (int jj = 0; jj < kT; jj += 4) {
+      const float4 ds4 = ld4(dSs + r * kPs + jj);
+      MT_UNROLL
+      for (int e = 0; e < 4; ++e) {
+        const float ds = elem(ds4, e);
+        MT_UNROLL
+        for (int u = 0; u < kMaxD / 16; ++u)
+          if (16 * u < Dp) axpy4(dq_acc + 4 * u, ds, ld4(Ks + (jj + e) * ld + 16 * u + 4 * sub));
+      }
+    }
+  }
+
+  if (i < s.Sq) {
+    float* dqr = dq + q_row(s, i, b, h);
+    for_owned_columns<kMaxD>(sub, D, [&](int c, int a) { dqr[c] += dq_acc[a] * s.scale; });
+  }
+}
+
+// Dynamic shared memory of each kernel, in bytes.
+size_t forward_smem(int64_t D) {
+  return sizeof(float) * size_t(2 * kT * tile_ld(D) + kT * kPs);
+}
+size_t dkdv_smem(int64_t D) {
+  return sizeof(float) * size_t(4 * kT * tile_ld(D) + 2 * kT * kPs + 2 * kT);
+}
+size_t dq_smem(int64_t D) {
+  return sizeof(float) * size_t(4 * kT * tile_ld(D) + kT * kPs);
+}
+
+// Lets `kernel` use `bytes` of dynamic shared memory (above the default 48 KB needs an opt-in).
+template <typename... Params>
+void allow_smem(void (*kernel)(Params...), size_t bytes) {
+#ifdef MTRON_CUDA_SIM
+  (void)kernel;
+  (void)bytes;
+#else
+  if (bytes > 48 * 1024)
+    MT_CUDA_CHECK(cudaFuncSetAttribute(reinterpret_cast<const void*>(kernel),
+                                       cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
+#endif
+}
+
+template <int kMaxD>
+void forward(cudaStream_t st,
+             float* out,
+             float* lse,
+             const float* q,
+             const float* k,
+             const float* v,
+             const AttnShape& s,
+             AttnMask mask) {
+  const size_t smem = forward_smem(s.D);
+  allow_smem(attention_forward_kernel<kMaxD>, smem);
+  launch("attention_forward", attention_forward_kernel<kMaxD>,
+         dim3(unsigned((s.Sq + kT - 1) / kT), unsigned(s.B * s.H)), kThreads, smem, st, out, lse, q,
+         k, v, s, mask);
+}
+
+template <int kMaxD>
+void backward(cudaStream_t st,
+              float* dq,
+              float* dk,
+              float* dv,
+              const float* dout,
+              const float* q,
+              const float* k,
+              const float* v,
+              const float* lse,
+              const float* delta,
+              const AttnShape& s,
+              AttnMask mask) {
+  const size_t smem_kv = dkdv_smem(s.D), smem_q = dq_smem(s.D);
+  allow_smem(attention_dkdv_kernel<kMaxD>, smem_kv);
+  allow_smem(attention_dq_kernel<kMaxD>, smem_q);
+  launch("attention_dkdv", attention_dkdv_kernel<kMaxD>,
+         dim3(unsigned((s.Sk + kT - 1) / kT), unsigned(s.B * s.G)), kThreads, smem_kv, st, dk, dv,
+         dout, q, k, v, lse, delta, s, mask);
+  launch("attention_dq", attention_dq_kernel<kMaxD>,
+         dim3(unsigned((s.Sq + kT - 1) / kT), unsigned(s.B * s.H)), kThreads, smem_q, st, dq, dout,
+         q, k, v, lse, delta, s, mask);
+}
+
+void check_shape(const AttnShape& s) {
+  MT_CHECK(s.D <= 256, "attention on CUDA: head dim ", s.D, " (at most 256)");
+  MT_CHECK(s.B * s.H <= 65535 && s.B * s.G <= 65535,
+           "attention on CUDA: batch x heads = ", s.B * s.H, " (at most 65535)");
+}
+
+}  // namespace
+
+void attention_forward(const Ctx& ctx,
+                       float* out,
+                       float* lse,
+                       const float* q,
+                       const float* k,
+                       const float* v,
+                       const AttnShape& s,
+                       AttnMask mask) {
+  if (s.B == 0 || s.Sq == 0) return;
+  check_shape(s);
+  const cudaStream_t st = stream_of(ctx);
+  if (s.D <= 32) return forward<32>(st, out, lse, q, k, v, s, mask);
+  if (s.D <= 64) return forward<64>(st, out, lse, q, k, v, s, mask);
+  if (s.D <= 128) return forward<128>(st, out, lse, q, k, v, s, mask);
+  return forward<256>(st, out, lse, q, k, v, s, mask);
+}
+
+void attention_backward(const Ctx& ctx,
+                        float* dq,
+                        float* dk,
+                        float* dv,
+                        const float* dout,
+                        const float* q,
+                        const float* k,
+                        const float* v,
+                        const float* out,
+                        const float* lse,
+                        const AttnShape& s,
+                        AttnMask mask) {
+  if (s.B == 0 || s.Sq == 0 || s.Sk == 0) return;
+  check_shape(s);
+  const cudaStream_t st = stream_of(ctx);
+  Scratch delta(sizeof(float) * size_t(s.B * s.H * s.Sq), st);
+  const int64_t rows = s.Sq * s.B * s.H;
+  launch("attention_delta", attention_delta_kernel, grid_for(rows * 32, 256), 256, 0, st,
+         delta.as<float>(), dout, out, s);
+  if (s.D <= 32)
+    return backward<32>(st, dq, dk, dv, dout, q, k, v, lse, delta.as<float>(), s, mask);
+  if (s.D <= 64)
+    return backward<64>(st, dq, dk, dv, dout, q, k, v, lse, delta.as<float>(), s, mask);
+  if (s.D <= 128)
+    return backward<128>(st, dq, dk, dv, dout, q, k, v, lse, delta.as<float>(), s, mask);
+  return backward<256>(st, dq, dk, dv, dout, q, k, v, lse, delta.as<float>(), s, mask);
+}
+
+}  // namespace mtron::kernels::cuda

@@ -1,0 +1,116 @@
+// defines: MT_UNROLL, MT_DYNAMIC_SMEM, launch, grid_for, warp_sum, warp_max, block_sum,
+//          block_max, f32_to_bf16_bits, bf16_bits_to_f32, kNegInf
+//
+// Device-side helpers for the kernels (.cu). Every launch goes through launch(), which checks
+// the launch (runtime.h, check_launch); under MTRON_CUDA_SIM it runs the grid in the CPU
+// emulation instead.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "mtron/kernels/cuda/runtime.h"
+
+#ifdef MTRON_CUDA_SIM
+#define MT_UNROLL
+#define MT_DYNAMIC_SMEM(name) unsigned char* name = ::mtron::sim::dynamic_smem()
+#else
+#define MT_UNROLL _Pragma("unroll")
+#define MT_DYNAMIC_SMEM(name) extern __shared__ __align__(16) unsigned char name[]
+#endif
+
+namespace mtron::kernels::cuda {
+
+// Blocks for a grid-stride loop over n items: enough to fill the GPU, never more than needed.
+inline unsigned grid_for(int64_t n, int threads) {
+#ifdef MTRON_CUDA_SIM
+  const int64_t cap = 2;  // the emulation runs blocks one by one: keep grids small
+#else
+  const int64_t cap = 132 * 16;  // H100/H200 have 132 SMs; 16 blocks each covers any occupancy
+#endif
+  const int64_t b = (n + threads - 1) / threads;
+  return unsigned(b < 1 ? 1 : (b > cap ? cap : b));
+}
+
+template <typename... Params, typename... Args>
+void launch(const char* name,
+            void (*kernel)(Params...),
+            dim3 grid,
+            dim3 block,
+            size_t smem_bytes,
+            cudaStream_t stream,
+            Args... args) {
+  if (grid.x == 0 || grid.y == 0 || grid.z == 0) return;
+#ifdef MTRON_CUDA_SIM
+  (void)name;
+  (void)stream;
+  sim::launch(grid, block, smem_bytes, [&] { kernel(args...); });
+#else
+  // clang-format off
+  kernel<<<grid, block, smem_bytes, stream>>>(args...);  // clang-format 14 splits the >>>
+  // clang-format on
+  check_launch(name, stream);
+#endif
+}
+
+constexpr float kNegInf = -__builtin_huge_valf();
+
+// Sum over the 32 lanes of a warp. The xor butterfly gives every lane the bitwise same result
+// (at each step both partner lanes add the same two operands).
+template <typename T>
+__device__ __forceinline__ T warp_sum(T v) {
+  MT_UNROLL
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+template <typename T>
+__device__ __forceinline__ T warp_max(T v) {
+  MT_UNROLL
+  for (int o = 16; o > 0; o >>= 1) {
+    const T u = __shfl_xor_sync(0xffffffffu, v, o);
+    v = u > v ? u : v;
+  }
+  return v;
+}
+
+// Sum over a one-dimensional block (blockDim.x a multiple of 32). Every thread returns the same
+// value; the order of the additions is fixed, so the result is deterministic. `red` is a shared
+// array of at least 32 elements; the leading barrier lets calls follow one another.
+template <typename T>
+__device__ __forceinline__ T block_sum(T v, T* red) {
+  const int lane = int(threadIdx.x % 32), warp = int(threadIdx.x / 32);
+  const int nwarps = int(blockDim.x / 32);
+  v = warp_sum(v);
+  __syncthreads();
+  if (lane == 0) red[warp] = v;
+  __syncthreads();
+  T total = 0;
+  for (int w = 0; w < nwarps; ++w) total += red[w];
+  return total;
+}
+
+template <typename T>
+__device__ __forceinline__ T block_max(T v, T* red) {
+  const int lane = int(threadIdx.x % 32), warp = int(threadIdx.x / 32);
+  const int nwarps = int(blockDim.x / 32);
+  v = warp_max(v);
+  __syncthreads();
+  if (lane == 0) red[warp] = v;
+  __syncthreads();
+  T m = red[0];
+  for (int w = 1; w < nwarps; ++w) m = red[w] > m ? red[w] : m;
+  return m;
+}
+
+// mtron::float_to_bf16 bit for bit: round to nearest even, NaN stays NaN (quieted).
+__device__ __forceinline__ uint16_t f32_to_bf16_bits(float f) {
+  unsigned u = __float_as_uint(f);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return uint16_t((u >> 16) | 0x40u);
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return uint16_t(u >> 16);
+}
+__device__ __forceinline__ float bf16_bits_to_f32(uint16_t b) {
+  return __uint_as_float(unsigned(b) << 16);
+}
+
+}  // namespace mtron::kernels::cuda

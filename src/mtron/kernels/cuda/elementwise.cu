@@ -1,0 +1,184 @@
+// CUDA elementwise ops (kernels/elementwise.h): add, scale, f32<->bf16 conversion, bias add and
+// backward, sum of squares, fill; and the column-sum and matrix-scale helpers of runtime.h.
+//
+// All memory-bound grid-stride loops with 64-bit indices. The reductions (bias_backward,
+// sum_squares) use a fixed partition that depends on the sizes only, so results are
+// deterministic and independent of the GPU model.
+#include "mtron/kernels/cuda/common.cuh"
+#include "mtron/kernels/cuda/cuda_ops.h"
+
+namespace mtron::kernels::cuda {
+namespace {
+
+constexpr int kThreads = 256;
+
+__global__ void add_kernel(float* out, const float* a, const float* b, int64_t n) {
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * blockDim.x)
+    out[i] = a[i] + b[i];
+}
+
+__global__ void scale_kernel(float* x, float s, int64_t n) {
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * blockDim.x)
+    x[i] *= s;
+}
+
+__global__ void fill_kernel(float* x, float v, int64_t n) {
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * blockDim.x)
+    x[i] = v;
+}
+
+__global__ void to_bf16_kernel(uint16_t* dst, const float* src, int64_t n) {
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * blockDim.x)
+    dst[i] = f32_to_bf16_bits(src[i]);
+}
+
+__global__ void to_f32_kernel(float* dst, const uint16_t* src, int64_t n) {
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * blockDim.x)
+    dst[i] = bf16_bits_to_f32(src[i]);
+}
+
+__global__ void bias_add_kernel(float* out, const float* bias, int64_t N, int64_t C) {
+  const int64_t n = N * C;
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * blockDim.x)
+    out[i] += bias[i % C];
+}
+
+__global__ void scale_matrix_kernel(float* C, int64_t M, int64_t N, int64_t ldc, float beta) {
+  const int64_t n = M * N;
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    float* c = C + (i / N) * ldc + i % N;
+    *c = beta == 0.0f ? 0.0f : *c * beta;
+  }
+}
+
+// Column sums of src[R, C] over row chunks of `chunk` rows. Block (32, 8): 32 columns; the 8
+// thread rows each sum every 8th row of the chunk in order, then thread row 0 adds the 8 partial
+// sums in order. Grid (ceil(C / 32), chunks). accumulate: out[c] += total (one chunk only);
+// else out[chunk * C + c] = total.
+constexpr int kColRows = 8;
+constexpr int64_t kColChunk = 256;
+
+__global__ void column_sum_kernel(
+    float* out, const float* src, int64_t R, int64_t C, int64_t chunk, bool accumulate) {
+  __shared__ float part[kColRows][33];
+  const int64_t c = int64_t(blockIdx.x) * 32 + threadIdx.x;
+  const int64_t r0 = int64_t(blockIdx.y) * chunk;
+  const int64_t r1 = r0 + chunk < R ? r0 + chunk : R;
+  float s = 0;
+  if (c < C)
+    for (int64_t r = r0 + threadIdx.y; r < r1; r += kColRows) s += src[r * C + c];
+  part[threadIdx.y][threadIdx.x] = s;
+  __syncthreads();
+  if (threadIdx.y == 0 && c < C) {
+    float t = 0;
+    for (int j = 0; j < kColRows; ++j) t += part[j][threadIdx.x];
+    if (accumulate)
+      out[c] += t;
+    else
+      out[int64_t(blockIdx.y) * C + c] = t;
+  }
+}
+
+// sum_squares, pass 1: one double partial per block (squares in fp32, sums in double).
+__global__ void sum_squares_kernel(double* part, const float* x, int64_t n) {
+  __shared__ double red[32];
+  double s = 0;
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * blockDim.x)
+    s += double(x[i] * x[i]);
+  s = block_sum(s, red);
+  if (threadIdx.x == 0) part[blockIdx.x] = s;
+}
+
+// pass 2: one block adds the partials.
+__global__ void sum_parts_kernel(double* total, const double* part, int64_t n) {
+  __shared__ double red[32];
+  double s = 0;
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) s += part[i];
+  s = block_sum(s, red);
+  if (threadIdx.x == 0) *total = s;
+}
+
+}  // namespace
+
+void add(const Ctx& ctx, float* out, const float* a, const float* b, int64_t n) {
+  launch("add", add_kernel, grid_for(n, kThreads), kThreads, 0, stream_of(ctx), out, a, b, n);
+}
+
+void scale_inplace(const Ctx& ctx, float* x, float s, int64_t n) {
+  launch("scale_inplace", scale_kernel, grid_for(n, kThreads), kThreads, 0, stream_of(ctx), x, s,
+         n);
+}
+
+void fill(const Ctx& ctx, float* x, float value, int64_t n) {
+  launch("fill", fill_kernel, grid_for(n, kThreads), kThreads, 0, stream_of(ctx), x, value, n);
+}
+
+void convert(const Ctx& ctx, bf16* dst, const float* src, int64_t n) {
+  launch("convert_to_bf16", to_bf16_kernel, grid_for(n, kThreads), kThreads, 0, stream_of(ctx),
+         reinterpret_cast<uint16_t*>(dst), src, n);
+}
+
+void convert(const Ctx& ctx, float* dst, const bf16* src, int64_t n) {
+  launch("convert_to_f32", to_f32_kernel, grid_for(n, kThreads), kThreads, 0, stream_of(ctx), dst,
+         reinterpret_cast<const uint16_t*>(src), n);
+}
+
+void bias_add(const Ctx& ctx, float* out, const float* bias, int64_t N, int64_t C) {
+  launch("bias_add", bias_add_kernel, grid_for(N * C, kThreads), kThreads, 0, stream_of(ctx), out,
+         bias, N, C);
+}
+
+void bias_backward(const Ctx& ctx, float* dbias, const float* dout, int64_t N, int64_t C) {
+  add_column_sums(stream_of(ctx), dbias, dout, N, C);
+}
+
+double sum_squares(const Ctx& ctx, const float* x, int64_t n) {
+  if (n <= 0) return 0;
+  const cudaStream_t s = stream_of(ctx);
+  const unsigned blocks = grid_for(n, kThreads);
+  Scratch part(sizeof(double) * (blocks + 1), s);
+  double* total = part.as<double>() + blocks;
+  launch("sum_squares", sum_squares_kernel, blocks, kThreads, 0, s, part.as<double>(), x, n);
+  launch("sum_parts", sum_parts_kernel, 1, kThreads, 0, s, total, part.as<double>(),
+         int64_t(blocks));
+  double result = 0;
+  copy_to_host_sync(&result, total, sizeof(double), s);
+  return result;
+}
+
+void scale_matrix(cudaStream_t stream, float* C, int64_t M, int64_t N, int64_t ldc, float beta) {
+  launch("scale_matrix", scale_matrix_kernel, grid_for(M * N, kThreads), kThreads, 0, stream, C, M,
+         N, ldc, beta);
+}
+
+void add_column_sums(cudaStream_t stream, float* dst, const float* src, int64_t R, int64_t C) {
+  if (R <= 0 || C <= 0) return;
+  const unsigned col_blocks = unsigned((C + 31) / 32);
+  const dim3 block(32, kColRows);
+  if (R <= kColChunk) {
+    launch("column_sum", column_sum_kernel, dim3(col_blocks, 1), block, 0, stream, dst, src, R, C,
+           R, true);
+    return;
+  }
+  const int64_t chunks = (R + kColChunk - 1) / kColChunk;
+  Scratch part(sizeof(float) * size_t(chunks * C), stream);
+  // grid.y is limited to 65535 chunks (16.7M rows); larger R is split into slices of rows
+  for (int64_t c0 = 0; c0 < chunks; c0 += 65535) {
+    const int64_t nc = chunks - c0 < 65535 ? chunks - c0 : 65535;
+    launch("column_sum", column_sum_kernel, dim3(col_blocks, unsigned(nc)), block, 0, stream,
+           part.as<float>() + c0 * C, src + c0 * kColChunk * C,
+           R - c0 * kColChunk < nc * kColChunk ? R - c0 * kColChunk : nc * kColChunk, C, kColChunk,
+           false);
+  }
+  add_column_sums(stream, dst, part.as<float>(), chunks, C);
+}
+
+}  // namespace mtron::kernels::cuda

@@ -1,0 +1,254 @@
+// CUDA GEMM through cuBLASLt (kernels/gemm.h): fp32 x fp32 and bf16 x bf16, both accumulating
+// in fp32 (CUBLAS_COMPUTE_32F: no TF32, so fp32 results agree with the CPU to fp32 rounding)
+// and writing fp32. beta == 1 accumulates into C (weight gradients); beta == 0 does not read C.
+//
+// The row-major call becomes a column-major one (gemm_layout.h). Each distinct problem (device,
+// dtype, transposes, sizes, leading dimensions, pointer alignments) gets a plan: the matmul
+// descriptor, the three layouts and the algorithm cuBLASLt's heuristic picked, made once and
+// cached, so a training step makes no descriptor or heuristic calls after its first. Alignment
+// is part of the key because the heuristic assumes 256-byte aligned operands unless told
+// otherwise, and views into flat buffers often are less aligned. One 32 MiB workspace per
+// (device, stream), as NVIDIA recommends for Hopper, so GEMMs on different streams never share
+// one.
+#include <cublasLt.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <tuple>
+#include <unordered_map>
+
+#include "mtron/core/error.h"
+#include "mtron/kernels/cuda/cuda_ops.h"
+#include "mtron/kernels/cuda/gemm_layout.h"
+#include "mtron/kernels/cuda/runtime.h"
+
+namespace mtron::kernels::cuda {
+namespace {
+
+[[noreturn]] void cublas_fail(const char* file, int line, const char* what, cublasStatus_t st) {
+  detail::throw_internal(
+      file, line, what,
+      str("failed: ", cublasLtGetStatusName(st), " (", cublasLtGetStatusString(st), ")"));
+}
+
+#define MT_CUBLAS_CHECK(call)                                                            \
+  do {                                                                                   \
+    const cublasStatus_t mt_st_ = (call);                                                \
+    if (mt_st_ != CUBLAS_STATUS_SUCCESS) cublas_fail(__FILE__, __LINE__, #call, mt_st_); \
+  } while (0)
+
+constexpr size_t kWorkspaceBytes = size_t(32) << 20;
+
+// Largest power of two dividing the address, at most 256 (cuBLASLt's default assumption).
+uint32_t alignment(const void* p) {
+  const auto a = reinterpret_cast<uintptr_t>(p);
+  uint32_t al = 256;
+  while (al > 1 && a % al != 0) al /= 2;
+  return al;
+}
+
+struct PlanKey {
+  int device;
+  cudaDataType_t in_type;
+  bool trans_a, trans_b;
+  int64_t m, n, k, lda, ldb, ldc;
+  uint32_t align_a, align_b, align_c;
+  bool operator==(const PlanKey& o) const {
+    return std::tie(device, in_type, trans_a, trans_b, m, n, k, lda, ldb, ldc, align_a, align_b,
+                    align_c) == std::tie(o.device, o.in_type, o.trans_a, o.trans_b, o.m, o.n, o.k,
+                                         o.lda, o.ldb, o.ldc, o.align_a, o.align_b, o.align_c);
+  }
+};
+
+struct PlanKeyHash {
+  size_t operator()(const PlanKey& k) const {
+    size_t h = 1469598103934665603ull;
+    auto mix = [&](uint64_t v) { h = (h ^ v) * 1099511628211ull; };
+    mix(uint64_t(k.device));
+    mix(uint64_t(k.in_type));
+    mix(uint64_t(k.trans_a) * 2 + uint64_t(k.trans_b));
+    for (int64_t v : {k.m, k.n, k.k, k.lda, k.ldb, k.ldc}) mix(uint64_t(v));
+    mix(uint64_t(k.align_a) << 32 | uint64_t(k.align_b) << 16 | k.align_c);
+    return h;
+  }
+};
+
+PlanKey make_key(int device, cudaDataType_t in_type, const ColMajorGemm& g, const float* C) {
+  PlanKey key;
+  key.device = device;
+  key.in_type = in_type;
+  key.trans_a = g.trans_a;
+  key.trans_b = g.trans_b;
+  key.m = g.m;
+  key.n = g.n;
+  key.k = g.k;
+  key.lda = g.lda;
+  key.ldb = g.ldb;
+  key.ldc = g.ldc;
+  key.align_a = alignment(g.a);
+  key.align_b = alignment(g.b);
+  key.align_c = alignment(C);
+  return key;
+}
+
+struct Plan {
+  cublasLtMatmulDesc_t desc = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
+  cublasLtMatmulAlgo_t algo{};
+  ~Plan() {
+    if (c) cublasLtMatrixLayoutDestroy(c);
+    if (b) cublasLtMatrixLayoutDestroy(b);
+    if (a) cublasLtMatrixLayoutDestroy(a);
+    if (desc) cublasLtMatmulDescDestroy(desc);
+  }
+};
+
+std::unique_ptr<Plan> make_plan(cublasLtHandle_t handle,
+                                const PlanKey& key,
+                                const ColMajorGemm& g) {
+  auto p = std::make_unique<Plan>();
+  MT_CUBLAS_CHECK(cublasLtMatmulDescCreate(&p->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  const cublasOperation_t ta = g.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const cublasOperation_t tb = g.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+  MT_CUBLAS_CHECK(
+      cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
+  MT_CUBLAS_CHECK(
+      cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
+  MT_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->a, key.in_type, uint64_t(g.a_rows),
+                                             uint64_t(g.a_cols), g.lda));
+  MT_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->b, key.in_type, uint64_t(g.b_rows),
+                                             uint64_t(g.b_cols), g.ldb));
+  MT_CUBLAS_CHECK(
+      cublasLtMatrixLayoutCreate(&p->c, CUDA_R_32F, uint64_t(g.c_rows), uint64_t(g.c_cols), g.ldc));
+
+  cublasLtMatmulPreference_t pref = nullptr;
+  MT_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+  const uint64_t ws = kWorkspaceBytes;
+  const uint32_t al[4] = {key.align_a, key.align_b, key.align_c, key.align_c};
+  cublasStatus_t st = cublasLtMatmulPreferenceSetAttribute(
+      pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws);
+  const cublasLtMatmulPreferenceAttributes_t al_attr[4] = {
+      CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+      CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
+  for (int i = 0; i < 4 && st == CUBLAS_STATUS_SUCCESS; ++i)
+    st = cublasLtMatmulPreferenceSetAttribute(pref, al_attr[i], &al[i], sizeof al[i]);
+  cublasLtMatmulHeuristicResult_t result{};
+  int found = 0;
+  if (st == CUBLAS_STATUS_SUCCESS)
+    st = cublasLtMatmulAlgoGetHeuristic(handle, p->desc, p->a, p->b, p->c, p->c, pref, 1, &result,
+                                        &found);
+  cublasLtMatmulPreferenceDestroy(pref);
+  MT_CUBLAS_CHECK(st);
+  MT_ASSERT(found > 0, "cuBLASLt has no algorithm for the GEMM m=", g.m, " n=", g.n, " k=", g.k,
+            " lda=", g.lda, " ldb=", g.ldb, " ldc=", g.ldc, " alignments ", key.align_a, "/",
+            key.align_b, "/", key.align_c, " bytes");
+  p->algo = result.algo;
+  return p;
+}
+
+// cuBLASLt handles, workspaces and plans of the process. Deliberately never destroyed: at exit
+// the CUDA runtime may already be unloaded, and freeing into it fails.
+class Library {
+ public:
+  static Library& get() {
+    static Library* lib = new Library;
+    return *lib;
+  }
+
+  // The plan for `key` and the handle and workspace to run it with on `stream`.
+  struct Ready {
+    cublasLtHandle_t handle;
+    const Plan* plan;
+    void* workspace;
+  };
+  Ready prepare(const PlanKey& key, const ColMajorGemm& g, cudaStream_t stream) {
+    std::lock_guard<std::mutex> lock(mu_);
+    Device& dev = devices_[key.device];
+    if (!dev.handle) MT_CUBLAS_CHECK(cublasLtCreate(&dev.handle));
+    void*& ws = dev.workspaces[stream];
+    if (!ws) MT_CUDA_CHECK(cudaMalloc(&ws, kWorkspaceBytes));
+    std::unique_ptr<Plan>& plan = plans_[key];
+    if (!plan) plan = make_plan(dev.handle, key, g);
+    return {dev.handle, plan.get(), ws};
+  }
+
+ private:
+  struct Device {
+    cublasLtHandle_t handle = nullptr;
+    std::unordered_map<cudaStream_t, void*> workspaces;
+  };
+  std::mutex mu_;
+  std::unordered_map<int, Device> devices_;
+  std::unordered_map<PlanKey, std::unique_ptr<Plan>, PlanKeyHash> plans_;
+};
+
+void run(const Ctx& ctx,
+         cudaDataType_t in_type,
+         Trans ta,
+         Trans tb,
+         int64_t M,
+         int64_t N,
+         int64_t K,
+         float alpha,
+         const void* A,
+         int64_t lda,
+         const void* B,
+         int64_t ldb,
+         float beta,
+         float* C,
+         int64_t ldc) {
+  if (M == 0 || N == 0) return;
+  const cudaStream_t stream = stream_of(ctx);
+  if (K == 0) {  // op(A) op(B) is empty: C = beta C
+    scale_matrix(stream, C, M, N, ldc, beta);
+    return;
+  }
+  const ColMajorGemm g = to_col_major(ta, tb, M, N, K, A, lda, B, ldb, ldc);
+  int device = 0;
+  MT_CUDA_CHECK(cudaGetDevice(&device));
+  const PlanKey key = make_key(device, in_type, g, C);
+  const Library::Ready r = Library::get().prepare(key, g, stream);
+  MT_CUBLAS_CHECK(cublasLtMatmul(r.handle, r.plan->desc, &alpha, g.a, r.plan->a, g.b, r.plan->b,
+                                 &beta, C, r.plan->c, C, r.plan->c, &r.plan->algo, r.workspace,
+                                 kWorkspaceBytes, stream));
+}
+
+}  // namespace
+
+void gemm(const Ctx& ctx,
+          Trans ta,
+          Trans tb,
+          int64_t M,
+          int64_t N,
+          int64_t K,
+          float alpha,
+          const float* A,
+          int64_t lda,
+          const float* B,
+          int64_t ldb,
+          float beta,
+          float* C,
+          int64_t ldc) {
+  run(ctx, CUDA_R_32F, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
+void gemm(const Ctx& ctx,
+          Trans ta,
+          Trans tb,
+          int64_t M,
+          int64_t N,
+          int64_t K,
+          float alpha,
+          const bf16* A,
+          int64_t lda,
+          const bf16* B,
+          int64_t ldb,
+          float beta,
+          float* C,
+          int64_t ldc) {
+  run(ctx, CUDA_R_16BF, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
+}  // namespace mtron::kernels::cuda

@@ -1,0 +1,138 @@
+// CUDA fused-QKV split/merge and rotary position embedding (kernels/rope.h).
+//
+// Split and merge are pure gathers, one thread per element of the fused qkv[N, G, hpg + 2, D]
+// (reads and writes contiguous along D). RoPE follows the CPU kernel's arithmetic: fp32
+// inv_freq_i = 1 / base^(float(2i)/R), angle = float(pos) * inv_freq_i, cos/sin of the fp32
+// angle, the rotation written with the same fused multiply-adds.
+#include "mtron/kernels/cuda/common.cuh"
+#include "mtron/kernels/cuda/cuda_ops.h"
+
+namespace mtron::kernels::cuda {
+namespace {
+
+constexpr int kThreads = 256;
+
+// Where element i of qkv[N, G, hpg + 2, D] goes: dst is q, k or v, at index *at.
+struct QkvPlace {
+  int which;  // 0 = q, 1 = k, 2 = v
+  int64_t at;
+};
+
+__device__ __forceinline__ QkvPlace qkv_place(int64_t i, int64_t G, int64_t hpg, int64_t D) {
+  const int64_t d = i % D;
+  const int64_t t = i / D;
+  const int64_t j = t % (hpg + 2);
+  const int64_t ng = t / (hpg + 2);  // n * G + g
+  const int64_t g = ng % G, n = ng / G;
+  if (j < hpg) return {0, ((n * G + g) * hpg + j) * D + d};  // q[n, g*hpg + j, d], H = G*hpg
+  return {j == hpg ? 1 : 2, ng * D + d};
+}
+
+__global__ void qkv_split_kernel(
+    float* q, float* k, float* v, const float* qkv, int64_t n, int64_t G, int64_t hpg, int64_t D) {
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    const QkvPlace p = qkv_place(i, G, hpg, D);
+    float* dst = p.which == 0 ? q : (p.which == 1 ? k : v);
+    dst[p.at] = qkv[i];
+  }
+}
+
+__global__ void qkv_merge_kernel(float* dqkv,
+                                 const float* dq,
+                                 const float* dk,
+                                 const float* dv,
+                                 int64_t n,
+                                 int64_t G,
+                                 int64_t hpg,
+                                 int64_t D) {
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    const QkvPlace p = qkv_place(i, G, hpg, D);
+    const float* src = p.which == 0 ? dq : (p.which == 1 ? dk : dv);
+    dqkv[i] = src[p.at];
+  }
+}
+
+// One thread per (token, head, i < R/2). sign = +1 rotates by +angle, -1 by -angle (adjoint).
+__global__ void rope_kernel(float* x,
+                            const int32_t* pos,
+                            int64_t N,
+                            int64_t nh,
+                            int64_t D,
+                            int64_t R,
+                            float base,
+                            float sign) {
+  const int64_t half = R / 2;
+  const int64_t n_items = N * nh * half;
+  for (int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; t < n_items;
+       t += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t i = t % half;
+    const int64_t row = t / half;  // n * nh + h
+    const int64_t n = row / nh;
+    const float inv_freq = 1.0f / powf(base, float(2 * i) / float(R));
+    const float angle = float(pos[n]) * inv_freq;
+    const float c = cosf(angle), s = sign * sinf(angle);
+    float* x1 = x + row * D + i;
+    float* x2 = x1 + half;
+    const float a = *x1, b = *x2;
+    *x1 = fmaf(-b, s, a * c);
+    *x2 = fmaf(a, s, b * c);
+  }
+}
+
+}  // namespace
+
+void qkv_split(const Ctx& ctx,
+               float* q,
+               float* k,
+               float* v,
+               const float* qkv,
+               int64_t N,
+               int64_t G,
+               int64_t hpg,
+               int64_t D) {
+  const int64_t n = N * G * (hpg + 2) * D;
+  launch("qkv_split", qkv_split_kernel, grid_for(n, kThreads), kThreads, 0, stream_of(ctx), q, k, v,
+         qkv, n, G, hpg, D);
+}
+
+void qkv_merge_grad(const Ctx& ctx,
+                    float* dqkv,
+                    const float* dq,
+                    const float* dk,
+                    const float* dv,
+                    int64_t N,
+                    int64_t G,
+                    int64_t hpg,
+                    int64_t D) {
+  const int64_t n = N * G * (hpg + 2) * D;
+  launch("qkv_merge_grad", qkv_merge_kernel, grid_for(n, kThreads), kThreads, 0, stream_of(ctx),
+         dqkv, dq, dk, dv, n, G, hpg, D);
+}
+
+void rope_forward(const Ctx& ctx,
+                  float* x,
+                  const int32_t* pos,
+                  int64_t N,
+                  int64_t nh,
+                  int64_t D,
+                  int64_t rot_dim,
+                  float base) {
+  launch("rope_forward", rope_kernel, grid_for(N * nh * (rot_dim / 2), kThreads), kThreads, 0,
+         stream_of(ctx), x, pos, N, nh, D, rot_dim, base, 1.0f);
+}
+
+void rope_backward(const Ctx& ctx,
+                   float* dx,
+                   const int32_t* pos,
+                   int64_t N,
+                   int64_t nh,
+                   int64_t D,
+                   int64_t rot_dim,
+                   float base) {
+  launch("rope_backward", rope_kernel, grid_for(N * nh * (rot_dim / 2), kThreads), kThreads, 0,
+         stream_of(ctx), dx, pos, N, nh, D, rot_dim, base, -1.0f);
+}
+
+}  // namespace mtron::kernels::cuda

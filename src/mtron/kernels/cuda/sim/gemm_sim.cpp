@@ -1,0 +1,86 @@
+// gemm.cpp for the CPU emulation: executes the column-major descriptor that gemm_layout.h
+// derives (the one the cuBLASLt path hands to the library) with plain loops in double, so the
+// row-major to column-major mapping is tested without a GPU.
+#include <cstdint>
+
+#include "mtron/kernels/cuda/cuda_ops.h"
+#include "mtron/kernels/cuda/gemm_layout.h"
+
+namespace mtron::kernels::cuda {
+namespace {
+
+float load(const float* p, int64_t i) {
+  return p[i];
+}
+float load(const bf16* p, int64_t i) {
+  return bf16_to_float(p[i]);
+}
+
+// cuBLAS semantics: D(i, j) = alpha sum_p op(A)(i, p) op(B)(p, j) + beta C(i, j), column-major.
+template <typename T>
+void run(Trans ta,
+         Trans tb,
+         int64_t M,
+         int64_t N,
+         int64_t K,
+         float alpha,
+         const T* A,
+         int64_t lda,
+         const T* B,
+         int64_t ldb,
+         float beta,
+         float* C,
+         int64_t ldc) {
+  const ColMajorGemm g = to_col_major(ta, tb, M, N, K, A, lda, B, ldb, ldc);
+  const T* a = static_cast<const T*>(g.a);
+  const T* b = static_cast<const T*>(g.b);
+  for (int64_t j = 0; j < g.n; ++j)
+    for (int64_t i = 0; i < g.m; ++i) {
+      double acc = 0;
+      for (int64_t p = 0; p < g.k; ++p) {
+        const float x = g.trans_a ? load(a, p + i * g.lda) : load(a, i + p * g.lda);
+        const float y = g.trans_b ? load(b, j + p * g.ldb) : load(b, p + j * g.ldb);
+        acc += double(x) * double(y);
+      }
+      float& c = C[i + j * g.ldc];
+      c = float(alpha * acc) + (beta == 0.0f ? 0.0f : beta * c);
+    }
+}
+
+}  // namespace
+
+void gemm(const Ctx&,
+          Trans ta,
+          Trans tb,
+          int64_t M,
+          int64_t N,
+          int64_t K,
+          float alpha,
+          const float* A,
+          int64_t lda,
+          const float* B,
+          int64_t ldb,
+          float beta,
+          float* C,
+          int64_t ldc) {
+  run(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
+void gemm(const Ctx&,
+          Trans ta,
+          Trans tb,
+          int64_t M,
+          int64_t N,
+          int64_t K,
+          float alpha,
+          const bf16* A,
+          int64_t lda,
+          const bf16* B,
+          int64_t ldb,
+          float beta,
+          float* C,
+          int64_t ldc) {
+  run(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
+}  // namespace mtron::kernels::cuda

@@ -1,0 +1,114 @@
+// defines: the CUDA dialect subset the kernels of kernels/cuda use, emulated on the CPU
+//          (dim3, threadIdx/blockIdx/blockDim/gridDim, __syncthreads, __shfl_xor_sync, the
+//          qualifiers, the math functions), and sim::launch, which runs a grid block by block.
+//
+// Why: this machine and CI have no GPU, but the kernels' logic (indexing, masking, reductions,
+// barriers) can still be checked against the CPU kernels. Compiled with -DMTRON_CUDA_SIM, the
+// .cu files build as plain C++ against this header: each block runs with one std::thread per
+// CUDA thread, __syncthreads is a std::barrier over the block's live threads (a thread that
+// returns early drops out, as on the GPU), warp shuffles exchange values through a per-warp
+// buffer between two barriers of the warp's 32 threads, __shared__ variables are function-local
+// statics (blocks run one after another, so one copy serves the running block), and dynamic
+// shared memory is a per-block buffer. Blocks run in order, so the emulation is deterministic;
+// it does not model memory ordering between threads beyond the barriers (a kernel that needs a
+// fence the emulation does not see would pass here and fail on the GPU) nor warp-synchronous
+// code without __syncwarp. Block sizes must be multiples of 32.
+//
+// Only what the kernels use is emulated; cuBLASLt and CUB calls are replaced at their call
+// sites (gemm_sim.cpp, embedding.cu).
+#pragma once
+
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <functional>
+
+struct dim3 {
+  unsigned x = 1, y = 1, z = 1;
+  constexpr dim3(unsigned x_ = 1, unsigned y_ = 1, unsigned z_ = 1) : x(x_), y(y_), z(z_) {}
+};
+struct uint3 {
+  unsigned x = 0, y = 0, z = 0;
+};
+struct alignas(16) float4 {
+  float x, y, z, w;
+};
+
+extern thread_local uint3 threadIdx;
+extern thread_local uint3 blockIdx;
+extern thread_local dim3 blockDim;
+extern thread_local dim3 gridDim;
+
+#define __global__
+#define __device__
+#define __host__
+#define __forceinline__ inline
+#define __shared__ static
+#define __launch_bounds__(...)
+
+using cudaStream_t = void*;
+enum cudaError_t { cudaSuccess = 0 };
+inline const char* cudaGetErrorString(cudaError_t) {
+  return "no error (emulated)";
+}
+
+namespace mtron::sim {
+
+// Runs kernel() for every thread of every block of the grid; smem_bytes of dynamic shared
+// memory per block.
+void launch(dim3 grid, dim3 block, size_t smem_bytes, const std::function<void()>& kernel);
+
+void sync_block();
+void sync_warp();
+unsigned char* dynamic_smem();
+// Writes this thread's 8-byte value, waits for its warp, returns the value of lane `src_lane`.
+uint64_t warp_exchange(uint64_t v, int src_lane);
+
+template <typename T>
+uint64_t to_bits(T v) {
+  static_assert(sizeof(T) <= 8);
+  uint64_t u = 0;
+  std::memcpy(&u, &v, sizeof(T));
+  return u;
+}
+template <typename T>
+T from_bits(uint64_t u) {
+  T v;
+  std::memcpy(&v, &u, sizeof(T));
+  return v;
+}
+
+}  // namespace mtron::sim
+
+inline void __syncthreads() {
+  mtron::sim::sync_block();
+}
+inline void __syncwarp(unsigned = 0xffffffffu) {
+  mtron::sim::sync_warp();
+}
+
+template <typename T>
+T __shfl_xor_sync(unsigned, T v, int lane_mask) {
+  const int lane = int(threadIdx.x % 32);
+  return mtron::sim::from_bits<T>(
+      mtron::sim::warp_exchange(mtron::sim::to_bits(v), lane ^ lane_mask));
+}
+template <typename T>
+T __shfl_sync(unsigned, T v, int src_lane) {
+  return mtron::sim::from_bits<T>(mtron::sim::warp_exchange(mtron::sim::to_bits(v), src_lane));
+}
+
+inline float __uint_as_float(unsigned u) {
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+inline unsigned __float_as_uint(float f) {
+  unsigned u;
+  std::memcpy(&u, &f, 4);
+  return u;
+}
+inline float rsqrtf(float x) {
+  return 1.0f / std::sqrt(x);
+}

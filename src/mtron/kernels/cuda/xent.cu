@@ -1,0 +1,109 @@
+// CUDA cross-entropy building blocks over a logits chunk (kernels/xent.h).
+//
+// Stats: one block per row, two passes over the row's valid columns (the max, then the sum of
+// exp(l - max)); a chunk of the LM head's logits (model/lm_head.cpp keeps it near 16 MB) stays
+// in L2 between the passes. Padded columns (global id >= vocab_valid) are never read by the stats
+// and are written as 0 by the backward, as on the CPU.
+#include "mtron/kernels/cuda/common.cuh"
+#include "mtron/kernels/cuda/cuda_ops.h"
+
+namespace mtron::kernels::cuda {
+namespace {
+
+constexpr int kThreads = 256;
+
+__host__ __device__ __forceinline__ int64_t valid_cols(int64_t Vl,
+                                                       int64_t col_start,
+                                                       int64_t vocab_valid) {
+  const int64_t v = vocab_valid - col_start;
+  return v < 0 ? 0 : (v > Vl ? Vl : v);
+}
+
+__global__ void xent_stats_kernel(float* row_max,
+                                  float* row_sumexp,
+                                  float* target_logit,
+                                  const float* logits,
+                                  const int32_t* targets,
+                                  int64_t Vl,
+                                  int64_t col_start,
+                                  int64_t nv) {
+  __shared__ float red[32];
+  const int64_t r = blockIdx.x;
+  const float* x = logits + r * Vl;
+  float m = kNegInf;
+  for (int64_t c = threadIdx.x; c < nv; c += blockDim.x) m = fmaxf(m, x[c]);
+  m = block_max(m, red);
+  float s = 0;
+  if (m != kNegInf)
+    for (int64_t c = threadIdx.x; c < nv; c += blockDim.x) s += expf(x[c] - m);
+  s = block_sum(s, red);
+  if (threadIdx.x == 0) {
+    row_max[r] = m;
+    row_sumexp[r] = s;
+    const int64_t t = int64_t(targets[r]) - col_start;
+    target_logit[r] = (t >= 0 && t < Vl) ? x[t] : 0.0f;
+  }
+}
+
+__global__ void xent_backward_kernel(float* dlogits,
+                                     const float* logits,
+                                     const int32_t* targets,
+                                     const float* row_max,
+                                     const float* row_sumexp,
+                                     const float* row_scale,
+                                     int64_t n,
+                                     int64_t Vl,
+                                     int64_t col_start,
+                                     int64_t nv) {
+  const int64_t n_items = n * Vl;
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n_items;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t r = i / Vl, c = i % Vl;
+    float d = 0;
+    if (c < nv) {
+      const float scale = row_scale ? row_scale[r] : 1.0f;
+      const bool empty = row_max[r] == kNegInf || !(row_sumexp[r] > 0);
+      const float vm = empty ? 0.0f : row_max[r];
+      const float vs = empty ? 0.0f : scale / row_sumexp[r];
+      d = expf(logits[i] - vm) * vs;
+      if (int64_t(targets[r]) - col_start == c) d -= scale;
+    }
+    dlogits[i] = d;
+  }
+}
+
+}  // namespace
+
+void xent_stats(const Ctx& ctx,
+                float* row_max,
+                float* row_sumexp,
+                float* target_logit,
+                const float* logits,
+                const int32_t* targets,
+                int64_t n,
+                int64_t Vl,
+                int64_t col_start,
+                int64_t vocab_valid) {
+  if (n <= 0) return;
+  launch("xent_stats", xent_stats_kernel, unsigned(n), kThreads, 0, stream_of(ctx), row_max,
+         row_sumexp, target_logit, logits, targets, Vl, col_start,
+         valid_cols(Vl, col_start, vocab_valid));
+}
+
+void xent_backward(const Ctx& ctx,
+                   float* dlogits,
+                   const float* logits,
+                   const int32_t* targets,
+                   const float* row_max,
+                   const float* row_sumexp,
+                   const float* row_scale,
+                   int64_t n,
+                   int64_t Vl,
+                   int64_t col_start,
+                   int64_t vocab_valid) {
+  launch("xent_backward", xent_backward_kernel, grid_for(n * Vl, kThreads), kThreads, 0,
+         stream_of(ctx), dlogits, logits, targets, row_max, row_sumexp, row_scale, n, Vl, col_start,
+         valid_cols(Vl, col_start, vocab_valid));
+}
+
+}  // namespace mtron::kernels::cuda

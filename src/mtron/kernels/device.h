@@ -1,0 +1,59 @@
+// defines: device_count, init_device, DeviceProperties, device_properties, DeviceMemory,
+//          device_memory, reset_peak_memory, create_stream, destroy_stream, synchronize,
+//          copy_to_host, copy_from_host
+//
+// Device management behind the same per-device dispatch as the ops, so that code above kernels
+// never names CUDA. On the CPU these are trivial (one device, no streams, memcpy).
+//
+// CUDA: init_device(kCUDA, i) selects GPU i for the calling thread and registers the caching
+// allocator (kernels/cuda/allocator.cu) with core's device_alloc; call it once per process
+// before the first CUDA tensor (a rank uses its node-local rank as i). Streams made by
+// create_stream are blocking streams: they order with the legacy default stream, on which the
+// allocator allocates and frees, so a buffer freed on the host is never reused while a kernel
+// queued on any such stream may still use it. A Ctx with stream == nullptr uses the legacy
+// default stream itself.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "mtron/kernels/ctx.h"
+
+namespace mtron::kernels {
+
+// Devices of this kind visible to the process: 1 for the CPU; for CUDA, the GPUs (0 in a build
+// without CUDA or on a machine without a driver).
+int device_count(Device d);
+void init_device(Device d, int ordinal);
+
+struct DeviceProperties {
+  std::string name;          // "NVIDIA H200" (what the hardware catalog matches), "cpu"
+  int64_t memory_bytes = 0;  // device memory (0 for the CPU)
+  int multiprocessors = 0;
+  int compute_major = 0, compute_minor = 0;
+};
+// The current device of this kind (CUDA: the one init_device selected).
+DeviceProperties device_properties(Device d);
+
+struct DeviceMemory {
+  int64_t allocated = 0;      // bytes held by tensors and arenas now (core's counters)
+  int64_t max_allocated = 0;  // their high-water mark
+  int64_t reserved = 0;       // bytes the caching allocator holds from the driver (>= allocated)
+  int64_t max_reserved = 0;
+};
+DeviceMemory device_memory(Device d);
+void reset_peak_memory(Device d);
+
+// A new stream (nullptr on the CPU) and its release.
+void* create_stream(Device d);
+void destroy_stream(Device d, void* stream);
+
+// Waits until everything queued on ctx's stream has finished.
+void synchronize(const Ctx& ctx);
+// Copies between host memory and ctx's device. copy_to_host returns once the data is on the host
+// (it waits for the work queued before it on ctx's stream); copy_from_host returns once the host
+// buffer may be reused.
+void copy_to_host(const Ctx& ctx, void* host_dst, const void* src, int64_t bytes);
+void copy_from_host(const Ctx& ctx, void* dst, const void* host_src, int64_t bytes);
+
+}  // namespace mtron::kernels

@@ -1,0 +1,80 @@
+// kernels/device.h and the device-generic memory ops of elementwise.h (fill_zero, fill, copy) on
+// the CPU, and what a build decides about CUDA: with MTRON_CUDA=OFF every CUDA entry point fails
+// with one clear mtron::Error and no GPU is reported. (The CUDA implementations are compared
+// with these on the CPU emulation by kernels.cuda_sim_op_check, and on a GPU by bench/gpu.)
+#include <cstring>
+#include <vector>
+
+#include "kernel_test_util.h"
+#include "mtron/core/memory.h"
+#include "mtron/core/tensor.h"
+#include "mtron/kernels/device.h"
+#include "mtron/kernels/elementwise.h"
+
+namespace mtron::kernels::test {
+namespace {
+
+TEST(Device, CpuIsOneDeviceWithoutStreams) {
+  EXPECT_EQ(device_count(Device::kCPU), 1);
+  EXPECT_NO_THROW(init_device(Device::kCPU, 0));
+  EXPECT_THROW(init_device(Device::kCPU, 1), Error);
+  EXPECT_EQ(device_properties(Device::kCPU).name, "cpu");
+  EXPECT_EQ(create_stream(Device::kCPU), nullptr);
+  EXPECT_NO_THROW(destroy_stream(Device::kCPU, nullptr));
+  EXPECT_NO_THROW(synchronize(kCpu));
+}
+
+TEST(Device, CpuMemoryReportFollowsCoreCounters) {
+  const DeviceMemory before = device_memory(Device::kCPU);
+  {
+    Tensor t = Tensor::empty({1 << 20}, DType::kF32);
+    const DeviceMemory now = device_memory(Device::kCPU);
+    EXPECT_EQ(now.allocated, before.allocated + (4 << 20));
+    EXPECT_EQ(now.reserved, now.allocated);  // no caching on the CPU
+    EXPECT_GE(now.max_allocated, now.allocated);
+  }
+  EXPECT_EQ(device_memory(Device::kCPU).allocated, before.allocated);
+}
+
+TEST(Device, FillZeroFillAndCopyOnTheCpu) {
+  for (int64_t n : {0, 1, 33, 1000}) {
+    auto x = randn(n, 1);
+    fill(kCpu, x.data(), -2.5f, n);
+    for (float v : x) EXPECT_EQ(v, -2.5f);
+    auto y = randn(n, 2);
+    copy(kCpu, x.data(), y.data(), n * 4);
+    EXPECT_EQ(0, n ? std::memcmp(x.data(), y.data(), size_t(n) * 4) : 0);
+    fill_zero(kCpu, x.data(), n * 4);
+    for (float v : x) EXPECT_EQ(v, 0.0f);
+    std::vector<float> host(static_cast<size_t>(n), 7.0f);
+    copy_from_host(kCpu, x.data(), y.data(), n * 4);
+    copy_to_host(kCpu, host.data(), x.data(), n * 4);
+    EXPECT_EQ(host, y);
+  }
+}
+
+TEST(Device, FillZeroTouchesExactlyTheGivenBytes) {
+  std::vector<float> x(10, 1.0f);
+  fill_zero(kCpu, x.data() + 2, 3 * 4);
+  const std::vector<float> want = {1, 1, 0, 0, 0, 1, 1, 1, 1, 1};
+  EXPECT_EQ(x, want);
+}
+
+#ifndef MTRON_WITH_CUDA
+TEST(Device, CpuBuildHasNoCudaAndSaysSo) {
+  EXPECT_EQ(device_count(Device::kCUDA), 0);
+  EXPECT_THROW(init_device(Device::kCUDA, 0), Error);
+  const Ctx gpu{Device::kCUDA, nullptr};
+  float x = 1;
+  try {
+    fill(gpu, &x, 0.0f, 1);
+    ADD_FAILURE() << "fill on CUDA in a build without CUDA did not throw";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("without CUDA"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(x, 1.0f);
+}
+#endif
+
+}  // namespace
+}  // namespace mtron::kernels::test
