@@ -25,8 +25,11 @@ void check_model(const ModelConfig& ck, const ModelConfig& run, const std::strin
   same(ck.query_groups() == run.query_groups(), "query groups (--num-query-groups)",
        ck.query_groups(), run.query_groups());
   same(ck.kv_channels == run.kv_channels, "--kv-channels", ck.kv_channels, run.kv_channels);
-  same(ck.ffn_hidden_size == run.ffn_hidden_size, "--ffn-hidden-size", ck.ffn_hidden_size,
-       run.ffn_hidden_size);
+  // (a model whose every layer is MoE has no dense MLP: --ffn-hidden-size shapes nothing)
+  if (run.num_moe_layers() < run.num_layers) {
+    same(ck.ffn_hidden_size == run.ffn_hidden_size, "--ffn-hidden-size", ck.ffn_hidden_size,
+         run.ffn_hidden_size);
+  }
   same(ck.swiglu == run.swiglu, "--swiglu", ck.swiglu ? "on" : "off", run.swiglu ? "on" : "off");
   same(ck.normalization == run.normalization, "--normalization",
        ck.normalization == Normalization::kLayerNorm ? "LayerNorm" : "RMSNorm",

@@ -323,8 +323,11 @@ json read_json_file(const fs::path& p) {
 template <typename T>
 T cfg_get(const json& j, const char* key, const std::string& file) {
   MT_CHECK(j.contains(key) && !j[key].is_null(), file, ": missing '", key, "'");
-  if constexpr (std::is_integral_v<T>)  // get<int>() of a float is UB when out of range
+  if constexpr (std::is_same_v<T, bool>) {
+    MT_CHECK(j[key].is_boolean(), file, ": '", key, "' is not a boolean");
+  } else if constexpr (std::is_integral_v<T>) {  // get<int>() of a float is UB when out of range
     MT_CHECK(j[key].is_number_integer(), file, ": '", key, "' is not an integer");
+  }
   try {
     return j[key].get<T>();
   } catch (const json::exception&) {
