@@ -20,7 +20,7 @@ BASE = ("--num-layers %d --hidden-size %d --num-attention-heads %d --group-query
         "--num-query-groups %d --swiglu --normalization RMSNorm --position-embedding-type rope "
         "--disable-bias-linear --seq-length %d --micro-batch-size %d --global-batch-size %d "
         "--train-iters 3 --lr 1e-4 --mock-data --vocab-size %d --log-interval 1 "
-        "--metrics-file /dev/null --profile" % (L, H, HEADS, GROUPS, S, MBS, GBS, VOCAB)).split()
+        "--metrics-file /dev/null --profile --eval-iters 0" % (L, H, HEADS, GROUPS, S, MBS, GBS, VOCAB)).split()
 
 
 def analytic(cp, tp, pp, dp, recompute):

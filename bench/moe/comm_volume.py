@@ -25,7 +25,7 @@ L, H, HEADS, S, MBS, GBS, VOCAB, E, K, FE = 4, 256, 8, 256, 2, 8, 1000, 8, 2, 25
 BASE = ("--num-layers %d --hidden-size %d --num-attention-heads %d --swiglu --normalization "
         "RMSNorm --position-embedding-type rope --disable-bias-linear --seq-length %d "
         "--micro-batch-size %d --global-batch-size %d --train-iters 3 --lr 1e-4 --mock-data "
-        "--vocab-size %d --log-interval 1 --metrics-file /dev/null --profile --num-experts %d "
+        "--vocab-size %d --log-interval 1 --metrics-file /dev/null --profile --eval-iters 0 --num-experts %d "
         "--moe-router-topk %d --moe-ffn-hidden-size %d --moe-aux-loss-coeff 1e-2"
         % (L, H, HEADS, S, MBS, GBS, VOCAB, E, K, FE)).split()
 

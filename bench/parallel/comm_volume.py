@@ -20,7 +20,7 @@ L, H, HEADS, S, MBS, GBS, VOCAB = 4, 256, 4, 128, 2, 16, 1000
 E = 4  # fp32 bytes
 BASE = ("--num-layers %d --hidden-size %d --num-attention-heads %d --seq-length %d "
         "--micro-batch-size %d --global-batch-size %d --train-iters 3 --lr 1e-4 --mock-data "
-        "--vocab-size %d --log-interval 100 --metrics-file /dev/null --profile"
+        "--vocab-size %d --log-interval 100 --metrics-file /dev/null --profile --eval-iters 0"
         % (L, H, HEADS, S, MBS, GBS, VOCAB)).split()
 
 

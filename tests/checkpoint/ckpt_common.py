@@ -7,7 +7,8 @@ import sys
 
 COMMON = ("--num-layers 4 --hidden-size 64 --seq-length 32 --micro-batch-size 2 "
           "--global-batch-size 16 --lr 1e-3 --min-lr 1e-4 --lr-decay-style cosine "
-          "--lr-warmup-iters 2 --mock-data --vocab-size 500 --seed 1234 --log-interval 1").split()
+          "--lr-warmup-iters 2 --mock-data --vocab-size 500 --seed 1234 --log-interval 1 "
+          "--eval-iters 0").split()
 ARCH = {
     "gpt2": "--num-attention-heads 4".split(),
     "llama": ("--num-attention-heads 8 --group-query-attention --num-query-groups 4 --swiglu "

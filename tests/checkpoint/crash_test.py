@@ -31,7 +31,7 @@ ITERS = 400  # 1 process
 ITERS_MPI = 300  # under mpirun, whose start-up takes most of each round
 MODEL = ("--num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 16 "
          "--micro-batch-size 1 --lr 1e-3 --min-lr 1e-4 --lr-decay-style cosine "
-         "--mock-data --vocab-size 8000 --seed 7 --log-interval 1").split()
+         "--mock-data --vocab-size 8000 --seed 7 --log-interval 1 --eval-iters 0").split()
 
 
 def rows_of(path):
