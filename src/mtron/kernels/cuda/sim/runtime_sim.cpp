@@ -202,11 +202,16 @@ void copy_from_host(const Ctx&, void* dst, const void* host_src, int64_t bytes) 
 }
 void synchronize(const Ctx&) {}
 
+// Emulated GPUs per node: enough for the ranks of a test under mpirun (each process has its own
+// emulated device memory; the ordinal changes nothing).
+constexpr int kEmulatedDevices = 8;
+
 int device_count() {
-  return 1;
+  return kEmulatedDevices;
 }
 void init_device(int ordinal) {
-  MT_CHECK(ordinal == 0, "the CUDA emulation has one device, not ", ordinal);
+  MT_CHECK(ordinal >= 0 && ordinal < kEmulatedDevices, "the CUDA emulation has ", kEmulatedDevices,
+           " devices, not ", ordinal);
   install_segv_handler();
   set_device_allocator(Device::kCUDA, DeviceAllocator{sim_alloc, sim_free});
 }
