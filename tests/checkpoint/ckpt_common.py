@@ -14,6 +14,13 @@ ARCH = {
               "--normalization RMSNorm --position-embedding-type rope "
               "--untie-embeddings-and-output-weights --disable-bias-linear").split(),
 }
+# Mixtral-like: llama with 8 experts per layer, top-2 softmax routing, dropless, aux loss and
+# z-loss (as tests/parallel/layout_invariance.py's moe model).
+ARCH["moe"] = ARCH["llama"] + (
+    "--num-experts 8 --moe-router-topk 2 --moe-ffn-hidden-size 96 --moe-aux-loss-coeff 1e-2 "
+    "--moe-z-loss-coeff 1e-3").split()
+# What an MoE run logs besides the LM loss: auxiliary losses and the routing checksum.
+MOE_KEYS = ("load_balancing_loss", "z_loss", "moe_routing_hash")
 
 
 def mpi_prefix(np_):

@@ -91,7 +91,7 @@ int main(int argc, char** argv) {
       std::vector<int32_t> ids;
       for (int i = 4; i < argc; ++i) ids.push_back(int32_t(std::stoi(argv[i])));
       const int64_t n = int64_t(ids.size()), V = m->cfg.vocab_size;
-      model::InferenceModel im(m->cfg, m->params(), n);
+      model::InferenceModel im(m->cfg, *m->chunk, n);
       std::vector<float> lg(static_cast<size_t>(n * im.padded_vocab()));
       im.forward(ids.data(), n, lg.data(), true);
       FILE* f = std::fopen(argv[3], "wb");

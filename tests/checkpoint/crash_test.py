@@ -27,7 +27,8 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from ckpt_common import env, mpi_prefix, read_metrics  # noqa: E402
 
-ITERS = 400  # 1 process; 60 under mpirun, whose start-up takes most of each round
+ITERS = 400  # 1 process
+ITERS_MPI = 300  # under mpirun, whose start-up takes most of each round
 MODEL = ("--num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 16 "
          "--micro-batch-size 1 --lr 1e-3 --min-lr 1e-4 --lr-decay-style cosine "
          "--mock-data --vocab-size 8000 --seed 7 --log-interval 1").split()
@@ -71,7 +72,7 @@ def main():
     rng = random.Random(int(os.environ.get("CRASH_SEED", "20261130")))
     shutil.rmtree(work, ignore_errors=True)
     os.makedirs(work)
-    iters = ITERS if np_ == 1 else 60
+    iters = ITERS if np_ == 1 else ITERS_MPI
     layout = ["--global-batch-size", str(np_)] + (["--use-distributed-optimizer"] if np_ > 1 else [])
     base = MODEL + layout + ["--train-iters", str(iters)]
 
@@ -88,6 +89,11 @@ def main():
     for k in range(kills + 1):
         final = k == kills
         before = marker(ck)
+        if not final and before == iters:
+            # A kill of a finished job tests nothing: every round must interrupt training.
+            failures.append("round %d: the job already finished at iteration %d; the test needs "
+                            "more iterations (ITERS) for this machine's speed" % (k, iters))
+            break
         metrics, log = work + "/run%02d.jsonl" % k, work + "/run%02d.log" % k
         cmd = mpi_prefix(np_) + [mtron, "train"] + base + [
             "--load", ck, "--save", ck, "--save-interval", "1", "--keep-last-n-checkpoints", "2",

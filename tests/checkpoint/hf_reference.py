@@ -1,13 +1,14 @@
 #!/usr/bin/python3
 """Hugging Face export/import against an independent PyTorch implementation (issue 5).
 
-  hf_reference.py MTRON TOOL WORKDIR ARCH       (ARCH: gpt2 or llama)
+  hf_reference.py MTRON TOOL WORKDIR ARCH       (ARCH: gpt2, llama or moe)
 
 1. trains a tiny ARCH model a few iterations (`mtron train --save`), exports it
-   (`mtron export`), and checks that GPT2LMHeadModel / LlamaForCausalLM written here from the
-   transformers equations (torch, float64; the folder read with numpy only: transformers and
-   safetensors are not installed) computes mtron's logits (rel <= 1e-5), and that greedy
-   generation (`mtron generate --temperature 0`) picks the reference's argmax tokens;
+   (`mtron export`), and checks that GPT2LMHeadModel / LlamaForCausalLM / MixtralForCausalLM
+   (moe) written here from the transformers equations (torch, float64; the folder read with
+   numpy only: transformers and safetensors are not installed) computes mtron's logits
+   (rel <= 1e-5), and that greedy generation (`mtron generate --temperature 0`) picks the
+   reference's argmax tokens; for moe, that MoE models Mixtral cannot express are refused;
 2. the same for a sharded export (model.safetensors.index.json) and a bfloat16 export;
 3. `mtron import` of the export gives back the checkpoint's tensors bit for bit (the real
    vocabulary rows), exporting that again gives byte-identical files, and `mtron train --load`
@@ -93,6 +94,28 @@ def gpt2_logits(cfg, w, ids):
     return x @ head.T
 
 
+def llama_mlp(cfg, w, p, m):
+    lin = lambda n, t: t @ w[p + "mlp.%s.weight" % n].T + w.get(p + "mlp.%s.bias" % n, 0.0)
+    return lin("down_proj", torch.nn.functional.silu(lin("gate_proj", m)) * lin("up_proj", m))
+
+
+def mixtral_moe(cfg, w, p, m):
+    """MixtralSparseMoeBlock: softmax over all router logits, top-k, the k weights renormalised,
+    each token's output the weighted sum of its experts' w2(silu(w1 x) * w3 x)."""
+    k = cfg["num_experts_per_tok"]
+    probs = torch.softmax(m @ w[p + "block_sparse_moe.gate.weight"].T, -1)
+    top, idx = torch.topk(probs, k, -1)
+    top = top / top.sum(-1, keepdim=True)
+    out = torch.zeros_like(m)
+    for e in range(cfg["num_local_experts"]):
+        x = p + "block_sparse_moe.experts.%d." % e
+        y = (torch.nn.functional.silu(m @ w[x + "w1.weight"].T) * (m @ w[x + "w3.weight"].T)) @ \
+            w[x + "w2.weight"].T
+        weight = (top * (idx == e)).sum(-1, keepdim=True)  # 0 for tokens not routed to e
+        out = out + weight * y
+    return out
+
+
 def llama_logits(cfg, w, ids):
     h, H, G = cfg["hidden_size"], cfg["num_attention_heads"], cfg["num_key_value_heads"]
     D, eps, S = cfg["head_dim"], cfg["rms_norm_eps"], len(ids)
@@ -118,8 +141,7 @@ def llama_logits(cfg, w, ids):
         o = attention(q, k, v).transpose(0, 1).reshape(S, H * D)
         x = x + o @ w[p + "self_attn.o_proj.weight"].T + bias(p + "self_attn.o_proj.bias")
         m = rms(x, p + "post_attention_layernorm")
-        lin = lambda n, t: t @ w[p + "mlp.%s.weight" % n].T + bias(p + "mlp.%s.bias" % n)
-        x = x + lin("down_proj", torch.nn.functional.silu(lin("gate_proj", m)) * lin("up_proj", m))
+        x = x + (mixtral_moe if cfg["model_type"] == "mixtral" else llama_mlp)(cfg, w, p, m)
     x = rms(x, "model.norm")
     head = w["model.embed_tokens.weight"] if cfg["tie_word_embeddings"] else w["lm_head.weight"]
     return x @ head.T
@@ -219,7 +241,29 @@ def main():
     ok &= same and len(a) == 3
     print("%s train --load import == train --load original --finetune: %s (losses %s)" %
           (arch, same, " ".join("%.6f" % r["lm_loss"] for r in b)))
+    if arch == "moe":
+        ok &= mixtral_refusals(mtron, work)
     return 0 if ok else 1
+
+
+def mixtral_refusals(mtron, work):
+    """MoE models Mixtral cannot express: export exits 2 with the reason."""
+    ok = True
+    for flags, why in (("--moe-router-score-function sigmoid", "routes by softmax"),
+                       ("--moe-shared-expert-intermediate-size 64", "has no shared experts"),
+                       ("--moe-layer-freq 2", "has experts in every layer")):
+        ck = os.path.join(work, "refuse_" + flags.split()[0].strip("-"))
+        run([mtron, "train"] + COMMON + ARCH["moe"] + flags.split() +
+            ["--num-layers", "2", "--train-iters", "1", "--save", ck, "--save-interval", "1",
+             "--metrics-file", ck + ".jsonl"])
+        p = subprocess.run([mtron, "export", "--load", ck, "--output", ck + "_hf"], env=env(),
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        good = p.returncode == 2 and why in p.stdout and not os.path.exists(ck + "_hf")
+        ok &= good
+        print("export of an MoE model with %s: exit %d, %s %s" % (
+            flags, p.returncode, p.stdout.strip().splitlines()[-1] if p.stdout.strip() else "",
+            "ok" if good else "FAIL"))
+    return ok
 
 
 def read_metrics_of(mtron, args, work, tag):

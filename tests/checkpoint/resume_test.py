@@ -9,6 +9,8 @@
   resume_test.py reshard MTRON WORKDIR NP ARCH [FLAGS...]
       loads the iteration-10 checkpoint an `exact` run left in WORKDIR under another layout and
       trains to 20: every loss must match that run's (un-resharded) continuation, rel <= 1e-5.
+MoE models (ARCH moe): exact also requires identical auxiliary losses and routing checksums;
+reshard requires the auxiliary losses within rel 1e-5 and the same routed (token, expert) pairs.
 """
 import os
 import shutil
@@ -16,7 +18,7 @@ import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from ckpt_common import ARCH, COMMON, read_metrics, train  # noqa: E402
+from ckpt_common import ARCH, COMMON, MOE_KEYS, read_metrics, train  # noqa: E402
 
 TOL = 1e-5
 
@@ -38,8 +40,9 @@ def exact(mtron, tool, work, np_, arch, flags):
     assert [r["iteration"] for r in split] == list(range(1, 21)), split
     bad = 0
     for s, r in zip(straight, split):
-        same = all(s[k] == r[k] for k in ("lm_loss", "grad_norm", "learning_rate",
-                                            "consumed_samples"))
+        keys = ("lm_loss", "grad_norm", "learning_rate", "consumed_samples") + tuple(
+            k for k in MOE_KEYS if k in s)
+        same = all(s[k] == r.get(k) for k in keys)
         bad += not same
         print("iteration %2d  straight %.9g  resumed %.9g  %s" %
               (s["iteration"], s["lm_loss"], r["lm_loss"], "same" if same else "DIFFERENT"))
@@ -60,14 +63,22 @@ def reshard(mtron, work, np_, arch, flags):
                       work + "/reshard_%d_%s.jsonl" % (np_, tag))
     assert "(iteration 10, saved under" in out, out
     assert [r["iteration"] for r in rows] == list(range(11, 21)), rows
-    worst = 0.0
+    worst, routing = 0.0, 0
     for b, r in zip(ref, rows):
         rel = abs(r["lm_loss"] - b["lm_loss"]) / abs(b["lm_loss"])
+        for k in ("load_balancing_loss", "z_loss"):
+            if k in b:
+                rel = max(rel, abs(r[k] - b[k]) / abs(b[k]))
+        routing += "moe_routing_hash" in b and r.get("moe_routing_hash") != b["moe_routing_hash"]
         worst = max(worst, rel)
-        print("iteration %2d  saved layout %.9f  np %d %.9f  rel %.2e" %
-              (r["iteration"], b["lm_loss"], np_, r["lm_loss"], rel))
-    print("reshard to np %d %s: worst rel %.2e (tol %.0e)" % (np_, " ".join(flags), worst, TOL))
-    return 0 if worst <= TOL else 1
+        print("iteration %2d  saved layout %.9f  np %d %.9f  rel %.2e%s" %
+              (r["iteration"], b["lm_loss"], np_, r["lm_loss"], rel,
+               "" if "moe_routing_hash" not in b else "  routing " + (
+                   "same" if r.get("moe_routing_hash") == b["moe_routing_hash"] else "DIFFERENT")))
+    print("reshard to np %d %s: worst rel %.2e (tol %.0e)%s" % (
+        np_, " ".join(flags), worst, TOL,
+        "; %d iterations routed other pairs" % routing if "moe_routing_hash" in ref[0] else ""))
+    return 0 if worst <= TOL and routing == 0 else 1
 
 
 def main():

@@ -10,6 +10,7 @@
 
 #include "mtron/checkpoint/checkpoint.h"
 #include "mtron/checkpoint/file_io.h"
+#include "mtron/checkpoint/manifest.h"
 #include "mtron/checkpoint/reader.h"
 #include "mtron/comm/single.h"
 #include "mtron/core/error.h"
@@ -222,6 +223,43 @@ TEST_F(CheckpointIO, CorruptionIsReportedWithFileAndTensor) {
   EXPECT_NE(load_error(d, b).find("invalid file name"), std::string::npos);
   write_file_atomic(d + "/manifest.json", man);
   EXPECT_EQ(load_error(d, b), "");
+}
+
+// Every MoE field of the model configuration survives the manifest, and a dense model's JSON has
+// none of them.
+TEST(Manifest, MoEConfigRoundTrip) {
+  ModelConfig m = tiny();
+  EXPECT_FALSE(model_config_to_json(m).contains("moe_router_topk"));
+  m.num_experts = 6;
+  m.moe_ffn_hidden_size = 40;
+  m.moe_router_topk = 3;
+  m.moe_layer_freq = 2;
+  m.moe_shared_expert_intermediate_size = 24;
+  m.moe_router_score_function = RouterScore::kSigmoid;
+  m.moe_router_load_balancing_type = RouterLoadBalancing::kSeqAuxLoss;
+  m.moe_aux_loss_coeff = 1e-2f;
+  m.moe_z_loss_coeff = 1e-3f;
+  m.moe_expert_capacity_factor = 1.25f;
+  m.moe_token_drop_policy = TokenDropPolicy::kPosition;
+  m.finalize();
+  const ModelConfig r = model_config_from_json(model_config_to_json(m), "m.json");
+  EXPECT_EQ(r.num_experts, 6);
+  EXPECT_EQ(r.moe_ffn(), 40);
+  EXPECT_EQ(r.moe_router_topk, 3);
+  EXPECT_EQ(r.moe_layer_freq, 2);
+  EXPECT_EQ(r.moe_shared_expert_intermediate_size, 24);
+  EXPECT_EQ(r.moe_router_score_function, RouterScore::kSigmoid);
+  EXPECT_EQ(r.moe_router_load_balancing_type, RouterLoadBalancing::kSeqAuxLoss);
+  EXPECT_EQ(r.moe_aux_loss_coeff, 1e-2f);
+  EXPECT_EQ(r.moe_z_loss_coeff, 1e-3f);
+  EXPECT_EQ(r.moe_expert_capacity_factor, 1.25f);
+  EXPECT_EQ(r.moe_token_drop_policy, TokenDropPolicy::kPosition);
+  auto j = model_config_to_json(m);
+  j["moe_router_score_function"] = "relu";
+  EXPECT_THROW(model_config_from_json(j, "m.json"), Error);
+  j = model_config_to_json(m);
+  j.erase("moe_router_topk");
+  EXPECT_THROW(model_config_from_json(j, "m.json"), Error);
 }
 
 }  // namespace

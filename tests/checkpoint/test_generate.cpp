@@ -6,6 +6,7 @@
 #include <cmath>
 #include <numeric>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "mtron/model/gpt.h"
@@ -15,7 +16,10 @@
 namespace mtron {
 namespace {
 
-ModelConfig arch(bool llama) {
+// gpt2; llama; moe: llama with 8 experts, top-2 softmax routing, aux loss (Mixtral-like);
+// moe_mixed: MoE every 2nd layer (the others dense), sigmoid top-3 routing, a shared expert.
+ModelConfig arch(const std::string& name) {
+  const bool llama = name != "gpt2";
   ModelConfig m;
   m.num_layers = 3;
   m.hidden_size = 64;
@@ -30,6 +34,17 @@ ModelConfig arch(bool llama) {
     m.position_embedding_type = PositionEmbedding::kRope;
     m.untie_embeddings_and_output_weights = true;
     m.add_bias_linear = false;
+  }
+  if (name == "moe" || name == "moe_mixed") {
+    m.num_experts = 8;
+    m.moe_ffn_hidden_size = 48;
+    m.moe_aux_loss_coeff = 1e-2f;
+  }
+  if (name == "moe_mixed") {
+    m.moe_layer_freq = 2;
+    m.moe_router_topk = 3;
+    m.moe_router_score_function = RouterScore::kSigmoid;
+    m.moe_shared_expert_intermediate_size = 32;
   }
   m.finalize();
   return m;
@@ -62,20 +77,25 @@ double rel_diff(const float* a, const float* b, int64_t n) {
   return num / den;
 }
 
-class KvCache : public ::testing::TestWithParam<bool> {};
+class KvCache : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(KvCache, MatchesTrainingForwardAtEveryPosition) {
   const ModelConfig cfg = arch(GetParam());
   model::GPTChunk c(cfg, {0, cfg.num_layers, true, true}, parallel::TensorParallel{}, {});
   c.params().allocate(model::Precision::kFP32, 1);
   c.params().init(99);
+  ASSERT_EQ(cfg.is_moe(), !c.expert_params().specs().empty());
+  if (cfg.is_moe()) {
+    c.expert_params().allocate(model::Precision::kFP32, 1);
+    c.expert_params().init(99);
+  }
   std::mt19937 rng(5);
   std::vector<int32_t> ids(33);
   for (auto& t : ids) t = int32_t(rng() % 131);
   const int64_t S = 33, Vp = cfg.padded_vocab_size(1);
   const std::vector<float> ref = training_logits(c, ids, Vp);
 
-  model::InferenceModel m(cfg, c.params(), S);
+  model::InferenceModel m(cfg, c, S);
   ASSERT_EQ(m.padded_vocab(), Vp);
   // Prefill of everything at once, all rows.
   std::vector<float> all(static_cast<size_t>(S * Vp));
@@ -96,9 +116,10 @@ TEST_P(KvCache, MatchesTrainingForwardAtEveryPosition) {
   EXPECT_THROW(m.forward(ids.data(), 1, all.data(), false), Error);  // cache full
 }
 
-INSTANTIATE_TEST_SUITE_P(Archs, KvCache, ::testing::Values(false, true), [](const auto& i) {
-  return i.param ? "llama" : "gpt2";
-});
+INSTANTIATE_TEST_SUITE_P(Archs,
+                         KvCache,
+                         ::testing::Values("gpt2", "llama", "moe", "moe_mixed"),
+                         [](const auto& i) { return i.param; });
 
 // The probabilities sample_token must draw from, computed independently (double, full sort).
 std::vector<double> expected(const std::vector<float>& z, const train::SamplingOptions& o) {
@@ -159,11 +180,11 @@ TEST(Sampling, GreedyIsArgmax) {
 }
 
 TEST(Generate, SeededAndStopsAtEod) {
-  const ModelConfig cfg = arch(true);
+  const ModelConfig cfg = arch("llama");
   model::GPTChunk c(cfg, {0, cfg.num_layers, true, true}, parallel::TensorParallel{}, {});
   c.params().allocate(model::Precision::kFP32, 1);
   c.params().init(3);
-  model::InferenceModel m(cfg, c.params(), 32);
+  model::InferenceModel m(cfg, c, 32);
   const std::vector<int32_t> prompt = {1, 2, 3};
   const train::SamplingOptions o{1.0f, 0, 0.0f};
   const auto a = train::generate(m, prompt, 131, 20, o, 7, std::nullopt);

@@ -183,9 +183,11 @@ std::string save_checkpoint(const std::string& save_dir,
   };
   for (const ChunkState& c : chunks) {
     const model::ParamBuffer& p = *c.params;
-    for (const FlatRange& w : write_ranges(c, *g.dp_cp)) {
+    MT_ASSERT(!c.experts || g.edp, "expert buffer without an EDP group");
+    const int tp_rank = c.experts ? g.etp_rank : g.tp_rank;
+    for (const FlatRange& w : write_ranges(c, c.experts ? *g.edp : *g.dp_cp)) {
       for_each_param_in(p, w.begin, w.end, [&](const model::ParamSpec& s, int64_t lo, int64_t hi) {
-        if (s.tied_copy || (s.tp_replicated() && g.tp_rank != 0)) return;
+        if (s.tied_copy || (s.tp_replicated() && tp_rank != 0)) return;
         const Region r = param_region(s, lo, hi);
         add(s.name, r, p.master_flat().f32() + lo);
         if (with_optimizer) {

@@ -46,7 +46,8 @@ struct FlatRange {
   int64_t begin = 0, end = 0;
 };
 
-// One model chunk's state on this rank.
+// The state of one of this rank's parameter buffers: a model chunk's dense parameters, or its
+// routed experts (this EP rank's experts, named by global expert index, ETP shards).
 struct ChunkState {
   model::ParamBuffer* params = nullptr;
   // Adam's moments of the flat ranges `opt_shards` of the chunk's buffer (the distributed
@@ -55,6 +56,9 @@ struct ChunkState {
   float* exp_avg = nullptr;
   float* exp_avg_sq = nullptr;
   std::vector<FlatRange> opt_shards;
+  // The routed experts' buffer: replicated over expert data parallel (RankGroups::edp), not
+  // DP x CP.
+  bool experts = false;
 };
 
 // What the manifest records about the run.
@@ -77,6 +81,10 @@ struct RankGroups {
   Comm* world = nullptr;  // every rank: barriers, gathering the file list
   Comm* dp_cp = nullptr;  // the ranks holding replicas of this rank's model shard
   int tp_rank = 0;        // TP-replicated parameters are written by TP rank 0
+  // The ranks holding replicas of this rank's experts (EDP) and the expert-TP rank (null / 0
+  // without MoE).
+  Comm* edp = nullptr;
+  int etp_rank = 0;
 };
 
 // "iter_0000100"

@@ -25,8 +25,11 @@ void check_model(const ModelConfig& ck, const ModelConfig& run, const std::strin
   same(ck.query_groups() == run.query_groups(), "query groups (--num-query-groups)",
        ck.query_groups(), run.query_groups());
   same(ck.kv_channels == run.kv_channels, "--kv-channels", ck.kv_channels, run.kv_channels);
-  same(ck.ffn_hidden_size == run.ffn_hidden_size, "--ffn-hidden-size", ck.ffn_hidden_size,
-       run.ffn_hidden_size);
+  // (a model whose every layer is MoE has no dense MLP: --ffn-hidden-size shapes nothing)
+  if (run.num_moe_layers() < run.num_layers) {
+    same(ck.ffn_hidden_size == run.ffn_hidden_size, "--ffn-hidden-size", ck.ffn_hidden_size,
+         run.ffn_hidden_size);
+  }
   same(ck.swiglu == run.swiglu, "--swiglu", ck.swiglu ? "on" : "off", run.swiglu ? "on" : "off");
   same(ck.normalization == run.normalization, "--normalization",
        ck.normalization == Normalization::kLayerNorm ? "LayerNorm" : "RMSNorm",
@@ -50,6 +53,35 @@ void check_model(const ModelConfig& ck, const ModelConfig& run, const std::strin
     if (ck.rotary_base != run.rotary_base) {
       log_warn("checkpoint was trained with --rotary-base {}; continuing with {}", ck.rotary_base,
                run.rotary_base);
+    }
+  }
+  same(ck.num_experts == run.num_experts, "--num-experts", ck.num_experts, run.num_experts);
+  if (run.is_moe()) {
+    same(ck.moe_ffn() == run.moe_ffn(), "--moe-ffn-hidden-size", ck.moe_ffn(), run.moe_ffn());
+    same(ck.moe_layer_freq == run.moe_layer_freq, "--moe-layer-freq", ck.moe_layer_freq,
+         run.moe_layer_freq);
+    same(ck.moe_shared_expert_intermediate_size == run.moe_shared_expert_intermediate_size,
+         "--moe-shared-expert-intermediate-size", ck.moe_shared_expert_intermediate_size,
+         run.moe_shared_expert_intermediate_size);
+    same(ck.moe_router_topk == run.moe_router_topk, "--moe-router-topk", ck.moe_router_topk,
+         run.moe_router_topk);
+    auto score = [](const ModelConfig& c) {
+      return c.moe_router_score_function == RouterScore::kSigmoid ? "sigmoid" : "softmax";
+    };
+    same(ck.moe_router_score_function == run.moe_router_score_function,
+         "--moe-router-score-function", score(ck), score(run));
+    // The training objective may change on purpose (e.g. a fine-tune without the aux loss).
+    const bool objective =
+        ck.moe_router_load_balancing_type == run.moe_router_load_balancing_type &&
+        ck.moe_aux_loss_coeff == run.moe_aux_loss_coeff &&
+        ck.moe_z_loss_coeff == run.moe_z_loss_coeff &&
+        ck.moe_expert_capacity_factor == run.moe_expert_capacity_factor &&
+        ck.moe_token_drop_policy == run.moe_token_drop_policy;
+    if (!objective) {
+      log_warn(
+          "checkpoint was trained with other MoE load balancing / capacity settings "
+          "(--moe-router-load-balancing-type, --moe-aux-loss-coeff, --moe-z-loss-coeff, "
+          "--moe-expert-capacity-factor, --moe-token-drop-policy); continuing with this run's");
     }
   }
   if (ck.norm_epsilon != run.norm_epsilon) {
@@ -77,10 +109,12 @@ void check_lr(const optim::LrSchedule& ck, const optim::LrSchedule& run, const s
        lr_style_name(run.style));
 }
 
-std::string layout_str(const LayoutRecord& l) {
+std::string layout_str(const LayoutRecord& l, bool moe) {
   return fmt::format(
-      "TP{} PP{} DP{}{}{}{}", l.tp, l.pp, l.dp, l.vpp > 1 ? fmt::format(" VPP{}", l.vpp) : "",
-      l.sequence_parallel ? " SP" : "", l.distributed_optimizer ? " distributed optimizer" : "");
+      "TP{} PP{}{} DP{}{}{}{}{}", l.tp, l.pp, l.cp > 1 ? fmt::format(" CP{}", l.cp) : "", l.dp,
+      l.vpp > 1 ? fmt::format(" VPP{}", l.vpp) : "",
+      moe ? fmt::format(" EP{} ETP{}", l.ep, l.etp) : "", l.sequence_parallel ? " SP" : "",
+      l.distributed_optimizer ? " distributed optimizer" : "");
 }
 
 }  // namespace
@@ -137,7 +171,7 @@ void validate_checkpoint_args(const CheckpointArgs& a) {
 
 Checkpointer::Checkpointer(CheckpointArgs args, RunInfo info, const ParallelState& ps)
     : a_(std::move(args)), info_(std::move(info)), ps_(ps), start_time_(now_seconds()) {
-  groups_ = RankGroups{&ps_.world(), &ps_.dp_cp(), ps_.tp_rank()};
+  groups_ = RankGroups{&ps_.world(), &ps_.dp_cp(), ps_.tp_rank(), &ps_.edp(), ps_.etp_rank()};
   // Tokenizer files are recorded by absolute path: export and generate run from anywhere.
   for (std::string* f :
        {&info_.tokenizer.vocab_file, &info_.tokenizer.merge_file, &info_.tokenizer.model}) {
@@ -189,7 +223,8 @@ void Checkpointer::load(const TrainView& v) {
   }
   if (root) {
     log_info("loading checkpoint {} (iteration {}, saved under {}) under {}{}", *dir, m.iteration,
-             layout_str(m.layout), layout_str(info_.layout), load_optim ? "" : " (weights only)");
+             layout_str(m.layout, m.model.is_moe()), layout_str(info_.layout, m.model.is_moe()),
+             load_optim ? "" : " (weights only)");
   }
   load_checkpoint(*dir, v.chunks, groups_, load_optim);
   if (load_optim) v.optimizer->set_steps(m.optimizer_steps);

@@ -76,7 +76,26 @@ int64_t link_index(const Link& l, const Qkv& q, int64_t e) {
   return 0;
 }
 
+// Why Mixtral cannot express this MoE model ("" if it can).
+std::string mixtral_reason(const ModelConfig& c) {
+  const char* no = "MixtralForCausalLM ";
+  if (c.normalization != Normalization::kRMSNorm ||
+      c.position_embedding_type != PositionEmbedding::kRope || !c.swiglu)
+    return std::string(no) + "is RMSNorm, RoPE and SwiGLU experts";
+  if (c.rotary_percent != 1.0f)
+    return std::string(no) + "rotates every channel (--rotary-percent 1)";
+  if (c.add_bias_linear) return std::string(no) + "has no biases (--disable-bias-linear)";
+  if (c.moe_router_score_function != RouterScore::kSoftmax)
+    return std::string(no) + "routes by softmax (not --moe-router-score-function sigmoid)";
+  if (c.moe_shared_expert_intermediate_size > 0)
+    return std::string(no) + "has no shared experts (--moe-shared-expert-intermediate-size)";
+  if (c.moe_layer_freq != 1)
+    return std::string(no) + "has experts in every layer (--moe-layer-freq 1)";
+  return "";
+}
+
 std::string arch_reason(const ModelConfig& c) {
+  if (c.is_moe()) return mixtral_reason(c);
   const bool gpt2 = c.normalization == Normalization::kLayerNorm &&
                     c.position_embedding_type == PositionEmbedding::kLearnedAbsolute && !c.swiglu;
   const bool llama = c.normalization == Normalization::kRMSNorm &&
@@ -102,6 +121,7 @@ std::string arch_reason(const ModelConfig& c) {
 HfArch arch_of(const ModelConfig& c) {
   const std::string why = arch_reason(c);
   MT_CHECK(why.empty(), "cannot convert this model to Hugging Face: ", why);
+  if (c.is_moe()) return HfArch::kMixtral;
   return c.normalization == Normalization::kLayerNorm ? HfArch::kGPT2 : HfArch::kLlama;
 }
 
@@ -175,6 +195,18 @@ std::vector<Link> links(const ModelConfig& c, HfArch arch) {
       copy(t + "self_attn.o_proj.weight", m + "self_attention.linear_proj.weight", {h, H * D});
       if (bias) copy(t + "self_attn.o_proj.bias", m + "self_attention.linear_proj.bias", {h});
       copy(t + "post_attention_layernorm.weight", m + "pre_mlp_layernorm.weight", {h});
+      if (arch == HfArch::kMixtral) {
+        const int64_t E = c.num_experts, Fm = c.moe_ffn();
+        copy(t + "block_sparse_moe.gate.weight", m + "mlp.router.weight", {E, h});
+        for (int64_t e = 0; e < E; ++e) {
+          const std::string x = fmt::format("{}block_sparse_moe.experts.{}.", t, e),
+                            y = fmt::format("{}mlp.experts.local_experts.{}.", m, e);
+          copy(x + "w1.weight", y + "linear_fc1.weight", {Fm, h}, 0);       // gate
+          copy(x + "w3.weight", y + "linear_fc1.weight", {Fm, h}, Fm * h);  // up
+          copy(x + "w2.weight", y + "linear_fc2.weight", {h, Fm});          // down
+        }
+        continue;
+      }
       copy(t + "mlp.gate_proj.weight", m + "mlp.linear_fc1.weight", {F, h}, 0);
       copy(t + "mlp.up_proj.weight", m + "mlp.linear_fc1.weight", {F, h}, F * h);
       copy(t + "mlp.down_proj.weight", m + "mlp.linear_fc2.weight", {h, F});
@@ -205,11 +237,12 @@ ordered_json hf_config(const ModelConfig& c, HfArch arch, const std::string& dty
     j["layer_norm_epsilon"] = std::stod(fmt::format("{}", c.norm_epsilon));
     j["tie_word_embeddings"] = !c.untie_embeddings_and_output_weights;
   } else {
-    j["architectures"] = {"LlamaForCausalLM"};
-    j["model_type"] = "llama";
+    const bool mixtral = arch == HfArch::kMixtral;
+    j["architectures"] = {hf_arch_name(arch)};
+    j["model_type"] = mixtral ? "mixtral" : "llama";
     j["vocab_size"] = c.vocab_size;
     j["hidden_size"] = c.hidden_size;
-    j["intermediate_size"] = c.ffn();
+    j["intermediate_size"] = mixtral ? c.moe_ffn() : c.ffn();
     j["num_hidden_layers"] = c.num_layers;
     j["num_attention_heads"] = c.num_attention_heads;
     j["num_key_value_heads"] = c.query_groups();
@@ -218,9 +251,20 @@ ordered_json hf_config(const ModelConfig& c, HfArch arch, const std::string& dty
     j["max_position_embeddings"] = c.max_position_embeddings;
     j["rms_norm_eps"] = std::stod(fmt::format("{}", c.norm_epsilon));
     j["rope_theta"] = std::stod(fmt::format("{}", c.rotary_base));
-    j["rope_scaling"] = nullptr;
-    j["attention_bias"] = c.add_bias_linear;
-    j["mlp_bias"] = c.add_bias_linear;
+    if (mixtral) {
+      j["sliding_window"] = nullptr;
+      j["num_local_experts"] = c.num_experts;
+      j["num_experts_per_tok"] = c.moe_router_topk;
+      j["router_aux_loss_coef"] = c.moe_router_load_balancing_type == RouterLoadBalancing::kNone
+                                      ? 0.0
+                                      : std::stod(fmt::format("{}", c.moe_aux_loss_coeff));
+      j["output_router_logits"] = false;
+      j["router_jitter_noise"] = 0.0;
+    } else {
+      j["rope_scaling"] = nullptr;
+      j["attention_bias"] = c.add_bias_linear;
+      j["mlp_bias"] = c.add_bias_linear;
+    }
     j["tie_word_embeddings"] = !c.untie_embeddings_and_output_weights;
   }
   j["torch_dtype"] = dtype;
@@ -279,8 +323,11 @@ json read_json_file(const fs::path& p) {
 template <typename T>
 T cfg_get(const json& j, const char* key, const std::string& file) {
   MT_CHECK(j.contains(key) && !j[key].is_null(), file, ": missing '", key, "'");
-  if constexpr (std::is_integral_v<T>)  // get<int>() of a float is UB when out of range
+  if constexpr (std::is_same_v<T, bool>) {
+    MT_CHECK(j[key].is_boolean(), file, ": '", key, "' is not a boolean");
+  } else if constexpr (std::is_integral_v<T>) {  // get<int>() of a float is UB when out of range
     MT_CHECK(j[key].is_number_integer(), file, ": '", key, "' is not an integer");
+  }
   try {
     return j[key].get<T>();
   } catch (const json::exception&) {
@@ -311,8 +358,8 @@ std::pair<ModelConfig, HfArch> config_from_hf(const fs::path& dir, const HfImpor
              "' is not supported (mtron's GELU is the tanh approximation, gelu_new)");
     m.norm_epsilon = float(cfg_or<double>(j, "layer_norm_epsilon", 1e-5, file));
     m.untie_embeddings_and_output_weights = !cfg_or<bool>(j, "tie_word_embeddings", true, file);
-  } else if (type == "llama") {
-    arch = HfArch::kLlama;
+  } else if (type == "llama" || type == "mixtral") {
+    arch = type == "llama" ? HfArch::kLlama : HfArch::kMixtral;
     m.hidden_size = cfg_get<int64_t>(j, "hidden_size", file);
     m.num_layers = cfg_get<int64_t>(j, "num_hidden_layers", file);
     m.num_attention_heads = cfg_get<int64_t>(j, "num_attention_heads", file);
@@ -338,8 +385,19 @@ std::pair<ModelConfig, HfArch> config_from_hf(const fs::path& dir, const HfImpor
              ": attention_bias and mlp_bias differ (Megatron has one switch, "
              "--disable-bias-linear)");
     m.add_bias_linear = ab;
+    if (arch == HfArch::kMixtral) {
+      m.num_experts = cfg_get<int64_t>(j, "num_local_experts", file);
+      m.moe_router_topk = cfg_get<int64_t>(j, "num_experts_per_tok", file);
+      m.moe_ffn_hidden_size = m.ffn_hidden_size;
+      m.moe_aux_loss_coeff = float(cfg_or<double>(j, "router_aux_loss_coef", 0.0, file));
+      MT_CHECK(cfg_or<double>(j, "router_jitter_noise", 0.0, file) == 0.0, file,
+               ": router_jitter_noise is not supported (mtron's router has no jitter)");
+      const auto window = cfg_or<int64_t>(j, "sliding_window", 0, file);
+      MT_CHECK(window == 0 || window >= m.max_position_embeddings, file, ": sliding_window ",
+               window, " is not supported (mtron's attention is full causal)");
+    }
   } else {
-    MT_CHECK(false, file, ": model_type '", type, "' is not supported (gpt2, llama)");
+    MT_CHECK(false, file, ": model_type '", type, "' is not supported (gpt2, llama, mixtral)");
   }
   m.vocab_size = cfg_get<int64_t>(j, "vocab_size", file);
   m.make_vocab_size_divisible_by = o.make_vocab_size_divisible_by;
@@ -490,6 +548,11 @@ std::string model_flags(const ModelConfig& c) {
   if (c.make_vocab_size_divisible_by != 128) {
     f += fmt::format(" --make-vocab-size-divisible-by {}", c.make_vocab_size_divisible_by);
   }
+  if (c.is_moe()) {
+    f += fmt::format(
+        " --num-experts {} --moe-ffn-hidden-size {} --moe-router-topk {} --moe-aux-loss-coeff {}",
+        c.num_experts, c.moe_ffn(), c.moe_router_topk, c.moe_aux_loss_coeff);
+  }
   return f;
 }
 
@@ -503,6 +566,18 @@ bool is_buffer(const std::string& name) {
 }
 
 }  // namespace
+
+const char* hf_arch_name(HfArch a) {
+  switch (a) {
+    case HfArch::kGPT2:
+      return "GPT2LMHeadModel";
+    case HfArch::kLlama:
+      return "LlamaForCausalLM";
+    case HfArch::kMixtral:
+      return "MixtralForCausalLM";
+  }
+  return "";
+}
 
 uint64_t parse_byte_size(const std::string& s) {
   size_t i = 0;
@@ -590,9 +665,8 @@ HfArch export_hf(const std::string& load_dir, const std::string& out, const HfEx
   fs::remove(dst);  // empty or absent
   fs::rename(tmp, dst);
   log_info("exported {} (iteration {}) to {} as {}: {} tensors, {:.1f} MB in {} file(s)", *dir,
-           reader.manifest().iteration, out,
-           arch == HfArch::kGPT2 ? "GPT2LMHeadModel" : "LlamaForCausalLM", ls.size(),
-           double(total) / 1e6, shards.size());
+           reader.manifest().iteration, out, hf_arch_name(arch), ls.size(), double(total) / 1e6,
+           shards.size());
   return arch;
 }
 
@@ -604,9 +678,13 @@ HfArch import_hf(const std::string& hf_dir, const std::string& out, const HfImpo
   const HfWeights w(src);
   model::GPTChunk chunk(cfg, {0, cfg.num_layers, true, true}, parallel::TensorParallel{}, {});
   model::ParamBuffer& p = chunk.params();
+  model::ParamBuffer& experts = chunk.expert_params();
   p.allocate(model::Precision::kFP32, 1);  // zeros: the vocabulary padding rows stay 0
-  std::map<std::string, int> handle;
-  for (size_t i = 0; i < p.specs().size(); ++i) handle[p.spec(int(i)).name] = int(i);
+  if (cfg.is_moe()) experts.allocate(model::Precision::kFP32, 1);
+  std::map<std::string, std::pair<model::ParamBuffer*, int>> handle;
+  for (model::ParamBuffer* b : {&p, &experts}) {
+    for (size_t i = 0; i < b->specs().size(); ++i) handle[b->spec(int(i)).name] = {b, int(i)};
+  }
 
   const std::vector<Link> ls = links(cfg, arch);
   const Qkv q{cfg.num_attention_heads, cfg.query_groups(), cfg.kv_channels};
@@ -614,15 +692,15 @@ HfArch import_hf(const std::string& hf_dir, const std::string& out, const HfImpo
   for (const Link& l : ls) {
     const auto it = handle.find(l.key);
     MT_ASSERT(it != handle.end(), "no parameter ", l.key);
-    float* dst = p.master(it->second);
+    float* dst = it->second.first->master(it->second.second);
     const std::vector<float> x = w.read(l.hf, l.hf_shape);
     for (int64_t e = 0; e < int64_t(x.size()); ++e) dst[link_index(l, q, e)] = x[size_t(e)];
     covered[l.key] += int64_t(x.size());
   }
-  for (const model::ParamSpec& s : p.specs()) {
-    const int64_t want = is_vocab_parameter(s.name) ? cfg.vocab_size * cfg.hidden_size : s.numel();
-    MT_ASSERT(covered[s.name] == want, "parameter ", s.name, " filled ", covered[s.name], " of ",
-              want);
+  for (const auto& [name, where] : handle) {
+    const int64_t n = where.first->spec(where.second).numel();
+    const int64_t want = is_vocab_parameter(name) ? cfg.vocab_size * cfg.hidden_size : n;
+    MT_ASSERT(covered[name] == want, "parameter ", name, " filled ", covered[name], " of ", want);
   }
   std::vector<std::string> ignored;
   for (const std::string& n : w.names()) {
@@ -638,11 +716,11 @@ HfArch import_hf(const std::string& hf_dir, const std::string& out, const HfImpo
   info.model = cfg;
   info.tokenizer = import_tokenizer(src, fs::path(out));
   auto world = make_single_comm();
-  const std::string d =
-      save_checkpoint(out, {ChunkState{&p, nullptr, nullptr, {{0, p.size()}}}}, info, Progress{},
-                      RankGroups{world.get(), world.get(), 0}, 0);
-  log_info("imported {} ({}, {}) into {}", hf_dir,
-           arch == HfArch::kGPT2 ? "GPT2LMHeadModel" : "LlamaForCausalLM", cfg.summary(), d);
+  std::vector<ChunkState> bufs = {{&p, nullptr, nullptr, {{0, p.size()}}}};
+  if (cfg.is_moe()) bufs.push_back({&experts, nullptr, nullptr, {{0, experts.size()}}, true});
+  const std::string d = save_checkpoint(out, bufs, info, Progress{},
+                                        RankGroups{world.get(), world.get(), 0, world.get(), 0}, 0);
+  log_info("imported {} ({}, {}) into {}", hf_dir, hf_arch_name(arch), cfg.summary(), d);
   log_info("continue with: mtron train --load {} {} (vocabulary {}: {})", out, model_flags(cfg),
            cfg.vocab_size,
            info.tokenizer.type.empty() ? "--tokenizer-type NullTokenizer --vocab-size N"

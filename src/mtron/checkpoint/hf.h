@@ -1,7 +1,8 @@
 // defines: HfArch, HfExportOptions, export_hf, HfImportOptions, import_hf, parse_byte_size
 //
 // Hugging Face interchange (reference/ecosystem.md section 4):
-//   mtron export --load DIR --output OUT   checkpoint -> GPT2LMHeadModel or LlamaForCausalLM
+//   mtron export --load DIR --output OUT   checkpoint -> GPT2LMHeadModel, LlamaForCausalLM or
+//                                          (mixture of experts) MixtralForCausalLM
 //   mtron import --input HF --output DIR   the reverse: a checkpoint `mtron train --load` continues
 //
 // OUT holds model.safetensors (or model-0000i-of-0000N.safetensors and
@@ -11,7 +12,10 @@
 // - GPT-2's Conv1D layers store [in, out]: Megatron's [out, in] weights are transposed.
 // - Megatron's fused QKV is interleaved per query group ([q heads of g | k_g | v_g] rows); GPT-2's
 //   c_attn wants [Q | K | V] columns and Llama separate q/k/v_proj: the rows are regrouped.
-// - SwiGLU's fc1 is [gate; up]: split into gate_proj and up_proj.
+// - SwiGLU's fc1 is [gate; up]: split into gate_proj and up_proj (Mixtral: each expert's w1 and
+//   w3; fc2 is w2; the router is block_sparse_moe.gate). Mixtral's router (softmax over all
+//   logits, top-k, the k weights renormalised) is mtron's softmax router (top-k of the logits,
+//   softmax over the k), exactly; other MoE configurations are refused with the reason.
 // - The vocabulary padding (Megatron pads to a multiple of 128 x TP) is sliced off; import pads
 //   with zero rows (padding never affects the loss).
 // Both RoPEs rotate halves (Megatron-Core's default, HF Llama's rotate_half), so q and k need no
@@ -24,7 +28,10 @@
 
 namespace mtron::checkpoint {
 
-enum class HfArch { kGPT2, kLlama };
+enum class HfArch { kGPT2, kLlama, kMixtral };
+
+// "GPT2LMHeadModel", "LlamaForCausalLM", "MixtralForCausalLM"
+const char* hf_arch_name(HfArch a);
 
 struct HfExportOptions {
   std::string dtype = "float32";             // or "bfloat16"

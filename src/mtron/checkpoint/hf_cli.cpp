@@ -32,7 +32,8 @@ int export_main(int argc, char** argv) {
     log_init(launch.rank(), launch.size());
     MT_CHECK(launch.size() == 1, "mtron export runs as one process (not under mpirun)");
     CLI::App app{
-        "mtron export: checkpoint -> Hugging Face folder (GPT2LMHeadModel or LlamaForCausalLM)"};
+        "mtron export: checkpoint -> Hugging Face folder (GPT2LMHeadModel, LlamaForCausalLM or "
+        "MixtralForCausalLM)"};
     app.name("mtron export");
     std::string load, output, shard = "5GB";
     HfExportOptions o;

@@ -28,6 +28,17 @@ const char* pos_name(PositionEmbedding p) {
   }
   return "none";
 }
+const char* balancing_name(RouterLoadBalancing b) {
+  switch (b) {
+    case RouterLoadBalancing::kAuxLoss:
+      return "aux_loss";
+    case RouterLoadBalancing::kSeqAuxLoss:
+      return "seq_aux_loss";
+    case RouterLoadBalancing::kNone:
+      return "none";
+  }
+  return "none";
+}
 
 // A float as the shortest decimal that reads back to it (1e-05, not 9.99999974737875e-06).
 double tidy(float f) {
@@ -103,6 +114,20 @@ ordered_json model_config_to_json(const ModelConfig& m) {
   j["max_position_embeddings"] = m.max_position_embeddings;
   j["vocab_size"] = m.vocab_size;
   j["num_experts"] = m.num_experts;
+  if (m.is_moe()) {  // Megatron's flag names; dense manifests carry num_experts 0 only
+    j["moe_ffn_hidden_size"] = m.moe_ffn_hidden_size;
+    j["moe_router_topk"] = m.moe_router_topk;
+    j["moe_layer_freq"] = m.moe_layer_freq;
+    j["moe_shared_expert_intermediate_size"] = m.moe_shared_expert_intermediate_size;
+    j["moe_router_score_function"] =
+        m.moe_router_score_function == RouterScore::kSigmoid ? "sigmoid" : "softmax";
+    j["moe_router_load_balancing_type"] = balancing_name(m.moe_router_load_balancing_type);
+    j["moe_aux_loss_coeff"] = tidy(m.moe_aux_loss_coeff);
+    j["moe_z_loss_coeff"] = tidy(m.moe_z_loss_coeff);
+    j["moe_expert_capacity_factor"] = tidy(m.moe_expert_capacity_factor);
+    j["moe_token_drop_policy"] =
+        m.moe_token_drop_policy == TokenDropPolicy::kPosition ? "position" : "probs";
+  }
   return j;
 }
 
@@ -141,13 +166,44 @@ ModelConfig model_config_from_json(const json& j, const std::string& file) {
   m.max_position_embeddings = field<int64_t>(j, "max_position_embeddings", file);
   m.vocab_size = field<int64_t>(j, "vocab_size", file);
   m.num_experts = field_or<int64_t>(j, "num_experts", 0, file);
+  if (m.is_moe()) {
+    m.moe_ffn_hidden_size = field<int64_t>(j, "moe_ffn_hidden_size", file);
+    m.moe_router_topk = field<int64_t>(j, "moe_router_topk", file);
+    m.moe_layer_freq = field<int64_t>(j, "moe_layer_freq", file);
+    m.moe_shared_expert_intermediate_size =
+        field<int64_t>(j, "moe_shared_expert_intermediate_size", file);
+    const auto score = field<std::string>(j, "moe_router_score_function", file);
+    MT_CHECK(score == "softmax" || score == "sigmoid", file, ": unknown router score function '",
+             score, "'");
+    m.moe_router_score_function =
+        score == "sigmoid" ? RouterScore::kSigmoid : RouterScore::kSoftmax;
+    const auto lb = field<std::string>(j, "moe_router_load_balancing_type", file);
+    bool known = false;
+    for (RouterLoadBalancing b : {RouterLoadBalancing::kAuxLoss, RouterLoadBalancing::kSeqAuxLoss,
+                                  RouterLoadBalancing::kNone}) {
+      if (lb == balancing_name(b)) {
+        m.moe_router_load_balancing_type = b;
+        known = true;
+      }
+    }
+    MT_CHECK(known, file, ": unknown router load balancing type '", lb, "'");
+    m.moe_aux_loss_coeff = field<float>(j, "moe_aux_loss_coeff", file);
+    m.moe_z_loss_coeff = field<float>(j, "moe_z_loss_coeff", file);
+    m.moe_expert_capacity_factor = field<float>(j, "moe_expert_capacity_factor", file);
+    const auto drop = field<std::string>(j, "moe_token_drop_policy", file);
+    MT_CHECK(drop == "probs" || drop == "position", file, ": unknown token drop policy '", drop,
+             "'");
+    m.moe_token_drop_policy =
+        drop == "position" ? TokenDropPolicy::kPosition : TokenDropPolicy::kProbs;
+  }
   // Bounds far beyond any real model keep derived sizes (4h, V x h, ...) from overflowing.
-  for (const int64_t v : {m.num_layers, m.hidden_size, m.num_attention_heads, m.num_query_groups,
-                          m.kv_channels, m.ffn_hidden_size, m.make_vocab_size_divisible_by,
-                          m.seq_length, m.max_position_embeddings, m.vocab_size}) {
+  for (const int64_t v :
+       {m.num_layers, m.hidden_size, m.num_attention_heads, m.num_query_groups, m.kv_channels,
+        m.ffn_hidden_size, m.make_vocab_size_divisible_by, m.seq_length, m.max_position_embeddings,
+        m.vocab_size, m.num_experts, m.moe_ffn_hidden_size, m.moe_router_topk, m.moe_layer_freq,
+        m.moe_shared_expert_intermediate_size}) {
     MT_CHECK(v >= 0 && v <= (int64_t(1) << 30), file, ": model size ", v, " out of range");
   }
-  MT_CHECK(m.num_experts == 0, file, ": mixture-of-experts checkpoints are not supported yet");
   try {
     m.finalize();
   } catch (const Error& e) {
@@ -170,6 +226,7 @@ std::string manifest_to_json(const Manifest& m) {
                  {"pipeline_model_parallel_size", l.pp},
                  {"context_parallel_size", l.cp},
                  {"expert_model_parallel_size", l.ep},
+                 {"expert_tensor_parallel_size", l.etp},
                  {"data_parallel_size", l.dp},
                  {"virtual_pipeline_stages", l.vpp},
                  {"sequence_parallel", l.sequence_parallel},
@@ -244,6 +301,7 @@ Manifest manifest_from_json(std::string_view text, const std::string& file) {
     m.layout.pp = field_or<int64_t>(l, "pipeline_model_parallel_size", 1, file);
     m.layout.cp = field_or<int64_t>(l, "context_parallel_size", 1, file);
     m.layout.ep = field_or<int64_t>(l, "expert_model_parallel_size", 1, file);
+    m.layout.etp = field_or<int64_t>(l, "expert_tensor_parallel_size", m.layout.tp, file);
     m.layout.dp = field_or<int64_t>(l, "data_parallel_size", 1, file);
     m.layout.vpp = field_or<int64_t>(l, "virtual_pipeline_stages", 1, file);
     m.layout.sequence_parallel = field_or<bool>(l, "sequence_parallel", false, file);

@@ -34,7 +34,7 @@ struct FileRecord {
 
 // The parallel layout the checkpoint was saved under (informational: any layout loads it).
 struct LayoutRecord {
-  int64_t world_size = 1, tp = 1, pp = 1, cp = 1, ep = 1, dp = 1, vpp = 1;
+  int64_t world_size = 1, tp = 1, pp = 1, cp = 1, ep = 1, etp = 1, dp = 1, vpp = 1;
   bool sequence_parallel = false, distributed_optimizer = false;
 };
 

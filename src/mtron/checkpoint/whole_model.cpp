@@ -21,10 +21,16 @@ std::unique_ptr<WholeModel> load_whole_model(const std::string& load_dir) {
       m->cfg, model::ChunkPlacement{0, m->cfg.num_layers, true, true}, parallel::TensorParallel{},
       model::Recompute{});
   model::ParamBuffer& p = m->chunk->params();
+  model::ParamBuffer& x = m->chunk->expert_params();
   p.allocate(model::Precision::kFP32, 1);
+  std::vector<ChunkState> bufs = {{&p, nullptr, nullptr, {{0, p.size()}}}};
+  if (!x.specs().empty()) {
+    x.allocate(model::Precision::kFP32, 1);
+    bufs.push_back({&x, nullptr, nullptr, {{0, x.size()}}, /*experts=*/true});
+  }
   auto world = make_single_comm();
-  load_checkpoint(*dir, {ChunkState{&p, nullptr, nullptr, {{0, p.size()}}}},
-                  RankGroups{world.get(), world.get(), 0}, /*load_optimizer=*/false);
+  load_checkpoint(*dir, bufs, RankGroups{world.get(), world.get(), 0, world.get(), 0},
+                  /*load_optimizer=*/false);
   return m;
 }
 

@@ -1,5 +1,6 @@
 #include "mtron/model/inference.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <map>
@@ -15,10 +16,10 @@
 
 namespace mtron::model {
 
-InferenceModel::InferenceModel(const ModelConfig& cfg,
-                               const ParamBuffer& params,
-                               int64_t max_tokens)
-    : cfg_(cfg), p_(params), cap_(max_tokens) {
+InferenceModel::InferenceModel(const ModelConfig& cfg, const GPTChunk& whole, int64_t max_tokens)
+    : cfg_(cfg), dropless_(cfg), p_(whole.params()), cap_(max_tokens) {
+  const ParamBuffer& params = whole.params();
+  dropless_.moe_expert_capacity_factor = 0;
   std::map<std::string, int> by_name;
   for (size_t i = 0; i < params.specs().size(); ++i) {
     const ParamSpec& s = params.spec(int(i));
@@ -50,11 +51,17 @@ InferenceModel::InferenceModel(const ModelConfig& cfg,
     y.proj_b = get(pre + "self_attention.linear_proj.bias", false);
     y.ln2_w = get(pre + "pre_mlp_layernorm.weight", true);
     y.ln2_b = get(pre + "pre_mlp_layernorm.bias", ln);
-    y.fc1_w = get(pre + "mlp.linear_fc1.weight", true);
-    y.fc1_b = get(pre + "mlp.linear_fc1.bias", false);
-    y.fc2_w = get(pre + "mlp.linear_fc2.weight", true);
-    y.fc2_b = get(pre + "mlp.linear_fc2.bias", false);
-    layers_.push_back(y);
+    const bool moe = cfg.is_moe_layer(l);
+    y.ffn = moe ? cfg.moe_shared_expert_intermediate_size : cfg.ffn();
+    const std::string mlp = pre + (moe ? "mlp.shared_experts." : "mlp.");
+    if (y.ffn > 0) {
+      y.fc1_w = get(mlp + "linear_fc1.weight", true);
+      y.fc1_b = get(mlp + "linear_fc1.bias", false);
+      y.fc2_w = get(mlp + "linear_fc2.weight", true);
+      y.fc2_b = get(mlp + "linear_fc2.bias", false);
+    }
+    if (moe) y.moe = std::make_unique<MoELayer>(dropless_, l, params, whole.expert_params());
+    layers_.push_back(std::move(y));
   }
   lnf_w_ = get("decoder.final_layernorm.weight", true);
   lnf_b_ = get("decoder.final_layernorm.bias", ln);
@@ -88,8 +95,9 @@ void InferenceModel::forward(const int32_t* tokens, int64_t n, float* logits, bo
   const RunCtx rc;  // fp32, TP 1
   const kernels::Ctx& k = rc.k;
   const int64_t h = cfg_.hidden_size, H = cfg_.num_attention_heads, G = cfg_.query_groups();
-  const int64_t D = cfg_.kv_channels, F = cfg_.ffn(), qkv_w = (H + 2 * G) * D;
-  const int64_t fc1_w = cfg_.swiglu ? 2 * F : F, p0 = len_, S = len_ + n;
+  const int64_t D = cfg_.kv_channels, qkv_w = (H + 2 * G) * D;
+  const int64_t Fmax = std::max(cfg_.ffn(), cfg_.moe_shared_expert_intermediate_size);
+  const int64_t p0 = len_, S = len_ + n;
   auto w = [&](int handle) { return Weight{p_.master(handle), nullptr}; };
   auto opt = [&](int handle) { return handle < 0 ? nullptr : p_.master(handle); };
   scratch_.reset();
@@ -109,9 +117,11 @@ void InferenceModel::forward(const int32_t* tokens, int64_t n, float* logits, bo
   float* vn = scratch_.alloc<float>(n * G * D);
   float* att = scratch_.alloc<float>(n * H * D);
   float* lse = scratch_.alloc<float>(H * n);
-  float* fc1 = scratch_.alloc<float>(n * fc1_w);
-  float* act = scratch_.alloc<float>(n * F);
+  float* fc1 = scratch_.alloc<float>(n * (cfg_.swiglu ? 2 * Fmax : Fmax));
+  float* act = scratch_.alloc<float>(n * Fmax);
   float* tmp = scratch_.alloc<float>(n * h);
+  float* routed = scratch_.alloc<float>(n * h);
+  const TokenLayout tl{1, n, pos.data(), 1.0f};
   const kernels::AttnShape as{1, n, S, H, G, D, 1.0f / std::sqrt(float(D))};
   for (size_t l = 0; l < layers_.size(); ++l) {
     const Layer& y = layers_[l];
@@ -130,15 +140,24 @@ void InferenceModel::forward(const int32_t* tokens, int64_t n, float* logits, bo
     kernels::attention_forward(k, att, lse, q, kc, vc, as, kernels::AttnMask{true, p0});
     linear_forward(rc, tmp, Act{att, nullptr}, w(y.proj_w), opt(y.proj_b), n, H * D, h);
     kernels::add(k, x, x, tmp, n * h);
-    // MLP block.
+    // MLP block: the dense MLP (an MoE layer's shared expert) and/or the routed experts, summed
+    // in the training forward's order.
     norm(a, x, y.ln2_w, y.ln2_b, n);
-    linear_forward(rc, fc1, Act{a, nullptr}, w(y.fc1_w), opt(y.fc1_b), n, h, fc1_w);
-    if (cfg_.swiglu) {
-      kernels::swiglu_forward(k, act, fc1, n, F);
-    } else {
-      kernels::gelu_forward(k, act, fc1, n * F);
+    if (y.ffn > 0) {
+      const int64_t F = y.ffn, fc1_w = cfg_.swiglu ? 2 * F : F;
+      linear_forward(rc, fc1, Act{a, nullptr}, w(y.fc1_w), opt(y.fc1_b), n, h, fc1_w);
+      if (cfg_.swiglu) {
+        kernels::swiglu_forward(k, act, fc1, n, F);
+      } else {
+        kernels::gelu_forward(k, act, fc1, n * F);
+      }
+      linear_forward(rc, tmp, Act{act, nullptr}, w(y.fc2_w), opt(y.fc2_b), n, F, h);
     }
-    linear_forward(rc, tmp, Act{act, nullptr}, w(y.fc2_w), opt(y.fc2_b), n, F, h);
+    if (y.moe) {
+      MoELayer::Stash st;
+      y.moe->forward(rc, tl, st, scratch_, scratch_, a, y.ffn > 0 ? routed : tmp);
+      if (y.ffn > 0) kernels::add(k, tmp, tmp, routed, n * h);
+    }
     kernels::add(k, x, x, tmp, n * h);
   }
   // Final norm and the output layer (only the rows asked for).

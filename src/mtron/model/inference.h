@@ -8,23 +8,31 @@
 // A call processes n new tokens at positions length() .. length() + n - 1 against the cache:
 // the prompt in one call (prefill), then one token per call (decode); attention's causal mask
 // with offset length() lets the new queries see every cached key. Batch size 1.
+//
+// Mixture-of-experts layers run the training code (MoELayer bound to the chunk's router and
+// expert weights, one process), dropless: a capacity factor limits training batches only, so the
+// next token never depends on how the prompt was chunked (Hugging Face's Mixtral is dropless
+// too). A shared expert and the dense layers of --moe-layer-freq > 1 run as the dense MLP.
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "mtron/core/arena.h"
 #include "mtron/core/model_config.h"
+#include "mtron/model/gpt.h"
+#include "mtron/model/moe.h"
 #include "mtron/model/params.h"
 
 namespace mtron::model {
 
 class InferenceModel {
  public:
-  // `params` must hold a whole model's parameters (a GPTChunk with embedding and head, TP 1)
-  // and outlive this object. max_tokens: the cache length (at most the learned position
-  // table's length with learned positions).
-  InferenceModel(const ModelConfig& cfg, const ParamBuffer& params, int64_t max_tokens);
+  // `whole` must be a whole model (a GPTChunk with embedding and head, TP 1, EP 1) and outlive
+  // this object, as must cfg. max_tokens: the cache length (at most the learned position table's
+  // length with learned positions).
+  InferenceModel(const ModelConfig& cfg, const GPTChunk& whole, int64_t max_tokens);
 
   int64_t length() const { return len_; }
   int64_t capacity() const { return cap_; }
@@ -39,10 +47,13 @@ class InferenceModel {
   struct Layer {
     int ln1_w = -1, ln1_b = -1, qkv_w = -1, qkv_b = -1, proj_w = -1, proj_b = -1;
     int ln2_w = -1, ln2_b = -1, fc1_w = -1, fc1_b = -1, fc2_w = -1, fc2_b = -1;
+    int64_t ffn = 0;                // the dense MLP's (or shared expert's) width; 0: none
+    std::unique_ptr<MoELayer> moe;  // the routed experts of an MoE layer
   };
   void norm(float* out, const float* in, int w, int b, int64_t n);
 
   const ModelConfig& cfg_;
+  ModelConfig dropless_;  // cfg_ without a capacity factor (the MoE layers' configuration)
   const ParamBuffer& p_;
   int64_t cap_, len_ = 0, V_;
   int wte_ = -1, wpe_ = -1, lnf_w_ = -1, lnf_b_ = -1, out_w_ = -1;

@@ -96,6 +96,14 @@ int64_t token_index(const RunCtx& rc, const TokenLayout& tl, int64_t T, int64_t 
   return int64_t(tl.pos[r]) * tl.B + r % tl.B;
 }
 
+// Megatron-Core's names: the layer's MLP prefix, and expert e's within it.
+std::string mlp_prefix(int64_t layer) {
+  return "decoder.layers." + std::to_string(layer) + ".mlp.";
+}
+std::string expert_prefix(int64_t layer, int64_t e) {
+  return mlp_prefix(layer) + "experts.local_experts." + std::to_string(e) + ".";
+}
+
 }  // namespace
 
 MoELayer::MoELayer(const ModelConfig& cfg,
@@ -113,16 +121,14 @@ MoELayer::MoELayer(const ModelConfig& cfg,
   const int64_t F = cfg.moe_ffn(), h = h_;
   const float std = cfg.init_method_std;
   const float out_std = std / std::sqrt(2.0f * float(cfg.num_layers));
-  const std::string pre = "decoder.layers." + std::to_string(layer) + ".mlp.";
-  router_w_ = dense.add(ParamSpec{.name = pre + "router.weight",
+  router_w_ = dense.add(ParamSpec{.name = mlp_prefix(layer) + "router.weight",
                                   .global_shape = {E_, h},
                                   .local_shape = {E_, h},
                                   .init = ParamInit::kNormal,
                                   .init_std = std,
                                   .sequence_parallel = tp.sequence_parallel});
   for (int64_t le = 0; le < El_; ++le) {
-    const std::string e =
-        pre + "experts.local_experts." + std::to_string(ep.ep_rank * El_ + le) + ".";
+    const std::string e = expert_prefix(layer, ep.ep_rank * El_ + le);
     // As the dense MLP (layer.cpp): fc1 column-parallel ([gate; up] as [2, F, h] with SwiGLU),
     // fc2 row-parallel, here over the ETP group.
     fc1_w_.push_back(experts.add(
@@ -131,6 +137,32 @@ MoELayer::MoELayer(const ModelConfig& cfg,
             : sharded_spec(e + "linear_fc1.weight", {F, h}, 0, ep.etp_rank, ep.etp_size, std)));
     fc2_w_.push_back(experts.add(
         sharded_spec(e + "linear_fc2.weight", {h, F}, 1, ep.etp_rank, ep.etp_size, out_std)));
+  }
+}
+
+MoELayer::MoELayer(const ModelConfig& cfg,
+                   int64_t layer,
+                   const ParamBuffer& dense,
+                   const ParamBuffer& experts)
+    : cfg_(cfg), dense_(dense), experts_(experts), layer_(layer) {
+  E_ = El_ = cfg.num_experts;
+  k_ = cfg.moe_router_topk;
+  h_ = cfg.hidden_size;
+  Fl_ = cfg.moe_ffn();
+  auto get = [](const ParamBuffer& p, const std::string& name, const Shape& shape) {
+    const int h = p.find(name);
+    MT_CHECK(h >= 0, "the model has no parameter ", name);
+    MT_CHECK(p.spec(h).local_shape == shape, name, " has shape ", shape_str(p.spec(h).local_shape),
+             "; the whole model's is ", shape_str(shape));
+    return h;
+  };
+  const int64_t F = Fl_, h = h_;
+  router_w_ = get(dense, mlp_prefix(layer) + "router.weight", {E_, h});
+  for (int64_t e = 0; e < E_; ++e) {
+    const std::string pre = expert_prefix(layer, e);
+    fc1_w_.push_back(
+        get(experts, pre + "linear_fc1.weight", cfg.swiglu ? Shape{2, F, h} : Shape{F, h}));
+    fc2_w_.push_back(get(experts, pre + "linear_fc2.weight", {h, F}));
   }
 }
 

@@ -89,6 +89,12 @@ class MoELayer {
            const parallel::ExpertParallel& ep,
            ParamBuffer& dense,
            ParamBuffer& experts);
+  // Binds to the parameters of global layer `layer` that a whole-model chunk (TP 1, EP 1)
+  // registered, found by name: inference (inference.h) runs the training forward on them.
+  MoELayer(const ModelConfig& cfg,
+           int64_t layer,
+           const ParamBuffer& dense,
+           const ParamBuffer& experts);
 
   // y[T, h] (written) from x[T, h]; stash from `keep`, temporaries from `scratch`. Collective
   // over the EP, ETP and TP x CP groups.
@@ -112,8 +118,8 @@ class MoELayer {
   void apply_capacity(const RunCtx& rc, const TokenLayout& tl, Stash& st, int64_t T) const;
 
   const ModelConfig& cfg_;
-  ParamBuffer& dense_;
-  ParamBuffer& experts_;
+  const ParamBuffer& dense_;
+  const ParamBuffer& experts_;
   int64_t layer_;
   int64_t E_, k_, h_, El_, Fl_;  // experts, top-k, hidden, local experts, local expert ffn
   int router_w_ = -1;

@@ -43,6 +43,13 @@ int ParamBuffer::add(ParamSpec spec) {
   return int(specs_.size()) - 1;
 }
 
+int ParamBuffer::find(const std::string& name) const {
+  for (size_t i = 0; i < specs_.size(); ++i) {
+    if (specs_[i].name == name) return int(i);
+  }
+  return -1;
+}
+
 void ParamBuffer::allocate(Precision precision,
                            int64_t shards,
                            int64_t bucket_elems,

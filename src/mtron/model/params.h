@@ -94,6 +94,8 @@ class ParamBuffer {
   const std::vector<Bucket>& buckets() const { return buckets_; }
   const ParamSpec& spec(int h) const { return specs_[size_t(h)]; }
   const std::vector<ParamSpec>& specs() const { return specs_; }
+  // The handle of the parameter named `name`, or -1.
+  int find(const std::string& name) const;
   float* master(int h) const { return master_.f32() + specs_[size_t(h)].offset; }
   float* grad(int h) const { return grad_.f32() + specs_[size_t(h)].offset; }
   Weight weight(int h) const;

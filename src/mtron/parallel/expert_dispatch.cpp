@@ -28,11 +28,7 @@ std::vector<int64_t> displs(const std::vector<int64_t>& counts) {
 }  // namespace
 
 DispatchPlan::DispatchPlan(const ExpertParallel& ep, const int64_t* counts, int64_t num_experts)
-    : ep_(ep.ep),
-      etp_(ep.etp),
-      ep_size_(ep.ep_size),
-      etp_size_(ep.etp_size),
-      etp_rank_(ep.etp_rank) {
+    : ep_(ep.ep), etp_(ep.etp), ep_size_(ep.ep_size), etp_size_(ep.etp_size) {
   MT_ASSERT(num_experts % ep_size_ == 0, "experts (", num_experts, ") not divisible by EP (",
             ep_size_, ")");
   const int64_t El = num_experts / ep_size_, EP = ep_size_, ETP = etp_size_;

@@ -66,7 +66,7 @@ class DispatchPlan {
 
   Comm* ep_ = nullptr;
   Comm* etp_ = nullptr;
-  int64_t ep_size_ = 1, etp_size_ = 1, etp_rank_ = 0;
+  int64_t ep_size_ = 1, etp_size_ = 1;
   int64_t local_experts_ = 0;
   int64_t local_rows_ = 0, expert_rows_ = 0;
   std::vector<int64_t> send_rows_;     // [EP] local rows going to each EP rank

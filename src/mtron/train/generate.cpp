@@ -168,7 +168,7 @@ int generate_main(int argc, char** argv) {
                " tokens) fills the model's ", m->cfg.max_position_embeddings, " positions");
       cap = std::min(cap, m->cfg.max_position_embeddings);
     }
-    model::InferenceModel im(m->cfg, m->params(), cap);
+    model::InferenceModel im(m->cfg, *m->chunk, cap);
     const double t0 = now_seconds();
     const std::vector<int32_t> out =
         generate(im, ids, V, cap - int64_t(ids.size()), o, seed,

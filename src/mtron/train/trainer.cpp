@@ -282,11 +282,19 @@ double Trainer::learning_rate(int64_t samples) const {
 
 checkpoint::TrainView Trainer::checkpoint_view() {
   checkpoint::TrainView v{{}, &iteration_, &consumed_samples_, optimizer_.get()};
-  for (size_t i = 0; i < chunks_.size(); ++i) {
+  // The optimizer's buffers in build_model's order: each chunk's dense parameters, then its
+  // experts (MoE).
+  size_t i = 0;
+  auto add = [&](model::ParamBuffer& p, bool experts) {
     checkpoint::ChunkState c{
-        &chunks_[i]->params(), optimizer_->exp_avg(i).f32(), optimizer_->exp_avg_sq(i).f32(), {}};
+        &p, optimizer_->exp_avg(i).f32(), optimizer_->exp_avg_sq(i).f32(), {}, experts};
     for (const auto& s : optimizer_->buffers()[i].shards) c.opt_shards.push_back({s.begin, s.end});
     v.chunks.push_back(std::move(c));
+    ++i;
+  };
+  for (auto& chunk : chunks_) {
+    add(chunk->params(), false);
+    if (!chunk->expert_params().specs().empty()) add(chunk->expert_params(), true);
   }
   return v;
 }
@@ -300,6 +308,7 @@ checkpoint::RunInfo Trainer::checkpoint_run_info() const {
               par.pp(),
               par.cp(),
               par.ep(),
+              par.etp(),
               par.dp(),
               par.vpp(),
               par.sequence_parallel,
