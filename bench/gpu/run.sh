@@ -223,7 +223,7 @@ if [ $built = 1 ]; then
   [ $DRY = 1 ] && tiny_secs=300  # the emulation runs a step in seconds
   run_timed "mtron tiny cpu" "$(limit 60)" "$OUT/mtron_tiny_cpu.log" "${MENV[@]}" $MT train $TINY >/dev/null
   run_timed "mtron tiny cuda" "$(limit $tiny_secs)" "$OUT/mtron_tiny_cuda.log" "${MENV[@]}" $MT_GPU train $TINY --device cuda >/dev/null
-  grep -m1 'memory (MB)' "$OUT/mtron_tiny_cuda.log"
+  grep -m1 '(after [0-9]* iterations) memory' "$OUT/mtron_tiny_cuda.log"
   paste <(grep -o 'lm loss: [0-9.E+-]*' "$OUT/mtron_tiny_cpu.log" | awk '{print $3}') \
     <(grep -o 'lm loss: [0-9.E+-]*' "$OUT/mtron_tiny_cuda.log" | awk '{print $3}') |
     awk '{ d = ($1 - $2) / $1; if (d < 0) d = -d; if (d > m) m = d; n++; print "step " n ": cpu " $1 "  cuda " $2 }
@@ -240,7 +240,7 @@ if [ $built = 1 ]; then
     fi
     run_timed "mtron $m" "$(limit $secs)" "$OUT/mtron_$m.log" "${MENV[@]}" $MT_GPU train $flags $COMMON_M --train-iters 10 --device cuda >/dev/null
     TRAIN[mtron_$m]=$(last_rate "$OUT/mtron_$m.log")
-    grep -m1 'memory (MB)' "$OUT/mtron_$m.log"
+    grep -m1 '(after [0-9]* iterations) memory' "$OUT/mtron_$m.log"
     note "d mtron $m memory" "$(grep -m1 -o 'max allocated: [0-9.]*' "$OUT/mtron_$m.log") MB"
   done
 else
