@@ -12,24 +12,35 @@
 #                 MTRON_CUDA_SYNC=1); nccl_check: the NCCL Comm on this machine's GPUs
 #   c bench       gpu_bench: mtron's GEMMs and attention at GPT-2 124M / 1.3B shapes (TFLOP/s,
 #                 % of 989.4); torch_ops.py: PyTorch's cuBLAS GEMMs and flash SDPA at the same
-#   d train       mtron on CUDA, if its trainer has a --device flag: 10 steps of a tiny model on
-#                 the CPU and on the GPU (losses compared), then GPT-2 124M (64 x 1024 tokens per
-#                 step) and the 1.3B model (24 layers, hidden 2048, 16 heads, seq 2048); PyTorch
-#                 eager and torch.compile on the same models (torch_gpt.py)
+#   d train       mtron train --device cuda: 10 steps of a tiny model (fp32) on the CPU and on the
+#                 GPU, losses compared (rel <= 1e-5); then GPT-2 124M (64 x 1024 tokens per step)
+#                 and the 1.3B model (24 layers, hidden 2048, 16 heads, seq 2048, 8 x 2048 tokens
+#                 per step), bf16, 10 steps each: tokens/s and MFU of the last step; PyTorch eager
+#                 and torch.compile on the same models (torch_gpt.py)
 #   e report      a summary table; the entry for bench/gpu/RESULTS.md is written to
 #                 $OUT/RESULTS.md (the device machine's copy of the repository is discarded:
 #                 append that file's last entry to bench/gpu/RESULTS.md here)
 # Full logs go to $OUT (the device tool brings that folder back; /tmp/mtron-gpu-out elsewhere).
 # MTRON_GPU_BUDGET (seconds, default 450) bounds the whole run: a stage that no longer fits is
 # skipped and says so.
+#
+# --dry-run: on a machine without a GPU, everything that can run there, so that the script is
+# checked before it spends device time: no build (the cpu-release build's programs, which must
+# exist: cmake --build build/cpu-release --target mtron mtron_cudasim op_check_sim), op_check on
+# the CPU emulation of the kernels (op_check_sim --small), the loss parity of stage d with
+# mtron_cudasim (mtron on the emulated CUDA device) for --device cuda, the two benchmark models'
+# flags validated (--print-layout); gpu_bench, nccl_check and PyTorch are skipped.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
+DRY=0
+[ "${1:-}" = "--dry-run" ] && DRY=1
 OUT=${OUT:-/tmp/mtron-gpu-out}
 mkdir -p "$OUT"
 exec > >(tee -a "$OUT/run.log") 2>&1
 BUDGET=${MTRON_GPU_BUDGET:-450}
 T0=$(date +%s)
 BUILD=build/cuda-gpu  # the cuda-release preset in a directory of its own (its cache points at /tmp)
+[ $DRY = 1 ] && BUILD=build/cpu-release
 PY=${PYTHON:-python3}
 SUMMARY=()
 
@@ -75,6 +86,9 @@ note "machine" "${GPU:-no GPU found} x${NGPU}; torch ${TORCH:-none}"
 
 # ---- a build --------------------------------------------------------------------------------
 banner "a build (cuda-release, sm_90)"
+MT=$BUILD/apps/mtron    # mtron for the CPU runs
+MT_GPU=$MT              # mtron for the --device cuda runs
+OP_CHECK=($BUILD/bench/gpu/op_check)
 DEPS_ENV=()
 DEPS_CMAKE_ARGS=()
 if [ -d .gpudeps ] && ls .gpudeps/*.deb >/dev/null 2>&1; then
@@ -103,7 +117,15 @@ fi
 MENV=(env "${DEPS_ENV[@]}")  # prefix of mtron's commands: they see the carried libraries
 b0=$(elapsed)
 built=0
-if run_timed configure "$(limit 90)" "$OUT/configure.log" "${MENV[@]}" cmake --preset cuda-release -B $BUILD \
+if [ $DRY = 1 ]; then
+  MT_GPU=$BUILD/tests/train/mtron_cudasim
+  OP_CHECK=($BUILD/tests/kernels/op_check_sim --small)
+  for f in "$MT" "$MT_GPU" "${OP_CHECK[0]}"; do
+    [ -x "$f" ] || echo "dry run: $f is missing (cmake --build build/cpu-release --target mtron mtron_cudasim op_check_sim)"
+  done
+  [ -x "$MT" ] && [ -x "$MT_GPU" ] && [ -x "${OP_CHECK[0]}" ] && built=1
+  echo "dry run: no build; the CPU build's programs, --device cuda on the CUDA emulation"
+elif run_timed configure "$(limit 90)" "$OUT/configure.log" "${MENV[@]}" cmake --preset cuda-release -B $BUILD \
   -DCMAKE_CUDA_COMPILER="$NVCC" -DCMAKE_CUDA_ARCHITECTURES=90 -DMTRON_BUILD_TESTS=OFF -DMTRON_WERROR=OFF -DCMAKE_POLICY_VERSION_MINIMUM=3.5 \
   "${DEPS_CMAKE_ARGS[@]}" >/dev/null; then
   if run_timed build "$(limit 300 60)" "$OUT/build.log" "${MENV[@]}" cmake --build $BUILD -j "$(nproc)" \
@@ -126,7 +148,7 @@ fi
 # ---- b check --------------------------------------------------------------------------------
 banner "b op_check: every CUDA op against the CPU kernel"
 if [ $built = 1 ]; then
-  run_timed op_check "$(limit 180)" "$OUT/op_check.txt" "${MENV[@]}" MTRON_CUDA_SYNC=1 $BUILD/bench/gpu/op_check
+  run_timed op_check "$(limit 180)" "$OUT/op_check.txt" "${MENV[@]}" MTRON_CUDA_SYNC=1 "${OP_CHECK[@]}"
   rc=$?
   fails=$(grep -c ' FAIL$' "$OUT/op_check.txt" 2>/dev/null)
   rows=$(grep -cE ' (ok|FAIL)$' "$OUT/op_check.txt" 2>/dev/null)
@@ -141,6 +163,10 @@ if [ $built = 1 ]; then
   grep ' FAIL$' "$OUT/op_check.txt" 2>/dev/null | head -20
 
   banner "b nccl_check: the NCCL Comm on $NGPU GPU(s)"
+  if [ $DRY = 1 ]; then
+    echo "dry run: skipped (needs GPUs)"
+    note "b nccl_check" "dry run: skipped"
+  else
   MPIRUN=$("${MENV[@]}" bash -c 'command -v orterun || command -v mpirun' 2>/dev/null)
   if [ -n "$MPIRUN" ]; then
     run_timed nccl_check "$(limit 60)" "$OUT/nccl_check.txt" "${MENV[@]}" NCCL_DEBUG=WARN "$MPIRUN" --allow-run-as-root \
@@ -150,29 +176,37 @@ if [ $built = 1 ]; then
   fi
   rc=$?
   [ "$rc" = 0 ] && note "b nccl_check" "ok ($NGPU rank(s))" || note "b nccl_check" "FAILED (exit $rc)"
+  fi
 else
   note "b op_check, nccl_check" "not run (no build)"
 fi
 
 # ---- c bench --------------------------------------------------------------------------------
 banner "c gpu_bench: mtron's GEMMs and attention"
-if [ $built = 1 ]; then
+if [ $DRY = 1 ]; then
+  echo "dry run: skipped (needs a GPU)"
+  note "c gpu_bench, torch_ops" "dry run: skipped"
+elif [ $built = 1 ]; then
   run_timed gpu_bench "$(limit 120)" "$OUT/gpu_bench.txt" "${MENV[@]}" $BUILD/bench/gpu/gpu_bench 20 &&
     note "c gpu_bench" "ok (table in gpu_bench.txt)" || note "c gpu_bench" "FAILED (exit $?)"
 else
   note "c gpu_bench" "not run (no build)"
 fi
-banner "c torch_ops: PyTorch's GEMMs and flash attention at the same shapes"
-run_timed torch_ops "$(limit 90)" "$OUT/torch_ops.txt" $PY bench/gpu/torch_ops.py &&
-  note "c torch_ops" "ok (table in torch_ops.txt)" || note "c torch_ops" "FAILED (exit $?)"
+if [ $DRY = 0 ]; then
+  banner "c torch_ops: PyTorch's GEMMs and flash attention at the same shapes"
+  run_timed torch_ops "$(limit 90)" "$OUT/torch_ops.txt" $PY bench/gpu/torch_ops.py &&
+    note "c torch_ops" "ok (table in torch_ops.txt)" || note "c torch_ops" "FAILED (exit $?)"
+fi
 
 # ---- d train --------------------------------------------------------------------------------
 # The two models: name | mtron flags | torch_gpt.py flags | tokens per step
 GPT2_M="--num-layers 12 --hidden-size 768 --num-attention-heads 12 --seq-length 1024 --max-position-embeddings 1024 --micro-batch-size 16 --global-batch-size 64"
 GPT2_T="--layers 12 --hidden 768 --heads 12 --seq 1024 --batch 64"
-BIG_M="--num-layers 24 --hidden-size 2048 --num-attention-heads 16 --seq-length 2048 --max-position-embeddings 2048 --micro-batch-size 8 --global-batch-size 8"
+# mtron keeps fp32 activations (~100 GB for 8 x 2048 tokens of the 1.3B model): two micro-batches
+# of 4 sequences, the same 8 x 2048 tokens per step
+BIG_M="--num-layers 24 --hidden-size 2048 --num-attention-heads 16 --seq-length 2048 --max-position-embeddings 2048 --micro-batch-size 4 --global-batch-size 8"
 BIG_T="--layers 24 --hidden 2048 --heads 16 --seq 2048 --batch 8"
-COMMON_M="--vocab-size 50257 --mock-data --lr 1e-4 --log-interval 1 --metrics-file /dev/null --bf16"
+COMMON_M="--vocab-size 50257 --mock-data --lr 1e-4 --log-interval 1 --eval-iters 0 --metrics-file /dev/null --bf16"
 declare -A TRAIN
 
 # log line -> "tokens/s MFU" of the last iteration
@@ -182,11 +216,14 @@ last_rate() {
 }
 
 banner "d mtron training on CUDA"
-if [ $built = 1 ] && "${MENV[@]}" $BUILD/apps/mtron train --help 2>&1 | grep -q -- '--device'; then
+if [ $built = 1 ]; then
   # parity: a tiny model, fp32, 10 steps on the CPU and on the GPU
-  TINY="--num-layers 2 --hidden-size 128 --num-attention-heads 4 --seq-length 128 --max-position-embeddings 128 --micro-batch-size 4 --global-batch-size 4 --vocab-size 1000 --mock-data --lr 1e-3 --train-iters 10 --log-interval 1 --metrics-file /dev/null"
-  run_timed "mtron tiny cpu" "$(limit 60)" "$OUT/mtron_tiny_cpu.log" "${MENV[@]}" $BUILD/apps/mtron train $TINY >/dev/null
-  run_timed "mtron tiny cuda" "$(limit 60)" "$OUT/mtron_tiny_cuda.log" "${MENV[@]}" $BUILD/apps/mtron train $TINY --device cuda >/dev/null
+  TINY="--num-layers 2 --hidden-size 128 --num-attention-heads 4 --seq-length 128 --max-position-embeddings 128 --micro-batch-size 4 --global-batch-size 4 --vocab-size 1000 --mock-data --lr 1e-3 --train-iters 10 --log-interval 1 --eval-iters 0 --metrics-file /dev/null"
+  tiny_secs=60
+  [ $DRY = 1 ] && tiny_secs=300  # the emulation runs a step in seconds
+  run_timed "mtron tiny cpu" "$(limit 60)" "$OUT/mtron_tiny_cpu.log" "${MENV[@]}" $MT train $TINY >/dev/null
+  run_timed "mtron tiny cuda" "$(limit $tiny_secs)" "$OUT/mtron_tiny_cuda.log" "${MENV[@]}" $MT_GPU train $TINY --device cuda >/dev/null
+  grep -m1 '(after [0-9]* iterations) memory' "$OUT/mtron_tiny_cuda.log"
   paste <(grep -o 'lm loss: [0-9.E+-]*' "$OUT/mtron_tiny_cpu.log" | awk '{print $3}') \
     <(grep -o 'lm loss: [0-9.E+-]*' "$OUT/mtron_tiny_cuda.log" | awk '{print $3}') |
     awk '{ d = ($1 - $2) / $1; if (d < 0) d = -d; if (d > m) m = d; n++; print "step " n ": cpu " $1 "  cuda " $2 }
@@ -194,19 +231,27 @@ if [ $built = 1 ] && "${MENV[@]}" $BUILD/apps/mtron train --help 2>&1 | grep -q 
                exit !(n == 10 && m <= 1e-5) }' | tee "$OUT/parity.txt"
   [ "${PIPESTATUS[1]}" = 0 ] && note "d loss parity (tiny, fp32)" "ok: $(tail -1 "$OUT/parity.txt")" ||
     note "d loss parity (tiny, fp32)" "FAILED: $(tail -1 "$OUT/parity.txt")"
-  run_timed "mtron gpt2" "$(limit 90)" "$OUT/mtron_gpt2.log" "${MENV[@]}" $BUILD/apps/mtron train $GPT2_M $COMMON_M --train-iters 10 --device cuda >/dev/null
-  TRAIN[mtron_gpt2]=$(last_rate "$OUT/mtron_gpt2.log")
-  run_timed "mtron 1.3b" "$(limit 120)" "$OUT/mtron_1.3b.log" "${MENV[@]}" $BUILD/apps/mtron train $BIG_M $COMMON_M --train-iters 10 --device cuda >/dev/null
-  TRAIN[mtron_1.3b]=$(last_rate "$OUT/mtron_1.3b.log")
+  for m in gpt2 1.3b; do
+    [ $m = gpt2 ] && flags=$GPT2_M secs=90 || flags=$BIG_M secs=150
+    if [ $DRY = 1 ]; then  # the flags parse and validate (the trainer is not built)
+      "${MENV[@]}" $MT_GPU train $flags $COMMON_M --train-iters 10 --device cuda --print-layout \
+        >"$OUT/mtron_$m.log" 2>&1 && TRAIN[mtron_$m]="flags ok" || TRAIN[mtron_$m]="BAD FLAGS"
+      continue
+    fi
+    run_timed "mtron $m" "$(limit $secs)" "$OUT/mtron_$m.log" "${MENV[@]}" $MT_GPU train $flags $COMMON_M --train-iters 10 --device cuda >/dev/null
+    TRAIN[mtron_$m]=$(last_rate "$OUT/mtron_$m.log")
+    grep -m1 '(after [0-9]* iterations) memory' "$OUT/mtron_$m.log"
+    note "d mtron $m memory" "$(grep -m1 -o 'max allocated: [0-9.]*' "$OUT/mtron_$m.log") MB"
+  done
 else
-  echo "SKIPPED: this mtron's trainer has no --device flag yet (the GPU training path is the integrator's)"
-  note "d mtron training" "skipped: no GPU training path in this mtron yet"
+  note "d mtron training" "not run (no build)"
 fi
 
-banner "d PyTorch training (bf16 autocast, flash SDPA, fused AdamW)"
+[ $DRY = 0 ] && banner "d PyTorch training (bf16 autocast, flash SDPA, fused AdamW)"
 torch_run() {  # key seconds flags...
   local key=$1 secs=$2
   shift 2
+  [ $DRY = 1 ] && return 0
   run_timed "torch $key" "$(limit "$secs" 30)" "$OUT/torch_$key.txt" $PY bench/gpu/torch_gpt.py "$@" &&
     TRAIN[torch_$key]=$(grep '^tokens/s' "$OUT/torch_$key.txt" | awk '{printf "%.0f %.1f%%", $2, 100 * $6}')
 }

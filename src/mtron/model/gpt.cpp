@@ -1,13 +1,29 @@
 #include "mtron/model/gpt.h"
 
 #include <algorithm>
-#include <cstring>
 
+#include "mtron/kernels/device.h"
 #include "mtron/kernels/elementwise.h"
 #include "mtron/kernels/embedding.h"
 #include "mtron/model/lm_head.h"
 
 namespace mtron::model {
+namespace {
+
+// Arenas live on the device the model runs on.
+void use_device(Arena& a, Device d) {
+  if (a.device() != d) a = Arena(d);
+}
+
+// ids on rc's device: the vector itself on the CPU, else a copy in `arena`.
+const int32_t* ids_on_device(const RunCtx& rc, Arena& arena, const std::vector<int32_t>& ids) {
+  if (rc.k.device == Device::kCPU) return ids.data();
+  int32_t* d = arena.alloc<int32_t>(int64_t(ids.size()));
+  kernels::copy_from_host(rc.k, d, ids.data(), int64_t(sizeof(int32_t) * ids.size()));
+  return d;
+}
+
+}  // namespace
 
 GPTChunk::GPTChunk(const ModelConfig& cfg,
                    ChunkPlacement place,
@@ -105,9 +121,14 @@ const float* GPTChunk::forward(const RunCtx& rc,
     }
   };
   const auto& tp = rc.tp;
-  const TokenLayout tl = mb.layout();
-  const int64_t N = tl.rows(), Nl = tp.sp_rows(N), h = cfg_.hidden_size;
+  for (Arena* a : {&st.keep, &scratch_, &recompute_arena_}) use_device(*a, rc.k.device);
   st.keep.reset();
+  st.tokens = ids_on_device(rc, st.keep, mb.tokens);
+  st.labels = ids_on_device(rc, st.keep, mb.labels);
+  st.pos = ids_on_device(rc, st.keep, mb.pos);
+  TokenLayout tl = mb.layout();
+  tl.pos = st.pos;
+  const int64_t N = tl.rows(), Nl = tp.sp_rows(N), h = cfg_.hidden_size;
   st.layers.assign(layers_.size(), {});
   st.inputs.assign(layers_.size(), nullptr);
   st.loss_sum = 0;
@@ -120,16 +141,16 @@ const float* GPTChunk::forward(const RunCtx& rc,
     need(0, layer_first_.front());
     scratch_.reset();
     float* emb = tp.sequence_parallel ? scratch_.alloc<float>(N * h) : st.keep.alloc<float>(N * h);
-    kernels::embedding_forward(rc.k, emb, mb.tokens.data(), params_.master(wte_), N, h,
-                               vocab_start_, vocab_local_, false);
+    kernels::embedding_forward(rc.k, emb, st.tokens, params_.master(wte_), N, h, vocab_start_,
+                               vocab_local_, false);
     if (tp.size > 1) tp.comm->all_reduce(emb, N * h);
     if (wpe_ >= 0) {
-      kernels::embedding_forward(rc.k, emb, mb.pos.data(), params_.master(wpe_), N, h, 0,
+      kernels::embedding_forward(rc.k, emb, st.pos, params_.master(wpe_), N, h, 0,
                                  cfg_.max_position_embeddings, true);
     }
     if (tp.sequence_parallel) {  // scatter to the sequence-parallel region: keep our rows
       float* mine = st.keep.alloc<float>(Nl * h);
-      std::memcpy(mine, emb + tp.rank * Nl * h, sizeof(float) * Nl * h);
+      kernels::copy(rc.k, mine, emb + tp.rank * Nl * h, int64_t(sizeof(float)) * Nl * h);
       emb = mine;
     }
     x = emb;
@@ -179,7 +200,7 @@ const float* GPTChunk::forward(const RunCtx& rc,
                .w = params_.weight(out_w_),
                .dw = train ? params_.grad(out_w_) : nullptr,
                .dh = st.dhead,
-               .targets = mb.labels.data(),
+               .targets = st.labels,
                .losses = st.losses_out,
                .logits = st.logits_out,
                .N = N,
@@ -201,7 +222,8 @@ const float* GPTChunk::backward(const RunCtx& rc,
     if (grads_ready) grads_ready(params_.spec(handle).offset);
   };
   const auto& tp = rc.tp;
-  const TokenLayout tl = mb.layout();
+  TokenLayout tl = mb.layout();
+  tl.pos = st.pos;
   const int64_t N = tl.rows(), Nl = tp.sp_rows(N), h = cfg_.hidden_size;
   float* g = st.keep.alloc<float>(Nl * h);
 
@@ -210,12 +232,12 @@ const float* GPTChunk::backward(const RunCtx& rc,
     scratch_.reset();
     float* dlnf = tp.sequence_parallel ? scratch_.alloc<float>(Nl * h) : st.dhead;
     parallel::enter_tp_backward(tp, dlnf, st.dhead, N, h);
-    std::memset(g, 0, sizeof(float) * Nl * h);
+    kernels::fill_zero(rc.k, g, int64_t(sizeof(float)) * Nl * h);
     lnf_.backward(rc, cfg_, params_, g, dlnf, st.out, st.lnf_mean, st.lnf_rstd, Nl);
     ready(head_first_);
   } else {
     MT_ASSERT(dout, "backward of a middle chunk needs the output gradient");
-    std::memcpy(g, dout, sizeof(float) * Nl * h);
+    kernels::copy(rc.k, g, dout, int64_t(sizeof(float)) * Nl * h);
   }
 
   for (int64_t i = int64_t(layers_.size()) - 1; i >= 0; --i) {
@@ -247,10 +269,10 @@ const float* GPTChunk::backward(const RunCtx& rc,
     tp.comm->all_gather(g, dfull, Nl * h, DType::kF32);
   }
   if (wpe_ >= 0) {
-    kernels::embedding_backward(rc.k, params_.grad(wpe_), dfull, mb.pos.data(), N, h, 0,
+    kernels::embedding_backward(rc.k, params_.grad(wpe_), dfull, st.pos, N, h, 0,
                                 cfg_.max_position_embeddings);
   }
-  kernels::embedding_backward(rc.k, params_.grad(wte_), dfull, mb.tokens.data(), N, h, vocab_start_,
+  kernels::embedding_backward(rc.k, params_.grad(wte_), dfull, st.tokens, N, h, vocab_start_,
                               vocab_local_);
   if (grads_ready) grads_ready(0);
   return nullptr;

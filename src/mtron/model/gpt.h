@@ -58,9 +58,12 @@ class GPTChunk {
     double loss_sum = 0;     // sum of this micro-batch's token losses on this rank
     MoEStats moe;            // this rank's share of the MoE statistics, summed over layers
     // Optional outputs the caller points somewhere before forward (tests, generation, eval):
-    float* logits_out = nullptr;  // [N, Vl] this rank's vocabulary shard of the logits
-    float* losses_out = nullptr;  // [N] per-token losses
+    float* logits_out = nullptr;  // [N, Vl] this rank's vocabulary shard of the logits (device)
+    float* losses_out = nullptr;  // [N] per-token losses (host)
     int64_t num_tokens = 0;
+    // The micro-batch's tokens, labels and positions on the run's device (on the CPU: the
+    // MicroBatch's own vectors), set by forward.
+    const int32_t *tokens = nullptr, *labels = nullptr, *pos = nullptr;
   };
 
   GPTChunk(const ModelConfig& cfg,
@@ -121,7 +124,7 @@ class GPTChunk {
   std::vector<int> layer_first_;  // first parameter handle of each layer
   int head_first_ = -1;           // first parameter handle of the head (final norm)
   int64_t vocab_start_ = 0, vocab_local_ = 0;
-  Arena scratch_, recompute_arena_;
+  Arena scratch_, recompute_arena_;  // on the device of the last forward's RunCtx
 };
 
 }  // namespace mtron::model

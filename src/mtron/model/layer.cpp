@@ -1,7 +1,6 @@
 #include "mtron/model/layer.h"
 
 #include <cmath>
-#include <cstring>
 
 #include "mtron/kernels/activation.h"
 #include "mtron/kernels/attention.h"
@@ -299,9 +298,9 @@ void TransformerLayer::backward(
   float* dq = scratch.alloc<float>(N * Hl_ * D_);
   float* dk = scratch.alloc<float>(N * Gl_ * D_);
   float* dv = scratch.alloc<float>(N * Gl_ * D_);
-  std::memset(dq, 0, sizeof(float) * N * Hl_ * D_);
-  std::memset(dk, 0, sizeof(float) * N * Gl_ * D_);
-  std::memset(dv, 0, sizeof(float) * N * Gl_ * D_);
+  kernels::fill_zero(rc.k, dq, int64_t(sizeof(float)) * N * Hl_ * D_);
+  kernels::fill_zero(rc.k, dk, int64_t(sizeof(float)) * N * Gl_ * D_);
+  kernels::fill_zero(rc.k, dv, int64_t(sizeof(float)) * N * Gl_ * D_);
   const kernels::AttnShape as{tl.B, tl.S, tl.S, Hl_, Gl_, D_, 1.0f / std::sqrt(float(D_))};
   parallel::ring_attention_backward(rc.k, rc.cp, scratch, dq, dk, dv, datt, st.q, st.k, st.v,
                                     st.att, st.lse, as);

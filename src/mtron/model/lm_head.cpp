@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <vector>
 
+#include "mtron/kernels/device.h"
 #include "mtron/kernels/elementwise.h"
 #include "mtron/kernels/gemm.h"
 #include "mtron/kernels/xent.h"
@@ -15,18 +17,25 @@ using kernels::Trans;
 double lm_head_loss(const RunCtx& rc, Arena& scratch, const LmHeadArgs& a) {
   const bool bf = rc.precision == Precision::kBF16;
   const bool train = a.dh != nullptr;
-  // ~16 MB of logits per chunk: large enough for efficient GEMMs, small enough to stay modest.
-  const int64_t R = std::clamp<int64_t>((int64_t(1) << 22) / std::max<int64_t>(a.Vl, 1), 16, 1024);
+  const bool host = rc.k.device == Device::kCPU;
+  // Logits per chunk: ~16 MB on a CPU (cache-sized GEMMs), ~256 MB on a GPU (large GEMMs, few
+  // host synchronisations for the loss).
+  const int64_t budget = host ? int64_t(1) << 22 : int64_t(1) << 26;
+  const int64_t R =
+      std::clamp<int64_t>(budget / std::max<int64_t>(a.Vl, 1), 16, host ? 1024 : 16384);
   float* logits = scratch.alloc<float>(R * a.Vl);
   bf16* dlogits_b = bf && train ? scratch.alloc<bf16>(R * a.Vl) : nullptr;
   float* stats = scratch.alloc<float>(4 * R);  // max | sumexp | target | scale
-  float* row_max = stats;
-  float* row_sum = stats + R;
-  float* row_tgt = stats + 2 * R;
   float* row_scale = stats + 3 * R;
-  std::fill(row_scale, row_scale + R, a.dloss);
+  kernels::fill(rc.k, row_scale, a.dloss, R);
+  // The statistics as the host reads them: the same memory on the CPU, else a copy.
+  std::vector<float> stats_copy(host ? 0 : size_t(3 * R));
+  float* hstats = host ? stats : stats_copy.data();
+  float* row_max = hstats;
+  float* row_sum = hstats + R;
+  float* row_tgt = hstats + 2 * R;
   const auto& tp = rc.tp;
-  float* gmax = tp.size > 1 ? scratch.alloc<float>(R) : nullptr;
+  std::vector<float> gmax(tp.size > 1 ? size_t(R) : 0);
   double loss_sum = 0;
 
   for (int64_t r0 = 0; r0 < a.N; r0 += R) {
@@ -39,22 +48,26 @@ double lm_head_loss(const RunCtx& rc, Arena& scratch, const LmHeadArgs& a) {
       kernels::gemm(rc.k, Trans::kN, Trans::kT, n, a.Vl, a.hidden, 1.0f, hc.f32, a.hidden, a.w.f32,
                     a.hidden, 0.0f, logits, a.Vl);
     }
-    if (a.logits) std::copy(logits, logits + n * a.Vl, a.logits + r0 * a.Vl);
+    if (a.logits) {
+      kernels::copy(rc.k, a.logits + r0 * a.Vl, logits, int64_t(sizeof(float)) * n * a.Vl);
+    }
     const int32_t* tg = a.targets + r0;
-    kernels::xent_stats(rc.k, row_max, row_sum, row_tgt, logits, tg, n, a.Vl, a.col_start,
+    kernels::xent_stats(rc.k, stats, stats + R, stats + 2 * R, logits, tg, n, a.Vl, a.col_start,
                         a.vocab_valid);
+    if (!host) kernels::copy_to_host(rc.k, hstats, stats, int64_t(sizeof(float)) * 3 * R);
     if (tp.size > 1) {
       // Global max, then every rank rescales its sum-exp to it; sums and target logits add.
-      std::copy(row_max, row_max + n, gmax);
-      tp.comm->all_reduce(gmax, n, ReduceOp::kMax);
+      std::copy(row_max, row_max + n, gmax.data());
+      tp.comm->all_reduce(gmax.data(), n, ReduceOp::kMax);
       for (int64_t i = 0; i < n; ++i) {
         row_sum[i] = row_max[i] == -std::numeric_limits<float>::infinity()
                          ? 0.0f
-                         : row_sum[i] * std::exp(row_max[i] - gmax[i]);
-        row_max[i] = gmax[i];
+                         : row_sum[i] * std::exp(row_max[i] - gmax[size_t(i)]);
+        row_max[i] = gmax[size_t(i)];
       }
       tp.comm->all_reduce(row_sum, n);
       tp.comm->all_reduce(row_tgt, n);
+      if (!host) kernels::copy_from_host(rc.k, stats, hstats, int64_t(sizeof(float)) * 2 * R);
     }
     for (int64_t i = 0; i < n; ++i) {
       const double l = std::log(double(row_sum[i])) + double(row_max[i]) - double(row_tgt[i]);
@@ -62,7 +75,7 @@ double lm_head_loss(const RunCtx& rc, Arena& scratch, const LmHeadArgs& a) {
       if (a.losses) a.losses[r0 + i] = float(l);
     }
     if (!train) continue;
-    kernels::xent_backward(rc.k, logits, logits, tg, row_max, row_sum, row_scale, n, a.Vl,
+    kernels::xent_backward(rc.k, logits, logits, tg, stats, stats + R, row_scale, n, a.Vl,
                            a.col_start, a.vocab_valid);
     float* dh = a.dh + r0 * a.hidden;
     if (bf) {

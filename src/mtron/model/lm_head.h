@@ -25,8 +25,8 @@ struct LmHeadArgs {
   float* dw = nullptr;      // [Vl, hidden], += (training only)
   float* dh = nullptr;      // [N, hidden], written (training only; null: forward only)
   const int32_t* targets;   // [N]
-  float* losses = nullptr;  // [N] per-token loss, optional
-  float* logits = nullptr;  // [N, Vl] the logits, optional (tests, generation)
+  float* losses = nullptr;  // [N] per-token loss, optional (host memory)
+  float* logits = nullptr;  // [N, Vl] the logits, optional, on the run's device (tests, generation)
   int64_t N, hidden, Vl, col_start, vocab_valid;
   float dloss = 1.0f;  // d(total loss)/d(token loss), e.g. 1 / tokens in the global batch
 };

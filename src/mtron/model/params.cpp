@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "mtron/core/philox.h"
+#include "mtron/kernels/device.h"
 #include "mtron/kernels/elementwise.h"
 
 namespace mtron::model {
@@ -49,8 +50,12 @@ int ParamBuffer::find(const std::string& name) const {
   return -1;
 }
 
-void ParamBuffer::allocate(Precision precision, int64_t shards, int64_t bucket_elems) {
+void ParamBuffer::allocate(Precision precision,
+                           int64_t shards,
+                           int64_t bucket_elems,
+                           const kernels::Ctx& k) {
   precision_ = precision;
+  ctx_ = k;
   const int64_t m = std::max<int64_t>(1, shards) * 64;
   int64_t offset = 0;
   buckets_.clear();
@@ -73,14 +78,21 @@ void ParamBuffer::allocate(Precision precision, int64_t shards, int64_t bucket_e
   close_bucket(false);
   if (buckets_.empty()) buckets_.push_back({0, m, false});
   const int64_t total = buckets_.back().end;
-  master_ = Tensor::zeros({total}, DType::kF32);
-  grad_ = Tensor::zeros({total}, DType::kF32);
-  if (precision == Precision::kBF16) bf16_ = Tensor::zeros({total}, DType::kBF16);
+  auto zeros = [&](DType t) {
+    Tensor z = Tensor::empty({total}, t, k.device);
+    kernels::fill_zero(k, z.raw(), int64_t(z.nbytes()));
+    return z;
+  };
+  master_ = zeros(DType::kF32);
+  grad_ = zeros(DType::kF32);
+  if (precision == Precision::kBF16) bf16_ = zeros(DType::kBF16);
 }
 
 void ParamBuffer::init(uint64_t seed) {
+  const bool host = master_.device() == Device::kCPU;
+  const Tensor init = host ? master_ : Tensor::zeros(master_.shape(), DType::kF32);
   for (const ParamSpec& s : specs_) {
-    float* w = master_.f32() + s.offset;
+    float* w = init.f32() + s.offset;
     switch (s.init) {
       case ParamInit::kNormal:
         fill_normal_shard(w, rng_key(seed, s.name), s.init_std, s.global_shape, s.shard_dim,
@@ -94,6 +106,7 @@ void ParamBuffer::init(uint64_t seed) {
         break;
     }
   }
+  if (!host) kernels::copy_from_host(ctx_, master_.raw(), init.raw(), int64_t(init.nbytes()));
   refresh_bf16();
 }
 
@@ -103,12 +116,12 @@ void ParamBuffer::refresh_bf16() {
 
 void ParamBuffer::refresh_bf16(int64_t begin, int64_t end) {
   if (precision_ == Precision::kBF16) {
-    kernels::convert(kernels::Ctx{}, bf16_.bf() + begin, master_.f32() + begin, end - begin);
+    kernels::convert(ctx_, bf16_.bf() + begin, master_.f32() + begin, end - begin);
   }
 }
 
 void ParamBuffer::zero_grad() {
-  grad_.fill_zero();
+  kernels::fill_zero(ctx_, grad_.raw(), int64_t(grad_.nbytes()));
 }
 
 Weight ParamBuffer::weight(int h) const {

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "mtron/core/tensor.h"
+#include "mtron/kernels/ctx.h"
 
 namespace mtron::model {
 
@@ -75,9 +76,14 @@ class ParamBuffer {
 
   // Lays out every registered parameter (64-element aligned) in buckets of at least
   // `bucket_elems` elements (0: one bucket), each padded to a multiple of 64 * `shards` (the
-  // distributed optimizer's shard count; padding is zero), and allocates the buffers.
-  void allocate(Precision precision, int64_t shards, int64_t bucket_elems = 0);
-  // Fills master weights per their specs and refreshes the bf16 copy.
+  // distributed optimizer's shard count; padding is zero), and allocates the buffers on k's
+  // device (ops on them then run on k).
+  void allocate(Precision precision,
+                int64_t shards,
+                int64_t bucket_elems = 0,
+                const kernels::Ctx& k = {});
+  // Fills master weights per their specs (on the host, then copied to the device) and
+  // refreshes the bf16 copy.
   void init(uint64_t seed);
   // master -> bf16 copy (after loading or an optimizer step that did not write it), of the
   // whole buffer or of elements [begin, end).
@@ -94,6 +100,7 @@ class ParamBuffer {
   float* grad(int h) const { return grad_.f32() + specs_[size_t(h)].offset; }
   Weight weight(int h) const;
   Precision precision() const { return precision_; }
+  const kernels::Ctx& ctx() const { return ctx_; }
 
   const Tensor& master_flat() const { return master_; }
   const Tensor& grad_flat() const { return grad_; }
@@ -104,6 +111,7 @@ class ParamBuffer {
   std::vector<ParamSpec> specs_;
   std::vector<Bucket> buckets_;
   Precision precision_ = Precision::kFP32;
+  kernels::Ctx ctx_;
   Tensor master_, grad_, bf16_;
 };
 

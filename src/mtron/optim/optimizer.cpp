@@ -28,21 +28,22 @@ void for_each_piece(const OptimBuffer& b, F&& f) {
 }
 }  // namespace
 
-AdamW::AdamW(std::vector<OptimBuffer> buffers, AdamWConfig cfg)
-    : buffers_(std::move(buffers)), cfg_(cfg) {
+AdamW::AdamW(std::vector<OptimBuffer> buffers, AdamWConfig cfg, const kernels::Ctx& k)
+    : buffers_(std::move(buffers)), cfg_(cfg), k_(k) {
   for (const OptimBuffer& b : buffers_) {
-    const int64_t n = b.shard_elems();
-    m_.push_back(Tensor::zeros({n}, DType::kF32));
-    v_.push_back(Tensor::zeros({n}, DType::kF32));
+    for (std::vector<Tensor>* moments : {&m_, &v_}) {
+      Tensor t = Tensor::empty({b.shard_elems()}, DType::kF32, k.device);
+      kernels::fill_zero(k, t.raw(), int64_t(t.nbytes()));
+      moments->push_back(std::move(t));
+    }
   }
 }
 
 double AdamW::grad_norm(Comm& norm_group) const {
-  const kernels::Ctx k;
   double sumsq = 0;
   for (const OptimBuffer& b : buffers_) {
     for_each_piece(b, [&](int64_t lo, int64_t hi, const OptimRange& r, int64_t) {
-      if (r.count_in_norm) sumsq += kernels::sum_squares(k, b.grad + lo, hi - lo);
+      if (r.count_in_norm) sumsq += kernels::sum_squares(k_, b.grad + lo, hi - lo);
     });
   }
   if (norm_group.size() > 1) sumsq = norm_group.all_reduce_sum(sumsq);
@@ -51,7 +52,6 @@ double AdamW::grad_norm(Comm& norm_group) const {
 
 bool AdamW::step(double lr, double grad_norm) {
   if (!std::isfinite(grad_norm)) return false;
-  const kernels::Ctx k;
   // As Megatron and torch's clip_grad_norm_: scale by max_norm / (norm + 1e-6) when below 1.
   const double coeff = cfg_.clip_grad > 0 ? cfg_.clip_grad / (grad_norm + 1e-6) : 1.0;
   const float clip = coeff < 1.0 ? float(coeff) : 1.0f;
@@ -60,7 +60,7 @@ bool AdamW::step(double lr, double grad_norm) {
     const OptimBuffer& b = buffers_[i];
     if (clip != 1.0f) {
       for (const OptimBuffer::Shard& sh : b.shards) {
-        kernels::scale_inplace(k, b.grad + sh.begin, clip, sh.end - sh.begin);
+        kernels::scale_inplace(k_, b.grad + sh.begin, clip, sh.end - sh.begin);
       }
     }
     for_each_piece(b, [&](int64_t lo, int64_t hi, const OptimRange& r, int64_t mo) {
@@ -70,7 +70,7 @@ bool AdamW::step(double lr, double grad_norm) {
                              .eps = cfg_.eps,
                              .weight_decay = r.weight_decay ? cfg_.weight_decay : 0.0f,
                              .step = step_};
-      kernels::adamw_step(k, b.master + lo, m_[i].f32() + mo, v_[i].f32() + mo, b.grad + lo,
+      kernels::adamw_step(k_, b.master + lo, m_[i].f32() + mo, v_[i].f32() + mo, b.grad + lo,
                           b.compute ? b.compute + lo : nullptr, hi - lo, p);
     });
   }

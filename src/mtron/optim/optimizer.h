@@ -45,7 +45,8 @@ struct AdamWConfig {
 
 class AdamW {
  public:
-  AdamW(std::vector<OptimBuffer> buffers, AdamWConfig cfg);
+  // The buffers live on k's device; the moments go there too and the steps run on k.
+  AdamW(std::vector<OptimBuffer> buffers, AdamWConfig cfg, const kernels::Ctx& k = {});
 
   // The global gradient norm over this rank's shards, summed over `norm_group` (the ranks that
   // hold different parts of the gradient: model parallel, and data parallel when sharded).
@@ -59,13 +60,14 @@ class AdamW {
   // Optimizer-state bytes this rank holds (moments), for the memory report.
   int64_t state_bytes() const;
   const std::vector<OptimBuffer>& buffers() const { return buffers_; }
-  // Adam moments of buffer i (its shards, concatenated).
+  // Adam moments of buffer i (its shards, concatenated), on the buffers' device.
   const Tensor& exp_avg(size_t i) const { return m_[i]; }
   const Tensor& exp_avg_sq(size_t i) const { return v_[i]; }
 
  private:
   std::vector<OptimBuffer> buffers_;
   AdamWConfig cfg_;
+  kernels::Ctx k_;
   std::vector<Tensor> m_, v_;
   int64_t step_ = 0;
 };

@@ -1,13 +1,13 @@
 #include "mtron/parallel/schedule.h"
 
 #include <algorithm>
-#include <cstring>
 #include <map>
 #include <memory>
 
 #include "mtron/core/error.h"
 #include "mtron/core/tensor.h"
 #include "mtron/core/timer.h"
+#include "mtron/kernels/elementwise.h"
 
 namespace mtron::parallel {
 
@@ -50,6 +50,8 @@ PipelineTimes run_pipeline(StageModel& model, Comm& pp, int vpp, int64_t M, bool
   const int P = pp.size(), r = pp.rank();
   const int last_vs = P * vpp - 1;
   const int64_t n = model.message_elems();
+  const kernels::Ctx k = model.ctx();
+  const int64_t bytes = int64_t(sizeof(float)) * n;
   const int next = (r + 1) % P, prev = (r + P - 1) % P;
   // Tags: forward activation into virtual stage s is 2s, gradient into s is 2s + 1.
   auto fwd_tag = [](int vs) { return 2 * vs; };
@@ -61,7 +63,7 @@ PipelineTimes run_pipeline(StageModel& model, Comm& pp, int vpp, int64_t M, bool
   };
   std::vector<Pending> sends;
   std::map<std::pair<int, int64_t>, Tensor> inputs;  // received activations until backward
-  Tensor grad_in = Tensor::empty({n}, DType::kF32);
+  Tensor grad_in = Tensor::empty({n}, DType::kF32, k.device);
 
   for (const PipelineOp& op : pipeline_ops(r, P, vpp, M, forward_only)) {
     const int vs = op.chunk * P + r;
@@ -69,7 +71,7 @@ PipelineTimes run_pipeline(StageModel& model, Comm& pp, int vpp, int64_t M, bool
     if (op.forward) {
       Tensor in;
       if (vs > 0) {
-        in = Tensor::empty({n}, DType::kF32);
+        in = Tensor::empty({n}, DType::kF32, k.device);
         const double t0 = now_seconds();
         pp.recv(in.f32(), n, DType::kF32, prev, fwd_tag(vs));
         times.wait_s += now_seconds() - t0;
@@ -79,8 +81,8 @@ PipelineTimes run_pipeline(StageModel& model, Comm& pp, int vpp, int64_t M, bool
       times.compute_s += now_seconds() - t0;
       if (in.defined() && !forward_only) inputs[key] = std::move(in);
       if (vs < last_vs) {
-        Tensor buf = Tensor::empty({n}, DType::kF32);
-        std::memcpy(buf.f32(), out, sizeof(float) * size_t(n));
+        Tensor buf = Tensor::empty({n}, DType::kF32, k.device);
+        kernels::copy(k, buf.f32(), out, bytes);
         sends.push_back({pp.isend(buf.f32(), n, DType::kF32, next, fwd_tag(vs + 1)), buf});
       }
     } else {
@@ -96,8 +98,8 @@ PipelineTimes run_pipeline(StageModel& model, Comm& pp, int vpp, int64_t M, bool
       times.compute_s += now_seconds() - t0;
       inputs.erase(key);
       if (vs > 0) {
-        Tensor buf = Tensor::empty({n}, DType::kF32);
-        std::memcpy(buf.f32(), din, sizeof(float) * size_t(n));
+        Tensor buf = Tensor::empty({n}, DType::kF32, k.device);
+        kernels::copy(k, buf.f32(), din, bytes);
         sends.push_back({pp.isend(buf.f32(), n, DType::kF32, prev, bwd_tag(vs - 1)), buf});
       }
     }

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "mtron/comm/comm.h"
+#include "mtron/kernels/ctx.h"
 
 namespace mtron::parallel {
 
@@ -45,6 +46,8 @@ class StageModel {
   virtual const float* backward(int chunk, int64_t microbatch, const float* dout) = 0;
   // Elements of one activation message between stages.
   virtual int64_t message_elems() const = 0;
+  // Where the activations live (the schedule's message buffers go there too).
+  virtual kernels::Ctx ctx() const { return {}; }
 };
 
 // Where a rank's time in one step went: running its chunks, or blocked waiting for a

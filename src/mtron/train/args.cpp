@@ -125,6 +125,12 @@ bool parse_train_args(int argc, char** argv, int64_t world_size, TrainArgs& a) {
   app.add_option("--seed", a.seed, "Random seed (default 1234)")->group(t);
   app.add_flag("--bf16", a.bf16, "bf16 mixed precision (fp32 master weights and gradients)")
       ->group(t);
+  app.add_option("--device", a.device,
+                 "mtron only: cpu (default) or cuda (one GPU per rank, the node-local rank's; "
+                 "NCCL between ranks)")
+      ->transform(
+          choices(std::map<std::string, Device>{{"cpu", Device::kCPU}, {"cuda", Device::kCUDA}}))
+      ->group(t);
   app.add_option("--recompute-granularity", a.recompute.granularity, "full or selective")
       ->transform(choices(std::map<std::string, RecomputeGranularity>{
           {"full", RecomputeGranularity::kFull}, {"selective", RecomputeGranularity::kSelective}}))
@@ -290,6 +296,13 @@ bool parse_train_args(int argc, char** argv, int64_t world_size, TrainArgs& a) {
   MT_CHECK(a.recompute.num_layers >= 1, "--recompute-num-layers must be >= 1");
   MT_CHECK(a.ddp_bucket_size >= 0, "--ddp-bucket-size must be >= 0");
   checkpoint::validate_checkpoint_args(a.checkpoint);
+  if (a.device == Device::kCUDA) {
+    // What still runs on the host in these features (see docs/cuda.md).
+    MT_CHECK(!a.model.is_moe(), "--device cuda: MoE models are not supported on CUDA yet");
+    MT_CHECK(par.cp() == 1, "--device cuda: --context-parallel-size > 1 is not supported yet");
+    MT_CHECK(a.checkpoint.save.empty() && a.checkpoint.load.empty(),
+             "--device cuda: --save/--load are not supported yet");
+  }
   return true;
 }
 

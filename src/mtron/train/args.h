@@ -32,7 +32,8 @@ struct TrainArgs {
   optim::LrDecayStyle lr_decay_style = optim::LrDecayStyle::kLinear;
   uint64_t seed = 1234;
   bool bf16 = false;
-  int64_t ddp_bucket_size = 0;  // elements per gradient bucket; 0: Megatron's default
+  Device device = Device::kCPU;  // --device (mtron's; Megatron always runs on CUDA)
+  int64_t ddp_bucket_size = 0;   // elements per gradient bucket; 0: Megatron's default
 
   // data
   bool mock_data = false;

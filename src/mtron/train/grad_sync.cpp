@@ -1,6 +1,6 @@
 #include "mtron/train/grad_sync.h"
 
-#include <cstring>
+#include "mtron/kernels/elementwise.h"
 
 namespace mtron::train {
 
@@ -12,7 +12,7 @@ GradSync::GradSync(model::ParamBuffer& params, Comm& dp, bool distributed_optimi
   gathers_.resize(buckets.size());
   if (distributed_ && dp_.size() > 1) {
     for (const model::Bucket& b : buckets) {
-      scattered_.push_back(Tensor::empty({b.shard_len(dp_.size())}, DType::kF32));
+      scattered_.push_back(Tensor::empty({b.shard_len(dp_.size())}, DType::kF32, p_.ctx().device));
     }
   }
 }
@@ -64,8 +64,8 @@ void GradSync::finish() {
     }
     if (distributed_ && dp_.size() > 1) {
       const int64_t len = buckets[i].shard_len(dp_.size());
-      std::memcpy(p_.grad_flat().f32() + buckets[i].begin + dp_.rank() * len, scattered_[i].f32(),
-                  sizeof(float) * size_t(len));
+      kernels::copy(p_.ctx(), p_.grad_flat().f32() + buckets[i].begin + dp_.rank() * len,
+                    scattered_[i].f32(), int64_t(sizeof(float)) * len);
     }
     launched_[i] = false;
   }

@@ -31,6 +31,15 @@ std::string format_iteration_line(const IterationLog& l) {
       l.nan_iterations, l.tokens_per_s_per_device, 100.0 * l.mfu, l.peak_memory_mb);
 }
 
+std::string format_memory_report(int rank, int64_t iteration, const kernels::DeviceMemory& m) {
+  constexpr double kMB = 1024.0 * 1024.0;
+  return fmt::format(
+      "[Rank {}] (after {} iterations) memory (MB) | allocated: {} | max allocated: {} | "
+      "reserved: {} | max reserved: {}",
+      rank, iteration, double(m.allocated) / kMB, double(m.max_allocated) / kMB,
+      double(m.reserved) / kMB, double(m.max_reserved) / kMB);
+}
+
 std::string format_eval_block(const std::string& where, double loss) {
   const std::string line =
       fmt::format(" validation loss at {} | lm loss value: {:.6E} | lm loss PPL: {:.6E} | ", where,

@@ -1,4 +1,5 @@
-// defines: IterationLog, format_iteration_line, device_peak_flops, MetricsWriter
+// defines: IterationLog, format_iteration_line, format_memory_report, device_peak_flops,
+//          MetricsWriter
 //
 // The per-iteration log line in Megatron's format (reference/megatron.md section 1), so
 // existing log tooling and `mtron doctor` read it, followed by mtron's extra fields
@@ -10,6 +11,8 @@
 #include <string>
 #include <utility>
 #include <vector>
+
+#include "mtron/kernels/device.h"
 
 namespace mtron::train {
 
@@ -31,6 +34,9 @@ struct IterationLog {
 };
 
 std::string format_iteration_line(const IterationLog& l);
+// Megatron's report_memory line: "[Rank r] (after i iterations) memory (MB) | allocated: ... |
+// max allocated: ... | reserved: ... | max reserved: ...".
+std::string format_memory_report(int rank, int64_t iteration, const kernels::DeviceMemory& m);
 
 // Megatron's evaluation block: a dashed rule, " validation loss at <where> | lm loss value: ...
 // | lm loss PPL: ... | ", a dashed rule.

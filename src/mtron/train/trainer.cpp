@@ -5,15 +5,17 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
-#include <cstring>
 #include <map>
 
+#include "mtron/comm/nccl.h"
 #include "mtron/core/formulas.h"
 #include "mtron/core/hardware.h"
 #include "mtron/core/log.h"
 #include "mtron/core/memory.h"
 #include "mtron/core/profile.h"
 #include "mtron/core/timer.h"
+#include "mtron/kernels/device.h"
+#include "mtron/kernels/elementwise.h"
 #include "mtron/parallel/launch.h"
 #include "mtron/parallel/rank_map.h"
 #include "mtron/parallel/schedule.h"
@@ -97,6 +99,7 @@ class Trainer::Stages : public parallel::StageModel {
         t_.a_.parallel.micro_batch_size * t_.a_.model.seq_length / t_.a_.parallel.cp();
     return t_.rc_.tp.sp_rows(N) * t_.a_.model.hidden_size;
   }
+  kernels::Ctx ctx() const override { return t_.rc_.k; }
 
  private:
   using Key = std::pair<int, int64_t>;
@@ -141,7 +144,30 @@ class Trainer::Stages : public parallel::StageModel {
 Trainer::Trainer(const TrainArgs& args, Comm& world, int ranks_per_node)
     : a_(args), world_(world), ranks_per_node_(ranks_per_node) {
   MT_CHECK(world_.size() == a_.parallel.world_size, "internal: world size mismatch");
-  ps_ = std::make_unique<ParallelState>(a_.parallel, world_);
+  rc_.k.device = a_.device;
+  Comm* groups_from = &world_;
+  if (a_.device == Device::kCUDA) {
+    // One GPU per rank: the node-local rank's (ranks are placed by node, in blocks).
+    const int gpus = kernels::device_count(Device::kCUDA);
+#ifdef MTRON_WITH_CUDA
+    MT_CHECK(gpus > 0, "--device cuda: no GPU is visible (check nvidia-smi, CUDA_VISIBLE_DEVICES)");
+#else
+    MT_CHECK(gpus > 0,
+             "--device cuda: this mtron was built without CUDA (configure with "
+             "-DMTRON_CUDA=ON, the cuda-release preset)");
+#endif
+    const int local_rank = world_.rank() % std::max(1, ranks_per_node_);
+    MT_CHECK(local_rank < gpus, "--device cuda: ", ranks_per_node_, " ranks on this node but ",
+             gpus, " GPU(s) visible (one rank per GPU)");
+    kernels::init_device(Device::kCUDA, local_rank);
+    // The parallel groups communicate device buffers: NCCL, bootstrapped over the world. The
+    // world itself (host scalars: the loss, the gradient norm) stays on the launcher's Comm.
+    if (world_.size() > 1) {
+      device_world_ = make_nccl_comm(world_, rc_.k.stream);
+      groups_from = device_world_.get();
+    }
+  }
+  ps_ = std::make_unique<ParallelState>(a_.parallel, *groups_from);
   rc_.precision = a_.bf16 ? model::Precision::kBF16 : model::Precision::kFP32;
   rc_.tp = parallel::TensorParallel{&ps_->tp(), ps_->tp_rank(), ps_->tp_size(),
                                     a_.parallel.sequence_parallel};
@@ -207,7 +233,7 @@ void Trainer::build_model() {
     model::ChunkPlacement place{vs * per_chunk, per_chunk, vs == 0, vs == P * v - 1};
     chunks_.push_back(std::make_unique<model::GPTChunk>(m, place, rc_.tp, a_.recompute, rc_.ep));
     model::ParamBuffer& p = chunks_.back()->params();
-    p.allocate(rc_.precision, par.use_distributed_optimizer ? dp.size() : 1, bucket);
+    p.allocate(rc_.precision, par.use_distributed_optimizer ? dp.size() : 1, bucket, rc_.k);
     p.init(a_.seed);
     grad_syncs_.push_back(std::make_unique<GradSync>(p, dp, par.use_distributed_optimizer));
     optim::OptimBuffer b{
@@ -224,7 +250,7 @@ void Trainer::build_model() {
     model::ParamBuffer& x = chunks_.back()->expert_params();
     if (x.specs().empty()) continue;
     Comm& edp = ps_->edp();
-    x.allocate(rc_.precision, par.use_distributed_optimizer ? edp.size() : 1, bucket);
+    x.allocate(rc_.precision, par.use_distributed_optimizer ? edp.size() : 1, bucket, rc_.k);
     x.init(a_.seed);
     expert_syncs_.push_back(std::make_unique<GradSync>(x, edp, par.use_distributed_optimizer));
     optim::OptimBuffer xb{
@@ -237,7 +263,7 @@ void Trainer::build_model() {
     for (const auto& [lo, hi] : expert_syncs_.back()->shards()) xb.shards.push_back({lo, hi});
     bufs.push_back(std::move(xb));
   }
-  optimizer_ = std::make_unique<optim::AdamW>(std::move(bufs), a_.adam);
+  optimizer_ = std::make_unique<optim::AdamW>(std::move(bufs), a_.adam, rc_.k);
 }
 
 optim::LrSchedule Trainer::lr_schedule() const {
@@ -362,19 +388,25 @@ void Trainer::finalize_grads() {
   if (rc_.tp.sequence_parallel) {
     for (auto& c : chunks_) {
       model::ParamBuffer& p = c->params();
-      std::vector<float> packed;
-      for (size_t i = 0; i < p.specs().size(); ++i) {
-        if (!p.spec(int(i)).sequence_parallel) continue;
-        const float* g = p.grad(int(i));
-        packed.insert(packed.end(), g, g + p.spec(int(i)).numel());
-      }
-      ps_->tp().all_reduce(packed.data(), int64_t(packed.size()));
-      size_t at = 0;
-      for (size_t i = 0; i < p.specs().size(); ++i) {
-        if (!p.spec(int(i)).sequence_parallel) continue;
-        std::memcpy(p.grad(int(i)), packed.data() + at, sizeof(float) * p.spec(int(i)).numel());
-        at += size_t(p.spec(int(i)).numel());
-      }
+      int64_t total = 0;
+      for (const model::ParamSpec& s : p.specs()) total += s.sequence_parallel ? s.numel() : 0;
+      const Tensor packed = Tensor::empty({total}, DType::kF32, rc_.k.device);
+      // Packs (to_packed) or unpacks the sequence-parallel gradients.
+      auto move = [&](bool to_packed) {
+        int64_t at = 0;
+        for (size_t i = 0; i < p.specs().size(); ++i) {
+          const model::ParamSpec& s = p.spec(int(i));
+          if (!s.sequence_parallel) continue;
+          float* g = p.grad(int(i));
+          float* q = packed.f32() + at;
+          kernels::copy(rc_.k, to_packed ? q : g, to_packed ? g : q,
+                        int64_t(sizeof(float)) * s.numel());
+          at += s.numel();
+        }
+      };
+      move(true);
+      ps_->tp().all_reduce(packed.f32(), total);
+      move(false);
     }
   }
 }
@@ -433,19 +465,28 @@ void Trainer::run() {
   const bool logger = world_.rank() == world_.size() - 1;
   const double flops =
       flops_per_iteration(a_.model, par.global_batch_size, a_.model.padded_vocab_size(par.tp()));
-  // MFU's denominator: the hardware catalog's peak for one rank of this node (one piece of
-  // code with the planner), at the precision the GEMMs run in.
+  // MFU's denominator: the hardware catalog's peak for one rank (one piece of code with the
+  // planner), at the precision the GEMMs run in: this node's share of its CPU, or the GPU's
+  // catalog entry (found by its CUDA device name; MFU is 0 for a GPU the catalog lacks).
   const Precision gemm_precision = a_.bf16 ? Precision::kBF16 : Precision::kFP32;
-  const Hardware device = rank_device(detect_local_cpu(), ranks_per_node_);
+  const bool cuda = a_.device == Device::kCUDA;
+  const std::string gpu = cuda ? kernels::device_properties(Device::kCUDA).name : "";
+  const Hardware* gpu_entry = cuda ? find_hardware_by_device_name(gpu) : nullptr;
+  const Hardware device = cuda ? (gpu_entry ? *gpu_entry : Hardware{})
+                               : rank_device(detect_local_cpu(), ranks_per_node_);
   const double peak = device.mfu_peak_flops(gemm_precision);
   if (world_.rank() == 0) {
     log_info("model: {}", a_.model.summary());
     log_info("layout: {}", par.summary());
     log_info("parameters: {:.2f} M (padded vocab {})",
              double(a_.model.num_parameters(par.tp())) / 1e6, a_.model.padded_vocab_size(par.tp()));
-    log_info("precision: {}; MFU against {} ({} threads per rank)",
+    const std::string where = cuda ? fmt::format("one GPU per rank, {}", gpu)
+                                   : fmt::format("{} threads per rank", omp_get_max_threads());
+    log_info("precision: {}; MFU against {} ({})",
              a_.bf16 ? "bf16 (fp32 master weights and gradients)" : "fp32",
-             device.peak_description(gemm_precision), omp_get_max_threads());
+             peak > 0 ? device.peak_description(gemm_precision)
+                      : "nothing: no hardware catalog entry for this GPU",
+             where);
     log_info("{}", format_theoretical_memory(
                        megatron_theoretical_memory(a_.model, par, a_.recompute.granularity)));
     for (const auto& n : a_.notes) log_info("note: {}", n);
@@ -504,8 +545,11 @@ void Trainer::run() {
       l.nan_iterations = nans;
       l.tokens_per_s_per_device =
           double(par.global_batch_size * a_.model.seq_length) / per_iter / double(world_.size());
-      l.mfu = flops / per_iter / double(world_.size()) / peak;
-      l.peak_memory_mb = double(process_peak_rss()) / 1048576.0;
+      l.mfu = peak > 0 ? flops / per_iter / double(world_.size()) / peak : 0.0;
+      // CPU: the process's peak RSS; CUDA: the peak of the device memory tensors held.
+      l.peak_memory_mb =
+          double(cuda ? kernels::device_memory(Device::kCUDA).max_allocated : process_peak_rss()) /
+          1048576.0;
       const auto& mc = a_.model;
       if (mc.moe_aux_loss_coeff > 0 &&
           mc.moe_router_load_balancing_type != RouterLoadBalancing::kNone) {
@@ -524,6 +568,11 @@ void Trainer::run() {
       if (logger) {
         log_plain(format_iteration_line(l));
         metrics_->write(l);
+      }
+      // Megatron's memory report, once, after the first logged iterations.
+      if (cuda && iteration_ == a_.log_interval && (world_.rank() == 0 || logger)) {
+        log_plain(
+            format_memory_report(world_.rank(), iteration_, kernels::device_memory(Device::kCUDA)));
       }
       interval_loss = interval_time = 0;
       interval_lb = interval_z = 0;

@@ -88,6 +88,7 @@ class Trainer {
   TrainArgs a_;
   Comm& world_;
   int ranks_per_node_ = 1;
+  std::unique_ptr<Comm> device_world_;  // --device cuda, several ranks: NCCL over world_
   std::unique_ptr<ParallelState> ps_;
   model::RunCtx rc_;
   std::vector<std::unique_ptr<model::GPTChunk>> chunks_;

@@ -42,8 +42,8 @@ void launch(const char* name,
             Args... args) {
   if (grid.x == 0 || grid.y == 0 || grid.z == 0) return;
 #ifdef MTRON_CUDA_SIM
-  (void)name;
   (void)stream;
+  (sim::check_device_arg(name, args), ...);
   sim::launch(grid, block, smem_bytes, [&] { kernel(args...); });
 #else
   // clang-format off

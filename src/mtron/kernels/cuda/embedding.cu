@@ -80,7 +80,9 @@ void sort_ids(int32_t* sorted_ids,
               cudaStream_t s) {
   launch("embedding_iota", iota_kernel, grid_for(N, kThreads), kThreads, 0, s, tokens, N);
 #ifdef MTRON_CUDA_SIM
-  // The emulation's device memory is host memory.
+  // The emulation's device memory is host memory, readable while `access` lives.
+  sim::check_device_pointer("embedding_backward (ids)", ids);
+  const sim::DeviceAccess access;
   std::vector<int32_t> order(static_cast<size_t>(N));
   std::iota(order.begin(), order.end(), 0);
   std::stable_sort(order.begin(), order.end(),

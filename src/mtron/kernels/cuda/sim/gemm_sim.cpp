@@ -5,6 +5,7 @@
 
 #include "mtron/kernels/cuda/cuda_ops.h"
 #include "mtron/kernels/cuda/gemm_layout.h"
+#include "mtron/kernels/cuda/sim/sim.h"
 
 namespace mtron::kernels::cuda {
 namespace {
@@ -63,6 +64,11 @@ void gemm(const Ctx&,
           float beta,
           float* C,
           int64_t ldc) {
+  for (const void* p :
+       {static_cast<const void*>(A), static_cast<const void*>(B), static_cast<const void*>(C)}) {
+    sim::check_device_pointer("gemm", p);
+  }
+  const sim::DeviceAccess access;
   run(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
@@ -80,6 +86,11 @@ void gemm(const Ctx&,
           float beta,
           float* C,
           int64_t ldc) {
+  for (const void* p :
+       {static_cast<const void*>(A), static_cast<const void*>(B), static_cast<const void*>(C)}) {
+    sim::check_device_pointer("gemm", p);
+  }
+  const sim::DeviceAccess access;
   run(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 

@@ -1,8 +1,16 @@
 // runtime.cpp and allocator.cpp for the CPU emulation (sim.h): "device" memory is host memory
-// from aligned_alloc, streams do not exist, copies are memcpy. The emulated device registers
-// itself as Device::kCUDA, so code written against kernels/device.h runs unchanged.
+// in one reserved address range, inaccessible to the host except while a sim::DeviceAccess lives;
+// streams do not exist, copies are memcpy. The emulated device registers itself as
+// Device::kCUDA, so code written against kernels/device.h runs unchanged.
+#include <signal.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <map>
+#include <mutex>
 #include <new>
 
 #include "mtron/core/error.h"
@@ -13,14 +21,141 @@
 namespace mtron::kernels::cuda {
 namespace {
 
+// The emulated device memory: a first-fit heap (256-byte granules, cudaMalloc's alignment) in
+// a range reserved once. The part handed out so far ([base, base + top)) is PROT_NONE while no
+// DeviceAccess lives and read-write while one does.
+class DeviceHeap {
+ public:
+  static constexpr size_t kReserve = size_t(1) << 36;  // 64 GiB of address space, no memory
+
+  DeviceHeap() {
+    void* p =
+        mmap(nullptr, kReserve, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (p == MAP_FAILED) throw std::bad_alloc();
+    base_ = static_cast<char*>(p);
+  }
+
+  void* alloc(size_t bytes) {
+    const size_t n = (bytes + 255) / 256 * 256 + (bytes == 0 ? 256 : 0);
+    std::lock_guard lock(mu_);
+    for (auto it = free_.begin(); it != free_.end(); ++it) {
+      if (it->second < n) continue;
+      const size_t off = it->first, len = it->second;
+      free_.erase(it);
+      if (len > n) free_[off + n] = len - n;
+      used_[off] = n;
+      return base_ + off;
+    }
+    const size_t off = top_;
+    if (off + n > kReserve) throw std::bad_alloc();
+    top_ = off + n;
+    const size_t page = size_t(sysconf(_SC_PAGESIZE));
+    const size_t mapped = (top_ + page - 1) / page * page;
+    if (mapped > mapped_) {
+      // New pages start inaccessible, or accessible inside a DeviceAccess.
+      protect(mapped_, mapped - mapped_, depth_ > 0);
+      mapped_ = mapped;
+    }
+    used_[off] = n;
+    return base_ + off;
+  }
+
+  void free(void* ptr) {
+    if (!ptr) return;
+    std::lock_guard lock(mu_);
+    const size_t off = size_t(static_cast<char*>(ptr) - base_);
+    auto u = used_.find(off);
+    MT_ASSERT(u != used_.end(), "CUDA emulation: free of a pointer it did not allocate");
+    size_t start = off, len = u->second;
+    used_.erase(u);
+    auto next = free_.lower_bound(off);
+    if (next != free_.end() && next->first == off + len) {
+      len += next->second;
+      next = free_.erase(next);
+    }
+    if (next != free_.begin()) {
+      auto prev = std::prev(next);
+      if (prev->first + prev->second == start) {
+        start = prev->first;
+        len += prev->second;
+        free_.erase(prev);
+      }
+    }
+    free_[start] = len;
+  }
+
+  void enter() {
+    std::lock_guard lock(mu_);
+    if (depth_++ == 0) protect(0, mapped_, true);
+  }
+  void leave() {
+    std::lock_guard lock(mu_);
+    if (--depth_ == 0) protect(0, mapped_, false);
+  }
+
+  bool contains(const void* p) const { return p >= base_ && p < base_ + kReserve; }
+  size_t offset(const void* p) const { return size_t(static_cast<const char*>(p) - base_); }
+
+ private:
+  void protect(size_t off, size_t len, bool accessible) {
+    if (len == 0) return;
+    const int rc = mprotect(base_ + off, len, accessible ? PROT_READ | PROT_WRITE : PROT_NONE);
+    MT_ASSERT(rc == 0, "CUDA emulation: mprotect failed: ", std::strerror(errno));
+  }
+
+  char* base_ = nullptr;
+  size_t top_ = 0, mapped_ = 0;
+  int depth_ = 0;
+  std::map<size_t, size_t> free_, used_;  // offset -> bytes
+  std::mutex mu_;
+};
+
+DeviceHeap& heap() {
+  static DeviceHeap* h = new DeviceHeap();  // never destroyed: tensors may outlive statics
+  return *h;
+}
+
+struct sigaction previous_segv;
+
+// A fault on emulated device memory is host code touching the device: say so, then abort (a
+// debugger shows the host frame that did it).
+void on_segv(int sig, siginfo_t* info, void* uctx) {
+  if (heap().contains(info->si_addr)) {
+    char msg[256];
+    const int n = std::snprintf(msg, sizeof msg,
+                                "CUDA emulation: host code accessed device memory (offset %zu), "
+                                "which a GPU does not allow; use kernels/device.h\n",
+                                heap().offset(info->si_addr));
+    if (n > 0) (void)!write(2, msg, size_t(n));
+    std::abort();
+  }
+  // Not ours: the previous handler's fault.
+  if (previous_segv.sa_flags & SA_SIGINFO) {
+    previous_segv.sa_sigaction(sig, info, uctx);
+  } else if (previous_segv.sa_handler != SIG_DFL && previous_segv.sa_handler != SIG_IGN) {
+    previous_segv.sa_handler(sig);
+  } else {
+    signal(SIGSEGV, SIG_DFL);  // return: the access faults again, with the default action
+  }
+}
+
+void install_segv_handler() {
+  static const bool installed = [] {
+    struct sigaction sa {};
+    sa.sa_sigaction = on_segv;
+    sa.sa_flags = SA_SIGINFO;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGSEGV, &sa, &previous_segv);
+    return true;
+  }();
+  (void)installed;
+}
+
 void* sim_alloc(size_t bytes) {
-  const size_t rounded = (bytes + 255) / 256 * 256;  // cudaMalloc's alignment
-  void* p = std::aligned_alloc(256, rounded == 0 ? 256 : rounded);
-  if (!p) throw std::bad_alloc();
-  return p;
+  return heap().alloc(bytes);
 }
 void sim_free(void* p, size_t) {
-  std::free(p);
+  heap().free(p);
 }
 
 }  // namespace
@@ -39,28 +174,45 @@ Scratch::~Scratch() {
 }
 
 void copy_to_host_sync(void* host, const void* dev, size_t bytes, cudaStream_t) {
+  sim::check_device_pointer("copy_to_host_sync", dev);
+  const sim::DeviceAccess access;
   if (bytes > 0) std::memcpy(host, dev, bytes);
 }
 
 void fill_zero(const Ctx&, void* x, int64_t bytes) {
+  sim::check_device_pointer("fill_zero", x);
+  const sim::DeviceAccess access;
   if (bytes > 0) std::memset(x, 0, size_t(bytes));
 }
 void copy(const Ctx&, void* dst, const void* src, int64_t bytes) {
+  sim::check_device_pointer("copy (destination)", dst);
+  sim::check_device_pointer("copy (source)", src);
+  const sim::DeviceAccess access;
   if (bytes > 0) std::memcpy(dst, src, size_t(bytes));
 }
 void copy_to_host(const Ctx&, void* host_dst, const void* src, int64_t bytes) {
+  sim::check_device_pointer("copy_to_host (source)", src);
+  const sim::DeviceAccess access;
   if (bytes > 0) std::memcpy(host_dst, src, size_t(bytes));
 }
 void copy_from_host(const Ctx&, void* dst, const void* host_src, int64_t bytes) {
+  sim::check_device_pointer("copy_from_host (destination)", dst);
+  const sim::DeviceAccess access;
   if (bytes > 0) std::memcpy(dst, host_src, size_t(bytes));
 }
 void synchronize(const Ctx&) {}
 
+// Emulated GPUs per node: enough for the ranks of a test under mpirun (each process has its own
+// emulated device memory; the ordinal changes nothing).
+constexpr int kEmulatedDevices = 8;
+
 int device_count() {
-  return 1;
+  return kEmulatedDevices;
 }
 void init_device(int ordinal) {
-  MT_CHECK(ordinal == 0, "the CUDA emulation has one device, not ", ordinal);
+  MT_CHECK(ordinal >= 0 && ordinal < kEmulatedDevices, "the CUDA emulation has ", kEmulatedDevices,
+           " devices, not ", ordinal);
+  install_segv_handler();
   set_device_allocator(Device::kCUDA, DeviceAllocator{sim_alloc, sim_free});
 }
 DeviceProperties device_properties() {
@@ -79,3 +231,23 @@ void* create_stream() {
 void destroy_stream(void*) {}
 
 }  // namespace mtron::kernels::cuda
+
+namespace mtron::sim {
+
+bool is_device_memory(const void* p) {
+  return kernels::cuda::heap().contains(p);
+}
+
+void check_device_pointer(const char* what, const void* p) {
+  MT_ASSERT(p == nullptr || is_device_memory(p), "CUDA emulation: ", what,
+            " was given a host pointer; device work needs device memory (kernels/device.h)");
+}
+
+DeviceAccess::DeviceAccess() {
+  kernels::cuda::heap().enter();
+}
+DeviceAccess::~DeviceAccess() {
+  kernels::cuda::heap().leave();
+}
+
+}  // namespace mtron::sim

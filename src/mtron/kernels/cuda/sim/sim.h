@@ -4,18 +4,26 @@
 //
 // Why: this machine and CI have no GPU, but the kernels' logic (indexing, masking, reductions,
 // barriers) can still be checked against the CPU kernels. Compiled with -DMTRON_CUDA_SIM, the
-// .cu files build as plain C++ against this header: each block runs with one std::thread per
-// CUDA thread, __syncthreads is a std::barrier over the block's live threads (a thread that
-// returns early drops out, as on the GPU), warp shuffles exchange values through a per-warp
-// buffer between two barriers of the warp's 32 threads, __shared__ variables are function-local
-// statics (blocks run one after another, so one copy serves the running block), and dynamic
-// shared memory is a per-block buffer. Blocks run in order, so the emulation is deterministic;
-// it does not model memory ordering between threads beyond the barriers (a kernel that needs a
-// fence the emulation does not see would pass here and fail on the GPU) nor warp-synchronous
-// code without __syncwarp. Block sizes must be multiples of 32.
+// .cu files build as plain C++ against this header: each CUDA thread of a block is a fiber on
+// the launching OS thread (sim.cpp), __syncthreads suspends it until every live thread of the
+// block has arrived (a thread that returned no longer counts, as on the GPU), warp shuffles
+// exchange values through a per-warp buffer between two warp barriers (the live threads of the
+// warp), __shared__ variables are function-local statics (blocks run one after another, so one
+// copy serves the running block), and dynamic shared memory is a per-block buffer. Threads run
+// in a fixed order, so the emulation is deterministic; it does not model memory ordering
+// between threads beyond the barriers (a kernel that needs a fence the emulation does not see
+// would pass here and fail on the GPU) nor warp-synchronous code without __syncwarp, and threads
+// waiting at different barriers (a __syncthreads in divergent code) fail an assertion. Block
+// sizes must be multiples of 32.
 //
 // Only what the kernels use is emulated; cuBLASLt and CUB calls are replaced at their call
 // sites (gemm_sim.cpp, embedding.cu).
+//
+// Device memory (runtime_sim.cpp) is one reserved address range that is inaccessible except
+// while emulated device work runs (a DeviceAccess lives: sim::launch, the copies, the GEMMs,
+// the sort): host code that reads or writes device memory directly, which on a GPU would crash
+// or read garbage, faults here too, with a message naming the address. So code above kernels/
+// run on the emulated device is checked to go through kernels/device.h for every access.
 #pragma once
 
 #include <cmath>
@@ -23,6 +31,7 @@
 #include <cstdint>
 #include <cstring>
 #include <functional>
+#include <type_traits>
 
 struct dim3 {
   unsigned x = 1, y = 1, z = 1;
@@ -54,6 +63,25 @@ inline const char* cudaGetErrorString(cudaError_t) {
 }
 
 namespace mtron::sim {
+
+// Whether p points into the emulated device memory.
+bool is_device_memory(const void* p);
+// A pointer argument of device work must be null or device memory: a host pointer handed to a
+// kernel, a GEMM or a device-side copy faults on a GPU (throws mtron::InternalError naming `what`).
+void check_device_pointer(const char* what, const void* p);
+template <typename T>
+void check_device_arg(const char* what, const T& v) {
+  if constexpr (std::is_pointer_v<T>) check_device_pointer(what, v);
+}
+
+// Makes the emulated device memory accessible for this object's lifetime (nests).
+class DeviceAccess {
+ public:
+  DeviceAccess();
+  ~DeviceAccess();
+  DeviceAccess(const DeviceAccess&) = delete;
+  DeviceAccess& operator=(const DeviceAccess&) = delete;
+};
 
 // Runs kernel() for every thread of every block of the grid; smem_bytes of dynamic shared
 // memory per block.
