@@ -492,8 +492,8 @@ void Trainer::run() {
     for (const auto& n : a_.notes) log_info("note: {}", n);
   }
   if (world_.rank() == 0 || logger) {
-    log_info("optimizer state: {:.3f} MB on this rank{}",
-             double(optimizer_->state_bytes()) / 1048576.0,
+    log_info("optimizer state: {:.3f} MB ({} bytes) on this rank{}",
+             double(optimizer_->state_bytes()) / 1048576.0, optimizer_->state_bytes(),
              par.use_distributed_optimizer ? " (distributed optimizer shard)" : "");
   }
   if (a_.model.is_moe() && (world_.rank() == 0 || logger)) {
