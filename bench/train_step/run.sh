@@ -53,8 +53,9 @@ for p in fp32 bf16; do
   echo "ratio mtron/PyTorch $p: $(awk -v a="$(median <"$tmp/torch_$p")" -v b="$(median <"$tmp/mtron_$p")" 'BEGIN{printf "%.2fx", a/b}')"
 done
 echo
-echo "mtron peak used for MFU: $(grep -o 'MFU against [0-9.]* GFLOP/s' "$tmp/mtron_fp32_$rounds.log") (fp32);" \
-  "$(grep -o 'MFU against [0-9.]* GFLOP/s' "$tmp/mtron_bf16_$rounds.log") (bf16)"
+for p in fp32 bf16; do
+  echo "mtron $p: $(grep -o 'MFU against .*' "$tmp/mtron_${p}_$rounds.log")"
+done
 for p in fp32 bf16; do
   echo
   echo "mtron $p profile (last round):"
