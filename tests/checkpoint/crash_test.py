@@ -27,8 +27,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from ckpt_common import env, mpi_prefix, read_metrics  # noqa: E402
 
-ITERS = 400  # 1 process
-ITERS_MPI = 300  # under mpirun, whose start-up takes most of each round
+MIN_ITERS = 200  # the job's length grows with the machine's speed (see probe())
 MODEL = ("--num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 16 "
          "--micro-batch-size 1 --lr 1e-3 --min-lr 1e-4 --lr-decay-style cosine "
          "--mock-data --vocab-size 8000 --seed 7 --log-interval 1 --eval-iters 0").split()
@@ -66,14 +65,40 @@ def children(pid):
     return kids
 
 
+def sleep_range(np_):
+    """Seconds between a round's start and its kill (under mpirun start-up takes longer)."""
+    return (0.15, 0.8) if np_ == 1 else (0.6, 2.0)
+
+
+def probe(mtron, work, np_, base):
+    """Iterations a round can complete at most on this machine: run the round's command (saving
+    every iteration) for the longest kill delay and count. Every kill round must interrupt
+    training, so the job must be longer than the rounds can get through."""
+    d = os.path.join(work, "probe")
+    cmd = mpi_prefix(np_) + [mtron, "train"] + base + [
+        "--train-iters", "1000000", "--save", d, "--save-interval", "1",
+        "--keep-last-n-checkpoints", "2", "--metrics-file", d + ".jsonl"]
+    p = subprocess.Popen(cmd, env=env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                         start_new_session=True)
+    time.sleep(sleep_range(np_)[1])
+    os.killpg(p.pid, signal.SIGKILL)
+    p.wait()
+    shutil.rmtree(d, ignore_errors=True)
+    return len(rows_of(d + ".jsonl"))
+
+
 def main():
     mtron, tool, work, np_ = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
     kills = int(sys.argv[5]) if len(sys.argv) > 5 else 20
     rng = random.Random(int(os.environ.get("CRASH_SEED", "20261130")))
     shutil.rmtree(work, ignore_errors=True)
     os.makedirs(work)
-    iters = ITERS if np_ == 1 else ITERS_MPI
     layout = ["--global-batch-size", str(np_)] + (["--use-distributed-optimizer"] if np_ > 1 else [])
+    per_round = probe(mtron, work, np_, MODEL + layout)
+    # 1.3 x the most the kill rounds could get through (a round averages ~0.6 of the most: the
+    # machine would have to get twice as fast during the test for a round to find it finished).
+    iters = max(MIN_ITERS, int(1.3 * per_round * kills) + per_round)
+    print("probe: at most %d iterations per round; the job trains %d" % (per_round, iters))
     base = MODEL + layout + ["--train-iters", str(iters)]
 
     ref_ck = os.path.join(work, "reference")
@@ -91,8 +116,8 @@ def main():
         before = marker(ck)
         if not final and before == iters:
             # A kill of a finished job tests nothing: every round must interrupt training.
-            failures.append("round %d: the job already finished at iteration %d; the test needs "
-                            "more iterations (ITERS) for this machine's speed" % (k, iters))
+            failures.append("round %d: the job already finished at iteration %d, so the kills "
+                            "test nothing (the probe underestimated the speed)" % (k, iters))
             break
         metrics, log = work + "/run%02d.jsonl" % k, work + "/run%02d.log" % k
         cmd = mpi_prefix(np_) + [mtron, "train"] + base + [
@@ -105,7 +130,7 @@ def main():
             if final:
                 p.wait(timeout=300)
             else:
-                time.sleep(rng.uniform(0.15, 0.8) if np_ == 1 else rng.uniform(0.6, 2.0))
+                time.sleep(rng.uniform(*sleep_range(np_)))
                 victim = p.pid
                 if np_ > 1:
                     ranks = children(p.pid)
