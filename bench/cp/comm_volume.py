@@ -11,9 +11,10 @@ KV = 2 * (S/CP) * B * (G/TP) * D * 4 bytes (fp32). Per step: x layers x micro-ba
 the forward with --recompute-granularity full, which runs the forward ring twice).
 """
 import os
-import re
-import subprocess
 import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from profile_run import run_profiled  # noqa: E402
 
 L, H, HEADS, GROUPS, S, MBS, GBS, VOCAB = 4, 256, 8, 4, 512, 1, 4, 1000
 BASE = ("--num-layers %d --hidden-size %d --num-attention-heads %d --group-query-attention "
@@ -32,24 +33,6 @@ def analytic(cp, tp, pp, dp, recompute):
     return (L // pp) * M * (forwards + 2) * (cp - 1) * kv
 
 
-def run(mtron, np_, flags):
-    cmd = [mtron, "train"] + BASE + flags
-    if np_ > 1:
-        cmd = ["mpirun", "--allow-run-as-root", "--oversubscribe", "--bind-to", "none",
-               "-np", str(np_)] + cmd
-    env = dict(os.environ, OMPI_MCA_rmaps_base_oversubscribe="1")
-    out = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                         text=True, timeout=900).stdout
-    sent = {}
-    for m in re.finditer(r"\[mtron r(\d+)/\d+\] bytes sent per step:(.*)", out):
-        toks = m.group(2).split()
-        sent[int(m.group(1))] = {toks[i]: int(toks[i + 1]) for i in range(0, len(toks), 2)}
-    ms = [float(x) for x in re.findall(r"elapsed time per iteration \(ms\): ([\d.]+)", out)]
-    if not sent:
-        sys.exit("no profile lines in:\n" + out)
-    return sent, ms[-1]
-
-
 def main():
     mtron = sys.argv[1]
     layouts = [("CP1", 1, 1, 1, 1, []),
@@ -66,7 +49,7 @@ def main():
     for name, np_, cp, tp, pp, extra in layouts:
         flags = ["--context-parallel-size", str(cp), "--tensor-model-parallel-size", str(tp),
                  "--pipeline-model-parallel-size", str(pp)] + extra
-        sent, ms = run(mtron, np_, flags)
+        sent, _, ms = run_profiled(mtron, np_, BASE + flags)
         dp = np_ // (cp * tp * pp)
         want = analytic(cp, tp, pp, dp, "--recompute-granularity" in extra)
         for r in sorted(sent):

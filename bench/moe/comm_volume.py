@@ -17,9 +17,10 @@ balanced volume by the routing's imbalance (printed as measured / analytic); the
 ranks differs only by the pairs that stay on their own rank.
 """
 import os
-import re
-import subprocess
 import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from profile_run import run_profiled  # noqa: E402
 
 L, H, HEADS, S, MBS, GBS, VOCAB, E, K, FE = 4, 256, 8, 256, 2, 8, 1000, 8, 2, 256
 BASE = ("--num-layers %d --hidden-size %d --num-attention-heads %d --swiglu --normalization "
@@ -38,24 +39,6 @@ def analytic(ep, etp, tp, cp, pp, dp):
     ep_b = 4 * T * K * (ep - 1) / ep * H * 4 + (ep - 1) * (E // ep) * 8 if ep > 1 else 0
     etp_b = 4 * (etp - 1) * T * K * H * 4 + (etp - 1) * ep * (E // ep) * 8 if etp > 1 else 0
     return per * ep_b, per * etp_b
-
-
-def run(mtron, np_, flags):
-    cmd = [mtron, "train"] + BASE + flags
-    if np_ > 1:
-        cmd = ["mpirun", "--allow-run-as-root", "--oversubscribe", "--bind-to", "none",
-               "-np", str(np_)] + cmd
-    env = dict(os.environ, OMPI_MCA_rmaps_base_oversubscribe="1")
-    out = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                         text=True, timeout=900).stdout
-    sent = {}
-    for m in re.finditer(r"\[mtron r(\d+)/\d+\] bytes sent per step:(.*)", out):
-        toks = m.group(2).split()
-        sent[int(m.group(1))] = {toks[i]: int(toks[i + 1]) for i in range(0, len(toks), 2)}
-    ms = [float(x) for x in re.findall(r"elapsed time per iteration \(ms\): ([\d.]+)", out)]
-    if not sent:
-        sys.exit("no profile lines in:\n" + out)
-    return sent, ms[-1]
 
 
 def main():
@@ -77,7 +60,7 @@ def main():
         flags = ["--expert-model-parallel-size", str(ep), "--expert-tensor-parallel-size",
                  str(etp), "--tensor-model-parallel-size", str(tp), "--context-parallel-size",
                  str(cp), "--pipeline-model-parallel-size", str(pp)] + extra
-        sent, ms = run(mtron, np_, flags)
+        sent, _, ms = run_profiled(mtron, np_, BASE + flags)
         dp = np_ // (tp * cp * pp)
         want_ep, want_etp = analytic(ep, etp, tp, cp, pp, dp)
         total_ep = 0

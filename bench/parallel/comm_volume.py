@@ -12,9 +12,10 @@ table for PP 2 at several micro-batch counts. Byte conventions are comm.h's: all
 bytes over p ranks 2(p-1)/p n, all-gather / reduce-scatter (p-1)/p of the full vector, send n.
 """
 import os
-import re
-import subprocess
 import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from profile_run import run_profiled  # noqa: E402
 
 L, H, HEADS, S, MBS, GBS, VOCAB = 4, 256, 4, 128, 2, 16, 1000
 E = 4  # fp32 bytes
@@ -75,26 +76,6 @@ def analytic(t, p, d, v, sp, rank_pp):
     return out
 
 
-def run(mtron, np_, flags):
-    cmd = [mtron, "train"] + BASE + flags
-    if np_ > 1:
-        cmd = ["mpirun", "--allow-run-as-root", "--oversubscribe", "--bind-to", "none",
-               "-np", str(np_)] + cmd
-    env = dict(os.environ, OMPI_MCA_rmaps_base_oversubscribe="1")
-    out = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                         text=True, timeout=900).stdout
-    bytes_by_rank, bubble = {}, {}
-    for m in re.finditer(r"\[mtron r(\d+)/\d+\] bytes sent per step:(.*)", out):
-        toks = m.group(2).split()
-        bytes_by_rank[int(m.group(1))] = {toks[i]: int(toks[i + 1]) for i in range(0, len(toks), 2)}
-    for m in re.finditer(r"\[mtron r(\d+)/\d+\] pipeline per step: compute ([\d.]+) s, waiting "
-                         r"([\d.]+) s, bubble ([\d.]+) \(ideal .* = ([\d.]+)\)", out):
-        bubble[int(m.group(1))] = (float(m.group(4)), float(m.group(5)))
-    if not bytes_by_rank:
-        sys.exit("no profile lines in:\n" + out)
-    return bytes_by_rank, bubble
-
-
 def coords(rank, t, d):
     return rank // (t * d)  # pp rank (order tp-cp-ep-dp-pp)
 
@@ -114,7 +95,7 @@ def main():
     for name, np_, t, p, v, sp, extra in layouts:
         d = np_ // (t * p)
         flags = ["--tensor-model-parallel-size", str(t), "--pipeline-model-parallel-size", str(p)]
-        measured, _ = run(mtron, np_, flags + extra)
+        measured, _, _ = run_profiled(mtron, np_, BASE + flags + extra)
         for r in sorted(measured):
             m = measured[r]
             a = analytic(t, p, d, v, sp, coords(r, t, d))
@@ -133,7 +114,7 @@ def main():
             flags = ["--pipeline-model-parallel-size", "2", "--global-batch-size", str(m * MBS)]
             if v == 2:
                 flags += ["--num-layers-per-virtual-pipeline-stage", "1"]
-            _, bubble = run(mtron, 2, flags)
+            _, bubble, _ = run_profiled(mtron, 2, BASE + flags)
             meas, ideal = bubble[0]
             print("%-10s %4d %10.3f %10.3f" % ("PP2 VPP%d" % v, m, meas, ideal))
     return 0 if worst_all <= 0.05 else 1
