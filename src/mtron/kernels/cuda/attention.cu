@@ -110,6 +110,23 @@ __device__ __forceinline__ void for_owned_columns(int sub, int D, F f) {
   }
 }
 
+// acc[..] += sum over the tile's kT rows jj of w[jj] * tile[jj][cols this thread owns]: the
+// forward's O += P V and the backward's dQ += dS K (w: one row of the P / dS tile).
+template <int kMaxD>
+__device__ __forceinline__ void accumulate_rows(
+    float* acc, const float* w, const float* tile, int ld, int Dp, int sub) {
+  for (int jj = 0; jj < kT; jj += 4) {
+    const float4 w4 = ld4(w + jj);
+    MT_UNROLL
+    for (int e = 0; e < 4; ++e) {
+      const float x = elem(w4, e);
+      MT_UNROLL
+      for (int u = 0; u < kMaxD / 16; ++u)
+        if (16 * u < Dp) axpy4(acc + 4 * u, x, ld4(tile + (jj + e) * ld + 16 * u + 4 * sub));
+    }
+  }
+}
+
 template <int kMaxD>
 __global__ void __launch_bounds__(kThreads) attention_forward_kernel(float* out,
                                                                      float* lse,
@@ -177,16 +194,7 @@ __global__ void __launch_bounds__(kThreads) attention_forward_kernel(float* out,
     __syncthreads();  // K is no longer read; P is complete
     load_tile(KVs, ld, v, j0, s.Sk, D, [&](int64_t row) { return kv_row(s, row, b, g); });
     __syncthreads();
-    for (int jj = 0; jj < kT; jj += 4) {
-      const float4 p4 = ld4(Ps + r * kPs + jj);
-      MT_UNROLL
-      for (int e = 0; e < 4; ++e) {
-        const float p = elem(p4, e);
-        MT_UNROLL
-        for (int u = 0; u < kMaxD / 16; ++u)
-          if (16 * u < Dp) axpy4(acc + 4 * u, p, ld4(KVs + (jj + e) * ld + 16 * u + 4 * sub));
-      }
-    }
+    accumulate_rows<kMaxD>(acc, Ps + r * kPs, KVs, ld, Dp, sub);
   }
 
   if (i < s.Sq) {
@@ -376,16 +384,7 @@ __global__ void __launch_bounds__(kThreads) attention_dq_kernel(float* dq,
       dSs[r * kPs + jj] = p * (dp[u] - dlt);
     }
     __syncwarp();  // a row's dS is written and read by its 4 threads (one warp)
-    for (int jj = 0; jj < kT; jj += 4) {
-      const float4 ds4 = ld4(dSs + r * kPs + jj);
-      MT_UNROLL
-      for (int e = 0; e < 4; ++e) {
-        const float ds = elem(ds4, e);
-        MT_UNROLL
-        for (int u = 0; u < kMaxD / 16; ++u)
-          if (16 * u < Dp) axpy4(dq_acc + 4 * u, ds, ld4(Ks + (jj + e) * ld + 16 * u + 4 * sub));
-      }
-    }
+    accumulate_rows<kMaxD>(dq_acc, dSs + r * kPs, Ks, ld, Dp, sub);
   }
 
   if (i < s.Sq) {
