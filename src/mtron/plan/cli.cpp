@@ -50,9 +50,11 @@ std::string list_catalogs() {
   for (const auto& e : model_catalog()) s += fmt::format("  {:<20} {}\n", e.name, e.description);
   s += "\nhardware (catalog/hardware/*.json):\n";
   for (const auto& h : hardware_catalog()) {
-    s += fmt::format("  {:<20} {}: bf16 {:.0f} TFLOP/s, {:.0f} GiB{}\n", h.name, h.description,
-                     h.peak_bf16 * (h.is_cpu ? h.gpus_per_node : 1) / 1e12, h.memory_bytes / kGiB,
-                     h.is_cpu ? " (node)" : "");
+    const double n = h.is_cpu ? h.gpus_per_node : 1;
+    s += fmt::format("  {:<20} {}: bf16 {:.4g}{} TFLOP/s dense, {:.0f} GiB{}\n", h.name,
+                     h.description, h.peak_bf16 * n / 1e12,
+                     h.peak_fp8 > 0 ? fmt::format(", fp8 {:.4g}", h.peak_fp8 * n / 1e12) : "",
+                     h.memory_bytes / kGiB, h.is_cpu ? " (node)" : "");
   }
   s += "\nnetworks:\n";
   for (const auto& n : network_catalog()) s += fmt::format("  {:<20} {}\n", n.name, n.description);
@@ -405,10 +407,11 @@ int run_plan(std::vector<std::string> args) {
     job.mtron = mtron_binary.empty() ? self_path() : mtron_binary;
     job.comment = fmt::format(
         "{}\n{} on {}\nplan #{}: {}\npredicted: {:.3f} s per step, {:.0f} tokens/s/GPU, {:.4g} "
-        "TFLOP/s/GPU, MFU {:.1f}%; memory {:.1f} of {:.1f} GiB per GPU",
+        "TFLOP/s/GPU, MFU {:.1f}%; memory {:.1f} of {:.1f} GiB per GPU\nMFU against {}",
         command, m.summary(), cluster_summary(c), pick, layout_name(chosen.layout),
         chosen.time.total, chosen.time.tokens_per_second_per_device, chosen.time.tflops_per_device,
-        100 * chosen.time.mfu, chosen.memory.total() / kGiB, chosen.memory.capacity / kGiB);
+        100 * chosen.time.mfu, chosen.memory.total() / kGiB, chosen.memory.capacity / kGiB,
+        c.device().peak_description(o.precision));
     write(emit_script(parse_launcher(emit), c, chosen.layout, train_args(m, chosen.layout, c, t),
                       job));
     return 0;

@@ -185,7 +185,7 @@ StepTime estimate_step_time(const ModelConfig& m, const Layout& l, const PerfPar
     block({T, (q + 2 * kv) / t, h}, {T, h, q / t});
     // Core attention (causal): QK^T and PV over the whole sequence for this rank's queries.
     const double attn_flops = 2 * T * s * q / t;  // forward, causal half counted
-    if (pp.fused_attention) {
+    if (pp.fused_attention && l.fused_attention) {
       // Fused kernels lose efficiency on short blocks: with CP each ring step works on chunks
       // of s/(2 cp) tokens (Megatron's load-balanced split).
       const double chunk = p.cp() > 1 ? s / double(2 * p.cp()) : s;
@@ -197,7 +197,9 @@ StepTime estimate_step_time(const ModelConfig& m, const Layout& l, const PerfPar
       // and a softmax pass over the scores.
       const double batches = b * a / t, sq = s / double(p.cp());
       const double qk = gemm_seconds(pp, sq, s, hd, prec), pv = gemm_seconds(pp, sq, hd, s, prec);
-      x.attn_f = batches * (qk + pv);
+      // GPUs launch one batched GEMM for all of them; mtron's CPU kernels one GEMM each.
+      const double launches = pp.gemm_overlaps_memory ? 1 : batches;
+      x.attn_f = batches * (qk + pv - 2 * pp.gemm_overhead) + launches * 2 * pp.gemm_overhead;
       x.attn_b = 2 * x.attn_f;
       const double scores = batches * sq * s;
       x.elem_f += 4 * e * scores / pp.memory_bandwidth;
@@ -344,7 +346,7 @@ StepTime estimate_step_time(const ModelConfig& m, const Layout& l, const PerfPar
     const StageParams sp = stage_parameters(m, p, r);
     const double dense = sp.tp_sharded + sp.replicated;
     const double grad_bytes = l.grads_fp32 || prec == Precision::kFP32 ? 4.0 : 2.0;
-    const double param_bytes = prec == Precision::kFP32 ? 4.0 : 2.0;
+    const double param_bytes = prec == Precision::kFP32 ? 4.0 : l.fp8_params ? 1.0 : 2.0;
     const int64_t dpcp = p.dp() * p.cp(), edp = p.edp();
     const Link dense_link = pp.link_for_group(dpcp, p.tp());
     const Link expert_link = pp.link_for_group(edp, p.etp() * p.ep());
