@@ -1,6 +1,7 @@
-// Throughput against the published rows of catalog/published: the rows of
-// reference/megatron.md section 8 within 10%, the rows held out from the fit within a median of
-// 10%, and the hardware catalog's constants are what the fit gives.
+// Throughput against the published rows of catalog/published: the five calibration rows
+// (Megatron-Core r0.8.0's 1.7B, 16B, 70B on H100; Narayanan et al. 2021's 1.7B and 145B on A100)
+// within 10%, the rows held out from the fit within a median of 10%, and the hardware
+// catalog's constants are what the fit gives.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -33,8 +34,6 @@ TEST(Published, AllRows) {
   for (size_t i = 0; i < rows.size(); ++i) EXPECT_TRUE(pred[i].planned) << rows[i]->name();
 }
 
-// reference/megatron.md section 8: Megatron-Core's 1.7B, 16B and 70B on H100, Narayanan et
-// al.'s 1.7B and 145B on A100.
 TEST(Published, SectionEightRowsWithin10Percent) {
   const auto rows = rows_where([](const PublishedRow& r) {
     return (r.table == "megatron-core-r0.8.0" &&

@@ -487,7 +487,7 @@ int run_doctor(std::vector<std::string> args) {
     for (std::string line; std::getline(*in, line);) lines.push_back(line);
     const LogReport log = parse_log(lines);
     const std::vector<Finding> f = diagnose(log, o);
-    if (!f.empty()) rc = 1;
+    if (has_problems(f)) rc = 1;
     if (json)
       all.push_back({{"log", path}, {"findings", findings_json(f)}});
     else
