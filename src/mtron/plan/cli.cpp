@@ -252,6 +252,13 @@ int run_plan(std::vector<std::string> args) {
                  "~/.cache/mtron/calibration.json); used with --hardware local-cpu when present")
       ->group(g);
   app.add_flag("--calibrate-quick", quick, "A short calibration (fewer shapes)")->group(g);
+  std::string calibrate_device = "cpu";
+  app.add_option("--device", calibrate_device,
+                 "What --calibrate measures: cpu (this machine's cores, MPI) or cuda (this "
+                 "node's GPUs, one rank per GPU: `mpirun -np <GPUs>`)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"cpu", "cuda"}))
+      ->group(g);
 
   g = "launch script (mtron train flags)";
   app.add_option("--train-iters", t.train_iters, "Iterations to train")
@@ -334,7 +341,7 @@ int run_plan(std::vector<std::string> args) {
     return 0;
   }
   if (calibration_file.empty()) calibration_file = default_calibration_path();
-  if (calibrate) return run_calibration({calibration_file, quick});
+  if (calibrate) return run_calibration({calibration_file, quick, calibrate_device == "cuda"});
 
   MT_CHECK(m.num_layers > 0 || !model_name.empty(),
            "give a model: --model NAME (see --list) or Megatron's model flags (--num-layers "
@@ -376,9 +383,13 @@ int run_plan(std::vector<std::string> args) {
 
   PerfParams perf = perf_from_hardware(c, o.precision);
   std::string perf_source = "hardware catalog";
-  if (c.hardware.is_cpu && std::filesystem::exists(calibration_file)) {
-    perf = perf_from_calibration(load_calibration(calibration_file), c, o.precision);
-    perf_source = "calibration " + calibration_file;
+  if (std::filesystem::exists(calibration_file)) {
+    // A CPU plan uses this machine's calibration; a GPU plan the entry measured on that GPU.
+    const Calibration cal = load_calibration(calibration_file);
+    if (c.hardware.is_cpu ? !cal.by_ranks.empty() : gpu_entry(cal, c) != nullptr) {
+      perf = perf_from_calibration(cal, c, o.precision);
+      perf_source = "calibration " + calibration_file;
+    }
   }
 
   const SearchResult r = search_layouts(m, c, perf, o);
