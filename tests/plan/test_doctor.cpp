@@ -56,7 +56,8 @@ TEST(Doctor, FindsEachPlantedProblemAndNothingElse) {
                         {"straggler_mtron.log", "straggler"},
                         {"hang.log", "hang"},
                         {"hang_silent.log", "hang"},
-                        {"throughput_drop.log", "throughput_drop"}};
+                        {"throughput_drop.log", "throughput_drop"},
+                        {"grad_explosion.log", "divergence"}};
   for (const Case& c : cases) {
     const LogReport log = load(c.log);
     const std::vector<Finding> f = diagnose(log, h100());

@@ -11,7 +11,7 @@
 #include <optional>
 #include <sstream>
 
-#include "mtron/plan/doctor_log.h"
+#include "mtron/plan/doctor_io.h"
 
 namespace mtron::plan {
 namespace {
@@ -35,10 +35,6 @@ double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   const size_t n = v.size();
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
-const char* severity_name(Severity s) {
-  return s == Severity::kCritical ? "critical" : s == Severity::kWarning ? "warning" : "info";
 }
 
 Finding make(Severity sev, const char* kind, std::string title, double score) {
@@ -175,6 +171,13 @@ void find_nan(const LogReport& log, std::vector<Finding>* out) {
   out->push_back(f);
 }
 
+std::vector<std::string> divergence_fixes() {
+  return {"a longer warmup: raise --lr-warmup-iters (e.g. 1-2% of --train-iters)",
+          "a lower peak --lr", "--clip-grad 1.0 (global-norm clipping) if it is off or larger",
+          "a smaller --init-method-std such as 0.006 for wide models",
+          "--bf16 instead of --fp16; check the data for repeated or corrupt documents"};
+}
+
 void find_loss_anomalies(const LogReport& log, std::vector<Finding>* out) {
   const auto pts = loss_points(log);
   if (pts.size() < 10) return;
@@ -204,12 +207,36 @@ void find_loss_anomalies(const LogReport& log, std::vector<Finding>* out) {
     while (start < smooth.size() && smooth[start] < lo * 1.1) ++start;
     if (start < pts.size()) add_evidence(f, log, pts[start]->line);
     add_evidence(f, log, pts.back()->line);
-    f.fixes = {"a longer warmup: raise --lr-warmup-iters (e.g. 1-2% of --train-iters)",
-               "a lower peak --lr", "--clip-grad 1.0 (global-norm clipping) if it is off or larger",
-               "a smaller --init-method-std such as 0.006 for wide models",
-               "--bf16 instead of --fp16; check the data for repeated or corrupt documents"};
+    f.fixes = divergence_fixes();
     out->push_back(f);
     return;  // a spike report inside a divergence adds nothing
+  }
+  // The gradient norm explodes (its last values 10x its median over the first half of the
+  // log) while the loss has stopped falling: the divergence before the loss shows it.
+  std::vector<const IterationRecord*> gn;
+  for (const IterationRecord* r : pts)
+    if (r->grad_norm > 0) gn.push_back(r);
+  if (gn.size() >= 10) {
+    std::vector<double> first, last;
+    for (size_t i = 0; i < gn.size() / 2; ++i) first.push_back(gn[i]->grad_norm);
+    for (size_t i = gn.size() - w; i < gn.size(); ++i) last.push_back(gn[i]->grad_norm);
+    const double base = median(first), now = median(last);
+    if (now > 10 * base && now > 1 && tail > lo * 1.02) {
+      size_t from = gn.size() / 2;
+      while (from < gn.size() && gn[from]->grad_norm < 3 * base) ++from;
+      Finding f = make(Severity::kCritical, "divergence",
+                       fmt::format("divergence: the gradient norm grows from {:.3g} to {:.3g} "
+                                   "(from iteration {}) while the loss stops falling ({:.3f} "
+                                   "-> {:.3f})",
+                                   base, now, gn[std::min(from, gn.size() - 1)]->iteration, lo,
+                                   pts.back()->loss),
+                       78);
+      add_evidence(f, log, gn[std::min(from, gn.size() - 1)]->line);
+      add_evidence(f, log, gn.back()->line);
+      f.fixes = divergence_fixes();
+      out->push_back(f);
+      return;
+    }
   }
   // Spikes: a point far above the recent median that comes back down.
   Finding f = make(Severity::kWarning, "loss_spike", "", 50);
@@ -736,48 +763,6 @@ std::vector<Finding> diagnose(const LogReport& log, const DoctorOptions& o) {
     return a.score > b.score;
   });
   return out;
-}
-
-std::string format_findings(const std::string& name,
-                            const LogReport& log,
-                            const std::vector<Finding>& findings) {
-  std::string s = fmt::format("mtron doctor: {}: {} lines, {} iteration lines", name,
-                              log.lines.size(), log.iterations.size());
-  if (!log.iterations.empty())
-    s += fmt::format(" (iterations {}..{} of {})", log.iterations.front().iteration,
-                     log.iterations.back().iteration, log.iterations.back().train_iters);
-  if (!has_problems(findings)) {
-    s += "\nno problems found\n";
-    if (findings.empty()) return s;
-  } else {
-    s += fmt::format("; {} finding{}\n", findings.size(), findings.size() == 1 ? "" : "s");
-  }
-  for (size_t i = 0; i < findings.size(); ++i) {
-    const Finding& f = findings[i];
-    s += fmt::format("\n{}. [{}] {}\n", i + 1, severity_name(f.severity), f.title);
-    s += "   evidence:\n";
-    for (const auto& e : f.evidence) s += "     " + e + "\n";
-    s += "   fix:\n";
-    for (const auto& x : f.fixes) s += "     - " + x + "\n";
-  }
-  return s;
-}
-
-nlohmann::json findings_json(const std::vector<Finding>& findings) {
-  nlohmann::json a = nlohmann::json::array();
-  for (const auto& f : findings)
-    a.push_back({{"severity", severity_name(f.severity)},
-                 {"kind", f.kind},
-                 {"title", f.title},
-                 {"evidence", f.evidence},
-                 {"fixes", f.fixes}});
-  return a;
-}
-
-bool has_problems(const std::vector<Finding>& findings) {
-  for (const Finding& f : findings)
-    if (f.severity != Severity::kInfo) return true;
-  return false;
 }
 
 }  // namespace mtron::plan

@@ -1,6 +1,6 @@
 // defines: lower, trim, parse_timestamp (helpers the log parser and the detectors share)
 //
-// Internal to plan/doctor*.cpp.
+// Internal to plan/doctor.cpp and plan/doctor_io.cpp.
 #pragma once
 
 #include <string>

@@ -1,6 +1,9 @@
-// The log parser of `mtron doctor`: Megatron's per-iteration line in its formats, the rank
-// prefixes of launchers, lines wrapped by a terminal, and the device the log names.
-#include "mtron/plan/doctor_log.h"
+// `mtron doctor`'s input and output: the log parser (Megatron's per-iteration line in its
+// formats, the rank prefixes of launchers, lines wrapped by a terminal, the device the log
+// names) and the report of the findings.
+#include "mtron/plan/doctor_io.h"
+
+#include <fmt/core.h>
 
 #include <cctype>
 #include <cmath>
@@ -163,6 +166,10 @@ LogDevice detect_device(const std::vector<std::string>& lines) {
   return LogDevice::kUnknown;
 }
 
+const char* severity_name(Severity s) {
+  return s == Severity::kCritical ? "critical" : s == Severity::kWarning ? "warning" : "info";
+}
+
 }  // namespace
 
 LogReport parse_log(const std::vector<std::string>& lines) {
@@ -185,6 +192,48 @@ LogReport parse_log(const std::vector<std::string>& lines) {
     r.iterations.push_back(*it);
   }
   return r;
+}
+
+std::string format_findings(const std::string& name,
+                            const LogReport& log,
+                            const std::vector<Finding>& findings) {
+  std::string s = fmt::format("mtron doctor: {}: {} lines, {} iteration lines", name,
+                              log.lines.size(), log.iterations.size());
+  if (!log.iterations.empty())
+    s += fmt::format(" (iterations {}..{} of {})", log.iterations.front().iteration,
+                     log.iterations.back().iteration, log.iterations.back().train_iters);
+  if (!has_problems(findings)) {
+    s += "\nno problems found\n";
+    if (findings.empty()) return s;
+  } else {
+    s += fmt::format("; {} finding{}\n", findings.size(), findings.size() == 1 ? "" : "s");
+  }
+  for (size_t i = 0; i < findings.size(); ++i) {
+    const Finding& f = findings[i];
+    s += fmt::format("\n{}. [{}] {}\n", i + 1, severity_name(f.severity), f.title);
+    s += "   evidence:\n";
+    for (const auto& e : f.evidence) s += "     " + e + "\n";
+    s += "   fix:\n";
+    for (const auto& x : f.fixes) s += "     - " + x + "\n";
+  }
+  return s;
+}
+
+nlohmann::json findings_json(const std::vector<Finding>& findings) {
+  nlohmann::json a = nlohmann::json::array();
+  for (const auto& f : findings)
+    a.push_back({{"severity", severity_name(f.severity)},
+                 {"kind", f.kind},
+                 {"title", f.title},
+                 {"evidence", f.evidence},
+                 {"fixes", f.fixes}});
+  return a;
+}
+
+bool has_problems(const std::vector<Finding>& findings) {
+  for (const Finding& f : findings)
+    if (f.severity != Severity::kInfo) return true;
+  return false;
 }
 
 }  // namespace mtron::plan
