@@ -156,6 +156,13 @@ TEST(Doctor, RealLogsFirstFindingNamesTheProblem) {
     const LogReport log = load("real/" + r.file);
     const std::vector<Finding> f = diagnose(log, DoctorOptions{});
     std::printf("%s", format_findings(r.file, log, f).c_str());
+    if (log.device == LogDevice::kCpu) {  // the advice follows the device
+      for (const Finding& x : f)
+        for (const std::string& fix : x.fixes)
+          for (const char* gpu : {"nvidia-smi", "NCCL", "CUDA", "NVLink"}) {
+            EXPECT_EQ(fix.find(gpu), std::string::npos) << r.file << ": " << fix;
+          }
+    }
     if (r.expected == "healthy") {
       EXPECT_FALSE(has_problems(f)) << r.file;
       continue;

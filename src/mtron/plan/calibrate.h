@@ -17,7 +17,7 @@ namespace mtron::plan {
 
 struct CalibrateOptions {
   std::string path;    // calibration file to update
-  bool quick = false;  // fewer shapes and sizes (tests)
+  bool quick = false;  // fewer and smaller shapes (tests; GPUs: the CUDA emulation's size)
   bool cuda = false;   // measure the GPUs (--device cuda) instead of the CPU
 };
 

@@ -66,10 +66,11 @@ Tensor device_tensor(int64_t n, DType t, const Ctx& ctx) {
 // linear layers call them.
 void measure_gemms(const Gpus& g, const Ctx& ctx, bool quick, RankCalibration* r) {
   using kernels::Trans;
+  // quick: shapes small enough for the CUDA emulation (tests).
   const std::vector<int64_t> tokens =
-      quick ? std::vector<int64_t>{2048} : std::vector<int64_t>{1024, 4096, 8192};
+      quick ? std::vector<int64_t>{64, 128} : std::vector<int64_t>{1024, 4096, 8192};
   const std::vector<std::pair<int64_t, int64_t>> linears =
-      quick ? std::vector<std::pair<int64_t, int64_t>>{{1024, 3072}}
+      quick ? std::vector<std::pair<int64_t, int64_t>>{{32, 96}, {96, 32}}
             : std::vector<std::pair<int64_t, int64_t>>{{4096, 6144},  {4096, 4096},  {4096, 28672},
                                                        {14336, 4096}, {8192, 10240}, {8192, 57344},
                                                        {28672, 8192}};
@@ -95,12 +96,13 @@ void measure_gemms(const Gpus& g, const Ctx& ctx, bool quick, RankCalibration* r
 }
 
 // Causal fused attention, forward and backward, at Llama-like shapes (32 heads of 128, 8
-// key/value groups).
+// key/value groups; quick: 2 heads of 32, one group).
 void measure_attention(const Gpus& g, const Ctx& ctx, bool quick, RankCalibration* r) {
   const std::vector<int64_t> seqs =
-      quick ? std::vector<int64_t>{512} : std::vector<int64_t>{1024, 2048, 4096, 8192};
+      quick ? std::vector<int64_t>{32, 64} : std::vector<int64_t>{1024, 2048, 4096, 8192};
+  const int64_t heads = quick ? 2 : 32, groups = quick ? 1 : 8, dim = quick ? 32 : 128;
   for (int64_t S : seqs) {
-    const kernels::AttnShape s{1, S, S, 32, 8, 128, 1.0f / std::sqrt(128.0f)};
+    const kernels::AttnShape s{1, S, S, heads, groups, dim, 1.0f / std::sqrt(float(dim))};
     const int64_t nq = S * s.H * s.D, nkv = S * s.G * s.D;
     const Tensor q = device_tensor(nq, DType::kF32, ctx), k = device_tensor(nkv, DType::kF32, ctx),
                  v = device_tensor(nkv, DType::kF32, ctx), o = device_tensor(nq, DType::kF32, ctx),
@@ -119,7 +121,7 @@ void measure_attention(const Gpus& g, const Ctx& ctx, bool quick, RankCalibratio
 
 // Device-to-device copy: bytes read plus bytes written per second.
 double measure_memory_bandwidth(const Gpus& g, const Ctx& ctx, bool quick) {
-  const int64_t bytes = quick ? (int64_t(1) << 26) : (int64_t(1) << 30);
+  const int64_t bytes = quick ? (int64_t(1) << 20) : (int64_t(1) << 30);
   const Tensor a = device_tensor(bytes, DType::kU8, ctx), b = device_tensor(bytes, DType::kU8, ctx);
   const double sec = time_all(g, ctx, [&] { kernels::copy(ctx, b.raw(), a.raw(), bytes); });
   return 2.0 * double(bytes) / sec;
@@ -190,13 +192,13 @@ int run_gpu_calibration(const CalibrateOptions& o) {
     std::printf("calibration for %d x %s written to %s\n", g.size(), device.c_str(),
                 o.path.c_str());
     std::printf(
-        "  GEMM bf16 (cuBLASLt): %.1f TFLOP/s, operands at %.0f GB/s, %.1f us per call (median "
+        "  GEMM bf16 (cuBLASLt): %.4g TFLOP/s, operands at %.4g GB/s, %.3g us per call (median "
         "error of the fit %.0f%% over %zu shapes)\n",
         f.flops / 1e12, f.bandwidth / 1e9, f.overhead * 1e6, 100 * f.median_rel_error,
         r.gemm["bf16"].size());
-    std::printf("  fused attention: %.1f TFLOP/s (median error %.0f%% over %zu lengths)\n",
+    std::printf("  fused attention: %.4g TFLOP/s (median error %.0f%% over %zu lengths)\n",
                 a.flops / 1e12, 100 * a.median_rel_error, r.attention.size());
-    std::printf("  memory bandwidth: %.0f GB/s\n", r.memory_bandwidth / 1e9);
+    std::printf("  memory bandwidth: %.4g GB/s\n", r.memory_bandwidth / 1e9);
     if (!r.collectives.empty()) {
       const Link l = fit_link(r.collectives);
       std::printf("  NCCL collectives: bus bandwidth %.1f GB/s per GPU, latency %.1f us per step\n",

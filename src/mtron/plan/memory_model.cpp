@@ -131,7 +131,9 @@ double layer_activation_bytes(const ModelConfig& m,
 MemoryBreakdown estimate_memory(const ModelConfig& m, const Layout& l, const Cluster& c) {
   const ParallelConfig& p = l.parallel;
   const Hardware dev = c.device();
-  const bool fused_attention = l.fused_attention && !dev.is_cpu;
+  // Flash-style attention keeps no scores: every GPU kernel and mtron's CPU kernels
+  // (kernels/attention.h); Layout::fused_attention off models kernels that materialise them.
+  const bool fused_attention = l.fused_attention;
   const double e = activation_elem_bytes(l.precision);
   const double t = double(p.tp());
   const double st = p.sequence_parallel ? t : 1.0;
@@ -178,10 +180,18 @@ MemoryBreakdown estimate_memory(const ModelConfig& m, const Layout& l, const Clu
     }
     if (l.recompute == RecomputeGranularity::kFull) b.working = per_layer(no_recompute);
     if (stage == p.pp() - 1) {
-      // Final norm and output-layer inputs; fp32 logits kept for the loss; during backward the
-      // bf16 logits and their fp32 gradient exist at once.
-      b.activations += 2 * e * T * h / st + 4 * T * V / t;
-      b.working = std::max(b.working, (e + 4) * T * V / t);
+      // Final norm and output-layer inputs. GPUs (Megatron): fp32 logits kept for the loss,
+      // and during backward the bf16 logits and their fp32 gradient at once. CPUs (mtron's
+      // trainer): the fused output layer + cross-entropy holds one chunk of rows' fp32 logits
+      // (and their bf16 gradient) at a time.
+      b.activations += 2 * e * T * h / st;
+      if (dev.is_cpu) {
+        const double rows = double(lm_head_rows_per_chunk(int64_t(V / t), true));
+        b.working = std::max(b.working, (4 + (e == 2 ? 2 : 0)) * std::min(rows, T) * V / t);
+      } else {
+        b.activations += 4 * T * V / t;
+        b.working = std::max(b.working, (e + 4) * T * V / t);
+      }
     }
     b.overhead =
         (dev.is_cpu ? kCpuRuntime : kGpuRuntime) + kFragmentation * (b.activations + b.working);

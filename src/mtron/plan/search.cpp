@@ -112,7 +112,7 @@ Shapes search_shapes(const ModelConfig& m,
                   l.precision = o.precision;
                   l.grads_fp32 = o.grads_fp32;
                   l.tp_comm_overlap = o.tp_comm_overlap && tp > 1 && !cpu && p.sequence_parallel;
-                  l.fused_attention = o.fused_attention && !cpu;
+                  l.fused_attention = o.fused_attention;
                   l.fp8_params = o.fp8_params && o.precision == Precision::kFP8;
                   try {
                     p.finalize(m);
