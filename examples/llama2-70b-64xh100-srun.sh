@@ -3,7 +3,8 @@
 # mtron plan --model llama2-70b --gpus 64 --data-path /data/redpajama_text_document --tokenizer-type Llama2Tokenizer --tokenizer-model /data/tokenizer.model --split 99,1,0 --train-iters 500000 --lr 1.5e-4 --min-lr 1.5e-5 --lr-warmup-iters 2000 --save /checkpoints/llama2-70b --load /checkpoints/llama2-70b --save-interval 1000 --eval-interval 1000 --eval-iters 10 --mtron mtron --emit srun -o llama2-70b-64xh100-srun.sh
 # 80 layers, hidden 8192, 64 heads (8 query groups, head dim 128), ffn 28672 SwiGLU, RMSNorm, RoPE, vocab 32000 (padded 32000), seq 4096 on 64 x NVIDIA H100 SXM5 80GB HBM3 (DGX/HGX H100) (8 nodes of 8; NVLink 450 GB/s per GPU; 8 x InfiniBand NDR 400 Gb/s per node)
 # plan #1: TP4 PP4 VPP4 CP1 DP4 mbs1
-# predicted: 52.060 s per step, 1259 tokens/s/GPU, 539.3 TFLOP/s/GPU, MFU 54.5%; memory 65.0 of 79.6 GiB per GPU
+# predicted: 59.446 s per step, 1102 tokens/s/GPU, 472.3 TFLOP/s/GPU, MFU 47.7%; memory 65.0 of 79.6 GiB per GPU
+# MFU against NVIDIA H100 SXM5 80GB HBM3 (DGX/HGX H100) bf16 dense peak 989.4 TFLOP/s per GPU (fp8 dense peak 1979; fp8 runs are quoted against the bf16 peak too)
 set -euo pipefail
 
 MTRON=${MTRON:-mtron}

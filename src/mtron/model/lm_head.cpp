@@ -5,6 +5,7 @@
 #include <limits>
 #include <vector>
 
+#include "mtron/core/formulas.h"
 #include "mtron/kernels/device.h"
 #include "mtron/kernels/elementwise.h"
 #include "mtron/kernels/gemm.h"
@@ -18,11 +19,7 @@ double lm_head_loss(const RunCtx& rc, Arena& scratch, const LmHeadArgs& a) {
   const bool bf = rc.precision == Precision::kBF16;
   const bool train = a.dh != nullptr;
   const bool host = rc.k.device == Device::kCPU;
-  // Logits per chunk: ~16 MB on a CPU (cache-sized GEMMs), ~256 MB on a GPU (large GEMMs, few
-  // host synchronisations for the loss).
-  const int64_t budget = host ? int64_t(1) << 22 : int64_t(1) << 26;
-  const int64_t R =
-      std::clamp<int64_t>(budget / std::max<int64_t>(a.Vl, 1), 16, host ? 1024 : 16384);
+  const int64_t R = lm_head_rows_per_chunk(a.Vl, host);
   float* logits = scratch.alloc<float>(R * a.Vl);
   bf16* dlogits_b = bf && train ? scratch.alloc<bf16>(R * a.Vl) : nullptr;
   float* stats = scratch.alloc<float>(4 * R);  // max | sumexp | target | scale

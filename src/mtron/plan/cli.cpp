@@ -50,9 +50,11 @@ std::string list_catalogs() {
   for (const auto& e : model_catalog()) s += fmt::format("  {:<20} {}\n", e.name, e.description);
   s += "\nhardware (catalog/hardware/*.json):\n";
   for (const auto& h : hardware_catalog()) {
-    s += fmt::format("  {:<20} {}: bf16 {:.0f} TFLOP/s, {:.0f} GiB{}\n", h.name, h.description,
-                     h.peak_bf16 * (h.is_cpu ? h.gpus_per_node : 1) / 1e12, h.memory_bytes / kGiB,
-                     h.is_cpu ? " (node)" : "");
+    const double n = h.is_cpu ? h.gpus_per_node : 1;
+    s += fmt::format("  {:<20} {}: bf16 {:.4g}{} TFLOP/s dense, {:.0f} GiB{}\n", h.name,
+                     h.description, h.peak_bf16 * n / 1e12,
+                     h.peak_fp8 > 0 ? fmt::format(", fp8 {:.4g}", h.peak_fp8 * n / 1e12) : "",
+                     h.memory_bytes / kGiB, h.is_cpu ? " (node)" : "");
   }
   s += "\nnetworks:\n";
   for (const auto& n : network_catalog()) s += fmt::format("  {:<20} {}\n", n.name, n.description);
@@ -250,6 +252,13 @@ int run_plan(std::vector<std::string> args) {
                  "~/.cache/mtron/calibration.json); used with --hardware local-cpu when present")
       ->group(g);
   app.add_flag("--calibrate-quick", quick, "A short calibration (fewer shapes)")->group(g);
+  std::string calibrate_device = "cpu";
+  app.add_option("--device", calibrate_device,
+                 "What --calibrate measures: cpu (this machine's cores, MPI) or cuda (this "
+                 "node's GPUs, one rank per GPU: `mpirun -np <GPUs>`)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"cpu", "cuda"}))
+      ->group(g);
 
   g = "launch script (mtron train flags)";
   app.add_option("--train-iters", t.train_iters, "Iterations to train")
@@ -332,7 +341,7 @@ int run_plan(std::vector<std::string> args) {
     return 0;
   }
   if (calibration_file.empty()) calibration_file = default_calibration_path();
-  if (calibrate) return run_calibration({calibration_file, quick});
+  if (calibrate) return run_calibration({calibration_file, quick, calibrate_device == "cuda"});
 
   MT_CHECK(m.num_layers > 0 || !model_name.empty(),
            "give a model: --model NAME (see --list) or Megatron's model flags (--num-layers "
@@ -374,9 +383,13 @@ int run_plan(std::vector<std::string> args) {
 
   PerfParams perf = perf_from_hardware(c, o.precision);
   std::string perf_source = "hardware catalog";
-  if (c.hardware.is_cpu && std::filesystem::exists(calibration_file)) {
-    perf = perf_from_calibration(load_calibration(calibration_file), c, o.precision);
-    perf_source = "calibration " + calibration_file;
+  if (std::filesystem::exists(calibration_file)) {
+    // A CPU plan uses this machine's calibration; a GPU plan the entry measured on that GPU.
+    const Calibration cal = load_calibration(calibration_file);
+    if (c.hardware.is_cpu ? !cal.by_ranks.empty() : gpu_entry(cal, c) != nullptr) {
+      perf = perf_from_calibration(cal, c, o.precision);
+      perf_source = "calibration " + calibration_file;
+    }
   }
 
   const SearchResult r = search_layouts(m, c, perf, o);
@@ -405,10 +418,11 @@ int run_plan(std::vector<std::string> args) {
     job.mtron = mtron_binary.empty() ? self_path() : mtron_binary;
     job.comment = fmt::format(
         "{}\n{} on {}\nplan #{}: {}\npredicted: {:.3f} s per step, {:.0f} tokens/s/GPU, {:.4g} "
-        "TFLOP/s/GPU, MFU {:.1f}%; memory {:.1f} of {:.1f} GiB per GPU",
+        "TFLOP/s/GPU, MFU {:.1f}%; memory {:.1f} of {:.1f} GiB per GPU\nMFU against {}",
         command, m.summary(), cluster_summary(c), pick, layout_name(chosen.layout),
         chosen.time.total, chosen.time.tokens_per_second_per_device, chosen.time.tflops_per_device,
-        100 * chosen.time.mfu, chosen.memory.total() / kGiB, chosen.memory.capacity / kGiB);
+        100 * chosen.time.mfu, chosen.memory.total() / kGiB, chosen.memory.capacity / kGiB,
+        c.device().peak_description(o.precision));
     write(emit_script(parse_launcher(emit), c, chosen.layout, train_args(m, chosen.layout, c, t),
                       job));
     return 0;
@@ -484,7 +498,7 @@ int run_doctor(std::vector<std::string> args) {
     for (std::string line; std::getline(*in, line);) lines.push_back(line);
     const LogReport log = parse_log(lines);
     const std::vector<Finding> f = diagnose(log, o);
-    if (!f.empty()) rc = 1;
+    if (has_problems(f)) rc = 1;
     if (json)
       all.push_back({{"log", path}, {"findings", findings_json(f)}});
     else
