@@ -208,10 +208,10 @@ int run_plan(std::vector<std::string> args) {
       ->group(g);
   app.add_flag("--no-sequence-parallel", no_sp, "Do not use --sequence-parallel with TP > 1")
       ->group(g);
-  o.tp_comm_overlap = false;
-  app.add_flag("--tp-comm-overlap", o.tp_comm_overlap,
-               "Plan TP communication hidden behind GEMMs, as Megatron with Transformer Engine "
-               "runs it (mtron train accepts the flag but does not overlap: off by default)")
+  bool no_tp_overlap = false;
+  app.add_flag("--no-tp-comm-overlap", no_tp_overlap,
+               "Plan without --tp-comm-overlap (TP communication overlapped with GEMMs, on by "
+               "default on GPUs with TP > 1 and sequence parallelism)")
       ->group(g);
   app.add_flag("--allow-cross-node-tp", o.allow_cross_node_tp,
                "Also search TP larger than an NVLink domain")
@@ -348,6 +348,7 @@ int run_plan(std::vector<std::string> args) {
   o.distributed_optimizer = !no_distopt;
   o.sequence_parallel = !no_sp;
   o.grads_fp32 = !prec.grad_reduce_in_bf16;
+  o.tp_comm_overlap = !no_tp_overlap;
   o.tp = fixed.tp();
   o.pp = fixed.pp();
   o.cp = fixed.cp();
