@@ -248,6 +248,7 @@ void Checkpointer::load(const TrainView& v) {
   }
   if (load_optim && a_.use_checkpoint_opt_param_scheduler && m.lr_schedule) {
     *v.schedule = *m.lr_schedule;
+    info_.lr_schedule = m.lr_schedule;  // and later saves record the schedule in use
     if (root)
       log_info(
           "note: the learning-rate schedule is the checkpoint's "

@@ -39,9 +39,8 @@ constexpr Compat kSwitches[] = {
     {"--no-create-attention-mask-in-dataloader", "mtron's attention is causal without a mask"},
     {"--use-contiguous-buffers-in-local-ddp", "gradients always live in contiguous buckets"},
     {"--manual-gc", "mtron has no garbage collector"},
-    {"--manual-gc-eval", "mtron has no garbage collector"},
+    {"--no-manual-gc-eval", "mtron has no garbage collector"},
     {"--no-mmap-bin-files", "mtron reads .bin files through mmap; the data are the same"},
-    {"--mmap-bin-files", "mtron reads .bin files through mmap"},
     {"--use-pytorch-profiler", "mtron's profiler is --profile (per-kernel table)"},
     {"--async-save", "mtron saves synchronously; the result is the same checkpoint"},
     {"--use-dist-ckpt", "mtron's checkpoints are always sharded and reshardable"},
@@ -53,10 +52,8 @@ constexpr Compat kSwitches[] = {
     {"--log-num-zeros-in-grad", "mtron's log line has no zeros count"},
     {"--log-progress", "progress.txt is not written"},
     {"--log-energy", "energy is not measured"},
-    {"--check-for-nan-in-loss-and-grad", "NaN/Inf iterations are always counted and skipped"},
     {"--no-check-for-nan-in-loss-and-grad", "NaN/Inf iterations are always counted and skipped"},
     {"--deterministic-mode", "mtron's runs are always deterministic"},
-    {"--overlap-p2p-communication", "pipeline send/recv scheduling choice"},
     {"--no-overlap-p2p-communication", "pipeline send/recv scheduling choice"},
     {"--defer-embedding-wgrad-compute", "kernel scheduling choice"},
     {"--calculate-per-token-loss",
@@ -89,7 +86,6 @@ const std::vector<CompatValue>& value_flags() {
        {"single"}},
       {"--profile-step-start", "--profile times every iteration after the first", {}},
       {"--profile-step-end", "--profile times every iteration after the first", {}},
-      {"--profile-ranks", "--profile reports rank 0 and the last rank", {}},
       {"--tensorboard-queue-size", "mtron flushes the event file at every logged iteration", {}},
       {"--timing-log-level", "mtron's timers are --profile's per-kernel table", {"0", "1", "2"}},
       {"--timing-log-option",
@@ -144,6 +140,15 @@ void add_compat_flags(CLI::App& app, std::vector<std::string>& notes) {
     o->multi_option_policy(CLI::MultiOptionPolicy::TakeLast)->group(kGroup);
     if (!c.choices.empty()) o->check(CLI::IsMember(c.choices));
   }
+  app.add_option_function<std::vector<std::string>>(
+         "--profile-ranks",
+         [&notes](const std::vector<std::string>&) {
+           add_note(notes,
+                    "--profile-ranks has no effect: --profile reports rank 0 and the last "
+                    "rank");
+         },
+         "--profile reports rank 0 and the last rank")
+      ->group(kGroup);
   // Services mtron cannot reach: rejected, with what to use instead. An empty project is
   // Megatron's default (no W&B), so scripts that pass it unset still run.
   app.add_option_function<std::string>(
