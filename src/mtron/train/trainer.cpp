@@ -13,6 +13,8 @@
 #include "mtron/core/memory.h"
 #include "mtron/core/profile.h"
 #include "mtron/core/timer.h"
+#include "mtron/core/version.h"
+#include "mtron/kernels/cpu_isa.h"
 #include "mtron/kernels/device.h"
 #include "mtron/kernels/elementwise.h"
 #include "mtron/parallel/rank_map.h"
@@ -502,6 +504,7 @@ void Trainer::run() {
                                : rank_device(detect_local_cpu(), ranks_per_node_);
   const double peak = device.mfu_peak_flops(gemm_precision);
   if (world_.rank() == 0) {
+    log_info("mtron {}: {}", mtron_version(), kernels::cpu_summary());
     log_info("model: {}", a_.model.summary());
     log_info("layout: {}", par.summary());
     if (a_.batches.varies()) log_info("global batch size: {}", a_.batches.describe());
