@@ -43,7 +43,7 @@ print_layout)
     --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 --sequence-parallel \
     --data-path /nonexistent/corpus_text_document --tokenizer-type GPT2BPETokenizer \
     --vocab-file /nonexistent/vocab.json --merge-file /nonexistent/merges.txt \
-    --save /nonexistent/ck --load /nonexistent/ck --tensorboard-dir /nonexistent/tb \
+    --save /nonexistent/ck --save-interval 10 --load /nonexistent/ck --tensorboard-dir /nonexistent/tb \
     --print-layout --world-size 16 > "$TMP/out" 2>&1 || fail "print-layout: $(cat "$TMP/out")"
   grep -q "world 16 = TP 2 x CP 1 x DP 4 x PP 2" "$TMP/out" || fail "layout: $(cat "$TMP/out")"
   grep -q "Theoretical memory footprints" "$TMP/out" || fail "memory report"

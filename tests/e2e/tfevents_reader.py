@@ -108,9 +108,19 @@ def events(path):
 
 
 def scalars(path):
-    """{tag: {step: value}} of every scalar in the file."""
+    """{tag: {step: value}} of every scalar in the file (the first value of a step)."""
+    s = {}
+    for tag, points in series(path).items():
+        s[tag] = {}
+        for step, value in points:
+            s[tag].setdefault(step, value)
+    return s
+
+
+def series(path):
+    """{tag: [(step, value), ...]} in file order (a step may repeat)."""
     s = {}
     for e in events(path):
         for tag, value in e["scalars"]:
-            s.setdefault(tag, {})[e["step"]] = value
+            s.setdefault(tag, []).append((e["step"], value))
     return s

@@ -207,12 +207,6 @@ Checkpointer::Checkpointer(CheckpointArgs args, RunInfo info, const ParallelStat
   }
   if (a_.no_save_rng) info_.seed.reset();
   if (a_.exit_signal_handler) signals_ = std::make_unique<ExitSignalHandler>();
-  if (!a_.ckpt_format.empty() && ps_.rank() == 0) {
-    log_info(
-        "note: --ckpt-format {} has no effect: mtron writes sharded safetensors checkpoints "
-        "that load under any layout (docs/checkpoints.md)",
-        a_.ckpt_format);
-  }
 }
 
 Checkpointer::~Checkpointer() = default;

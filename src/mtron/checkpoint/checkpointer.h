@@ -47,7 +47,7 @@ struct CheckpointArgs {
   bool no_load_optim = false, no_load_rng = false, finetune = false;
   bool no_save_optim = false, no_save_rng = false;
   int64_t ckpt_step = -1;   // -1: the latest
-  std::string ckpt_format;  // informational
+  std::string ckpt_format;  // accepted for Megatron scripts (a note; mtron has one format)
   bool exit_signal_handler = false;
   int64_t exit_interval = 0;
   double exit_duration_in_mins = 0;     // Megatron takes an int; fractions are accepted too

@@ -281,6 +281,11 @@ bool parse_train_args(int argc, char** argv, int64_t world_size, TrainArgs& a) {
   MT_CHECK(a.model.hidden_dropout == 0.0f && a.model.attention_dropout == 0.0f,
            "dropout is not supported yet: pass --hidden-dropout 0 --attention-dropout 0 "
            "(mtron's default)");
+  if (!a.checkpoint.ckpt_format.empty()) {
+    a.notes.push_back("--ckpt-format " + a.checkpoint.ckpt_format +
+                      " has no effect: mtron writes sharded safetensors checkpoints that load "
+                      "under any layout (docs/checkpoints.md)");
+  }
   if (a.precision.grad_reduce_in_bf16 && !a.precision.bf16) {
     a.notes.push_back("--grad-reduce-in-bf16 has no effect without --bf16 (fp32 gradients)");
     a.precision.grad_reduce_in_bf16 = false;
