@@ -176,6 +176,11 @@ def case_rampup(work):
                                  "--step-batch-size-schedule", "0:2 64:4 192:8",
                                  "--metrics-file", "/dev/null"]))
     check([r[4] for r in log] == [2, 2, 4, 4, 8, 8], "step schedule: %s" % [r[4] for r in log])
+    # Unquoted, one word per entry (as Megatron-LM's GPT-3 example's array expands it).
+    words = iterations(run(TINY + ["--micro-batch-size", "1", "--train-iters", "6",
+                                   "--step-batch-size-schedule", "0:2", "64:4", "192:8",
+                                   "--metrics-file", "/dev/null"]))
+    check([r[4] for r in words] == [2, 2, 4, 4, 8, 8], "step schedule in words")
 
 
 def case_checkpoint_lr(work):

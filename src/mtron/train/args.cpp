@@ -149,10 +149,12 @@ bool parse_train_args(int argc, char** argv, int64_t world_size, TrainArgs& a) {
                  "over SAMPLES samples (with --train-samples)")
       ->expected(3)
       ->group(t);
-  std::string step_schedule;
-  app.add_option("--step-batch-size-schedule", step_schedule,
+  // One word, or (as Megatron-LM's own GPT-3 example passes it, unquoted) one word per entry.
+  std::vector<std::string> step_words;
+  app.add_option("--step-batch-size-schedule", step_words,
                  "\"TOKENS:BATCH ...\": the global batch size from each token count on (suffixes "
                  "K, M, B, T)")
+      ->expected(1, CLI::detail::expected_max_vector_size)
       ->group(t);
   app.add_option("--seed", a.seed, "Random seed (default 1234)")->group(t);
   add_precision_flags(app, a.precision, t);
@@ -266,7 +268,8 @@ bool parse_train_args(int argc, char** argv, int64_t world_size, TrainArgs& a) {
   bool fp16 = false;
   app.add_flag("--fp16", fp16, "")->group("");
 
-  std::vector<std::string> args = last_occurrence_only(argc, argv, {"--data-path"});
+  std::vector<std::string> args =
+      last_occurrence_only(argc, argv, {"--data-path", "--step-batch-size-schedule"});
   std::reverse(args.begin(), args.end());  // CLI11 takes a vector in reverse order
   try {
     app.parse(args);
@@ -336,6 +339,7 @@ bool parse_train_args(int argc, char** argv, int64_t world_size, TrainArgs& a) {
            "--decoder-first/last-pipeline-num-layers: uneven pipeline stages are not supported "
            "by mtron train yet (every stage holds num-layers / PP layers)");
   // The batch schedule: its last size is the global batch size the layout is checked with.
+  const std::string step_schedule = fmt::format("{}", fmt::join(step_words, " "));
   MT_CHECK(rampup.empty() || step_schedule.empty(),
            "--rampup-batch-size and --step-batch-size-schedule exclude each other");
   if (!step_schedule.empty()) {
