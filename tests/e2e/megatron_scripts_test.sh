@@ -22,6 +22,7 @@ grep -q "world 128 = TP 8 x CP 1 x DP 1 x PP 16" gpt3.out || fail "gpt3 layout: 
 grep -q "step schedule 0:16 1171875:320 2343750:624" gpt3.out || fail "gpt3 batch schedule"
 grep -q "Theoretical memory footprints" gpt3.out || fail "gpt3 memory report"
 grep -q "vocabulary assumed 50257" gpt3.out || fail "gpt3 vocabulary note"
+grep -q "no --tokenizer-type: GPT2BPETokenizer" gpt3.out || fail "gpt3: the tokenizer of the BPE files"
 
 DTYPE=bf16 bash "$S/llama3_8b.sh" ck/llama tb/llama MOCK MOCK > llama.out 2>&1 || fail "llama: $(cat llama.out)"
 grep -q "world 8 = TP 1 x CP 1 x DP 8 x PP 1" llama.out || fail "llama layout: $(cat llama.out)"

@@ -298,6 +298,12 @@ bool parse_train_args(int argc, char** argv, int64_t world_size, TrainArgs& a) {
   MT_CHECK(a.mock_data || !a.data_path.empty(), "no data: pass --data-path PREFIX or --mock-data");
   MT_CHECK(!(a.mock_data && !a.data_path.empty()),
            "--mock-data and --data-path exclude each other");
+  if (a.tokenizer_type.empty() && !a.vocab_file.empty() && !a.merge_file.empty()) {
+    // Only GPT-2's BPE takes a merge file (Megatron-LM's GPT-3 example relies on it).
+    a.tokenizer_type = "GPT2BPETokenizer";
+    a.notes.push_back(
+        "no --tokenizer-type: GPT2BPETokenizer, the tokenizer of --vocab-file and --merge-file");
+  }
   if (a.tokenizer_type.empty()) {
     MT_CHECK(a.mock_data, "--data-path needs --tokenizer-type (one of ",
              fmt::format("{}", fmt::join(data::tokenizer_types(), ", ")), ")");

@@ -54,7 +54,6 @@ MODEL_PARALLEL_ARGS=(
 
 DATA_ARGS=(
     --data-path $DATA_PATH
-    --tokenizer-type GPT2BPETokenizer
     --vocab-file $VOCAB_FILE
     --merge-file $MERGE_FILE
     --split 949,50,1
