@@ -17,6 +17,22 @@ export OMPI_MCA_mpi_yield_when_idle=1
 echo "== ctest ($preset)"
 ctest --preset "$preset" -j "$(nproc)" --timeout 900
 
+# The AVX2 path on CPUs that have more (MTRON_CPU_ISA caps the SIMD kernels and the GEMM
+# libraries): kernels, model, the PyTorch reference and a few parallel layouts a second time. On
+# a CPU whose best level is avx2 or lower the first pass already ran it.
+mtron=build/$preset/apps/mtron
+level=$("$mtron" --version | sed -n 's/^mtron [^:]*: CPU \([a-z0-9_]*\).*/\1/p')
+case "$level" in
+  avx512*|amx)
+    echo "== ctest ($preset) again with MTRON_CPU_ISA=avx2 (this CPU: $level)"
+    MTRON_CPU_ISA=avx2 ctest --preset "$preset" -j "$(nproc)" --timeout 900 \
+      -L 'kernels|model|reference'
+    MTRON_CPU_ISA=avx2 ctest --preset "$preset" -j "$(nproc)" --timeout 900 \
+      -R '^layout_(gpt2|llama)_(tp2_sp|pp2_vpp2|dp2_distopt|cp2)$'
+    ;;
+  *) echo "== second pass with MTRON_CPU_ISA=avx2 skipped: this CPU's best level is $level" ;;
+esac
+
 # The CUDA build compiles and links here (no GPU needed; the kernels' logic is tested above on
 # the CPU emulation, kernels.cuda_sim_op_check). Its own build directory, the preset's sm_90 and
 # sm_80, no tests: about 3 min of CPU time (sm_80 adds ~7 s of it). MTRON_SKIP_CUDA_BUILD=1

@@ -16,10 +16,15 @@ namespace mtron::kernels::cpu {
 
 MTRON_KERNEL_OPS(MT_OP_DECLARE)
 
+// Reads the CPU and MTRON_CPU_ISA and caps the SIMD dispatch, once (cpu/isa.cpp); every CPU op
+// calls it before its first dispatch, so the cap holds in any program that links the kernels.
+void init_isa();
+
 }  // namespace mtron::kernels::cpu
 
 #define MT_CPU_EXPORT(ret, name, id, contract, params, args) \
   HWY_EXPORT(id);                                            \
   ret name(const ::mtron::kernels::Ctx&, MT_UNPACK params) { \
+    init_isa();                                              \
     return HWY_DYNAMIC_DISPATCH(id) args;                    \
   }

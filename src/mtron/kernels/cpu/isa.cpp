@@ -1,14 +1,33 @@
 // The CPU's instruction-set level, the MTRON_CPU_ISA cap and the choice of SIMD target
 // (kernels/cpu_isa.h). Highway's own detection says which SIMD targets run here; CPUID says
 // which x86 matrix units there are (AVX512_BF16, AMX), which Highway 1.0 does not report.
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "mtron/kernels/cpu/isa.cpp"
+#include <hwy/foreach_target.h>  // IWYU pragma: keep
+// clang-format off
 #include <hwy/highway.h>
 #include <hwy/targets.h>
+// clang-format on
+
+HWY_BEFORE_NAMESPACE();
+namespace mtron::kernels::cpu::HWY_NAMESPACE {
+
+// The target this body was compiled for: what the dispatch runs, as the kernels see it.
+const char* running_target() {
+  return hwy::TargetName(HWY_TARGET);
+}
+
+}  // namespace mtron::kernels::cpu::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
 #include <omp.h>
 
 #include <cstdlib>
 #include <cstring>
 
 #include "mtron/core/error.h"
+#include "mtron/kernels/cpu/cpu_ops.h"
 #include "mtron/kernels/cpu_isa.h"
 
 #if HWY_ARCH_X86
@@ -66,12 +85,11 @@ struct State {
   bool capped = false;             // MTRON_CPU_ISA chose the level
   std::vector<std::string> names;  // of the levels
   std::vector<int64_t> targets;    // Highway targets compiled in and allowed, best first
-  int64_t forced = 0;              // the target use_cpu_simd_target chose (0: none)
 };
 
 // Reads the CPU and MTRON_CPU_ISA once; caps Highway's dispatch at the level's target.
-State& state() {
-  static State s = [] {
+const State& state() {
+  static const State s = [] {
     State st;
     for (const Level& l : kLevels) st.names.emplace_back(l.name);
     st.best = st.level = best_level();
@@ -85,11 +103,14 @@ State& state() {
       st.level = i;
       st.capped = true;
     }
-    // every target better (a lower bit) than the level's is off
-    hwy::DisableTargets(kLevels[st.level].simd - 1);
-    for (int64_t t = hwy::SupportedTargets() & HWY_TARGETS; t != 0; t &= t - 1)
+    // Every target better (a lower bit) than the level's is off. Highway 1.0's SupportedTargets()
+    // resets the dispatch to the uncapped best target each time it runs, so it runs only before
+    // DisableTargets (in best_level()), which makes the next dispatch choose again, capped.
+    const int64_t off = kLevels[st.level].simd - 1;
+    for (int64_t t = hwy::SupportedTargets() & HWY_TARGETS & ~off; t != 0; t &= t - 1)
       st.targets.push_back(t & -t);
     MT_ASSERT(!st.targets.empty(), "no SIMD target of this build runs on this CPU");
+    hwy::DisableTargets(off);
     return st;
   }();
   return s;
@@ -111,9 +132,13 @@ const std::vector<std::string>& cpu_isa_levels() {
   return state().names;
 }
 
+namespace cpu {
+HWY_EXPORT(running_target);
+}  // namespace cpu
+
 std::string cpu_simd_target() {
-  const State& s = state();
-  return hwy::TargetName(s.forced ? s.forced : s.targets.front());
+  cpu::init_isa();
+  return HWY_DYNAMIC_DISPATCH(cpu::running_target)();
 }
 
 std::vector<std::string> cpu_simd_targets() {
@@ -123,15 +148,23 @@ std::vector<std::string> cpu_simd_targets() {
 }
 
 void use_cpu_simd_target(const std::string& target) {
-  State& s = state();
+  const State& s = state();
   int64_t chosen = 0;
   for (int64_t t : s.targets)
     if (target == hwy::TargetName(t)) chosen = t;
   MT_CHECK(target.empty() || chosen != 0, "SIMD target ", target, " is not available here (level ",
            cpu_isa(), ")");
-  s.forced = chosen;
   hwy::SetSupportedTargetsForTest(chosen);  // 0: back to the CPU's targets under the cap
 }
+
+namespace cpu {
+
+void init_isa() {
+  static const bool done = (state(), true);
+  (void)done;
+}
+
+}  // namespace cpu
 
 std::string cpu_summary() {
   const State& s = state();
@@ -142,3 +175,4 @@ std::string cpu_summary() {
 }
 
 }  // namespace mtron::kernels
+#endif  // HWY_ONCE
