@@ -76,12 +76,18 @@ void InferenceModel::norm(float* out, const float* in, int w, int b, int64_t n) 
   const kernels::Ctx k;
   const int64_t h = cfg_.hidden_size;
   float* rstd = scratch_.alloc<float>(n);
+  const float* gamma = p_.master(w);
+  if (cfg_.apply_layernorm_1p) {  // zero-centred weights: the norm applies 1 + weight
+    float* g = scratch_.alloc<float>(h);
+    for (int64_t i = 0; i < h; ++i) g[i] = 1.0f + gamma[i];
+    gamma = g;
+  }
   if (cfg_.normalization == Normalization::kLayerNorm) {
     float* mean = scratch_.alloc<float>(n);
-    kernels::layernorm_forward(k, out, mean, rstd, in, p_.master(w), p_.master(b), n, h,
+    kernels::layernorm_forward(k, out, mean, rstd, in, gamma, p_.master(b), n, h,
                                cfg_.norm_epsilon);
   } else {
-    kernels::rmsnorm_forward(k, out, rstd, in, p_.master(w), n, h, cfg_.norm_epsilon);
+    kernels::rmsnorm_forward(k, out, rstd, in, gamma, n, h, cfg_.norm_epsilon);
   }
 }
 

@@ -13,6 +13,7 @@
 #include "mtron/core/error.h"
 #include "mtron/core/hardware.h"
 #include "mtron/core/model_flags.h"
+#include "mtron/core/parallel_flags.h"
 #include "mtron/plan/calibrate.h"
 #include "mtron/plan/calibration.h"
 #include "mtron/plan/doctor.h"
@@ -147,8 +148,12 @@ int run_plan(std::vector<std::string> args) {
   int64_t gpus = 0, gpus_per_node = 0, nics_per_node = 0, pick = 1;
   SearchOptions o;
   bool json = false, list = false, calibrate = false, quick = false;
-  bool bf16 = false, fp16 = false, fp32 = false, no_distopt = false, no_sp = false;
-  bool grad_bf16 = false;
+  bool fp16 = false, fp32 = false, no_distopt = false, no_sp = false;
+  PrecisionFlags prec;
+  // The layout sizes a plan fixes, in `mtron train`'s flags (parallel_flags.h); 0: searched.
+  ParallelConfig fixed;
+  fixed.tensor_model_parallel_size = fixed.pipeline_model_parallel_size = 0;
+  fixed.context_parallel_size = fixed.expert_model_parallel_size = 0;
   std::string fp8_format, recompute;
   TrainingArgs t;
   JobOptions job;
@@ -180,10 +185,7 @@ int run_plan(std::vector<std::string> args) {
       ->group(g);
 
   g = "training";
-  app.add_option("--global-batch-size", o.global_batch_size,
-                 "Sequences per iteration (default: the catalog model's published batch)")
-      ->group(g);
-  app.add_flag("--bf16", bf16, "Plan bf16 training (the default)")->group(g);
+  add_precision_flags(app, prec, g);
   app.add_flag("--fp16", fp16, "Plan fp16 training with loss scaling")->group(g);
   app.add_flag("--fp32", fp32, "Plan fp32 training")->group(g);
   app.add_option("--fp8-format", fp8_format,
@@ -192,15 +194,9 @@ int run_plan(std::vector<std::string> args) {
       ->check(CLI::IsMember({"e4m3", "hybrid"}))
       ->group(g);
 
-  g = "layout search (unset: searched)";
-  app.add_option("--tensor-model-parallel-size", o.tp, "Fix TP")->group(g);
-  app.add_option("--pipeline-model-parallel-size", o.pp, "Fix PP")->group(g);
-  app.add_option("--context-parallel-size", o.cp, "Fix CP")->group(g);
-  app.add_option("--expert-model-parallel-size", o.ep, "Fix EP")->group(g);
-  app.add_option("--expert-tensor-parallel-size", o.etp, "Fix expert TP")->group(g);
-  app.add_option("--num-virtual-stages-per-pipeline-rank", o.vpp, "Fix the interleaving (1: none)")
-      ->group(g);
-  app.add_option("--micro-batch-size", o.micro_batch_size, "Fix the micro-batch size")->group(g);
+  g = "layout search (each given size is fixed; unset: searched; --global-batch-size default: "
+      "the catalog model's published batch)";
+  add_parallel_flags(app, fixed, ParallelFlags::kSizes, g);
   app.add_option("--max-micro-batch-size", o.max_micro_batch_size,
                  "Largest micro-batch size searched")
       ->capture_default_str()
@@ -218,8 +214,6 @@ int run_plan(std::vector<std::string> args) {
   app.add_flag("--no-tp-comm-overlap", no_tp_overlap,
                "Plan without --tp-comm-overlap (TP communication overlapped with GEMMs, on by "
                "default on GPUs with TP > 1 and sequence parallelism)")
-      ->group(g);
-  app.add_flag("--grad-reduce-in-bf16", grad_bf16, "Plan bf16 gradient buffers and reduction")
       ->group(g);
   app.add_flag("--allow-cross-node-tp", o.allow_cross_node_tp,
                "Also search TP larger than an NVLink domain")
@@ -348,8 +342,8 @@ int run_plan(std::vector<std::string> args) {
            "--hidden-size --num-attention-heads --seq-length --vocab-size ...)");
   m.finalize();
   MT_CHECK(gpus > 0, "--gpus is required (the number of GPUs, or MPI ranks with local-cpu)");
-  MT_CHECK(int(bf16) + int(fp16) + int(fp32) + int(!fp8_format.empty()) <= 1 ||
-               (bf16 && !fp8_format.empty() && !fp16 && !fp32),
+  MT_CHECK(int(prec.bf16) + int(fp16) + int(fp32) + int(!fp8_format.empty()) <= 1 ||
+               (prec.bf16 && !fp8_format.empty() && !fp16 && !fp32),
            "--bf16, --fp16, --fp32 and --fp8-format are exclusive (--fp8-format with --bf16 "
            "is fine)");
   o.precision = !fp8_format.empty() ? Precision::kFP8
@@ -362,8 +356,29 @@ int run_plan(std::vector<std::string> args) {
                                              : RecomputeGranularity::kFull;
   o.distributed_optimizer = !no_distopt;
   o.sequence_parallel = !no_sp;
-  o.grads_fp32 = !grad_bf16;
+  o.grads_fp32 = !prec.grad_reduce_in_bf16;
   o.tp_comm_overlap = !no_tp_overlap;
+  o.tp = fixed.tp();
+  o.pp = fixed.pp();
+  o.cp = fixed.cp();
+  o.ep = fixed.ep();
+  o.etp = fixed.etp();
+  o.vpp = fixed.num_virtual_stages_per_pipeline_rank;
+  if (fixed.num_layers_per_virtual_pipeline_stage > 0) {
+    MT_CHECK(o.pp > 0 && m.num_layers % (o.pp * fixed.num_layers_per_virtual_pipeline_stage) == 0,
+             "--num-layers-per-virtual-pipeline-stage needs --pipeline-model-parallel-size with "
+             "--num-layers a multiple of both");
+    o.vpp = m.num_layers / o.pp / fixed.num_layers_per_virtual_pipeline_stage;
+  }
+  MT_CHECK(
+      fixed.decoder_first_pipeline_num_layers == 0 && fixed.decoder_last_pipeline_num_layers == 0,
+      "--decoder-first/last-pipeline-num-layers: mtron train has only even pipeline stages");
+  o.micro_batch_size = fixed.micro_batch_size;
+  o.global_batch_size = fixed.global_batch_size;
+  // Plans are for mtron train: even pipeline stages; on GPUs no context parallelism unless
+  // asked for (--device cuda does not run it yet: --emit then says so).
+  o.uneven_pipeline = false;
+  if (o.cp == 0 && !find_hardware(hardware).is_cpu) o.cp = 1;
   if (o.global_batch_size == 0) o.global_batch_size = catalog_gbs;
   MT_CHECK(o.global_batch_size > 0,
            "--global-batch-size is required for a model not in the catalog");
@@ -433,7 +448,15 @@ int run_plan(std::vector<std::string> args) {
     write(j.dump(2) + "\n");
     return 0;
   }
-  write(format_plans(m, c, o, r) + fmt::format("\n(time model constants: {})\n", perf_source));
+  std::string notes = fmt::format("\n(time model constants: {})\n", perf_source);
+  const std::string cuda_why =
+      c.hardware.is_cpu
+          ? ""
+          : cuda_unsupported(m, r.plans[0].layout.parallel, !t.save.empty() || !t.load.empty());
+  if (!cuda_why.empty())
+    notes += fmt::format(
+        "(mtron train --device cuda cannot run this plan yet: {}; --emit says so)\n", cuda_why);
+  write(format_plans(m, c, o, r) + notes);
   return 0;
 }
 
