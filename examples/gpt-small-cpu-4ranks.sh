@@ -29,10 +29,10 @@ ARGS=(
   --tensor-model-parallel-size 2
   --pipeline-model-parallel-size 1
   --context-parallel-size 1
-  --sequence-parallel
-  --use-distributed-optimizer
   --micro-batch-size 8
   --global-batch-size 16
+  --sequence-parallel
+  --use-distributed-optimizer
   --train-iters 20
   --lr 0.0003
   --min-lr 3e-05
@@ -46,7 +46,6 @@ ARGS=(
   --mock-data
   --tokenizer-type NullTokenizer
   --log-interval 1
-  --log-throughput
   --eval-interval 20
   --eval-iters 0
 )
