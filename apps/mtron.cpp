@@ -3,8 +3,11 @@
 #include <cstring>
 #include <string>
 
+#include "environment.h"
 #include "mtron/checkpoint/hf.h"
+#include "mtron/core/version.h"
 #include "mtron/data/preprocess.h"
+#include "mtron/kernels/cpu_isa.h"
 #include "mtron/plan/cli.h"
 #include "mtron/train/generate.h"
 #include "mtron/train/trainer.h"
@@ -23,12 +26,18 @@ void usage(FILE* f) {
       "  plan        choose a parallel layout: memory, time, MFU, launch scripts\n"
       "  doctor      diagnose a training log\n"
       "\n"
-      "mtron <command> --help shows the command's flags.\n",
+      "mtron <command> --help shows the command's flags; mtron --version the version and the\n"
+      "CPU paths it takes (MTRON_CPU_ISA caps them: see docs/kernels.md).\n",
       f);
 }
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (const int status = mtron::app::prepare_environment(argv); status >= 0) return status;
+  if (argc == 2 && !std::strcmp(argv[1], "--version")) {
+    std::printf("mtron %s: %s\n", mtron::mtron_version(), mtron::kernels::cpu_summary().c_str());
+    return 0;
+  }
   if (argc < 2 || !std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h")) {
     usage(argc < 2 ? stderr : stdout);
     return argc < 2 ? 2 : 0;

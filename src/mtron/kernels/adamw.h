@@ -11,7 +11,7 @@
 
 #include <cstdint>
 
-#include "mtron/kernels/ctx.h"
+#include "mtron/kernels/op.h"
 
 namespace mtron::kernels {
 
@@ -22,13 +22,11 @@ struct AdamWParams {
   int64_t step = 1;  // 1-based, for bias correction
 };
 
-void adamw_step(const Ctx& ctx,
-                float* param,
-                float* m,
-                float* v,
-                const float* grad,
-                bf16* param_bf16,
-                int64_t n,
-                const AdamWParams& p);
+#define MTRON_ADAMW_OPS(OP)                                                             \
+  OP(void, adamw_step, adamw_step, no_contract,                                         \
+     (float* param, float* m, float* v, const float* grad, bf16* param_bf16, int64_t n, \
+      const AdamWParams& p),                                                            \
+     (param, m, v, grad, param_bf16, n, p))
+MTRON_ADAMW_OPS(MT_OP_DECLARE)
 
 }  // namespace mtron::kernels

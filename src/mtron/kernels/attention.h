@@ -12,7 +12,7 @@
 
 #include <cstdint>
 
-#include "mtron/kernels/ctx.h"
+#include "mtron/kernels/op.h"
 
 namespace mtron::kernels {
 
@@ -27,27 +27,16 @@ struct AttnShape {
   float scale;  // usually 1/sqrt(D)
 };
 
-void attention_forward(const Ctx& ctx,
-                       float* out,
-                       float* lse,
-                       const float* q,
-                       const float* k,
-                       const float* v,
-                       const AttnShape& s,
-                       AttnMask mask);
-
-// out and lse are the forward's (for ring attention: the final merged ones).
-void attention_backward(const Ctx& ctx,
-                        float* dq,
-                        float* dk,
-                        float* dv,
-                        const float* dout,
-                        const float* q,
-                        const float* k,
-                        const float* v,
-                        const float* out,
-                        const float* lse,
-                        const AttnShape& s,
-                        AttnMask mask);
+// attention_backward: out and lse are the forward's (for ring attention: the final merged ones).
+#define MTRON_ATTENTION_OPS(OP)                                                                   \
+  OP(void, attention_forward, attention_forward, attention_forward_contract,                      \
+     (float* out, float* lse, const float* q, const float* k, const float* v, const AttnShape& s, \
+      AttnMask mask),                                                                             \
+     (out, lse, q, k, v, s, mask))                                                                \
+  OP(void, attention_backward, attention_backward, attention_backward_contract,                   \
+     (float* dq, float* dk, float* dv, const float* dout, const float* q, const float* k,         \
+      const float* v, const float* out, const float* lse, const AttnShape& s, AttnMask mask),     \
+     (dq, dk, dv, dout, q, k, v, out, lse, s, mask))
+MTRON_ATTENTION_OPS(MT_OP_DECLARE)
 
 }  // namespace mtron::kernels

@@ -7,28 +7,36 @@
 
 #include <cstdint>
 
-#include "mtron/kernels/ctx.h"
+#include "mtron/kernels/op.h"
 
 namespace mtron::kernels {
 
-// out[i] = a[i] + b[i]  (out may alias a or b)
-void add(const Ctx& ctx, float* out, const float* a, const float* b, int64_t n);
-// x[i] *= s
-void scale_inplace(const Ctx& ctx, float* x, float s, int64_t n);
-// dst[i] = round_to_nearest_even(src[i]) and back
-void convert(const Ctx& ctx, bf16* dst, const float* src, int64_t n);
-void convert(const Ctx& ctx, float* dst, const bf16* src, int64_t n);
-// out[N,C] += bias[C] broadcast over rows
-void bias_add(const Ctx& ctx, float* out, const float* bias, int64_t N, int64_t C);
-// dbias[C] += sum over rows of dout[N,C]
-void bias_backward(const Ctx& ctx, float* dbias, const float* dout, int64_t N, int64_t C);
-// sum of x[i]^2 accumulated in double (for the global gradient norm)
-double sum_squares(const Ctx& ctx, const float* x, int64_t n);
-// x[0, bytes) = 0
-void fill_zero(const Ctx& ctx, void* x, int64_t bytes);
-// x[i] = value
-void fill(const Ctx& ctx, float* x, float value, int64_t n);
-// dst[0, bytes) = src[0, bytes), both on ctx's device; the ranges must not overlap
-void copy(const Ctx& ctx, void* dst, const void* src, int64_t bytes);
+// add:           out[i] = a[i] + b[i]  (out may alias a or b)
+// scale_inplace: x[i] *= s
+// convert:       dst[i] = round_to_nearest_even(src[i]) (to bf16), and back (to fp32)
+// bias_add:      out[N,C] += bias[C] broadcast over rows
+// bias_backward: dbias[C] += sum over rows of dout[N,C]
+// sum_squares:   sum of x[i]^2 accumulated in double (for the global gradient norm)
+// fill_zero:     x[0, bytes) = 0
+// fill:          x[i] = value
+// copy:          dst[0, bytes) = src[0, bytes), both on ctx's device; the ranges must not overlap
+#define MTRON_ELEMENTWISE_OPS(OP)                                                                  \
+  OP(void, add, add, no_contract, (float* out, const float* a, const float* b, int64_t n),         \
+     (out, a, b, n))                                                                               \
+  OP(void, scale_inplace, scale_inplace, no_contract, (float* x, float s, int64_t n), (x, s, n))   \
+  OP(void, convert, convert_to_bf16, no_contract, (bf16 * dst, const float* src, int64_t n),       \
+     (dst, src, n))                                                                                \
+  OP(void, convert, convert_to_fp32, no_contract, (float* dst, const bf16* src, int64_t n),        \
+     (dst, src, n))                                                                                \
+  OP(void, bias_add, bias_add, no_contract, (float* out, const float* bias, int64_t N, int64_t C), \
+     (out, bias, N, C))                                                                            \
+  OP(void, bias_backward, bias_backward, no_contract,                                              \
+     (float* dbias, const float* dout, int64_t N, int64_t C), (dbias, dout, N, C))                 \
+  OP(double, sum_squares, sum_squares, no_contract, (const float* x, int64_t n), (x, n))           \
+  OP(void, fill_zero, fill_zero, bytes_contract, (void* x, int64_t bytes), (x, bytes))             \
+  OP(void, fill, fill, no_contract, (float* x, float value, int64_t n), (x, value, n))             \
+  OP(void, copy, copy, bytes_contract, (void* dst, const void* src, int64_t bytes),                \
+     (dst, src, bytes))
+MTRON_ELEMENTWISE_OPS(MT_OP_DECLARE)
 
 }  // namespace mtron::kernels

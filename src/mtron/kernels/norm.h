@@ -7,50 +7,30 @@
 
 #include <cstdint>
 
-#include "mtron/kernels/ctx.h"
+#include "mtron/kernels/op.h"
 
 namespace mtron::kernels {
 
-// out[N,C] = (inp - mean) * rstd * weight + bias; mean[N], rstd[N] saved.
-void layernorm_forward(const Ctx& ctx,
-                       float* out,
-                       float* mean,
-                       float* rstd,
-                       const float* inp,
-                       const float* weight,
-                       const float* bias,
-                       int64_t N,
-                       int64_t C,
-                       float eps);
-void layernorm_backward(const Ctx& ctx,
-                        float* dinp,
-                        float* dweight,
-                        float* dbias,
-                        const float* dout,
-                        const float* inp,
-                        const float* weight,
-                        const float* mean,
-                        const float* rstd,
-                        int64_t N,
-                        int64_t C);
-
-// out[N,C] = inp * rstd * weight, rstd = 1/sqrt(mean(inp^2) + eps); rstd[N] saved.
-void rmsnorm_forward(const Ctx& ctx,
-                     float* out,
-                     float* rstd,
-                     const float* inp,
-                     const float* weight,
-                     int64_t N,
-                     int64_t C,
-                     float eps);
-void rmsnorm_backward(const Ctx& ctx,
-                      float* dinp,
-                      float* dweight,
-                      const float* dout,
-                      const float* inp,
-                      const float* weight,
-                      const float* rstd,
-                      int64_t N,
-                      int64_t C);
+// layernorm_forward: out[N,C] = (inp - mean) * rstd * weight + bias; mean[N], rstd[N] saved.
+// rmsnorm_forward:   out[N,C] = inp * rstd * weight, rstd = 1/sqrt(mean(inp^2) + eps); rstd[N]
+//                    saved.
+#define MTRON_NORM_OPS(OP)                                                                   \
+  OP(void, layernorm_forward, layernorm_forward, no_contract,                                \
+     (float* out, float* mean, float* rstd, const float* inp, const float* weight,           \
+      const float* bias, int64_t N, int64_t C, float eps),                                   \
+     (out, mean, rstd, inp, weight, bias, N, C, eps))                                        \
+  OP(void, layernorm_backward, layernorm_backward, no_contract,                              \
+     (float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,        \
+      const float* weight, const float* mean, const float* rstd, int64_t N, int64_t C),      \
+     (dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C))                            \
+  OP(void, rmsnorm_forward, rmsnorm_forward, no_contract,                                    \
+     (float* out, float* rstd, const float* inp, const float* weight, int64_t N, int64_t C,  \
+      float eps),                                                                            \
+     (out, rstd, inp, weight, N, C, eps))                                                    \
+  OP(void, rmsnorm_backward, rmsnorm_backward, no_contract,                                  \
+     (float* dinp, float* dweight, const float* dout, const float* inp, const float* weight, \
+      const float* rstd, int64_t N, int64_t C),                                              \
+     (dinp, dweight, dout, inp, weight, rstd, N, C))
+MTRON_NORM_OPS(MT_OP_DECLARE)
 
 }  // namespace mtron::kernels

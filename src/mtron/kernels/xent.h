@@ -10,36 +10,26 @@
 
 #include <cstdint>
 
-#include "mtron/kernels/ctx.h"
+#include "mtron/kernels/op.h"
 
 namespace mtron::kernels {
 
-// Per row r: row_max = max over valid columns (-inf if none), row_sumexp = sum exp(l - row_max),
-// target_logit = logits[r, targets[r] - col_start] if the target is in this chunk's range, else 0.
-void xent_stats(const Ctx& ctx,
-                float* row_max,
-                float* row_sumexp,
-                float* target_logit,
-                const float* logits,
-                const int32_t* targets,
-                int64_t n,
-                int64_t Vl,
-                int64_t col_start,
-                int64_t vocab_valid);
-
-// dlogits[r, c] = row_scale[r] * (exp(logits[r,c] - row_max[r]) / row_sumexp[r] - [c is target])
-// with the *global* row_max/row_sumexp; 0 on padded columns. dlogits may alias logits.
-// row_scale == nullptr means 1 for every row.
-void xent_backward(const Ctx& ctx,
-                   float* dlogits,
-                   const float* logits,
-                   const int32_t* targets,
-                   const float* row_max,
-                   const float* row_sumexp,
-                   const float* row_scale,
-                   int64_t n,
-                   int64_t Vl,
-                   int64_t col_start,
-                   int64_t vocab_valid);
+// xent_stats: per row r, row_max = max over valid columns (-inf if none), row_sumexp =
+//   sum exp(l - row_max), target_logit = logits[r, targets[r] - col_start] if the target is in
+//   this chunk's range, else 0.
+// xent_backward: dlogits[r, c] = row_scale[r] * (exp(logits[r,c] - row_max[r]) / row_sumexp[r]
+//   - [c is target]) with the *global* row_max/row_sumexp; 0 on padded columns. dlogits may alias
+//   logits. row_scale == nullptr means 1 for every row.
+#define MTRON_XENT_OPS(OP)                                                                       \
+  OP(void, xent_stats, xent_stats, no_contract,                                                  \
+     (float* row_max, float* row_sumexp, float* target_logit, const float* logits,               \
+      const int32_t* targets, int64_t n, int64_t Vl, int64_t col_start, int64_t vocab_valid),    \
+     (row_max, row_sumexp, target_logit, logits, targets, n, Vl, col_start, vocab_valid))        \
+  OP(void, xent_backward, xent_backward, no_contract,                                            \
+     (float* dlogits, const float* logits, const int32_t* targets, const float* row_max,         \
+      const float* row_sumexp, const float* row_scale, int64_t n, int64_t Vl, int64_t col_start, \
+      int64_t vocab_valid),                                                                      \
+     (dlogits, logits, targets, row_max, row_sumexp, row_scale, n, Vl, col_start, vocab_valid))
+MTRON_XENT_OPS(MT_OP_DECLARE)
 
 }  // namespace mtron::kernels

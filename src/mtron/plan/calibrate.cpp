@@ -17,6 +17,7 @@
 #include "mtron/core/error.h"
 #include "mtron/core/hardware.h"
 #include "mtron/core/timer.h"
+#include "mtron/kernels/cpu_isa.h"
 #include "mtron/kernels/gemm.h"
 #include "mtron/plan/calibration.h"
 
@@ -184,10 +185,10 @@ int run_calibration(const CalibrateOptions& o) {
   omp_set_num_threads(threads);
   if (w.rank == 0)
     std::fprintf(stderr,
-                 "mtron plan --calibrate: %d rank%s x %d thread%s on %s (GEMMs: %s); this takes "
+                 "mtron plan --calibrate: %d rank%s x %d thread%s on %s (%s); this takes "
                  "about a minute\n",
                  w.size, w.size == 1 ? "" : "s", threads, threads == 1 ? "" : "s",
-                 cpu.description.c_str(), kernels::gemm_library_info().c_str());
+                 cpu.description.c_str(), kernels::cpu_summary().c_str());
 
   RankCalibration r;
   r.ranks_per_node = w.size;

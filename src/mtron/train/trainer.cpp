@@ -14,6 +14,8 @@
 #include "mtron/core/memory.h"
 #include "mtron/core/profile.h"
 #include "mtron/core/timer.h"
+#include "mtron/core/version.h"
+#include "mtron/kernels/cpu_isa.h"
 #include "mtron/kernels/device.h"
 #include "mtron/kernels/elementwise.h"
 #include "mtron/parallel/launch.h"
@@ -476,6 +478,7 @@ void Trainer::run() {
                                : rank_device(detect_local_cpu(), ranks_per_node_);
   const double peak = device.mfu_peak_flops(gemm_precision);
   if (world_.rank() == 0) {
+    log_info("mtron {}: {}", mtron_version(), kernels::cpu_summary());
     log_info("model: {}", a_.model.summary());
     log_info("layout: {}", par.summary());
     log_info("parameters: {:.2f} M (padded vocab {})",

@@ -4,14 +4,20 @@
 //   p *= 1 - lr wd;  m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g^2;
 //   p -= (lr / bc1) * m / (sqrt(v) / sqrt(bc2) + eps)
 // which is adamw.h's formula with the operations in the order PyTorch rounds them.
-#include <omp.h>
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "mtron/kernels/cpu/adamw.cpp"
+#include <hwy/foreach_target.h>  // IWYU pragma: keep
+// clang-format off
+#include <hwy/highway.h>
+#include "mtron/kernels/cpu/simd-inl.h"
+// clang-format on
 
 #include <cmath>
 
 #include "mtron/kernels/cpu/cpu_ops.h"
-#include "mtron/kernels/cpu/vec.h"
 
-namespace mtron::kernels::cpu {
+HWY_BEFORE_NAMESPACE();
+namespace mtron::kernels::cpu::HWY_NAMESPACE {
 
 void adamw_step(float* param,
                 float* m,
@@ -20,33 +26,35 @@ void adamw_step(float* param,
                 bf16* param_bf16,
                 int64_t n,
                 const AdamWParams& p) {
+  const DF d;
+  const DU16 dh;
   const double bc1 = 1.0 - std::pow(double(p.beta1), double(p.step));
   const double bc2 = 1.0 - std::pow(double(p.beta2), double(p.step));
-  const __m512 decay = _mm512_set1_ps(float(1.0 - double(p.lr) * double(p.weight_decay)));
-  const __m512 b1 = _mm512_set1_ps(p.beta1), nb1 = _mm512_set1_ps(1.0f - p.beta1);
-  const __m512 b2 = _mm512_set1_ps(p.beta2), nb2 = _mm512_set1_ps(1.0f - p.beta2);
-  const __m512 step_size = _mm512_set1_ps(float(double(p.lr) / bc1));
-  const __m512 bc2_sqrt = _mm512_set1_ps(float(std::sqrt(bc2)));
-  const __m512 eps = _mm512_set1_ps(p.eps);
-#pragma omp parallel num_threads(threads_for(n * 18))
-  {
-    int64_t i0, i1;
-    split_range(n, omp_get_thread_num(), omp_get_num_threads(), kVec, &i0, &i1);
-    for (int64_t i = i0; i < i1; i += kVec) {
-      const __mmask16 k = tail_mask(i1 - i);
-      const __m512 g = _mm512_maskz_loadu_ps(k, grad + i);
-      const __m512 mm = _mm512_fmadd_ps(nb1, g, _mm512_mul_ps(b1, _mm512_maskz_loadu_ps(k, m + i)));
-      const __m512 vv = _mm512_fmadd_ps(_mm512_mul_ps(nb2, g), g,
-                                        _mm512_mul_ps(b2, _mm512_maskz_loadu_ps(k, v + i)));
-      const __m512 denom = _mm512_add_ps(_mm512_div_ps(_mm512_sqrt_ps(vv), bc2_sqrt), eps);
-      __m512 w = _mm512_mul_ps(_mm512_maskz_loadu_ps(k, param + i), decay);
-      w = _mm512_fnmadd_ps(step_size, _mm512_div_ps(mm, denom), w);
-      _mm512_mask_storeu_ps(m + i, k, mm);
-      _mm512_mask_storeu_ps(v + i, k, vv);
-      _mm512_mask_storeu_ps(param + i, k, w);
-      if (param_bf16) _mm256_mask_storeu_epi16(param_bf16 + i, k, f32_to_bf16_ps(w));
-    }
-  }
+  const VF decay = hn::Set(d, float(1.0 - double(p.lr) * double(p.weight_decay)));
+  const VF b1 = hn::Set(d, p.beta1), nb1 = hn::Set(d, 1.0f - p.beta1);
+  const VF b2 = hn::Set(d, p.beta2), nb2 = hn::Set(d, 1.0f - p.beta2);
+  const VF step_size = hn::Set(d, float(double(p.lr) / bc1));
+  const VF bc2_sqrt = hn::Set(d, float(std::sqrt(bc2)));
+  const VF eps = hn::Set(d, p.eps);
+  parallel_lanes(d, n, n * 18, [&](int64_t i, size_t k) {
+    const VF g = load(d, grad + i, k);
+    const VF mm = hn::MulAdd(nb1, g, hn::Mul(b1, load(d, m + i, k)));
+    const VF vv = hn::MulAdd(hn::Mul(nb2, g), g, hn::Mul(b2, load(d, v + i, k)));
+    const VF denom = hn::Add(hn::Div(hn::Sqrt(vv), bc2_sqrt), eps);
+    const VF w =
+        hn::NegMulAdd(step_size, hn::Div(mm, denom), hn::Mul(load(d, param + i, k), decay));
+    store(d, mm, m + i, k);
+    store(d, vv, v + i, k);
+    store(d, w, param + i, k);
+    if (param_bf16) store(dh, to_bf16(d, w), bits(param_bf16 + i), k);
+  });
 }
 
+}  // namespace mtron::kernels::cpu::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace mtron::kernels::cpu {
+MTRON_ADAMW_OPS(MT_CPU_EXPORT)
 }  // namespace mtron::kernels::cpu
+#endif  // HWY_ONCE

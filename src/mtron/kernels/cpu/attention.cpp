@@ -1,11 +1,14 @@
 // CPU flash-style attention (attention.h): tiled, online softmax, forward saves lse, backward
 // recomputes the probabilities from lse.
 //
-// Every product is a small row-major "C (+)= A B" done by one AVX-512 register-blocked
-// micro-kernel (6 rows x up to 64 columns of accumulators). Operands are first packed out of
-// their sequence-major strides (which are multiples of 4 KB for usual shapes and would alias in
-// L1) into contiguous [rows][D] copies or blocked transposes [block][D][64]: K and V once per
-// call (forward) or per (b, group) task (backward), Q and dO once per head, never per tile.
+// Every product is a small row-major "C (+)= A B" done by one register-blocked micro-kernel
+// (6 rows x up to kMaxNV vectors of accumulators, as many as the target's registers hold).
+// Operands are first packed out of their sequence-major strides (which are multiples of 4 KB for
+// usual shapes and would alias in L1) into contiguous copies: rows [rows][Dp] (Dp = D rounded up
+// to whole vectors, zero-padded) or blocked transposes [block][D][64] (zero past the last row), K
+// and V once per call (forward) or per (b, group) task (backward), Q and dO once per head, never
+// per tile. With every packed row a whole number of vectors and every score tile 64 columns
+// wide, the micro-kernel never needs a partial vector.
 //
 // Forward: one task per (b, h, block of kBq queries); for each block of kBk keys,
 //   S = Q K^T, online softmax update of (row max m, row sum l, O), O += P V; out = O / l,
@@ -17,6 +20,15 @@
 //   dV_j += P^T dO_i,  dK_j += dS^T Q_i,  dQ_i^T += K_j^T dS^T.
 // Working in the transposed score layout makes every operand row-major without per-tile
 // transposes and vectorises the softmax over queries.
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "mtron/kernels/cpu/attention.cpp"
+#include <hwy/foreach_target.h>  // IWYU pragma: keep
+// clang-format off
+#include <hwy/highway.h>
+#include <hwy/cache_control.h>
+#include "mtron/kernels/cpu/simd-inl.h"
+// clang-format on
+
 #include <omp.h>
 
 #include <cmath>
@@ -24,55 +36,67 @@
 #include <vector>
 
 #include "mtron/kernels/cpu/cpu_ops.h"
-#include "mtron/kernels/cpu/vec.h"
 
-namespace mtron::kernels::cpu {
+HWY_BEFORE_NAMESPACE();
+namespace mtron::kernels::cpu::HWY_NAMESPACE {
 namespace {
 
 constexpr int64_t kBq = 64, kBk = 64;
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
-// C[R, NV*16] (= or +=) A[R, K] B[K, NV*16]; the last column vector is masked by `last`.
+// Accumulator vectors per row of the micro-kernel: 6 rows x kMaxNV accumulators, kMaxNV B
+// vectors and one broadcast A must fit the target's vector registers (32 or 16).
+#if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL || HWY_TARGET == HWY_NEON
+constexpr int kMaxNV = 4;
+#else
+constexpr int kMaxNV = 2;
+#endif
+
+// D rounded up to whole vectors: the row stride of packed [rows][Dp] operands.
+int64_t padded(DF d, int64_t D) {
+  const int64_t L = int64_t(hn::Lanes(d));
+  return (D + L - 1) / L * L;
+}
+
+// C[R, NV*L] (= or +=) A[R, K] B[K, NV*L].
 template <int R, int NV>
-void mk(int64_t K,
-        const float* A,
-        int64_t lda,
-        const float* B,
-        int64_t ldb,
-        float* C,
-        int64_t ldc,
-        __mmask16 last,
-        bool acc) {
+HWY_INLINE void mk(DF d,
+                   int64_t K,
+                   const float* HWY_RESTRICT A,
+                   int64_t lda,
+                   const float* HWY_RESTRICT B,
+                   int64_t ldb,
+                   float* HWY_RESTRICT C,
+                   int64_t ldc,
+                   bool acc) {
+  const size_t L = hn::Lanes(d);
   // The unroll pragmas make GCC unroll before scalar replacement, so c[][] lives in registers
-  // (without them GCC 12 spills and reloads all 24 accumulators every k).
-  __m512 c[R][NV];
+  // (without them GCC 12 spills and reloads the accumulators every k).
+  VF c[R][NV];
 #pragma GCC unroll 8
   for (int r = 0; r < R; ++r)
 #pragma GCC unroll 4
-    for (int v = 0; v < NV; ++v)
-      c[r][v] = acc ? _mm512_maskz_loadu_ps(v == NV - 1 ? last : 0xffff, C + r * ldc + v * kVec)
-                    : _mm512_setzero_ps();
+    for (int v = 0; v < NV; ++v) c[r][v] = acc ? hn::LoadU(d, C + r * ldc + v * L) : hn::Zero(d);
   for (int64_t k = 0; k < K; ++k) {
-    __m512 b[NV];
+    VF b[NV];
 #pragma GCC unroll 4
-    for (int v = 0; v < NV; ++v)
-      b[v] = _mm512_maskz_loadu_ps(v == NV - 1 ? last : 0xffff, B + k * ldb + v * kVec);
+    for (int v = 0; v < NV; ++v) b[v] = hn::LoadU(d, B + k * ldb + v * L);
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r) {
-      const __m512 a = _mm512_set1_ps(A[r * lda + k]);
+      const VF a = hn::Set(d, A[r * lda + k]);
 #pragma GCC unroll 4
-      for (int v = 0; v < NV; ++v) c[r][v] = _mm512_fmadd_ps(a, b[v], c[r][v]);
+      for (int v = 0; v < NV; ++v) c[r][v] = hn::MulAdd(a, b[v], c[r][v]);
     }
   }
 #pragma GCC unroll 8
   for (int r = 0; r < R; ++r)
 #pragma GCC unroll 4
-    for (int v = 0; v < NV; ++v)
-      _mm512_mask_storeu_ps(C + r * ldc + v * kVec, v == NV - 1 ? last : 0xffff, c[r][v]);
+    for (int v = 0; v < NV; ++v) hn::StoreU(c[r][v], d, C + r * ldc + v * L);
 }
 
 template <int NV>
-void mk_rows(int64_t M,
+void mk_rows(DF d,
+             int64_t M,
              int64_t K,
              const float* A,
              int64_t lda,
@@ -80,30 +104,31 @@ void mk_rows(int64_t M,
              int64_t ldb,
              float* C,
              int64_t ldc,
-             __mmask16 last,
              bool acc) {
   int64_t m = 0;
-  for (; m + 6 <= M; m += 6) mk<6, NV>(K, A + m * lda, lda, B, ldb, C + m * ldc, ldc, last, acc);
+  for (; m + 6 <= M; m += 6) mk<6, NV>(d, K, A + m * lda, lda, B, ldb, C + m * ldc, ldc, acc);
   const float* a = A + m * lda;
   float* c = C + m * ldc;
   switch (M - m) {
     case 5:
-      return mk<5, NV>(K, a, lda, B, ldb, c, ldc, last, acc);
+      return mk<5, NV>(d, K, a, lda, B, ldb, c, ldc, acc);
     case 4:
-      return mk<4, NV>(K, a, lda, B, ldb, c, ldc, last, acc);
+      return mk<4, NV>(d, K, a, lda, B, ldb, c, ldc, acc);
     case 3:
-      return mk<3, NV>(K, a, lda, B, ldb, c, ldc, last, acc);
+      return mk<3, NV>(d, K, a, lda, B, ldb, c, ldc, acc);
     case 2:
-      return mk<2, NV>(K, a, lda, B, ldb, c, ldc, last, acc);
+      return mk<2, NV>(d, K, a, lda, B, ldb, c, ldc, acc);
     case 1:
-      return mk<1, NV>(K, a, lda, B, ldb, c, ldc, last, acc);
+      return mk<1, NV>(d, K, a, lda, B, ldb, c, ldc, acc);
     default:
       return;
   }
 }
 
-// C[M, N] (= or +=) A[M, K] B[K, N], all row-major with row strides.
-void mm(int64_t M,
+// C[M, N'] (= or +=) A[M, K] B[K, N'], all row-major with row strides, for N' = N rounded up
+// to whole vectors: B's rows and C's rows must have room (and, for B, harmless values) there.
+void mm(DF d,
+        int64_t M,
         int64_t N,
         int64_t K,
         const float* A,
@@ -113,24 +138,22 @@ void mm(int64_t M,
         float* C,
         int64_t ldc,
         bool acc) {
-  for (int64_t n0 = 0; n0 < N; n0 += 4 * kVec) {
-    const int64_t nn = std::min<int64_t>(4 * kVec, N - n0);
-    const int64_t nv = (nn + kVec - 1) / kVec;
-    const __mmask16 last = tail_mask(nn - (nv - 1) * kVec);
-    const float* b = B + n0;
-    float* c = C + n0;
-    switch (nv) {
+  const int64_t L = int64_t(hn::Lanes(d)), nvec = (N + L - 1) / L;
+  for (int64_t v0 = 0; v0 < nvec; v0 += kMaxNV) {
+    const float* b = B + v0 * L;
+    float* c = C + v0 * L;
+    switch (std::min<int64_t>(kMaxNV, nvec - v0)) {
       case 1:
-        mk_rows<1>(M, K, A, lda, b, ldb, c, ldc, last, acc);
+        mk_rows<1>(d, M, K, A, lda, b, ldb, c, ldc, acc);
         break;
       case 2:
-        mk_rows<2>(M, K, A, lda, b, ldb, c, ldc, last, acc);
+        mk_rows<2>(d, M, K, A, lda, b, ldb, c, ldc, acc);
         break;
       case 3:
-        mk_rows<3>(M, K, A, lda, b, ldb, c, ldc, last, acc);
+        if constexpr (kMaxNV >= 3) mk_rows<3>(d, M, K, A, lda, b, ldb, c, ldc, acc);
         break;
       default:
-        mk_rows<4>(M, K, A, lda, b, ldb, c, ldc, last, acc);
+        mk_rows<kMaxNV>(d, M, K, A, lda, b, ldb, c, ldc, acc);
         break;
     }
   }
@@ -141,75 +164,42 @@ void mm(int64_t M,
 constexpr int64_t kAhead = 8;
 
 void prefetch_row(const float* p, int64_t n) {
-  for (int64_t i = 0; i < n; i += kVec)
-    _mm_prefetch(reinterpret_cast<const char*>(p + i), _MM_HINT_T0);
+  for (int64_t i = 0; i < n; i += 16) hwy::Prefetch(p + i);
 }
 
-// dst[r][d] = src[r * lds + d]: rows gathered from their sequence-major stride into [rows][D].
-void pack_rows(float* dst, const float* src, int64_t lds, int64_t rows, int64_t D) {
+// dst[r][0, Dp) = src[r * lds + d] for d < D, zero past D: rows gathered from their
+// sequence-major stride into [rows][Dp].
+void pack_rows(DF d, float* dst, const float* src, int64_t lds, int64_t rows, int64_t D) {
+  const int64_t Dp = padded(d, D);
   for (int64_t r = 0; r < rows; ++r) {
     if (r + kAhead < rows) prefetch_row(src + (r + kAhead) * lds, D);
-    std::copy(src + r * lds, src + r * lds + D, dst + r * D);
+    std::copy(src + r * lds, src + r * lds + D, dst + r * Dp);
+    std::fill(dst + r * Dp + D, dst + (r + 1) * Dp, 0.0f);
   }
 }
 
-// dst[r * ldd + d] += src[r][d] (the inverse walk of pack_rows, accumulating).
-void add_rows(float* dst, int64_t ldd, const float* src, int64_t rows, int64_t D) {
+// dst[r * ldd + d] += src[r][d] for d < D (the inverse walk of pack_rows, accumulating).
+void add_rows(DF d, float* dst, int64_t ldd, const float* src, int64_t rows, int64_t D) {
+  const int64_t Dp = padded(d, D);
   for (int64_t r = 0; r < rows; ++r) {
     if (r + kAhead < rows) prefetch_row(dst + (r + kAhead) * ldd, D);
-    float* o = dst + r * ldd;
-    for (int64_t d = 0; d < D; d += kVec) {
-      const __mmask16 m = tail_mask(D - d);
-      _mm512_mask_storeu_ps(o + d, m,
-                            _mm512_add_ps(_mm512_maskz_loadu_ps(m, o + d),
-                                          _mm512_maskz_loadu_ps(m, src + r * D + d)));
+    add_into(d, dst + r * ldd, src + r * Dp, D);
+  }
+}
+
+// dst[c * ldd + r] = src[r * lds + c] for r < rows, c < cols, in 8 x 8 tiles.
+void transpose(float* dst, int64_t ldd, const float* src, int64_t lds, int64_t rows, int64_t cols) {
+  constexpr int64_t kT = 8;
+  for (int64_t r0 = 0; r0 < rows; r0 += kT) {
+    for (int64_t r = r0 + kT; r < std::min(rows, r0 + 2 * kT); ++r)
+      prefetch_row(src + r * lds, cols);
+    const int64_t r1 = std::min(rows, r0 + kT);
+    for (int64_t c0 = 0; c0 < cols; c0 += kT) {
+      const int64_t c1 = std::min(cols, c0 + kT);
+      for (int64_t c = c0; c < c1; ++c)
+        for (int64_t r = r0; r < r1; ++r) dst[c * ldd + r] = src[r * lds + c];
     }
   }
-}
-
-// dst[c][r] = src[r][c] for a 16 x 16 tile, in registers (three rounds of shuffles).
-void transpose16(float* dst, int64_t ldd, const float* src, int64_t lds) {
-  __m512 r[16], t[16];
-  for (int i = 0; i < 16; ++i) r[i] = _mm512_loadu_ps(src + i * lds);
-  for (int i = 0; i < 8; ++i) {
-    t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
-    t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
-  }
-  for (int i = 0; i < 4; ++i) {
-    const __m512d a = _mm512_castps_pd(t[4 * i]), b = _mm512_castps_pd(t[4 * i + 1]);
-    const __m512d c = _mm512_castps_pd(t[4 * i + 2]), d = _mm512_castps_pd(t[4 * i + 3]);
-    r[4 * i + 0] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, c));
-    r[4 * i + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, c));
-    r[4 * i + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(b, d));
-    r[4 * i + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(b, d));
-  }
-  // r[4i + j]: columns {j, j+4, j+8, j+12} of rows 4i..4i+3, one 128-bit lane each
-  for (int j = 0; j < 4; ++j) {
-    t[j] = _mm512_shuffle_f32x4(r[j], r[4 + j], 0x88);
-    t[4 + j] = _mm512_shuffle_f32x4(r[j], r[4 + j], 0xdd);
-    t[8 + j] = _mm512_shuffle_f32x4(r[8 + j], r[12 + j], 0x88);
-    t[12 + j] = _mm512_shuffle_f32x4(r[8 + j], r[12 + j], 0xdd);
-  }
-  for (int j = 0; j < 8; ++j) {
-    const int64_t c = (j & 3) + (j >> 2) * 4;
-    _mm512_storeu_ps(dst + c * ldd, _mm512_shuffle_f32x4(t[j], t[8 + j], 0x88));
-    _mm512_storeu_ps(dst + (c + 8) * ldd, _mm512_shuffle_f32x4(t[j], t[8 + j], 0xdd));
-  }
-}
-
-// dst[c][r] = src[r * lds + c] for r < rows, c < cols (dst row stride ldd).
-void transpose(float* dst, int64_t ldd, const float* src, int64_t lds, int64_t rows, int64_t cols) {
-  int64_t r0 = 0;
-  for (; r0 + 16 <= rows; r0 += 16) {
-    for (int64_t r = r0 + 16; r < std::min(rows, r0 + 32); ++r) prefetch_row(src + r * lds, cols);
-    int64_t c0 = 0;
-    for (; c0 + 16 <= cols; c0 += 16)
-      transpose16(dst + c0 * ldd + r0, ldd, src + r0 * lds + c0, lds);
-    for (int64_t c = c0; c < cols; ++c)
-      for (int64_t r = r0; r < r0 + 16; ++r) dst[c * ldd + r] = src[r * lds + c];
-  }
-  for (int64_t c = 0; c < cols; ++c)
-    for (int64_t r = r0; r < rows; ++r) dst[c * ldd + r] = src[r * lds + c];
 }
 
 // Blocked transpose: dst[blk][d][rr] = src[(blk * 64 + rr) * lds + d], zero past `rows`.
@@ -221,8 +211,8 @@ void pack_t_blocks(float* dst, const float* src, int64_t lds, int64_t rows, int6
     float* t = dst + blk * D * kBk;
     const int64_t r0 = blk * kBk, nr = std::min(kBk, rows - r0);
     transpose(t, kBk, src + r0 * lds, lds, nr, D);
-    for (int64_t d = 0; d < D; ++d)
-      for (int64_t rr = nr; rr < kBk; ++rr) t[d * kBk + rr] = 0;
+    for (int64_t dd = 0; dd < D; ++dd)
+      for (int64_t rr = nr; rr < kBk; ++rr) t[dd * kBk + rr] = 0;
   }
 }
 
@@ -242,6 +232,45 @@ int attn_threads(int64_t tasks, double flops) {
 
 static_assert(kBq == kBk, "the blocked transposes serve both query and key blocks");
 
+// One row of the forward's score tile S (nk columns, `lim` of them visible): the online-softmax
+// update of (m, l) and O's row, leaving P = exp(scale s - m) in the row (0 past `lim`).
+void softmax_row(DF d,
+                 float* srow,
+                 int64_t nk,
+                 int64_t lim,
+                 float scale,
+                 float& m,
+                 float& l,
+                 float* orow,
+                 int64_t Dp) {
+  if (lim == 0) {
+    std::fill(srow, srow + nk, 0.0f);
+    return;
+  }
+  const VF vscale = hn::Set(d, scale);
+  VF vmax = hn::Set(d, kNegInf);
+  for_lanes(d, 0, lim, [&](int64_t c, size_t k) {
+    vmax = hn::Max(vmax, hn::Mul(load(d, srow + c, k, kNegInf), vscale));
+  });
+  const float mold = m;
+  const float mnew = std::max(mold, hmax(d, vmax));
+  const float alpha = mold == kNegInf ? 0.0f : std::exp(mold - mnew);
+  const VF vm = hn::Set(d, mnew);
+  VF sum = hn::Zero(d);
+  for_lanes(d, 0, lim, [&](int64_t c, size_t k) {
+    const VF p = exp(d, hn::MulSub(load(d, srow + c, k), vscale, vm));
+    // the lanes past k of a partial vector are not scores: keep them out of the sum
+    const VF pk = k == hn::Lanes(d) ? p : hn::IfThenElseZero(hn::FirstN(d, k), p);
+    sum = hn::Add(sum, pk);
+    store(d, pk, srow + c, k);
+  });
+  std::fill(srow + lim, srow + nk, 0.0f);
+  l = l * alpha + hsum(d, sum);
+  m = mnew;
+  if (alpha != 1.0f)
+    for (int64_t dd = 0; dd < Dp; ++dd) orow[dd] *= alpha;
+}
+
 }  // namespace
 
 void attention_forward(float* out,
@@ -251,26 +280,27 @@ void attention_forward(float* out,
                        const float* v,
                        const AttnShape& s,
                        AttnMask mask) {
+  const DF d;
   const int64_t B = s.B, Sq = s.Sq, Sk = s.Sk, H = s.H, G = s.G, D = s.D, hpg = H / G;
+  const int64_t Dp = padded(d, D);
   const int64_t qs = B * H * D, ks = B * G * D;  // row strides between sequence positions
   const int64_t nkb = (Sk + kBk - 1) / kBk;
-  // Per (b, g): K^T in blocks [nkb][D][kBk] and V as [Sk][D].
+  // Per (b, g): K^T in blocks [nkb][D][kBk] and V as [Sk][Dp].
   thread_local std::vector<float> buf;
-  float* ktp = scratch(buf, B * G * (nkb * D * kBk + Sk * D));
+  float* ktp = scratch(buf, B * G * (nkb * D * kBk + Sk * Dp));
   float* vp = ktp + B * G * nkb * D * kBk;
   const double flops = 4.0 * double(B * H * D) * double(Sq) * double(Sk);
 #pragma omp parallel for schedule(static) num_threads(attn_threads(B* G, flops))
   for (int64_t bg = 0; bg < B * G; ++bg) {
     const int64_t off = (bg / G) * G * D + (bg % G) * D;
     pack_t_blocks(ktp + bg * nkb * D * kBk, k + off, ks, Sk, D);
-    pack_rows(vp + bg * Sk * D, v + off, ks, Sk, D);
+    pack_rows(d, vp + bg * Sk * Dp, v + off, ks, Sk, D);
   }
 
   const int64_t nqb = (Sq + kBq - 1) / kBq;
-  const __m512 vscale = _mm512_set1_ps(s.scale);
 #pragma omp parallel num_threads(attn_threads(B* H* nqb, flops))
   {
-    std::vector<float> Qbuf(size_t(kBq * D)), Sbuf(size_t(kBq * kBk)), Obuf(size_t(kBq * D)),
+    std::vector<float> Qbuf(size_t(kBq * Dp)), Sbuf(size_t(kBq * kBk)), Obuf(size_t(kBq * Dp)),
         mbuf(static_cast<size_t>(kBq)), lbuf(static_cast<size_t>(kBq));
     float* S = Sbuf.data();
     float* O = Obuf.data();
@@ -278,56 +308,29 @@ void attention_forward(float* out,
     for (int64_t task = 0; task < B * H * nqb; ++task) {
       const int64_t b = task / (H * nqb), h = task / nqb % H, qb = task % nqb, g = h / hpg;
       const int64_t i0 = qb * kBq, nq = std::min(kBq, Sq - i0);
-      pack_rows(Qbuf.data(), q + (i0 * B + b) * H * D + h * D, qs, nq, D);
+      pack_rows(d, Qbuf.data(), q + (i0 * B + b) * H * D + h * D, qs, nq, D);
       const float* KT = ktp + (b * G + g) * nkb * D * kBk;
-      const float* V = vp + (b * G + g) * Sk * D;
+      const float* V = vp + (b * G + g) * Sk * Dp;
       for (int64_t r = 0; r < nq; ++r) mbuf[size_t(r)] = kNegInf, lbuf[size_t(r)] = 0;
       std::fill(Obuf.begin(), Obuf.end(), 0.0f);
       // keys past kend are masked for every query of the block
       const int64_t kend = mask.causal ? std::clamp<int64_t>(i0 + nq + mask.offset, 0, Sk) : Sk;
       for (int64_t j0 = 0; j0 < kend; j0 += kBk) {
         const int64_t nk = std::min(kBk, kend - j0);
-        mm(nq, nk, D, Qbuf.data(), D, KT + (j0 / kBk) * D * kBk, kBk, S, kBk, false);
+        mm(d, nq, nk, D, Qbuf.data(), Dp, KT + (j0 / kBk) * D * kBk, kBk, S, kBk, false);
         for (int64_t r = 0; r < nq; ++r) {
-          float* srow = S + r * kBk;
           const int64_t lim =
               mask.causal ? std::clamp<int64_t>(i0 + r + mask.offset - j0 + 1, 0, nk) : nk;
-          if (lim == 0) {
-            for (int64_t c = 0; c < nk; ++c) srow[c] = 0;
-            continue;
-          }
-          __m512 vmax = _mm512_set1_ps(kNegInf);
-          for (int64_t c = 0; c < lim; c += kVec) {
-            const __mmask16 m = tail_mask(lim - c);
-            vmax =
-                _mm512_mask_max_ps(vmax, m, vmax, _mm512_mul_ps(_mm512_loadu_ps(srow + c), vscale));
-          }
-          const float mold = mbuf[size_t(r)];
-          const float mnew = std::max(mold, hmax(vmax));
-          const float alpha = mold == kNegInf ? 0.0f : std::exp(mold - mnew);
-          const __m512 vm = _mm512_set1_ps(mnew);
-          __m512 sum = _mm512_setzero_ps();
-          for (int64_t c = 0; c < nk; c += kVec) {
-            const __mmask16 m = tail_mask(lim - c);  // zero past the visible columns
-            const __m512 p = _mm512_maskz_mov_ps(
-                m, exp_ps(_mm512_fmsub_ps(_mm512_loadu_ps(srow + c), vscale, vm)));
-            sum = _mm512_add_ps(sum, p);
-            _mm512_mask_storeu_ps(srow + c, tail_mask(nk - c), p);
-          }
-          lbuf[size_t(r)] = lbuf[size_t(r)] * alpha + hsum(sum);
-          mbuf[size_t(r)] = mnew;
-          if (alpha != 1.0f) {
-            float* orow = O + r * D;
-            for (int64_t d = 0; d < D; ++d) orow[d] *= alpha;
-          }
+          softmax_row(d, S + r * kBk, nk, lim, s.scale, mbuf[size_t(r)], lbuf[size_t(r)],
+                      O + r * Dp, Dp);
         }
-        mm(nq, D, nk, S, kBk, V + j0 * D, D, O, D, true);
+        mm(d, nq, Dp, nk, S, kBk, V + j0 * Dp, Dp, O, Dp, true);
       }
       for (int64_t r = 0; r < nq; ++r) {
         const float l = lbuf[size_t(r)];
         float* o = out + ((i0 + r) * B + b) * H * D + h * D;
         const float inv = l > 0 ? 1.0f / l : 0.0f;
-        for (int64_t d = 0; d < D; ++d) o[d] = O[r * D + d] * inv;
+        for (int64_t dd = 0; dd < D; ++dd) o[dd] = O[r * Dp + dd] * inv;
         lse[(b * H + h) * Sq + i0 + r] = l > 0 ? mbuf[size_t(r)] + std::log(l) : kNegInf;
       }
     }
@@ -342,18 +345,18 @@ struct BwdWork {
   float *ktp, *kc, *vc, *qtp, *dotp, *dqtp, *qc, *doc, *delta, *lsev, *PT, *dST;
 };
 
-BwdWork bwd_work(std::vector<float>& buf, int64_t Sq, int64_t Sk, int64_t D) {
+BwdWork bwd_work(std::vector<float>& buf, int64_t Sq, int64_t Sk, int64_t D, int64_t Dp) {
   const int64_t nkt = (Sk + kBk - 1) / kBk * D * kBk, nqt = (Sq + kBq - 1) / kBq * D * kBq;
   BwdWork w;
-  w.ktp = scratch(buf, nkt + 2 * Sk * D + 3 * nqt + 2 * Sq * D + 2 * Sq + 2 * kBk * kBq);
+  w.ktp = scratch(buf, nkt + 2 * Sk * Dp + 3 * nqt + 2 * Sq * Dp + 2 * Sq + 2 * kBk * kBq);
   w.kc = w.ktp + nkt;
-  w.vc = w.kc + Sk * D;
-  w.qtp = w.vc + Sk * D;
+  w.vc = w.kc + Sk * Dp;
+  w.qtp = w.vc + Sk * Dp;
   w.dotp = w.qtp + nqt;
   w.dqtp = w.dotp + nqt;
   w.qc = w.dqtp + nqt;
-  w.doc = w.qc + Sq * D;
-  w.delta = w.doc + Sq * D;
+  w.doc = w.qc + Sq * Dp;
+  w.delta = w.doc + Sq * Dp;
   w.lsev = w.delta + Sq;
   w.PT = w.lsev + Sq;
   w.dST = w.PT + kBk * kBq;
@@ -361,16 +364,40 @@ BwdWork bwd_work(std::vector<float>& buf, int64_t Sq, int64_t Sk, int64_t D) {
 }
 
 // Packs K and V of (b, g) into w.
-void pack_kv(BwdWork& w, const float* k, const float* v, const AttnShape& s, int64_t b, int64_t g) {
+void pack_kv(
+    DF d, BwdWork& w, const float* k, const float* v, const AttnShape& s, int64_t b, int64_t g) {
   const int64_t koff = (b * s.G + g) * s.D, ks = s.B * s.G * s.D;
   pack_t_blocks(w.ktp, k + koff, ks, s.Sk, s.D);
-  pack_rows(w.kc, k + koff, ks, s.Sk, s.D);
-  pack_rows(w.vc, v + koff, ks, s.Sk, s.D);
+  pack_rows(d, w.kc, k + koff, ks, s.Sk, s.D);
+  pack_rows(d, w.vc, v + koff, ks, s.Sk, s.D);
+}
+
+// P^T and dS^T of one key row jj of the (key block, query block) tile, over nq queries of which
+// those from `first` on see the key.
+void score_grads_row(DF d,
+                     float* p,
+                     float* ds,
+                     const float* lsev,
+                     const float* delta,
+                     int64_t nq,
+                     int64_t first,
+                     float scale) {
+  const VF vscale = hn::Set(d, scale), vfirst = hn::Set(d, float(first));
+  for_lanes(d, 0, nq, [&](int64_t c, size_t k) {
+    // query c + i sees the key iff c + i >= first (exact in float: both are < 2^24)
+    const auto vis = hn::Ge(hn::Iota(d, float(c)), vfirst);
+    const VF pv = hn::IfThenElseZero(
+        vis, exp(d, hn::MulSub(load(d, p + c, k), vscale, load(d, lsev + c, k))));
+    const VF dsv = hn::Mul(hn::Mul(pv, hn::Sub(load(d, ds + c, k), load(d, delta + c, k))), vscale);
+    store(d, pv, p + c, k);
+    store(d, dsv, ds + c, k);
+  });
 }
 
 // The backward of head h of batch b, whose K and V are packed in w: adds into dq (in place) and
-// into dkc, dvc ([Sk][D], the head's group).
-void backward_head(BwdWork& w,
+// into dkc, dvc ([Sk][Dp], the head's group).
+void backward_head(DF d,
+                   BwdWork& w,
                    float* dkc,
                    float* dvc,
                    float* dq,
@@ -382,27 +409,24 @@ void backward_head(BwdWork& w,
                    AttnMask mask,
                    int64_t b,
                    int64_t h) {
-  const int64_t Sq = s.Sq, Sk = s.Sk, H = s.H, D = s.D, qs = s.B * H * D;
+  const int64_t Sq = s.Sq, Sk = s.Sk, H = s.H, D = s.D, qs = s.B * H * D, Dp = padded(d, D);
   const int64_t nkb = (Sk + kBk - 1) / kBk, nqb = (Sq + kBq - 1) / kBq, nqt = nqb * D * kBq;
-  const __m512 vscale = _mm512_set1_ps(s.scale);
   float *ktp = w.ktp, *kc = w.kc, *vc = w.vc, *qtp = w.qtp, *dotp = w.dotp, *dqtp = w.dqtp;
   float *qc = w.qc, *doc = w.doc, *delta = w.delta, *lsev = w.lsev, *PT = w.PT, *dST = w.dST;
   const int64_t qoff = b * H * D + h * D;
-  pack_rows(qc, q + qoff, qs, Sq, D);
-  pack_rows(doc, dout + qoff, qs, Sq, D);
+  pack_rows(d, qc, q + qoff, qs, Sq, D);
+  pack_rows(d, doc, dout + qoff, qs, Sq, D);
   pack_t_blocks(qtp, q + qoff, qs, Sq, D);
   pack_t_blocks(dotp, dout + qoff, qs, Sq, D);
   std::fill(dqtp, dqtp + nqt, 0.0f);
   for (int64_t i = 0; i < Sq; ++i) {
     if (i + kAhead < Sq) prefetch_row(out + qoff + (i + kAhead) * qs, D);
     const float* o = out + qoff + i * qs;
-    __m512 acc = _mm512_setzero_ps();
-    for (int64_t d = 0; d < D; d += kVec) {
-      const __mmask16 m = tail_mask(D - d);
-      acc = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, doc + i * D + d),
-                            _mm512_maskz_loadu_ps(m, o + d), acc);
-    }
-    delta[i] = hsum(acc);
+    VF acc = hn::Zero(d);
+    for_lanes(d, 0, D, [&](int64_t c, size_t k) {
+      acc = hn::MulAdd(load(d, doc + i * Dp + c, k), load(d, o + c, k), acc);
+    });
+    delta[i] = hsum(d, acc);
     const float l = lse[(b * H + h) * Sq + i];
     // a fully masked row has lse = -inf; +inf makes exp(s - lse) = 0 there
     lsev[i] = l == kNegInf ? std::numeric_limits<float>::infinity() : l;
@@ -413,37 +437,24 @@ void backward_head(BwdWork& w,
     const int64_t ib0 = mask.causal ? std::max<int64_t>(0, j0 - mask.offset) / kBq : 0;
     for (int64_t ib = ib0; ib < nqb; ++ib) {
       const int64_t i0 = ib * kBq, nq = std::min(kBq, Sq - i0);
-      mm(nk, nq, D, kc + j0 * D, D, qtp + ib * D * kBq, kBq, PT, kBq, false);
-      mm(nk, nq, D, vc + j0 * D, D, dotp + ib * D * kBq, kBq, dST, kBq, false);
+      mm(d, nk, nq, D, kc + j0 * Dp, Dp, qtp + ib * D * kBq, kBq, PT, kBq, false);
+      mm(d, nk, nq, D, vc + j0 * Dp, Dp, dotp + ib * D * kBq, kBq, dST, kBq, false);
       for (int64_t jj = 0; jj < nk; ++jj) {
         // queries i >= j - offset see key j
         const int64_t first =
             mask.causal ? std::clamp<int64_t>(j0 + jj - mask.offset - i0, 0, nq) : 0;
-        float* p = PT + jj * kBq;
-        float* ds = dST + jj * kBq;
-        for (int64_t c = 0; c < nq; c += kVec) {
-          const __mmask16 m = tail_mask(nq - c);
-          const __mmask16 vis = m & ~tail_mask(first - c);
-          const __m512 pv = _mm512_maskz_mov_ps(
-              vis, exp_ps(_mm512_fmsub_ps(_mm512_loadu_ps(p + c), vscale,
-                                          _mm512_maskz_loadu_ps(m, lsev + i0 + c))));
-          const __m512 dsv = _mm512_mul_ps(
-              _mm512_mul_ps(pv, _mm512_sub_ps(_mm512_loadu_ps(ds + c),
-                                              _mm512_maskz_loadu_ps(m, delta + i0 + c))),
-              vscale);
-          _mm512_mask_storeu_ps(p + c, m, pv);
-          _mm512_mask_storeu_ps(ds + c, m, dsv);
-        }
+        score_grads_row(d, PT + jj * kBq, dST + jj * kBq, lsev + i0, delta + i0, nq, first,
+                        s.scale);
       }
-      mm(nk, D, nq, PT, kBq, doc + i0 * D, D, dvc + j0 * D, D, true);
-      mm(nk, D, nq, dST, kBq, qc + i0 * D, D, dkc + j0 * D, D, true);
-      mm(D, nq, nk, ktp + jb * D * kBk, kBk, dST, kBq, dqtp + ib * D * kBq, kBq, true);
+      mm(d, nk, Dp, nq, PT, kBq, doc + i0 * Dp, Dp, dvc + j0 * Dp, Dp, true);
+      mm(d, nk, Dp, nq, dST, kBq, qc + i0 * Dp, Dp, dkc + j0 * Dp, Dp, true);
+      mm(d, D, nq, nk, ktp + jb * D * kBk, kBk, dST, kBq, dqtp + ib * D * kBq, kBq, true);
     }
   }
   // dQ^T blocks back to rows (qc is free again), then into dq
   for (int64_t ib = 0; ib < nqb; ++ib)
-    transpose(qc + ib * kBq * D, D, dqtp + ib * D * kBq, kBq, D, std::min(kBq, Sq - ib * kBq));
-  add_rows(dq + qoff, qs, qc, Sq, D);
+    transpose(qc + ib * kBq * Dp, Dp, dqtp + ib * D * kBq, kBq, D, std::min(kBq, Sq - ib * kBq));
+  add_rows(d, dq + qoff, qs, qc, Sq, D);
 }
 
 }  // namespace
@@ -459,26 +470,28 @@ void attention_backward(float* dq,
                         const float* lse,
                         const AttnShape& s,
                         AttnMask mask) {
+  const DF d;
   const int64_t B = s.B, Sk = s.Sk, H = s.H, G = s.G, D = s.D, hpg = H / G;
-  const int64_t ks = B * G * D, kv_size = B * G * Sk * D;
+  const int64_t Dp = padded(d, D);
+  const int64_t ks = B * G * D, kv_size = B * G * Sk * Dp;
   const int nt = attn_threads(B * H, 10.0 * double(B * H * D) * double(s.Sq) * double(Sk));
   if (B * G >= nt) {
     // One task per (b, g): the task owns dK, dV of its group, so no thread shares a gradient.
 #pragma omp parallel num_threads(nt)
     {
       thread_local std::vector<float> buf, acc;
-      BwdWork w = bwd_work(buf, s.Sq, Sk, D);
-      float* dkc = scratch(acc, 2 * Sk * D);
-      float* dvc = dkc + Sk * D;
+      BwdWork w = bwd_work(buf, s.Sq, Sk, D, Dp);
+      float* dkc = scratch(acc, 2 * Sk * Dp);
+      float* dvc = dkc + Sk * Dp;
 #pragma omp for schedule(dynamic)
       for (int64_t task = 0; task < B * G; ++task) {
         const int64_t b = task / G, g = task % G, koff = (b * G + g) * D;
-        pack_kv(w, k, v, s, b, g);
-        std::fill(dkc, dkc + 2 * Sk * D, 0.0f);
+        pack_kv(d, w, k, v, s, b, g);
+        std::fill(dkc, dkc + 2 * Sk * Dp, 0.0f);
         for (int64_t h = g * hpg; h < (g + 1) * hpg; ++h)
-          backward_head(w, dkc, dvc, dq, dout, q, out, lse, s, mask, b, h);
-        add_rows(dk + koff, ks, dkc, Sk, D);
-        add_rows(dv + koff, ks, dvc, Sk, D);
+          backward_head(d, w, dkc, dvc, dq, dout, q, out, lse, s, mask, b, h);
+        add_rows(d, dk + koff, ks, dkc, Sk, D);
+        add_rows(d, dv + koff, ks, dvc, Sk, D);
       }
     }
     return;
@@ -491,7 +504,7 @@ void attention_backward(float* dq,
 #pragma omp parallel num_threads(nt)
   {
     thread_local std::vector<float> buf;
-    BwdWork w = bwd_work(buf, s.Sq, Sk, D);
+    BwdWork w = bwd_work(buf, s.Sq, Sk, D, Dp);
     float* pdk = priv + int64_t(omp_get_thread_num()) * 2 * kv_size;
     float* pdv = pdk + kv_size;
     std::fill(pdk, pdk + 2 * kv_size, 0.0f);
@@ -499,8 +512,9 @@ void attention_backward(float* dq,
 #pragma omp for schedule(static)
     for (int64_t task = 0; task < B * H; ++task) {
       const int64_t b = task / H, h = task % H, bg = b * G + h / hpg;
-      if (bg != packed) pack_kv(w, k, v, s, b, h / hpg), packed = bg;
-      backward_head(w, pdk + bg * Sk * D, pdv + bg * Sk * D, dq, dout, q, out, lse, s, mask, b, h);
+      if (bg != packed) pack_kv(d, w, k, v, s, b, h / hpg), packed = bg;
+      backward_head(d, w, pdk + bg * Sk * Dp, pdv + bg * Sk * Dp, dq, dout, q, out, lse, s, mask, b,
+                    h);
     }
     // implicit barrier: every copy is complete
 #pragma omp for schedule(static)
@@ -509,11 +523,18 @@ void attention_backward(float* dq,
       float* dkr = dk + j * ks + bg * D;
       float* dvr = dv + j * ks + bg * D;
       for (int t = 0; t < nt; ++t) {
-        const float* pk = priv + int64_t(t) * 2 * kv_size + (bg * Sk + j) * D;
-        for (int64_t d = 0; d < D; ++d) dkr[d] += pk[d], dvr[d] += pk[kv_size + d];
+        const float* pk = priv + int64_t(t) * 2 * kv_size + (bg * Sk + j) * Dp;
+        for (int64_t dd = 0; dd < D; ++dd) dkr[dd] += pk[dd], dvr[dd] += pk[kv_size + dd];
       }
     }
   }
 }
 
+}  // namespace mtron::kernels::cpu::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace mtron::kernels::cpu {
+MTRON_ATTENTION_OPS(MT_CPU_EXPORT)
 }  // namespace mtron::kernels::cpu
+#endif  // HWY_ONCE

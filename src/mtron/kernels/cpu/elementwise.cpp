@@ -1,6 +1,14 @@
 // CPU elementwise ops: add, scale, f32<->bf16 conversion, bias add/backward, sum of squares,
-// and the memset/fill/memcpy forms of fill_zero, fill and copy. All memory-bound: one pass, AVX-512
-// with masked tails, split over threads in whole cache lines.
+// and the memset/fill/memcpy forms of fill_zero, fill and copy. All memory-bound: one pass,
+// split over threads in whole cache lines.
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "mtron/kernels/cpu/elementwise.cpp"
+#include <hwy/foreach_target.h>  // IWYU pragma: keep
+// clang-format off
+#include <hwy/highway.h>
+#include "mtron/kernels/cpu/simd-inl.h"
+// clang-format on
+
 #include <omp.h>
 
 #include <algorithm>
@@ -8,71 +16,46 @@
 #include <vector>
 
 #include "mtron/kernels/cpu/cpu_ops.h"
-#include "mtron/kernels/cpu/vec.h"
+#include "mtron/kernels/cpu/parallel.h"
 
-namespace mtron::kernels::cpu {
+HWY_BEFORE_NAMESPACE();
+namespace mtron::kernels::cpu::HWY_NAMESPACE {
 
 void add(float* out, const float* a, const float* b, int64_t n) {
-#pragma omp parallel num_threads(threads_for(n * 12))
-  {
-    int64_t i0, i1;
-    split_range(n, omp_get_thread_num(), omp_get_num_threads(), kVec, &i0, &i1);
-    for (int64_t i = i0; i < i1; i += kVec) {
-      const __mmask16 m = tail_mask(i1 - i);
-      _mm512_mask_storeu_ps(
-          out + i, m,
-          _mm512_add_ps(_mm512_maskz_loadu_ps(m, a + i), _mm512_maskz_loadu_ps(m, b + i)));
-    }
-  }
+  const DF d;
+  parallel_lanes(d, n, n * 12, [&](int64_t i, size_t k) {
+    store(d, hn::Add(load(d, a + i, k), load(d, b + i, k)), out + i, k);
+  });
 }
 
 void scale_inplace(float* x, float s, int64_t n) {
-  const __m512 vs = _mm512_set1_ps(s);
-#pragma omp parallel num_threads(threads_for(n * 8))
-  {
-    int64_t i0, i1;
-    split_range(n, omp_get_thread_num(), omp_get_num_threads(), kVec, &i0, &i1);
-    for (int64_t i = i0; i < i1; i += kVec) {
-      const __mmask16 m = tail_mask(i1 - i);
-      _mm512_mask_storeu_ps(x + i, m, _mm512_mul_ps(_mm512_maskz_loadu_ps(m, x + i), vs));
-    }
-  }
+  const DF d;
+  const VF vs = hn::Set(d, s);
+  parallel_lanes(d, n, n * 8,
+                 [&](int64_t i, size_t k) { store(d, hn::Mul(load(d, x + i, k), vs), x + i, k); });
 }
 
-void convert(bf16* dst, const float* src, int64_t n) {
-#pragma omp parallel num_threads(threads_for(n * 6))
-  {
-    int64_t i0, i1;
-    split_range(n, omp_get_thread_num(), omp_get_num_threads(), kVec, &i0, &i1);
-    for (int64_t i = i0; i < i1; i += kVec) {
-      const __mmask16 m = tail_mask(i1 - i);
-      _mm256_mask_storeu_epi16(dst + i, m, f32_to_bf16_ps(_mm512_maskz_loadu_ps(m, src + i)));
-    }
-  }
+void convert_to_bf16(bf16* dst, const float* src, int64_t n) {
+  const DF d;
+  const DU16 dh;
+  parallel_lanes(d, n, n * 6, [&](int64_t i, size_t k) {
+    store(dh, to_bf16(d, load(d, src + i, k)), bits(dst + i), k);
+  });
 }
 
-void convert(float* dst, const bf16* src, int64_t n) {
-#pragma omp parallel num_threads(threads_for(n * 6))
-  {
-    int64_t i0, i1;
-    split_range(n, omp_get_thread_num(), omp_get_num_threads(), kVec, &i0, &i1);
-    for (int64_t i = i0; i < i1; i += kVec) {
-      const __mmask16 m = tail_mask(i1 - i);
-      _mm512_mask_storeu_ps(dst + i, m, bf16_to_f32_ps(_mm256_maskz_loadu_epi16(m, src + i)));
-    }
-  }
+void convert_to_fp32(float* dst, const bf16* src, int64_t n) {
+  const DF d;
+  const DU16 dh;
+  parallel_lanes(d, n, n * 6, [&](int64_t i, size_t k) {
+    store(d, from_bf16(d, load(dh, bits(src + i), k)), dst + i, k);
+  });
 }
 
 void bias_add(float* out, const float* bias, int64_t N, int64_t C) {
+  const DF d;
 #pragma omp parallel for schedule(static) num_threads(threads_for(N* C * 8))
   for (int64_t r = 0; r < N; ++r) {
-    float* o = out + r * C;
-    for (int64_t c = 0; c < C; c += kVec) {
-      const __mmask16 m = tail_mask(C - c);
-      _mm512_mask_storeu_ps(
-          o + c, m,
-          _mm512_add_ps(_mm512_maskz_loadu_ps(m, o + c), _mm512_maskz_loadu_ps(m, bias + c)));
-    }
+    add_into(d, out + r * C, bias, C);
   }
 }
 
@@ -82,57 +65,49 @@ void bias_add(float* out, const float* bias, int64_t N, int64_t C) {
 // accuracy), both small enough to stay in L1.
 void bias_backward(float* dbias, const float* dout, int64_t N, int64_t C) {
   constexpr int64_t kBlock = 256;
+  const DF d;
 #pragma omp parallel num_threads(threads_for(N* C * 4))
   {
     int64_t c0, c1;
-    split_range(C, omp_get_thread_num(), omp_get_num_threads(), kVec, &c0, &c1);
-    std::vector<float> part(size_t(c1 - c0)), total(size_t(c1 - c0), 0.0f);
+    split_range(C, omp_get_thread_num(), omp_get_num_threads(), kLine, &c0, &c1);
+    const int64_t w = c1 - c0;
+    std::vector<float> part(static_cast<size_t>(w)), total(static_cast<size_t>(w), 0.0f);
+    float* pp = part.data();
     for (int64_t r0 = 0; r0 < N; r0 += kBlock) {
       std::fill(part.begin(), part.end(), 0.0f);
-      for (int64_t r = r0; r < std::min(N, r0 + kBlock); ++r) {
-        const float* d = dout + r * C + c0;
-        for (int64_t c = 0; c < c1 - c0; c += kVec) {
-          const __mmask16 m = tail_mask(c1 - c0 - c);
-          _mm512_mask_storeu_ps(part.data() + c, m,
-                                _mm512_add_ps(_mm512_maskz_loadu_ps(m, part.data() + c),
-                                              _mm512_maskz_loadu_ps(m, d + c)));
-        }
-      }
-      for (int64_t c = 0; c < c1 - c0; ++c) total[size_t(c)] += part[size_t(c)];
+      for (int64_t r = r0; r < std::min(N, r0 + kBlock); ++r) add_into(d, pp, dout + r * C + c0, w);
+      for (int64_t c = 0; c < w; ++c) total[size_t(c)] += part[size_t(c)];
     }
     for (int64_t c = c0; c < c1; ++c) dbias[c] += total[size_t(c - c0)];
   }
 }
 
-// Squares summed in fp32 within a vector block of 1024 elements, blocks added in double. The
-// split into blocks does not depend on the thread count, but the final per-thread sum order
-// does (a difference in the last bits of a double, far below what a norm needs).
+// Squares summed in fp32 within blocks of 1024 elements, blocks added in double. The split into
+// blocks does not depend on the thread count, but the final per-thread sum order does (a
+// difference in the last bits of a double, far below what a norm needs).
 double sum_squares(const float* x, int64_t n) {
   constexpr int64_t kBlock = 1024;
+  const DF d;
   double total = 0;
 #pragma omp parallel num_threads(threads_for(n * 4)) reduction(+ : total)
   {
     int64_t i0, i1;
     split_range(n, omp_get_thread_num(), omp_get_num_threads(), kBlock, &i0, &i1);
-    __m512d acc = _mm512_setzero_pd();
     for (int64_t b = i0; b < i1; b += kBlock) {
-      const int64_t e = std::min(i1, b + kBlock);
-      __m512 s0 = _mm512_setzero_ps(), s1 = _mm512_setzero_ps();
+      VF s0 = hn::Zero(d), s1 = hn::Zero(d);
+      const int64_t e = std::min(i1, b + kBlock), L = int64_t(hn::Lanes(d));
       int64_t i = b;
-      for (; i + 2 * kVec <= e; i += 2 * kVec) {
-        const __m512 a = _mm512_loadu_ps(x + i), c = _mm512_loadu_ps(x + i + kVec);
-        s0 = _mm512_fmadd_ps(a, a, s0);
-        s1 = _mm512_fmadd_ps(c, c, s1);
+      for (; i + 2 * L <= e; i += 2 * L) {
+        const VF a = hn::LoadU(d, x + i), c = hn::LoadU(d, x + i + L);
+        s0 = hn::MulAdd(a, a, s0);
+        s1 = hn::MulAdd(c, c, s1);
       }
-      for (; i < e; i += kVec) {
-        const __m512 a = _mm512_maskz_loadu_ps(tail_mask(e - i), x + i);
-        s0 = _mm512_fmadd_ps(a, a, s0);
-      }
-      const __m512 s = _mm512_add_ps(s0, s1);
-      acc = _mm512_add_pd(acc, _mm512_cvtps_pd(_mm512_castps512_ps256(s)));
-      acc = _mm512_add_pd(acc, _mm512_cvtps_pd(_mm512_extractf32x8_ps(s, 1)));
+      for_lanes(d, i, e, [&](int64_t j, size_t k) {
+        const VF a = load(d, x + j, k);
+        s0 = hn::MulAdd(a, a, s0);
+      });
+      total += double(hsum(d, hn::Add(s0, s1)));
     }
-    total += _mm512_reduce_add_pd(acc);
   }
   return total;
 }
@@ -149,4 +124,11 @@ void copy(void* dst, const void* src, int64_t bytes) {
   if (bytes > 0) std::memcpy(dst, src, size_t(bytes));
 }
 
+}  // namespace mtron::kernels::cpu::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace mtron::kernels::cpu {
+MTRON_ELEMENTWISE_OPS(MT_CPU_EXPORT)
 }  // namespace mtron::kernels::cpu
+#endif  // HWY_ONCE

@@ -1,34 +1,34 @@
 // CPU GEMM: fp32 through OpenBLAS, bf16 through oneDNN matmul (AMX where the CPU has it,
-// AVX512_BF16 otherwise). docs/kernels.md has the measurements behind the split.
+// AVX512_BF16 otherwise) or, where oneDNN has no bf16 matmul at the CPU's level (below
+// AVX-512), widened to fp32. kernels/cpu_isa.h has the rules, docs/kernels.md the measurements.
 //
 // oneDNN: creating a primitive costs tens to hundreds of microseconds, so primitives are cached
 // per (shape, strides, transposes, dtype, alpha, beta) for the life of the process. A training
-// step uses a few dozen distinct shapes; the cache never needs evicting.
+// step uses a few dozen distinct shapes; the cache never needs evicting. oneDNN reports failure
+// by throwing dnnl::error; every call here turns that into mtron::Error naming the GEMM.
 //
 // OpenBLAS 0.3.21 picks its kernels once, when the library loads, from OPENBLAS_CORETYPE or its
-// CPUID tables; those tables do not know Sapphire/Emerald Rapids and fall back to Prescott (SSE3,
-// 5-10x slower). Setting the variable later has no effect, so this file's constructor, which runs
-// after OpenBLAS's own and before main, re-executes the process with OPENBLAS_CORETYPE=SkylakeX
-// when the CPU has AVX-512 but OpenBLAS chose a core without it (and sets OpenMP's wait policy,
-// below). If that did not happen (no /proc/self/exe, exec failed), fp32 GEMMs fall back to
-// oneDNN with one warning.
+// CPUID tables (which send Sapphire/Emerald Rapids to Prescott kernels). A process whose
+// OpenBLAS kernels do not fit the level (openblas_core_fits) runs fp32 GEMMs through oneDNN,
+// and says so once; `mtron` sets OPENBLAS_CORETYPE before it starts (apps/environment.cpp).
 #include <cblas.h>
-#include <unistd.h>
+#include <strings.h>
 
-#include <cstdlib>
-#include <cstring>
 #include <dnnl.hpp>
 #include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <unordered_map>
+#include <utility>
+#include <vector>
 
 #include "mtron/core/error.h"
 #include "mtron/core/log.h"
 #include "mtron/kernels/cpu/cpu_ops.h"
+#include "mtron/kernels/cpu_isa.h"
 
-namespace mtron::kernels::cpu {
+namespace mtron::kernels {
 namespace {
 
 using dnnl::memory;
@@ -57,27 +57,81 @@ struct Entry {
   dnnl::matmul prim;
 };
 
+std::string describe(const Key& k) {
+  return str(k.bf16 ? "bf16" : "fp32", " gemm M=", k.M, " N=", k.N, " K=", k.K, k.ta ? " A^T" : "",
+             k.tb ? " B^T" : "");
+}
+
+#if defined(__x86_64__)
+// oneDNN's ISA for each level of kernels/cpu_isa.h (x86-64).
+dnnl::cpu_isa dnnl_isa(const std::string& level) {
+  if (level == "avx2") return dnnl::cpu_isa::avx2;
+  if (level == "avx512") return dnnl::cpu_isa::avx512_core;
+  if (level == "avx512_bf16") return dnnl::cpu_isa::avx512_core_bf16;
+  if (level == "amx") return dnnl::cpu_isa::avx512_core_amx;
+  return dnnl::cpu_isa::sse41;
+}
+#endif
+
 // The process-wide oneDNN engine and primitive cache (thread-safe); one stream per calling
 // thread, since a oneDNN stream must not be shared by concurrent callers.
-class Gemm {
+class OneDnn {
  public:
-  static Gemm& get() {
-    static Gemm g;
+  static OneDnn& get() {
+    static OneDnn g;
     return g;
   }
 
   void run(const Key& k, const void* A, const void* B, float* C) {
-    const Entry& e = entry(k);
-    memory am(e.a, engine_, const_cast<void*>(A));
-    memory bm(e.b, engine_, const_cast<void*>(B));
-    memory cm(e.c, engine_, C);
-    thread_local dnnl::stream stream(engine_);
-    e.prim.execute(stream, {{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, cm}});
-    stream.wait();
+    try {
+      const Entry& e = entry(k);
+      memory am(e.a, engine_, const_cast<void*>(A));
+      memory bm(e.b, engine_, const_cast<void*>(B));
+      memory cm(e.c, engine_, C);
+      thread_local dnnl::stream stream(engine_);
+      e.prim.execute(stream, {{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, cm}});
+      stream.wait();
+    } catch (const dnnl::error& ex) {
+      throw Error(str("oneDNN failed on a ", describe(k), ": ", ex.what()));
+    }
+  }
+
+  // Whether oneDNN has a bf16 matmul at the level in use (it has none below AVX-512).
+  bool has_bf16() const { return has_bf16_; }
+  std::string isa() const {
+    switch (dnnl::get_effective_cpu_isa()) {
+      case dnnl::cpu_isa::avx512_core_amx:
+        return "AMX";
+      case dnnl::cpu_isa::avx512_core_bf16:
+        return "AVX512_BF16";
+      case dnnl::cpu_isa::avx512_core:
+        return "AVX-512";
+      case dnnl::cpu_isa::avx2:
+        return "AVX2";
+      default:
+        return "baseline ISA";
+    }
   }
 
  private:
-  Gemm() : engine_(dnnl::engine::kind::cpu, 0) {}
+  OneDnn() : engine_(init_engine()) {
+    try {
+      memory::desc a({2, 2}, memory::data_type::bf16, memory::dims{2, 1});
+      memory::desc c({2, 2}, memory::data_type::f32, memory::dims{2, 1});
+      dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a, a, c), engine_);
+      has_bf16_ = true;
+    } catch (const dnnl::error&) {
+      has_bf16_ = false;
+    }
+  }
+
+  // Caps oneDNN at the level before its first primitive (the cap takes effect only then).
+  static dnnl::engine init_engine() {
+#if defined(__x86_64__)
+    if (cpu_isa() != cpu_isa_best()) dnnl::set_max_cpu_isa(dnnl_isa(cpu_isa()));
+#endif
+    return dnnl::engine(dnnl::engine::kind::cpu, 0);
+  }
 
   const Entry& entry(const Key& k) {
     std::lock_guard<std::mutex> lock(mu_);
@@ -101,54 +155,45 @@ class Gemm {
   }
 
   dnnl::engine engine_;
+  bool has_bf16_ = false;
   std::mutex mu_;
   std::unordered_map<Key, std::unique_ptr<Entry>, KeyHash> cache_;
 };
 
-// OpenBLAS cores whose sgemm uses AVX-512.
-bool avx512_core(const char* name) {
-  for (const char* c : {"SkylakeX", "Cooperlake", "SapphireRapids"})
-    if (std::strcmp(name, c) == 0) return true;
-  return false;
+// OpenBLAS x86 cores by the widest vectors their sgemm uses: 1 SSE, 2 AVX, 3 AVX2, 4 AVX-512
+// (0: not an x86 core this table knows; its choice is trusted).
+int core_class(const char* name) {
+  static const std::pair<const char*, int> kCores[] = {
+      {"Prescott", 1},      {"Core2", 1},      {"Penryn", 1},      {"Dunnington", 1},
+      {"Nehalem", 1},       {"Atom", 1},       {"Opteron", 1},     {"Opteron_SSE3", 1},
+      {"Barcelona", 1},     {"Bobcat", 1},     {"Nano", 1},        {"Sandybridge", 2},
+      {"Bulldozer", 2},     {"Piledriver", 2}, {"Steamroller", 2}, {"Excavator", 2},
+      {"Haswell", 3},       {"Zen", 3},        {"SkylakeX", 4},    {"Cooperlake", 4},
+      {"SapphireRapids", 4}};
+  for (const auto& [core, cls] : kCores)
+    if (strcasecmp(core, name) == 0) return cls;
+  return 0;
 }
 
-// Whether OpenBLAS runs kernels fit for this CPU: an AVX-512 core if the CPU has AVX-512 (on
-// other CPUs its detection is trusted).
-bool openblas_fit() {
-  static const bool fit = [] {
-    const bool ok = !__builtin_cpu_supports("avx512f") || avx512_core(openblas_get_corename());
-    if (!ok)
+// The core class a level asks for: 3 at avx2, 4 at avx512 and up, 1 below (0 off x86).
+int level_class(const std::string& level) {
+  if (level == "avx2") return 3;
+  if (level.rfind("avx512", 0) == 0 || level == "amx") return 4;
+  return level == "scalar" || level == "sse4" ? 1 : 0;
+}
+
+// Whether fp32 GEMMs go through OpenBLAS; says once when they do not.
+bool use_openblas() {
+  static const bool use = [] {
+    const bool fits = openblas_core_fits();
+    if (!fits)
       log_warn(
-          "OpenBLAS chose '{}' kernels on an AVX-512 CPU; fp32 GEMMs use oneDNN instead (start "
-          "the process with OPENBLAS_CORETYPE=SkylakeX to use OpenBLAS)",
-          openblas_get_corename());
-    return ok;
+          "OpenBLAS runs '{}' kernels, which do not fit this CPU's level {}; fp32 GEMMs use oneDNN "
+          "instead (start the process with OPENBLAS_CORETYPE={} to use OpenBLAS)",
+          openblas_get_corename(), cpu_isa(), openblas_core_for_cpu());
+    return fits;
   }();
-  return fit;
-}
-
-// Runs before main: glibc passes (argc, argv, envp) to ELF constructors. Two settings must be
-// in the environment before the libraries read it, so when either is missing the process sets it
-// and re-executes itself once:
-// - OPENBLAS_CORETYPE=SkylakeX when OpenBLAS chose non-AVX-512 kernels on an AVX-512 CPU;
-// - OMP_WAIT_POLICY=PASSIVE unless the user chose a policy: with libgomp's default, threads
-//   that wait at a barrier spin, and when the cores are shared (several ranks per node, other
-//   jobs, CI running tests side by side) a spinning thread steals the time of the one it waits
-//   for; small steps then ran 50x slower here. Passive waiting costs microseconds per parallel
-//   region, which a training step does not notice.
-__attribute__((constructor)) void fix_environment_reexec(int, char** argv, char**) {
-  __builtin_cpu_init();  // __builtin_cpu_supports may not be initialised yet in a constructor
-  bool changed = false;
-  if (!std::getenv("OPENBLAS_CORETYPE") && __builtin_cpu_supports("avx512f") &&
-      !avx512_core(openblas_get_corename())) {
-    setenv("OPENBLAS_CORETYPE", "SkylakeX", 1);
-    changed = true;
-  }
-  if (!std::getenv("OMP_WAIT_POLICY")) {
-    setenv("OMP_WAIT_POLICY", "PASSIVE", 1);
-    changed = true;
-  }
-  if (changed) execv("/proc/self/exe", argv);  // returns only on failure: openblas_fit() says so
+  return use;
 }
 
 CBLAS_TRANSPOSE cblas_trans(bool t) {
@@ -161,48 +206,81 @@ void scale_c(int64_t M, int64_t N, float beta, float* C, int64_t ldc) {
     for (int64_t j = 0; j < N; ++j) C[i * ldc + j] = beta == 0.0f ? 0.0f : beta * C[i * ldc + j];
 }
 
-void gemm_any(Trans ta,
-              Trans tb,
-              int64_t M,
-              int64_t N,
-              int64_t K,
-              float alpha,
-              const void* A,
-              int64_t lda,
-              const void* B,
-              int64_t ldb,
-              float beta,
-              float* C,
-              int64_t ldc,
-              bool bf16) {
-  if (M == 0 || N == 0) return;
-  if (K == 0) return scale_c(M, N, beta, C, ldc);
-  const Key k{M, N, K, lda, ldb, ldc, ta == Trans::kT, tb == Trans::kT, bf16, alpha, beta};
-  if (!bf16 && openblas_fit()) {
-    // OpenBLAS reads C when beta != 0 only, so beta = 0 ignores NaN in C as gemm.h promises
-    cblas_sgemm(CblasRowMajor, cblas_trans(k.ta), cblas_trans(k.tb), blasint(M), blasint(N),
-                blasint(K), alpha, static_cast<const float*>(A), blasint(lda),
-                static_cast<const float*>(B), blasint(ldb), beta, C, blasint(ldc));
-    return;
+void gemm_fp32(const Key& k, const float* A, const float* B, float* C) {
+  if (!use_openblas()) return OneDnn::get().run(k, A, B, C);
+  // OpenBLAS reads C when beta != 0 only, so beta = 0 ignores NaN in C as gemm.h promises
+  cblas_sgemm(CblasRowMajor, cblas_trans(k.ta), cblas_trans(k.tb), blasint(k.M), blasint(k.N),
+              blasint(k.K), k.alpha, A, blasint(k.lda), B, blasint(k.ldb), k.beta, C,
+              blasint(k.ldc));
+}
+
+// `rows` rows of `cols` bf16 values at stride ld, widened into a grow-only per-thread buffer
+// (slot 0 or 1) with stride cols.
+const float* widen(int slot, const bf16* X, int64_t rows, int64_t cols, int64_t ld) {
+  thread_local std::vector<float> bufs[2];
+  std::vector<float>& buf = bufs[slot];
+  if (buf.size() < size_t(rows * cols)) buf.resize(size_t(rows * cols));
+  const Ctx host;
+  if (ld == cols) {
+    cpu::convert(host, buf.data(), X, rows * cols);
+  } else {
+    for (int64_t r = 0; r < rows; ++r) cpu::convert(host, buf.data() + r * cols, X + r * ld, cols);
   }
-  Gemm::get().run(k, A, B, C);
+  return buf.data();
+}
+
+// The stored shape [rows, cols] of op(X) = X (not transposed: [outer, inner]) or X^T.
+void stored(bool t, int64_t outer, int64_t inner, int64_t* rows, int64_t* cols) {
+  *rows = t ? inner : outer;
+  *cols = t ? outer : inner;
+}
+
+bool degenerate(const Key& k, float* C) {
+  if (k.M == 0 || k.N == 0) return true;
+  if (k.K == 0) return scale_c(k.M, k.N, k.beta, C, k.ldc), true;
+  return false;
 }
 
 }  // namespace
 
-std::string gemm_library_info() {
-  const dnnl_version_t* v = dnnl_version();
-  const dnnl::cpu_isa isa = dnnl::get_effective_cpu_isa();
-  const char* units = isa == dnnl::cpu_isa::avx512_core_amx    ? "AMX"
-                      : isa == dnnl::cpu_isa::avx512_core_bf16 ? "AVX512_BF16"
-                                                               : "no bf16 units";
-  const std::string f32 = openblas_fit() ? str("OpenBLAS (", openblas_get_corename(), " kernels)")
-                                         : std::string("oneDNN (OpenBLAS kernels unfit)");
-  return str("fp32 ", f32, ", bf16 oneDNN ", v->major, ".", v->minor, ".", v->patch, " (", units,
-             ")");
+bool openblas_core_fits() {
+  const int core = core_class(openblas_get_corename()), want = level_class(cpu_isa());
+  if (core == 0 || want == 0) return true;
+  if (want >= 3) return core == want;
+  // below AVX2: SSE kernels under a cap; SSE or AVX kernels (its own choice) on such a CPU
+  return cpu_isa() != cpu_isa_best() ? core == 1 : core <= 2;
 }
 
-void gemm(Trans ta,
+std::string openblas_core_for_cpu() {
+  switch (level_class(cpu_isa())) {
+    case 4:
+      return "SkylakeX";
+    case 3:
+      return "Haswell";
+    case 1:
+      return "Nehalem";
+    default:
+      return openblas_get_corename();
+  }
+}
+
+std::string cpu_gemm_paths() {
+  const dnnl_version_t* v = dnnl_version();
+  const std::string onednn =
+      str("oneDNN ", v->major, ".", v->minor, ".", v->patch, " (", OneDnn::get().isa(), ")");
+  const std::string f32 =
+      use_openblas() ? str("OpenBLAS (", openblas_get_corename(), " kernels)") : onednn;
+  const std::string b16 = OneDnn::get().has_bf16()
+                              ? onednn
+                              : str("widened to fp32 and run as fp32 (oneDNN ", v->major, ".",
+                                    v->minor, " has no bf16 matmul at ", cpu_isa(), ")");
+  return str("fp32 ", f32, ", bf16 ", b16);
+}
+
+namespace cpu {
+
+void gemm(const Ctx&,
+          Trans ta,
           Trans tb,
           int64_t M,
           int64_t N,
@@ -215,10 +293,12 @@ void gemm(Trans ta,
           float beta,
           float* C,
           int64_t ldc) {
-  gemm_any(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, false);
+  const Key k{M, N, K, lda, ldb, ldc, ta == Trans::kT, tb == Trans::kT, false, alpha, beta};
+  if (!degenerate(k, C)) gemm_fp32(k, A, B, C);
 }
 
-void gemm(Trans ta,
+void gemm(const Ctx&,
+          Trans ta,
           Trans tb,
           int64_t M,
           int64_t N,
@@ -231,7 +311,19 @@ void gemm(Trans ta,
           float beta,
           float* C,
           int64_t ldc) {
-  gemm_any(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, true);
+  Key k{M, N, K, lda, ldb, ldc, ta == Trans::kT, tb == Trans::kT, true, alpha, beta};
+  if (degenerate(k, C)) return;
+  if (OneDnn::get().has_bf16()) return OneDnn::get().run(k, A, B, C);
+  int64_t ar, ac, br, bc;
+  stored(k.ta, M, K, &ar, &ac);
+  stored(k.tb, K, N, &br, &bc);
+  const float* a = widen(0, A, ar, ac, lda);
+  const float* b = widen(1, B, br, bc, ldb);
+  k.bf16 = false;
+  k.lda = ac;
+  k.ldb = bc;
+  gemm_fp32(k, a, b, C);
 }
 
-}  // namespace mtron::kernels::cpu
+}  // namespace cpu
+}  // namespace mtron::kernels

@@ -4,62 +4,59 @@
 // L1 for the second pass). Backward computes dinp row by row and the weight/bias gradients as
 // partial sums over fixed blocks of kRowBlock rows, added in block order afterwards: the result
 // does not depend on the thread count.
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "mtron/kernels/cpu/norm.cpp"
+#include <hwy/foreach_target.h>  // IWYU pragma: keep
+// clang-format off
+#include <hwy/highway.h>
+#include "mtron/kernels/cpu/simd-inl.h"
+// clang-format on
+
 #include <omp.h>
 
 #include <cmath>
 #include <vector>
 
 #include "mtron/kernels/cpu/cpu_ops.h"
-#include "mtron/kernels/cpu/vec.h"
+#include "mtron/kernels/cpu/parallel.h"
 
-namespace mtron::kernels::cpu {
+HWY_BEFORE_NAMESPACE();
+namespace mtron::kernels::cpu::HWY_NAMESPACE {
 namespace {
 
 constexpr int64_t kRowBlock = 64;
 
-float row_sum(const float* x, int64_t C) {
-  __m512 s0 = _mm512_setzero_ps(), s1 = _mm512_setzero_ps();
+// sum (x - mu)^2 over the row, or sum x when `square` is false (two accumulators)
+template <bool kSquare>
+float row_reduce(DF d, const float* x, float mu, int64_t C) {
+  const VF vm = hn::Set(d, mu);
+  VF s0 = hn::Zero(d), s1 = hn::Zero(d);
+  const int64_t L = int64_t(hn::Lanes(d));
+  auto term = [&](VF v) { return kSquare ? hn::Sub(v, vm) : v; };
+  auto acc = [&](VF t, VF s) { return kSquare ? hn::MulAdd(t, t, s) : hn::Add(s, t); };
   int64_t c = 0;
-  for (; c + 2 * kVec <= C; c += 2 * kVec) {
-    s0 = _mm512_add_ps(s0, _mm512_loadu_ps(x + c));
-    s1 = _mm512_add_ps(s1, _mm512_loadu_ps(x + c + kVec));
+  for (; c + 2 * L <= C; c += 2 * L) {
+    s0 = acc(term(hn::LoadU(d, x + c)), s0);
+    s1 = acc(term(hn::LoadU(d, x + c + L)), s1);
   }
-  for (; c < C; c += kVec) s0 = _mm512_add_ps(s0, _mm512_maskz_loadu_ps(tail_mask(C - c), x + c));
-  return hsum(_mm512_add_ps(s0, s1));
-}
-
-// sum (x - mu)^2
-float row_sqdev(const float* x, float mu, int64_t C) {
-  const __m512 vm = _mm512_set1_ps(mu);
-  __m512 s0 = _mm512_setzero_ps(), s1 = _mm512_setzero_ps();
-  int64_t c = 0;
-  for (; c + 2 * kVec <= C; c += 2 * kVec) {
-    const __m512 a = _mm512_sub_ps(_mm512_loadu_ps(x + c), vm);
-    const __m512 b = _mm512_sub_ps(_mm512_loadu_ps(x + c + kVec), vm);
-    s0 = _mm512_fmadd_ps(a, a, s0);
-    s1 = _mm512_fmadd_ps(b, b, s1);
-  }
-  for (; c < C; c += kVec) {
-    const __mmask16 m = tail_mask(C - c);
-    const __m512 a = _mm512_maskz_sub_ps(m, _mm512_maskz_loadu_ps(m, x + c), vm);
-    s0 = _mm512_fmadd_ps(a, a, s0);
-  }
-  return hsum(_mm512_add_ps(s0, s1));
+  // the partial tail's missing lanes load as mu: they add (mu - mu)^2 = 0, or 0 to a plain sum
+  for_lanes(d, c, C, [&](int64_t j, size_t k) {
+    s0 = acc(term(load(d, x + j, k, kSquare ? mu : 0.0f)), s0);
+  });
+  return hsum(d, hn::Add(s0, s1));
 }
 
 // Adds the per-block partials part[nblocks][C] (block order) into grad[C]; threads split C.
-void reduce_blocks(float* grad, const float* part, int64_t nblocks, int64_t C) {
+void reduce_blocks(DF d, float* grad, const float* part, int64_t nblocks, int64_t C) {
 #pragma omp parallel num_threads(threads_for(nblocks* C * 4))
   {
     int64_t c0, c1;
-    split_range(C, omp_get_thread_num(), omp_get_num_threads(), kVec, &c0, &c1);
-    for (int64_t c = c0; c < c1; c += kVec) {
-      const __mmask16 m = tail_mask(c1 - c);
-      __m512 s = _mm512_setzero_ps();
-      for (int64_t b = 0; b < nblocks; ++b)
-        s = _mm512_add_ps(s, _mm512_maskz_loadu_ps(m, part + b * C + c));
-      _mm512_mask_storeu_ps(grad + c, m, _mm512_add_ps(_mm512_maskz_loadu_ps(m, grad + c), s));
-    }
+    split_range(C, omp_get_thread_num(), omp_get_num_threads(), kLine, &c0, &c1);
+    for_lanes(d, c0, c1, [&](int64_t c, size_t k) {
+      VF s = hn::Zero(d);
+      for (int64_t b = 0; b < nblocks; ++b) s = hn::Add(s, load(d, part + b * C + c, k));
+      store(d, hn::Add(load(d, grad + c, k), s), grad + c, k);
+    });
   }
 }
 
@@ -74,22 +71,20 @@ void layernorm_forward(float* out,
                        int64_t N,
                        int64_t C,
                        float eps) {
+  const DF d;
 #pragma omp parallel for schedule(static) num_threads(threads_for(N* C * 8))
   for (int64_t r = 0; r < N; ++r) {
     const float* x = inp + r * C;
     float* o = out + r * C;
-    const float mu = row_sum(x, C) / float(C);
-    const float rs = 1.0f / std::sqrt(row_sqdev(x, mu, C) / float(C) + eps);
+    const float mu = row_reduce<false>(d, x, 0.0f, C) / float(C);
+    const float rs = 1.0f / std::sqrt(row_reduce<true>(d, x, mu, C) / float(C) + eps);
     mean[r] = mu;
     rstd[r] = rs;
-    const __m512 vm = _mm512_set1_ps(mu), vr = _mm512_set1_ps(rs);
-    for (int64_t c = 0; c < C; c += kVec) {
-      const __mmask16 m = tail_mask(C - c);
-      const __m512 n = _mm512_mul_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, x + c), vm), vr);
-      _mm512_mask_storeu_ps(o + c, m,
-                            _mm512_fmadd_ps(n, _mm512_maskz_loadu_ps(m, weight + c),
-                                            _mm512_maskz_loadu_ps(m, bias + c)));
-    }
+    const VF vm = hn::Set(d, mu), vr = hn::Set(d, rs);
+    for_lanes(d, 0, C, [&](int64_t c, size_t k) {
+      const VF n = hn::Mul(hn::Sub(load(d, x + c, k), vm), vr);
+      store(d, hn::MulAdd(n, load(d, weight + c, k), load(d, bias + c, k)), o + c, k);
+    });
   }
 }
 
@@ -103,6 +98,7 @@ void layernorm_backward(float* dinp,
                         const float* rstd,
                         int64_t N,
                         int64_t C) {
+  const DF d;
   const int64_t nblocks = (N + kRowBlock - 1) / kRowBlock;
   std::vector<float> part(size_t(2 * nblocks * C));  // [2][nblocks][C]: dweight, dbias
   float* pw = part.data();
@@ -116,34 +112,31 @@ void layernorm_backward(float* dinp,
       const float* x = inp + r * C;
       const float* dy = dout + r * C;
       float* dx = dinp + r * C;
-      const __m512 vm = _mm512_set1_ps(mean[r]), vr = _mm512_set1_ps(rstd[r]);
+      const VF vm = hn::Set(d, mean[r]), vr = hn::Set(d, rstd[r]);
       // pass 1: the two row means, and the weight/bias partials
-      __m512 sd = _mm512_setzero_ps(), sdn = _mm512_setzero_ps();
-      for (int64_t c = 0; c < C; c += kVec) {
-        const __mmask16 m = tail_mask(C - c);
-        const __m512 g = _mm512_maskz_loadu_ps(m, dy + c);
-        const __m512 n = _mm512_mul_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, x + c), vm), vr);
-        const __m512 dn = _mm512_mul_ps(g, _mm512_maskz_loadu_ps(m, weight + c));
-        sd = _mm512_add_ps(sd, dn);
-        sdn = _mm512_fmadd_ps(dn, n, sdn);
-        _mm512_mask_storeu_ps(bb + c, m, _mm512_add_ps(_mm512_maskz_loadu_ps(m, bb + c), g));
-        _mm512_mask_storeu_ps(bw + c, m, _mm512_fmadd_ps(g, n, _mm512_maskz_loadu_ps(m, bw + c)));
-      }
-      const __m512 mdn = _mm512_set1_ps(hsum(sd) / float(C));
-      const __m512 mdnn = _mm512_set1_ps(hsum(sdn) / float(C));
+      VF sd = hn::Zero(d), sdn = hn::Zero(d);
+      for_lanes(d, 0, C, [&](int64_t c, size_t k) {
+        const VF g = load(d, dy + c, k);
+        const VF n = hn::Mul(hn::Sub(load(d, x + c, k), vm), vr);
+        const VF dn = hn::Mul(g, load(d, weight + c, k));
+        sd = hn::Add(sd, dn);
+        sdn = hn::MulAdd(dn, n, sdn);
+        store(d, hn::Add(load(d, bb + c, k), g), bb + c, k);
+        store(d, hn::MulAdd(g, n, load(d, bw + c, k)), bw + c, k);
+      });
+      const VF mdn = hn::Set(d, hsum(d, sd) / float(C));
+      const VF mdnn = hn::Set(d, hsum(d, sdn) / float(C));
       // pass 2: dx += rstd (dnorm - mean(dnorm) - norm mean(dnorm norm))
-      for (int64_t c = 0; c < C; c += kVec) {
-        const __mmask16 m = tail_mask(C - c);
-        const __m512 n = _mm512_mul_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, x + c), vm), vr);
-        const __m512 dn =
-            _mm512_mul_ps(_mm512_maskz_loadu_ps(m, dy + c), _mm512_maskz_loadu_ps(m, weight + c));
-        const __m512 t = _mm512_fnmadd_ps(n, mdnn, _mm512_sub_ps(dn, mdn));
-        _mm512_mask_storeu_ps(dx + c, m, _mm512_fmadd_ps(vr, t, _mm512_maskz_loadu_ps(m, dx + c)));
-      }
+      for_lanes(d, 0, C, [&](int64_t c, size_t k) {
+        const VF n = hn::Mul(hn::Sub(load(d, x + c, k), vm), vr);
+        const VF dn = hn::Mul(load(d, dy + c, k), load(d, weight + c, k));
+        const VF t = hn::NegMulAdd(n, mdnn, hn::Sub(dn, mdn));
+        store(d, hn::MulAdd(vr, t, load(d, dx + c, k)), dx + c, k);
+      });
     }
   }
-  reduce_blocks(dweight, pw, nblocks, C);
-  reduce_blocks(dbias, pb, nblocks, C);
+  reduce_blocks(d, dweight, pw, nblocks, C);
+  reduce_blocks(d, dbias, pb, nblocks, C);
 }
 
 void rmsnorm_forward(float* out,
@@ -153,19 +146,17 @@ void rmsnorm_forward(float* out,
                      int64_t N,
                      int64_t C,
                      float eps) {
+  const DF d;
 #pragma omp parallel for schedule(static) num_threads(threads_for(N* C * 8))
   for (int64_t r = 0; r < N; ++r) {
     const float* x = inp + r * C;
     float* o = out + r * C;
-    const float rs = 1.0f / std::sqrt(row_sqdev(x, 0.0f, C) / float(C) + eps);
+    const float rs = 1.0f / std::sqrt(row_reduce<true>(d, x, 0.0f, C) / float(C) + eps);
     rstd[r] = rs;
-    const __m512 vr = _mm512_set1_ps(rs);
-    for (int64_t c = 0; c < C; c += kVec) {
-      const __mmask16 m = tail_mask(C - c);
-      _mm512_mask_storeu_ps(o + c, m,
-                            _mm512_mul_ps(_mm512_mul_ps(_mm512_maskz_loadu_ps(m, x + c), vr),
-                                          _mm512_maskz_loadu_ps(m, weight + c)));
-    }
+    const VF vr = hn::Set(d, rs);
+    for_lanes(d, 0, C, [&](int64_t c, size_t k) {
+      store(d, hn::Mul(hn::Mul(load(d, x + c, k), vr), load(d, weight + c, k)), o + c, k);
+    });
   }
 }
 
@@ -177,6 +168,7 @@ void rmsnorm_backward(float* dinp,
                       const float* rstd,
                       int64_t N,
                       int64_t C) {
+  const DF d;
   const int64_t nblocks = (N + kRowBlock - 1) / kRowBlock;
   std::vector<float> part(size_t(nblocks * C));
 #pragma omp parallel for schedule(static) num_threads(threads_for(N* C * 16))
@@ -187,27 +179,31 @@ void rmsnorm_backward(float* dinp,
       const float* x = inp + r * C;
       const float* dy = dout + r * C;
       float* dx = dinp + r * C;
-      const __m512 vr = _mm512_set1_ps(rstd[r]);
-      __m512 sdn = _mm512_setzero_ps();
-      for (int64_t c = 0; c < C; c += kVec) {
-        const __mmask16 m = tail_mask(C - c);
-        const __m512 g = _mm512_maskz_loadu_ps(m, dy + c);
-        const __m512 n = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, x + c), vr);
-        sdn = _mm512_fmadd_ps(_mm512_mul_ps(g, _mm512_maskz_loadu_ps(m, weight + c)), n, sdn);
-        _mm512_mask_storeu_ps(bw + c, m, _mm512_fmadd_ps(g, n, _mm512_maskz_loadu_ps(m, bw + c)));
-      }
-      const __m512 mdnn = _mm512_set1_ps(hsum(sdn) / float(C));
-      for (int64_t c = 0; c < C; c += kVec) {
-        const __mmask16 m = tail_mask(C - c);
-        const __m512 n = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, x + c), vr);
-        const __m512 dn =
-            _mm512_mul_ps(_mm512_maskz_loadu_ps(m, dy + c), _mm512_maskz_loadu_ps(m, weight + c));
-        const __m512 t = _mm512_fnmadd_ps(n, mdnn, dn);
-        _mm512_mask_storeu_ps(dx + c, m, _mm512_fmadd_ps(vr, t, _mm512_maskz_loadu_ps(m, dx + c)));
-      }
+      const VF vr = hn::Set(d, rstd[r]);
+      VF sdn = hn::Zero(d);
+      for_lanes(d, 0, C, [&](int64_t c, size_t k) {
+        const VF g = load(d, dy + c, k);
+        const VF n = hn::Mul(load(d, x + c, k), vr);
+        sdn = hn::MulAdd(hn::Mul(g, load(d, weight + c, k)), n, sdn);
+        store(d, hn::MulAdd(g, n, load(d, bw + c, k)), bw + c, k);
+      });
+      const VF mdnn = hn::Set(d, hsum(d, sdn) / float(C));
+      for_lanes(d, 0, C, [&](int64_t c, size_t k) {
+        const VF n = hn::Mul(load(d, x + c, k), vr);
+        const VF dn = hn::Mul(load(d, dy + c, k), load(d, weight + c, k));
+        const VF t = hn::NegMulAdd(n, mdnn, dn);
+        store(d, hn::MulAdd(vr, t, load(d, dx + c, k)), dx + c, k);
+      });
     }
   }
-  reduce_blocks(dweight, part.data(), nblocks, C);
+  reduce_blocks(d, dweight, part.data(), nblocks, C);
 }
 
+}  // namespace mtron::kernels::cpu::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace mtron::kernels::cpu {
+MTRON_NORM_OPS(MT_CPU_EXPORT)
 }  // namespace mtron::kernels::cpu
+#endif  // HWY_ONCE

@@ -3,16 +3,23 @@
 // RoPE angles follow Megatron-Core exactly in fp32: inv_freq_i = 1 / base^(float(2i)/R),
 // angle = float(pos) * inv_freq_i, cos/sin of the fp32 angle. They are computed once per token
 // (shared by its nh heads) into a small per-thread table.
-#include <omp.h>
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "mtron/kernels/cpu/rope.cpp"
+#include <hwy/foreach_target.h>  // IWYU pragma: keep
+// clang-format off
+#include <hwy/highway.h>
+#include "mtron/kernels/cpu/simd-inl.h"
+// clang-format on
 
 #include <cmath>
 #include <cstring>
 #include <vector>
 
 #include "mtron/kernels/cpu/cpu_ops.h"
-#include "mtron/kernels/cpu/vec.h"
+#include "mtron/kernels/cpu/parallel.h"
 
-namespace mtron::kernels::cpu {
+HWY_BEFORE_NAMESPACE();
+namespace mtron::kernels::cpu::HWY_NAMESPACE {
 namespace {
 
 void copy_rows(float* dst, const float* src, int64_t n) {
@@ -28,6 +35,7 @@ void rope_apply(float* x,
                 int64_t R,
                 float base,
                 float sign) {
+  const DF d;
   const int64_t half = R / 2;
   std::vector<float> inv_freq(static_cast<size_t>(half));
   for (int64_t i = 0; i < half; ++i)
@@ -47,14 +55,12 @@ void rope_apply(float* x,
       for (int64_t h = 0; h < nh; ++h) {
         float* x1 = x + (n * nh + h) * D;
         float* x2 = x1 + half;
-        for (int64_t i = 0; i < half; i += kVec) {
-          const __mmask16 m = tail_mask(half - i);
-          const __m512 a = _mm512_maskz_loadu_ps(m, x1 + i), b = _mm512_maskz_loadu_ps(m, x2 + i);
-          const __m512 c = _mm512_maskz_loadu_ps(m, cosv + i),
-                       s = _mm512_maskz_loadu_ps(m, sinv + i);
-          _mm512_mask_storeu_ps(x1 + i, m, _mm512_fnmadd_ps(b, s, _mm512_mul_ps(a, c)));
-          _mm512_mask_storeu_ps(x2 + i, m, _mm512_fmadd_ps(a, s, _mm512_mul_ps(b, c)));
-        }
+        for_lanes(d, 0, half, [&](int64_t i, size_t k) {
+          const VF a = load(d, x1 + i, k), b = load(d, x2 + i, k);
+          const VF c = load(d, cosv + i, k), s = load(d, sinv + i, k);
+          store(d, hn::NegMulAdd(b, s, hn::Mul(a, c)), x1 + i, k);
+          store(d, hn::MulAdd(a, s, hn::Mul(b, c)), x2 + i, k);
+        });
       }
     }
   }
@@ -106,4 +112,11 @@ void rope_backward(
   rope_apply(dx, pos, N, nh, D, rot_dim, base, -1.0f);
 }
 
+}  // namespace mtron::kernels::cpu::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace mtron::kernels::cpu {
+MTRON_ROPE_OPS(MT_CPU_EXPORT)
 }  // namespace mtron::kernels::cpu
+#endif  // HWY_ONCE

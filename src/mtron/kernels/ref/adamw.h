@@ -1,9 +1,13 @@
+// The reference kernels of kernels/adamw.h (ref_ops.h).
+#pragma once
+
 #include <cmath>
 
-#include "mtron/kernels/ref/ref_ops.h"
+#include "mtron/kernels/ref/common.h"
 
 namespace mtron::kernels::ref {
 
+// adamw.h's formula evaluated in double (param_bf16 is not part of the reference).
 template <typename T>
 void adamw_step(T* param, T* m, T* v, const T* grad, int64_t n, const AdamWParams& p) {
   const Acc<T> b1 = p.beta1, b2 = p.beta2;
@@ -19,9 +23,5 @@ void adamw_step(T* param, T* m, T* v, const T* grad, int64_t n, const AdamWParam
     v[i] = T(vv);
   }
 }
-
-template void adamw_step<float>(float*, float*, float*, const float*, int64_t, const AdamWParams&);
-template void adamw_step<double>(
-    double*, double*, double*, const double*, int64_t, const AdamWParams&);
 
 }  // namespace mtron::kernels::ref

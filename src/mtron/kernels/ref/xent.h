@@ -1,7 +1,10 @@
+// The reference kernels of kernels/xent.h (ref_ops.h).
+#pragma once
+
 #include <cmath>
 #include <limits>
 
-#include "mtron/kernels/ref/ref_ops.h"
+#include "mtron/kernels/ref/common.h"
 
 namespace mtron::kernels::ref {
 
@@ -53,13 +56,5 @@ void xent_backward(T* dlogits,
     }
   }
 }
-
-#define MT_INSTANTIATE(T)                                                                      \
-  template void xent_stats<T>(T*, T*, T*, const T*, const int32_t*, int64_t, int64_t, int64_t, \
-                              int64_t);                                                        \
-  template void xent_backward<T>(T*, const T*, const int32_t*, const T*, const T*, const T*,   \
-                                 int64_t, int64_t, int64_t, int64_t);
-MT_INSTANTIATE(float)
-MT_INSTANTIATE(double)
 
 }  // namespace mtron::kernels::ref

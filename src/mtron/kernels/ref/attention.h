@@ -1,13 +1,15 @@
+// The reference kernels of kernels/attention.h (ref_ops.h).
+#pragma once
+
 #include <cmath>
 #include <limits>
 #include <vector>
 
-#include "mtron/kernels/ref/ref_ops.h"
+#include "mtron/kernels/ref/common.h"
 
 namespace mtron::kernels::ref {
-namespace {
 
-bool visible(const AttnMask& m, int64_t i, int64_t j) {
+inline bool visible(const AttnMask& m, int64_t i, int64_t j) {
   return !m.causal || j <= i + m.offset;
 }
 
@@ -46,8 +48,6 @@ bool probs(std::vector<Acc<T>>& p,
   *lse = mx + std::log(sum);
   return true;
 }
-
-}  // namespace
 
 template <typename T>
 void attention_forward(
@@ -112,13 +112,5 @@ void attention_backward(T* dq,
         }
       }
 }
-
-#define MT_INSTANTIATE(T)                                                                    \
-  template void attention_forward<T>(T*, T*, const T*, const T*, const T*, const AttnShape&, \
-                                     AttnMask);                                              \
-  template void attention_backward<T>(T*, T*, T*, const T*, const T*, const T*, const T*,    \
-                                      const AttnShape&, AttnMask);
-MT_INSTANTIATE(float)
-MT_INSTANTIATE(double)
 
 }  // namespace mtron::kernels::ref

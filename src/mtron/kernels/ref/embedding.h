@@ -1,4 +1,7 @@
-#include "mtron/kernels/ref/ref_ops.h"
+// The reference kernels of kernels/embedding.h (ref_ops.h).
+#pragma once
+
+#include "mtron/kernels/ref/common.h"
 
 namespace mtron::kernels::ref {
 
@@ -34,13 +37,5 @@ void embedding_backward(T* dtable,
     for (int64_t c = 0; c < C; ++c) dtable[r * C + c] += dout[n * C + c];
   }
 }
-
-#define MT_INSTANTIATE(T)                                                                      \
-  template void embedding_forward<T>(T*, const int32_t*, const T*, int64_t, int64_t, int64_t,  \
-                                     int64_t, bool);                                           \
-  template void embedding_backward<T>(T*, const T*, const int32_t*, int64_t, int64_t, int64_t, \
-                                      int64_t);
-MT_INSTANTIATE(float)
-MT_INSTANTIATE(double)
 
 }  // namespace mtron::kernels::ref

@@ -1,4 +1,7 @@
-#include "mtron/kernels/ref/ref_ops.h"
+// The reference kernels of kernels/gemm.h (ref_ops.h).
+#pragma once
+
+#include "mtron/kernels/ref/common.h"
 
 namespace mtron::kernels::ref {
 
@@ -28,11 +31,5 @@ void gemm(Trans ta,
       C[i * ldc + j] = T(Acc<T>(alpha) * acc + old);
     }
 }
-
-#define MT_INSTANTIATE(T)                                                                        \
-  template void gemm<T>(Trans, Trans, int64_t, int64_t, int64_t, T, const T*, int64_t, const T*, \
-                        int64_t, T, T*, int64_t);
-MT_INSTANTIATE(float)
-MT_INSTANTIATE(double)
 
 }  // namespace mtron::kernels::ref

@@ -1,6 +1,9 @@
+// The reference kernels of kernels/rope.h (ref_ops.h).
+#pragma once
+
 #include <cmath>
 
-#include "mtron/kernels/ref/ref_ops.h"
+#include "mtron/kernels/ref/common.h"
 
 namespace mtron::kernels::ref {
 
@@ -34,7 +37,6 @@ void qkv_merge_grad(
                                                                    : dv[(n * G + g) * D + d];
 }
 
-namespace {
 template <typename T>
 void rotate(
     T* x, const int32_t* pos, int64_t N, int64_t nh, int64_t D, int64_t R, float base, int sign) {
@@ -53,7 +55,6 @@ void rotate(
       }
     }
 }
-}  // namespace
 
 template <typename T>
 void rope_forward(
@@ -66,14 +67,5 @@ void rope_backward(
     T* dx, const int32_t* pos, int64_t N, int64_t nh, int64_t D, int64_t rot_dim, float base) {
   rotate(dx, pos, N, nh, D, rot_dim, base, -1);
 }
-
-#define MT_INSTANTIATE(T)                                                                       \
-  template void qkv_split<T>(T*, T*, T*, const T*, int64_t, int64_t, int64_t, int64_t);         \
-  template void qkv_merge_grad<T>(T*, const T*, const T*, const T*, int64_t, int64_t, int64_t,  \
-                                  int64_t);                                                     \
-  template void rope_forward<T>(T*, const int32_t*, int64_t, int64_t, int64_t, int64_t, float); \
-  template void rope_backward<T>(T*, const int32_t*, int64_t, int64_t, int64_t, int64_t, float);
-MT_INSTANTIATE(float)
-MT_INSTANTIATE(double)
 
 }  // namespace mtron::kernels::ref

@@ -1,6 +1,9 @@
+// The reference kernels of kernels/norm.h (ref_ops.h).
+#pragma once
+
 #include <cmath>
 
-#include "mtron/kernels/ref/ref_ops.h"
+#include "mtron/kernels/ref/common.h"
 
 namespace mtron::kernels::ref {
 
@@ -101,16 +104,5 @@ void rmsnorm_backward(T* dinp,
     }
   }
 }
-
-#define MT_INSTANTIATE(T)                                                                        \
-  template void layernorm_forward<T>(T*, T*, T*, const T*, const T*, const T*, int64_t, int64_t, \
-                                     T);                                                         \
-  template void layernorm_backward<T>(T*, T*, T*, const T*, const T*, const T*, const T*,        \
-                                      const T*, int64_t, int64_t);                               \
-  template void rmsnorm_forward<T>(T*, T*, const T*, const T*, int64_t, int64_t, T);             \
-  template void rmsnorm_backward<T>(T*, T*, const T*, const T*, const T*, const T*, int64_t,     \
-                                    int64_t);
-MT_INSTANTIATE(float)
-MT_INSTANTIATE(double)
 
 }  // namespace mtron::kernels::ref

@@ -1,7 +1,11 @@
+// The reference kernels of kernels/elementwise.h (ref_ops.h).
+#pragma once
+
 #include <cmath>
 #include <cstring>
+#include <limits>
 
-#include "mtron/kernels/ref/ref_ops.h"
+#include "mtron/kernels/ref/common.h"
 
 namespace mtron::kernels::ref {
 
@@ -15,7 +19,9 @@ void scale_inplace(T* x, T s, int64_t n) {
   for (int64_t i = 0; i < n; ++i) x[i] *= s;
 }
 
-bf16 to_bf16(float x) {
+// Round to nearest even, written from the definition (frexp/nearbyint on the bf16 quantum),
+// independently of core's bit trick.
+inline bf16 to_bf16(float x) {
   float r;
   if (std::isnan(x)) {
     r = std::numeric_limits<float>::quiet_NaN();
@@ -58,14 +64,5 @@ double sum_squares(const T* x, int64_t n) {
   for (int64_t i = 0; i < n; ++i) acc += Acc<T>(x[i]) * Acc<T>(x[i]);
   return double(acc);
 }
-
-#define MT_INSTANTIATE(T)                                         \
-  template void add<T>(T*, const T*, const T*, int64_t);          \
-  template void scale_inplace<T>(T*, T, int64_t);                 \
-  template void bias_add<T>(T*, const T*, int64_t, int64_t);      \
-  template void bias_backward<T>(T*, const T*, int64_t, int64_t); \
-  template double sum_squares<T>(const T*, int64_t);
-MT_INSTANTIATE(float)
-MT_INSTANTIATE(double)
 
 }  // namespace mtron::kernels::ref

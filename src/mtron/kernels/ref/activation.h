@@ -1,12 +1,13 @@
+// The reference kernels of kernels/activation.h (ref_ops.h).
+#pragma once
+
 #include <cmath>
 
-#include "mtron/kernels/ref/ref_ops.h"
+#include "mtron/kernels/ref/common.h"
 
 namespace mtron::kernels::ref {
-namespace {
-constexpr long double kK = 0.79788456080286535587989211986876373L;  // sqrt(2/pi)
-constexpr long double kC = 0.044715L;
-}  // namespace
+inline constexpr long double kK = 0.79788456080286535587989211986876373L;  // sqrt(2/pi)
+inline constexpr long double kC = 0.044715L;
 
 // The definition as written: 0.5 x (1 + tanh(u)), u = sqrt(2/pi) (x + 0.044715 x^3)
 template <typename T>
@@ -48,13 +49,5 @@ void swiglu_backward(T* dinp, const T* inp, const T* dout, int64_t N, int64_t F)
       dinp[r * 2 * F + F + c] = T(d * g * s);
     }
 }
-
-#define MT_INSTANTIATE(T)                                          \
-  template void gelu_forward<T>(T*, const T*, int64_t);            \
-  template void gelu_backward<T>(T*, const T*, const T*, int64_t); \
-  template void swiglu_forward<T>(T*, const T*, int64_t, int64_t); \
-  template void swiglu_backward<T>(T*, const T*, const T*, int64_t, int64_t);
-MT_INSTANTIATE(float)
-MT_INSTANTIATE(double)
 
 }  // namespace mtron::kernels::ref

@@ -1,0 +1,158 @@
+// defines (per SIMD target, in namespace cpu::HWY_NAMESPACE): DF, VF, DU16, load, store,
+//          for_lanes, parallel_lanes, add_into, exp, sigmoid, hsum, hmax, to_bf16, from_bf16
+//
+// The vector helpers every CPU kernel shares, written once over Google Highway and compiled for
+// each SIMD target a kernel file is compiled for (hwy/foreach_target.h re-includes this file once
+// per target; kernels/cpu/simd.h explains the dispatch).
+//
+// Partial vectors (the last < Lanes elements of a row) go through a small stack buffer: a load
+// reads exactly the n elements asked for and a store writes exactly n, on every target. Highway's
+// MaskedLoad and BlendedStore read or write the whole vector on SSE4 and NEON, which could touch
+// the next row while another thread works on it.
+//
+// exp follows the classic Cephes scheme: n = round(x log2 e), r = x - n ln2 (in two parts),
+// exp(r) by a degree-6 polynomial on [-ln2/2, ln2/2], scaled by 2^n as two factors 2^(n/2)
+// 2^(n - n/2) so that results in the subnormal range are right. Max error ~2 ulp over the
+// normal range; exp(-inf) = 0, exp(+inf) = +inf, NaN propagates.
+
+// Per-target include guard (Highway's idiom): toggled by foreach_target.h for each target.
+#if defined(MTRON_KERNELS_CPU_SIMD_INL_H_) == defined(HWY_TARGET_TOGGLE)
+#ifdef MTRON_KERNELS_CPU_SIMD_INL_H_
+#undef MTRON_KERNELS_CPU_SIMD_INL_H_
+#else
+#define MTRON_KERNELS_CPU_SIMD_INL_H_
+#endif
+
+#include <hwy/highway.h>
+
+#include <omp.h>
+
+#include <cstdint>
+
+#include "mtron/core/dtype.h"
+#include "mtron/kernels/cpu/parallel.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace mtron::kernels::cpu::HWY_NAMESPACE {
+
+namespace hn = hwy::HWY_NAMESPACE;
+
+using DF = hn::ScalableTag<float>;
+using VF = hn::Vec<DF>;
+using DU16 = hn::Rebind<uint16_t, DF>;  // as many uint16 lanes as DF has floats
+
+// The first k lanes of p (k <= Lanes(d)); the other lanes are `fill`.
+template <class D, class T = hn::TFromD<D>>
+HWY_INLINE hn::Vec<D> load(D d, const T* HWY_RESTRICT p, size_t k, T fill = T(0)) {
+  if (k == hn::Lanes(d)) return hn::LoadU(d, p);
+  HWY_ALIGN T buf[HWY_MAX_BYTES / sizeof(T)];
+  for (size_t i = 0; i < hn::Lanes(d); ++i) buf[i] = i < k ? p[i] : fill;
+  return hn::Load(d, buf);
+}
+
+// Writes the first k lanes of v to p (k <= Lanes(d)) and nothing else.
+template <class D, class T = hn::TFromD<D>>
+HWY_INLINE void store(D d, hn::Vec<D> v, T* HWY_RESTRICT p, size_t k) {
+  if (k == hn::Lanes(d)) return hn::StoreU(v, d, p);
+  HWY_ALIGN T buf[HWY_MAX_BYTES / sizeof(T)];
+  hn::Store(v, d, buf);
+  for (size_t i = 0; i < k; ++i) p[i] = buf[i];
+}
+
+// body(i, k) for i = begin, begin + L, ... < end (L = Lanes(d)), k = the lanes that are in
+// range: L for every full vector (a constant, so load/store compile to plain vector moves there),
+// fewer for the last one.
+template <class D, class F>
+HWY_INLINE void for_lanes(D d, int64_t begin, int64_t end, F&& body) {
+  const int64_t L = int64_t(hn::Lanes(d));
+  int64_t i = begin;
+  for (; i + L <= end; i += L) body(i, hn::Lanes(d));
+  if (i < end) body(i, size_t(end - i));
+}
+
+// body(i, k) as for_lanes over this thread's share of [0, n) (whole cache lines), on as many
+// threads as `bytes` of memory traffic are worth (threads_for).
+template <class D, class F>
+void parallel_lanes(D d, int64_t n, int64_t bytes, F&& body) {
+#pragma omp parallel num_threads(threads_for(bytes))
+  {
+    int64_t i0, i1;
+    split_range(n, omp_get_thread_num(), omp_get_num_threads(), kLine, &i0, &i1);
+    for_lanes(d, i0, i1, body);
+  }
+}
+
+// dst[0, n) += src[0, n)
+HWY_INLINE void add_into(DF d, float* HWY_RESTRICT dst, const float* HWY_RESTRICT src, int64_t n) {
+  for_lanes(d, 0, n, [&](int64_t c, size_t k) {
+    store(d, hn::Add(load(d, dst + c, k), load(d, src + c, k)), dst + c, k);
+  });
+}
+
+HWY_INLINE VF exp(DF d, VF x) {
+  const VF x0 = x;
+  x = hn::Min(x, hn::Set(d, 88.75f));
+  x = hn::Max(x, hn::Set(d, -104.0f));
+  const VF n = hn::Round(hn::Mul(x, hn::Set(d, 1.44269504088896341f)));
+  VF r = hn::NegMulAdd(n, hn::Set(d, 0.693359375f), x);
+  r = hn::NegMulAdd(n, hn::Set(d, -2.12194440e-4f), r);
+  VF p = hn::Set(d, 1.9875691500e-4f);
+  p = hn::MulAdd(p, r, hn::Set(d, 1.3981999507e-3f));
+  p = hn::MulAdd(p, r, hn::Set(d, 8.3334519073e-3f));
+  p = hn::MulAdd(p, r, hn::Set(d, 4.1665795894e-2f));
+  p = hn::MulAdd(p, r, hn::Set(d, 1.6666665459e-1f));
+  p = hn::MulAdd(p, r, hn::Set(d, 5.0000001201e-1f));
+  p = hn::MulAdd(p, hn::Mul(r, r), hn::Add(r, hn::Set(d, 1.0f)));
+  // 2^n as 2^h 2^(n - h), h = trunc(n / 2): both factors are normal floats for n in [-150, 128]
+  const hn::RebindToSigned<DF> di;
+  const auto ni = hn::ConvertTo(di, n);
+  const auto h = hn::ShiftRight<1>(ni);
+  const auto bias = hn::Set(di, 127);
+  const VF s1 = hn::BitCast(d, hn::ShiftLeft<23>(hn::Add(h, bias)));
+  const VF s2 = hn::BitCast(d, hn::ShiftLeft<23>(hn::Add(hn::Sub(ni, h), bias)));
+  const VF y = hn::Mul(hn::Mul(p, s1), s2);
+  return hn::IfThenElse(hn::IsNaN(x0), x0, y);
+}
+
+// 1 / (1 + exp(-x)), stable for large |x|.
+HWY_INLINE VF sigmoid(DF d, VF x) {
+  const VF one = hn::Set(d, 1.0f);
+  return hn::Div(one, hn::Add(one, exp(d, hn::Neg(x))));
+}
+
+HWY_INLINE float hsum(DF d, VF v) {
+  return hn::GetLane(hn::SumOfLanes(d, v));
+}
+HWY_INLINE float hmax(DF d, VF v) {
+  return hn::GetLane(hn::MaxOfLanes(d, v));
+}
+
+// Round to nearest even, bit-identical to mtron::float_to_bf16 (denormals kept, NaN quieted).
+HWY_INLINE hn::Vec<DU16> to_bf16(DF, VF x) {
+  const hn::RebindToUnsigned<DF> du;
+  const hn::RebindToSigned<DF> di;
+  const auto u = hn::BitCast(du, x);
+  const auto lsb = hn::And(hn::ShiftRight<16>(u), hn::Set(du, 1u));
+  auto r = hn::Add(u, hn::Add(lsb, hn::Set(du, 0x7fffu)));
+  r = hn::IfThenElse(hn::RebindMask(du, hn::IsNaN(x)), hn::Or(u, hn::Set(du, 0x00400000u)), r);
+  // the high halves are <= 0xffff, so the saturating demotion from int32 is exact
+  return hn::DemoteTo(DU16(), hn::BitCast(di, hn::ShiftRight<16>(r)));
+}
+
+HWY_INLINE VF from_bf16(DF d, hn::Vec<DU16> h) {
+  const hn::RebindToUnsigned<DF> du;
+  return hn::BitCast(d, hn::ShiftLeft<16>(hn::PromoteTo(du, h)));
+}
+
+// bf16 storage is mtron::bf16 ({uint16_t bits}); these view it as uint16 lanes.
+HWY_INLINE const uint16_t* bits(const bf16* p) {
+  return reinterpret_cast<const uint16_t*>(p);
+}
+HWY_INLINE uint16_t* bits(bf16* p) {
+  return reinterpret_cast<uint16_t*>(p);
+}
+
+}  // namespace mtron::kernels::cpu::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#endif  // per-target include guard

@@ -1,0 +1,28 @@
+// defines: MT_OP_DECLARE, MT_UNPACK: how a kernel op is written down once
+//
+// Every op of kernels/*.h is one row of its family's list macro (MTRON_NORM_OPS, ...; all of them
+// together: MTRON_KERNEL_OPS in kernels/ops.h):
+//
+//   OP(return type, name, id, contract, (parameters after the Ctx), (argument names))
+//
+// - name: the function callers use, kernels::name(ctx, ...). Overloads share a name.
+// - id: unique per row (the name, or name_dtype for an overload); the profile label
+//   (`mtron train --profile`) and the name of the CPU kernel's per-SIMD-target body.
+// - contract: a function of the arguments that checks what every backend requires of them and
+//   returns the op's FLOPs for the profile (no_contract: nothing to check, no FLOPs counted);
+//   defined in dispatch.cpp.
+//
+// From the rows, the rest is generated: the public declarations (MT_OP_DECLARE, here), the
+// backends' declarations with the same signature (cpu/cpu_ops.h, cuda/cuda_ops.h), the dispatch on
+// ctx.device (dispatch.cpp), the CPU's run-time choice of SIMD target (cpu/simd.h) and the stubs
+// of a build without CUDA (cuda/no_cuda.cpp). Adding an op means: its row, its CPU, CUDA and
+// reference bodies, and its case in the op table of tests/kernels.
+#pragma once
+
+#include "mtron/kernels/ctx.h"
+
+#define MT_UNPACK(...) __VA_ARGS__
+
+// `ret name(const Ctx& ctx, parameters...);` in the current namespace.
+#define MT_OP_DECLARE(ret, name, id, contract, params, args) \
+  ret name(const ::mtron::kernels::Ctx& ctx, MT_UNPACK params);

@@ -1,0 +1,653 @@
+// The op table (op_table.h): each case runs one op on the device under test and the reference
+// kernels on the host, from the same inputs, and compares every output.
+#include "op_table.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "mtron/core/error.h"
+#include "mtron/core/tensor.h"
+#include "mtron/kernels/device.h"
+#include "mtron/kernels/ops.h"
+#include "mtron/kernels/ref/ref_ops.h"
+
+namespace mtron::kernels::test {
+namespace {
+
+constexpr double kTolF32 = 1e-5;
+constexpr double kTolBf16 = 1e-2;
+const float kNaN = std::numeric_limits<float>::quiet_NaN();
+
+// The device under test (run_op_table's argument) and the inputs' generator.
+Ctx g_dev;
+std::mt19937_64 g_rng;
+
+std::vector<float> randn(int64_t n, float scale = 1.0f) {
+  std::normal_distribution<float> d(0.0f, scale);
+  std::vector<float> v(static_cast<size_t>(n));
+  for (auto& x : v) x = d(g_rng);
+  return v;
+}
+std::vector<float> poison(int64_t n) {
+  return std::vector<float>(static_cast<size_t>(n), kNaN);
+}
+std::vector<int32_t> randint(int64_t n, int32_t lo, int32_t hi) {
+  std::uniform_int_distribution<int32_t> d(lo, hi - 1);
+  std::vector<int32_t> v(static_cast<size_t>(n));
+  for (auto& x : v) x = d(g_rng);
+  return v;
+}
+std::vector<bf16> to_bf16(const std::vector<float>& x) {
+  std::vector<bf16> v(x.size());
+  for (size_t i = 0; i < x.size(); ++i) v[i] = float_to_bf16(x[i]);
+  return v;
+}
+std::vector<float> widen(const std::vector<bf16>& x) {
+  std::vector<float> v(x.size());
+  for (size_t i = 0; i < x.size(); ++i) v[i] = bf16_to_float(x[i]);
+  return v;
+}
+
+template <typename T>
+constexpr DType dtype_of();
+template <>
+constexpr DType dtype_of<float>() {
+  return DType::kF32;
+}
+template <>
+constexpr DType dtype_of<bf16>() {
+  return DType::kBF16;
+}
+template <>
+constexpr DType dtype_of<int32_t>() {
+  return DType::kI32;
+}
+
+// One operand: a host array the reference works on, and a copy of the same initial values on the
+// device under test, which its kernel works on.
+template <typename T>
+class Pair {
+ public:
+  explicit Pair(std::vector<T> init) : host_(std::move(init)) {
+    dev_ = Tensor::empty({int64_t(host_.size())}, dtype_of<T>(), g_dev.device);
+    copy_from_host(g_dev, dev_.raw(), host_.data(), int64_t(host_.size() * sizeof(T)));
+  }
+  T* host() { return host_.data(); }
+  T* dev() const { return static_cast<T*>(dev_.raw()); }
+  const std::vector<T>& host_result() const { return host_; }
+  std::vector<T> dev_result() const {
+    std::vector<T> out(host_.size());
+    copy_to_host(g_dev, out.data(), dev_.raw(), int64_t(out.size() * sizeof(T)));
+    return out;
+  }
+
+ private:
+  std::vector<T> host_;
+  Tensor dev_;
+};
+
+struct Error2 {
+  double rel = 0, max_abs = 0;
+  bool nan = false;
+};
+
+Error2 compare(const std::vector<float>& got, const std::vector<float>& want) {
+  Error2 e;
+  double num = 0, den = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    const double g = got[i], r = want[i];
+    if (std::isnan(g) || std::isnan(r)) {
+      e.nan = true;
+      continue;
+    }
+    if (std::isinf(r) || std::isinf(g)) {
+      if (g != r) e.nan = true;  // a mismatched infinity fails like a NaN
+      continue;
+    }
+    num += (g - r) * (g - r);
+    den += r * r;
+    e.max_abs = std::max(e.max_abs, std::abs(g - r));
+  }
+  e.rel = den > 0 ? std::sqrt(num / den) : std::sqrt(num);
+  return e;
+}
+
+class Checker {
+ public:
+  explicit Checker(const OpTableOptions& o) : o_(o) {}
+
+  // Runs one case; an exception (a CUDA error, a failed check) fails it and the run goes on.
+  void run(const std::string& op, const std::string& shape, const std::function<void()>& body) {
+    if (!o_.filter.empty() && op.find(o_.filter) == std::string::npos) return;
+    op_ = op;
+    shape_ = shape;
+    try {
+      body();
+    } catch (const std::exception& ex) {
+      row(op, "(exception)", kNaN, kNaN, 0, false);
+      std::printf("    %s\n", ex.what());
+      ++failed_;
+    }
+  }
+
+  void check(const std::string& what,
+             const std::vector<float>& got,
+             const std::vector<float>& want,
+             double tol) {
+    const Error2 e = compare(got, want);
+    const bool ok = !e.nan && e.rel <= tol;
+    row(op_ + " " + what, shape_, e.nan ? kNaN : e.rel, e.max_abs, tol, ok);
+    if (!ok) ++failed_;
+  }
+  void check(const std::string& what, const Pair<float>& p, double tol) {
+    check(what, p.dev_result(), p.host_result(), tol);
+  }
+  // bf16 outputs bit for bit, against the host side or against `want`
+  void check_bits(const std::string& what, const Pair<bf16>& p) {
+    check_bits(what, p, p.host_result());
+  }
+  void check_bits(const std::string& what, const Pair<bf16>& p, const std::vector<bf16>& want) {
+    const std::vector<bf16> got = p.dev_result();
+    int64_t bad = 0;
+    for (size_t i = 0; i < want.size(); ++i) bad += got[i].bits != want[i].bits;
+    row(op_ + " " + what, shape_, double(bad), 0, 0, bad == 0);
+    if (bad) ++failed_;
+  }
+
+  int failed() const { return failed_; }
+  int rows() const { return rows_; }
+
+ private:
+  void row(const std::string& what,
+           const std::string& shape,
+           double rel,
+           double max_abs,
+           double tol,
+           bool ok) {
+    ++rows_;
+    if (!ok || o_.print_all)
+      std::printf("%-28s %-34s %11.3e %11.3e %8.0e  %s\n", what.c_str(), shape.c_str(), rel,
+                  max_abs, tol, ok ? "ok" : "FAIL");
+    std::fflush(stdout);
+  }
+
+  OpTableOptions o_;
+  std::string op_, shape_;
+  int failed_ = 0, rows_ = 0;
+};
+
+struct GemmCase {
+  int64_t M, N, K, pad;  // pad: extra elements per row of every operand (lda > minimum)
+};
+
+void check_gemm(Checker& ck, const GemmCase& g, Trans ta, Trans tb, float beta, bool bf) {
+  const int64_t lda = (ta == Trans::kN ? g.K : g.M) + g.pad;
+  const int64_t ldb = (tb == Trans::kN ? g.N : g.K) + g.pad;
+  const int64_t ldc = g.N + g.pad;
+  const int64_t a_rows = ta == Trans::kN ? g.M : g.K, b_rows = tb == Trans::kN ? g.K : g.N;
+  // padded cases also start one element into their buffers: views into flat buffers are not
+  // 256-byte aligned (cuBLASLt's default assumption), bf16 ones not even 4-byte aligned
+  const int64_t off = g.pad ? 1 : 0;
+  const std::string shape =
+      str("M", g.M, " N", g.N, " K", g.K, ta == Trans::kT ? " At" : "",
+          tb == Trans::kT ? " Bt" : "", g.pad ? " pad+off" : "", " beta", beta);
+  ck.run(bf ? "gemm.bf16" : "gemm.fp32", shape, [&] {
+    auto a = randn(a_rows * lda + off), b = randn(b_rows * ldb + off);
+    // beta == 0 must ignore C entirely, NaN included
+    Pair<float> c(beta == 0.0f ? poison(g.M * ldc + off) : randn(g.M * ldc + off));
+    if (bf) {
+      // the reference multiplies the bf16 values, widened to fp32 (exact)
+      Pair<bf16> A(to_bf16(a)), B(to_bf16(b));
+      const std::vector<float> aw = widen(A.host_result()), bw = widen(B.host_result());
+      ref::gemm(ta, tb, g.M, g.N, g.K, 0.5f, aw.data() + off, lda, bw.data() + off, ldb, beta,
+                c.host() + off, ldc);
+      gemm(g_dev, ta, tb, g.M, g.N, g.K, 0.5f, A.dev() + off, lda, B.dev() + off, ldb, beta,
+           c.dev() + off, ldc);
+    } else {
+      Pair<float> A(a), B(b);
+      ref::gemm(ta, tb, g.M, g.N, g.K, 0.5f, A.host() + off, lda, B.host() + off, ldb, beta,
+                c.host() + off, ldc);
+      gemm(g_dev, ta, tb, g.M, g.N, g.K, 0.5f, A.dev() + off, lda, B.dev() + off, ldb, beta,
+           c.dev() + off, ldc);
+    }
+    // the padding columns of C are not part of the result: compare the M x N block only
+    std::vector<float> got = c.dev_result(), want = c.host_result(), g2, r2;
+    for (int64_t r = 0; r < g.M; ++r)
+      for (int64_t col = 0; col < g.N; ++col) {
+        g2.push_back(got[size_t(off + r * ldc + col)]);
+        r2.push_back(want[size_t(off + r * ldc + col)]);
+      }
+    ck.check("C", g2, r2, bf ? kTolBf16 : kTolF32);
+  });
+}
+
+void gemm_cases(Checker& ck, bool small) {
+  std::vector<GemmCase> cases = {{1, 1, 1, 0},   {31, 33, 17, 0}, {33, 31, 65, 3},
+                                 {16, 24, 0, 1}, {32, 32, 32, 0}, {67, 5, 130, 0},
+                                 {1, 64, 77, 2}, {130, 1, 3, 0},  {96, 80, 256, 0}};
+  if (!small) {
+    cases.push_back({512, 768, 256, 0});
+    cases.push_back({1024, 2304, 768, 0});  // GPT-2 124M qkv, 1024 tokens
+    cases.push_back({777, 1001, 515, 5});
+  }
+  for (const GemmCase& g : cases)
+    for (Trans ta : {Trans::kN, Trans::kT})
+      for (Trans tb : {Trans::kN, Trans::kT})
+        for (float beta : {0.0f, 1.0f})
+          for (bool bf : {false, true}) {
+            // large shapes: the three forms a linear layer uses (forward, dgrad, wgrad)
+            if (g.M >= 512 && ta == Trans::kT && tb == Trans::kT) continue;
+            check_gemm(ck, g, ta, tb, beta, bf);
+          }
+}
+
+void elementwise_cases(Checker& ck, bool small) {
+  std::vector<int64_t> sizes = {0, 1, 7, 15, 31, 32, 33, 1000, 100003};
+  if (!small) sizes.push_back(3 << 20);
+  for (int64_t n : sizes) {
+    const std::string shape = str("n", n);
+    ck.run("add", shape, [&] {
+      Pair<float> a(randn(n)), b(randn(n)), out(poison(n));
+      ref::add(out.host(), a.host(), b.host(), n);
+      add(g_dev, out.dev(), a.dev(), b.dev(), n);
+      ck.check("out", out, kTolF32);
+      ref::add(a.host(), a.host(), b.host(), n);  // in place
+      add(g_dev, a.dev(), a.dev(), b.dev(), n);
+      ck.check("in place", a, kTolF32);
+    });
+    ck.run("scale_inplace", shape, [&] {
+      Pair<float> x(randn(n));
+      ref::scale_inplace(x.host(), -0.3f, n);
+      scale_inplace(g_dev, x.dev(), -0.3f, n);
+      ck.check("x", x, kTolF32);
+    });
+    ck.run("convert", shape, [&] {
+      auto v = randn(n, 3.0f);
+      // specials: NaN, infinities, zeros, denormals, the largest values, ties to even
+      const float specials[] = {kNaN,
+                                -std::numeric_limits<float>::infinity(),
+                                std::numeric_limits<float>::infinity(),
+                                0.0f,
+                                -0.0f,
+                                std::numeric_limits<float>::denorm_min(),
+                                1e-40f,
+                                -3e-39f,
+                                std::numeric_limits<float>::max(),
+                                3.3895314e38f,
+                                1.00390625f,   // 1 + 2^-8: a tie, rounds down to even 1.0
+                                1.01171875f};  // 1 + 3 * 2^-8: a tie, rounds up to 1 + 2^-6
+      for (size_t i = 0; i < std::size(specials) && i < v.size(); ++i) v[i] = specials[i];
+      Pair<float> src(v);
+      Pair<bf16> dst(std::vector<bf16>(size_t(n), bf16{0xffff}));
+      for (int64_t i = 0; i < n; ++i) dst.host()[i] = ref::to_bf16(src.host()[i]);
+      convert(g_dev, dst.dev(), src.dev(), n);
+      ck.check_bits("to bf16 (bits)", dst);
+      Pair<bf16> b(to_bf16(randn(n)));
+      Pair<float> back(poison(n));
+      for (int64_t i = 0; i < n; ++i) back.host()[i] = bf16_to_float(b.host()[i]);
+      convert(g_dev, back.dev(), b.dev(), n);
+      ck.check("to fp32", back, 0.0);
+    });
+    ck.run("sum_squares", shape, [&] {
+      Pair<float> x(randn(n));
+      const double r = ref::sum_squares(x.host(), n), g = sum_squares(g_dev, x.dev(), n);
+      ck.check("value", {float(g)}, {float(r)}, kTolF32);
+    });
+    ck.run("fill/fill_zero/copy", shape, [&] {
+      Pair<float> x(poison(n)), y(poison(n)), z(randn(n));
+      std::fill(x.host(), x.host() + n, 2.5f);
+      fill(g_dev, x.dev(), 2.5f, n);
+      ck.check("fill", x, 0.0);
+      std::fill(y.host(), y.host() + n, 0.0f);
+      fill_zero(g_dev, y.dev(), n * 4);
+      ck.check("fill_zero", y, 0.0);
+      std::copy(z.host(), z.host() + n, y.host());
+      copy(g_dev, y.dev(), z.dev(), n * 4);
+      ck.check("copy", y, 0.0);
+    });
+  }
+  std::vector<std::pair<int64_t, int64_t>> mats = {
+      {1, 1}, {33, 31}, {300, 17}, {31, 32}, {257, 768}};
+  if (!small) {
+    mats.push_back({8192, 768});
+    mats.push_back({70000, 33});
+  }
+  for (auto [N, C] : mats) {
+    const std::string shape = str("N", N, " C", C);
+    ck.run("bias_add", shape, [&] {
+      Pair<float> out(randn(N * C)), bias(randn(C));
+      ref::bias_add(out.host(), bias.host(), N, C);
+      bias_add(g_dev, out.dev(), bias.dev(), N, C);
+      ck.check("out", out, kTolF32);
+    });
+    ck.run("bias_backward", shape, [&] {
+      Pair<float> dbias(randn(C)), dout(randn(N * C));
+      ref::bias_backward(dbias.host(), dout.host(), N, C);
+      bias_backward(g_dev, dbias.dev(), dout.dev(), N, C);
+      ck.check("dbias", dbias, kTolF32);
+    });
+  }
+}
+
+void norm_cases(Checker& ck, bool small) {
+  std::vector<std::pair<int64_t, int64_t>> shapes = {{1, 1},   {7, 31},  {33, 96},  {65, 300},
+                                                     {31, 32}, {32, 33}, {130, 768}};
+  if (!small) {
+    shapes.push_back({4096, 768});
+    shapes.push_back({2048, 2048});
+    shapes.push_back({100, 8191});
+  }
+  for (auto [N, C] : shapes) {
+    const std::string shape = str("N", N, " C", C);
+    ck.run("layernorm", shape, [&] {
+      auto xv = randn(N * C);
+      for (auto& x : xv) x = 0.5f + 2.0f * x;  // a mean and a scale to remove
+      Pair<float> x(xv), w(randn(C)), b(randn(C)), out(poison(N * C)), mean(poison(N)),
+          rstd(poison(N));
+      ref::layernorm_forward(out.host(), mean.host(), rstd.host(), x.host(), w.host(), b.host(), N,
+                             C, 1e-5f);
+      layernorm_forward(g_dev, out.dev(), mean.dev(), rstd.dev(), x.dev(), w.dev(), b.dev(), N, C,
+                        1e-5f);
+      ck.check("out", out, kTolF32);
+      ck.check("mean", mean, kTolF32);
+      ck.check("rstd", rstd, kTolF32);
+      Pair<float> dout(randn(N * C)), dx(randn(N * C)), dw(randn(C)), db(randn(C));
+      // backward from the same saved statistics (the reference's) on both sides
+      Pair<float> m2(mean.host_result()), r2(rstd.host_result());
+      ref::layernorm_backward(dx.host(), dw.host(), db.host(), dout.host(), x.host(), w.host(),
+                              m2.host(), r2.host(), N, C);
+      layernorm_backward(g_dev, dx.dev(), dw.dev(), db.dev(), dout.dev(), x.dev(), w.dev(),
+                         m2.dev(), r2.dev(), N, C);
+      ck.check("dinp (+=)", dx, kTolF32);
+      ck.check("dweight (+=)", dw, kTolF32);
+      ck.check("dbias (+=)", db, kTolF32);
+    });
+    ck.run("rmsnorm", shape, [&] {
+      Pair<float> x(randn(N * C, 3.0f)), w(randn(C)), out(poison(N * C)), rstd(poison(N));
+      ref::rmsnorm_forward(out.host(), rstd.host(), x.host(), w.host(), N, C, 1e-6f);
+      rmsnorm_forward(g_dev, out.dev(), rstd.dev(), x.dev(), w.dev(), N, C, 1e-6f);
+      ck.check("out", out, kTolF32);
+      ck.check("rstd", rstd, kTolF32);
+      Pair<float> dout(randn(N * C)), dx(randn(N * C)), dw(randn(C)), r2(rstd.host_result());
+      ref::rmsnorm_backward(dx.host(), dw.host(), dout.host(), x.host(), w.host(), r2.host(), N, C);
+      rmsnorm_backward(g_dev, dx.dev(), dw.dev(), dout.dev(), x.dev(), w.dev(), r2.dev(), N, C);
+      ck.check("dinp (+=)", dx, kTolF32);
+      ck.check("dweight (+=)", dw, kTolF32);
+    });
+  }
+}
+
+void activation_cases(Checker& ck, bool small) {
+  std::vector<std::pair<int64_t, int64_t>> shapes = {{1, 1},     {3, 31},  {17, 100}, {1, 33},
+                                                     {1, 10007}, {31, 32}, {33, 300}};
+  if (!small) shapes.push_back({4096, 3072});
+  for (auto [N, F] : shapes) {
+    const std::string shape = str("N", N, " F", F);
+    ck.run("gelu", shape, [&] {
+      const int64_t n = N * F;
+      Pair<float> x(randn(n, 3.0f)), out(poison(n)), dout(randn(n)), dx(poison(n));
+      ref::gelu_forward(out.host(), x.host(), n);
+      gelu_forward(g_dev, out.dev(), x.dev(), n);
+      ck.check("out", out, kTolF32);
+      ref::gelu_backward(dx.host(), x.host(), dout.host(), n);
+      gelu_backward(g_dev, dx.dev(), x.dev(), dout.dev(), n);
+      ck.check("dinp", dx, kTolF32);
+    });
+    ck.run("swiglu", shape, [&] {
+      Pair<float> x(randn(N * 2 * F, 3.0f)), out(poison(N * F)), dout(randn(N * F)),
+          dx(poison(N * 2 * F));
+      ref::swiglu_forward(out.host(), x.host(), N, F);
+      swiglu_forward(g_dev, out.dev(), x.dev(), N, F);
+      ck.check("out", out, kTolF32);
+      ref::swiglu_backward(dx.host(), x.host(), dout.host(), N, F);
+      swiglu_backward(g_dev, dx.dev(), x.dev(), dout.dev(), N, F);
+      ck.check("dinp", dx, kTolF32);
+    });
+  }
+}
+
+void rope_cases(Checker& ck, bool small) {
+  struct Shape {
+    int64_t N, G, hpg, D, R;
+  };
+  std::vector<Shape> shapes = {{1, 1, 1, 2, 2},    {5, 2, 3, 16, 16},  {9, 1, 4, 24, 8},
+                               {31, 3, 4, 34, 32}, {33, 1, 3, 80, 38}, {32, 2, 1, 64, 64}};
+  if (!small) shapes.push_back({4096, 12, 1, 64, 64});
+  for (const Shape& s : shapes) {
+    const int64_t H = s.G * s.hpg, nq = s.N * H * s.D, nk = s.N * s.G * s.D;
+    const std::string shape = str("N", s.N, " G", s.G, " hpg", s.hpg, " D", s.D, " R", s.R);
+    ck.run("qkv_split/merge", shape, [&] {
+      Pair<float> qkv(randn(nq + 2 * nk)), q(poison(nq)), k(poison(nk)), v(poison(nk));
+      ref::qkv_split(q.host(), k.host(), v.host(), qkv.host(), s.N, s.G, s.hpg, s.D);
+      qkv_split(g_dev, q.dev(), k.dev(), v.dev(), qkv.dev(), s.N, s.G, s.hpg, s.D);
+      ck.check("q", q, 0.0);
+      ck.check("k", k, 0.0);
+      ck.check("v", v, 0.0);
+      Pair<float> dqkv(poison(nq + 2 * nk));
+      ref::qkv_merge_grad(dqkv.host(), q.host(), k.host(), v.host(), s.N, s.G, s.hpg, s.D);
+      qkv_merge_grad(g_dev, dqkv.dev(), q.dev(), k.dev(), v.dev(), s.N, s.G, s.hpg, s.D);
+      ck.check("dqkv", dqkv, 0.0);
+    });
+    ck.run("rope", shape, [&] {
+      Pair<float> x(randn(nq));
+      Pair<int32_t> pos(randint(s.N, 0, 8192));
+      ref::rope_forward(x.host(), pos.host(), s.N, H, s.D, s.R, 10000.0f);
+      rope_forward(g_dev, x.dev(), pos.dev(), s.N, H, s.D, s.R, 10000.0f);
+      ck.check("forward", x, kTolF32);
+      ref::rope_backward(x.host(), pos.host(), s.N, H, s.D, s.R, 500000.0f);
+      rope_backward(g_dev, x.dev(), pos.dev(), s.N, H, s.D, s.R, 500000.0f);
+      ck.check("backward", x, kTolF32);
+    });
+  }
+}
+
+void embedding_cases(Checker& ck, bool small) {
+  struct Shape {
+    int64_t N, C, row_start, rows, vocab;
+  };
+  std::vector<Shape> shapes = {{1, 1, 0, 1, 1},
+                               {37, 33, 10, 20, 40},
+                               {200, 64, 0, 7, 7},
+                               {300, 100, 10, 30, 50},
+                               {32, 31, 0, 20, 20}};
+  if (!small) shapes.push_back({16384, 768, 25152, 25152, 50304});  // vocab-parallel half
+  for (const Shape& s : shapes) {
+    const std::string shape =
+        str("N", s.N, " C", s.C, " rows [", s.row_start, ", +", s.rows, ") of ", s.vocab);
+    ck.run("embedding", shape, [&] {
+      Pair<int32_t> ids(randint(s.N, 0, int32_t(s.vocab)));
+      Pair<float> table(randn(s.rows * s.C)), out(poison(s.N * s.C));
+      ref::embedding_forward(out.host(), ids.host(), table.host(), s.N, s.C, s.row_start, s.rows,
+                             false);
+      embedding_forward(g_dev, out.dev(), ids.dev(), table.dev(), s.N, s.C, s.row_start, s.rows,
+                        false);
+      ck.check("forward", out, 0.0);
+      ref::embedding_forward(out.host(), ids.host(), table.host(), s.N, s.C, s.row_start, s.rows,
+                             true);
+      embedding_forward(g_dev, out.dev(), ids.dev(), table.dev(), s.N, s.C, s.row_start, s.rows,
+                        true);
+      ck.check("forward (+=)", out, kTolF32);
+      Pair<float> dtable(randn(s.rows * s.C)), dout(randn(s.N * s.C));
+      ref::embedding_backward(dtable.host(), dout.host(), ids.host(), s.N, s.C, s.row_start,
+                              s.rows);
+      embedding_backward(g_dev, dtable.dev(), dout.dev(), ids.dev(), s.N, s.C, s.row_start, s.rows);
+      ck.check("backward (+=, exact)", dtable, 0.0);
+    });
+  }
+}
+
+void attention_cases(Checker& ck, bool small) {
+  struct Case {
+    AttnShape s;
+    AttnMask mask;
+  };
+  auto shape = [](int64_t B, int64_t Sq, int64_t Sk, int64_t H, int64_t G, int64_t D) {
+    return AttnShape{B, Sq, Sk, H, G, D, 1.0f / std::sqrt(float(D))};
+  };
+  std::vector<Case> cases = {
+      {shape(1, 1, 1, 1, 1, 8), {true, 0}},
+      {shape(2, 33, 33, 4, 2, 24), {true, 0}},
+      {shape(1, 17, 40, 4, 1, 64), {true, 23}},  // queries at the end of the keys
+      {shape(1, 40, 17, 2, 2, 16), {false, 0}},  // no mask
+      {shape(1, 20, 20, 2, 1, 40), {true, -7}},  // rows with no visible key
+      {shape(2, 67, 33, 4, 4, 33), {true, 64}},
+      {shape(2, 67, 33, 4, 4, 16), {true, -40}},
+      {shape(1, 130, 130, 4, 1, 64), {true, 0}},  // several 64-row blocks, MQA
+      {shape(2, 67, 130, 2, 1, 16), {false, 0}},
+      {shape(2, 130, 67, 6, 3, 128), {true, 100}},  // the head dims of the 1.3B and larger models
+      {shape(1, 70, 70, 2, 2, 256), {true, 0}},
+  };
+  if (!small) {
+    cases.push_back({shape(4, 1024, 1024, 12, 12, 64), {true, 0}});   // GPT-2 124M
+    cases.push_back({shape(1, 2048, 2048, 16, 16, 128), {true, 0}});  // the 1.3B model
+    cases.push_back({shape(1, 1024, 1024, 32, 8, 128), {true, 0}});   // Llama-style GQA
+  }
+  for (const Case& c : cases) {
+    const AttnShape& s = c.s;
+    const std::string name =
+        str("B", s.B, " Sq", s.Sq, " Sk", s.Sk, " H", s.H, " G", s.G, " D", s.D,
+            c.mask.causal ? str(" causal ", c.mask.offset) : std::string(" full"));
+    ck.run("attention", name, [&] {
+      const int64_t nq = s.Sq * s.B * s.H * s.D, nk = s.Sk * s.B * s.G * s.D;
+      Pair<float> q(randn(nq)), k(randn(nk)), v(randn(nk)), out(poison(nq)),
+          lse(poison(s.B * s.H * s.Sq));
+      ref::attention_forward(out.host(), lse.host(), q.host(), k.host(), v.host(), s, c.mask);
+      attention_forward(g_dev, out.dev(), lse.dev(), q.dev(), k.dev(), v.dev(), s, c.mask);
+      ck.check("out", out, kTolF32);
+      ck.check("lse", lse, kTolF32);
+      // the device's backward from the reference's out and lse (the reference recomputes them)
+      Pair<float> o2(out.host_result()), l2(lse.host_result()), dout(randn(nq)), dq(randn(nq)),
+          dk(randn(nk)), dv(randn(nk));
+      ref::attention_backward(dq.host(), dk.host(), dv.host(), dout.host(), q.host(), k.host(),
+                              v.host(), s, c.mask);
+      attention_backward(g_dev, dq.dev(), dk.dev(), dv.dev(), dout.dev(), q.dev(), k.dev(), v.dev(),
+                         o2.dev(), l2.dev(), s, c.mask);
+      ck.check("dq (+=)", dq, kTolF32);
+      ck.check("dk (+=)", dk, kTolF32);
+      ck.check("dv (+=)", dv, kTolF32);
+    });
+  }
+}
+
+void xent_cases(Checker& ck, bool small) {
+  struct Shape {
+    int64_t n, Vl, col_start, vocab_valid;
+  };
+  std::vector<Shape> shapes = {{1, 1, 0, 1},      {5, 50, 0, 47},       {9, 33, 40, 60},
+                               {3, 20, 100, 50},  {31, 1000, 40, 1020}, {33, 32, 0, 32},
+                               {2, 4100, 0, 4097}};  // more than one 2048-column chunk
+  if (!small) shapes.push_back({1024, 50304, 0, 50257});
+  for (const Shape& s : shapes) {
+    const std::string shape =
+        str("n", s.n, " Vl", s.Vl, " cols [", s.col_start, ", +", s.Vl, ") valid<", s.vocab_valid);
+    ck.run("xent", shape, [&] {
+      const int64_t nv = s.n * s.Vl;
+      Pair<float> logits(randn(nv, 4.0f)), mx(poison(s.n)), se(poison(s.n)), tg(poison(s.n));
+      Pair<int32_t> targets(randint(s.n, 0, int32_t(s.col_start + s.Vl + 5)));
+      ref::xent_stats(mx.host(), se.host(), tg.host(), logits.host(), targets.host(), s.n, s.Vl,
+                      s.col_start, s.vocab_valid);
+      xent_stats(g_dev, mx.dev(), se.dev(), tg.dev(), logits.dev(), targets.dev(), s.n, s.Vl,
+                 s.col_start, s.vocab_valid);
+      ck.check("row_max", mx, kTolF32);
+      ck.check("row_sumexp", se, kTolF32);
+      ck.check("target_logit", tg, kTolF32);
+      // backward from the reference's statistics, once with row scales and once in place without
+      Pair<float> m2(mx.host_result()), s2(se.host_result()), scale(randn(s.n)), dl(poison(nv));
+      ref::xent_backward(dl.host(), logits.host(), targets.host(), m2.host(), s2.host(),
+                         scale.host(), s.n, s.Vl, s.col_start, s.vocab_valid);
+      xent_backward(g_dev, dl.dev(), logits.dev(), targets.dev(), m2.dev(), s2.dev(), scale.dev(),
+                    s.n, s.Vl, s.col_start, s.vocab_valid);
+      ck.check("dlogits", dl, kTolF32);
+      ref::xent_backward(logits.host(), logits.host(), targets.host(), m2.host(), s2.host(),
+                         static_cast<const float*>(nullptr), s.n, s.Vl, s.col_start, s.vocab_valid);
+      xent_backward(g_dev, logits.dev(), logits.dev(), targets.dev(), m2.dev(), s2.dev(), nullptr,
+                    s.n, s.Vl, s.col_start, s.vocab_valid);
+      ck.check("dlogits in place", logits, kTolF32);
+    });
+  }
+}
+
+void adamw_cases(Checker& ck, bool small) {
+  std::vector<int64_t> sizes = {1, 31, 32, 33, 1000, 10007};
+  if (!small) sizes.push_back(5 << 20);
+  for (int64_t n : sizes)
+    for (bool with_bf16 : {false, true}) {
+      ck.run("adamw", str("n", n, with_bf16 ? " +bf16 copy" : ""), [&] {
+        Pair<float> p(randn(n)), m(randn(n, 0.1f)), g(randn(n));
+        auto vv = randn(n, 0.1f);
+        for (auto& x : vv) x = x * x;
+        Pair<float> v(vv);
+        Pair<bf16> pb(std::vector<bf16>(size_t(n), bf16{0xffff}));
+        const AdamWParams ap{.lr = 3e-4f,
+                             .beta1 = 0.9f,
+                             .beta2 = 0.95f,
+                             .eps = 1e-8f,
+                             .weight_decay = 0.1f,
+                             .step = 7};
+        ref::adamw_step(p.host(), m.host(), v.host(), g.host(), n, ap);
+        adamw_step(g_dev, p.dev(), m.dev(), v.dev(), g.dev(), with_bf16 ? pb.dev() : nullptr, n,
+                   ap);
+        ck.check("param", p, kTolF32);
+        ck.check("m", m, kTolF32);
+        ck.check("v", v, kTolF32);
+        // the bf16 copy is the rounding of the device's own fp32 result
+        if (with_bf16) ck.check_bits("param bf16 (bits)", pb, to_bf16(p.dev_result()));
+      });
+    }
+}
+
+// Ops on a stream of their own (kernels::create_stream; none on the CPU) instead of the default
+// one: GEMM (its workspace is per stream), attention (stream-ordered scratch) and a
+// host-returning reduction.
+void stream_cases(Checker& ck) {
+  ck.run("stream", "gemm, attention, sum_squares on a created stream", [&] {
+    const Ctx sdev{g_dev.device, create_stream(g_dev.device)};
+    const int64_t M = 65, N = 70, K = 33;
+    Pair<float> A(randn(M * K)), B(randn(N * K)), C(poison(M * N));
+    ref::gemm(Trans::kN, Trans::kT, M, N, K, 1.0f, A.host(), K, B.host(), K, 0.0f, C.host(), N);
+    gemm(sdev, Trans::kN, Trans::kT, M, N, K, 1.0f, A.dev(), K, B.dev(), K, 0.0f, C.dev(), N);
+    synchronize(sdev);
+    ck.check("gemm C", C, kTolF32);
+    const AttnShape s{1, 40, 40, 2, 1, 32, 1.0f / std::sqrt(32.0f)};
+    const int64_t nq = 40 * 2 * 32, nk = 40 * 32;
+    Pair<float> q(randn(nq)), k(randn(nk)), v(randn(nk)), out(poison(nq)), lse(poison(80));
+    ref::attention_forward(out.host(), lse.host(), q.host(), k.host(), v.host(), s, {true, 0});
+    attention_forward(sdev, out.dev(), lse.dev(), q.dev(), k.dev(), v.dev(), s, {true, 0});
+    synchronize(sdev);
+    ck.check("attention out", out, kTolF32);
+    const double r = ref::sum_squares(out.host(), nq), g = sum_squares(sdev, out.dev(), nq);
+    ck.check("sum_squares", {float(g)}, {float(r)}, kTolF32);
+    destroy_stream(sdev.device, sdev.stream);
+  });
+}
+
+}  // namespace
+
+int run_op_table(const Ctx& device, const OpTableOptions& options) {
+  g_dev = device;
+  g_rng.seed(20240601);
+  std::printf("%-28s %-34s %11s %11s %8s  %s\n", "op output", "shape", "rel err", "max abs",
+              "bound", "result");
+  Checker ck(options);
+  gemm_cases(ck, options.small);
+  elementwise_cases(ck, options.small);
+  norm_cases(ck, options.small);
+  activation_cases(ck, options.small);
+  rope_cases(ck, options.small);
+  embedding_cases(ck, options.small);
+  attention_cases(ck, options.small);
+  xent_cases(ck, options.small);
+  adamw_cases(ck, options.small);
+  stream_cases(ck);
+  std::printf("op table: %d of %d comparisons failed\n", ck.failed(), ck.rows());
+  return ck.failed();
+}
+
+}  // namespace mtron::kernels::test
