@@ -44,8 +44,8 @@ set(MPI_mpi_LIBRARY "${_lib}/openmpi/lib/libmpi.so")
 set(MPI_CXX_INCLUDE_PATH "${_lib}/openmpi/include")
 set(MPI_CXX_SKIP_MPICXX ON)
 
-# GCC notes, for every function taking or returning a pair of doubles, that GCC 10 changed how
-# aarch64 passes them; all of mtron is compiled with one GCC.
+# -Wpsabi notes, at every call that passes a std::pair<double, double>, that GCC 10.1 changed how
+# aarch64 passes it: a concern only when linking code from GCC 9 and older, which mtron does not.
 set(CMAKE_CXX_FLAGS_INIT "-Wno-psabi")
 
 # qemu-user does not implement process_vm_readv, the single-copy transport of Open MPI's

@@ -137,6 +137,7 @@ rc=${PIPESTATUS[0]}
 set -e
 stage_done tests
 
-say "$(IFS=,; echo "${stage_times[*]}"), total $(($(date +%s) - start)) s"
+times=$(printf '%s, ' "${stage_times[@]}")
+say "${times}total $(($(date +%s) - start)) s"
 grep -E '^[0-9]+% tests passed' "$log" || echo "ctest printed no summary (exit $rc)"
 exit "$rc"
