@@ -62,14 +62,17 @@ for p in nlohmann-json3-dev libcli11-dev; do  # header-only, architecture-indepe
 done
 
 installed() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"; }
-as_root() {
-  if [ "$(id -u)" -eq 0 ]; then
-    "$@"
-  elif command -v sudo >/dev/null; then
-    sudo "$@"
-  else
-    die "needs root to run: $*"
+sudo=""
+if [ "$(id -u)" -ne 0 ]; then
+  sudo=sudo
+fi
+as_root() {  # as_root WHAT COMMAND...: runs COMMAND as root; WHAT names it when that is impossible
+  local what=$1
+  shift
+  if [ -n "$sudo" ] && ! command -v sudo >/dev/null; then
+    die "$what needs root: run this script as root (or install sudo)"
   fi
+  $sudo "$@"
 }
 
 say "packages"
@@ -78,15 +81,15 @@ for p in "${host_packages[@]}"; do installed "$p" || missing+=("$p"); done
 for p in "${arm64_packages[@]}"; do installed "$p:arm64" || missing+=("$p:arm64"); done
 if ! dpkg --print-foreign-architectures | grep -qx arm64; then
   say "adding the arm64 architecture (dpkg --add-architecture arm64)"
-  as_root dpkg --add-architecture arm64 || die "dpkg --add-architecture arm64 failed"
-  as_root apt-get update -qq || die "apt-get update failed"
+  as_root "adding the arm64 architecture" dpkg --add-architecture arm64 ||
+    die "dpkg --add-architecture arm64 failed"
 fi
 if [ ${#missing[@]} -gt 0 ]; then
   say "installing ${#missing[@]} packages: ${missing[*]}"
-  as_root apt-get update -qq || die "apt-get update failed"
+  as_root "installing ${missing[*]}" apt-get update -qq || die "apt-get update failed"
   # --no-remove: apt must never replace an installed amd64 package by its arm64 variant.
-  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
-    --no-remove "${missing[@]}" >/dev/null ||
+  as_root "installing ${missing[*]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+    --no-install-recommends --no-remove "${missing[@]}" >/dev/null ||
     die "apt-get install failed for: ${missing[*]}"
 fi
 stage_done packages
