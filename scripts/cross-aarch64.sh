@@ -30,7 +30,7 @@ die() {
 }
 declare -a stage_times=()
 stage_start=$(date +%s)
-stage_done() {  # stage_done NAME: records and prints how long the stage since the last one took
+stage_done() {  # stage_done NAME: records and prints the time since the previous stage ended
   local t=$(($(date +%s) - stage_start))
   stage_times+=("$1 $t s")
   say "$1 done in $t s"
