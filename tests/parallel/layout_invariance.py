@@ -10,6 +10,9 @@
       pairs (exactly: counts and checksums), and each rank's expert weight bytes = the 1-process
       bytes / (EP x expert TP x PP)
 
+MTRON_EMULATOR (in the environment; a cross build's tests set it): a command line put in front of
+MTRON to run it, e.g. qemu-aarch64 and its options.
+
 ARCH: gpt2 (LayerNorm, GELU, learned positions, tied embeddings, biases) or llama (RMSNorm,
 SwiGLU, RoPE, GQA with 4 query groups for 8 heads, untied, no biases); moe (llama with 8 experts
 per layer, top-2 softmax routing, dropless, aux loss and z-loss: Mixtral-like) or moe_cap (llama
@@ -19,6 +22,7 @@ by weight, seq_aux_loss and z-loss). fp32, same seed and data.
 import json
 import os
 import re
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -51,7 +55,8 @@ def flag(flags, name, default):
 
 
 def train(mtron, arch, np_, flags, metrics):
-    cmd = [mtron, "train"] + COMMON + ARCH[arch] + flags + ["--metrics-file", metrics]
+    cmd = shlex.split(os.environ.get("MTRON_EMULATOR", "")) + [mtron, "train"]
+    cmd += COMMON + ARCH[arch] + flags + ["--metrics-file", metrics]
     if np_ > 1:
         cmd = ["mpirun", "--allow-run-as-root", "--oversubscribe", "--bind-to", "none",
                "-np", str(np_)] + cmd
