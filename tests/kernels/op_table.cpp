@@ -319,7 +319,8 @@ void elementwise_cases(Checker& ck, bool small) {
     mats.push_back({8192, 768});
     mats.push_back({70000, 33});
   }
-  for (auto [N, C] : mats) {
+  for (const auto& mat : mats) {
+    const int64_t N = mat.first, C = mat.second;  // lambdas capture them (clang 14: no bindings)
     const std::string shape = str("N", N, " C", C);
     ck.run("bias_add", shape, [&] {
       Pair<float> out(randn(N * C)), bias(randn(C));
@@ -344,7 +345,8 @@ void norm_cases(Checker& ck, bool small) {
     shapes.push_back({2048, 2048});
     shapes.push_back({100, 8191});
   }
-  for (auto [N, C] : shapes) {
+  for (const auto& shp : shapes) {
+    const int64_t N = shp.first, C = shp.second;
     const std::string shape = str("N", N, " C", C);
     ck.run("layernorm", shape, [&] {
       auto xv = randn(N * C);
@@ -388,7 +390,8 @@ void activation_cases(Checker& ck, bool small) {
   std::vector<std::pair<int64_t, int64_t>> shapes = {{1, 1},     {3, 31},  {17, 100}, {1, 33},
                                                      {1, 10007}, {31, 32}, {33, 300}};
   if (!small) shapes.push_back({4096, 3072});
-  for (auto [N, F] : shapes) {
+  for (const auto& shp : shapes) {
+    const int64_t N = shp.first, F = shp.second;
     const std::string shape = str("N", N, " F", F);
     ck.run("gelu", shape, [&] {
       const int64_t n = N * F;

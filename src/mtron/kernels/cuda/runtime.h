@@ -56,7 +56,7 @@ class Scratch {
 
  private:
   void* ptr_ = nullptr;
-  cudaStream_t stream_;
+  [[maybe_unused]] cudaStream_t stream_;  // the emulation runs kernels in order: it needs none
 };
 
 // Copies device memory to the host and waits for it (and for the work queued before it).
