@@ -10,6 +10,7 @@
 #include "mtron/kernels/cpu/cpu_ops.h"
 #include "mtron/kernels/cuda/cuda_ops.h"
 #include "mtron/kernels/device.h"
+#include "mtron/kernels/gemm_operand.h"
 #include "mtron/kernels/ops.h"
 
 namespace mtron::kernels {
@@ -107,6 +108,34 @@ double rope_contract(
 MTRON_KERNEL_OPS(MT_DEFINE_DISPATCH)
 #undef MT_DEFINE_DISPATCH
 
+void gemm(const Ctx& ctx,
+          Trans ta,
+          Trans tb,
+          int64_t M,
+          int64_t N,
+          int64_t K,
+          float alpha,
+          GemmOperand A,
+          int64_t lda,
+          GemmOperand B,
+          int64_t ldb,
+          float beta,
+          float* C,
+          int64_t ldc) {
+  MT_ASSERT(A.dtype == B.dtype, "gemm: operands of dtypes ", dtype_name(A.dtype), " and ",
+            dtype_name(B.dtype));
+  switch (A.dtype) {
+    case DType::kF32:
+      return gemm(ctx, ta, tb, M, N, K, alpha, static_cast<const float*>(A.data), lda,
+                  static_cast<const float*>(B.data), ldb, beta, C, ldc);
+    case DType::kBF16:
+      return gemm(ctx, ta, tb, M, N, K, alpha, static_cast<const bf16*>(A.data), lda,
+                  static_cast<const bf16*>(B.data), ldb, beta, C, ldc);
+    default:
+      MT_ASSERT(false, "gemm: no ", dtype_name(A.dtype), " GEMM");
+  }
+}
+
 // device.h
 
 int device_count(Device d) {
@@ -115,6 +144,26 @@ int device_count(Device d) {
       return 1;
     case Device::kCUDA:
       return cuda::device_count();
+  }
+  MT_ASSERT(false, "unknown device ", int(d));
+}
+
+std::string device_unavailable(Device d) {
+  switch (d) {
+    case Device::kCPU:
+      return "";
+    case Device::kCUDA:
+      return cuda::device_unavailable();
+  }
+  MT_ASSERT(false, "unknown device ", int(d));
+}
+
+int64_t chunk_elems(Device d) {
+  switch (d) {
+    case Device::kCPU:
+      return int64_t(1) << 22;  // 16 MB of fp32: cache-sized GEMM outputs
+    case Device::kCUDA:
+      return int64_t(1) << 26;  // 256 MB: large GEMMs, few host synchronisations
   }
   MT_ASSERT(false, "unknown device ", int(d));
 }

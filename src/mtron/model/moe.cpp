@@ -16,11 +16,6 @@ using kernels::Trans;
 
 namespace {
 
-// Rows [off, ...) of a GEMM input with `cols` columns.
-Act rows_of(Act a, int64_t off, int64_t cols) {
-  return Act{a.f32 ? a.f32 + off * cols : nullptr, a.b16 ? a.b16 + off * cols : nullptr};
-}
-
 float sigmoid(float x) {
   return 1.0f / (1.0f + std::exp(-x));
 }
@@ -140,34 +135,8 @@ MoELayer::MoELayer(const ModelConfig& cfg,
   }
 }
 
-MoELayer::MoELayer(const ModelConfig& cfg,
-                   int64_t layer,
-                   const ParamBuffer& dense,
-                   const ParamBuffer& experts)
-    : cfg_(cfg), dense_(dense), experts_(experts), layer_(layer) {
-  E_ = El_ = cfg.num_experts;
-  k_ = cfg.moe_router_topk;
-  h_ = cfg.hidden_size;
-  Fl_ = cfg.moe_ffn();
-  auto get = [](const ParamBuffer& p, const std::string& name, const Shape& shape) {
-    const int h = p.find(name);
-    MT_CHECK(h >= 0, "the model has no parameter ", name);
-    MT_CHECK(p.spec(h).local_shape == shape, name, " has shape ", shape_str(p.spec(h).local_shape),
-             "; the whole model's is ", shape_str(shape));
-    return h;
-  };
-  const int64_t F = Fl_, h = h_;
-  router_w_ = get(dense, mlp_prefix(layer) + "router.weight", {E_, h});
-  for (int64_t e = 0; e < E_; ++e) {
-    const std::string pre = expert_prefix(layer, e);
-    fc1_w_.push_back(
-        get(experts, pre + "linear_fc1.weight", cfg.swiglu ? Shape{2, F, h} : Shape{F, h}));
-    fc2_w_.push_back(get(experts, pre + "linear_fc2.weight", {h, F}));
-  }
-}
-
 void MoELayer::apply_capacity(const RunCtx& rc, const TokenLayout& tl, Stash& st, int64_t T) const {
-  Comm* g = rc.ep.tokens;
+  const Comm* g = rc.ep.tokens;
   const int64_t gs = g ? g->size() : 1, grank = g ? g->rank() : 0;
   const int64_t k = k_, T_mb = T * gs, n = T * k;
   const int64_t cap =
@@ -185,11 +154,7 @@ void MoELayer::apply_capacity(const RunCtx& rc, const TokenLayout& tl, Stash& st
       m[2] = st.weight[t * k + j];
     }
   }
-  if (gs > 1) {
-    g->all_gather(mine.data(), all.data(), 3 * n, DType::kF64);
-  } else {
-    all = mine;
-  }
+  parallel::gather_over_tokens(rc.ep, mine.data(), all.data(), 3 * n);
   std::vector<int64_t> order(size_t(n * gs));
   std::iota(order.begin(), order.end(), int64_t(0));
   const bool by_weight = cfg_.moe_token_drop_policy == TokenDropPolicy::kProbs;
@@ -218,11 +183,14 @@ void MoELayer::apply_capacity(const RunCtx& rc, const TokenLayout& tl, Stash& st
 
 void MoELayer::forward(const RunCtx& rc,
                        const TokenLayout& tl,
-                       Stash& st,
-                       Arena& keep,
+                       Stash* stash,
+                       Arena& keep_arena,
                        Arena& scratch,
                        const float* x,
                        float* y) const {
+  Stash none;
+  Stash& st = stash ? *stash : none;
+  Arena& keep = stash ? keep_arena : scratch;
   const int64_t T = rc.tp.sp_rows(tl.rows()), E = E_, k = k_, h = h_;
   const bool use_sigmoid = cfg_.moe_router_score_function == RouterScore::kSigmoid;
   st.x = x;
@@ -261,8 +229,17 @@ void MoELayer::forward(const RunCtx& rc,
     }
   }
 
-  // Auxiliary losses: statistics over the micro-batch's tokens (the TP x CP group).
-  Comm* group = rc.ep.tokens;
+  // Auxiliary losses: statistics over the micro-batch's tokens (the TP x CP group); training
+  // only, as the capacity limit.
+  if (stash) router_statistics(rc, tl, st, keep, T);
+  permute_and_run_experts(rc, st, keep, scratch, x, y, T);
+}
+
+void MoELayer::router_statistics(
+    const RunCtx& rc, const TokenLayout& tl, Stash& st, Arena& keep, int64_t T) const {
+  const int64_t E = E_, k = k_;
+  const bool use_sigmoid = cfg_.moe_router_score_function == RouterScore::kSigmoid;
+  const Comm* group = rc.ep.tokens;
   const int64_t T_mb = T * (group ? group->size() : 1);
   const int64_t row0 = rc.tp.sequence_parallel ? rc.tp.rank * T : 0;
   const auto lb = cfg_.moe_router_load_balancing_type;
@@ -279,8 +256,7 @@ void MoELayer::forward(const RunCtx& rc,
       for (int64_t e = 0; e < E; ++e) psum[size_t(b * E + e)] += st.scores[t * E + e];
       for (int64_t j = 0; j < k; ++j) counts[size_t(b * E + st.idx[t * k + j])] += 1;
     }
-    if (group && group->size() > 1)
-      group->all_reduce(counts.data(), nb * E, DType::kF64, ReduceOp::kSum);
+    parallel::sum_over_tokens(rc.ep, counts.data(), nb * E);
     st.counts = keep.alloc<float>(nb * E);
     const double T_seq = double(T_mb) / double(nb);  // tokens a count vector covers
     double loss = 0;
@@ -305,7 +281,16 @@ void MoELayer::forward(const RunCtx& rc,
       st.stats.routed_hash += pair_hash(layer_, token, st.idx[t * k + j]);
   }
   if (cfg_.moe_expert_capacity_factor > 0) apply_capacity(rc, tl, st, T);
+}
 
+void MoELayer::permute_and_run_experts(const RunCtx& rc,
+                                       Stash& st,
+                                       Arena& keep,
+                                       Arena& scratch,
+                                       const float* x,
+                                       float* y,
+                                       int64_t T) const {
+  const int64_t E = E_, k = k_, h = h_;
   // Permute the kept pairs by expert (then token), dispatch, run the experts, combine.
   std::vector<int64_t> counts(size_t(E), 0);
   for (int64_t i = 0; i < T * k; ++i)
@@ -321,8 +306,7 @@ void MoELayer::forward(const RunCtx& rc,
   }
   st.plan = parallel::DispatchPlan(rc.ep, counts.data(), E);
   const int64_t R = st.plan.expert_rows();
-  const bool fp32 = rc.precision == Precision::kFP32;
-  float* ein = fp32 ? keep.alloc<float>(R * h) : scratch.alloc<float>(R * h);
+  float* ein = gemm_input_buffer(rc, keep, scratch, R * h);
   st.plan.to_experts(ein, perm, h, scratch);
   st.expert_in = as_gemm_input(rc, keep, ein, R * h);
 
@@ -331,22 +315,22 @@ void MoELayer::forward(const RunCtx& rc,
   for (int64_t e = 0; e < El_; ++e) {
     const int64_t b = st.plan.expert_begin(e), n = st.plan.expert_begin(e + 1) - b;
     if (n == 0) continue;
-    linear_forward(rc, st.fc1 + b * w1, rows_of(st.expert_in, b, h), experts_.weight(fc1_w_[e]),
-                   nullptr, n, h, w1);
+    linear_forward(rc, st.fc1 + b * w1, st.expert_in.at(b * h), experts_.weight(fc1_w_[e]), nullptr,
+                   n, h, w1);
   }
-  float* act = fp32 ? keep.alloc<float>(R * Fl_) : scratch.alloc<float>(R * Fl_);
+  float* act = gemm_input_buffer(rc, keep, scratch, R * Fl_);
   if (cfg_.swiglu) {
     kernels::swiglu_forward(rc.k, act, st.fc1, R, Fl_);
   } else {
     kernels::gelu_forward(rc.k, act, st.fc1, R * Fl_);
   }
-  st.act_in = fp32 ? Act{act, nullptr} : as_gemm_input(rc, keep, act, R * Fl_);
+  st.act_in = as_gemm_input(rc, keep, act, R * Fl_);
   float* eout = scratch.alloc<float>(R * h);  // partial over ETP
   for (int64_t e = 0; e < El_; ++e) {
     const int64_t b = st.plan.expert_begin(e), n = st.plan.expert_begin(e + 1) - b;
     if (n == 0) continue;
-    linear_forward(rc, eout + b * h, rows_of(st.act_in, b, Fl_), experts_.weight(fc2_w_[e]),
-                   nullptr, n, Fl_, h);
+    linear_forward(rc, eout + b * h, st.act_in.at(b * Fl_), experts_.weight(fc2_w_[e]), nullptr, n,
+                   Fl_, h);
   }
   st.combined = keep.alloc<float>(P * h);
   st.plan.from_experts(st.combined, eout, h, scratch);
@@ -407,7 +391,7 @@ void MoELayer::backward(const RunCtx& rc,
     const int64_t b = st.plan.expert_begin(e), n = st.plan.expert_begin(e + 1) - b;
     if (n == 0) continue;
     linear_backward(rc, scratch, dact + b * Fl_, experts_.grad(fc2_w_[e]), nullptr, deout + b * h,
-                    rows_of(st.act_in, b, Fl_), experts_.weight(fc2_w_[e]), n, Fl_, h);
+                    st.act_in.at(b * Fl_), experts_.weight(fc2_w_[e]), n, Fl_, h);
   }
   float* dfc1 = scratch.alloc<float>(R * w1);
   if (cfg_.swiglu) {
@@ -420,14 +404,14 @@ void MoELayer::backward(const RunCtx& rc,
     const int64_t b = st.plan.expert_begin(e), n = st.plan.expert_begin(e + 1) - b;
     if (n == 0) continue;
     linear_backward(rc, scratch, dein + b * h, experts_.grad(fc1_w_[e]), nullptr, dfc1 + b * w1,
-                    rows_of(st.expert_in, b, h), experts_.weight(fc1_w_[e]), n, h, w1);
+                    st.expert_in.at(b * h), experts_.weight(fc1_w_[e]), n, h, w1);
   }
   float* dperm = scratch.alloc<float>(P * h);
   st.plan.from_experts(dperm, dein, h, scratch);
 
   // Router: routing weights, auxiliary losses and z-loss -> dlogits -> dW_r, dx.
   MT_PROFILE("moe.router_backward");
-  Comm* group = rc.ep.tokens;
+  const Comm* group = rc.ep.tokens;
   const int64_t T_mb = T * (group ? group->size() : 1);
   const int64_t row0 = rc.tp.sequence_parallel ? rc.tp.rank * T : 0;
   const bool seq = cfg_.moe_router_load_balancing_type == RouterLoadBalancing::kSeqAuxLoss;

@@ -17,7 +17,8 @@
 //   experts  pairs dispatched to their experts (parallel/expert_dispatch.h), fc1 -> act -> fc2
 //            per local expert, combined back: y[t] = sum over kept pairs of weight * expert(x[t])
 //
-// Auxiliary losses (Megatron's formulas, reference/megatron.md section 1), over the token set
+// Auxiliary losses (Megatron-Core's router formulas: switch_load_balancing_loss_func,
+// sequence_load_balancing_loss_func, z_loss_func), over the token set
 // Megatron uses: one micro-batch, i.e. the tokens split over TP (SP) x CP, counts summed over
 // that group (tokens_per_expert reduced over tp_cp):
 //   aux_loss      coeff * E / (k * T_mb^2) * sum_i (sum over tokens of softmax_i) * count_i
@@ -89,18 +90,13 @@ class MoELayer {
            const parallel::ExpertParallel& ep,
            ParamBuffer& dense,
            ParamBuffer& experts);
-  // Binds to the parameters of global layer `layer` that a whole-model chunk (TP 1, EP 1)
-  // registered, found by name: inference (inference.h) runs the training forward on them.
-  MoELayer(const ModelConfig& cfg,
-           int64_t layer,
-           const ParamBuffer& dense,
-           const ParamBuffer& experts);
-
   // y[T, h] (written) from x[T, h]; stash from `keep`, temporaries from `scratch`. Collective
-  // over the EP, ETP and TP x CP groups.
+  // over the EP, ETP and TP x CP groups. st null (inference): no stash, no auxiliary statistics
+  // and no capacity limit (dropless, as Hugging Face's Mixtral: the next token does not depend
+  // on how a prompt was cut into calls).
   void forward(const RunCtx& rc,
                const TokenLayout& tl,
-               Stash& st,
+               Stash* st,
                Arena& keep,
                Arena& scratch,
                const float* x,
@@ -114,8 +110,20 @@ class MoELayer {
                 float* dx) const;
 
  private:
+  // The auxiliary losses' statistics and scores, the routed pairs' checksum, and the capacity
+  // limit (training).
+  void router_statistics(
+      const RunCtx& rc, const TokenLayout& tl, Stash& st, Arena& keep, int64_t T) const;
   // Drops pairs over capacity (sets st.row to -1 before the permutation); fills the stats.
   void apply_capacity(const RunCtx& rc, const TokenLayout& tl, Stash& st, int64_t T) const;
+  // The kept pairs permuted by expert, dispatched, through their experts and combined into y.
+  void permute_and_run_experts(const RunCtx& rc,
+                               Stash& st,
+                               Arena& keep,
+                               Arena& scratch,
+                               const float* x,
+                               float* y,
+                               int64_t T) const;
 
   const ModelConfig& cfg_;
   const ParamBuffer& dense_;

@@ -27,6 +27,18 @@ std::vector<int64_t> displs(const std::vector<int64_t>& counts) {
 
 }  // namespace
 
+void sum_over_tokens(const ExpertParallel& ep, double* x, int64_t n) {
+  if (ep.tokens && ep.tokens->size() > 1) ep.tokens->all_reduce(x, n, DType::kF64, ReduceOp::kSum);
+}
+
+void gather_over_tokens(const ExpertParallel& ep, const double* mine, double* all, int64_t n) {
+  if (ep.tokens && ep.tokens->size() > 1) {
+    ep.tokens->all_gather(mine, all, n, DType::kF64);
+  } else if (n > 0) {
+    std::memcpy(all, mine, sizeof(double) * size_t(n));
+  }
+}
+
 DispatchPlan::DispatchPlan(const ExpertParallel& ep, const int64_t* counts, int64_t num_experts)
     : ep_(ep.ep), etp_(ep.etp), ep_size_(ep.ep_size), etp_size_(ep.etp_size) {
   MT_ASSERT(num_experts % ep_size_ == 0, "experts (", num_experts, ") not divisible by EP (",

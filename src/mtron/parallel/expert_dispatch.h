@@ -1,4 +1,4 @@
-// defines: ExpertParallel, DispatchPlan
+// defines: ExpertParallel, sum_over_tokens, gather_over_tokens, DispatchPlan
 //
 // Expert parallelism (Megatron's --expert-model-parallel-size with the alltoall token
 // dispatcher). Experts live on Megatron's expert grid (ETP x EP x EDP x PP): EP rank j holds
@@ -38,6 +38,12 @@ struct ExpertParallel {
   int64_t ep_rank = 0, ep_size = 1;
   int64_t etp_rank = 0, etp_size = 1;
 };
+
+// The router's statistics over one micro-batch's tokens (ep.tokens: its group of ranks, null or
+// size 1 when one rank holds them all): x[n] summed in place over the group; every rank's
+// mine[n] concatenated in rank order into all[n * group size].
+void sum_over_tokens(const ExpertParallel& ep, double* x, int64_t n);
+void gather_over_tokens(const ExpertParallel& ep, const double* mine, double* all, int64_t n);
 
 class DispatchPlan {
  public:

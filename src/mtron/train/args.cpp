@@ -123,7 +123,9 @@ bool parse_train_args(int argc, char** argv, int64_t world_size, TrainArgs& a) {
       ->group(t);
   app.add_option("--train-iters", a.train_iters, "Iterations to train")->group(t);
   app.add_option("--seed", a.seed, "Random seed (default 1234)")->group(t);
-  app.add_flag("--bf16", a.bf16, "bf16 mixed precision (fp32 master weights and gradients)")
+  app.add_flag_callback(
+         "--bf16", [&a] { a.precision = Precision::kBF16; },
+         "bf16 mixed precision (fp32 master weights and gradients)")
       ->group(t);
   app.add_option("--device", a.device,
                  "mtron only: cpu (default) or cuda (one GPU per rank, the node-local rank's; "

@@ -1,7 +1,7 @@
 // defines: TrainArgs, parse_train_args
 //
-// `mtron train`'s flags: Megatron's names, defaults and validation (reference/megatron.md
-// section 5). Unknown flags are errors; Megatron flags that change nothing here (fusions,
+// `mtron train`'s flags: Megatron's names, defaults and validation (arguments.py). Unknown flags
+// are errors; Megatron flags that change nothing here (fusions,
 // --use-mcore-models, ...) are accepted with a note; flags of features mtron does not have are
 // rejected by name.
 #pragma once
@@ -31,9 +31,9 @@ struct TrainArgs {
   int64_t lr_warmup_iters = 0, lr_decay_iters = 0;
   optim::LrDecayStyle lr_decay_style = optim::LrDecayStyle::kLinear;
   uint64_t seed = 1234;
-  bool bf16 = false;
-  Device device = Device::kCPU;  // --device (mtron's; Megatron always runs on CUDA)
-  int64_t ddp_bucket_size = 0;   // elements per gradient bucket; 0: Megatron's default
+  Precision precision = Precision::kFP32;  // --bf16: kBF16
+  Device device = Device::kCPU;            // --device (mtron's; Megatron always runs on CUDA)
+  int64_t ddp_bucket_size = 0;             // elements per gradient bucket; 0: Megatron's default
 
   // data
   bool mock_data = false;

@@ -151,13 +151,7 @@ Trainer::Trainer(const TrainArgs& args, Comm& world, int ranks_per_node)
   if (a_.device == Device::kCUDA) {
     // One GPU per rank: the node-local rank's (ranks are placed by node, in blocks).
     const int gpus = kernels::device_count(Device::kCUDA);
-#ifdef MTRON_WITH_CUDA
-    MT_CHECK(gpus > 0, "--device cuda: no GPU is visible (check nvidia-smi, CUDA_VISIBLE_DEVICES)");
-#else
-    MT_CHECK(gpus > 0,
-             "--device cuda: this mtron was built without CUDA (configure with "
-             "-DMTRON_CUDA=ON, the cuda-release preset)");
-#endif
+    MT_CHECK(gpus > 0, "--device cuda: ", kernels::device_unavailable(Device::kCUDA));
     const int local_rank = world_.rank() % std::max(1, ranks_per_node_);
     MT_CHECK(local_rank < gpus, "--device cuda: ", ranks_per_node_, " ranks on this node but ",
              gpus, " GPU(s) visible (one rank per GPU)");
@@ -170,7 +164,7 @@ Trainer::Trainer(const TrainArgs& args, Comm& world, int ranks_per_node)
     }
   }
   ps_ = std::make_unique<ParallelState>(a_.parallel, *groups_from);
-  rc_.precision = a_.bf16 ? model::Precision::kBF16 : model::Precision::kFP32;
+  rc_.precision = a_.precision;
   rc_.tp = parallel::TensorParallel{&ps_->tp(), ps_->tp_rank(), ps_->tp_size(),
                                     a_.parallel.sequence_parallel};
   rc_.cp = parallel::ContextParallel{&ps_->cp(), ps_->cp_rank(), ps_->cp_size()};
@@ -241,7 +235,7 @@ void Trainer::build_model() {
     optim::OptimBuffer b{
         .master = p.master_flat().f32(),
         .grad = p.grad_flat().f32(),
-        .compute = rc_.precision == model::Precision::kBF16 ? p.bf16_flat().bf() : nullptr,
+        .compute = rc_.precision == Precision::kBF16 ? p.bf16_flat().bf() : nullptr,
         .size = p.size(),
         .ranges = optim_ranges(p, *ps_, false),
         .shards = {}};
@@ -258,7 +252,7 @@ void Trainer::build_model() {
     optim::OptimBuffer xb{
         .master = x.master_flat().f32(),
         .grad = x.grad_flat().f32(),
-        .compute = rc_.precision == model::Precision::kBF16 ? x.bf16_flat().bf() : nullptr,
+        .compute = rc_.precision == Precision::kBF16 ? x.bf16_flat().bf() : nullptr,
         .size = x.size(),
         .ranges = optim_ranges(x, *ps_, true),
         .shards = {}};
@@ -315,7 +309,7 @@ checkpoint::RunInfo Trainer::checkpoint_run_info() const {
               par.vpp(),
               par.sequence_parallel,
               par.use_distributed_optimizer};
-  r.precision = a_.bf16 ? "bf16" : "fp32";
+  r.precision = a_.precision;
   r.adam = a_.adam;
   r.lr_schedule = lr_schedule();
   r.seed = a_.seed;
@@ -470,7 +464,7 @@ void Trainer::run() {
   // MFU's denominator: the hardware catalog's peak for one rank (one piece of code with the
   // planner), at the precision the GEMMs run in: this node's share of its CPU, or the GPU's
   // catalog entry (found by its CUDA device name; MFU is 0 for a GPU the catalog lacks).
-  const Precision gemm_precision = a_.bf16 ? Precision::kBF16 : Precision::kFP32;
+  const Precision gemm_precision = a_.precision;
   const bool cuda = a_.device == Device::kCUDA;
   const std::string gpu = cuda ? kernels::device_properties(Device::kCUDA).name : "";
   const Hardware* gpu_entry = cuda ? find_hardware_by_device_name(gpu) : nullptr;
@@ -486,7 +480,7 @@ void Trainer::run() {
     const std::string where = cuda ? fmt::format("one GPU per rank, {}", gpu)
                                    : fmt::format("{} threads per rank", omp_get_max_threads());
     log_info("precision: {}; MFU against {} ({})",
-             a_.bf16 ? "bf16 (fp32 master weights and gradients)" : "fp32",
+             a_.precision == Precision::kBF16 ? "bf16 (fp32 master weights and gradients)" : "fp32",
              peak > 0 ? device.peak_description(gemm_precision)
                       : "nothing: no hardware catalog entry for this GPU",
              where);
