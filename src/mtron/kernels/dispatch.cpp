@@ -52,6 +52,13 @@ double gemm_contract(Trans ta,
   return 2.0 * double(M) * double(N) * double(K);
 }
 
+double moe_route_contract(
+    const int32_t*, const float*, const float*, int64_t T, int64_t E, int64_t k, bool) {
+  MT_CHECK(T >= 0 && k >= 1 && k <= E, "moe_route: need T >= 0 and 1 <= k <= E (T=", T, " k=", k,
+           " E=", E, ")");
+  return 0;
+}
+
 // Multiply-adds of QK^T and PV (2 FLOPs each), halved for the causal mask as Megatron counts.
 double attention_flops(const AttnShape& s, AttnMask mask) {
   MT_CHECK(s.B >= 0 && s.Sq >= 0 && s.Sk >= 0 && s.D > 0 && s.G > 0 && s.H > 0 && s.H % s.G == 0,

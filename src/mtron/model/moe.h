@@ -17,6 +17,11 @@
 //   experts  pairs dispatched to their experts (parallel/expert_dispatch.h), fc1 -> act -> fc2
 //            per local expert, combined back: y[t] = sum over kept pairs of weight * expert(x[t])
 //
+// The router's arithmetic, the auxiliary losses' statistics, the permutation and the combine are
+// kernels (kernels/moe.h), on the run's device; the routing plan (capacity, each kept pair's row
+// in the permuted order, rows per expert) is made on the host from a copy of the chosen experts
+// (T k integers), as the dispatch's counts must be there anyway.
+//
 // Auxiliary losses (Megatron-Core's router formulas: switch_load_balancing_loss_func,
 // sequence_load_balancing_loss_func, z_loss_func), over the token set
 // Megatron uses: one micro-batch, i.e. the tokens split over TP (SP) x CP, counts summed over
@@ -110,20 +115,24 @@ class MoELayer {
                 float* dx) const;
 
  private:
-  // The auxiliary losses' statistics and scores, the routed pairs' checksum, and the capacity
-  // limit (training).
-  void router_statistics(
-      const RunCtx& rc, const TokenLayout& tl, Stash& st, Arena& keep, int64_t T) const;
-  // Drops pairs over capacity (sets st.row to -1 before the permutation); fills the stats.
-  void apply_capacity(const RunCtx& rc, const TokenLayout& tl, Stash& st, int64_t T) const;
-  // The kept pairs permuted by expert, dispatched, through their experts and combined into y.
-  void permute_and_run_experts(const RunCtx& rc,
-                               Stash& st,
-                               Arena& keep,
-                               Arena& scratch,
-                               const float* x,
-                               float* y,
-                               int64_t T) const;
+  // The routing decisions on the host: each pair's expert (and weight, for the capacity limit),
+  // each token's index in the micro-batch's 1-process row order, each pair's permuted row.
+  struct Routing {
+    std::vector<int32_t> idx;
+    std::vector<float> weight;
+    std::vector<int64_t> token, row;
+  };
+  // The auxiliary losses' scores and statistics, the routed pairs' checksum and the capacity
+  // limit (training only).
+  void router_statistics(const RunCtx& rc,
+                         const TokenLayout& tl,
+                         Stash& st,
+                         Arena& keep,
+                         Arena& scratch,
+                         Routing& r,
+                         int64_t T) const;
+  // Drops the pairs over capacity (r.row = -1 before the permutation), counting them in stats.
+  void apply_capacity(const RunCtx& rc, Routing& r, MoEStats& stats, int64_t T) const;
 
   const ModelConfig& cfg_;
   const ParamBuffer& dense_;

@@ -26,6 +26,7 @@
 
 #include "mtron/comm/comm.h"
 #include "mtron/core/arena.h"
+#include "mtron/kernels/ctx.h"
 
 namespace mtron::parallel {
 
@@ -48,9 +49,12 @@ void gather_over_tokens(const ExpertParallel& ep, const double* mine, double* al
 class DispatchPlan {
  public:
   DispatchPlan() = default;
-  // counts[E]: this rank's rows for each global expert (the local rows are in that order).
-  // Collective over EP and ETP (exchanges the counts).
-  DispatchPlan(const ExpertParallel& ep, const int64_t* counts, int64_t num_experts);
+  // counts[E] (host): this rank's rows for each global expert (the local rows are in that
+  // order). Collective over EP and ETP (exchanges the counts). The rows move on k's device.
+  DispatchPlan(const kernels::Ctx& k,
+               const ExpertParallel& ep,
+               const int64_t* counts,
+               int64_t num_experts);
 
   int64_t local_rows() const { return local_rows_; }    // P
   int64_t expert_rows() const { return expert_rows_; }  // R
@@ -70,6 +74,7 @@ class DispatchPlan {
     int64_t gathered, expert, rows;
   };
 
+  kernels::Ctx k_;
   Comm* ep_ = nullptr;
   Comm* etp_ = nullptr;
   int64_t ep_size_ = 1, etp_size_ = 1;

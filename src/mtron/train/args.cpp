@@ -300,7 +300,9 @@ bool parse_train_args(int argc, char** argv, int64_t world_size, TrainArgs& a) {
   checkpoint::validate_checkpoint_args(a.checkpoint);
   if (a.device == Device::kCUDA) {
     // What still runs on the host in these features (see docs/cuda.md).
-    MT_CHECK(!a.model.is_moe(), "--device cuda: MoE models are not supported on CUDA yet");
+    MT_CHECK(par.ep() == 1 && par.etp() == 1,
+             "--device cuda: --expert-model-parallel-size and --expert-tensor-parallel-size > 1 "
+             "are not supported yet (the expert dispatch exchanges its counts on the host)");
     MT_CHECK(par.cp() == 1, "--device cuda: --context-parallel-size > 1 is not supported yet");
     MT_CHECK(a.checkpoint.save.empty() && a.checkpoint.load.empty(),
              "--device cuda: --save/--load are not supported yet");
