@@ -12,6 +12,7 @@
 #include "mtron/comm/single.h"
 #include "mtron/core/tensor.h"
 #include "mtron/kernels/device.h"
+#include "mtron/model/inference.h"
 #include "mtron/train/trainer.h"
 
 namespace mtron {
@@ -205,6 +206,54 @@ TEST(TrainCudaSim, RejectsExpertParallelism) {
 // inputs and accumulate in fp32, in different orders.
 TEST(TrainCudaSim, Gpt2Bf16MatchesCpu) {
   expect_same_training({"--bf16"}, 1e-3);
+}
+
+// Generation (the training layers without a stash, with a KV cache) on the device: the logits of
+// a prefill and of each decoded token are the CPU's.
+TEST(TrainCudaSim, KvCacheGenerationMatchesCpu) {
+  ModelConfig m;
+  m.num_layers = 2;
+  m.hidden_size = 64;
+  m.num_attention_heads = 4;
+  m.group_query_attention = true;
+  m.num_query_groups = 2;
+  m.seq_length = 16;
+  m.vocab_size = 100;
+  m.swiglu = true;
+  m.normalization = Normalization::kRMSNorm;
+  m.position_embedding_type = PositionEmbedding::kRope;
+  m.add_bias_linear = false;
+  m.num_experts = 4;
+  m.moe_shared_expert_intermediate_size = 32;
+  m.finalize();
+  std::vector<std::vector<float>> logits;
+  for (const Device d : {Device::kCPU, Device::kCUDA}) {
+    if (d == Device::kCUDA) kernels::init_device(d, 0);
+    model::RunCtx rc;
+    rc.k.device = d;
+    model::GPTChunk c(m, {0, m.num_layers, true, true}, parallel::TensorParallel{}, {});
+    c.params().allocate(Precision::kFP32, 1, 0, rc.k);
+    c.params().init(5);
+    c.expert_params().allocate(Precision::kFP32, 1, 0, rc.k);
+    c.expert_params().init(6);
+    model::InferenceModel im(m, c, 16, rc);
+    std::vector<float> row(static_cast<size_t>(im.padded_vocab())), all;
+    const std::vector<int32_t> prompt = {3, 1, 4, 1, 5};
+    im.forward(prompt.data(), int64_t(prompt.size()), row.data(), false);
+    all.insert(all.end(), row.begin(), row.end());
+    for (const int32_t t : {9, 2, 6}) {
+      im.forward(&t, 1, row.data(), false);
+      all.insert(all.end(), row.begin(), row.end());
+    }
+    logits.push_back(all);
+  }
+  double diff = 0, norm = 0;
+  for (size_t i = 0; i < logits[0].size(); ++i) {
+    diff += std::pow(double(logits[1][i]) - logits[0][i], 2);
+    norm += std::pow(double(logits[0][i]), 2);
+  }
+  EXPECT_GT(norm, 0);
+  EXPECT_LE(std::sqrt(diff / norm), 1e-5);
 }
 
 // The log of a --device cuda run: Megatron's memory report and the iteration lines.
