@@ -612,21 +612,22 @@ void moe_cases(Checker& ck, bool small) {
       const int64_t T = s.T, E = s.E, k = s.k, h = s.h, nb = s.nb, n = T * k, row0 = 5;
       Pair<float> logits(randn(T * E, 2.0f)), w(poison(n)), sc(poison(T * E)), lse(poison(T));
       Pair<int32_t> idx(std::vector<int32_t>(size_t(n), -1));
-      ref::moe_route(idx.host(), w.host(), logits.host(), T, E, k, s.sigmoid);
-      moe_route(g_dev, idx.dev(), w.dev(), logits.dev(), T, E, k, s.sigmoid);
+      const MoeRouting rt{T, E, k, s.sigmoid};
+      ref::moe_route(idx.host(), w.host(), logits.host(), rt);
+      moe_route(g_dev, idx.dev(), w.dev(), logits.dev(), rt);
       ck.check_exact("route experts", idx);
       ck.check("route weights", w, kTolF32);
-      ref::moe_aux_scores(sc.host(), logits.host(), T, E, s.sigmoid);
-      moe_aux_scores(g_dev, sc.dev(), logits.dev(), T, E, s.sigmoid);
+      ref::moe_aux_scores(sc.host(), logits.host(), rt);
+      moe_aux_scores(g_dev, sc.dev(), logits.dev(), rt);
       ck.check("aux scores", sc, kTolF32);
       const std::vector<double> nan(size_t(nb * E), std::nan(""));
       Pair<double> psum(nan), counts(nan);
-      ref::moe_aux_sums(psum.host(), counts.host(), sc.host(), idx.host(), T, E, k, nb, row0);
-      moe_aux_sums(g_dev, psum.dev(), counts.dev(), sc.dev(), idx.dev(), T, E, k, nb, row0);
+      ref::moe_aux_sums(psum.host(), counts.host(), sc.host(), idx.host(), rt, nb, row0);
+      moe_aux_sums(g_dev, psum.dev(), counts.dev(), sc.dev(), idx.dev(), rt, nb, row0);
       ck.check("aux psum", narrow(psum.dev_result()), narrow(psum.host_result()), kTolF32);
       ck.check_exact("aux counts", counts);
-      ref::moe_logsumexp(lse.host(), logits.host(), T, E);
-      moe_logsumexp(g_dev, lse.dev(), logits.dev(), T, E);
+      ref::moe_logsumexp(lse.host(), logits.host(), rt);
+      moe_logsumexp(g_dev, lse.dev(), logits.dev(), rt);
       ck.check("logsumexp", lse, kTolF32);
 
       // A permutation of the kept pairs (about one in five dropped) to rows [0, P).
@@ -638,21 +639,21 @@ void moe_cases(Checker& ck, bool small) {
       const int64_t P = int64_t(order.size());
       Pair<int64_t> row(rows_of);
       Pair<float> x(randn(T * h)), perm(poison(P * h)), drows(randn(P * h)), dx(poison(T * h));
-      ref::moe_permute(perm.host(), x.host(), row.host(), T, k, h);
-      moe_permute(g_dev, perm.dev(), x.dev(), row.dev(), T, k, h);
+      ref::moe_permute(perm.host(), x.host(), row.host(), rt, h);
+      moe_permute(g_dev, perm.dev(), x.dev(), row.dev(), rt, h);
       ck.check("permute", perm, kTolF32);
-      ref::moe_permute_backward(dx.host(), drows.host(), row.host(), T, k, h);
-      moe_permute_backward(g_dev, dx.dev(), drows.dev(), row.dev(), T, k, h);
+      ref::moe_permute_backward(dx.host(), drows.host(), row.host(), rt, h);
+      moe_permute_backward(g_dev, dx.dev(), drows.dev(), row.dev(), rt, h);
       ck.check("permute backward", dx, kTolF32);
       Pair<float> wt(w.host_result()), y(poison(T * h)), dy(randn(T * h)), dr(poison(P * h));
       Pair<float> dw(poison(n));
-      ref::moe_combine(y.host(), drows.host(), row.host(), wt.host(), T, k, h);
-      moe_combine(g_dev, y.dev(), drows.dev(), row.dev(), wt.dev(), T, k, h);
+      ref::moe_combine(y.host(), drows.host(), row.host(), wt.host(), rt, h);
+      moe_combine(g_dev, y.dev(), drows.dev(), row.dev(), wt.dev(), rt, h);
       ck.check("combine", y, kTolF32);
       ref::moe_combine_backward(dr.host(), dw.host(), dy.host(), drows.host(), row.host(),
-                                wt.host(), T, k, h);
-      moe_combine_backward(g_dev, dr.dev(), dw.dev(), dy.dev(), drows.dev(), row.dev(), wt.dev(), T,
-                           k, h);
+                                wt.host(), rt, h);
+      moe_combine_backward(g_dev, dr.dev(), dw.dev(), dy.dev(), drows.dev(), row.dev(), wt.dev(),
+                           rt, h);
       ck.check("combine drows", dr, kTolF32);
       ck.check("combine dweight", dw, kTolF32);
 
@@ -660,13 +661,14 @@ void moe_cases(Checker& ck, bool small) {
       Pair<float> gw(randn(n)), cnt(narrow(counts.host_result())), scores(sc.host_result());
       for (const bool losses : {false, true}) {
         Pair<float> dl(poison(T * E));
-        const float* s_h = losses ? scores.host() : nullptr;
-        const float* s_d = losses ? scores.dev() : nullptr;
-        const double aux = losses ? 0.3 : 0, z = losses ? 0.05 : 0;
-        ref::moe_router_backward(dl.host(), logits.host(), idx.host(), wt.host(), gw.host(), s_h,
-                                 cnt.host(), aux, z, T, E, k, nb, row0, s.sigmoid);
-        moe_router_backward(g_dev, dl.dev(), logits.dev(), idx.dev(), wt.dev(), gw.dev(), s_d,
-                            cnt.dev(), aux, z, T, E, k, nb, row0, s.sigmoid);
+        MoeRouterLoss lh, ld;  // nothing but the routing weights, or every term
+        if (losses) {
+          lh = {scores.host(), cnt.host(), 0.3, 0.05, nb, row0};
+          ld = {scores.dev(), cnt.dev(), 0.3, 0.05, nb, row0};
+        }
+        ref::moe_router_backward(dl.host(), logits.host(), idx.host(), wt.host(), gw.host(), rt,
+                                 lh);
+        moe_router_backward(g_dev, dl.dev(), logits.dev(), idx.dev(), wt.dev(), gw.dev(), rt, ld);
         ck.check(losses ? "router dlogits (+aux, z)" : "router dlogits", dl, kTolF32);
       }
     });

@@ -18,7 +18,7 @@
 namespace mtron {
 namespace {
 
-train::TrainArgs make_args(const std::vector<std::string>& flags) {
+train::TrainArgs make_args(const std::vector<std::string>& flags, int64_t world_size = 1) {
   std::vector<std::string> all = {"train",
                                   "--num-layers",
                                   "2",
@@ -51,7 +51,7 @@ train::TrainArgs make_args(const std::vector<std::string>& flags) {
   std::vector<char*> av;
   for (auto& s : all) av.push_back(s.data());
   train::TrainArgs a;
-  train::parse_train_args(int(av.size()), av.data(), 1, a);
+  train::parse_train_args(int(av.size()), av.data(), world_size, a);
   return a;
 }
 
@@ -165,35 +165,9 @@ TEST(TrainCudaSim, MoeSigmoidSeqAuxBf16MatchesCpu) {
 // Expert parallelism is not on the device yet: one clear error.
 TEST(TrainCudaSim, RejectsExpertParallelism) {
   try {
-    std::vector<std::string> f = {"train",
-                                  "--num-layers",
-                                  "2",
-                                  "--hidden-size",
-                                  "64",
-                                  "--num-attention-heads",
-                                  "4",
-                                  "--seq-length",
-                                  "32",
-                                  "--micro-batch-size",
-                                  "2",
-                                  "--train-iters",
-                                  "1",
-                                  "--lr",
-                                  "1e-3",
-                                  "--mock-data",
-                                  "--vocab-size",
-                                  "100",
-                                  "--num-experts",
-                                  "4",
-                                  "--disable-bias-linear",
-                                  "--expert-model-parallel-size",
-                                  "2",
-                                  "--device",
-                                  "cuda"};
-    std::vector<char*> av;
-    for (auto& s : f) av.push_back(s.data());
-    train::TrainArgs a;
-    train::parse_train_args(int(av.size()), av.data(), 2, a);
+    make_args({"--num-experts", "4", "--disable-bias-linear", "--expert-model-parallel-size", "2",
+               "--global-batch-size", "4", "--device", "cuda"},
+              2);
     ADD_FAILURE() << "expert parallelism on --device cuda was accepted";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("--device cuda: --expert-model-parallel-size"),

@@ -10,7 +10,6 @@
 #include "mtron/kernels/cpu/cpu_ops.h"
 #include "mtron/kernels/cuda/cuda_ops.h"
 #include "mtron/kernels/device.h"
-#include "mtron/kernels/gemm_operand.h"
 #include "mtron/kernels/ops.h"
 
 namespace mtron::kernels {
@@ -52,10 +51,9 @@ double gemm_contract(Trans ta,
   return 2.0 * double(M) * double(N) * double(K);
 }
 
-double moe_route_contract(
-    const int32_t*, const float*, const float*, int64_t T, int64_t E, int64_t k, bool) {
-  MT_CHECK(T >= 0 && k >= 1 && k <= E, "moe_route: need T >= 0 and 1 <= k <= E (T=", T, " k=", k,
-           " E=", E, ")");
+double moe_route_contract(const int32_t*, const float*, const float*, const MoeRouting& r) {
+  MT_CHECK(r.T >= 0 && r.k >= 1 && r.k <= r.E, "moe_route: need T >= 0 and 1 <= k <= E (T=", r.T,
+           " k=", r.k, " E=", r.E, ")");
   return 0;
 }
 
@@ -114,34 +112,6 @@ double rope_contract(
   }
 MTRON_KERNEL_OPS(MT_DEFINE_DISPATCH)
 #undef MT_DEFINE_DISPATCH
-
-void gemm(const Ctx& ctx,
-          Trans ta,
-          Trans tb,
-          int64_t M,
-          int64_t N,
-          int64_t K,
-          float alpha,
-          GemmOperand A,
-          int64_t lda,
-          GemmOperand B,
-          int64_t ldb,
-          float beta,
-          float* C,
-          int64_t ldc) {
-  MT_ASSERT(A.dtype == B.dtype, "gemm: operands of dtypes ", dtype_name(A.dtype), " and ",
-            dtype_name(B.dtype));
-  switch (A.dtype) {
-    case DType::kF32:
-      return gemm(ctx, ta, tb, M, N, K, alpha, static_cast<const float*>(A.data), lda,
-                  static_cast<const float*>(B.data), ldb, beta, C, ldc);
-    case DType::kBF16:
-      return gemm(ctx, ta, tb, M, N, K, alpha, static_cast<const bf16*>(A.data), lda,
-                  static_cast<const bf16*>(B.data), ldb, beta, C, ldc);
-    default:
-      MT_ASSERT(false, "gemm: no ", dtype_name(A.dtype), " GEMM");
-  }
-}
 
 // device.h
 

@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "mtron/core/dtype.h"
+#include "mtron/core/error.h"
 #include "mtron/kernels/gemm.h"
 
 namespace mtron::kernels {
@@ -26,19 +27,28 @@ struct GemmOperand {
 };
 
 // gemm (kernels/gemm.h) of two operands of the same dtype: fp32, or bf16 accumulated in fp32.
-void gemm(const Ctx& ctx,
-          Trans ta,
-          Trans tb,
-          int64_t M,
-          int64_t N,
-          int64_t K,
-          float alpha,
-          GemmOperand A,
-          int64_t lda,
-          GemmOperand B,
-          int64_t ldb,
-          float beta,
-          float* C,
-          int64_t ldc);
+inline void gemm(const Ctx& ctx,
+                 Trans ta,
+                 Trans tb,
+                 int64_t M,
+                 int64_t N,
+                 int64_t K,
+                 float alpha,
+                 GemmOperand A,
+                 int64_t lda,
+                 GemmOperand B,
+                 int64_t ldb,
+                 float beta,
+                 float* C,
+                 int64_t ldc) {
+  MT_ASSERT(A.dtype == B.dtype && (A.dtype == DType::kF32 || A.dtype == DType::kBF16),
+            "gemm: operands of dtypes ", dtype_name(A.dtype), " and ", dtype_name(B.dtype));
+  if (A.dtype == DType::kBF16) {
+    return gemm(ctx, ta, tb, M, N, K, alpha, static_cast<const bf16*>(A.data), lda,
+                static_cast<const bf16*>(B.data), ldb, beta, C, ldc);
+  }
+  gemm(ctx, ta, tb, M, N, K, alpha, static_cast<const float*>(A.data), lda,
+       static_cast<const float*>(B.data), ldb, beta, C, ldc);
+}
 
 }  // namespace mtron::kernels

@@ -20,15 +20,16 @@
 //                        one vector; nb = B: one per sequence of a sequence-major micro-batch);
 //                        written, in double, summed in token order.
 //   moe_logsumexp        lse[t] = log sum_e exp(logits[t, e]) (the z-loss's).
-//   moe_permute          rows[row[i]] = x[t] for every kept pair (rows [P, h], x [T, h]).
+//   moe_permute          rows[row[i]] = x[t] for every kept pair (rows [P, h], x [T, h]; the
+//                        permutation and combine ops read T and k of the MoeRouting only).
 //   moe_permute_backward dx[t] = sum over t's kept pairs of drows[row[i]] (written).
 //   moe_combine          y[t] = sum over t's kept pairs of weight[i] rows[row[i]] (written).
 //   moe_combine_backward drows[row[i]] = weight[i] dy[t] for kept pairs (written);
 //                        dweight[i] = dy[t] . rows[row[i]], 0 for a dropped pair.
 //   moe_router_backward  dlogits (written): the gradient through the routing weights (dweight),
-//                        plus, when scores is not null, the auxiliary loss's (its gradient per
-//                        score of token t is aux_grad * counts[(row0 + t) % nb, e]) and, when
-//                        z_grad > 0, the z-loss's (z_grad * lse[t] * softmax(logits[t])).
+//                        plus MoeRouterLoss's terms: the auxiliary loss's (its gradient per score
+//                        of token t is aux_grad * counts[(row0 + t) % nb, e]) and the z-loss's
+//                        (z_grad * lse[t] * softmax(logits[t])).
 #pragma once
 
 #include <cstdint>
@@ -37,40 +38,52 @@
 
 namespace mtron::kernels {
 
-#define MTRON_MOE_OPS(OP)                                                                          \
-  OP(void, moe_route, moe_route, moe_route_contract,                                               \
-     (int32_t * idx, float* weight, const float* logits, int64_t T, int64_t E, int64_t k,          \
-      bool sigmoid),                                                                               \
-     (idx, weight, logits, T, E, k, sigmoid))                                                      \
-  OP(void, moe_aux_scores, moe_aux_scores, no_contract,                                            \
-     (float* scores, const float* logits, int64_t T, int64_t E, bool sigmoid),                     \
-     (scores, logits, T, E, sigmoid))                                                              \
-  OP(void, moe_aux_sums, moe_aux_sums, no_contract,                                                \
-     (double* psum, double* counts, const float* scores, const int32_t* idx, int64_t T, int64_t E, \
-      int64_t k, int64_t nb, int64_t row0),                                                        \
-     (psum, counts, scores, idx, T, E, k, nb, row0))                                               \
-  OP(void, moe_logsumexp, moe_logsumexp, no_contract,                                              \
-     (float* lse, const float* logits, int64_t T, int64_t E), (lse, logits, T, E))                 \
-  OP(void, moe_permute, moe_permute, no_contract,                                                  \
-     (float* rows, const float* x, const int64_t* row, int64_t T, int64_t k, int64_t h),           \
-     (rows, x, row, T, k, h))                                                                      \
-  OP(void, moe_permute_backward, moe_permute_backward, no_contract,                                \
-     (float* dx, const float* drows, const int64_t* row, int64_t T, int64_t k, int64_t h),         \
-     (dx, drows, row, T, k, h))                                                                    \
-  OP(void, moe_combine, moe_combine, no_contract,                                                  \
-     (float* y, const float* rows, const int64_t* row, const float* weight, int64_t T, int64_t k,  \
-      int64_t h),                                                                                  \
-     (y, rows, row, weight, T, k, h))                                                              \
-  OP(void, moe_combine_backward, moe_combine_backward, no_contract,                                \
-     (float* drows, float* dweight, const float* dy, const float* rows, const int64_t* row,        \
-      const float* weight, int64_t T, int64_t k, int64_t h),                                       \
-     (drows, dweight, dy, rows, row, weight, T, k, h))                                             \
-  OP(void, moe_router_backward, moe_router_backward, no_contract,                                  \
-     (float* dlogits, const float* logits, const int32_t* idx, const float* weight,                \
-      const float* dweight, const float* scores, const float* counts, double aux_grad,             \
-      double z_grad, int64_t T, int64_t E, int64_t k, int64_t nb, int64_t row0, bool sigmoid),     \
-     (dlogits, logits, idx, weight, dweight, scores, counts, aux_grad, z_grad, T, E, k, nb, row0,  \
-      sigmoid))
+// The router's shape: T tokens, E experts, top k, and the score function (softmax or sigmoid).
+struct MoeRouting {
+  int64_t T = 0, E = 0, k = 0;
+  bool sigmoid = false;
+};
+
+// The router backward's terms besides the routing weights: the auxiliary loss (scores [T, E] and
+// the micro-batch's count vectors counts [nb, E], token t's being (row0 + t) % nb; scores null:
+// none) and the z-loss (z_grad > 0).
+struct MoeRouterLoss {
+  const float* scores = nullptr;
+  const float* counts = nullptr;
+  double aux_grad = 0, z_grad = 0;
+  int64_t nb = 1, row0 = 0;
+};
+
+#define MTRON_MOE_OPS(OP)                                                                         \
+  OP(void, moe_route, moe_route, moe_route_contract,                                              \
+     (int32_t * idx, float* weight, const float* logits, const MoeRouting& r),                    \
+     (idx, weight, logits, r))                                                                    \
+  OP(void, moe_aux_scores, moe_aux_scores, no_contract,                                           \
+     (float* scores, const float* logits, const MoeRouting& r), (scores, logits, r))              \
+  OP(void, moe_aux_sums, moe_aux_sums, no_contract,                                               \
+     (double* psum, double* counts, const float* scores, const int32_t* idx, const MoeRouting& r, \
+      int64_t nb, int64_t row0),                                                                  \
+     (psum, counts, scores, idx, r, nb, row0))                                                    \
+  OP(void, moe_logsumexp, moe_logsumexp, no_contract,                                             \
+     (float* lse, const float* logits, const MoeRouting& r), (lse, logits, r))                    \
+  OP(void, moe_permute, moe_permute, no_contract,                                                 \
+     (float* rows, const float* x, const int64_t* row, const MoeRouting& r, int64_t h),           \
+     (rows, x, row, r, h))                                                                        \
+  OP(void, moe_permute_backward, moe_permute_backward, no_contract,                               \
+     (float* dx, const float* drows, const int64_t* row, const MoeRouting& r, int64_t h),         \
+     (dx, drows, row, r, h))                                                                      \
+  OP(void, moe_combine, moe_combine, no_contract,                                                 \
+     (float* y, const float* rows, const int64_t* row, const float* weight, const MoeRouting& r,  \
+      int64_t h),                                                                                 \
+     (y, rows, row, weight, r, h))                                                                \
+  OP(void, moe_combine_backward, moe_combine_backward, no_contract,                               \
+     (float* drows, float* dweight, const float* dy, const float* rows, const int64_t* row,       \
+      const float* weight, const MoeRouting& r, int64_t h),                                       \
+     (drows, dweight, dy, rows, row, weight, r, h))                                               \
+  OP(void, moe_router_backward, moe_router_backward, no_contract,                                 \
+     (float* dlogits, const float* logits, const int32_t* idx, const float* weight,               \
+      const float* dweight, const MoeRouting& r, const MoeRouterLoss& loss),                      \
+     (dlogits, logits, idx, weight, dweight, r, loss))
 MTRON_MOE_OPS(MT_OP_DECLARE)
 
 }  // namespace mtron::kernels

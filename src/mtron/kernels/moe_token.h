@@ -1,4 +1,4 @@
-// defines: moe_token::route, aux_scores, logsumexp, router_backward
+// defines: moe_token::sigmoid, softmax_sum, logsumexp, route, aux_scores, router_backward
 //
 // The router's arithmetic for one token over its E logits (kernels/moe.h), written once for the
 // CPU kernels (cpu/moe.cpp) and the CUDA ones (cuda/moe.cu, host and device functions), so both
@@ -8,6 +8,8 @@
 
 #include <cmath>
 #include <cstdint>
+
+#include "mtron/kernels/moe.h"
 
 #if defined(__CUDACC__)
 #define MT_HD __host__ __device__ inline
@@ -73,21 +75,26 @@ MT_HD void aux_scores(const float* l, int64_t E, bool use_sigmoid, float* s) {
   for (int64_t e = 0; e < E; ++e) s[e] = float(s[e] / (z + 1e-20));
 }
 
-// dl[E] (written): the gradient of the token's logits through its routing weights w[k] (whose
-// gradient is g[k]), plus, when s (its aux scores) is not null, through the aux loss (gradient
-// aux_grad * count[e] per score) and, when z_grad > 0, through the z-loss.
-MT_HD void router_backward(const float* l,
-                           const int32_t* idx,
-                           const float* w,
-                           const float* g,
-                           const float* s,
-                           const float* count,
-                           double aux_grad,
-                           double z_grad,
-                           int64_t E,
-                           int64_t k,
-                           bool use_sigmoid,
-                           float* dl) {
+// Token t's dlogits [E] (written): the gradient through its routing weights (whose gradient is
+// dweight), plus loss's auxiliary and z-loss terms (kernels/moe.h).
+MT_HD void router_backward(int64_t t,
+                           const float* logits,
+                           const int32_t* idx_all,
+                           const float* weight,
+                           const float* dweight,
+                           const MoeRouting& r,
+                           const MoeRouterLoss& loss,
+                           float* dlogits) {
+  const int64_t E = r.E, k = r.k;
+  const bool use_sigmoid = r.sigmoid;
+  const float* l = logits + t * E;
+  const int32_t* idx = idx_all + t * k;
+  const float* w = weight + t * k;
+  const float* g = dweight + t * k;
+  const float* s = loss.scores ? loss.scores + t * E : nullptr;
+  const float* count = loss.counts ? loss.counts + (loss.row0 + t) % loss.nb * E : nullptr;
+  const double aux_grad = loss.aux_grad, z_grad = loss.z_grad;
+  float* dl = dlogits + t * E;
   for (int64_t e = 0; e < E; ++e) dl[e] = 0.0f;
   double gw = 0;
   for (int64_t j = 0; j < k; ++j) gw += double(g[j]) * w[j];

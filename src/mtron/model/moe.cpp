@@ -77,6 +77,10 @@ MoELayer::MoELayer(const ModelConfig& cfg,
   }
 }
 
+kernels::MoeRouting MoELayer::routing(int64_t T) const {
+  return {T, E_, k_, cfg_.moe_router_score_function == RouterScore::kSigmoid};
+}
+
 void MoELayer::apply_capacity(const RunCtx& rc, Routing& r, MoEStats& stats, int64_t T) const {
   const Comm* g = rc.ep.tokens;
   const int64_t gs = g ? g->size() : 1, grank = g ? g->rank() : 0;
@@ -128,7 +132,6 @@ void MoELayer::router_statistics(const RunCtx& rc,
                                  Routing& r,
                                  int64_t T) const {
   const int64_t E = E_, k = k_;
-  const bool use_sigmoid = cfg_.moe_router_score_function == RouterScore::kSigmoid;
   const Comm* group = rc.ep.tokens;
   const int64_t T_mb = T * (group ? group->size() : 1);
   const int64_t row0 = rc.tp.sequence_parallel ? rc.tp.rank * T : 0;
@@ -145,9 +148,9 @@ void MoELayer::router_statistics(const RunCtx& rc,
   if (cfg_.moe_aux_loss_coeff > 0 && lb != RouterLoadBalancing::kNone) {
     const int64_t nb = lb == RouterLoadBalancing::kSeqAuxLoss ? tl.B : 1;  // count vectors
     st.scores = keep.alloc<float>(T * E);
-    kernels::moe_aux_scores(rc.k, st.scores, st.logits, T, E, use_sigmoid);
+    kernels::moe_aux_scores(rc.k, st.scores, st.logits, routing(T));
     double* sums = scratch.alloc<double>(2 * nb * E);  // psum | counts
-    kernels::moe_aux_sums(rc.k, sums, sums + nb * E, st.scores, st.idx, T, E, k, nb, row0);
+    kernels::moe_aux_sums(rc.k, sums, sums + nb * E, st.scores, st.idx, routing(T), nb, row0);
     const std::vector<double> psum = to_host(rc.k, sums, nb * E);
     std::vector<double> counts = to_host(rc.k, sums + nb * E, nb * E);
     parallel::sum_over_tokens(rc.ep, counts.data(), nb * E);
@@ -161,7 +164,7 @@ void MoELayer::router_statistics(const RunCtx& rc,
   }
   if (cfg_.moe_z_loss_coeff > 0) {
     float* lse = scratch.alloc<float>(T);
-    kernels::moe_logsumexp(rc.k, lse, st.logits, T, E);
+    kernels::moe_logsumexp(rc.k, lse, st.logits, routing(T));
     double zsum = 0;
     for (const float l : to_host(rc.k, lse, T)) zsum += double(l) * double(l);
     st.stats.z_loss = zsum / double(T_mb);
@@ -196,8 +199,7 @@ void MoELayer::forward(const RunCtx& rc,
   st.idx = keep.alloc<int32_t>(T * k);
   st.weight = keep.alloc<float>(T * k);
   st.row = keep.alloc<int64_t>(T * k);
-  kernels::moe_route(rc.k, st.idx, st.weight, st.logits, T, E, k,
-                     cfg_.moe_router_score_function == RouterScore::kSigmoid);
+  kernels::moe_route(rc.k, st.idx, st.weight, st.logits, routing(T));
 
   // The routing plan is made on the host from the pairs' experts (T k integers): the auxiliary
   // statistics and the capacity limit (training only), then each kept pair's row in the order
@@ -218,7 +220,7 @@ void MoELayer::forward(const RunCtx& rc,
 
   // Permute, dispatch, run the experts, combine.
   float* perm = scratch.alloc<float>(P * h);
-  kernels::moe_permute(rc.k, perm, x, st.row, T, k, h);
+  kernels::moe_permute(rc.k, perm, x, st.row, routing(T), h);
   st.plan = parallel::DispatchPlan(rc.k, rc.ep, counts.data(), E);
   const int64_t R = st.plan.expert_rows();
   float* ein = gemm_input_buffer(rc, keep, scratch, R * h);
@@ -249,7 +251,7 @@ void MoELayer::forward(const RunCtx& rc,
   }
   st.combined = keep.alloc<float>(P * h);
   st.plan.from_experts(st.combined, eout, h, scratch);
-  kernels::moe_combine(rc.k, y, st.combined, st.row, st.weight, T, k, h);
+  kernels::moe_combine(rc.k, y, st.combined, st.row, st.weight, routing(T), h);
 }
 
 void MoELayer::backward(const RunCtx& rc,
@@ -264,7 +266,7 @@ void MoELayer::backward(const RunCtx& rc,
   // Combine: y[t] = sum_j w_j combined[row_j].
   float* dcomb = scratch.alloc<float>(P * h);
   float* dw = scratch.alloc<float>(T * k);
-  kernels::moe_combine_backward(rc.k, dcomb, dw, dy, st.combined, st.row, st.weight, T, k, h);
+  kernels::moe_combine_backward(rc.k, dcomb, dw, dy, st.combined, st.row, st.weight, routing(T), h);
 
   // Experts.
   float* deout = scratch.alloc<float>(R * h);
@@ -305,11 +307,10 @@ void MoELayer::backward(const RunCtx& rc,
                        (double(k) * T_seq * T_seq * double(nb));
   const double z_g = tl.aux_weight * cfg_.moe_z_loss_coeff * 2.0 / double(T_mb);
   float* dlogits = scratch.alloc<float>(T * E);
-  kernels::moe_router_backward(rc.k, dlogits, st.logits, st.idx, st.weight, dw, st.scores,
-                               st.counts, aux_g, z_g, T, E, k, nb, row0,
-                               cfg_.moe_router_score_function == RouterScore::kSigmoid);
+  kernels::moe_router_backward(rc.k, dlogits, st.logits, st.idx, st.weight, dw, routing(T),
+                               {st.scores, st.counts, aux_g, z_g, nb, row0});
   // dx = the experts' input gradient (each token's kept pairs) + the router's.
-  kernels::moe_permute_backward(rc.k, dx, dperm, st.row, T, k, h);
+  kernels::moe_permute_backward(rc.k, dx, dperm, st.row, routing(T), h);
   kernels::gemm(rc.k, Trans::kT, Trans::kN, E, h, T, 1.0f, dlogits, E, st.x, h, 1.0f,
                 dense_.grad(router_w_), h);
   kernels::gemm(rc.k, Trans::kN, Trans::kN, T, h, E, 1.0f, dlogits, E, dense_.master(router_w_), h,

@@ -42,6 +42,7 @@
 
 #include "mtron/core/arena.h"
 #include "mtron/core/model_config.h"
+#include "mtron/kernels/moe.h"
 #include "mtron/model/linear.h"
 #include "mtron/model/params.h"
 #include "mtron/parallel/expert_dispatch.h"
@@ -115,6 +116,7 @@ class MoELayer {
                 float* dx) const;
 
  private:
+  kernels::MoeRouting routing(int64_t T) const;  // the router's kernels' shape for T tokens
   // The routing decisions on the host: each pair's expert (and weight, for the capacity limit),
   // each token's index in the micro-batch's 1-process row order, each pair's permuted row.
   struct Routing {

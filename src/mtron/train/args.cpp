@@ -300,9 +300,11 @@ bool parse_train_args(int argc, char** argv, int64_t world_size, TrainArgs& a) {
   checkpoint::validate_checkpoint_args(a.checkpoint);
   if (a.device == Device::kCUDA) {
     // What still runs on the host in these features (see docs/cuda.md).
-    MT_CHECK(par.ep() == 1 && par.etp() == 1,
+    MT_CHECK(!a.model.is_moe() || (par.ep() == 1 && par.etp() == 1),
              "--device cuda: --expert-model-parallel-size and --expert-tensor-parallel-size > 1 "
-             "are not supported yet (the expert dispatch exchanges its counts on the host)");
+             "are not supported yet (the expert dispatch exchanges its counts on the host; the "
+             "latter defaults to --tensor-model-parallel-size: with TP > 1 pass "
+             "--expert-tensor-parallel-size 1)");
     MT_CHECK(par.cp() == 1, "--device cuda: --context-parallel-size > 1 is not supported yet");
     MT_CHECK(a.checkpoint.save.empty() && a.checkpoint.load.empty(),
              "--device cuda: --save/--load are not supported yet");

@@ -17,65 +17,59 @@
 HWY_BEFORE_NAMESPACE();
 namespace mtron::kernels::cpu::HWY_NAMESPACE {
 
-void moe_route(int32_t* idx,
-               float* weight,
-               const float* logits,
-               int64_t T,
-               int64_t E,
-               int64_t k,
-               bool use_sigmoid) {
+void moe_route(int32_t* idx, float* weight, const float* logits, const MoeRouting& r) {
 #pragma omp parallel for schedule(static)
-  for (int64_t t = 0; t < T; ++t) {
-    moe_token::route(logits + t * E, E, k, use_sigmoid, idx + t * k, weight + t * k);
+  for (int64_t t = 0; t < r.T; ++t) {
+    moe_token::route(logits + t * r.E, r.E, r.k, r.sigmoid, idx + t * r.k, weight + t * r.k);
   }
 }
 
-void moe_aux_scores(float* scores, const float* logits, int64_t T, int64_t E, bool use_sigmoid) {
+void moe_aux_scores(float* scores, const float* logits, const MoeRouting& r) {
 #pragma omp parallel for schedule(static)
-  for (int64_t t = 0; t < T; ++t)
-    moe_token::aux_scores(logits + t * E, E, use_sigmoid, scores + t * E);
+  for (int64_t t = 0; t < r.T; ++t)
+    moe_token::aux_scores(logits + t * r.E, r.E, r.sigmoid, scores + t * r.E);
 }
 
 void moe_aux_sums(double* psum,
                   double* counts,
                   const float* scores,
                   const int32_t* idx,
-                  int64_t T,
-                  int64_t E,
-                  int64_t k,
+                  const MoeRouting& r,
                   int64_t nb,
                   int64_t row0) {
+  const int64_t E = r.E, k = r.k;
   std::fill(psum, psum + nb * E, 0.0);
   std::fill(counts, counts + nb * E, 0.0);
-  for (int64_t t = 0; t < T; ++t) {
+  for (int64_t t = 0; t < r.T; ++t) {
     const int64_t b = (row0 + t) % nb;
     for (int64_t e = 0; e < E; ++e) psum[b * E + e] += scores[t * E + e];
     for (int64_t j = 0; j < k; ++j) counts[b * E + idx[t * k + j]] += 1;
   }
 }
 
-void moe_logsumexp(float* lse, const float* logits, int64_t T, int64_t E) {
+void moe_logsumexp(float* lse, const float* logits, const MoeRouting& r) {
 #pragma omp parallel for schedule(static)
-  for (int64_t t = 0; t < T; ++t) lse[t] = moe_token::logsumexp(logits + t * E, E);
+  for (int64_t t = 0; t < r.T; ++t) lse[t] = moe_token::logsumexp(logits + t * r.E, r.E);
 }
 
-void moe_permute(float* rows, const float* x, const int64_t* row, int64_t T, int64_t k, int64_t h) {
+void moe_permute(float* rows, const float* x, const int64_t* row, const MoeRouting& r, int64_t h) {
+  const int64_t k = r.k;
 #pragma omp parallel for schedule(static)
-  for (int64_t i = 0; i < T * k; ++i) {
+  for (int64_t i = 0; i < r.T * k; ++i) {
     if (row[i] >= 0) std::copy(x + (i / k) * h, x + (i / k + 1) * h, rows + row[i] * h);
   }
 }
 
 void moe_permute_backward(
-    float* dx, const float* drows, const int64_t* row, int64_t T, int64_t k, int64_t h) {
+    float* dx, const float* drows, const int64_t* row, const MoeRouting& r, int64_t h) {
 #pragma omp parallel for schedule(static)
-  for (int64_t t = 0; t < T; ++t) {
+  for (int64_t t = 0; t < r.T; ++t) {
     float* d = dx + t * h;
     std::fill(d, d + h, 0.0f);
-    for (int64_t j = 0; j < k; ++j) {
-      const int64_t r = row[t * k + j];
-      if (r < 0) continue;
-      const float* s = drows + r * h;
+    for (int64_t j = 0; j < r.k; ++j) {
+      const int64_t p = row[t * r.k + j];
+      if (p < 0) continue;
+      const float* s = drows + p * h;
       for (int64_t c = 0; c < h; ++c) d[c] += s[c];
     }
   }
@@ -85,18 +79,17 @@ void moe_combine(float* y,
                  const float* rows,
                  const int64_t* row,
                  const float* weight,
-                 int64_t T,
-                 int64_t k,
+                 const MoeRouting& r,
                  int64_t h) {
 #pragma omp parallel for schedule(static)
-  for (int64_t t = 0; t < T; ++t) {
+  for (int64_t t = 0; t < r.T; ++t) {
     float* yt = y + t * h;
     std::fill(yt, yt + h, 0.0f);
-    for (int64_t j = 0; j < k; ++j) {
-      const int64_t r = row[t * k + j];
-      if (r < 0) continue;
-      const float w = weight[t * k + j];
-      const float* o = rows + r * h;
+    for (int64_t j = 0; j < r.k; ++j) {
+      const int64_t p = row[t * r.k + j];
+      if (p < 0) continue;
+      const float w = weight[t * r.k + j];
+      const float* o = rows + p * h;
       for (int64_t c = 0; c < h; ++c) yt[c] += w * o[c];
     }
   }
@@ -108,26 +101,22 @@ void moe_combine_backward(float* drows,
                           const float* rows,
                           const int64_t* row,
                           const float* weight,
-                          int64_t T,
-                          int64_t k,
+                          const MoeRouting& r,
                           int64_t h) {
 #pragma omp parallel for schedule(static)
-  for (int64_t t = 0; t < T; ++t) {
-    const float* g = dy + t * h;
-    for (int64_t j = 0; j < k; ++j) {
-      const int64_t r = row[t * k + j];
-      dweight[t * k + j] = 0.0f;
-      if (r < 0) continue;
-      const float w = weight[t * k + j];
-      const float* o = rows + r * h;
-      float* d = drows + r * h;
-      double dot = 0;
-      for (int64_t c = 0; c < h; ++c) {
-        d[c] = w * g[c];
-        dot += double(g[c]) * o[c];
-      }
-      dweight[t * k + j] = float(dot);
+  for (int64_t i = 0; i < r.T * r.k; ++i) {
+    const float* g = dy + (i / r.k) * h;
+    const int64_t p = row[i];
+    dweight[i] = 0.0f;
+    if (p < 0) continue;
+    const float* o = rows + p * h;
+    float* d = drows + p * h;
+    double dot = 0;
+    for (int64_t c = 0; c < h; ++c) {
+      d[c] = weight[i] * g[c];
+      dot += double(g[c]) * o[c];
     }
+    dweight[i] = float(dot);
   }
 }
 
@@ -136,23 +125,11 @@ void moe_router_backward(float* dlogits,
                          const int32_t* idx,
                          const float* weight,
                          const float* dweight,
-                         const float* scores,
-                         const float* counts,
-                         double aux_grad,
-                         double z_grad,
-                         int64_t T,
-                         int64_t E,
-                         int64_t k,
-                         int64_t nb,
-                         int64_t row0,
-                         bool use_sigmoid) {
+                         const MoeRouting& r,
+                         const MoeRouterLoss& loss) {
 #pragma omp parallel for schedule(static)
-  for (int64_t t = 0; t < T; ++t) {
-    moe_token::router_backward(logits + t * E, idx + t * k, weight + t * k, dweight + t * k,
-                               scores ? scores + t * E : nullptr,
-                               counts ? counts + (row0 + t) % nb * E : nullptr, aux_grad, z_grad, E,
-                               k, use_sigmoid, dlogits + t * E);
-  }
+  for (int64_t t = 0; t < r.T; ++t)
+    moe_token::router_backward(t, logits, idx, weight, dweight, r, loss, dlogits);
 }
 
 }  // namespace mtron::kernels::cpu::HWY_NAMESPACE

@@ -15,19 +15,17 @@ namespace {
 
 constexpr int kThreads = 256;
 
-__global__ void route_kernel(
-    int32_t* idx, float* weight, const float* logits, int64_t T, int64_t E, int64_t k, bool sg) {
-  for (int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; t < T;
+__global__ void route_kernel(int32_t* idx, float* weight, const float* logits, MoeRouting r) {
+  for (int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; t < r.T;
        t += int64_t(gridDim.x) * blockDim.x) {
-    moe_token::route(logits + t * E, E, k, sg, idx + t * k, weight + t * k);
+    moe_token::route(logits + t * r.E, r.E, r.k, r.sigmoid, idx + t * r.k, weight + t * r.k);
   }
 }
 
-__global__ void aux_scores_kernel(
-    float* scores, const float* logits, int64_t T, int64_t E, bool sg) {
-  for (int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; t < T;
+__global__ void aux_scores_kernel(float* scores, const float* logits, MoeRouting r) {
+  for (int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; t < r.T;
        t += int64_t(gridDim.x) * blockDim.x) {
-    moe_token::aux_scores(logits + t * E, E, sg, scores + t * E);
+    moe_token::aux_scores(logits + t * r.E, r.E, r.sigmoid, scores + t * r.E);
   }
 }
 
@@ -35,11 +33,10 @@ __global__ void aux_sums_kernel(double* psum,
                                 double* counts,
                                 const float* scores,
                                 const int32_t* idx,
-                                int64_t T,
-                                int64_t E,
-                                int64_t k,
+                                MoeRouting r,
                                 int64_t nb,
                                 int64_t row0) {
+  const int64_t T = r.T, E = r.E, k = r.k;
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < nb * E;
        i += int64_t(gridDim.x) * blockDim.x) {
     const int64_t b = i / E, e = i % E;
@@ -54,53 +51,32 @@ __global__ void aux_sums_kernel(double* psum,
   }
 }
 
-__global__ void logsumexp_kernel(float* lse, const float* logits, int64_t T, int64_t E) {
-  for (int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; t < T;
+__global__ void logsumexp_kernel(float* lse, const float* logits, MoeRouting r) {
+  for (int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; t < r.T;
        t += int64_t(gridDim.x) * blockDim.x) {
-    lse[t] = moe_token::logsumexp(logits + t * E, E);
+    lse[t] = moe_token::logsumexp(logits + t * r.E, r.E);
   }
 }
 
 __global__ void permute_kernel(
-    float* rows, const float* x, const int64_t* row, int64_t T, int64_t k, int64_t h) {
-  const int64_t n = T * k * h;
-  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+    float* rows, const float* x, const int64_t* row, MoeRouting r, int64_t h) {
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < r.T * r.k * h;
        i += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t p = i / h, c = i % h, r = row[p];
-    if (r >= 0) rows[r * h + c] = x[(p / k) * h + c];
+    const int64_t p = row[i / h];
+    if (p >= 0) rows[p * h + i % h] = x[(i / h / r.k) * h + i % h];
   }
 }
 
-__global__ void permute_backward_kernel(
-    float* dx, const float* drows, const int64_t* row, int64_t T, int64_t k, int64_t h) {
-  const int64_t n = T * h;
-  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
-       i += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t t = i / h, c = i % h;
-    float d = 0.0f;
-    for (int64_t j = 0; j < k; ++j) {
-      const int64_t r = row[t * k + j];
-      if (r >= 0) d += drows[r * h + c];
-    }
-    dx[i] = d;
-  }
-}
-
-__global__ void combine_kernel(float* y,
-                               const float* rows,
-                               const int64_t* row,
-                               const float* weight,
-                               int64_t T,
-                               int64_t k,
-                               int64_t h) {
-  const int64_t n = T * h;
-  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+// One thread per element of a token's row: its pairs' rows, weighted (combine) or not.
+__global__ void gather_pairs_kernel(
+    float* y, const float* rows, const int64_t* row, const float* weight, MoeRouting r, int64_t h) {
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < r.T * h;
        i += int64_t(gridDim.x) * blockDim.x) {
     const int64_t t = i / h, c = i % h;
     float s = 0.0f;
-    for (int64_t j = 0; j < k; ++j) {
-      const int64_t r = row[t * k + j];
-      if (r >= 0) s += weight[t * k + j] * rows[r * h + c];
+    for (int64_t j = 0; j < r.k; ++j) {
+      const int64_t p = row[t * r.k + j];
+      if (p >= 0) s += (weight ? weight[t * r.k + j] * rows[p * h + c] : rows[p * h + c]);
     }
     y[i] = s;
   }
@@ -112,22 +88,18 @@ __global__ void combine_backward_kernel(float* drows,
                                         const float* rows,
                                         const int64_t* row,
                                         const float* weight,
-                                        int64_t T,
-                                        int64_t k,
+                                        MoeRouting r,
                                         int64_t h) {
-  for (int64_t p = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; p < T * k;
-       p += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t r = row[p];
-    const float* g = dy + (p / k) * h;
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < r.T * r.k;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t p = row[i];
+    const float* g = dy + (i / r.k) * h;
     double dot = 0;
-    if (r >= 0) {
-      const float w = weight[p];
-      for (int64_t c = 0; c < h; ++c) {
-        drows[r * h + c] = w * g[c];
-        dot += double(g[c]) * rows[r * h + c];
-      }
+    for (int64_t c = 0; c < h && p >= 0; ++c) {
+      drows[p * h + c] = weight[i] * g[c];
+      dot += double(g[c]) * rows[p * h + c];
     }
-    dweight[p] = float(dot);
+    dweight[i] = float(dot);
   }
 }
 
@@ -136,43 +108,25 @@ __global__ void router_backward_kernel(float* dlogits,
                                        const int32_t* idx,
                                        const float* weight,
                                        const float* dweight,
-                                       const float* scores,
-                                       const float* counts,
-                                       double aux_grad,
-                                       double z_grad,
-                                       int64_t T,
-                                       int64_t E,
-                                       int64_t k,
-                                       int64_t nb,
-                                       int64_t row0,
-                                       bool sg) {
-  for (int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; t < T;
+                                       MoeRouting r,
+                                       MoeRouterLoss loss) {
+  for (int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; t < r.T;
        t += int64_t(gridDim.x) * blockDim.x) {
-    moe_token::router_backward(logits + t * E, idx + t * k, weight + t * k, dweight + t * k,
-                               scores ? scores + t * E : nullptr,
-                               counts ? counts + (row0 + t) % nb * E : nullptr, aux_grad, z_grad, E,
-                               k, sg, dlogits + t * E);
+    moe_token::router_backward(t, logits, idx, weight, dweight, r, loss, dlogits);
   }
 }
 
 }  // namespace
 
-void moe_route(const Ctx& ctx,
-               int32_t* idx,
-               float* weight,
-               const float* logits,
-               int64_t T,
-               int64_t E,
-               int64_t k,
-               bool sigmoid) {
-  launch("moe_route", route_kernel, grid_for(T, kThreads), kThreads, 0, stream_of(ctx), idx, weight,
-         logits, T, E, k, sigmoid);
+void moe_route(
+    const Ctx& ctx, int32_t* idx, float* weight, const float* logits, const MoeRouting& r) {
+  launch("moe_route", route_kernel, grid_for(r.T, kThreads), kThreads, 0, stream_of(ctx), idx,
+         weight, logits, r);
 }
 
-void moe_aux_scores(
-    const Ctx& ctx, float* scores, const float* logits, int64_t T, int64_t E, bool sigmoid) {
-  launch("moe_aux_scores", aux_scores_kernel, grid_for(T, kThreads), kThreads, 0, stream_of(ctx),
-         scores, logits, T, E, sigmoid);
+void moe_aux_scores(const Ctx& ctx, float* scores, const float* logits, const MoeRouting& r) {
+  launch("moe_aux_scores", aux_scores_kernel, grid_for(r.T, kThreads), kThreads, 0, stream_of(ctx),
+         scores, logits, r);
 }
 
 void moe_aux_sums(const Ctx& ctx,
@@ -180,40 +134,36 @@ void moe_aux_sums(const Ctx& ctx,
                   double* counts,
                   const float* scores,
                   const int32_t* idx,
-                  int64_t T,
-                  int64_t E,
-                  int64_t k,
+                  const MoeRouting& r,
                   int64_t nb,
                   int64_t row0) {
-  launch("moe_aux_sums", aux_sums_kernel, grid_for(nb * E, kThreads), kThreads, 0, stream_of(ctx),
-         psum, counts, scores, idx, T, E, k, nb, row0);
+  launch("moe_aux_sums", aux_sums_kernel, grid_for(nb * r.E, kThreads), kThreads, 0, stream_of(ctx),
+         psum, counts, scores, idx, r, nb, row0);
 }
 
-void moe_logsumexp(const Ctx& ctx, float* lse, const float* logits, int64_t T, int64_t E) {
-  launch("moe_logsumexp", logsumexp_kernel, grid_for(T, kThreads), kThreads, 0, stream_of(ctx), lse,
-         logits, T, E);
+void moe_logsumexp(const Ctx& ctx, float* lse, const float* logits, const MoeRouting& r) {
+  launch("moe_logsumexp", logsumexp_kernel, grid_for(r.T, kThreads), kThreads, 0, stream_of(ctx),
+         lse, logits, r);
 }
 
 void moe_permute(const Ctx& ctx,
                  float* rows,
                  const float* x,
                  const int64_t* row,
-                 int64_t T,
-                 int64_t k,
+                 const MoeRouting& r,
                  int64_t h) {
-  launch("moe_permute", permute_kernel, grid_for(T * k * h, kThreads), kThreads, 0, stream_of(ctx),
-         rows, x, row, T, k, h);
+  launch("moe_permute", permute_kernel, grid_for(r.T * r.k * h, kThreads), kThreads, 0,
+         stream_of(ctx), rows, x, row, r, h);
 }
 
 void moe_permute_backward(const Ctx& ctx,
                           float* dx,
                           const float* drows,
                           const int64_t* row,
-                          int64_t T,
-                          int64_t k,
+                          const MoeRouting& r,
                           int64_t h) {
-  launch("moe_permute_backward", permute_backward_kernel, grid_for(T * h, kThreads), kThreads, 0,
-         stream_of(ctx), dx, drows, row, T, k, h);
+  launch("moe_permute_backward", gather_pairs_kernel, grid_for(r.T * h, kThreads), kThreads, 0,
+         stream_of(ctx), dx, drows, row, static_cast<const float*>(nullptr), r, h);
 }
 
 void moe_combine(const Ctx& ctx,
@@ -221,11 +171,10 @@ void moe_combine(const Ctx& ctx,
                  const float* rows,
                  const int64_t* row,
                  const float* weight,
-                 int64_t T,
-                 int64_t k,
+                 const MoeRouting& r,
                  int64_t h) {
-  launch("moe_combine", combine_kernel, grid_for(T * h, kThreads), kThreads, 0, stream_of(ctx), y,
-         rows, row, weight, T, k, h);
+  launch("moe_combine", gather_pairs_kernel, grid_for(r.T * h, kThreads), kThreads, 0,
+         stream_of(ctx), y, rows, row, weight, r, h);
 }
 
 void moe_combine_backward(const Ctx& ctx,
@@ -235,11 +184,10 @@ void moe_combine_backward(const Ctx& ctx,
                           const float* rows,
                           const int64_t* row,
                           const float* weight,
-                          int64_t T,
-                          int64_t k,
+                          const MoeRouting& r,
                           int64_t h) {
-  launch("moe_combine_backward", combine_backward_kernel, grid_for(T * k, kThreads), kThreads, 0,
-         stream_of(ctx), drows, dweight, dy, rows, row, weight, T, k, h);
+  launch("moe_combine_backward", combine_backward_kernel, grid_for(r.T * r.k, kThreads), kThreads,
+         0, stream_of(ctx), drows, dweight, dy, rows, row, weight, r, h);
 }
 
 void moe_router_backward(const Ctx& ctx,
@@ -248,19 +196,10 @@ void moe_router_backward(const Ctx& ctx,
                          const int32_t* idx,
                          const float* weight,
                          const float* dweight,
-                         const float* scores,
-                         const float* counts,
-                         double aux_grad,
-                         double z_grad,
-                         int64_t T,
-                         int64_t E,
-                         int64_t k,
-                         int64_t nb,
-                         int64_t row0,
-                         bool sigmoid) {
-  launch("moe_router_backward", router_backward_kernel, grid_for(T, kThreads), kThreads, 0,
-         stream_of(ctx), dlogits, logits, idx, weight, dweight, scores, counts, aux_grad, z_grad, T,
-         E, k, nb, row0, sigmoid);
+                         const MoeRouting& r,
+                         const MoeRouterLoss& loss) {
+  launch("moe_router_backward", router_backward_kernel, grid_for(r.T, kThreads), kThreads, 0,
+         stream_of(ctx), dlogits, logits, idx, weight, dweight, r, loss);
 }
 
 }  // namespace mtron::kernels::cuda

@@ -29,9 +29,10 @@ std::vector<Acc<T>> moe_scores(const T* l, int64_t E, bool sigmoid) {
 }
 
 template <typename T>
-void moe_route(
-    int32_t* idx, T* weight, const T* logits, int64_t T_, int64_t E, int64_t k, bool sigmoid) {
-  for (int64_t t = 0; t < T_; ++t) {
+void moe_route(int32_t* idx, T* weight, const T* logits, const MoeRouting& r) {
+  const int64_t E = r.E, k = r.k;
+  const bool sigmoid = r.sigmoid;
+  for (int64_t t = 0; t < r.T; ++t) {
     const T* l = logits + t * E;
     std::vector<int32_t> order(static_cast<size_t>(E));
     std::iota(order.begin(), order.end(), 0);
@@ -49,9 +50,10 @@ void moe_route(
 }
 
 template <typename T>
-void moe_aux_scores(T* scores, const T* logits, int64_t T_, int64_t E, bool sigmoid) {
-  for (int64_t t = 0; t < T_; ++t) {
-    const std::vector<Acc<T>> s = moe_scores(logits + t * E, E, sigmoid);
+void moe_aux_scores(T* scores, const T* logits, const MoeRouting& r) {
+  const int64_t E = r.E;
+  for (int64_t t = 0; t < r.T; ++t) {
+    const std::vector<Acc<T>> s = moe_scores(logits + t * E, E, r.sigmoid);
     for (int64_t e = 0; e < E; ++e) scores[t * E + e] = T(s[size_t(e)]);
   }
 }
@@ -61,11 +63,10 @@ void moe_aux_sums(double* psum,
                   double* counts,
                   const T* scores,
                   const int32_t* idx,
-                  int64_t T_,
-                  int64_t E,
-                  int64_t k,
+                  const MoeRouting& r,
                   int64_t nb,
                   int64_t row0) {
+  const int64_t T_ = r.T, E = r.E, k = r.k;
   for (int64_t b = 0; b < nb; ++b)
     for (int64_t e = 0; e < E; ++e) {
       Acc<T> p = 0;
@@ -81,43 +82,44 @@ void moe_aux_sums(double* psum,
 }
 
 template <typename T>
-void moe_logsumexp(T* lse, const T* logits, int64_t T_, int64_t E) {
-  for (int64_t t = 0; t < T_; ++t) {
+void moe_logsumexp(T* lse, const T* logits, const MoeRouting& r) {
+  for (int64_t t = 0; t < r.T; ++t) {
     Acc<T> s = 0;
-    for (int64_t e = 0; e < E; ++e) s += std::exp(Acc<T>(logits[t * E + e]));
+    for (int64_t e = 0; e < r.E; ++e) s += std::exp(Acc<T>(logits[t * r.E + e]));
     lse[t] = T(std::log(s));
   }
 }
 
 template <typename T>
-void moe_permute(T* rows, const T* x, const int64_t* row, int64_t T_, int64_t k, int64_t h) {
-  for (int64_t i = 0; i < T_ * k; ++i)
+void moe_permute(T* rows, const T* x, const int64_t* row, const MoeRouting& r, int64_t h) {
+  for (int64_t i = 0; i < r.T * r.k; ++i)
     if (row[i] >= 0)
-      for (int64_t c = 0; c < h; ++c) rows[row[i] * h + c] = x[(i / k) * h + c];
+      for (int64_t c = 0; c < h; ++c) rows[row[i] * h + c] = x[(i / r.k) * h + c];
+}
+
+// y[t] = sum over t's kept pairs of (weight ? weight : 1) * rows[row].
+template <typename T>
+void moe_sum_pairs(
+    T* y, const T* rows, const int64_t* row, const T* weight, const MoeRouting& r, int64_t h) {
+  for (int64_t t = 0; t < r.T; ++t)
+    for (int64_t c = 0; c < h; ++c) {
+      Acc<T> s = 0;
+      for (int64_t i = t * r.k; i < (t + 1) * r.k; ++i)
+        if (row[i] >= 0) s += Acc<T>(weight ? weight[i] : T(1)) * rows[row[i] * h + c];
+      y[t * h + c] = T(s);
+    }
 }
 
 template <typename T>
 void moe_permute_backward(
-    T* dx, const T* drows, const int64_t* row, int64_t T_, int64_t k, int64_t h) {
-  for (int64_t t = 0; t < T_; ++t)
-    for (int64_t c = 0; c < h; ++c) {
-      Acc<T> s = 0;
-      for (int64_t j = 0; j < k; ++j)
-        if (row[t * k + j] >= 0) s += drows[row[t * k + j] * h + c];
-      dx[t * h + c] = T(s);
-    }
+    T* dx, const T* drows, const int64_t* row, const MoeRouting& r, int64_t h) {
+  moe_sum_pairs<T>(dx, drows, row, nullptr, r, h);
 }
 
 template <typename T>
 void moe_combine(
-    T* y, const T* rows, const int64_t* row, const T* weight, int64_t T_, int64_t k, int64_t h) {
-  for (int64_t t = 0; t < T_; ++t)
-    for (int64_t c = 0; c < h; ++c) {
-      Acc<T> s = 0;
-      for (int64_t j = 0; j < k; ++j)
-        if (row[t * k + j] >= 0) s += Acc<T>(weight[t * k + j]) * rows[row[t * k + j] * h + c];
-      y[t * h + c] = T(s);
-    }
+    T* y, const T* rows, const int64_t* row, const T* weight, const MoeRouting& r, int64_t h) {
+  moe_sum_pairs(y, rows, row, weight, r, h);
 }
 
 template <typename T>
@@ -127,15 +129,14 @@ void moe_combine_backward(T* drows,
                           const T* rows,
                           const int64_t* row,
                           const T* weight,
-                          int64_t T_,
-                          int64_t k,
+                          const MoeRouting& r,
                           int64_t h) {
-  for (int64_t i = 0; i < T_ * k; ++i) {
-    const int64_t r = row[i], t = i / k;
+  for (int64_t i = 0; i < r.T * r.k; ++i) {
+    const int64_t p = row[i], t = i / r.k;
     Acc<T> dot = 0;
-    for (int64_t c = 0; c < h && r >= 0; ++c) {
-      drows[r * h + c] = weight[i] * dy[t * h + c];
-      dot += Acc<T>(dy[t * h + c]) * rows[r * h + c];
+    for (int64_t c = 0; c < h && p >= 0; ++c) {
+      drows[p * h + c] = weight[i] * dy[t * h + c];
+      dot += Acc<T>(dy[t * h + c]) * rows[p * h + c];
     }
     dweight[i] = T(dot);
   }
@@ -149,16 +150,12 @@ void moe_router_backward(T* dlogits,
                          const int32_t* idx,
                          const T* weight,
                          const T* dweight,
-                         const T* scores,
-                         const T* counts,
-                         double aux_grad,
-                         double z_grad,
-                         int64_t T_,
-                         int64_t E,
-                         int64_t k,
-                         int64_t nb,
-                         int64_t row0,
-                         bool sigmoid) {
+                         const MoeRouting& r,
+                         const MoeRouterLoss& loss) {
+  const int64_t T_ = r.T, E = r.E, k = r.k, nb = loss.nb, row0 = loss.row0;
+  const bool sigmoid = r.sigmoid;
+  const float *scores = loss.scores, *counts = loss.counts;
+  const double aux_grad = loss.aux_grad, z_grad = loss.z_grad;
   for (int64_t t = 0; t < T_; ++t) {
     const T* l = logits + t * E;
     std::vector<Acc<T>> dl(static_cast<size_t>(E), 0);
