@@ -16,7 +16,7 @@ import sys
 
 ORDER = ["core", "kernels", "comm", "parallel", "model", "optim", "data", "checkpoint", "train",
          "plan"]
-PLAN_CLI = {"calibrate.cpp", "calibrate.h", "cli.cpp", "cli.h"}
+PLAN_CLI = {"calibrate.cpp", "calibrate.h", "calibrate_gpu.cpp", "cli.cpp", "cli.h"}
 INCLUDE = re.compile(r'^\s*#\s*include\s+"mtron/([a-z_]+)/')
 
 

@@ -6,6 +6,7 @@ process without it), the environment, and the metrics JSONL it writes. Import it
 """
 import json
 import os
+import shlex
 import subprocess
 import sys
 
@@ -28,10 +29,17 @@ def env(omp_threads="1"):
     return e
 
 
+def emulator():
+    """The command line put in front of mtron to run it: MTRON_EMULATOR from the environment (a
+    cross build's tests set it, e.g. qemu-aarch64 and its options), else nothing."""
+    return shlex.split(os.environ.get("MTRON_EMULATOR", ""))
+
+
 def run(mtron, np_, args, expect_rc=0, timeout=300, omp_threads="1"):
-    """Runs `mtron ARGS` (under mpirun for np > 1); returns its combined output. Exits the script,
-    printing the output, when the exit status is not expect_rc (None: any status)."""
-    cmd = mpi_prefix(np_) + [mtron] + args
+    """Runs `mtron ARGS` (under mpirun for np > 1, behind emulator()); returns its combined
+    output. Exits the script, printing the output, when the exit status is not expect_rc (None:
+    any status)."""
+    cmd = mpi_prefix(np_) + emulator() + [mtron] + args
     p = subprocess.run(cmd, env=env(omp_threads), stdout=subprocess.PIPE,
                        stderr=subprocess.STDOUT, text=True, timeout=timeout)
     if expect_rc is not None and p.returncode != expect_rc:

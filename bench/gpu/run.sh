@@ -8,7 +8,7 @@
 #   0 machine     GPU, driver, nvcc, cmake, PyTorch
 #   a build       cuda-release preset (in build/cuda-gpu), sm_90 only, the libraries + mtron + the GPU programs; with
 #                 .gpudeps/ present, against those packages unpacked into /tmp (deps-env.sh)
-#   b check       op_check: every CUDA op against the CPU kernel (fp32 rel <= 1e-5, bf16 <= 1e-2,
+#   b check       op_check: every CUDA op against the reference kernels (fp32 rel <= 1e-5, bf16 <= 1e-2,
 #                 MTRON_CUDA_SYNC=1); nccl_check: the NCCL Comm on this machine's GPUs
 #   c bench       gpu_bench: mtron's GEMMs and attention at GPT-2 124M / 1.3B shapes (TFLOP/s,
 #                 % of 989.4); torch_ops.py: PyTorch's cuBLAS GEMMs and flash SDPA at the same
@@ -146,9 +146,9 @@ else
 fi
 
 # ---- b check --------------------------------------------------------------------------------
-banner "b op_check: every CUDA op against the CPU kernel"
+banner "b op_check: every CUDA op against the reference kernels"
 if [ $built = 1 ]; then
-  run_timed op_check "$(limit 180)" "$OUT/op_check.txt" "${MENV[@]}" MTRON_CUDA_SYNC=1 "${OP_CHECK[@]}"
+  run_timed op_check "$(limit 300)" "$OUT/op_check.txt" "${MENV[@]}" MTRON_CUDA_SYNC=1 "${OP_CHECK[@]}"
   rc=$?
   fails=$(grep -c ' FAIL$' "$OUT/op_check.txt" 2>/dev/null)
   rows=$(grep -cE ' (ok|FAIL)$' "$OUT/op_check.txt" 2>/dev/null)

@@ -277,6 +277,16 @@ TEST(SentencePiece, MatchesSpmEncode) {
     EXPECT_EQ(tok->encode(l), want) << l;
   }
   EXPECT_EQ(tok->decode(tok->encode("the lazy fox")), "the lazy fox");
+  // Llama2Tokenizer: the same model with the BOS id first (Megatron's tokenize(s, bos=True)).
+  TokenizerOptions l2 = o;
+  l2.type = "Llama2Tokenizer";
+  auto llama = make_tokenizer(l2);
+  std::vector<int32_t> with_bos = {1};  // spm's default <s>
+  for (int32_t id : tok->encode("the lazy fox")) with_bos.push_back(id);
+  EXPECT_EQ(llama->encode("the lazy fox"), with_bos);
+  EXPECT_EQ(llama->eod(), 2);
+  EXPECT_EQ(llama->vocab_size(), 400);
+  EXPECT_EQ(llama->type(), "Llama2Tokenizer");
   o.model = t / "corpus.txt";
   EXPECT_NE(error_of([&] { make_tokenizer(o); }).find("cannot load SentencePiece model"),
             std::string::npos);

@@ -2,6 +2,7 @@
 // gradient; bf16 tracks fp32; training on structured mock data learns.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <string>
@@ -95,6 +96,91 @@ INSTANTIATE_TEST_SUITE_P(
                                  "--recompute-num-layers", "2"},
         std::vector<std::string>{"--recompute-granularity", "full", "--recompute-method", "block",
                                  "--recompute-num-layers", "2"}));
+
+// --apply-layernorm-1p: norm weights w are applied as 1 + w. A 1p model whose norm weights are w
+// computes what the standard model with norm weights 1 + w computes (every other weight equal):
+// the same loss and the same gradient for every parameter.
+TEST(LayerNorm1p, AppliesOnePlusTheWeight) {
+  for (const char* norm : {"LayerNorm", "RMSNorm"}) {
+    auto world = make_single_comm();
+    train::Trainer plain(make_args({"--normalization", norm}), *world);
+    train::Trainer zc(make_args({"--normalization", norm, "--apply-layernorm-1p"}), *world);
+    model::ParamBuffer& p = plain.chunks().front()->params();
+    model::ParamBuffer& q = zc.chunks().front()->params();
+    ASSERT_EQ(p.size(), q.size());
+    int norms = 0;
+    for (size_t i = 0; i < p.specs().size(); ++i) {
+      const model::ParamSpec& s = p.spec(int(i));
+      if (!s.name.ends_with("layernorm.weight")) continue;
+      ++norms;
+      for (int64_t e = 0; e < s.numel(); ++e) {
+        ASSERT_EQ(q.master(int(i))[e], 0.0f) << s.name;  // zero-centred at initialisation
+        const float w = 0.05f * float((e * 7 + int64_t(i)) % 9) - 0.2f;
+        q.master(int(i))[e] = w;
+        p.master(int(i))[e] = 1.0f + w;
+      }
+    }
+    EXPECT_EQ(norms, 2 * 3 + 1);  // two per layer and the final norm
+    double loss[2];
+    std::vector<float> grads[2];
+    train::Trainer* t[2] = {&plain, &zc};
+    for (int k = 0; k < 2; ++k) {
+      model::GPTChunk& chunk = *t[k]->chunks().front();
+      chunk.params().zero_grad();
+      model::GPTChunk::Stash st;
+      const model::MicroBatch mb = t[k]->microbatch(0);
+      chunk.forward(t[k]->run_ctx(), mb, st, nullptr, true);
+      loss[k] = st.loss_sum;
+      chunk.backward(t[k]->run_ctx(), mb, st, nullptr);
+      const Tensor& g = chunk.params().grad_flat();
+      grads[k].assign(g.f32(), g.f32() + g.numel());
+    }
+    EXPECT_NEAR(loss[1], loss[0], 1e-5 * std::abs(loss[0])) << norm;
+    double worst = 0;
+    for (size_t e = 0; e < grads[0].size(); ++e) {
+      worst = std::max(
+          worst, double(std::abs(grads[1][e] - grads[0][e])) / (std::abs(grads[0][e]) + 1e-6));
+    }
+    EXPECT_LT(worst, 1e-3) << norm;
+    // And without the shift the two models differ: the test sees the flag.
+    for (size_t i = 0; i < p.specs().size(); ++i) {
+      if (p.spec(int(i)).name.ends_with("layernorm.weight")) q.master(int(i))[0] += 1.0f;
+    }
+    model::GPTChunk::Stash st;
+    zc.chunks().front()->forward(zc.run_ctx(), zc.microbatch(0), st, nullptr, false);
+    EXPECT_GT(std::abs(st.loss_sum - loss[0]), 1e-4 * std::abs(loss[0])) << norm;
+  }
+}
+
+// --decoupled-lr: the word embeddings and the output layer (Megatron's
+// is_embedding_or_output_parameter) step with their own learning rate; here the others have 0.
+TEST(DecoupledLr, OnlyEmbeddingAndOutputLayerMove) {
+  for (bool untied : {false, true}) {
+    std::vector<std::string> flags = {"--lr",    "0", "--decoupled-lr", "1e-2", "--lr-decay-style",
+                                      "constant"};
+    if (untied) flags.push_back("--untie-embeddings-and-output-weights");
+    auto world = make_single_comm();
+    train::Trainer t(make_args(flags), *world);
+    const model::ParamBuffer& p = t.chunks().front()->params();
+    const std::vector<float> before(p.master_flat().f32(), p.master_flat().f32() + p.size());
+    t.step();
+    int moved = 0;
+    for (const model::ParamSpec& s : p.specs()) {
+      const bool decoupled =
+          s.name == "embedding.word_embeddings.weight" || s.name == "output_layer.weight";
+      int64_t changed = 0;
+      for (int64_t e = s.offset; e < s.offset + s.numel(); ++e)
+        changed += p.master_flat().f32()[e] != before[size_t(e)];
+      if (decoupled) {
+        EXPECT_GT(changed, 0) << s.name;
+        ++moved;
+      } else {
+        EXPECT_EQ(changed, 0) << s.name;
+      }
+    }
+    EXPECT_EQ(moved, untied ? 2 : 1);
+  }
+}
 
 TEST(BF16, FirstLossWithin1e2OfFp32) {
   auto world = make_single_comm();

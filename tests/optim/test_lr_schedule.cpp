@@ -73,9 +73,10 @@ TEST(LrSchedule, InverseSquareRootWithinTheDecay) {
   EXPECT_NEAR(w.lr_at(4), 3e-3 / 2, 1e-15);
 }
 
-// --lr-warmup-fraction f: warmup iterations = int(f * decay iterations), decay iterations
-// defaulting to --train-iters.
-int64_t warmup_iters(const std::vector<std::string>& extra) {
+// The schedule's warmup in samples, as Megatron's scheduler counts it (global batch 2 here):
+// --lr-warmup-iters n: n x 2; --lr-warmup-fraction f: int(f x decay samples), the decay
+// iterations defaulting to --train-iters.
+int64_t warmup_samples(const std::vector<std::string>& extra) {
   std::vector<std::string> args = {"train",
                                    "--num-layers",
                                    "2",
@@ -99,14 +100,15 @@ int64_t warmup_iters(const std::vector<std::string>& extra) {
   for (auto& a : args) argv.push_back(a.data());
   train::TrainArgs a;
   EXPECT_TRUE(train::parse_train_args(int(argv.size()), argv.data(), 1, a));
-  return a.lr_warmup_iters;
+  EXPECT_EQ(a.parallel.global_batch_size, 2);
+  return a.schedule.warmup_samples;
 }
 
 TEST(LrSchedule, WarmupFractionOfTheDecayIterations) {
-  EXPECT_EQ(warmup_iters({}), 0);
-  EXPECT_EQ(warmup_iters({"--lr-warmup-iters", "7"}), 7);
-  EXPECT_EQ(warmup_iters({"--lr-warmup-fraction", "0.1"}), 9);  // of --train-iters 90
-  EXPECT_EQ(warmup_iters({"--lr-warmup-fraction", "0.25", "--lr-decay-iters", "50"}), 12);
+  EXPECT_EQ(warmup_samples({}), 0);
+  EXPECT_EQ(warmup_samples({"--lr-warmup-iters", "7"}), 14);
+  EXPECT_EQ(warmup_samples({"--lr-warmup-fraction", "0.1"}), 18);  // of --train-iters 90
+  EXPECT_EQ(warmup_samples({"--lr-warmup-fraction", "0.25", "--lr-decay-iters", "50"}), 25);
 }
 
 }  // namespace

@@ -10,6 +10,9 @@
       pairs (exactly: counts and checksums), and each rank's expert weight bytes = the 1-process
       bytes / (EP x expert TP x PP)
 
+MTRON_EMULATOR (in the environment; a cross build's tests set it): a command line put in front of
+MTRON to run it, e.g. qemu-aarch64 and its options.
+
 ARCH: gpt2 (LayerNorm, GELU, learned positions, tied embeddings, biases) or llama (RMSNorm,
 SwiGLU, RoPE, GQA with 4 query groups for 8 heads, untied, no biases); moe (llama with 8 experts
 per layer, top-2 softmax routing, dropless, aux loss and z-loss: Mixtral-like) or moe_cap (llama

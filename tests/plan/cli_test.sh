@@ -17,14 +17,16 @@ for want in "--model" "--hardware" "--gpus" "--global-batch-size" "--tensor-mode
   grep -q -- "$want" "$TMP/help" || fail "plan --help lacks $want"
 done
 "$MTRON" doctor --help | grep -q -- "--expected-tflops" || fail "doctor --help lacks --expected-tflops"
+grep -q -- "--device" "$TMP/help" || fail "plan --help lacks --device (for --calibrate)"
 
 # A plan, as a table and as JSON.
 "$MTRON" plan --model llama2-13b --gpus 8 > "$TMP/plan.txt"
 grep -q "TP2 PP1 CP1 DP4" "$TMP/plan.txt" || fail "13B on 8 GPUs is not TP2 DP4"
 grep -q "why not:" "$TMP/plan.txt" || fail "no alternatives"
 "$MTRON" plan --model llama2-13b --gpus 8 --json -o "$TMP/plan.json"
-/usr/bin/python3 -c "import json,sys; j=json.load(open(sys.argv[1])); assert j['plans'][0]['layout']['tensor_model_parallel_size']==2" "$TMP/plan.json" \
+/usr/bin/python3 -c "import json,sys; j=json.load(open(sys.argv[1])); p=j['plans'][0]; assert p['layout']['tensor_model_parallel_size']==2; assert p['memory_gib']['total'] < p['memory_gib']['capacity']; assert 'parameters' not in p['memory_gib']; assert j['cluster']['peak_tflops']['fp8'] > j['cluster']['mfu_peak_tflops']" "$TMP/plan.json" \
   || fail "JSON plan"
+grep -q "fp8 dense peak 1979" "$TMP/plan.txt" || fail "the table does not state the fp8 peak"
 
 # Errors: one line, exit 2, naming what is known or what would fit.
 set +e
@@ -49,6 +51,14 @@ set -e
 [ $rc -eq 1 ] && grep -q "out of memory" "$TMP/doc" || fail "doctor on oom.log (rc $rc)"
 "$MTRON" doctor "$DATA/healthy.log" --hardware h100-sxm | grep -q "no problems found" \
   || fail "doctor on healthy.log"
+# Information only (the fp16 loss-scale warm-up of a real log) is not a problem: exit 0.
+"$MTRON" doctor "$DATA/real/megatron_60_fp16_warmup.log" > "$TMP/doc" \
+  && grep -q "\[info\] fp16 loss-scale warm-up" "$TMP/doc" || fail "doctor on the fp16 warm-up"
+set +e
+"$MTRON" doctor "$DATA/real/megatron_792_crash_nccl.log" > "$TMP/doc"; rc=$?
+set -e
+[ $rc -eq 1 ] && grep -q "crash before the first logged iteration" "$TMP/doc" \
+  || fail "doctor on a crash (rc $rc)"
 set +e
 "$MTRON" doctor "$DATA/healthy.log" --plan "$TMP/plan.json" --expected-tflops 900 --json > "$TMP/doc.json"; rc=$?
 set -e

@@ -1,11 +1,15 @@
 // `mtron doctor` on the synthetic logs of tests/plan/data (make_logs.py): each planted problem
-// is found (and is the top finding), nothing else is raised, and healthy logs raise nothing.
+// is found (and is the top finding), nothing else above information is raised, and healthy
+// logs raise nothing; and on the real logs of tests/plan/data/real (corpus.tsv, README.md):
+// the first finding names the problem the thread reported, healthy runs raise nothing above
+// information.
 #include <gtest/gtest.h>
 
 #include <fmt/core.h>
 
 #include <fstream>
 #include <set>
+#include <sstream>
 
 #include "mtron/plan/doctor.h"
 
@@ -27,9 +31,11 @@ DoctorOptions h100() {
   return o;
 }
 
+// The kinds of the findings above information.
 std::set<std::string> kinds(const std::vector<Finding>& f) {
   std::set<std::string> k;
-  for (const auto& x : f) k.insert(x.kind);
+  for (const auto& x : f)
+    if (x.severity != Severity::kInfo) k.insert(x.kind);
   return k;
 }
 
@@ -50,7 +56,8 @@ TEST(Doctor, FindsEachPlantedProblemAndNothingElse) {
                         {"straggler_mtron.log", "straggler"},
                         {"hang.log", "hang"},
                         {"hang_silent.log", "hang"},
-                        {"throughput_drop.log", "throughput_drop"}};
+                        {"throughput_drop.log", "throughput_drop"},
+                        {"grad_explosion.log", "divergence"}};
   for (const Case& c : cases) {
     const LogReport log = load(c.log);
     const std::vector<Finding> f = diagnose(log, h100());
@@ -69,8 +76,8 @@ TEST(Doctor, HealthyLogsRaiseNothing) {
     const LogReport log = load(name);
     EXPECT_EQ(log.iterations.size(), 200u) << name;
     const std::vector<Finding> f = diagnose(log, h100());
-    EXPECT_TRUE(f.empty()) << format_findings(name, log, f);
-    EXPECT_TRUE(diagnose(log, DoctorOptions{}).empty()) << name;
+    EXPECT_FALSE(has_problems(f)) << format_findings(name, log, f);
+    EXPECT_FALSE(has_problems(diagnose(log, DoctorOptions{}))) << name;
   }
 }
 
@@ -120,6 +127,113 @@ TEST(Doctor, ParsesMegatronsLine) {
   EXPECT_EQ(r.rank, 7);
   EXPECT_DOUBLE_EQ(r.mfu, 0.0436);  // mtron's extra field
   EXPECT_NEAR(r.timestamp - 1717236005.0, 0.123456, 1e-6);
+}
+
+struct RealLog {
+  std::string file, expected, source;
+};
+
+std::vector<RealLog> corpus() {
+  std::ifstream in(std::string(MTRON_TEST_DATA) + "/real/corpus.tsv");
+  EXPECT_TRUE(in);
+  std::vector<RealLog> out;
+  for (std::string line; std::getline(in, line);) {
+    if (line.empty() || line[0] == '#') continue;
+    std::istringstream ss(line);
+    RealLog r;
+    std::getline(ss, r.file, '\t');
+    std::getline(ss, r.expected, '\t');
+    std::getline(ss, r.source, '\t');
+    out.push_back(r);
+  }
+  return out;
+}
+
+TEST(Doctor, RealLogsFirstFindingNamesTheProblem) {
+  const std::vector<RealLog> logs = corpus();
+  ASSERT_GE(logs.size(), 12u);
+  for (const RealLog& r : logs) {
+    const LogReport log = load("real/" + r.file);
+    const std::vector<Finding> f = diagnose(log, DoctorOptions{});
+    std::printf("%s", format_findings(r.file, log, f).c_str());
+    if (log.device == LogDevice::kCpu) {  // the advice follows the device
+      for (const Finding& x : f)
+        for (const std::string& fix : x.fixes)
+          for (const char* gpu : {"nvidia-smi", "NCCL", "CUDA", "NVLink"}) {
+            EXPECT_EQ(fix.find(gpu), std::string::npos) << r.file << ": " << fix;
+          }
+    }
+    if (r.expected == "healthy") {
+      EXPECT_FALSE(has_problems(f)) << r.file;
+      continue;
+    }
+    ASSERT_FALSE(f.empty()) << r.file;
+    EXPECT_EQ(f[0].kind, r.expected) << r.file << ": " << f[0].title;
+    EXPECT_NE(f[0].severity, Severity::kInfo) << r.file;
+  }
+}
+
+// The formats of real logs: Megatron v1's fields without colons (the format string of
+// Megatron-LM's first pretrain_bert.py: ' lm loss {:.3E} |', ' loss scale {:.1f} |'), torchrun's
+// "[defaultN]:" prefix, a line the terminal wrapped, Megatron-DeepSpeed's TFLOPs field,
+// elapsed time in seconds, "NAN" spelt out.
+TEST(Doctor, ParsesTheFormatsOfRealLogs) {
+  const LogReport v1 = parse_log(
+      {" epoch 0 | iteration      100/  500000 | elapsed time per iteration (ms): 520.3 | "
+       "learning rate 1.500E-04 | lm loss 6.750E+00 | nsp loss 6.931E-01 | loss scale 64.0 |",
+       " epoch 0 | iteration      200/  500000 | elapsed time per iteration (ms): 518.9 | "
+       "learning rate 1.500E-04 | lm loss NAN | nsp loss 6.931E-01 | loss scale 32.0 |"});
+  ASSERT_EQ(v1.iterations.size(), 2u);
+  EXPECT_DOUBLE_EQ(v1.iterations[0].loss, 6.75);
+  EXPECT_DOUBLE_EQ(v1.iterations[0].loss_scale, 64.0);
+  EXPECT_TRUE(v1.iterations[1].loss_nan);
+  EXPECT_EQ(diagnose(v1, DoctorOptions{})[0].kind, "nan");
+
+  // A line of epfllm_11_slowdown.log wrapped after "lm lo", under torchrun's prefix.
+  const LogReport wrapped = parse_log(
+      {"[default7]: iteration      102/  250000 | consumed samples:       104448 | elapsed time "
+       "per iteration (s): 73.2927 | learning rate: 7.650E-06 | global batch size:  1024 | lm lo",
+       "ss: 2.491204E+00 | loss scale: 1.0 | grad norm: 0.272 | number of skipped iterations:   "
+       "0 | number of nan iterations:   0 | TFLOPs: 78.46 |"});
+  ASSERT_EQ(wrapped.iterations.size(), 1u);
+  const IterationRecord& r = wrapped.iterations[0];
+  EXPECT_EQ(r.rank, 7);
+  EXPECT_DOUBLE_EQ(r.elapsed_ms, 73292.7);
+  EXPECT_DOUBLE_EQ(r.loss, 2.491204);
+  EXPECT_DOUBLE_EQ(r.grad_norm, 0.272);
+  EXPECT_DOUBLE_EQ(r.tflops, 78.46);
+
+  // A field cut off at the end of a line is not read ("lm loss: 2" of "lm loss: 2.49E+00").
+  const LogReport cut =
+      parse_log({" iteration      106/  250000 | elapsed time per iteration "
+                 "(ms): 76078.6 | global batch size:  1024 | lm loss: 2"});
+  ASSERT_EQ(cut.iterations.size(), 1u);
+  EXPECT_FALSE(cut.iterations[0].has_loss);
+}
+
+// The advice follows the device: mtron's CPU trainer says "threads per rank" (trainer.cpp's
+// "precision: ...; MFU against ..." line), and its out-of-memory fixes then name no GPU tools.
+TEST(Doctor, AdviceFollowsTheDevice) {
+  const std::vector<std::string> lines = {
+      "[mtron r0/2] precision: fp32; MFU against local-cpu fp32 dense peak 0.1 TFLOP/s per rank "
+      "(1 threads per rank)",
+      "[mtron r0/2] terminate called after throwing an instance of 'std::bad_alloc'"};
+  const LogReport cpu = parse_log(lines);
+  EXPECT_EQ(cpu.device, LogDevice::kCpu);
+  const std::vector<Finding> f = diagnose(cpu, DoctorOptions{});
+  ASSERT_FALSE(f.empty());
+  EXPECT_EQ(f[0].kind, "oom");
+  std::string all;
+  for (const auto& x : f[0].fixes) all += x + "\n";
+  EXPECT_NE(all.find("MPI ranks"), std::string::npos) << all;
+  for (const char* gpu : {"CUDA", "nvidia-smi", "NCCL", "NVLink"})
+    EXPECT_EQ(all.find(gpu), std::string::npos) << gpu << " in CPU advice:\n" << all;
+  // The same log from a GPU run gets the GPU advice.
+  const std::vector<Finding> g = diagnose(parse_log({lines[1]}), DoctorOptions{});
+  ASSERT_FALSE(g.empty());
+  std::string gpu_fixes;
+  for (const auto& x : g[0].fixes) gpu_fixes += x;
+  EXPECT_NE(gpu_fixes.find("CUDA"), std::string::npos);
 }
 
 }  // namespace

@@ -3,10 +3,12 @@
 // the model flags, and the uneven-pipeline rules added to ParallelConfig.
 #include <gtest/gtest.h>
 
+#include <CLI/CLI.hpp>
 #include <functional>
 
 #include "mtron/core/error.h"
 #include "mtron/core/formulas.h"
+#include "mtron/core/model_flags.h"
 #include "util.h"
 
 namespace mtron {

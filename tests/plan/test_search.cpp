@@ -5,6 +5,7 @@
 #include <functional>
 
 #include "mtron/core/error.h"
+#include "mtron/plan/report.h"
 #include "util.h"
 
 namespace mtron::plan {
@@ -161,6 +162,34 @@ TEST(Search, NothingValidOrNothingFits) {
   EXPECT_GT(r.too_big[0].memory.total(), 80e9);
   expect_products(r, 8);
   EXPECT_NE(error_of([] { find_model("llama9-1t"); }).find("llama2-7b"), std::string::npos);
+}
+
+// The JSON report: memory in GiB (the parameter count apart), and the MFU denominator with
+// both peaks, as in the table.
+TEST(Search, ReportStatesUnitsAndPeaks) {
+  const ModelConfig m = test::model("llama2-13b");
+  const Cluster c = test::gpus("h100-sxm", 8);
+  SearchOptions o;
+  o.global_batch_size = 64;
+  o.precision = Precision::kFP8;
+  const SearchResult r = test::plan(m, c, o);
+  ASSERT_FALSE(r.plans.empty());
+  const nlohmann::json j = plans_json(m, c, o, r);
+  const nlohmann::json& plan = j["plans"][0];
+  EXPECT_FALSE(plan["memory_gib"].contains("parameters"));
+  double parts = 0;
+  for (const char* k :
+       {"weights", "gradients", "optimizer", "fp8_weights", "activations", "transient", "overhead"})
+    parts += plan["memory_gib"][k].get<double>();
+  EXPECT_NEAR(parts, plan["memory_gib"]["total"].get<double>(), 1e-6);
+  EXPECT_LT(plan["memory_gib"]["total"].get<double>(),
+            plan["memory_gib"]["capacity"].get<double>());
+  EXPECT_GT(plan["parameters_per_gpu"].get<double>(), 1e9);  // a count: 13B over TP x PP
+  EXPECT_DOUBLE_EQ(j["cluster"]["mfu_peak_tflops"].get<double>(), 989.4);
+  EXPECT_DOUBLE_EQ(j["cluster"]["peak_tflops"]["fp8"].get<double>(), 1978.9);
+  const std::string table = format_plans(m, c, o, r);
+  EXPECT_NE(table.find("bf16 dense peak 989.4"), std::string::npos);
+  EXPECT_NE(table.find("fp8 dense peak 1979"), std::string::npos);
 }
 
 }  // namespace

@@ -114,6 +114,40 @@ std::vector<int64_t> committed_iterations(const fs::path& root) {
   return its;
 }
 
+// The run's tokenizer files, copied into the checkpoint's tokenizer/ folder (durably), so a
+// moved checkpoint still generates and exports: the record names them relative to `dir`. A
+// Hugging Face tokenizer brings its tokenizer_config.json and special_tokens_map.json.
+TokenizerRecord carry_tokenizer(const TokenizerRecord& t, const fs::path& dir) {
+  TokenizerRecord r = t;
+  const fs::path into = dir / "tokenizer";
+  auto copy = [&](const fs::path& from, const fs::path& to) {
+    std::error_code ec;
+    fs::create_directories(into, ec);
+    check_ec(ec, "cannot create " + into.string());
+    fs::copy_file(from, to, fs::copy_options::overwrite_existing, ec);
+    check_ec(ec, "cannot copy the tokenizer file " + from.string() + " into the checkpoint");
+    fsync_path(to.string());
+  };
+  for (std::string* f : {&r.vocab_file, &r.merge_file, &r.model}) {
+    if (f->empty()) continue;
+    const fs::path src(*f);
+    const bool folder = fs::is_directory(src);
+    MT_CHECK(folder || fs::is_regular_file(src), "tokenizer file ", *f,
+             " is missing: it cannot be saved with the checkpoint");
+    if (!folder) copy(src, into / src.filename());
+    if (t.type == "HuggingFaceTokenizer") {
+      const fs::path from = folder ? src : src.parent_path();
+      for (const char* n : {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"}) {
+        if (fs::is_regular_file(from / n) && (folder || src.filename() != n))
+          copy(from / n, into / n);
+      }
+    }
+    *f = folder ? "tokenizer" : (fs::path("tokenizer") / src.filename()).string();
+  }
+  if (fs::exists(into)) fsync_path(into.string());
+  return r;
+}
+
 // Rank 0's part of the commit, once every rank's file is durable in `tmp`.
 void commit(const fs::path& root, const fs::path& tmp, const Manifest& m, int64_t keep_last_n) {
   const fs::path final = root / iteration_dir_name(m.iteration);
@@ -224,7 +258,7 @@ std::string save_checkpoint(const std::string& save_dir,
     m.adam = info.adam;
     m.lr_schedule = info.lr_schedule;
     m.seed = info.seed;
-    m.tokenizer = info.tokenizer;
+    m.tokenizer = carry_tokenizer(info.tokenizer, tmp);
     m.saved_at = utc_now();
     uint64_t total = 0;
     for (int r = 0; r < world.size(); ++r) {

@@ -1,7 +1,12 @@
 #include "mtron/checkpoint/checkpointer.h"
 
+#include <unistd.h>
+
+#include <cerrno>
 #include <cmath>
 #include <csignal>
+#include <cstdio>
+#include <cstring>
 #include <filesystem>
 
 #include "mtron/checkpoint/file_io.h"
@@ -40,6 +45,8 @@ void check_model(const ModelConfig& ck, const ModelConfig& run, const std::strin
        "--untie-embeddings-and-output-weights",
        ck.untie_embeddings_and_output_weights ? "on" : "off",
        run.untie_embeddings_and_output_weights ? "on" : "off");
+  same(ck.apply_layernorm_1p == run.apply_layernorm_1p, "--apply-layernorm-1p",
+       ck.apply_layernorm_1p ? "on" : "off", run.apply_layernorm_1p ? "on" : "off");
   same(ck.add_bias_linear == run.add_bias_linear, "biases (--disable-bias-linear)",
        ck.add_bias_linear ? "on" : "off", run.add_bias_linear ? "on" : "off");
   same(ck.vocab_size == run.vocab_size, "a vocabulary of", ck.vocab_size, run.vocab_size);
@@ -155,6 +162,10 @@ void add_checkpoint_flags(CLI::App& app, CheckpointArgs& a) {
                a.override_opt_param_scheduler,
                "Use the flags' learning-rate schedule instead of requiring the checkpoint's")
       ->group(g);
+  app.add_flag("--use-checkpoint-opt_param-scheduler,--use-checkpoint-lr-scheduler",
+               a.use_checkpoint_opt_param_scheduler,
+               "Use the checkpoint's learning-rate schedule instead of the flags'")
+      ->group(g);
 }
 
 void validate_checkpoint_args(const CheckpointArgs& a) {
@@ -167,6 +178,23 @@ void validate_checkpoint_args(const CheckpointArgs& a) {
   MT_CHECK(a.ckpt_step >= -1, "--ckpt-step must be >= 0 (got ", a.ckpt_step, ")");
   MT_CHECK(a.keep_last_n_checkpoints >= 0, "--keep-last-n-checkpoints must be >= 0 (got ",
            a.keep_last_n_checkpoints, ")");
+  MT_CHECK(!(a.override_opt_param_scheduler && a.use_checkpoint_opt_param_scheduler),
+           "both --override-opt_param-scheduler and --use-checkpoint-opt_param-scheduler are set "
+           "(Megatron: 'both override and use-checkpoint are set.')");
+}
+
+void check_save_dir(const std::string& dir, int rank) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  MT_CHECK(!ec, "--save ", dir, ": cannot create the directory: ", ec.message());
+  const fs::path probe = fs::path(dir) / fmt::format(".mtron-write-test.{}.{}", rank, getpid());
+  FILE* f = std::fopen(probe.c_str(), "w");
+  const bool written = f && std::fputs("ok\n", f) >= 0;
+  const bool closed = f && std::fclose(f) == 0;
+  const int err = errno;
+  fs::remove(probe, ec);
+  MT_CHECK(written && closed, "--save ", dir, ": cannot write there: ", std::strerror(err));
 }
 
 Checkpointer::Checkpointer(CheckpointArgs args, RunInfo info, const ParallelState& ps)
@@ -179,12 +207,6 @@ Checkpointer::Checkpointer(CheckpointArgs args, RunInfo info, const ParallelStat
   }
   if (a_.no_save_rng) info_.seed.reset();
   if (a_.exit_signal_handler) signals_ = std::make_unique<ExitSignalHandler>();
-  if (!a_.ckpt_format.empty() && ps_.rank() == 0) {
-    log_info(
-        "note: --ckpt-format {} has no effect: mtron writes sharded safetensors checkpoints "
-        "that load under any layout (docs/checkpoints.md)",
-        a_.ckpt_format);
-  }
 }
 
 Checkpointer::~Checkpointer() = default;
@@ -218,7 +240,14 @@ void Checkpointer::load(const TrainView& v) {
     MT_CHECK(false, "checkpoint ", *dir, " was trained with --seed ", *m.seed, "; pass --seed ",
              *m.seed, " to resume exactly, or --no-load-rng to continue with --seed ", *info_.seed);
   }
-  if (load_optim && !a_.override_opt_param_scheduler && m.lr_schedule && info_.lr_schedule) {
+  if (load_optim && a_.use_checkpoint_opt_param_scheduler && m.lr_schedule) {
+    *v.schedule = *m.lr_schedule;
+    info_.lr_schedule = m.lr_schedule;  // and later saves record the schedule in use
+    if (root)
+      log_info(
+          "note: the learning-rate schedule is the checkpoint's "
+          "(--use-checkpoint-opt_param-scheduler)");
+  } else if (load_optim && !a_.override_opt_param_scheduler && m.lr_schedule && info_.lr_schedule) {
     check_lr(*m.lr_schedule, *info_.lr_schedule, *dir);
   }
   if (root) {

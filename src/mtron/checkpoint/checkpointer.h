@@ -1,5 +1,5 @@
-// defines: CheckpointArgs, add_checkpoint_flags, validate_checkpoint_args, TrainView,
-//          Checkpointer
+// defines: CheckpointArgs, add_checkpoint_flags, validate_checkpoint_args, check_save_dir,
+//          TrainView, Checkpointer
 //
 // Megatron's checkpoint and exit flags and what the training loop does with them:
 //   --save DIR --save-interval N     save every N iterations (and at the end of training)
@@ -19,6 +19,8 @@
 //   --keep-last-n-checkpoints N      (mtron) delete older checkpoints, keeping the newest N
 //   --override-opt_param-scheduler   use the flags' learning-rate schedule even if it differs
 //                                    from the checkpoint's (Megatron's flag)
+//   --use-checkpoint-opt_param-scheduler  use the checkpoint's learning-rate schedule, whatever
+//                                    the flags say (Megatron's flag; excludes the one above)
 //
 // RNG: all of mtron's randomness is counter-based (Philox keyed by the seed and a name), so the
 // seed is the whole RNG state. The checkpoint records it; loading requires the run's --seed to
@@ -45,17 +47,21 @@ struct CheckpointArgs {
   bool no_load_optim = false, no_load_rng = false, finetune = false;
   bool no_save_optim = false, no_save_rng = false;
   int64_t ckpt_step = -1;   // -1: the latest
-  std::string ckpt_format;  // informational
+  std::string ckpt_format;  // accepted for Megatron scripts (a note; mtron has one format)
   bool exit_signal_handler = false;
   int64_t exit_interval = 0;
   double exit_duration_in_mins = 0;     // Megatron takes an int; fractions are accepted too
   int64_t keep_last_n_checkpoints = 0;  // 0: keep all
   bool override_opt_param_scheduler = false;
+  bool use_checkpoint_opt_param_scheduler = false;
 };
 
 void add_checkpoint_flags(CLI::App& app, CheckpointArgs& a);
 // Megatron's rules (e.g. --save needs a positive --save-interval); throws mtron::Error.
 void validate_checkpoint_args(const CheckpointArgs& a);
+// Creates --save and writes a probe file there, so that a --save this rank cannot write is
+// reported at start-up, before any compute; throws mtron::Error naming the directory.
+void check_save_dir(const std::string& dir, int rank);
 
 // The trainer's state as the checkpointer reads and restores it.
 struct TrainView {
@@ -63,6 +69,7 @@ struct TrainView {
   int64_t* iteration = nullptr;
   int64_t* consumed_samples = nullptr;
   optim::AdamW* optimizer = nullptr;
+  optim::LrSchedule* schedule = nullptr;  // replaced by the checkpoint's on request
 };
 
 class Checkpointer {

@@ -499,28 +499,20 @@ class HfWeights {
   std::map<std::string, std::pair<const SafetensorsFile*, const SafetensorsEntry*>> index_;
 };
 
-// Tokenizer files of an HF folder, copied beside the imported checkpoint.
-TokenizerRecord import_tokenizer(const fs::path& hf, const fs::path& out) {
+// The tokenizer files of an HF folder (the checkpoint saves a copy of them).
+TokenizerRecord import_tokenizer(const fs::path& hf) {
   TokenizerRecord t;
-  const fs::path dst = fs::absolute(out / "tokenizer");
-  auto take = [&](const char* f) {
-    fs::create_directories(dst);
-    fs::copy_file(hf / f, dst / f, fs::copy_options::overwrite_existing);
-    return (dst / f).string();
-  };
-  if (fs::exists(hf / "tokenizer.json")) {
+  const fs::path src = fs::absolute(hf);
+  if (fs::exists(src / "tokenizer.json")) {
     t.type = "HuggingFaceTokenizer";
-    t.model = take("tokenizer.json");
-    for (const char* f : {"tokenizer_config.json", "special_tokens_map.json"}) {
-      if (fs::exists(hf / f)) take(f);
-    }
-  } else if (fs::exists(hf / "vocab.json") && fs::exists(hf / "merges.txt")) {
+    t.model = (src / "tokenizer.json").string();
+  } else if (fs::exists(src / "vocab.json") && fs::exists(src / "merges.txt")) {
     t.type = "GPT2BPETokenizer";
-    t.vocab_file = take("vocab.json");
-    t.merge_file = take("merges.txt");
-  } else if (fs::exists(hf / "tokenizer.model")) {
+    t.vocab_file = (src / "vocab.json").string();
+    t.merge_file = (src / "merges.txt").string();
+  } else if (fs::exists(src / "tokenizer.model")) {
     t.type = "SentencePieceTokenizer";
-    t.model = take("tokenizer.model");
+    t.model = (src / "tokenizer.model").string();
   }
   return t;
 }
@@ -603,12 +595,24 @@ HfArch export_hf(const std::string& load_dir, const std::string& out, const HfEx
   const CheckpointReader reader(*dir);
   const ModelConfig& c = reader.manifest().model;
   const HfArch arch = arch_of(c);
-  const fs::path dst(out);
+  // "hf/" names the folder hf: the temporary folder goes beside it, not into it.
+  std::string name = out;
+  while (name.size() > 1 && name.back() == '/') name.pop_back();
+  const fs::path dst(name);
   MT_CHECK(!fs::exists(dst) || (fs::is_directory(dst) && fs::is_empty(dst)), "--output ", out,
            " exists and is not an empty directory");
   const fs::path tmp = dst.string() + ".tmp-export";
   fs::remove_all(tmp);
   fs::create_directories(tmp);
+  // A failed export leaves nothing behind: the temporary folder goes with the exception.
+  struct RemoveOnFailure {
+    fs::path dir;
+    bool done = false;
+    ~RemoveOnFailure() {
+      std::error_code ec;
+      if (!done) fs::remove_all(dir, ec);
+    }
+  } guard{tmp};
 
   const std::vector<Link> ls = links(c, arch);
   const Qkv q{c.num_attention_heads, c.query_groups(), c.kv_channels};
@@ -646,6 +650,10 @@ HfArch export_hf(const std::string& load_dir, const std::string& out, const HfEx
       x.resize(size_t(numel(l.hf_shape)));
       for (int64_t e = 0; e < int64_t(x.size()); ++e)
         x[size_t(e)] = cached.f32()[link_index(l, q, e)];
+      // Zero-centred norm weights (--apply-layernorm-1p): Hugging Face applies the weight itself.
+      if (c.apply_layernorm_1p && l.key.ends_with("layernorm.weight")) {
+        for (float& v : x) v += 1.0f;
+      }
       if (es == 2) {
         b16[k] = to_bf16(x);
         x = {};
@@ -664,6 +672,7 @@ HfArch export_hf(const std::string& load_dir, const std::string& out, const HfEx
   export_tokenizer(reader.manifest().tokenizer, tmp, c);
   fs::remove(dst);  // empty or absent
   fs::rename(tmp, dst);
+  guard.done = true;
   log_info("exported {} (iteration {}) to {} as {}: {} tensors, {:.1f} MB in {} file(s)", *dir,
            reader.manifest().iteration, out, hf_arch_name(arch), ls.size(), double(total) / 1e6,
            shards.size());
@@ -714,7 +723,7 @@ HfArch import_hf(const std::string& hf_dir, const std::string& out, const HfImpo
 
   RunInfo info;
   info.model = cfg;
-  info.tokenizer = import_tokenizer(src, fs::path(out));
+  info.tokenizer = import_tokenizer(src);
   auto world = make_single_comm();
   std::vector<ChunkState> bufs = {{&p, nullptr, nullptr, {{0, p.size()}}}};
   if (cfg.is_moe()) bufs.push_back({&experts, nullptr, nullptr, {{0, experts.size()}}, true});
@@ -724,7 +733,7 @@ HfArch import_hf(const std::string& hf_dir, const std::string& out, const HfImpo
   log_info("continue with: mtron train --load {} {} (vocabulary {}: {})", out, model_flags(cfg),
            cfg.vocab_size,
            info.tokenizer.type.empty() ? "--tokenizer-type NullTokenizer --vocab-size N"
-                                       : "tokenizer files copied to " + out + "/tokenizer");
+                                       : "tokenizer files saved in the checkpoint's tokenizer/");
   return arch;
 }
 

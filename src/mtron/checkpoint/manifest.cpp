@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <filesystem>
 #include <string>
 
 #include "mtron/checkpoint/safetensors.h"
@@ -103,6 +104,7 @@ ordered_json model_config_to_json(const ModelConfig& m) {
   j["swiglu"] = m.swiglu;
   j["normalization"] = norm_name(m.normalization);
   j["norm_epsilon"] = tidy(m.norm_epsilon);
+  j["apply_layernorm_1p"] = m.apply_layernorm_1p;
   j["position_embedding_type"] = pos_name(m.position_embedding_type);
   j["rotary_base"] = tidy(m.rotary_base);
   j["rotary_percent"] = tidy(m.rotary_percent);
@@ -146,6 +148,7 @@ ModelConfig model_config_from_json(const json& j, const std::string& file) {
   MT_CHECK(norm == "LayerNorm" || norm == "RMSNorm", file, ": unknown normalization '", norm, "'");
   m.normalization = norm == "LayerNorm" ? Normalization::kLayerNorm : Normalization::kRMSNorm;
   m.norm_epsilon = field<float>(j, "norm_epsilon", file);
+  m.apply_layernorm_1p = field_or<bool>(j, "apply_layernorm_1p", false, file);
   const auto pos = field<std::string>(j, "position_embedding_type", file);
   if (pos == "learned_absolute") {
     m.position_embedding_type = PositionEmbedding::kLearnedAbsolute;
@@ -343,6 +346,11 @@ Manifest manifest_from_json(std::string_view text, const std::string& file) {
     m.tokenizer.vocab_file = field_or<std::string>(t, "vocab_file", "", file);
     m.tokenizer.merge_file = field_or<std::string>(t, "merge_file", "", file);
     m.tokenizer.model = field_or<std::string>(t, "tokenizer_model", "", file);
+    // Files the checkpoint carries are named relative to its directory.
+    const std::filesystem::path dir = std::filesystem::path(file).parent_path();
+    for (std::string* f : {&m.tokenizer.vocab_file, &m.tokenizer.merge_file, &m.tokenizer.model}) {
+      if (!f->empty() && std::filesystem::path(*f).is_relative()) *f = (dir / *f).string();
+    }
   }
   MT_CHECK(j.contains("files") && j["files"].is_array(), file, ": missing 'files' list");
   for (const json& f : j["files"]) {

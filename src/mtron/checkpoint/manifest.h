@@ -39,7 +39,9 @@ struct LayoutRecord {
   bool sequence_parallel = false, distributed_optimizer = false;
 };
 
-// The tokenizer flags of the run, so export and generate can find the tokenizer.
+// The tokenizer flags of the run, so export and generate can find the tokenizer. A checkpoint
+// carries the files (in its tokenizer/ folder) and names them relative to its directory;
+// manifest_from_json resolves relative names against the manifest's folder.
 struct TokenizerRecord {
   std::string type, vocab_file, merge_file, model;
 };

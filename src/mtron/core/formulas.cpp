@@ -2,6 +2,8 @@
 
 #include <fmt/core.h>
 
+#include <algorithm>
+
 #include "mtron/core/error.h"
 
 namespace mtron {
@@ -19,6 +21,11 @@ double flops_per_iteration(const ModelConfig& m, int64_t global_batch, int64_t p
   const double attn = L * (h * (q + 2 * kv) + q * h);
   const double logits = h * double(padded_vocab);
   return 6.0 * B * s * (mlp + attn + logits) + 6.0 * B * s * s * q * L;
+}
+
+int64_t lm_head_rows_per_chunk(int64_t vocab_local, int64_t chunk_elems) {
+  return std::clamp<int64_t>(chunk_elems / std::max<int64_t>(vocab_local, 1), 16,
+                             chunk_elems >> 12);
 }
 
 StateBytes state_bytes_per_parameter(Precision params,

@@ -1,6 +1,6 @@
 // defines: flops_per_iteration, RecomputeGranularity, StateBytes, state_bytes_per_parameter,
 //          TheoreticalMemory, megatron_theoretical_memory, format_theoretical_memory,
-//          korthikanti_activation_bytes_per_layer
+//          korthikanti_activation_bytes_per_layer, lm_head_rows_per_chunk
 //
 // Megatron's analytic formulas, shared by the trainer's log lines (TFLOP/s, MFU, "Theoretical
 // memory footprints") and the planner. One piece of code, so a plan's prediction and a run's
@@ -20,6 +20,13 @@ namespace mtron {
 // (forward + backward, causal attention counted once, recompute not counted, so it gives MFU).
 // `padded_vocab` is the vocabulary as padded for the run's TP size.
 double flops_per_iteration(const ModelConfig& m, int64_t global_batch, int64_t padded_vocab);
+
+// Token rows per chunk of mtron's fused output layer + cross-entropy (model/lm_head.h): the
+// logits of at most this many rows x vocab_local columns exist at a time, within the device's
+// chunk of chunk_elems floats (kernels::chunk_elems: 2^22 on a CPU, cache-sized GEMMs; 2^26 on
+// a GPU, large GEMMs and few host synchronisations for the loss), at least 16 rows and at most
+// chunk_elems / 4096.
+int64_t lm_head_rows_per_chunk(int64_t vocab_local, int64_t chunk_elems);
 
 // --recompute-granularity (none: the flag is absent).
 enum class RecomputeGranularity { kNone, kSelective, kFull };

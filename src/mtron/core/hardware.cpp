@@ -216,8 +216,13 @@ double Hardware::inter_node_bandwidth() const {
 std::string Hardware::peak_description(Precision p) const {  // the MFU denominator
   const char* unit = !is_cpu ? "GPU" : ranks_per_node > 0 ? "rank" : "core";
   const Precision q = p == Precision::kFP8 ? Precision::kBF16 : p;
-  return fmt::format("{} {} dense peak {:.4g} TFLOP/s per {}", description, precision_name(q),
-                     peak_flops(q) / 1e12, unit);
+  std::string s = fmt::format("{} {} dense peak {:.4g} TFLOP/s per {}", description,
+                              precision_name(q), peak_flops(q) / 1e12, unit);
+  // The two peaks users confuse (989 and 1979 TFLOP/s on an H100): say which one this is.
+  if (peak_fp8 > 0 && q != Precision::kFP32)
+    s += fmt::format(" (fp8 dense peak {:.4g}; fp8 runs are quoted against the {} peak too)",
+                     peak_fp8 / 1e12, precision_name(q));
+  return s;
 }
 
 const std::vector<Network>& network_catalog() {

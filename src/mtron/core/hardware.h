@@ -75,7 +75,8 @@ struct Hardware {
   double gemm_efficiency(Precision p) const;
   // Inter-node bandwidth per GPU and direction (the node's adapters shared by its GPUs).
   double inter_node_bandwidth() const;
-  // "H100 SXM5 ... bf16 dense peak 989.4 TFLOP/s per GPU": what an MFU figure divides by.
+  // "H100 SXM5 ... bf16 dense peak 989.4 TFLOP/s per GPU (fp8 dense peak 1979; ...)": what
+  // an MFU figure divides by, and the fp8 peak it does not divide by.
   std::string peak_description(Precision p) const;
 };
 

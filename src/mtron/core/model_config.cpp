@@ -40,6 +40,9 @@ void ModelConfig::finalize() {
     ffn_hidden_size = swiglu ? int64_t(8 * hidden_size / 3 / 64) * 64 : 4 * hidden_size;
   }
   MT_CHECK(ffn_hidden_size > 0, "--ffn-hidden-size must be positive (got ", ffn_hidden_size, ")");
+  // Megatron's validate_args: it would need a 'NoPE' position embedding type.
+  MT_CHECK(add_position_embedding || position_embedding_type == PositionEmbedding::kRope,
+           "--no-position-embedding is deprecated, use --position-embedding-type");
   if (max_position_embeddings == 0) max_position_embeddings = seq_length;
   MT_CHECK(max_position_embeddings >= seq_length, "--max-position-embeddings (",
            max_position_embeddings, ") must be >= --seq-length (", seq_length, ")");

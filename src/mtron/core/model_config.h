@@ -27,9 +27,15 @@ struct ModelConfig {
   bool swiglu = false;
   Normalization normalization = Normalization::kLayerNorm;
   float norm_epsilon = 1e-5f;
+  // --apply-layernorm-1p: norm weights are stored zero-centred (initialised to 0) and applied as
+  // 1 + weight (Megatron's LayerNorm1P, TransformerConfig.layernorm_zero_centered_gamma).
+  bool apply_layernorm_1p = false;
   PositionEmbedding position_embedding_type = PositionEmbedding::kLearnedAbsolute;
   float rotary_base = 10000.0f;
   float rotary_percent = 1.0f;
+  // --no-position-embedding clears it: Megatron's deprecated switch, valid with rope only
+  // (where there is no learned position table to drop).
+  bool add_position_embedding = true;
   bool untie_embeddings_and_output_weights = false;
   bool add_bias_linear = true;  // --disable-bias-linear clears it
   int64_t make_vocab_size_divisible_by = 128;

@@ -71,6 +71,12 @@ void add_model_flags(CLI::App& app, ModelConfig& m) {
           {"rope", PositionEmbedding::kRope},
           {"none", PositionEmbedding::kNone}},
          "Position embedding type.");
+  app.add_flag_callback(
+         "--no-position-embedding", [&m] { m.add_position_embedding = false; },
+         "Disable position embedding. Deprecated: use --position-embedding-type (only valid with "
+         "rope, where it changes nothing).")
+      ->group("Model");
+  m.add_position_embedding = true;
   opt<float>(app, "--rotary-base", m.rotary_base, 10000.0f,
              "Base to use for rotary positional "
              "embeddings.");
@@ -83,6 +89,9 @@ void add_model_flags(CLI::App& app, ModelConfig& m) {
          {{"LayerNorm", Normalization::kLayerNorm}, {"RMSNorm", Normalization::kRMSNorm}},
          "Which normalization technique to use.");
   opt<float>(app, "--norm-epsilon", m.norm_epsilon, 1e-5f, "Epsilon for layer norm and RMS norm.");
+  flag(app, "--apply-layernorm-1p", m.apply_layernorm_1p,
+       "Adjust LayerNorm weights such that they are centered around zero. This improves "
+       "numerical stability.");
   flag(app, "--swiglu", m.swiglu, "Use gated linear units and SiLU activation instead of GeLU.");
   flag(app, "--untie-embeddings-and-output-weights", m.untie_embeddings_and_output_weights,
        "Untie embeddings and output weights.");
@@ -162,6 +171,7 @@ std::vector<std::string> model_flag_args(const ModelConfig& m) {
   add("--make-vocab-size-divisible-by", m.make_vocab_size_divisible_by);
   add("--normalization", m.normalization == Normalization::kRMSNorm ? "RMSNorm" : "LayerNorm");
   add("--norm-epsilon", m.norm_epsilon);
+  on("--apply-layernorm-1p", m.apply_layernorm_1p);
   on("--swiglu", m.swiglu);
   on("--untie-embeddings-and-output-weights", m.untie_embeddings_and_output_weights);
   on("--disable-bias-linear", !m.add_bias_linear);

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <deque>
 #include <exception>
+#include <filesystem>
 #include <map>
 #include <mutex>
 #include <nlohmann/json.hpp>
@@ -294,6 +295,15 @@ PreprocessStats preprocess(const PreprocessOptions& o) {
   LineReader reader(o.input);
   const TokenDType dtype = optimal_token_dtype(tok->vocab_size());
 
+  // The prefix's folder is created, as Megatron's preprocess_data.py users expect of
+  // `--output-prefix data/corpus` on a fresh checkout.
+  const std::filesystem::path folder = std::filesystem::path(o.output_prefix).parent_path();
+  if (!folder.empty()) {
+    std::error_code ec;
+    std::filesystem::create_directories(folder, ec);
+    MT_CHECK(!ec, "--output-prefix ", o.output_prefix, ": cannot create ", folder.string(), ": ",
+             ec.message());
+  }
   PreprocessStats st;
   std::vector<std::unique_ptr<IndexedDatasetWriter>> writers;
   for (const auto& key : o.json_keys) {

@@ -16,6 +16,7 @@ SentencePieceTokenizer::SentencePieceTokenizer(const std::string& model_path,
   vocab_size_ = sp_->GetPieceSize();
   eod_ = sp_->eos_id();
   pad_ = sp_->pad_id();
+  if (type == "Llama2Tokenizer") bos_ = sp_->bos_id();
 }
 
 SentencePieceTokenizer::~SentencePieceTokenizer() = default;
@@ -31,6 +32,7 @@ void SentencePieceTokenizer::encode(std::string_view text, std::vector<int32_t>&
   std::vector<int> ids;
   const auto status = sp_->Encode(text, &ids);
   MT_CHECK(status.ok(), "SentencePiece encode failed: ", status.ToString());
+  if (bos_ >= 0) out.push_back(bos_);
   out.insert(out.end(), ids.begin(), ids.end());
 }
 

@@ -5,6 +5,8 @@
 // EOS), decode is DecodeIds, vocab_size the number of pieces and eod the model's EOS id (-1 if
 // the model defines none). Megatron-Core <= 0.15's SentencePieceTokenizer instead appended
 // <CLS>/<SEP>/<EOD>/<MASK> pieces and used <EOD>; that legacy variant is not reproduced.
+// Llama2Tokenizer (Megatron's _Llama2Tokenizer) is the same model with the BOS id before each
+// text: its tokenize(s, bos=True, eos=False).
 #pragma once
 
 #include <memory>
@@ -35,6 +37,7 @@ class SentencePieceTokenizer final : public Tokenizer {
   std::string type_;
   int64_t vocab_size_ = 0;
   int32_t eod_ = -1, pad_ = -1;
+  int32_t bos_ = -1;  // prepended by encode() (Llama2Tokenizer), -1: none
 };
 
 }  // namespace mtron::data

@@ -28,22 +28,36 @@ void require_file(const std::string& flag, const std::string& path, const std::s
 }  // namespace
 
 const std::vector<std::string>& tokenizer_types() {
-  static const std::vector<std::string> types = {"GPT2BPETokenizer", "SentencePieceTokenizer",
-                                                 "GPTSentencePieceTokenizer",
-                                                 "HuggingFaceTokenizer", "NullTokenizer"};
+  static const std::vector<std::string> types = {
+      "GPT2BPETokenizer", "SentencePieceTokenizer", "GPTSentencePieceTokenizer",
+      "Llama2Tokenizer",  "HuggingFaceTokenizer",   "NullTokenizer"};
   return types;
+}
+
+void check_tokenizer_type(const std::string& t) {
+  MT_CHECK(!t.empty(), "--tokenizer-type is required (one of: ", join(tokenizer_types()), ")");
+  for (const auto& k : tokenizer_types())
+    if (t == k) return;
+  static const std::vector<std::string> megatron_only = {
+      "BertWordPieceLowerCase", "BertWordPieceCase",       "TikTokenizer",
+      "MultimodalTokenizer",    "NullMultimodalTokenizer", "SFTTokenizer"};
+  for (const auto& m : megatron_only)
+    MT_CHECK(t != m, "--tokenizer-type ", t,
+             " is a Megatron tokenizer that mtron does not support; use one of: ",
+             join(tokenizer_types()));
+  MT_CHECK(false, "--tokenizer-type '", t, "' is unknown; use one of: ", join(tokenizer_types()));
 }
 
 std::unique_ptr<Tokenizer> make_tokenizer(const TokenizerOptions& o) {
   const std::string& t = o.type;
-  MT_CHECK(!t.empty(), "--tokenizer-type is required (one of: ", join(tokenizer_types()), ")");
+  check_tokenizer_type(t);
   if (t == "GPT2BPETokenizer") {
     require_file("--vocab-file", o.vocab_file, t);
     require_file("--merge-file", o.merge_file, t);
     return std::make_unique<Gpt2Tokenizer>(read_file(o.vocab_file), read_file(o.merge_file),
                                            o.vocab_file, o.merge_file);
   }
-  if (t == "SentencePieceTokenizer" || t == "GPTSentencePieceTokenizer") {
+  if (t == "SentencePieceTokenizer" || t == "GPTSentencePieceTokenizer" || t == "Llama2Tokenizer") {
     require_file("--tokenizer-model", o.model, t);
     return std::make_unique<SentencePieceTokenizer>(o.model, t);
   }
@@ -56,14 +70,7 @@ std::unique_ptr<Tokenizer> make_tokenizer(const TokenizerOptions& o) {
     MT_CHECK(o.vocab_size.has_value(), "--vocab-size is required for --tokenizer-type ", t);
     return std::make_unique<NullTokenizer>(*o.vocab_size, o.null_eod_id, o.null_pad_id);
   }
-  static const std::vector<std::string> megatron_only = {
-      "BertWordPieceLowerCase", "BertWordPieceCase",       "Llama2Tokenizer", "TikTokenizer",
-      "MultimodalTokenizer",    "NullMultimodalTokenizer", "SFTTokenizer"};
-  for (const auto& m : megatron_only)
-    MT_CHECK(t != m, "--tokenizer-type ", t,
-             " is a Megatron tokenizer that mtron does not support; use one of: ",
-             join(tokenizer_types()));
-  MT_CHECK(false, "--tokenizer-type '", t, "' is unknown; use one of: ", join(tokenizer_types()));
+  MT_ASSERT(false, "unhandled tokenizer type ", t);
   return nullptr;
 }
 

@@ -1,10 +1,11 @@
-// defines: Tokenizer, TokenizerOptions, make_tokenizer, tokenizer_types
+// defines: Tokenizer, TokenizerOptions, make_tokenizer, check_tokenizer_type, tokenizer_types
 //
 // One interface for every tokenizer, chosen by Megatron's --tokenizer-type name:
 //
 //   GPT2BPETokenizer           --vocab-file gpt2-vocab.json --merge-file gpt2-merges.txt
 //   SentencePieceTokenizer     --tokenizer-model m.model        (libsentencepiece)
 //   GPTSentencePieceTokenizer  --tokenizer-model m.model        (same as above, see below)
+//   Llama2Tokenizer            --tokenizer-model m.model        (SentencePiece, BOS first)
 //   HuggingFaceTokenizer       --tokenizer-model tokenizer.json or a folder holding it
 //   NullTokenizer              --vocab-size N [--null-tokenizer-eod-id E]
 //
@@ -68,5 +69,7 @@ std::unique_ptr<Tokenizer> make_tokenizer(const TokenizerOptions& opts);
 
 // The accepted --tokenizer-type names.
 const std::vector<std::string>& tokenizer_types();
+// Throws mtron::Error unless `type` is one of tokenizer_types() (opens no file).
+void check_tokenizer_type(const std::string& type);
 
 }  // namespace mtron::data

@@ -18,7 +18,7 @@ void Norm::add_params(const ModelConfig& cfg,
   ParamSpec ws{.name = prefix + ".weight",
                .global_shape = shape,
                .local_shape = shape,
-               .init = ParamInit::kOnes,
+               .init = cfg.apply_layernorm_1p ? ParamInit::kZeros : ParamInit::kOnes,
                .weight_decay = false,
                .sequence_parallel = sequence_parallel};
   w = params.add(ws);
@@ -30,6 +30,22 @@ void Norm::add_params(const ModelConfig& cfg,
   }
 }
 
+namespace {
+
+// The weight a norm applies: its parameter, or 1 + parameter (zero-centred, --apply-layernorm-1p)
+// in `one_plus`.
+const float* applied_weight(
+    const RunCtx& rc, const ModelConfig& cfg, const ParamBuffer& p, int w, Tensor& one_plus) {
+  if (!cfg.apply_layernorm_1p) return p.master(w);
+  const int64_t H = cfg.hidden_size;
+  one_plus = Tensor::empty({H}, DType::kF32, rc.k.device);
+  kernels::fill(rc.k, one_plus.f32(), 1.0f, H);
+  kernels::add(rc.k, one_plus.f32(), one_plus.f32(), p.master(w), H);
+  return one_plus.f32();
+}
+
+}  // namespace
+
 void Norm::forward(const RunCtx& rc,
                    const ModelConfig& cfg,
                    const ParamBuffer& p,
@@ -38,12 +54,13 @@ void Norm::forward(const RunCtx& rc,
                    float* rstd,
                    const float* in,
                    int64_t n) const {
+  Tensor one_plus;
+  const float* gamma = applied_weight(rc, cfg, p, w, one_plus);
   if (cfg.normalization == Normalization::kLayerNorm) {
-    kernels::layernorm_forward(rc.k, out, mean, rstd, in, p.master(w), p.master(b), n,
-                               cfg.hidden_size, cfg.norm_epsilon);
+    kernels::layernorm_forward(rc.k, out, mean, rstd, in, gamma, p.master(b), n, cfg.hidden_size,
+                               cfg.norm_epsilon);
   } else {
-    kernels::rmsnorm_forward(rc.k, out, rstd, in, p.master(w), n, cfg.hidden_size,
-                             cfg.norm_epsilon);
+    kernels::rmsnorm_forward(rc.k, out, rstd, in, gamma, n, cfg.hidden_size, cfg.norm_epsilon);
   }
 }
 
@@ -56,12 +73,13 @@ void Norm::backward(const RunCtx& rc,
                     const float* mean,
                     const float* rstd,
                     int64_t n) const {
+  Tensor one_plus;
+  const float* gamma = applied_weight(rc, cfg, p, w, one_plus);
   if (cfg.normalization == Normalization::kLayerNorm) {
-    kernels::layernorm_backward(rc.k, din, p.grad(w), p.grad(b), dout, in, p.master(w), mean, rstd,
-                                n, cfg.hidden_size);
+    kernels::layernorm_backward(rc.k, din, p.grad(w), p.grad(b), dout, in, gamma, mean, rstd, n,
+                                cfg.hidden_size);
   } else {
-    kernels::rmsnorm_backward(rc.k, din, p.grad(w), dout, in, p.master(w), rstd, n,
-                              cfg.hidden_size);
+    kernels::rmsnorm_backward(rc.k, din, p.grad(w), dout, in, gamma, rstd, n, cfg.hidden_size);
   }
 }
 

@@ -44,7 +44,8 @@ struct TokenLayout {
 // A LayerNorm or RMSNorm (cfg.normalization) with its parameter handles.
 struct Norm {
   int w = -1, b = -1;  // b only for LayerNorm
-  // Registers weight (and bias) named prefix + ".weight"/".bias".
+  // Registers weight (and bias) named prefix + ".weight"/".bias". With --apply-layernorm-1p the
+  // weight starts at 0 and the norm applies 1 + weight (the gradient is the same).
   void add_params(const ModelConfig& cfg,
                   const std::string& prefix,
                   bool sequence_parallel,

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "mtron/core/formulas.h"
 #include "mtron/kernels/device.h"
 #include "mtron/kernels/elementwise.h"
 #include "mtron/kernels/gemm_operand.h"
@@ -13,9 +14,7 @@ using kernels::Trans;
 
 double lm_head_loss(const RunCtx& rc, Arena& scratch, const LmHeadArgs& a) {
   const bool train = a.dh != nullptr;
-  // Rows per chunk: the device's chunk of logits, at least 16 rows and at most one 4096th of it.
-  const int64_t budget = kernels::chunk_elems(rc.k.device);
-  const int64_t R = std::clamp<int64_t>(budget / std::max<int64_t>(a.Vl, 1), 16, budget >> 12);
+  const int64_t R = lm_head_rows_per_chunk(a.Vl, kernels::chunk_elems(rc.k.device));
   float* logits = scratch.alloc<float>(R * a.Vl);
   const GemmInputRoom dlogits_room =
       train ? gemm_input_room(rc, scratch, R * a.Vl) : GemmInputRoom{};

@@ -50,7 +50,7 @@ double AdamW::grad_norm(Comm& norm_group) const {
   return std::sqrt(sumsq);
 }
 
-bool AdamW::step(double lr, double grad_norm) {
+bool AdamW::step(double lr, double grad_norm, std::optional<double> decoupled_lr) {
   if (!std::isfinite(grad_norm)) return false;
   // As Megatron and torch's clip_grad_norm_: scale by max_norm / (norm + 1e-6) when below 1.
   const double coeff = cfg_.clip_grad > 0 ? cfg_.clip_grad / (grad_norm + 1e-6) : 1.0;
@@ -64,7 +64,7 @@ bool AdamW::step(double lr, double grad_norm) {
       }
     }
     for_each_piece(b, [&](int64_t lo, int64_t hi, const OptimRange& r, int64_t mo) {
-      kernels::AdamWParams p{.lr = float(lr),
+      kernels::AdamWParams p{.lr = float(r.decoupled_lr && decoupled_lr ? *decoupled_lr : lr),
                              .beta1 = cfg_.beta1,
                              .beta2 = cfg_.beta2,
                              .eps = cfg_.eps,

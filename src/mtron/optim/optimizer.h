@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "mtron/comm/comm.h"
@@ -22,6 +23,7 @@ struct OptimRange {
   bool weight_decay = true;
   // false for replicas counted on another rank (TP duplicates, tied copies)
   bool count_in_norm = true;
+  bool decoupled_lr = false;  // steps with the decoupled learning rate (--decoupled-lr)
 };
 
 struct OptimBuffer {
@@ -52,8 +54,9 @@ class AdamW {
   // hold different parts of the gradient: model parallel, and data parallel when sharded).
   double grad_norm(Comm& norm_group) const;
   // Clips by the given global norm, then one AdamW step with learning rate lr over each
-  // buffer's shard. Returns false (and changes nothing) if the norm is not finite.
-  bool step(double lr, double grad_norm);
+  // buffer's shard (decoupled_lr, when given, for the ranges marked decoupled_lr). Returns false
+  // (and changes nothing) if the norm is not finite.
+  bool step(double lr, double grad_norm, std::optional<double> decoupled_lr = std::nullopt);
 
   int64_t steps() const { return step_; }
   void set_steps(int64_t s) { step_ = s; }

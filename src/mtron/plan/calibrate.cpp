@@ -10,7 +10,6 @@
 #include <chrono>
 #include <cstdlib>
 #include <ctime>
-#include <filesystem>
 #include <vector>
 
 #include "mtron/core/dtype.h"
@@ -23,13 +22,6 @@
 
 namespace mtron::plan {
 namespace {
-
-// Launched by mpirun/srun (then MPI is initialised), or a plain process (one rank, no MPI).
-bool under_mpi_launcher() {
-  for (const char* v : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK", "MPI_LOCALNRANKS"})
-    if (std::getenv(v)) return true;
-  return false;
-}
 
 struct World {
   bool mpi = false;
@@ -164,9 +156,16 @@ std::string today() {
 
 }  // namespace
 
+bool launched_by_mpi() {
+  for (const char* v : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK", "MPI_LOCALNRANKS"})
+    if (std::getenv(v)) return true;
+  return false;
+}
+
 int run_calibration(const CalibrateOptions& o) {
+  if (o.cuda) return run_gpu_calibration(o);
   World w;
-  if (under_mpi_launcher()) {
+  if (launched_by_mpi()) {
     int provided = 0;
     MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided);
     w.mpi = true;
@@ -214,8 +213,7 @@ int run_calibration(const CalibrateOptions& o) {
   measure_collectives(w, o.quick, &r.collectives);
 
   if (w.rank == 0) {
-    Calibration cal;
-    if (std::filesystem::exists(o.path)) cal = load_calibration(o.path);
+    Calibration cal = load_or_new_calibration(o.path);
     char host[256] = {0};
     gethostname(host, sizeof(host) - 1);
     cal.host = host;

@@ -190,6 +190,34 @@ Link fit_link(const std::vector<CollectiveSample>& samples) {
   return l;
 }
 
+AttentionFit fit_attention(const std::vector<AttentionSample>& samples) {
+  AttentionFit f;
+  if (samples.empty()) return f;
+  // The rate each sample implies under the time model, then the median.
+  std::vector<double> rates;
+  for (const auto& s : samples) {
+    const double tokens = double(s.B * s.S), width = double(s.H * s.D);
+    const double keys = double(s.S) * (s.causal ? 1.0 : 2.0);  // a full square: twice the work
+    const auto [fwd, bwd] = fused_attention_seconds(1.0, tokens, keys, width, double(s.S));
+    rates.push_back((fwd + bwd) / s.seconds);
+  }
+  std::vector<double> sorted = rates;
+  std::sort(sorted.begin(), sorted.end());
+  f.flops = sorted[sorted.size() / 2];
+  std::vector<double> rel;
+  for (double r : rates) rel.push_back(std::abs(f.flops / r - 1));
+  std::sort(rel.begin(), rel.end());
+  f.median_rel_error = rel[rel.size() / 2];
+  return f;
+}
+
+const RankCalibration* gpu_entry(const Calibration& cal, const Cluster& c) {
+  for (const auto& [device, r] : cal.gpus)
+    for (const auto& name : c.hardware.device_names)
+      if (name == device) return &r;
+  return nullptr;
+}
+
 Calibration load_calibration(const std::string& path) {
   std::ifstream in(path);
   MT_CHECK(in, "cannot read the calibration file ", path,
@@ -203,6 +231,7 @@ Calibration load_calibration(const std::string& path) {
     c.date = j.value("date", "");
     for (const json& e : j.at("entries")) {
       RankCalibration r;
+      r.device = e.value("device", "cpu");
       r.ranks_per_node = e.at("ranks_per_node").get<int64_t>();
       r.threads_per_rank = e.value("threads_per_rank", int64_t(1));
       r.memory_bandwidth = e.at("memory_bandwidth").get<double>();
@@ -218,18 +247,35 @@ Calibration load_calibration(const std::string& path) {
                                  s.at("ranks").get<int64_t>(), s.at("bytes").get<double>(),
                                  s.at("seconds").get<double>()});
       r.link = fit_link(r.collectives);
-      c.by_ranks[r.ranks_per_node] = std::move(r);
+      for (const json& s : e.value("attention", json::array()))
+        r.attention.push_back({s.at("B").get<int64_t>(), s.at("S").get<int64_t>(),
+                               s.at("H").get<int64_t>(), s.at("G").get<int64_t>(),
+                               s.at("D").get<int64_t>(), s.value("causal", true),
+                               s.at("seconds").get<double>()});
+      r.attention_fit = fit_attention(r.attention);
+      if (r.device == "cpu")
+        c.by_ranks[r.ranks_per_node] = std::move(r);
+      else
+        c.gpus[r.device] = std::move(r);
     }
   } catch (const json::exception& e) {
     MT_CHECK(false, "calibration file ", path, " is malformed: ", e.what());
   }
-  MT_CHECK(!c.by_ranks.empty(), "calibration file ", path, " has no entries");
+  MT_CHECK(!c.by_ranks.empty() || !c.gpus.empty(), "calibration file ", path, " has no entries");
   return c;
+}
+
+Calibration load_or_new_calibration(const std::string& path) {
+  return std::filesystem::exists(path) ? load_calibration(path) : Calibration{};
 }
 
 void save_calibration(const Calibration& c, const std::string& path) {
   json entries = json::array();
-  for (const auto& [n, r] : c.by_ranks) {
+  std::vector<const RankCalibration*> all;
+  for (const auto& [n, r] : c.by_ranks) all.push_back(&r);
+  for (const auto& [d, r] : c.gpus) all.push_back(&r);
+  for (const RankCalibration* rp : all) {
+    const RankCalibration& r = *rp;
     json gemm = json::object(), fits = json::object();
     for (const auto& [prec, v] : r.gemm) {
       gemm[prec] = samples_json(v);
@@ -244,13 +290,27 @@ void save_calibration(const Calibration& c, const std::string& path) {
       coll.push_back(
           {{"op", op_name(s.op)}, {"ranks", s.ranks}, {"bytes", s.bytes}, {"seconds", s.seconds}});
     const Link l = fit_link(r.collectives);
-    entries.push_back({{"ranks_per_node", n},
+    json attn = json::array();
+    for (const auto& a : r.attention)
+      attn.push_back({{"B", a.B},
+                      {"S", a.S},
+                      {"H", a.H},
+                      {"G", a.G},
+                      {"D", a.D},
+                      {"causal", a.causal},
+                      {"seconds", a.seconds}});
+    const AttentionFit af = fit_attention(r.attention);
+    entries.push_back({{"device", r.device},
+                       {"ranks_per_node", r.ranks_per_node},
                        {"threads_per_rank", r.threads_per_rank},
                        {"memory_bandwidth", r.memory_bandwidth},
                        {"gemm", gemm},
                        {"collectives", coll},
+                       {"attention", attn},
                        {"fitted",
                         {{"gemm", fits},
+                         {"attention_tflops", af.flops / 1e12},
+                         {"attention_median_rel_error", af.median_rel_error},
                          {"link_gbps", std::isfinite(l.bandwidth) ? l.bandwidth / 1e9 : 0.0},
                          {"link_latency_us", l.latency * 1e6}}}});
   }
@@ -267,8 +327,51 @@ void save_calibration(const Calibration& c, const std::string& path) {
   std::filesystem::rename(tmp, path);
 }
 
+namespace {
+
+const GemmFit& gemm_fit_for(const RankCalibration& e, Precision p) {
+  const std::string prec(precision_name(p));
+  auto it = e.gemm_fit.find(prec);
+  MT_CHECK(
+      it != e.gemm_fit.end(), "the calibration of ", e.device, " has no ", prec,
+      " GEMM measurements (measured: ",
+      [&] {
+        std::string s;
+        for (const auto& [k, v] : e.gemm_fit) s += (s.empty() ? "" : ", ") + k;
+        return s;
+      }(),
+      ")");
+  return it->second;
+}
+
+// A GPU: the catalog's parameters, with what was measured on that GPU model.
+PerfParams gpu_perf(const Calibration& cal, const Cluster& c, Precision p) {
+  const RankCalibration* e = gpu_entry(cal, c);
+  MT_CHECK(e, "the calibration has no entry for ", c.hardware.description,
+           " (run `mtron plan --calibrate --device cuda` on one)");
+  PerfParams pp = perf_from_hardware(c, p);
+  const GemmFit& g = gemm_fit_for(*e, p);
+  pp.gemm_flops = g.flops;
+  pp.gemm_bandwidth = g.bandwidth;
+  pp.gemm_overhead = g.overhead;
+  pp.gemm_k_overhead = 0;           // in the fitted per-call overhead and bandwidth terms
+  pp.gemm_overlaps_memory = false;  // the fitted model: compute + operand bytes
+  if (e->attention_fit.flops > 0) pp.attention_flops = e->attention_fit.flops;
+  if (e->memory_bandwidth > 0) pp.memory_bandwidth = e->memory_bandwidth;
+  if (e->link.bandwidth > 0 && std::isfinite(e->link.bandwidth)) {
+    pp.nvlink.bandwidth = e->link.bandwidth;
+    pp.nvlink.latency = e->link.latency;
+  }
+  return pp;
+}
+
+}  // namespace
+
 PerfParams perf_from_calibration(const Calibration& cal, const Cluster& c, Precision p) {
-  MT_CHECK(c.hardware.is_cpu, "a calibration describes this CPU; use --hardware local-cpu");
+  if (!c.hardware.is_cpu) return gpu_perf(cal, c, p);
+  MT_CHECK(!cal.by_ranks.empty(),
+           "the calibration has no CPU entry (run `mpirun -np N mtron "
+           "plan --calibrate` on this machine)");
   const int64_t want = c.devices_per_node;
   // The entry measured with this many ranks, else the nearest (by ratio), rescaled: the node's
   // cores, memory bandwidth and shared-memory bandwidth are shared by its ranks.
@@ -282,18 +385,8 @@ PerfParams perf_from_calibration(const Calibration& cal, const Cluster& c, Preci
     }
   }
   MT_ASSERT(e, "empty calibration");
-  const std::string prec(precision_name(p));
-  auto it = e->gemm_fit.find(prec);
-  MT_CHECK(
-      it != e->gemm_fit.end(), "the calibration has no ", prec, " GEMM measurements (measured: ",
-      [&] {
-        std::string s;
-        for (const auto& [k, v] : e->gemm_fit) s += (s.empty() ? "" : ", ") + k;
-        return s;
-      }(),
-      ")");
   const double scale = double(e->ranks_per_node) / double(want);
-  const GemmFit& g = it->second;
+  const GemmFit& g = gemm_fit_for(*e, p);
   PerfParams pp;
   pp.gemm_flops = g.flops * scale;
   pp.gemm_bandwidth = g.bandwidth * scale;

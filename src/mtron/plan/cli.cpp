@@ -13,6 +13,7 @@
 #include "mtron/core/error.h"
 #include "mtron/core/hardware.h"
 #include "mtron/core/model_flags.h"
+#include "mtron/core/parallel_flags.h"
 #include "mtron/plan/calibrate.h"
 #include "mtron/plan/calibration.h"
 #include "mtron/plan/doctor.h"
@@ -50,9 +51,11 @@ std::string list_catalogs() {
   for (const auto& e : model_catalog()) s += fmt::format("  {:<20} {}\n", e.name, e.description);
   s += "\nhardware (catalog/hardware/*.json):\n";
   for (const auto& h : hardware_catalog()) {
-    s += fmt::format("  {:<20} {}: bf16 {:.0f} TFLOP/s, {:.0f} GiB{}\n", h.name, h.description,
-                     h.peak_bf16 * (h.is_cpu ? h.gpus_per_node : 1) / 1e12, h.memory_bytes / kGiB,
-                     h.is_cpu ? " (node)" : "");
+    const double n = h.is_cpu ? h.gpus_per_node : 1;
+    s += fmt::format("  {:<20} {}: bf16 {:.4g}{} TFLOP/s dense, {:.0f} GiB{}\n", h.name,
+                     h.description, h.peak_bf16 * n / 1e12,
+                     h.peak_fp8 > 0 ? fmt::format(", fp8 {:.4g}", h.peak_fp8 * n / 1e12) : "",
+                     h.memory_bytes / kGiB, h.is_cpu ? " (node)" : "");
   }
   s += "\nnetworks:\n";
   for (const auto& n : network_catalog()) s += fmt::format("  {:<20} {}\n", n.name, n.description);
@@ -145,8 +148,12 @@ int run_plan(std::vector<std::string> args) {
   int64_t gpus = 0, gpus_per_node = 0, nics_per_node = 0, pick = 1;
   SearchOptions o;
   bool json = false, list = false, calibrate = false, quick = false;
-  bool bf16 = false, fp16 = false, fp32 = false, no_distopt = false, no_sp = false;
-  bool grad_bf16 = false;
+  bool fp16 = false, fp32 = false, no_distopt = false, no_sp = false;
+  PrecisionFlags prec;
+  // The layout sizes a plan fixes, in `mtron train`'s flags (parallel_flags.h); 0: searched.
+  ParallelConfig fixed;
+  fixed.tensor_model_parallel_size = fixed.pipeline_model_parallel_size = 0;
+  fixed.context_parallel_size = fixed.expert_model_parallel_size = 0;
   std::string fp8_format, recompute;
   TrainingArgs t;
   JobOptions job;
@@ -178,10 +185,7 @@ int run_plan(std::vector<std::string> args) {
       ->group(g);
 
   g = "training";
-  app.add_option("--global-batch-size", o.global_batch_size,
-                 "Sequences per iteration (default: the catalog model's published batch)")
-      ->group(g);
-  app.add_flag("--bf16", bf16, "Plan bf16 training (the default)")->group(g);
+  add_precision_flags(app, prec, g);
   app.add_flag("--fp16", fp16, "Plan fp16 training with loss scaling")->group(g);
   app.add_flag("--fp32", fp32, "Plan fp32 training")->group(g);
   app.add_option("--fp8-format", fp8_format,
@@ -190,15 +194,9 @@ int run_plan(std::vector<std::string> args) {
       ->check(CLI::IsMember({"e4m3", "hybrid"}))
       ->group(g);
 
-  g = "layout search (unset: searched)";
-  app.add_option("--tensor-model-parallel-size", o.tp, "Fix TP")->group(g);
-  app.add_option("--pipeline-model-parallel-size", o.pp, "Fix PP")->group(g);
-  app.add_option("--context-parallel-size", o.cp, "Fix CP")->group(g);
-  app.add_option("--expert-model-parallel-size", o.ep, "Fix EP")->group(g);
-  app.add_option("--expert-tensor-parallel-size", o.etp, "Fix expert TP")->group(g);
-  app.add_option("--num-virtual-stages-per-pipeline-rank", o.vpp, "Fix the interleaving (1: none)")
-      ->group(g);
-  app.add_option("--micro-batch-size", o.micro_batch_size, "Fix the micro-batch size")->group(g);
+  g = "layout search (each given size is fixed; unset: searched; --global-batch-size default: "
+      "the catalog model's published batch)";
+  add_parallel_flags(app, fixed, ParallelFlags::kSizes, g);
   app.add_option("--max-micro-batch-size", o.max_micro_batch_size,
                  "Largest micro-batch size searched")
       ->capture_default_str()
@@ -216,8 +214,6 @@ int run_plan(std::vector<std::string> args) {
   app.add_flag("--no-tp-comm-overlap", no_tp_overlap,
                "Plan without --tp-comm-overlap (TP communication overlapped with GEMMs, on by "
                "default on GPUs with TP > 1 and sequence parallelism)")
-      ->group(g);
-  app.add_flag("--grad-reduce-in-bf16", grad_bf16, "Plan bf16 gradient buffers and reduction")
       ->group(g);
   app.add_flag("--allow-cross-node-tp", o.allow_cross_node_tp,
                "Also search TP larger than an NVLink domain")
@@ -250,6 +246,13 @@ int run_plan(std::vector<std::string> args) {
                  "~/.cache/mtron/calibration.json); used with --hardware local-cpu when present")
       ->group(g);
   app.add_flag("--calibrate-quick", quick, "A short calibration (fewer shapes)")->group(g);
+  std::string calibrate_device = "cpu";
+  app.add_option("--device", calibrate_device,
+                 "What --calibrate measures: cpu (this machine's cores, MPI) or cuda (this "
+                 "node's GPUs, one rank per GPU: `mpirun -np <GPUs>`)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"cpu", "cuda"}))
+      ->group(g);
 
   g = "launch script (mtron train flags)";
   app.add_option("--train-iters", t.train_iters, "Iterations to train")
@@ -332,13 +335,14 @@ int run_plan(std::vector<std::string> args) {
     return 0;
   }
   if (calibration_file.empty()) calibration_file = default_calibration_path();
-  if (calibrate) return run_calibration({calibration_file, quick});
+  if (calibrate) return run_calibration({calibration_file, quick, calibrate_device == "cuda"});
 
   MT_CHECK(m.num_layers > 0 || !model_name.empty(),
            "give a model: --model NAME (see --list) or Megatron's model flags (--num-layers "
            "--hidden-size --num-attention-heads --seq-length --vocab-size ...)");
   m.finalize();
   MT_CHECK(gpus > 0, "--gpus is required (the number of GPUs, or MPI ranks with local-cpu)");
+  const bool bf16 = prec.compute == Precision::kBF16;
   MT_CHECK(int(bf16) + int(fp16) + int(fp32) + int(!fp8_format.empty()) <= 1 ||
                (bf16 && !fp8_format.empty() && !fp16 && !fp32),
            "--bf16, --fp16, --fp32 and --fp8-format are exclusive (--fp8-format with --bf16 "
@@ -353,8 +357,29 @@ int run_plan(std::vector<std::string> args) {
                                              : RecomputeGranularity::kFull;
   o.distributed_optimizer = !no_distopt;
   o.sequence_parallel = !no_sp;
-  o.grads_fp32 = !grad_bf16;
+  o.grads_fp32 = !prec.grad_reduce_in_bf16;
   o.tp_comm_overlap = !no_tp_overlap;
+  o.tp = fixed.tp();
+  o.pp = fixed.pp();
+  o.cp = fixed.cp();
+  o.ep = fixed.ep();
+  o.etp = fixed.etp();
+  o.vpp = fixed.num_virtual_stages_per_pipeline_rank;
+  if (fixed.num_layers_per_virtual_pipeline_stage > 0) {
+    MT_CHECK(o.pp > 0 && m.num_layers % (o.pp * fixed.num_layers_per_virtual_pipeline_stage) == 0,
+             "--num-layers-per-virtual-pipeline-stage needs --pipeline-model-parallel-size with "
+             "--num-layers a multiple of both");
+    o.vpp = m.num_layers / o.pp / fixed.num_layers_per_virtual_pipeline_stage;
+  }
+  MT_CHECK(
+      fixed.decoder_first_pipeline_num_layers == 0 && fixed.decoder_last_pipeline_num_layers == 0,
+      "--decoder-first/last-pipeline-num-layers: mtron train has only even pipeline stages");
+  o.micro_batch_size = fixed.micro_batch_size;
+  o.global_batch_size = fixed.global_batch_size;
+  // Plans are for mtron train: even pipeline stages; on GPUs no context parallelism unless
+  // asked for (--device cuda does not run it yet: --emit then says so).
+  o.uneven_pipeline = false;
+  if (o.cp == 0 && !find_hardware(hardware).is_cpu) o.cp = 1;
   if (o.global_batch_size == 0) o.global_batch_size = catalog_gbs;
   MT_CHECK(o.global_batch_size > 0,
            "--global-batch-size is required for a model not in the catalog");
@@ -374,9 +399,13 @@ int run_plan(std::vector<std::string> args) {
 
   PerfParams perf = perf_from_hardware(c, o.precision);
   std::string perf_source = "hardware catalog";
-  if (c.hardware.is_cpu && std::filesystem::exists(calibration_file)) {
-    perf = perf_from_calibration(load_calibration(calibration_file), c, o.precision);
-    perf_source = "calibration " + calibration_file;
+  if (std::filesystem::exists(calibration_file)) {
+    // A CPU plan uses this machine's calibration; a GPU plan the entry measured on that GPU.
+    const Calibration cal = load_calibration(calibration_file);
+    if (c.hardware.is_cpu ? !cal.by_ranks.empty() : gpu_entry(cal, c) != nullptr) {
+      perf = perf_from_calibration(cal, c, o.precision);
+      perf_source = "calibration " + calibration_file;
+    }
   }
 
   const SearchResult r = search_layouts(m, c, perf, o);
@@ -405,10 +434,11 @@ int run_plan(std::vector<std::string> args) {
     job.mtron = mtron_binary.empty() ? self_path() : mtron_binary;
     job.comment = fmt::format(
         "{}\n{} on {}\nplan #{}: {}\npredicted: {:.3f} s per step, {:.0f} tokens/s/GPU, {:.4g} "
-        "TFLOP/s/GPU, MFU {:.1f}%; memory {:.1f} of {:.1f} GiB per GPU",
+        "TFLOP/s/GPU, MFU {:.1f}%; memory {:.1f} of {:.1f} GiB per GPU\nMFU against {}",
         command, m.summary(), cluster_summary(c), pick, layout_name(chosen.layout),
         chosen.time.total, chosen.time.tokens_per_second_per_device, chosen.time.tflops_per_device,
-        100 * chosen.time.mfu, chosen.memory.total() / kGiB, chosen.memory.capacity / kGiB);
+        100 * chosen.time.mfu, chosen.memory.total() / kGiB, chosen.memory.capacity / kGiB,
+        c.device().peak_description(o.precision));
     write(emit_script(parse_launcher(emit), c, chosen.layout, train_args(m, chosen.layout, c, t),
                       job));
     return 0;
@@ -419,7 +449,15 @@ int run_plan(std::vector<std::string> args) {
     write(j.dump(2) + "\n");
     return 0;
   }
-  write(format_plans(m, c, o, r) + fmt::format("\n(time model constants: {})\n", perf_source));
+  std::string notes = fmt::format("\n(time model constants: {})\n", perf_source);
+  const std::string cuda_why =
+      c.hardware.is_cpu
+          ? ""
+          : cuda_unsupported(m, r.plans[0].layout.parallel, !t.save.empty() || !t.load.empty());
+  if (!cuda_why.empty())
+    notes += fmt::format(
+        "(mtron train --device cuda cannot run this plan yet: {}; --emit says so)\n", cuda_why);
+  write(format_plans(m, c, o, r) + notes);
   return 0;
 }
 
@@ -484,7 +522,7 @@ int run_doctor(std::vector<std::string> args) {
     for (std::string line; std::getline(*in, line);) lines.push_back(line);
     const LogReport log = parse_log(lines);
     const std::vector<Finding> f = diagnose(log, o);
-    if (!f.empty()) rc = 1;
+    if (has_problems(f)) rc = 1;
     if (json)
       all.push_back({{"log", path}, {"findings", findings_json(f)}});
     else

@@ -6,6 +6,7 @@
 
 #include "mtron/core/error.h"
 #include "mtron/core/model_flags.h"
+#include "mtron/core/parallel_flags.h"
 
 namespace mtron::plan {
 namespace {
@@ -66,48 +67,33 @@ std::vector<std::string> train_args(const ModelConfig& m,
                                     const Cluster& c,
                                     const TrainingArgs& t) {
   const ParallelConfig& p = l.parallel;
+  const bool gpu = !c.hardware.is_cpu;
+  // What `mtron train` runs: even pipeline stages, bf16 or fp32, and on GPUs only what
+  // --device cuda supports.
+  MT_CHECK(p.decoder_first_pipeline_num_layers == 0 && p.decoder_last_pipeline_num_layers == 0,
+           "no launch script: the plan has uneven pipeline stages, which mtron train does not "
+           "have yet (fix --pipeline-model-parallel-size to a divisor of the layers)");
+  MT_CHECK(l.precision == Precision::kBF16 || l.precision == Precision::kFP32,
+           "no launch script: mtron train has no ", precision_name(l.precision),
+           " training yet (plan with --bf16 or --fp32)");
+  if (gpu) {
+    const std::string why = cuda_unsupported(m, p, !t.save.empty() || !t.load.empty());
+    MT_CHECK(why.empty(), "no launch script: mtron train --device cuda: ", why,
+             " (the parts that still run on the host, docs/cuda.md); --hardware local-cpu plans a "
+             "CPU run");
+  }
   std::vector<std::string> a = model_flag_args(m);
   auto add = [&](const char* flag, auto v) {
     a.push_back(flag);
     a.push_back(fmt::format("{}", v));
   };
-  auto on = [&](const char* flag, bool v) {
-    if (v) a.push_back(flag);
-  };
-  add("--tensor-model-parallel-size", p.tp());
-  add("--pipeline-model-parallel-size", p.pp());
-  if (p.vpp() > 1) add("--num-virtual-stages-per-pipeline-rank", p.vpp());
-  if (p.decoder_first_pipeline_num_layers > 0)
-    add("--decoder-first-pipeline-num-layers", p.decoder_first_pipeline_num_layers);
-  if (p.decoder_last_pipeline_num_layers > 0)
-    add("--decoder-last-pipeline-num-layers", p.decoder_last_pipeline_num_layers);
-  add("--context-parallel-size", p.cp());
-  if (m.is_moe()) {
-    add("--expert-model-parallel-size", p.ep());
-    add("--expert-tensor-parallel-size", p.etp());
-  }
-  on("--sequence-parallel", p.sequence_parallel);
-  on("--use-distributed-optimizer", p.use_distributed_optimizer);
-  on("--overlap-grad-reduce", p.overlap_grad_reduce);
-  on("--overlap-param-gather", p.overlap_param_gather);
-  on("--tp-comm-overlap", l.tp_comm_overlap);
-  add("--micro-batch-size", p.micro_batch_size);
-  add("--global-batch-size", p.global_batch_size);
-  switch (l.precision) {
-    case Precision::kBF16:
-      a.push_back("--bf16");
-      break;
-    case Precision::kFP16:
-      a.push_back("--fp16");
-      break;
-    case Precision::kFP8:
-      a.push_back("--bf16");
-      add("--fp8-format", "hybrid");
-      break;
-    case Precision::kFP32:
-      break;
-  }
-  on("--grad-reduce-in-bf16", !l.grads_fp32 && l.precision != Precision::kFP32);
+  for (std::string& f : parallel_flag_args(p, m.is_moe())) a.push_back(std::move(f));
+  if (l.tp_comm_overlap) a.push_back("--tp-comm-overlap");
+  PrecisionFlags prec;
+  prec.compute = l.precision;  // --bf16 for bf16 (fp32 runs without a flag)
+  prec.grad_reduce_in_bf16 = !l.grads_fp32;
+  for (std::string& f : precision_flag_args(prec)) a.push_back(std::move(f));
+  if (gpu) add("--device", "cuda");
   if (l.recompute != RecomputeGranularity::kNone)
     add("--recompute-granularity", recompute_name(l.recompute));
   if (l.recompute == RecomputeGranularity::kFull) {
@@ -131,7 +117,6 @@ std::vector<std::string> train_args(const ModelConfig& m,
     a.insert(a.end(), t.data_args.begin(), t.data_args.end());
   }
   add("--log-interval", t.log_interval > 0 ? t.log_interval : c.hardware.is_cpu ? 1 : 10);
-  on("--log-throughput", true);
   add("--eval-interval", t.eval_interval > 0 ? t.eval_interval : t.train_iters);
   add("--eval-iters", t.eval_iters);
   if (!t.save.empty()) {
@@ -198,12 +183,12 @@ std::string emit_script(Launcher launcher,
     case Launcher::kSrun:
       s += "# Run inside an allocation (salloc, or an sbatch job) of the size below.\n";
       s += fmt::format(
-          "exec srun --nodes={} --ntasks-per-node={}{} --kill-on-bad-exit=1 \\\n"
+          "exec srun --mpi=pmix --nodes={} --ntasks-per-node={}{} --kill-on-bad-exit=1 \\\n"
           "  \"$MTRON\" train \"${{ARGS[@]}}\" \"$@\"\n",
           nodes, per_node, cpu ? "" : fmt::format(" --gpus-per-node={}", per_node));
       break;
     case Launcher::kSbatch:
-      s += "srun --kill-on-bad-exit=1 \"$MTRON\" train \"${ARGS[@]}\" \"$@\"\n";
+      s += "srun --mpi=pmix --kill-on-bad-exit=1 \"$MTRON\" train \"${ARGS[@]}\" \"$@\"\n";
       break;
   }
   return s;

@@ -2,8 +2,11 @@
 //
 // Launch scripts for a plan: `mtron train` with every flag (model shape, layout, batch,
 // precision, recompute, optimizer sharding, data, schedule), under mpirun (this machine or a
-// hostfile), srun (inside an allocation) or sbatch (a Slurm job file). A Megatron user reads
-// the same flags they would pass to pretrain_gpt.py.
+// hostfile), srun --mpi=pmix (inside an allocation) or sbatch (a Slurm job file). A Megatron
+// user reads the same flags they would pass to pretrain_gpt.py. The model, layout and precision
+// flags come from the definitions `mtron train` parses (model_flags.h, parallel_flags.h), GPU
+// plans run with --device cuda, and a plan `mtron train` cannot run as written (uneven stages,
+// fp16/FP8, or what --device cuda does not support yet) gets no script but an error saying why.
 #pragma once
 
 #include <cstdint>
@@ -39,7 +42,8 @@ struct TrainingArgs {
   std::vector<std::string> extra;  // appended verbatim
 };
 
-// Every `mtron train` flag of the plan, in Megatron's spelling.
+// Every `mtron train` flag of the plan, in Megatron's spelling; throws mtron::Error when
+// `mtron train` cannot run the plan.
 std::vector<std::string> train_args(const ModelConfig& m,
                                     const Layout& l,
                                     const Cluster& c,

@@ -29,6 +29,12 @@ struct Layout {
   Precision precision = Precision::kBF16;
   bool grads_fp32 = true;        // false: --grad-reduce-in-bf16
   bool tp_comm_overlap = false;  // --tp-comm-overlap (TP collectives hidden behind GEMMs)
+  // Fused (flash) attention where the device has it; false: the s x s scores are materialised
+  // (Megatron's --attention-backend unfused, and Megatron before flash attention).
+  bool fused_attention = true;
+  // --fp8-param-gather with fp8: GEMM weights live in fp8 (1 byte, plus a 1-byte transposed
+  // copy) instead of bf16 with fp8 copies, and the parameter all-gather moves fp8.
+  bool fp8_params = false;
 };
 
 // "TP2 PP4 (VPP5) CP1 EP1 DP8 mbs1 sel" style one-line name.

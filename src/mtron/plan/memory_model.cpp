@@ -98,8 +98,11 @@ double layer_activation_bytes(const ModelConfig& m,
 
   if (l.recompute == RecomputeGranularity::kFull) return e * T * h / st;  // the layer's input
 
+  // Inputs saved for the GEMMs' backward: in fp8 Transformer Engine keeps the fp8 cast.
+  const double ei = l.precision == Precision::kFP8 ? 1.0 : e;
   // Attention block: norm input, QKV input, Q/K/V, core attention, projection input, dropout.
-  double bytes = 2 * e * T * h / st + e * T * (q + 2 * kv) / t + e * T * q / t + mask * T * h / st;
+  double bytes =
+      (e + ei) * T * h / st + e * T * (q + 2 * kv) / t + ei * T * q / t + mask * T * h / st;
   if (fused_attention) {
     bytes += 4 * T * a / t;  // softmax statistics (log-sum-exp, fp32)
   } else if (l.recompute != RecomputeGranularity::kSelective) {
@@ -109,7 +112,7 @@ double layer_activation_bytes(const ModelConfig& m,
   // MLP block: norm input, fc1 input, fc1 output(s), activation output, dropout mask.
   bytes += e * T * h / st + mask * T * h / st;
   auto mlp = [&](double tokens, double f, double split) {
-    return e * tokens * h + e * tokens * f * up / split + e * tokens * f / split;
+    return ei * tokens * h + e * tokens * f * up / split + ei * tokens * f / split;
   };
   if (!moe_layer) {
     bytes += mlp(T / st, double(m.ffn()), t / st);
@@ -128,7 +131,9 @@ double layer_activation_bytes(const ModelConfig& m,
 MemoryBreakdown estimate_memory(const ModelConfig& m, const Layout& l, const Cluster& c) {
   const ParallelConfig& p = l.parallel;
   const Hardware dev = c.device();
-  const bool fused_attention = !dev.is_cpu;
+  // Flash-style attention keeps no scores: every GPU kernel and mtron's CPU kernels
+  // (kernels/attention.h); Layout::fused_attention off models kernels that materialise them.
+  const bool fused_attention = l.fused_attention;
   const double e = activation_elem_bytes(l.precision);
   const double t = double(p.tp());
   const double st = p.sequence_parallel ? t : 1.0;
@@ -153,7 +158,13 @@ MemoryBreakdown estimate_memory(const ModelConfig& m, const Layout& l, const Clu
     b.weights = dense * dense_state.param + sp.expert * expert_state.param;
     b.gradients = dense * dense_state.grad + sp.expert * expert_state.grad;
     b.optimizer = dense * dense_state.optimizer + sp.expert * expert_state.optimizer;
-    if (l.precision == Precision::kFP8) b.fp8_weights = 2 * (sp.tp_sharded + sp.expert);
+    if (l.precision == Precision::kFP8) {
+      // TE's fp8 copy and transpose of each GEMM weight; with --fp8-param-gather the fp8 copy
+      // is the weight itself.
+      const double gemm_weights = sp.tp_sharded + sp.expert;
+      b.fp8_weights = (l.fp8_params ? 1 : 2) * gemm_weights;
+      if (l.fp8_params) b.weights -= gemm_weights * (dense_state.param - 1);
+    }
 
     const double layers = double(p.num_layers_in_stage(stage));
     const double moe_fraction = layers > 0 ? moe_layers_in_stage(m, p, stage) / layers : 0;
@@ -169,10 +180,19 @@ MemoryBreakdown estimate_memory(const ModelConfig& m, const Layout& l, const Clu
     }
     if (l.recompute == RecomputeGranularity::kFull) b.working = per_layer(no_recompute);
     if (stage == p.pp() - 1) {
-      // Final norm and output-layer inputs; fp32 logits kept for the loss; during backward the
-      // bf16 logits and their fp32 gradient exist at once.
-      b.activations += 2 * e * T * h / st + 4 * T * V / t;
-      b.working = std::max(b.working, (e + 4) * T * V / t);
+      // Final norm and output-layer inputs. GPUs (Megatron): fp32 logits kept for the loss,
+      // and during backward the bf16 logits and their fp32 gradient at once. CPUs (mtron's
+      // trainer): the fused output layer + cross-entropy holds one chunk of rows' fp32 logits
+      // (and their bf16 gradient) at a time.
+      b.activations += 2 * e * T * h / st;
+      if (dev.is_cpu) {
+        // A CPU's chunk (kernels::chunk_elems): 2^22 floats.
+        const double rows = double(lm_head_rows_per_chunk(int64_t(V / t), int64_t(1) << 22));
+        b.working = std::max(b.working, (4 + (e == 2 ? 2 : 0)) * std::min(rows, T) * V / t);
+      } else {
+        b.activations += 4 * T * V / t;
+        b.working = std::max(b.working, (e + 4) * T * V / t);
+      }
     }
     b.overhead =
         (dev.is_cpu ? kCpuRuntime : kGpuRuntime) + kFragmentation * (b.activations + b.working);

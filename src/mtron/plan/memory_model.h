@@ -28,8 +28,8 @@ struct StageParams {
 StageParams stage_parameters(const ModelConfig& m, const ParallelConfig& p, int64_t stage);
 
 // Saved activation bytes of one transformer layer for one micro-batch on one rank.
-// fused_attention: flash-style attention keeps no s x s scores (GPUs; mtron's CPU kernels
-// materialise them).
+// fused_attention: flash-style attention keeps no s x s scores (GPU kernels and mtron's CPU
+// kernels; false models kernels that materialise them, as Megatron's before flash attention).
 double layer_activation_bytes(const ModelConfig& m,
                               const Layout& l,
                               bool fused_attention,

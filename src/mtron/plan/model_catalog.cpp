@@ -2,10 +2,13 @@
 
 #include <fmt/core.h>
 
+#include <CLI/CLI.hpp>
+#include <algorithm>
 #include <cctype>
 #include <nlohmann/json.hpp>
 
 #include "mtron/core/error.h"
+#include "mtron/core/model_flags.h"
 #include "mtron/embedded/model_catalog_files.h"
 
 namespace mtron::plan {
@@ -71,6 +74,22 @@ const ModelEntry& find_model(std::string_view name) {
   }
   MT_CHECK(false, "unknown model '", name, "' (known: ", known,
            "; or give the shape with Megatron's flags: --num-layers --hidden-size ...)");
+}
+
+ModelConfig parse_model_args(const std::vector<std::string>& args) {
+  CLI::App app;
+  ModelConfig m;
+  add_model_flags(app, m);
+  app.add_option("--vocab-size", m.vocab_size)
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  std::vector<std::string> reversed(args.rbegin(), args.rend());  // CLI11's order
+  try {
+    app.parse(reversed);
+  } catch (const CLI::ParseError& e) {
+    MT_CHECK(false, "bad model flags: ", e.what());
+  }
+  m.finalize();
+  return m;
 }
 
 }  // namespace mtron::plan

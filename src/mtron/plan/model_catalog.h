@@ -1,4 +1,4 @@
-// defines: ModelEntry, model_catalog, find_model
+// defines: ModelEntry, model_catalog, find_model, parse_model_args
 //
 // Published models as Megatron model flags (catalog/models/*.json, embedded at build time).
 // An entry is a list of flags, so a catalog model goes through exactly the parsing and
@@ -9,6 +9,8 @@
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include "mtron/core/model_config.h"
 
 namespace mtron::plan {
 
@@ -24,5 +26,9 @@ struct ModelEntry {
 const std::vector<ModelEntry>& model_catalog();
 // By name or alias, case-insensitive; throws mtron::Error listing the known names.
 const ModelEntry& find_model(std::string_view name);
+
+// A model from Megatron's model flags and --vocab-size (a later flag overrides an earlier
+// one), finalized. Throws mtron::Error naming a flag it does not know.
+ModelConfig parse_model_args(const std::vector<std::string>& args);
 
 }  // namespace mtron::plan

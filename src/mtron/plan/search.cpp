@@ -87,6 +87,7 @@ Shapes search_shapes(const ModelConfig& m,
               for (int64_t v : vpps) {
                 int64_t first = 0, last = 0;
                 if (!split_pipeline_layers(m.num_layers, pp, v, &first, &last)) continue;
+                if (!o.uneven_pipeline && (first > 0 || last > 0)) continue;
                 for (RecomputeGranularity rc : recomputes) {
                   Layout l;
                   ParallelConfig& p = l.parallel;
@@ -104,14 +105,16 @@ Shapes search_shapes(const ModelConfig& m,
                   p.use_distributed_optimizer = o.distributed_optimizer && sharded;
                   // Overlap of DP communication with compute: Megatron's flags on GPUs. mtron's
                   // CPU trainer is planned without (communication counted in full).
-                  p.overlap_grad_reduce = !cpu && sharded;
-                  p.overlap_param_gather = !cpu && p.use_distributed_optimizer;
+                  p.overlap_grad_reduce = !cpu && sharded && o.overlap_dp_comm;
+                  p.overlap_param_gather = !cpu && p.use_distributed_optimizer && o.overlap_dp_comm;
                   p.micro_batch_size = mbs;
                   p.global_batch_size = o.global_batch_size;
                   l.recompute = rc;
                   l.precision = o.precision;
                   l.grads_fp32 = o.grads_fp32;
                   l.tp_comm_overlap = o.tp_comm_overlap && tp > 1 && !cpu && p.sequence_parallel;
+                  l.fused_attention = o.fused_attention;
+                  l.fp8_params = o.fp8_params && o.precision == Precision::kFP8;
                   try {
                     p.finalize(m);
                     // Megatron's MoELayer refuses to train with TP > 1 and no SP.

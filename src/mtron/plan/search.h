@@ -31,6 +31,12 @@ struct SearchOptions {
   bool sequence_parallel = true;      // with TP > 1
   bool tp_comm_overlap = true;        // --tp-comm-overlap on GPUs (Megatron's recommended setting)
   bool grads_fp32 = true;
+  bool fp8_params = false;      // --fp8-param-gather (with fp8)
+  bool fused_attention = true;  // flash attention on GPUs (false: materialised scores)
+  // --overlap-grad-reduce / --overlap-param-gather on GPUs (false: DP communication after the
+  // backward pass, as Megatron without those flags)
+  bool overlap_dp_comm = true;
+  bool uneven_pipeline = true;  // Megatron's uneven first/last stages (mtron train has none yet)
   bool allow_cross_node_tp = false;
   double memory_margin = 0.10;  // fraction of device memory kept free
   int64_t max_micro_batch_size = 16;

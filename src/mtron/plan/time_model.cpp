@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <tuple>
 #include <vector>
 
 #include "mtron/core/error.h"
@@ -108,6 +109,13 @@ PerfParams perf_from_hardware(const Cluster& c, Precision p) {
   return pp;
 }
 
+std::pair<double, double> fused_attention_seconds(
+    double flops, double tokens, double keys, double q_width, double chunk) {
+  const double work = 2 * tokens * keys * q_width;  // forward, causal half counted
+  const double rate = flops * chunk / (chunk + kAttentionChunkOverhead);
+  return {work / rate, 2.5 * work / rate};
+}
+
 double gemm_operand_bytes(double M, double N, double K, Precision p) {
   const double e = p == Precision::kFP8 ? 1.0 : elem_bytes(p);
   return e * (M * K + K * N) + 4 * M * N;
@@ -184,20 +192,20 @@ StepTime estimate_step_time(const ModelConfig& m, const Layout& l, const PerfPar
     };
     block({T, (q + 2 * kv) / t, h}, {T, h, q / t});
     // Core attention (causal): QK^T and PV over the whole sequence for this rank's queries.
-    const double attn_flops = 2 * T * s * q / t;  // forward, causal half counted
-    if (pp.fused_attention) {
+    if (pp.fused_attention && l.fused_attention) {
       // Fused kernels lose efficiency on short blocks: with CP each ring step works on chunks
       // of s/(2 cp) tokens (Megatron's load-balanced split).
       const double chunk = p.cp() > 1 ? s / double(2 * p.cp()) : s;
-      const double rate = pp.attention_flops * chunk / (chunk + kAttentionChunkOverhead);
-      x.attn_f = attn_flops / rate;
-      x.attn_b = 2.5 * attn_flops / rate;  // flash backward recomputes QK^T
+      std::tie(x.attn_f, x.attn_b) =
+          fused_attention_seconds(pp.attention_flops, T, s, q / t, chunk);
     } else {
       // Materialised scores: batched GEMMs over every (sequence, head) over the full square,
       // and a softmax pass over the scores.
       const double batches = b * a / t, sq = s / double(p.cp());
       const double qk = gemm_seconds(pp, sq, s, hd, prec), pv = gemm_seconds(pp, sq, hd, s, prec);
-      x.attn_f = batches * (qk + pv);
+      // GPUs launch one batched GEMM for all of them; mtron's CPU kernels one GEMM each.
+      const double launches = pp.gemm_overlaps_memory ? 1 : batches;
+      x.attn_f = batches * (qk + pv - 2 * pp.gemm_overhead) + launches * 2 * pp.gemm_overhead;
       x.attn_b = 2 * x.attn_f;
       const double scores = batches * sq * s;
       x.elem_f += 4 * e * scores / pp.memory_bandwidth;
@@ -344,7 +352,7 @@ StepTime estimate_step_time(const ModelConfig& m, const Layout& l, const PerfPar
     const StageParams sp = stage_parameters(m, p, r);
     const double dense = sp.tp_sharded + sp.replicated;
     const double grad_bytes = l.grads_fp32 || prec == Precision::kFP32 ? 4.0 : 2.0;
-    const double param_bytes = prec == Precision::kFP32 ? 4.0 : 2.0;
+    const double param_bytes = prec == Precision::kFP32 ? 4.0 : l.fp8_params ? 1.0 : 2.0;
     const int64_t dpcp = p.dp() * p.cp(), edp = p.edp();
     const Link dense_link = pp.link_for_group(dpcp, p.tp());
     const Link expert_link = pp.link_for_group(edp, p.etp() * p.ep());

@@ -1,5 +1,5 @@
 // defines: Link, PerfParams, perf_from_hardware, StepTime, estimate_step_time,
-//          gemm_seconds, collective_seconds, Collective
+//          gemm_seconds, collective_seconds, Collective, fused_attention_seconds
 //
 // Time of one training iteration on the slowest pipeline stage:
 // - compute: every GEMM of Megatron's FLOPs formula at the device's achievable rate, plus a
@@ -22,6 +22,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 
 #include "mtron/core/model_config.h"
 #include "mtron/plan/layout.h"
@@ -70,6 +71,12 @@ PerfParams perf_from_hardware(const Cluster& c, Precision p);
 // (mtron's GEMMs accumulate and write fp32; kernels/gemm.h).
 double gemm_operand_bytes(double M, double N, double K, Precision p);
 double gemm_seconds(const PerfParams& pp, double M, double N, double K, Precision p);
+
+// Causal fused attention of `tokens` queries of width q_width over `keys` keys, forward and
+// backward (2.5 forwards: flash backward recomputes QK^T), at `flops` FLOP/s on long blocks,
+// scaled by chunk / (chunk + 256) for blocks of `chunk` tokens. Returns {forward, backward}.
+std::pair<double, double> fused_attention_seconds(
+    double flops, double tokens, double keys, double q_width, double chunk);
 
 struct StepTime {
   // Seconds per iteration, by cause (critical path of the slowest stage).

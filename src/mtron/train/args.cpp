@@ -1,47 +1,89 @@
 #include "mtron/train/args.h"
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <map>
 
 #include "mtron/core/error.h"
 #include "mtron/core/model_flags.h"
 #include "mtron/data/tokenizer.h"
+#include "mtron/train/megatron_flags.h"
 
 #include <fmt/format.h>
 
 namespace mtron::train {
 namespace {
 
-// Megatron flags that select an implementation detail mtron always has (or never needs):
-// accepted, reported once, no effect.
-const char* kNoOpFlags[] = {
-    "--use-mcore-models",
-    "--use-flash-attn",
-    "--no-masked-softmax-fusion",
-    "--no-bias-gelu-fusion",
-    "--no-bias-dropout-fusion",
-    "--no-bias-swiglu-fusion",
-    "--no-rope-fusion",
-    "--no-gradient-accumulation-fusion",
-    "--attention-softmax-in-fp32",
-    "--no-async-tensor-model-parallel-allreduce",
-    "--accumulate-allreduce-grads-in-fp32",
-    "--log-throughput",
-    "--log-timers-to-tensorboard",
-    "--log-memory-to-tensorboard",
-    "--log-validation-ppl-to-tensorboard",
-    "--no-create-attention-mask-in-dataloader",
-    "--use-contiguous-buffers-in-local-ddp",
-    "--cross-entropy-loss-fusion",
-    "--moe-grouped-gemm",
-    "--moe-permute-fusion",
-    "--moe-router-fusion",
-};
-
+// A choice flag: the names are what --help shows.
 template <typename E>
-CLI::CheckedTransformer choices(std::map<std::string, E> m) {
-  return CLI::CheckedTransformer(std::move(m));
+CLI::Validator choices(const std::map<std::string, E>& m) {
+  std::string names;
+  for (const auto& [k, v] : m) names += (names.empty() ? "{" : ",") + k;
+  return CLI::CheckedTransformer(m).description(names + "}");
+}
+
+// The vocabulary --print-layout assumes when it may not read the tokenizer's files.
+int64_t usual_vocab_size(const std::string& type) {
+  return type == "GPT2BPETokenizer" ? 50257 : 32000;
+}
+
+void validate_schedule_flags(TrainArgs& a, bool warmup_iters_set) {
+  MT_CHECK(a.train_iters > 0 || a.train_samples > 0,
+           "--train-iters or --train-samples is required (and must be positive)");
+  MT_CHECK(a.train_iters >= 0 && a.train_samples >= 0,
+           "--train-iters and --train-samples must "
+           "be positive");
+  const int64_t gbs = a.batches.final_batch_size();
+  if (a.train_iters > 0) {
+    // Megatron's rules for iteration-based training.
+    MT_CHECK(a.train_samples == 0,
+             "--train-iters and --train-samples exclude each other (expected iteration-based "
+             "training)");
+    MT_CHECK(a.lr_decay_samples == 0,
+             "--lr-decay-samples needs --train-samples (expected iteration-based learning rate "
+             "decay: use --lr-decay-iters)");
+    MT_CHECK(a.lr_warmup_samples == 0,
+             "--lr-warmup-samples needs --train-samples (expected iteration-based learning rate "
+             "warmup: use --lr-warmup-iters)");
+    if (a.lr_decay_iters == 0) a.lr_decay_iters = a.train_iters;
+    a.schedule.decay_samples = a.lr_decay_iters * gbs;
+    a.schedule.warmup_samples = a.lr_warmup_iters * gbs;
+  } else {
+    MT_CHECK(a.lr_decay_iters == 0,
+             "--lr-decay-iters needs --train-iters (expected sample-based learning rate decay: "
+             "use --lr-decay-samples)");
+    MT_CHECK(a.lr_warmup_iters == 0,
+             "--lr-warmup-iters needs --train-iters (expected sample-based learning rate warmup: "
+             "use --lr-warmup-samples)");
+    a.train_iters = a.batches.iterations_for(a.train_samples);
+    MT_CHECK(a.train_iters > 0, "--train-samples ", a.train_samples,
+             " is less than one global batch (", gbs, ")");
+    if (a.lr_decay_samples == 0) a.lr_decay_samples = a.train_samples;
+    a.schedule.decay_samples = a.lr_decay_samples;
+    a.schedule.warmup_samples = a.lr_warmup_samples;
+  }
+  if (a.lr_warmup_fraction >= 0) {
+    MT_CHECK(!warmup_iters_set && a.lr_warmup_samples == 0,
+             "can only specify one of --lr-warmup-fraction and --lr-warmup-iters/samples");
+    a.schedule.warmup_samples = int64_t(a.lr_warmup_fraction * double(a.schedule.decay_samples));
+  }
+  MT_CHECK(a.schedule.warmup_samples >= 0, "the learning-rate warmup must be >= 0");
+  MT_CHECK(a.lr >= 0, "--lr is required");
+  MT_CHECK(a.min_lr <= a.lr, "--min-lr (", a.min_lr, ") must be <= --lr (", a.lr, ")");
+  a.schedule.lr = a.lr;
+  a.schedule.min_lr = a.min_lr;
+  a.schedule.warmup_init = a.lr_warmup_init;
+  a.schedule.style = a.lr_decay_style;
+  if (a.decoupled_lr) {
+    if (!a.decoupled_min_lr) a.decoupled_min_lr = a.min_lr;  // Megatron's default
+    MT_CHECK(*a.decoupled_min_lr <= *a.decoupled_lr, "--decoupled-min-lr (", *a.decoupled_min_lr,
+             ") must be <= --decoupled-lr (", *a.decoupled_lr, ")");
+  } else if (a.decoupled_min_lr) {
+    a.notes.push_back("--decoupled-min-lr has no effect without --decoupled-lr");
+    a.decoupled_min_lr.reset();
+  }
 }
 
 }  // namespace
@@ -49,59 +91,39 @@ CLI::CheckedTransformer choices(std::map<std::string, E> m) {
 bool parse_train_args(int argc, char** argv, int64_t world_size, TrainArgs& a) {
   CLI::App app{
       "mtron train: pretrain a GPT/Llama model with Megatron's flags.\n"
-      "One process, or N under `mpirun -np N mtron train ...` / srun."};
+      "One process, or N under `mpirun -np N mtron train ...` / srun --mpi=pmix.\n"
+      "A flag given twice takes its last value. docs/flags.md lists every Megatron flag."};
   app.name("mtron train");
   app.set_help_flag("-h,--help", "Print this help and exit");
+  app.allow_extras();
   // argparse semantics, as Megatron: a repeated flag takes its last value.
   app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   add_model_flags(app, a.model);
 
   const char* p = "Parallelism";
-  auto& par = a.parallel;
-  app.add_option("--tensor-model-parallel-size", par.tensor_model_parallel_size, "TP size")
-      ->group(p);
-  app.add_option("--pipeline-model-parallel-size", par.pipeline_model_parallel_size, "PP size")
-      ->group(p);
-  app.add_option("--context-parallel-size", par.context_parallel_size, "CP size")->group(p);
-  app.add_option("--expert-model-parallel-size", par.expert_model_parallel_size, "EP size")
-      ->group(p);
-  app.add_option("--expert-tensor-parallel-size", par.expert_tensor_parallel_size,
-                 "Expert TP size (default: TP)")
-      ->group(p);
-  app.add_option("--num-layers-per-virtual-pipeline-stage",
-                 par.num_layers_per_virtual_pipeline_stage,
-                 "Interleaved pipeline: layers per chunk")
-      ->group(p);
-  app.add_option("--num-virtual-stages-per-pipeline-rank", par.num_virtual_stages_per_pipeline_rank,
-                 "Interleaved pipeline: chunks per rank")
-      ->group(p);
-  app.add_flag("--sequence-parallel", par.sequence_parallel, "Sequence parallelism (with TP > 1)")
-      ->group(p);
-  app.add_flag("--use-distributed-optimizer", par.use_distributed_optimizer,
-               "Shard optimizer state over data-parallel ranks (ZeRO-1)")
-      ->group(p);
-  app.add_flag("--overlap-grad-reduce", par.overlap_grad_reduce,
-               "Overlap the gradient reduction with backward")
-      ->group(p);
-  app.add_flag("--overlap-param-gather", par.overlap_param_gather,
-               "Overlap the parameter all-gather with forward")
-      ->group(p);
+  add_parallel_flags(app, a.parallel, ParallelFlags::kAll, p);
   app.add_option("--ddp-bucket-size", a.ddp_bucket_size,
                  "Gradient bucket size in elements (default: one bucket, or max(40M, 1M x DP) "
                  "with --overlap-grad-reduce)")
       ->group(p);
-  app.add_flag("--use-tp-pp-dp-mapping", par.use_tp_pp_dp_mapping, "Rank order tp-cp-ep-pp-dp")
+  app.add_option("--distributed-timeout-minutes", a.distributed_timeout_minutes,
+                 "A collective waiting longer ends the job, naming it (default 10; fractions "
+                 "accepted)")
       ->group(p);
-  int64_t timeout_minutes = 10;
-  app.add_option("--distributed-timeout-minutes", timeout_minutes, "Collective timeout")->group(p);
   std::string backend = "nccl";
   app.add_option("--distributed-backend", backend, "nccl or gloo (mtron picks MPI on CPUs)")
       ->check(CLI::IsMember({"nccl", "gloo"}))
       ->group(p);
-  app.add_flag("--print-layout", a.print_layout, "Print the rank map of this layout and exit")
+  app.add_flag("--print-layout", a.print_layout,
+               "Validate every flag, print the rank map and the memory report, and exit (reads "
+               "no data, tokenizer or checkpoint file)")
       ->group(p);
   app.add_option("--world-size", a.layout_world_size,
                  "With --print-layout: the number of ranks to lay out (default: this launch's)")
+      ->group(p);
+  bool tp_comm_overlap = false;
+  app.add_flag("--tp-comm-overlap", tp_comm_overlap,
+               "Accepted (needs --sequence-parallel); mtron does not overlap TP collectives")
       ->group(p);
   std::string dispatcher = "allgather", router_dtype = "fp32", cp_comm = "p2p";
   app.add_option("--moe-token-dispatcher-type", dispatcher,
@@ -117,25 +139,36 @@ bool parse_train_args(int argc, char** argv, int64_t world_size, TrainArgs& a) {
       ->group(p);
 
   const char* t = "Training";
-  app.add_option("--micro-batch-size", par.micro_batch_size, "Sequences per micro-batch")->group(t);
-  app.add_option("--global-batch-size", par.global_batch_size,
-                 "Sequences per iteration (default: micro-batch x DP)")
-      ->group(t);
   app.add_option("--train-iters", a.train_iters, "Iterations to train")->group(t);
-  app.add_option("--seed", a.seed, "Random seed (default 1234)")->group(t);
-  app.add_flag_callback(
-         "--bf16", [&a] { a.precision = Precision::kBF16; },
-         "bf16 mixed precision (fp32 master weights and gradients)")
+  app.add_option("--train-samples", a.train_samples,
+                 "Samples to train (sample-based: the iterations follow from the batch sizes)")
       ->group(t);
+  std::vector<int64_t> rampup;
+  app.add_option("--rampup-batch-size", rampup,
+                 "START INCREMENT SAMPLES: ramp the global batch size up from START by INCREMENT "
+                 "over SAMPLES samples (with --train-samples)")
+      ->expected(3)
+      ->group(t);
+  // One word, or (as Megatron-LM's own GPT-3 example passes it, unquoted) one word per entry.
+  std::vector<std::string> step_words;
+  app.add_option("--step-batch-size-schedule", step_words,
+                 "\"TOKENS:BATCH ...\": the global batch size from each token count on (suffixes "
+                 "K, M, B, T)")
+      ->expected(1, CLI::detail::expected_max_vector_size)
+      ->group(t);
+  app.add_option("--seed", a.seed, "Random seed (default 1234)")->group(t);
+  add_precision_flags(app, a.precision, t);
   app.add_option("--device", a.device,
                  "mtron only: cpu (default) or cuda (one GPU per rank, the node-local rank's; "
                  "NCCL between ranks)")
       ->transform(
           choices(std::map<std::string, Device>{{"cpu", Device::kCPU}, {"cuda", Device::kCUDA}}))
+      ->type_name("TEXT")
       ->group(t);
   app.add_option("--recompute-granularity", a.recompute.granularity, "full or selective")
       ->transform(choices(std::map<std::string, RecomputeGranularity>{
           {"full", RecomputeGranularity::kFull}, {"selective", RecomputeGranularity::kSelective}}))
+      ->type_name("TEXT")
       ->group(t);
   bool recompute_method_set = false;
   app.add_option_function<model::RecomputeMethod>(
@@ -148,6 +181,7 @@ bool parse_train_args(int argc, char** argv, int64_t world_size, TrainArgs& a) {
       ->transform(choices(std::map<std::string, model::RecomputeMethod>{
           {"uniform", model::RecomputeMethod::kUniform},
           {"block", model::RecomputeMethod::kBlock}}))
+      ->type_name("TEXT")
       ->group(t);
   app.add_option("--recompute-num-layers", a.recompute.num_layers, "Layers per recompute group")
       ->group(t);
@@ -159,6 +193,14 @@ bool parse_train_args(int argc, char** argv, int64_t world_size, TrainArgs& a) {
       ->group(o);
   app.add_option("--lr", a.lr, "Peak learning rate")->group(o);
   app.add_option("--min-lr", a.min_lr, "Minimum learning rate (default 0)")->group(o);
+  app.add_option_function<double>(
+         "--decoupled-lr", [&a](double v) { a.decoupled_lr = v; },
+         "Peak learning rate of the word embeddings and the output layer")
+      ->group(o);
+  app.add_option_function<double>(
+         "--decoupled-min-lr", [&a](double v) { a.decoupled_min_lr = v; },
+         "Their minimum learning rate (default: --min-lr)")
+      ->group(o);
   app.add_option("--lr-decay-style", a.lr_decay_style,
                  "constant, linear, cosine, inverse-square-root")
       ->transform(choices(std::map<std::string, optim::LrDecayStyle>{
@@ -166,14 +208,18 @@ bool parse_train_args(int argc, char** argv, int64_t world_size, TrainArgs& a) {
           {"linear", optim::LrDecayStyle::kLinear},
           {"cosine", optim::LrDecayStyle::kCosine},
           {"inverse-square-root", optim::LrDecayStyle::kInverseSquareRoot}}))
+      ->type_name("TEXT")
       ->group(o);
   app.add_option("--lr-decay-iters", a.lr_decay_iters,
                  "Decay over this many iterations (default: --train-iters)")
       ->group(o);
+  app.add_option("--lr-decay-samples", a.lr_decay_samples,
+                 "Decay over this many samples (default: --train-samples)")
+      ->group(o);
   auto* warm_iters =
       app.add_option("--lr-warmup-iters", a.lr_warmup_iters, "Linear warmup iterations")->group(o);
+  app.add_option("--lr-warmup-samples", a.lr_warmup_samples, "Linear warmup samples")->group(o);
   app.add_option("--lr-warmup-fraction", a.lr_warmup_fraction, "Warmup as a fraction of decay")
-      ->excludes(warm_iters)
       ->group(o);
   app.add_option("--lr-warmup-init", a.lr_warmup_init, "Learning rate at the start of warmup")
       ->group(o);
@@ -188,7 +234,8 @@ bool parse_train_args(int argc, char** argv, int64_t world_size, TrainArgs& a) {
   const char* d = "Data";
   app.add_flag("--mock-data", a.mock_data, "Synthetic data, deterministic per sample index")
       ->group(d);
-  app.add_option("--tokenizer-type", a.tokenizer_type, "NullTokenizer, GPT2BPETokenizer, ...")
+  app.add_option("--tokenizer-type", a.tokenizer_type,
+                 fmt::format("{}", fmt::join(data::tokenizer_types(), ", ")))
       ->group(d);
   app.add_option("--vocab-size", a.vocab_size, "Vocabulary size (NullTokenizer)")->group(d);
   app.add_option("--data-path", a.data_path, "Data prefixes, optionally weighted")->group(d);
@@ -210,39 +257,53 @@ bool parse_train_args(int argc, char** argv, int64_t world_size, TrainArgs& a) {
   app.add_flag("--profile", a.profile,
                "Print where the time went (per kernel, after the first iteration) at the end")
       ->group(l);
-  app.add_option("--metrics-file", a.metrics_file, "JSONL metrics (default ./mtron-metrics.jsonl)")
+  app.add_option("--metrics-file", a.metrics_file,
+                 "JSONL metrics (default: mtron-metrics.jsonl in --save, else in "
+                 "--tensorboard-dir, else none); appended to on resume")
       ->group(l);
+  add_tensorboard_flags(app, a.tensorboard, l);
 
   checkpoint::add_checkpoint_flags(app, a.checkpoint);
-
-  for (const char* f : kNoOpFlags) {
-    app.add_flag_callback(
-           f, [&a, f] { a.notes.push_back(std::string(f) + " has no effect in mtron"); })
-        ->group("");
-  }
-  std::string transformer_impl;
-  app.add_option("--transformer-impl", transformer_impl, "")->group("");
+  add_compat_flags(app, a.notes);
   bool fp16 = false;
   app.add_flag("--fp16", fp16, "")->group("");
 
+  std::vector<std::string> args =
+      last_occurrence_only(argc, argv, {"--data-path", "--step-batch-size-schedule"});
+  std::reverse(args.begin(), args.end());  // CLI11 takes a vector in reverse order
   try {
-    app.parse(argc, argv);
+    app.parse(args);
   } catch (const CLI::CallForHelp&) {
     std::fputs(app.help().c_str(), stdout);
     return false;
   } catch (const CLI::ParseError& e) {
     throw Error(e.what());
   }
-  if (!transformer_impl.empty()) a.notes.push_back("--transformer-impl has no effect in mtron");
+  check_unknown_flags(app);
   MT_CHECK(!fp16, "--fp16 is not supported yet; use --bf16 (or fp32, the default)");
   MT_CHECK(a.model.hidden_dropout == 0.0f && a.model.attention_dropout == 0.0f,
            "dropout is not supported yet: pass --hidden-dropout 0 --attention-dropout 0 "
            "(mtron's default)");
+  if (!a.checkpoint.ckpt_format.empty()) {
+    a.notes.push_back("--ckpt-format " + a.checkpoint.ckpt_format +
+                      " has no effect: mtron writes sharded safetensors checkpoints that load "
+                      "under any layout (docs/checkpoints.md)");
+  }
+  if (a.precision.grad_reduce_in_bf16 && a.precision.compute != Precision::kBF16) {
+    a.notes.push_back("--grad-reduce-in-bf16 has no effect without --bf16 (fp32 gradients)");
+    a.precision.grad_reduce_in_bf16 = false;
+  }
 
   // The model's vocabulary is the tokenizer's; NullTokenizer takes --vocab-size.
   MT_CHECK(a.mock_data || !a.data_path.empty(), "no data: pass --data-path PREFIX or --mock-data");
   MT_CHECK(!(a.mock_data && !a.data_path.empty()),
            "--mock-data and --data-path exclude each other");
+  if (a.tokenizer_type.empty() && !a.vocab_file.empty() && !a.merge_file.empty()) {
+    // Only GPT-2's BPE takes a merge file (Megatron-LM's GPT-3 example relies on it).
+    a.tokenizer_type = "GPT2BPETokenizer";
+    a.notes.push_back(
+        "no --tokenizer-type: GPT2BPETokenizer, the tokenizer of --vocab-file and --merge-file");
+  }
   if (a.tokenizer_type.empty()) {
     MT_CHECK(a.mock_data, "--data-path needs --tokenizer-type (one of ",
              fmt::format("{}", fmt::join(data::tokenizer_types(), ", ")), ")");
@@ -251,13 +312,22 @@ bool parse_train_args(int argc, char** argv, int64_t world_size, TrainArgs& a) {
   if (a.tokenizer_type == "NullTokenizer") {
     MT_CHECK(a.vocab_size > 0, "--tokenizer-type NullTokenizer needs --vocab-size");
     a.model.vocab_size = a.vocab_size;
+  } else if (a.print_layout) {
+    data::check_tokenizer_type(a.tokenizer_type);
+    a.model.vocab_size = a.vocab_size > 0 ? a.vocab_size : usual_vocab_size(a.tokenizer_type);
+    if (a.vocab_size == 0) {
+      a.notes.push_back(fmt::format(
+          "--print-layout reads no tokenizer file: vocabulary assumed {} (pass --vocab-size for "
+          "the exact memory report)",
+          a.model.vocab_size));
+    }
   } else {
-    data::TokenizerOptions o;
-    o.type = a.tokenizer_type;
-    o.vocab_file = a.vocab_file;
-    o.merge_file = a.merge_file;
-    o.model = a.tokenizer_model;
-    a.model.vocab_size = data::make_tokenizer(o)->vocab_size();
+    data::TokenizerOptions to;
+    to.type = a.tokenizer_type;
+    to.vocab_file = a.vocab_file;
+    to.merge_file = a.merge_file;
+    to.model = a.tokenizer_model;
+    a.model.vocab_size = data::make_tokenizer(to)->vocab_size();
   }
   MT_CHECK(a.model.num_layers != 0, "--num-layers is required");
   MT_CHECK(a.model.hidden_size != 0, "--hidden-size is required");
@@ -268,28 +338,58 @@ bool parse_train_args(int argc, char** argv, int64_t world_size, TrainArgs& a) {
            "--num-experts: experts with biases are not supported yet; pass --disable-bias-linear");
 
   MT_CHECK(a.layout_world_size == 0 || a.print_layout, "--world-size is only for --print-layout");
+  auto& par = a.parallel;
   par.world_size = a.layout_world_size > 0 ? a.layout_world_size : world_size;
   MT_CHECK(par.micro_batch_size != 0, "--micro-batch-size is required");
+  MT_CHECK(par.decoder_first_pipeline_num_layers == 0 && par.decoder_last_pipeline_num_layers == 0,
+           "--decoder-first/last-pipeline-num-layers: uneven pipeline stages are not supported "
+           "by mtron train yet (every stage holds num-layers / PP layers)");
+  // The batch schedule: its last size is the global batch size the layout is checked with.
+  const std::string step_schedule = fmt::format("{}", fmt::join(step_words, " "));
+  MT_CHECK(rampup.empty() || step_schedule.empty(),
+           "--rampup-batch-size and --step-batch-size-schedule exclude each other");
+  if (!step_schedule.empty()) {
+    a.batches = BatchSchedule::steps(step_schedule, a.model.seq_length);
+    // Megatron-LM rejects --global-batch-size with a schedule, yet its GPT-3 example passes
+    // both: accepted when they agree.
+    MT_CHECK(par.global_batch_size == 0 || par.global_batch_size == a.batches.final_batch_size(),
+             "--global-batch-size (", par.global_batch_size,
+             ") differs from the last batch size of --step-batch-size-schedule (",
+             a.batches.final_batch_size(), ")");
+    par.global_batch_size = a.batches.final_batch_size();
+  }
   par.finalize(a.model);
+  if (!rampup.empty()) {
+    MT_CHECK(a.train_iters == 0,
+             "--rampup-batch-size needs sample-based training (--train-samples; expected no "
+             "batch-size rampup for iteration-based training)");
+    a.batches = BatchSchedule::rampup(rampup[0], rampup[1], rampup[2], par.global_batch_size);
+  } else if (step_schedule.empty()) {
+    a.batches = BatchSchedule::constant(par.global_batch_size);
+  }
+  a.batches.validate(par.micro_batch_size, par.dp(), par.vpp() > 1 ? par.pp() : 1);
   // Megatron's MoELayer raises this in training: each TP rank must route distinct tokens.
   MT_CHECK(!a.model.is_moe() || par.tp() == 1 || par.sequence_parallel,
            "During training, performance may degrade if MoE and tensor parallelism are "
            "enabled without also enabling sequence parallelism (add --sequence-parallel)");
+  if (tp_comm_overlap) {
+    MT_CHECK(par.sequence_parallel,
+             "Tensor parallel communication/GEMM overlap can happen only when sequence "
+             "parallelism is enabled (--tp-comm-overlap needs --sequence-parallel)");
+    a.notes.push_back(
+        "--tp-comm-overlap has no effect: mtron does not overlap TP collectives with GEMMs (the "
+        "results are the same)");
+  }
 
-  MT_CHECK(a.train_iters > 0, "--train-iters is required and must be positive");
-  MT_CHECK(a.lr >= 0, "--lr is required");
-  MT_CHECK(a.min_lr <= a.lr, "--min-lr (", a.min_lr, ") must be <= --lr (", a.lr, ")");
+  validate_schedule_flags(a, warm_iters->count() > 0);
   MT_CHECK(a.log_interval > 0, "--log-interval must be positive");
   MT_CHECK(a.eval_interval > 0, "--eval-interval must be positive");
   MT_CHECK(a.eval_iters >= 0, "--eval-iters must be >= 0");
+  MT_CHECK(a.tensorboard.log_interval > 0, "--tensorboard-log-interval must be positive");
+  MT_CHECK(a.distributed_timeout_minutes > 0, "--distributed-timeout-minutes must be positive");
   MT_CHECK(a.adam.beta1 >= 0 && a.adam.beta1 < 1, "--adam-beta1 must be in [0, 1)");
   MT_CHECK(a.adam.beta2 >= 0 && a.adam.beta2 < 1, "--adam-beta2 must be in [0, 1)");
   MT_CHECK(a.adam.eps > 0, "--adam-eps must be positive");
-  if (a.lr_decay_iters == 0) a.lr_decay_iters = a.train_iters;
-  if (a.lr_warmup_fraction >= 0) {
-    a.lr_warmup_iters = int64_t(a.lr_warmup_fraction * double(a.lr_decay_iters));
-  }
-  MT_CHECK(a.lr_warmup_iters >= 0, "--lr-warmup-iters must be >= 0");
   if (a.recompute.granularity == RecomputeGranularity::kSelective) {
     MT_CHECK(!recompute_method_set,
              "recompute method is not yet supported for selective "
@@ -300,16 +400,19 @@ bool parse_train_args(int argc, char** argv, int64_t world_size, TrainArgs& a) {
   checkpoint::validate_checkpoint_args(a.checkpoint);
   if (a.device == Device::kCUDA) {
     // What still runs on the host in these features (see docs/cuda.md).
-    MT_CHECK(!a.model.is_moe() || (par.ep() == 1 && par.etp() == 1),
-             "--device cuda: --expert-model-parallel-size and --expert-tensor-parallel-size > 1 "
-             "are not supported yet (the expert dispatch exchanges its counts on the host; the "
-             "latter defaults to --tensor-model-parallel-size: with TP > 1 pass "
-             "--expert-tensor-parallel-size 1)");
-    MT_CHECK(par.cp() == 1, "--device cuda: --context-parallel-size > 1 is not supported yet");
-    MT_CHECK(a.checkpoint.save.empty() && a.checkpoint.load.empty(),
-             "--device cuda: --save/--load are not supported yet");
+    const std::string why =
+        cuda_unsupported(a.model, par, !a.checkpoint.save.empty() || !a.checkpoint.load.empty());
+    MT_CHECK(why.empty(), "--device cuda: ", why);
   }
   return true;
+}
+
+std::string metrics_path(const TrainArgs& a) {
+  if (!a.metrics_file.empty()) return a.metrics_file;
+  for (const std::string& dir : {a.checkpoint.save, a.tensorboard.dir}) {
+    if (!dir.empty()) return (std::filesystem::path(dir) / "mtron-metrics.jsonl").string();
+  }
+  return "";
 }
 
 }  // namespace mtron::train

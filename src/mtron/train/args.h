@@ -1,39 +1,55 @@
-// defines: TrainArgs, parse_train_args
+// defines: TrainArgs, parse_train_args, metrics_path
 //
-// `mtron train`'s flags: Megatron's names, defaults and validation (arguments.py). Unknown flags
-// are errors; Megatron flags that change nothing here (fusions,
-// --use-mcore-models, ...) are accepted with a note; flags of features mtron does not have are
-// rejected by name.
+// `mtron train`'s flags: Megatron's names, defaults and validation (arguments.py; docs/flags.md
+// lists every Megatron flag and what mtron does with it). Unknown flags are errors naming the
+// closest known flag; Megatron flags that change nothing here (fusions, --use-mcore-models,
+// data-loader workers, ...) are accepted with a note; flags of features mtron does not have are
+// rejected by name, with what to use instead. A flag given twice takes its last value, as
+// Megatron's argparse does.
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "mtron/checkpoint/checkpointer.h"
 #include "mtron/core/model_config.h"
 #include "mtron/core/parallel_config.h"
+#include "mtron/core/parallel_flags.h"
 #include "mtron/model/gpt.h"
 #include "mtron/optim/lr_schedule.h"
 #include "mtron/optim/optimizer.h"
+#include "mtron/train/batch_schedule.h"
+#include "mtron/train/tensorboard.h"
 
 namespace mtron::train {
 
 struct TrainArgs {
   ModelConfig model;
   ParallelConfig parallel;
+  PrecisionFlags precision;  // --bf16, --grad-reduce-in-bf16
   optim::AdamWConfig adam;
   model::Recompute recompute;
   checkpoint::CheckpointArgs checkpoint;  // --save, --load, --exit-*, ... (checkpointer.h)
 
+  // Iteration- or sample-based training (exactly one): train_iters is derived from
+  // --train-samples as Megatron's update_train_iters does.
   int64_t train_iters = 0;
+  int64_t train_samples = 0;  // 0: iteration-based
+  BatchSchedule batches;  // --global-batch-size, --rampup-batch-size, --step-batch-size-schedule
   double lr = -1, min_lr = 0, lr_warmup_init = 0, lr_warmup_fraction = -1;
   int64_t lr_warmup_iters = 0, lr_decay_iters = 0;
+  int64_t lr_warmup_samples = 0, lr_decay_samples = 0;
   optim::LrDecayStyle lr_decay_style = optim::LrDecayStyle::kLinear;
+  // --decoupled-lr / --decoupled-min-lr: the word embeddings' and output layer's peak and
+  // minimum learning rates (the same warmup and decay shape).
+  std::optional<double> decoupled_lr, decoupled_min_lr;
+  optim::LrSchedule schedule;  // derived from the flags above
   uint64_t seed = 1234;
-  Precision precision = Precision::kFP32;  // --bf16: kBF16
-  Device device = Device::kCPU;            // --device (mtron's; Megatron always runs on CUDA)
-  int64_t ddp_bucket_size = 0;             // elements per gradient bucket; 0: Megatron's default
+  Device device = Device::kCPU;  // --device (mtron's; Megatron always runs on CUDA)
+  int64_t ddp_bucket_size = 0;   // elements per gradient bucket; 0: Megatron's default
+  double distributed_timeout_minutes = 10;
 
   // data
   bool mock_data = false;
@@ -46,16 +62,24 @@ struct TrainArgs {
 
   // logging
   int64_t log_interval = 100;
-  std::string metrics_file;  // JSONL; default: <save>/metrics.jsonl or ./mtron-metrics.jsonl
+  // JSONL; default: <save>/mtron-metrics.jsonl, else <tensorboard-dir>/mtron-metrics.jsonl, else
+  // none. Appended to when training resumes from a checkpoint.
+  std::string metrics_file;
+  TensorBoardArgs tensorboard;
   bool print_layout = false;
   int64_t layout_world_size = 0;  // --world-size: the world --print-layout describes
   bool profile = false;           // per-op time table at the end
 
-  std::vector<std::string> notes;  // accepted no-op flags, reported at start
+  std::vector<std::string> notes;  // accepted flags without effect, reported at start
 };
 
 // Parses and validates against a world of `world_size` ranks. Returns false when the run
-// should stop successfully (--help); throws mtron::Error on bad input.
+// should stop successfully (--help); throws mtron::Error on bad input. With --print-layout no
+// file is opened (tokenizer, data, checkpoint): the vocabulary is --vocab-size when given, else
+// the tokenizer type's usual size, said in a note.
 bool parse_train_args(int argc, char** argv, int64_t world_size, TrainArgs& a);
+
+// The metrics file this run writes ("" for none), from --metrics-file, --save, --tensorboard-dir.
+std::string metrics_path(const TrainArgs& a);
 
 }  // namespace mtron::train

@@ -4,15 +4,24 @@
 
 namespace mtron::train {
 
-GradSync::GradSync(model::ParamBuffer& params, Comm& dp, bool distributed_optimizer)
+GradSync::GradSync(model::ParamBuffer& params,
+                   Comm& dp,
+                   bool distributed_optimizer,
+                   bool bf16_reduce)
     : p_(params), dp_(dp), distributed_(distributed_optimizer) {
   const auto& buckets = p_.buckets();
   launched_.assign(buckets.size(), false);
   requests_.resize(buckets.size());
   gathers_.resize(buckets.size());
-  if (distributed_ && dp_.size() > 1) {
-    for (const model::Bucket& b : buckets) {
-      scattered_.push_back(Tensor::empty({b.shard_len(dp_.size())}, DType::kF32, p_.ctx().device));
+  if (dp_.size() == 1) return;
+  const Device dev = p_.ctx().device;
+  for (const model::Bucket& b : buckets) {
+    const int64_t shard = b.shard_len(dp_.size());
+    if (bf16_reduce) {
+      bf16_send_.push_back(Tensor::empty({b.end - b.begin}, DType::kBF16, dev));
+      if (distributed_) bf16_recv_.push_back(Tensor::empty({shard}, DType::kBF16, dev));
+    } else if (distributed_) {
+      scattered_.push_back(Tensor::empty({shard}, DType::kF32, dev));
     }
   }
 }
@@ -35,6 +44,15 @@ void GradSync::launch(size_t i) {
   if (dp_.size() == 1) return;
   const model::Bucket& b = p_.buckets()[i];
   float* g = p_.grad_flat().f32() + b.begin;
+  if (!bf16_send_.empty()) {
+    bf16* s = bf16_send_[i].bf();
+    kernels::convert(p_.ctx(), s, g, b.end - b.begin);
+    requests_[i] = distributed_
+                       ? dp_.ireduce_scatter(s, bf16_recv_[i].bf(), b.shard_len(dp_.size()),
+                                             DType::kBF16, ReduceOp::kSum)
+                       : dp_.iall_reduce(s, b.end - b.begin, DType::kBF16, ReduceOp::kSum);
+    return;
+  }
   if (distributed_) {
     requests_[i] = dp_.ireduce_scatter(g, scattered_[i].f32(), b.shard_len(dp_.size()), DType::kF32,
                                        ReduceOp::kSum);
@@ -62,10 +80,17 @@ void GradSync::finish() {
       requests_[i]->wait();
       requests_[i].reset();
     }
-    if (distributed_ && dp_.size() > 1) {
-      const int64_t len = buckets[i].shard_len(dp_.size());
-      kernels::copy(p_.ctx(), p_.grad_flat().f32() + buckets[i].begin + dp_.rank() * len,
-                    scattered_[i].f32(), int64_t(sizeof(float)) * len);
+    const int64_t len = buckets[i].shard_len(dp_.size());
+    float* shard = p_.grad_flat().f32() + buckets[i].begin + dp_.rank() * len;
+    if (!bf16_send_.empty()) {
+      if (distributed_) {
+        kernels::convert(p_.ctx(), shard, bf16_recv_[i].bf(), len);
+      } else {
+        kernels::convert(p_.ctx(), p_.grad_flat().f32() + buckets[i].begin, bf16_send_[i].bf(),
+                         buckets[i].end - buckets[i].begin);
+      }
+    } else if (distributed_ && dp_.size() > 1) {
+      kernels::copy(p_.ctx(), shard, scattered_[i].f32(), int64_t(sizeof(float)) * len);
     }
     launched_[i] = false;
   }

@@ -9,6 +9,8 @@
 // the caller has summed them over the embedding group. After the optimizer step the updated
 // master weights are all-gathered bucket by bucket; with --overlap-param-gather the gathers run
 // in the background and the next forward waits for each bucket just before it needs it.
+// With bf16 reduction (--grad-reduce-in-bf16) each bucket is rounded to bf16, reduced in bf16 (the
+// sum rounded to bf16 at each step, half the bytes on the wire) and widened back to fp32.
 #pragma once
 
 #include <cstdint>
@@ -22,7 +24,7 @@ namespace mtron::train {
 
 class GradSync {
  public:
-  GradSync(model::ParamBuffer& params, Comm& dp, bool distributed_optimizer);
+  GradSync(model::ParamBuffer& params, Comm& dp, bool distributed_optimizer, bool bf16_reduce);
 
   // This rank's shard of each bucket (the whole bucket without the distributed optimizer).
   std::vector<std::pair<int64_t, int64_t>> shards() const;
@@ -49,6 +51,7 @@ class GradSync {
   std::vector<bool> launched_;
   std::vector<std::unique_ptr<Request>> requests_;  // per bucket (null when not in flight)
   std::vector<Tensor> scattered_;                   // reduce-scatter outputs per bucket
+  std::vector<Tensor> bf16_send_, bf16_recv_;       // bf16 reduction: per bucket
   std::vector<std::unique_ptr<Request>> gathers_;   // per bucket, in flight
   bool pending_params_ = false;
 };

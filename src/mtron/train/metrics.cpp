@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstring>
 #include <ctime>
+#include <filesystem>
 
 #include "mtron/core/error.h"
 
@@ -20,15 +21,20 @@ std::string format_iteration_line(const IterationLog& l) {
                                                        : fmt::format("{:.3g}", l.tflops_per_device);
   std::string moe;  // Megatron: each MoE loss as " name: {:.6E} |" after lm loss
   for (const auto& [name, value] : l.moe_losses) moe += fmt::format(" {}: {:.6E} |", name, value);
+  const std::string decoupled =  // Megatron: after the learning rate, with --decoupled-lr
+      l.decoupled_learning_rate
+          ? fmt::format(" decoupled learning rate: {:.6E} |", *l.decoupled_learning_rate)
+          : "";
   return fmt::format(
       " [{:%Y-%m-%d %H:%M:%S}] iteration {:8d}/{:8d} | consumed samples: {:12d} | elapsed time "
       "per iteration (ms): {:.1f} | throughput per GPU (TFLOP/s/GPU): {} | learning rate: "
-      "{:.6E} | global batch size: {:5d} | lm loss: {:.6E} |{} loss scale: {:.1f} | grad norm: "
+      "{:.6E} |{} global batch size: {:5d} | lm loss: {:.6E} |{} loss scale: {:.1f} | grad norm: "
       "{:.3f} | number of skipped iterations: {:3d} | number of nan iterations: {:3d} | tokens "
       "per second per GPU: {:.1f} | MFU: {:.2f}% | peak memory (MB): {:.1f} |",
       fmt::localtime(now), l.iteration, l.train_iters, l.consumed_samples, l.elapsed_ms, tflops,
-      l.learning_rate, l.global_batch_size, l.lm_loss, moe, 1.0, l.grad_norm, l.skipped_iterations,
-      l.nan_iterations, l.tokens_per_s_per_device, 100.0 * l.mfu, l.peak_memory_mb);
+      l.learning_rate, decoupled, l.global_batch_size, l.lm_loss, moe, 1.0, l.grad_norm,
+      l.skipped_iterations, l.nan_iterations, l.tokens_per_s_per_device, 100.0 * l.mfu,
+      l.peak_memory_mb);
 }
 
 std::string format_memory_report(int rank, int64_t iteration, const kernels::DeviceMemory& m) {
@@ -48,10 +54,18 @@ std::string format_eval_block(const std::string& where, double loss) {
   return rule + "\n" + line + "\n" + rule;
 }
 
-MetricsWriter::MetricsWriter(const std::string& path) {
-  f_ = std::fopen(path.c_str(), "w");
-  MT_CHECK(f_, "cannot write the metrics file ", path, ": ", std::strerror(errno),
+MetricsWriter::MetricsWriter(std::string path, bool append)
+    : path_(std::move(path)), append_(append) {}
+
+FILE* MetricsWriter::open() {
+  if (f_) return f_;
+  const std::filesystem::path dir = std::filesystem::path(path_).parent_path();
+  std::error_code ec;
+  if (!dir.empty()) std::filesystem::create_directories(dir, ec);
+  f_ = std::fopen(path_.c_str(), append_ ? "a" : "w");
+  MT_CHECK(f_, "cannot write the metrics file ", path_, ": ", std::strerror(errno),
            " (set --metrics-file)");
+  return f_;
 }
 
 MetricsWriter::~MetricsWriter() {
@@ -59,8 +73,8 @@ MetricsWriter::~MetricsWriter() {
 }
 
 void MetricsWriter::write(const IterationLog& l) {
-  if (!f_) return;
-  fmt::print(f_,
+  FILE* f = open();
+  fmt::print(f,
              "{{\"iteration\": {}, \"consumed_samples\": {}, \"lm_loss\": {:.9g}, "
              "\"learning_rate\": {:.9g}, \"grad_norm\": {:.9g}, \"elapsed_ms\": {:.3f}, "
              "\"tflops_per_device\": {:.6g}, \"tokens_per_s_per_device\": {:.3f}, \"mfu\": {:.6g}, "
@@ -68,16 +82,18 @@ void MetricsWriter::write(const IterationLog& l) {
              l.iteration, l.consumed_samples, l.lm_loss, l.learning_rate, l.grad_norm, l.elapsed_ms,
              l.tflops_per_device, l.tokens_per_s_per_device, l.mfu, l.peak_memory_mb,
              l.skipped_iterations, l.nan_iterations);
-  for (const auto& [name, value] : l.moe_losses) fmt::print(f_, ", \"{}\": {:.9g}", name, value);
-  for (const auto& [name, value] : l.extra) fmt::print(f_, ", \"{}\": {:.17g}", name, value);
-  fmt::print(f_, "}}\n");
-  std::fflush(f_);
+  if (l.decoupled_learning_rate)
+    fmt::print(f, ", \"decoupled_learning_rate\": {:.9g}", *l.decoupled_learning_rate);
+  for (const auto& [name, value] : l.moe_losses) fmt::print(f, ", \"{}\": {:.9g}", name, value);
+  for (const auto& [name, value] : l.extra) fmt::print(f, ", \"{}\": {:.17g}", name, value);
+  fmt::print(f, "}}\n");
+  std::fflush(f);
 }
 
 void MetricsWriter::write_eval(int64_t iteration, double loss) {
-  if (!f_) return;
-  fmt::print(f_, "{{\"iteration\": {}, \"eval_lm_loss\": {:.9g}}}\n", iteration, loss);
-  std::fflush(f_);
+  FILE* f = open();
+  fmt::print(f, "{{\"iteration\": {}, \"eval_lm_loss\": {:.9g}}}\n", iteration, loss);
+  std::fflush(f);
 }
 
 }  // namespace mtron::train

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <cstdio>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -21,7 +22,8 @@ struct IterationLog {
   double elapsed_ms = 0;  // per iteration, averaged over the interval
   double tflops_per_device = 0;
   double learning_rate = 0;
-  double lm_loss = 0;  // averaged over the interval
+  std::optional<double> decoupled_learning_rate;  // --decoupled-lr
+  double lm_loss = 0;                             // averaged over the interval
   // Megatron's MoE loss fields, printed after lm loss ("load_balancing_loss", "z_loss"),
   // averaged over the interval.
   std::vector<std::pair<std::string, double>> moe_losses;
@@ -42,11 +44,11 @@ std::string format_memory_report(int rank, int64_t iteration, const kernels::Dev
 // | lm loss PPL: ... | ", a dashed rule.
 std::string format_eval_block(const std::string& where, double loss);
 
-// Appends one JSON object per line.
+// One JSON object per line. The file is opened at the first record (a run that fails before its
+// first iteration leaves it as it was): truncated for a fresh run, appended to when resuming.
 class MetricsWriter {
  public:
-  MetricsWriter() = default;
-  explicit MetricsWriter(const std::string& path);
+  MetricsWriter(std::string path, bool append);
   ~MetricsWriter();
   MetricsWriter(const MetricsWriter&) = delete;
   MetricsWriter& operator=(const MetricsWriter&) = delete;
@@ -54,6 +56,10 @@ class MetricsWriter {
   void write_eval(int64_t iteration, double loss);
 
  private:
+  FILE* open();
+
+  std::string path_;
+  bool append_ = false;
   FILE* f_ = nullptr;
 };
 

@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
 #include <map>
 
 #include "mtron/comm/nccl.h"
@@ -18,7 +17,6 @@
 #include "mtron/kernels/cpu_isa.h"
 #include "mtron/kernels/device.h"
 #include "mtron/kernels/elementwise.h"
-#include "mtron/parallel/launch.h"
 #include "mtron/parallel/rank_map.h"
 #include "mtron/parallel/schedule.h"
 #include "mtron/train/mock_data.h"
@@ -30,10 +28,13 @@ namespace {
 // The global gradient norm sums over the world, so each replica is counted on one rank only:
 // TP-replicated parameters on TP rank 0, the last stage's tied embedding copy not at all (the
 // first stage counts it), and, unless the distributed optimizer shards them, parameters on
-// replica 0 of their data-parallel group (DP x CP; EDP for the routed experts).
+// replica 0 of their data-parallel group (DP x CP; EDP for the routed experts). With
+// --decoupled-lr the word embeddings and the output layer (both copies when tied across stages)
+// take the decoupled learning rate, as Megatron's is_embedding_or_output_parameter.
 std::vector<optim::OptimRange> optim_ranges(const model::ParamBuffer& p,
                                             const ParallelState& ps,
-                                            bool experts) {
+                                            bool experts,
+                                            bool decoupled) {
   const bool sharded = ps.config().use_distributed_optimizer;
   const bool dp_first = experts ? ps.edp_rank() == 0 : ps.dp_rank() == 0 && ps.cp_rank() == 0;
   std::vector<optim::OptimRange> r;
@@ -41,7 +42,10 @@ std::vector<optim::OptimRange> optim_ranges(const model::ParamBuffer& p,
     const bool tp_first = experts ? (!s.tp_replicated() || ps.etp_rank() == 0)
                                   : (!s.tp_replicated() || ps.tp_rank() == 0);
     const bool counted = !s.tied_copy && tp_first && (sharded || dp_first);
-    r.push_back({s.offset, s.offset + s.numel(), s.weight_decay, counted});
+    const bool embedding_or_output =
+        s.name == "embedding.word_embeddings.weight" || s.name == "output_layer.weight";
+    r.push_back({s.offset, s.offset + s.numel(), s.weight_decay, counted,
+                 decoupled && embedding_or_output});
   }
   return r;
 }
@@ -87,7 +91,7 @@ class Trainer::Stages : public parallel::StageModel {
     model::GPTChunk::Stash& st = *in_use_.at({chunk, m});
     // The last micro-batch's backward completes each gradient: start reducing buckets then.
     model::GPTChunk::GradsReady ready;
-    if (t_.a_.parallel.overlap_grad_reduce && m == t_.a_.parallel.num_microbatches() - 1) {
+    if (t_.a_.parallel.overlap_grad_reduce && m == t_.num_microbatches_ - 1) {
       GradSync* sync = t_.grad_syncs_[size_t(chunk)].get();
       ready = [sync](int64_t offset) { sync->ready(offset); };
     }
@@ -144,7 +148,7 @@ class Trainer::Stages : public parallel::StageModel {
 };
 
 Trainer::Trainer(const TrainArgs& args, Comm& world, int ranks_per_node)
-    : a_(args), world_(world), ranks_per_node_(ranks_per_node) {
+    : a_(args), world_(world), ranks_per_node_(ranks_per_node), schedule_(args.schedule) {
   MT_CHECK(world_.size() == a_.parallel.world_size, "internal: world size mismatch");
   rc_.k.device = a_.device;
   Comm* groups_from = &world_;
@@ -164,7 +168,7 @@ Trainer::Trainer(const TrainArgs& args, Comm& world, int ranks_per_node)
     }
   }
   ps_ = std::make_unique<ParallelState>(a_.parallel, *groups_from);
-  rc_.precision = a_.precision;
+  rc_.precision = a_.precision.compute;
   rc_.tp = parallel::TensorParallel{&ps_->tp(), ps_->tp_rank(), ps_->tp_size(),
                                     a_.parallel.sequence_parallel};
   rc_.cp = parallel::ContextParallel{&ps_->cp(), ps_->cp_rank(), ps_->cp_size()};
@@ -192,7 +196,8 @@ Trainer::Trainer(const TrainArgs& args, Comm& world, int ranks_per_node)
                         .cache_path = a_.data_cache_path,
                         .write_cache = world_.rank() == 0};
     const data::SampleCounts counts = data::megatron_sample_counts(
-        a_.train_iters, a_.parallel.global_batch_size, a_.eval_interval, a_.eval_iters);
+        a_.train_iters, a_.parallel.global_batch_size, a_.eval_interval, a_.eval_iters,
+        a_.train_samples > 0 ? std::optional<int64_t>(a_.train_samples) : std::nullopt);
     if (world_.rank() == 0) datasets_ = data::build_train_valid_test(dc, counts);
     world_.barrier();
     if (world_.rank() != 0) datasets_ = data::build_train_valid_test(dc, counts);
@@ -201,13 +206,14 @@ Trainer::Trainer(const TrainArgs& args, Comm& world, int ranks_per_node)
              datasets_.train->size(), " samples, fewer than the ", counts.train, " requested");
   }
   stages_ = std::make_unique<Stages>(*this);
-  if (world_.rank() == world_.size() - 1) {
-    metrics_ = std::make_unique<MetricsWriter>(a_.metrics_file.empty() ? "mtron-metrics.jsonl"
-                                                                       : a_.metrics_file);
-  }
   checkpointer_ =
       std::make_unique<checkpoint::Checkpointer>(a_.checkpoint, checkpoint_run_info(), *ps_);
   checkpointer_->load(checkpoint_view());
+  batch_size_ = a_.batches.batch_size_at(consumed_samples_);
+  num_microbatches_ = batch_size_ / (a_.parallel.micro_batch_size * a_.parallel.dp());
+  // The last rank logs, as Megatron's.
+  if (world_.rank() == world_.size() - 1)
+    log_ = std::make_unique<RunLog>(a_, world_.size(), iteration_ > 0);
 }
 
 Trainer::~Trainer() = default;
@@ -231,13 +237,14 @@ void Trainer::build_model() {
     model::ParamBuffer& p = chunks_.back()->params();
     p.allocate(rc_.precision, par.use_distributed_optimizer ? dp.size() : 1, bucket, rc_.k);
     p.init(a_.seed);
-    grad_syncs_.push_back(std::make_unique<GradSync>(p, dp, par.use_distributed_optimizer));
+    grad_syncs_.push_back(std::make_unique<GradSync>(p, dp, par.use_distributed_optimizer,
+                                                     a_.precision.grad_reduce_in_bf16));
     optim::OptimBuffer b{
         .master = p.master_flat().f32(),
         .grad = p.grad_flat().f32(),
         .compute = rc_.precision == Precision::kBF16 ? p.bf16_flat().bf() : nullptr,
         .size = p.size(),
-        .ranges = optim_ranges(p, *ps_, false),
+        .ranges = optim_ranges(p, *ps_, false, a_.decoupled_lr.has_value()),
         .shards = {}};
     for (const auto& [lo, hi] : grad_syncs_.back()->shards()) b.shards.push_back({lo, hi});
     bufs.push_back(std::move(b));
@@ -248,13 +255,14 @@ void Trainer::build_model() {
     Comm& edp = ps_->edp();
     x.allocate(rc_.precision, par.use_distributed_optimizer ? edp.size() : 1, bucket, rc_.k);
     x.init(a_.seed);
-    expert_syncs_.push_back(std::make_unique<GradSync>(x, edp, par.use_distributed_optimizer));
+    expert_syncs_.push_back(std::make_unique<GradSync>(x, edp, par.use_distributed_optimizer,
+                                                       a_.precision.grad_reduce_in_bf16));
     optim::OptimBuffer xb{
         .master = x.master_flat().f32(),
         .grad = x.grad_flat().f32(),
         .compute = rc_.precision == Precision::kBF16 ? x.bf16_flat().bf() : nullptr,
         .size = x.size(),
-        .ranges = optim_ranges(x, *ps_, true),
+        .ranges = optim_ranges(x, *ps_, true, false),
         .shards = {}};
     for (const auto& [lo, hi] : expert_syncs_.back()->shards()) xb.shards.push_back({lo, hi});
     bufs.push_back(std::move(xb));
@@ -263,21 +271,23 @@ void Trainer::build_model() {
 }
 
 optim::LrSchedule Trainer::lr_schedule() const {
-  const int64_t gbs = a_.parallel.global_batch_size;
-  return optim::LrSchedule{.lr = a_.lr,
-                           .min_lr = a_.min_lr,
-                           .warmup_init = a_.lr_warmup_init,
-                           .warmup_samples = a_.lr_warmup_iters * gbs,
-                           .decay_samples = a_.lr_decay_iters * gbs,
-                           .style = a_.lr_decay_style};
+  return schedule_;
 }
 
 double Trainer::learning_rate(int64_t samples) const {
-  return lr_schedule().lr_at(samples);
+  return schedule_.lr_at(samples);
+}
+
+std::optional<double> Trainer::decoupled_learning_rate(int64_t samples) const {
+  if (!a_.decoupled_lr) return std::nullopt;
+  optim::LrSchedule d = schedule_;
+  d.lr = *a_.decoupled_lr;
+  d.min_lr = *a_.decoupled_min_lr;
+  return d.lr_at(samples);
 }
 
 checkpoint::TrainView Trainer::checkpoint_view() {
-  checkpoint::TrainView v{{}, &iteration_, &consumed_samples_, optimizer_.get()};
+  checkpoint::TrainView v{{}, &iteration_, &consumed_samples_, optimizer_.get(), &schedule_};
   // The optimizer's buffers in build_model's order: each chunk's dense parameters, then its
   // experts (MoE).
   size_t i = 0;
@@ -309,9 +319,9 @@ checkpoint::RunInfo Trainer::checkpoint_run_info() const {
               par.vpp(),
               par.sequence_parallel,
               par.use_distributed_optimizer};
-  r.precision = a_.precision;
+  r.precision = a_.precision.compute;
   r.adam = a_.adam;
-  r.lr_schedule = lr_schedule();
+  r.lr_schedule = a_.schedule;
   r.seed = a_.seed;
   r.tokenizer = {a_.tokenizer_type, a_.vocab_file, a_.merge_file, a_.tokenizer_model};
   return r;
@@ -343,8 +353,8 @@ model::MicroBatch Trainer::microbatch(data::Split split, int64_t base, int64_t j
       mb.pos[size_t(s * B + b)] = int32_t(g);
     }
   }
-  mb.dloss = float(1.0 / double(par.global_batch_size * S));
-  mb.aux_weight = float(double(B) / double(par.global_batch_size));
+  mb.dloss = float(1.0 / double(batch_size_ * S));
+  mb.aux_weight = float(double(B) / double(batch_size_));
   return mb;
 }
 
@@ -352,6 +362,9 @@ double Trainer::evaluate(data::Split split, int64_t iters) {
   const auto& par = a_.parallel;
   MT_CHECK(datasets_[split], "no ", data::split_name(split), " data (see --split)");
   for (auto& g : grad_syncs_) g->wait_all_params();
+  // Evaluation batches are --global-batch-size (the next step sets its own size again).
+  batch_size_ = par.global_batch_size;
+  num_microbatches_ = par.num_microbatches();
   double loss = 0;
   int64_t& consumed = consumed_eval_samples_[int(split)];
   for (int64_t it = 0; it < iters; ++it) {
@@ -411,6 +424,8 @@ StepResult Trainer::step() {
   const auto& par = a_.parallel;
   StepResult r;
   r.lr = learning_rate(consumed_samples_);
+  batch_size_ = a_.batches.batch_size_at(consumed_samples_);
+  num_microbatches_ = batch_size_ / (par.micro_batch_size * par.dp());
   for (auto& c : chunks_) {
     c->params().zero_grad();
     if (!c->expert_params().specs().empty()) c->expert_params().zero_grad();
@@ -418,7 +433,7 @@ StepResult Trainer::step() {
 
   stages_->begin(true, data::Split::kTrain, consumed_samples_);
   const parallel::PipelineTimes pt =
-      parallel::run_pipeline(*stages_, ps_->pp(), int(par.vpp()), par.num_microbatches());
+      parallel::run_pipeline(*stages_, ps_->pp(), int(par.vpp()), num_microbatches_);
   if (profile_enabled()) {
     pipeline_compute_s_ += pt.compute_s;
     pipeline_wait_s_ += pt.wait_s;
@@ -426,7 +441,7 @@ StepResult Trainer::step() {
   finalize_grads();
 
   r.grad_norm = optimizer_->grad_norm(world_);
-  r.skipped = !optimizer_->step(r.lr, r.grad_norm);
+  r.skipped = !optimizer_->step(r.lr, r.grad_norm, decoupled_learning_rate(consumed_samples_));
   // Every rank updated its shards of the master weights: gather the whole model back (in the
   // background with --overlap-param-gather: the next forward waits bucket by bucket).
   for (auto& g : grad_syncs_) g->gather_params(par.overlap_param_gather);
@@ -437,10 +452,23 @@ StepResult Trainer::step() {
   double loss = ps_->is_last_pp_stage() ? stages_->loss_sum() : 0.0;
   loss = ps_->dp_cp().size() > 1 ? ps_->dp_cp().all_reduce_sum(loss) : loss;
   loss = ps_->pp().size() > 1 ? ps_->pp().all_reduce_sum(loss) : loss;
-  r.lm_loss = loss / double(par.global_batch_size * a_.model.seq_length);
-  consumed_samples_ += par.global_batch_size;
+  r.lm_loss = loss / double(batch_size_ * a_.model.seq_length);
+  consumed_samples_ += batch_size_;
   ++iteration_;
   return r;
+}
+
+std::vector<std::pair<std::string, double>> Trainer::moe_losses(double lb, double z) const {
+  // Megatron's names: the balancing loss of the configured type, the z-loss when weighted.
+  const auto& mc = a_.model;
+  std::vector<std::pair<std::string, double>> v;
+  if (mc.moe_aux_loss_coeff > 0 &&
+      mc.moe_router_load_balancing_type != RouterLoadBalancing::kNone) {
+    const bool seq = mc.moe_router_load_balancing_type == RouterLoadBalancing::kSeqAuxLoss;
+    v.emplace_back(seq ? "seq_load_balancing_loss" : "load_balancing_loss", lb);
+  }
+  if (mc.moe_z_loss_coeff > 0) v.emplace_back("z_loss", z);
+  return v;
 }
 
 void Trainer::moe_stats(StepResult& r) const {
@@ -450,7 +478,7 @@ void Trainer::moe_stats(StepResult& r) const {
   // Shares summed over the world: over TP x CP they make each micro-batch's value; then
   // Megatron's mean over micro-batches (of every DP rank) and MoE layers.
   const auto& par = a_.parallel;
-  const double n = double(par.dp() * par.num_microbatches() * a_.model.num_moe_layers());
+  const double n = double(par.dp() * num_microbatches_ * a_.model.num_moe_layers());
   r.load_balancing_loss = v[0] / n;
   r.z_loss = v[1] / n;
   r.moe = model::MoEStats{v[0], v[1], v[2], v[3], v[4]};
@@ -459,12 +487,10 @@ void Trainer::moe_stats(StepResult& r) const {
 void Trainer::run() {
   const auto& par = a_.parallel;
   const bool logger = world_.rank() == world_.size() - 1;
-  const double flops =
-      flops_per_iteration(a_.model, par.global_batch_size, a_.model.padded_vocab_size(par.tp()));
   // MFU's denominator: the hardware catalog's peak for one rank (one piece of code with the
   // planner), at the precision the GEMMs run in: this node's share of its CPU, or the GPU's
   // catalog entry (found by its CUDA device name; MFU is 0 for a GPU the catalog lacks).
-  const Precision gemm_precision = a_.precision;
+  const Precision gemm_precision = a_.precision.compute;
   const bool cuda = a_.device == Device::kCUDA;
   const std::string gpu = cuda ? kernels::device_properties(Device::kCUDA).name : "";
   const Hardware* gpu_entry = cuda ? find_hardware_by_device_name(gpu) : nullptr;
@@ -475,12 +501,14 @@ void Trainer::run() {
     log_info("mtron {}: {}", mtron_version(), kernels::cpu_summary());
     log_info("model: {}", a_.model.summary());
     log_info("layout: {}", par.summary());
+    if (a_.batches.varies()) log_info("global batch size: {}", a_.batches.describe());
     log_info("parameters: {:.2f} M (padded vocab {})",
              double(a_.model.num_parameters(par.tp())) / 1e6, a_.model.padded_vocab_size(par.tp()));
     const std::string where = cuda ? fmt::format("one GPU per rank, {}", gpu)
                                    : fmt::format("{} threads per rank", omp_get_max_threads());
     log_info("precision: {}; MFU against {} ({})",
-             a_.precision == Precision::kBF16 ? "bf16 (fp32 master weights and gradients)" : "fp32",
+             a_.precision.compute == Precision::kBF16 ? "bf16 (fp32 master weights and gradients)"
+                                                      : "fp32",
              peak > 0 ? device.peak_description(gemm_precision)
                       : "nothing: no hardware catalog entry for this GPU",
              where);
@@ -504,10 +532,10 @@ void Trainer::run() {
         par.etp());
   }
 
-  double interval_loss = 0, interval_time = 0, profiled_time = 0;
+  double interval_loss = 0, interval_time = 0, interval_flops = 0, profiled_time = 0;
   double interval_lb = 0, interval_z = 0;
   model::MoEStats interval_moe;
-  int64_t interval_iters = 0, skipped = 0, nans = 0, profiled_iters = 0;
+  int64_t interval_iters = 0, interval_samples = 0, skipped = 0, nans = 0, profiled_iters = 0;
   std::vector<int64_t> bytes_at_start;
   bool exiting = false;
   while (iteration_ < a_.train_iters) {
@@ -523,68 +551,67 @@ void Trainer::run() {
     interval_z += r.z_loss;
     interval_moe.add(r.moe);
     interval_time += dt;
+    interval_flops +=
+        flops_per_iteration(a_.model, batch_size_, a_.model.padded_vocab_size(par.tp()));
+    interval_samples += batch_size_;
     ++interval_iters;
     skipped += r.skipped;
     nans += !std::isfinite(r.grad_norm);
+    if (logger) {
+      log_->step({iteration_, consumed_samples_, batch_size_, learning_rate(consumed_samples_),
+                  decoupled_learning_rate(consumed_samples_), r.lm_loss, 1.0, r.grad_norm,
+                  moe_losses(r.load_balancing_loss, r.z_loss)});
+    }
     if (iteration_ % a_.log_interval == 0 || iteration_ == a_.train_iters) {
       IterationLog l;
       l.iteration = iteration_;
       l.train_iters = a_.train_iters;
       l.consumed_samples = consumed_samples_;
-      l.global_batch_size = par.global_batch_size;
+      l.global_batch_size = batch_size_;
       const double per_iter = interval_time / double(interval_iters);
+      const double flops = interval_flops / double(interval_iters);
       l.elapsed_ms = 1e3 * per_iter;
       l.tflops_per_device = flops / (per_iter * 1e12 * double(world_.size()));
       l.learning_rate = learning_rate(consumed_samples_);
+      l.decoupled_learning_rate = decoupled_learning_rate(consumed_samples_);
       l.lm_loss = interval_loss / double(interval_iters);
       l.grad_norm = r.grad_norm;
       l.skipped_iterations = skipped;
       l.nan_iterations = nans;
       l.tokens_per_s_per_device =
-          double(par.global_batch_size * a_.model.seq_length) / per_iter / double(world_.size());
+          double(interval_samples * a_.model.seq_length) / interval_time / double(world_.size());
       l.mfu = peak > 0 ? flops / per_iter / double(world_.size()) / peak : 0.0;
       // CPU: the process's peak RSS; CUDA: the peak of the device memory tensors held.
       l.peak_memory_mb =
           double(cuda ? kernels::device_memory(Device::kCUDA).max_allocated : process_peak_rss()) /
           1048576.0;
       const auto& mc = a_.model;
-      if (mc.moe_aux_loss_coeff > 0 &&
-          mc.moe_router_load_balancing_type != RouterLoadBalancing::kNone) {
-        const bool seq = mc.moe_router_load_balancing_type == RouterLoadBalancing::kSeqAuxLoss;
-        l.moe_losses.emplace_back(seq ? "seq_load_balancing_loss" : "load_balancing_loss",
-                                  interval_lb / double(interval_iters));
-      }
-      if (mc.moe_z_loss_coeff > 0) {
-        l.moe_losses.emplace_back("z_loss", interval_z / double(interval_iters));
-      }
+      l.moe_losses =
+          moe_losses(interval_lb / double(interval_iters), interval_z / double(interval_iters));
       if (mc.is_moe()) l.extra.emplace_back("moe_routing_hash", interval_moe.routed_hash);
       if (mc.is_moe() && mc.moe_expert_capacity_factor > 0) {
         l.extra.emplace_back("moe_dropped_pairs", interval_moe.dropped);
         l.extra.emplace_back("moe_dropped_hash", interval_moe.dropped_hash);
       }
-      if (logger) {
-        log_plain(format_iteration_line(l));
-        metrics_->write(l);
-      }
+      if (logger) log_->interval(l);
       // Megatron's memory report, once, after the first logged iterations.
       if (cuda && iteration_ == a_.log_interval && (world_.rank() == 0 || logger)) {
         log_plain(
             format_memory_report(world_.rank(), iteration_, kernels::device_memory(Device::kCUDA)));
       }
-      interval_loss = interval_time = 0;
+      interval_loss = interval_time = interval_flops = 0;
       interval_lb = interval_z = 0;
       interval_moe = model::MoEStats{};
-      interval_iters = skipped = nans = 0;
+      interval_iters = interval_samples = skipped = nans = 0;
     }
     if (a_.eval_iters > 0 && datasets_.valid && iteration_ % a_.eval_interval == 0) {
       const bool was = profile_enabled();
       profile_enable(false);
       const double loss = evaluate(data::Split::kValid, a_.eval_iters);
       profile_enable(was);
-      if (logger) {
-        log_plain(format_eval_block("iteration " + std::to_string(iteration_), loss));
-        metrics_->write_eval(iteration_, loss);
-      }
+      if (logger)
+        log_->validation("iteration " + std::to_string(iteration_), iteration_, consumed_samples_,
+                         loss);
     }
     // Saves when due; stops on --exit-* conditions (having saved), as Megatron, without the
     // final evaluation.
@@ -601,10 +628,11 @@ void Trainer::run() {
   for (data::Split sp : {data::Split::kValid, data::Split::kTest}) {
     if (a_.eval_iters == 0 || !datasets_[sp]) continue;
     const double loss = evaluate(sp, a_.eval_iters);
-    if (logger) {
-      log_plain(format_eval_block(std::string("the end of training for ") +
-                                      (sp == data::Split::kValid ? "val" : "test") + " data",
-                                  loss));
+    if (!logger) continue;
+    if (sp == data::Split::kValid) {
+      log_->validation("the end of training for val data", iteration_, consumed_samples_, loss);
+    } else {
+      log_plain(format_eval_block("the end of training for test data", loss));
     }
   }
 }
@@ -641,41 +669,6 @@ void Trainer::log_profile(double seconds, int64_t iters, const std::vector<int64
       "(p-1)/(v m) = {:.3f})",
       pipeline_compute_s_ / double(iters), pipeline_wait_s_ / double(iters),
       pipeline_wait_s_ / pipeline_compute_s_, ideal);
-}
-
-// Which layers each pipeline stage (and virtual stage) holds, for --print-layout.
-std::string stage_layers(const TrainArgs& a) {
-  const int64_t P = a.parallel.pp(), v = a.parallel.vpp(), per = a.model.num_layers / (P * v);
-  std::string out = "\nstage  layers\n";
-  for (int64_t s = 0; s < P; ++s) {
-    out += fmt::format("{:5d} ", s);
-    for (int64_t c = 0; c < v; ++c) {
-      const int64_t vs = c * P + s;
-      out += fmt::format(" [{}, {}){}{}", vs * per, (vs + 1) * per, vs == 0 ? " +embedding" : "",
-                         vs == P * v - 1 ? " +output layer and loss" : "");
-    }
-    out += "\n";
-  }
-  return out;
-}
-
-int train_main(int argc, char** argv) {
-  return run_main(argc, argv, [&](Launch& launch) {
-    log_init(launch.rank(), launch.size());
-    // One OpenMP team per rank, the node's cores split between its ranks.
-    if (!std::getenv("OMP_NUM_THREADS")) {
-      omp_set_num_threads(std::max(1, omp_get_num_procs() / std::max(1, launch.local_size())));
-    }
-    TrainArgs a;
-    if (!parse_train_args(argc, argv, launch.size(), a)) return 0;
-    if (a.print_layout) {
-      if (launch.rank() == 0) log_plain(format_layout(a.parallel) + stage_layers(a));
-      return 0;
-    }
-    Trainer t(a, launch.world(), launch.local_size());
-    t.run();
-    return 0;
-  });
 }
 
 }  // namespace mtron::train

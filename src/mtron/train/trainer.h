@@ -13,6 +13,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "mtron/checkpoint/checkpointer.h"
@@ -23,7 +24,7 @@
 #include "mtron/parallel/parallel_state.h"
 #include "mtron/train/args.h"
 #include "mtron/train/grad_sync.h"
-#include "mtron/train/metrics.h"
+#include "mtron/train/run_log.h"
 
 namespace mtron::train {
 
@@ -67,7 +68,8 @@ class Trainer {
   double evaluate(data::Split split, int64_t iters);
   // Sums the micro-batches' gradients across ranks as the layout needs (after the schedule).
   void finalize_grads();
-  // The learning-rate schedule of the flags (a function of consumed samples).
+  // The learning-rate schedule (a function of consumed samples): the flags', or the
+  // checkpoint's with --use-checkpoint-opt_param-scheduler.
   optim::LrSchedule lr_schedule() const;
   // What checkpoints save and restore of this trainer (views into its state).
   checkpoint::TrainView checkpoint_view();
@@ -77,6 +79,7 @@ class Trainer {
   class Stages;
   void build_model();
   double learning_rate(int64_t samples) const;
+  std::optional<double> decoupled_learning_rate(int64_t samples) const;  // --decoupled-lr
   // --profile: bytes each group's Comm has sent (kProfiledGroups order, then world).
   static constexpr GroupKind kProfiledGroups[] = {
       GroupKind::kTP,        GroupKind::kCP, GroupKind::kDPCP, GroupKind::kPP, GroupKind::kTPPP,
@@ -84,6 +87,8 @@ class Trainer {
   std::vector<int64_t> comm_bytes() const;
   void log_profile(double seconds, int64_t iters, const std::vector<int64_t>& bytes0) const;
   void moe_stats(StepResult& r) const;
+  // The MoE loss fields Megatron logs for this model, with the given values.
+  std::vector<std::pair<std::string, double>> moe_losses(double load_balancing, double z) const;
 
   TrainArgs a_;
   Comm& world_;
@@ -98,9 +103,13 @@ class Trainer {
   data::TrainValidTest datasets_;
   int64_t consumed_eval_samples_[3] = {0, 0, 0};
   std::unique_ptr<Stages> stages_;
-  std::unique_ptr<MetricsWriter> metrics_;
+  std::unique_ptr<RunLog> log_;  // the last rank's
   std::unique_ptr<checkpoint::Checkpointer> checkpointer_;
   int64_t iteration_ = 0, consumed_samples_ = 0;
+  optim::LrSchedule schedule_;  // the flags', or the checkpoint's (--use-checkpoint-opt_param-...)
+  // The current global batch (--rampup-batch-size, --step-batch-size-schedule) and its
+  // micro-batches per data-parallel rank.
+  int64_t batch_size_ = 0, num_microbatches_ = 0;
   double pipeline_compute_s_ = 0, pipeline_wait_s_ = 0;  // over profiled steps
 };
 

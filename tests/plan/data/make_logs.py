@@ -66,7 +66,8 @@ class Run:
     def lr(self, it):
         return 3e-4 * min(1.0, it / 100.0)
 
-    def lines(self, loss=None, ms=None, extra=None, stop=None, scale=1.0, skipped=None):
+    def lines(self, loss=None, ms=None, extra=None, stop=None, scale=1.0, skipped=None,
+              gnorm=None):
         out = []
         for it in range(INTERVAL, self.iters + 1, INTERVAL):
             if stop is not None and it > stop:
@@ -74,11 +75,13 @@ class Run:
             step_ms = (ms(it) if ms else self.ms) * (1 + self.rng.gauss(0, 0.01))
             self.t += INTERVAL * step_ms / 1000.0
             value = loss(it) if loss else self.loss(it)
-            gnorm = None if value is None else 0.8 + 0.3 * self.rng.random()
+            g = None if value is None else 0.8 + 0.3 * self.rng.random()
+            if gnorm and g is not None:
+                g = gnorm(it, g)
             tf = self.tflops * self.ms / step_ms
             s = skipped(it) if skipped else 0
             sc = scale(it) if callable(scale) else scale
-            out.append(line(it, self.t, step_ms, tf, self.lr(it), value, sc, gnorm, s,
+            out.append(line(it, self.t, step_ms, tf, self.lr(it), value, sc, g, s,
                             1 if value is None else 0, self.prefix))
             if it == INTERVAL:
                 out.append(f"{self.prefix}[Rank 0] (after {INTERVAL} iterations) memory (MB) | "
@@ -195,6 +198,13 @@ def main():
 
     r = Run(13)
     write("throughput_drop.log", r.lines(ms=lambda it: 1234.0 if it < 600 else 1790.0))
+
+    # The gradient norm explodes from iteration 600 (x2 every 50 iterations) while the loss,
+    # flat by then, creeps up 5%: below the loss-divergence threshold.
+    r = Run(14)
+    write("grad_explosion.log", r.lines(
+        loss=lambda it: r.loss(it) * (1 + 0.05 * max(0, it - 600) / 400),
+        gnorm=lambda it, g: g * 2.0 ** (max(0, it - 600) / 50)))
 
 
 if __name__ == "__main__":

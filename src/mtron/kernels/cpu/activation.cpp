@@ -50,8 +50,7 @@ void gelu_backward(float* dinp, const float* inp, const float* dout, int64_t n) 
 
 void swiglu_forward(float* out, const float* inp, int64_t N, int64_t F) {
   const DF d;
-#pragma omp parallel for schedule(static) num_threads(threads_for(N* F * 12))
-  for (int64_t r = 0; r < N; ++r) {
+  parallel_rows(N, threads_for(N * F * 12), [&](int64_t r) {
     const float* gate = inp + r * 2 * F;
     const float* up = gate + F;
     float* o = out + r * F;
@@ -59,15 +58,14 @@ void swiglu_forward(float* out, const float* inp, int64_t N, int64_t F) {
       const VF g = load(d, gate + c, k);
       store(d, hn::Mul(hn::Mul(g, sigmoid(d, g)), load(d, up + c, k)), o + c, k);
     });
-  }
+  });
 }
 
 // d gate = dout up s (1 + g (1 - s)),  d up = dout g s   (s = sigmoid(g))
 void swiglu_backward(float* dinp, const float* inp, const float* dout, int64_t N, int64_t F) {
   const DF d;
   const VF one = hn::Set(d, 1.0f);
-#pragma omp parallel for schedule(static) num_threads(threads_for(N* F * 20))
-  for (int64_t r = 0; r < N; ++r) {
+  parallel_rows(N, threads_for(N * F * 20), [&](int64_t r) {
     const float* gate = inp + r * 2 * F;
     const float* up = gate + F;
     const float* dy = dout + r * F;
@@ -82,7 +80,7 @@ void swiglu_backward(float* dinp, const float* inp, const float* dout, int64_t N
       store(d, hn::Mul(hn::Mul(dd, u), hn::Mul(s, t)), dgate + c, k);
       store(d, hn::Mul(dd, hn::Mul(g, s)), dup + c, k);
     });
-  }
+  });
 }
 
 }  // namespace mtron::kernels::cpu::HWY_NAMESPACE

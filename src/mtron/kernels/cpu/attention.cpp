@@ -29,7 +29,7 @@
 #include "mtron/kernels/cpu/simd-inl.h"
 // clang-format on
 
-#include <omp.h>
+#include <atomic>
 
 #include <cmath>
 #include <limits>
@@ -227,7 +227,7 @@ float* scratch(std::vector<float>& buf, int64_t n) {
 // per ~4 MFLOP at least, so tiny calls do not pay for waking the team.
 int attn_threads(int64_t tasks, double flops) {
   const int64_t by_work = std::max<int64_t>(1, int64_t(flops / 4e6));
-  return int(std::max<int64_t>(1, std::min({tasks, by_work, int64_t(omp_get_max_threads())})));
+  return int(std::max<int64_t>(1, std::min({tasks, by_work, int64_t(max_threads())})));
 }
 
 static_assert(kBq == kBk, "the blocked transposes serve both query and key blocks");
@@ -290,22 +290,20 @@ void attention_forward(float* out,
   float* ktp = scratch(buf, B * G * (nkb * D * kBk + Sk * Dp));
   float* vp = ktp + B * G * nkb * D * kBk;
   const double flops = 4.0 * double(B * H * D) * double(Sq) * double(Sk);
-#pragma omp parallel for schedule(static) num_threads(attn_threads(B* G, flops))
-  for (int64_t bg = 0; bg < B * G; ++bg) {
+  parallel_rows(B * G, attn_threads(B * G, flops), [&](int64_t bg) {
     const int64_t off = (bg / G) * G * D + (bg % G) * D;
     pack_t_blocks(ktp + bg * nkb * D * kBk, k + off, ks, Sk, D);
     pack_rows(d, vp + bg * Sk * Dp, v + off, ks, Sk, D);
-  }
+  });
 
   const int64_t nqb = (Sq + kBq - 1) / kBq;
-#pragma omp parallel num_threads(attn_threads(B* H* nqb, flops))
-  {
+  std::atomic<int64_t> next_task{0};  // tasks are taken dynamically: causal blocks differ in work
+  parallel_run(attn_threads(B * H * nqb, flops), [&](int, int) {
     std::vector<float> Qbuf(size_t(kBq * Dp)), Sbuf(size_t(kBq * kBk)), Obuf(size_t(kBq * Dp)),
         mbuf(static_cast<size_t>(kBq)), lbuf(static_cast<size_t>(kBq));
     float* S = Sbuf.data();
     float* O = Obuf.data();
-#pragma omp for schedule(dynamic)
-    for (int64_t task = 0; task < B * H * nqb; ++task) {
+    for (int64_t task; (task = next_task++) < B * H * nqb;) {
       const int64_t b = task / (H * nqb), h = task / nqb % H, qb = task % nqb, g = h / hpg;
       const int64_t i0 = qb * kBq, nq = std::min(kBq, Sq - i0);
       pack_rows(d, Qbuf.data(), q + (i0 * B + b) * H * D + h * D, qs, nq, D);
@@ -334,7 +332,7 @@ void attention_forward(float* out,
         lse[(b * H + h) * Sq + i0 + r] = l > 0 ? mbuf[size_t(r)] + std::log(l) : kNegInf;
       }
     }
-  }
+  });
 }
 
 namespace {
@@ -477,14 +475,13 @@ void attention_backward(float* dq,
   const int nt = attn_threads(B * H, 10.0 * double(B * H * D) * double(s.Sq) * double(Sk));
   if (B * G >= nt) {
     // One task per (b, g): the task owns dK, dV of its group, so no thread shares a gradient.
-#pragma omp parallel num_threads(nt)
-    {
+    std::atomic<int64_t> next_task{0};
+    parallel_run(nt, [&](int, int) {
       thread_local std::vector<float> buf, acc;
       BwdWork w = bwd_work(buf, s.Sq, Sk, D, Dp);
       float* dkc = scratch(acc, 2 * Sk * Dp);
       float* dvc = dkc + Sk * Dp;
-#pragma omp for schedule(dynamic)
-      for (int64_t task = 0; task < B * G; ++task) {
+      for (int64_t task; (task = next_task++) < B * G;) {
         const int64_t b = task / G, g = task % G, koff = (b * G + g) * D;
         pack_kv(d, w, k, v, s, b, g);
         std::fill(dkc, dkc + 2 * Sk * Dp, 0.0f);
@@ -493,7 +490,7 @@ void attention_backward(float* dq,
         add_rows(d, dk + koff, ks, dkc, Sk, D);
         add_rows(d, dv + koff, ks, dvc, Sk, D);
       }
-    }
+    });
     return;
   }
   // Fewer (b, g) than threads (GQA/MQA at small batch): one task per (b, h), statically split,
@@ -501,33 +498,32 @@ void attention_backward(float* dq,
   // result is deterministic for a given thread count.
   thread_local std::vector<float> priv_buf;
   float* priv = scratch(priv_buf, int64_t(nt) * 2 * kv_size);
-#pragma omp parallel num_threads(nt)
-  {
+  parallel_run(nt, [&](int t, int) {
     thread_local std::vector<float> buf;
     BwdWork w = bwd_work(buf, s.Sq, Sk, D, Dp);
-    float* pdk = priv + int64_t(omp_get_thread_num()) * 2 * kv_size;
+    float* pdk = priv + int64_t(t) * 2 * kv_size;
     float* pdv = pdk + kv_size;
     std::fill(pdk, pdk + 2 * kv_size, 0.0f);
     int64_t packed = -1;  // the (b, g) whose K, V are in w
-#pragma omp for schedule(static)
-    for (int64_t task = 0; task < B * H; ++task) {
+    int64_t task0, task1;
+    split_range(B * H, t, nt, 1, &task0, &task1);
+    for (int64_t task = task0; task < task1; ++task) {
       const int64_t b = task / H, h = task % H, bg = b * G + h / hpg;
       if (bg != packed) pack_kv(d, w, k, v, s, b, h / hpg), packed = bg;
       backward_head(d, w, pdk + bg * Sk * Dp, pdv + bg * Sk * Dp, dq, dout, q, out, lse, s, mask, b,
                     h);
     }
-    // implicit barrier: every copy is complete
-#pragma omp for schedule(static)
-    for (int64_t row = 0; row < B * G * Sk; ++row) {
-      const int64_t bg = row / Sk, j = row % Sk;
-      float* dkr = dk + j * ks + bg * D;
-      float* dvr = dv + j * ks + bg * D;
-      for (int t = 0; t < nt; ++t) {
-        const float* pk = priv + int64_t(t) * 2 * kv_size + (bg * Sk + j) * Dp;
-        for (int64_t dd = 0; dd < D; ++dd) dkr[dd] += pk[dd], dvr[dd] += pk[kv_size + dd];
-      }
+  });
+  // every copy is complete
+  parallel_rows(B * G * Sk, nt, [&](int64_t row) {
+    const int64_t bg = row / Sk, j = row % Sk;
+    float* dkr = dk + j * ks + bg * D;
+    float* dvr = dv + j * ks + bg * D;
+    for (int t = 0; t < nt; ++t) {
+      const float* pk = priv + int64_t(t) * 2 * kv_size + (bg * Sk + j) * Dp;
+      for (int64_t dd = 0; dd < D; ++dd) dkr[dd] += pk[dd], dvr[dd] += pk[kv_size + dd];
     }
-  }
+  });
 }
 
 }  // namespace mtron::kernels::cpu::HWY_NAMESPACE

@@ -9,8 +9,6 @@
 #include "mtron/kernels/cpu/simd-inl.h"
 // clang-format on
 
-#include <omp.h>
-
 #include <algorithm>
 #include <cstring>
 #include <vector>
@@ -53,10 +51,7 @@ void convert_to_fp32(float* dst, const bf16* src, int64_t n) {
 
 void bias_add(float* out, const float* bias, int64_t N, int64_t C) {
   const DF d;
-#pragma omp parallel for schedule(static) num_threads(threads_for(N* C * 8))
-  for (int64_t r = 0; r < N; ++r) {
-    add_into(d, out + r * C, bias, C);
-  }
+  parallel_rows(N, threads_for(N * C * 8), [&](int64_t r) { add_into(d, out + r * C, bias, C); });
 }
 
 // Threads split the columns, each summing all rows in order: deterministic for any thread count.
@@ -66,10 +61,7 @@ void bias_add(float* out, const float* bias, int64_t N, int64_t C) {
 void bias_backward(float* dbias, const float* dout, int64_t N, int64_t C) {
   constexpr int64_t kBlock = 256;
   const DF d;
-#pragma omp parallel num_threads(threads_for(N* C * 4))
-  {
-    int64_t c0, c1;
-    split_range(C, omp_get_thread_num(), omp_get_num_threads(), kLine, &c0, &c1);
+  parallel_ranges(C, threads_for(N * C * 4), kLine, [&](int64_t c0, int64_t c1) {
     const int64_t w = c1 - c0;
     std::vector<float> part(static_cast<size_t>(w)), total(static_cast<size_t>(w), 0.0f);
     float* pp = part.data();
@@ -79,20 +71,16 @@ void bias_backward(float* dbias, const float* dout, int64_t N, int64_t C) {
       for (int64_t c = 0; c < w; ++c) total[size_t(c)] += part[size_t(c)];
     }
     for (int64_t c = c0; c < c1; ++c) dbias[c] += total[size_t(c - c0)];
-  }
+  });
 }
 
-// Squares summed in fp32 within blocks of 1024 elements, blocks added in double. The split into
-// blocks does not depend on the thread count, but the final per-thread sum order does (a
-// difference in the last bits of a double, far below what a norm needs).
+// Squares summed in fp32 within blocks of 1024 elements, the block sums added in double in block
+// order: the same result for any thread count.
 double sum_squares(const float* x, int64_t n) {
   constexpr int64_t kBlock = 1024;
   const DF d;
-  double total = 0;
-#pragma omp parallel num_threads(threads_for(n * 4)) reduction(+ : total)
-  {
-    int64_t i0, i1;
-    split_range(n, omp_get_thread_num(), omp_get_num_threads(), kBlock, &i0, &i1);
+  std::vector<double> block_sum(size_t((n + kBlock - 1) / kBlock));
+  parallel_ranges(n, threads_for(n * 4), kBlock, [&](int64_t i0, int64_t i1) {
     for (int64_t b = i0; b < i1; b += kBlock) {
       VF s0 = hn::Zero(d), s1 = hn::Zero(d);
       const int64_t e = std::min(i1, b + kBlock), L = int64_t(hn::Lanes(d));
@@ -106,9 +94,11 @@ double sum_squares(const float* x, int64_t n) {
         const VF a = load(d, x + j, k);
         s0 = hn::MulAdd(a, a, s0);
       });
-      total += double(hsum(d, hn::Add(s0, s1)));
+      block_sum[size_t(b / kBlock)] = double(hsum(d, hn::Add(s0, s1)));
     }
-  }
+  });
+  double total = 0;
+  for (const double s : block_sum) total += s;
   return total;
 }
 

@@ -11,8 +11,6 @@
 #include "mtron/kernels/cpu/simd-inl.h"
 // clang-format on
 
-#include <omp.h>
-
 #include <cstring>
 
 #include "mtron/kernels/cpu/cpu_ops.h"
@@ -29,8 +27,7 @@ void embedding_forward(float* out,
                        int64_t rows,
                        bool accumulate) {
   const DF d;
-#pragma omp parallel for schedule(static) num_threads(threads_for(N* C * 8))
-  for (int64_t n = 0; n < N; ++n) {
+  parallel_rows(N, threads_for(N * C * 8), [&](int64_t n) {
     const int64_t r = int64_t(ids[n]) - row_start;
     float* o = out + n * C;
     const bool in_range = r >= 0 && r < rows;
@@ -42,7 +39,7 @@ void embedding_forward(float* out,
     } else if (in_range) {
       add_into(d, o, table + r * C, C);
     }
-  }
+  });
 }
 
 void embedding_backward(float* dtable,
@@ -53,18 +50,13 @@ void embedding_backward(float* dtable,
                         int64_t row_start,
                         int64_t rows) {
   const DF d;
-#pragma omp parallel num_threads(threads_for(N* C * 8))
-  {
-    int64_t c0, c1;
-    split_range(C, omp_get_thread_num(), omp_get_num_threads(), kLine, &c0, &c1);
-    if (c0 < c1) {
-      for (int64_t n = 0; n < N; ++n) {
-        const int64_t r = int64_t(ids[n]) - row_start;
-        if (r < 0 || r >= rows) continue;
-        add_into(d, dtable + r * C + c0, dout + n * C + c0, c1 - c0);
-      }
+  parallel_ranges(C, threads_for(N * C * 8), kLine, [&](int64_t c0, int64_t c1) {
+    for (int64_t n = 0; n < N; ++n) {
+      const int64_t r = int64_t(ids[n]) - row_start;
+      if (r < 0 || r >= rows) continue;
+      add_into(d, dtable + r * C + c0, dout + n * C + c0, c1 - c0);
     }
-  }
+  });
 }
 
 }  // namespace mtron::kernels::cpu::HWY_NAMESPACE

@@ -1,6 +1,7 @@
 // CPU mixture-of-experts router and token permutation (kernels/moe.h). The router's per-token
-// arithmetic is kernels/moe_token.h (shared with CUDA), tokens split over OpenMP threads; sums
-// over tokens run in token order, so results do not depend on the thread count.
+// arithmetic is kernels/moe_token.h (shared with CUDA), tokens (or pairs) split over threads by
+// parallel_rows (cpu/parallel.h); sums over tokens run in token order, so results do not depend
+// on the thread count.
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "mtron/kernels/cpu/moe.cpp"
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
@@ -12,22 +13,22 @@
 #include <cmath>
 
 #include "mtron/kernels/cpu/cpu_ops.h"
+#include "mtron/kernels/cpu/parallel.h"
 #include "mtron/kernels/moe_token.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace mtron::kernels::cpu::HWY_NAMESPACE {
 
 void moe_route(int32_t* idx, float* weight, const float* logits, const MoeRouting& r) {
-#pragma omp parallel for schedule(static)
-  for (int64_t t = 0; t < r.T; ++t) {
+  parallel_rows(r.T, threads_for(r.T * r.E * 4), [&](int64_t t) {
     moe_token::route(logits + t * r.E, r.E, r.k, r.sigmoid, idx + t * r.k, weight + t * r.k);
-  }
+  });
 }
 
 void moe_aux_scores(float* scores, const float* logits, const MoeRouting& r) {
-#pragma omp parallel for schedule(static)
-  for (int64_t t = 0; t < r.T; ++t)
+  parallel_rows(r.T, threads_for(r.T * r.E * 8), [&](int64_t t) {
     moe_token::aux_scores(logits + t * r.E, r.E, r.sigmoid, scores + t * r.E);
+  });
 }
 
 void moe_aux_sums(double* psum,
@@ -48,22 +49,20 @@ void moe_aux_sums(double* psum,
 }
 
 void moe_logsumexp(float* lse, const float* logits, const MoeRouting& r) {
-#pragma omp parallel for schedule(static)
-  for (int64_t t = 0; t < r.T; ++t) lse[t] = moe_token::logsumexp(logits + t * r.E, r.E);
+  parallel_rows(r.T, threads_for(r.T * r.E * 4),
+                [&](int64_t t) { lse[t] = moe_token::logsumexp(logits + t * r.E, r.E); });
 }
 
 void moe_permute(float* rows, const float* x, const int64_t* row, const MoeRouting& r, int64_t h) {
   const int64_t k = r.k;
-#pragma omp parallel for schedule(static)
-  for (int64_t i = 0; i < r.T * k; ++i) {
+  parallel_rows(r.T * k, threads_for(r.T * k * h * 8), [&](int64_t i) {
     if (row[i] >= 0) std::copy(x + (i / k) * h, x + (i / k + 1) * h, rows + row[i] * h);
-  }
+  });
 }
 
 void moe_permute_backward(
     float* dx, const float* drows, const int64_t* row, const MoeRouting& r, int64_t h) {
-#pragma omp parallel for schedule(static)
-  for (int64_t t = 0; t < r.T; ++t) {
+  parallel_rows(r.T, threads_for(r.T * (r.k + 1) * h * 4), [&](int64_t t) {
     float* d = dx + t * h;
     std::fill(d, d + h, 0.0f);
     for (int64_t j = 0; j < r.k; ++j) {
@@ -72,7 +71,7 @@ void moe_permute_backward(
       const float* s = drows + p * h;
       for (int64_t c = 0; c < h; ++c) d[c] += s[c];
     }
-  }
+  });
 }
 
 void moe_combine(float* y,
@@ -81,8 +80,7 @@ void moe_combine(float* y,
                  const float* weight,
                  const MoeRouting& r,
                  int64_t h) {
-#pragma omp parallel for schedule(static)
-  for (int64_t t = 0; t < r.T; ++t) {
+  parallel_rows(r.T, threads_for(r.T * (r.k + 1) * h * 4), [&](int64_t t) {
     float* yt = y + t * h;
     std::fill(yt, yt + h, 0.0f);
     for (int64_t j = 0; j < r.k; ++j) {
@@ -92,7 +90,7 @@ void moe_combine(float* y,
       const float* o = rows + p * h;
       for (int64_t c = 0; c < h; ++c) yt[c] += w * o[c];
     }
-  }
+  });
 }
 
 void moe_combine_backward(float* drows,
@@ -103,12 +101,11 @@ void moe_combine_backward(float* drows,
                           const float* weight,
                           const MoeRouting& r,
                           int64_t h) {
-#pragma omp parallel for schedule(static)
-  for (int64_t i = 0; i < r.T * r.k; ++i) {
+  parallel_rows(r.T * r.k, threads_for(r.T * r.k * h * 12), [&](int64_t i) {
     const float* g = dy + (i / r.k) * h;
     const int64_t p = row[i];
     dweight[i] = 0.0f;
-    if (p < 0) continue;
+    if (p < 0) return;
     const float* o = rows + p * h;
     float* d = drows + p * h;
     double dot = 0;
@@ -117,7 +114,7 @@ void moe_combine_backward(float* drows,
       dot += double(g[c]) * o[c];
     }
     dweight[i] = float(dot);
-  }
+  });
 }
 
 void moe_router_backward(float* dlogits,
@@ -127,9 +124,9 @@ void moe_router_backward(float* dlogits,
                          const float* dweight,
                          const MoeRouting& r,
                          const MoeRouterLoss& loss) {
-#pragma omp parallel for schedule(static)
-  for (int64_t t = 0; t < r.T; ++t)
+  parallel_rows(r.T, threads_for(r.T * r.E * 12), [&](int64_t t) {
     moe_token::router_backward(t, logits, idx, weight, dweight, r, loss, dlogits);
+  });
 }
 
 }  // namespace mtron::kernels::cpu::HWY_NAMESPACE

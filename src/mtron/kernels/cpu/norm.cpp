@@ -12,8 +12,6 @@
 #include "mtron/kernels/cpu/simd-inl.h"
 // clang-format on
 
-#include <omp.h>
-
 #include <cmath>
 #include <vector>
 
@@ -48,16 +46,13 @@ float row_reduce(DF d, const float* x, float mu, int64_t C) {
 
 // Adds the per-block partials part[nblocks][C] (block order) into grad[C]; threads split C.
 void reduce_blocks(DF d, float* grad, const float* part, int64_t nblocks, int64_t C) {
-#pragma omp parallel num_threads(threads_for(nblocks* C * 4))
-  {
-    int64_t c0, c1;
-    split_range(C, omp_get_thread_num(), omp_get_num_threads(), kLine, &c0, &c1);
+  parallel_ranges(C, threads_for(nblocks * C * 4), kLine, [&](int64_t c0, int64_t c1) {
     for_lanes(d, c0, c1, [&](int64_t c, size_t k) {
       VF s = hn::Zero(d);
       for (int64_t b = 0; b < nblocks; ++b) s = hn::Add(s, load(d, part + b * C + c, k));
       store(d, hn::Add(load(d, grad + c, k), s), grad + c, k);
     });
-  }
+  });
 }
 
 }  // namespace
@@ -72,8 +67,7 @@ void layernorm_forward(float* out,
                        int64_t C,
                        float eps) {
   const DF d;
-#pragma omp parallel for schedule(static) num_threads(threads_for(N* C * 8))
-  for (int64_t r = 0; r < N; ++r) {
+  parallel_rows(N, threads_for(N * C * 8), [&](int64_t r) {
     const float* x = inp + r * C;
     float* o = out + r * C;
     const float mu = row_reduce<false>(d, x, 0.0f, C) / float(C);
@@ -85,7 +79,7 @@ void layernorm_forward(float* out,
       const VF n = hn::Mul(hn::Sub(load(d, x + c, k), vm), vr);
       store(d, hn::MulAdd(n, load(d, weight + c, k), load(d, bias + c, k)), o + c, k);
     });
-  }
+  });
 }
 
 void layernorm_backward(float* dinp,
@@ -103,8 +97,7 @@ void layernorm_backward(float* dinp,
   std::vector<float> part(size_t(2 * nblocks * C));  // [2][nblocks][C]: dweight, dbias
   float* pw = part.data();
   float* pb = part.data() + nblocks * C;
-#pragma omp parallel for schedule(static) num_threads(threads_for(N* C * 16))
-  for (int64_t blk = 0; blk < nblocks; ++blk) {
+  parallel_rows(nblocks, threads_for(N * C * 16), [&](int64_t blk) {
     float* bw = pw + blk * C;
     float* bb = pb + blk * C;
     for (int64_t c = 0; c < C; ++c) bw[c] = bb[c] = 0;
@@ -134,7 +127,7 @@ void layernorm_backward(float* dinp,
         store(d, hn::MulAdd(vr, t, load(d, dx + c, k)), dx + c, k);
       });
     }
-  }
+  });
   reduce_blocks(d, dweight, pw, nblocks, C);
   reduce_blocks(d, dbias, pb, nblocks, C);
 }
@@ -147,8 +140,7 @@ void rmsnorm_forward(float* out,
                      int64_t C,
                      float eps) {
   const DF d;
-#pragma omp parallel for schedule(static) num_threads(threads_for(N* C * 8))
-  for (int64_t r = 0; r < N; ++r) {
+  parallel_rows(N, threads_for(N * C * 8), [&](int64_t r) {
     const float* x = inp + r * C;
     float* o = out + r * C;
     const float rs = 1.0f / std::sqrt(row_reduce<true>(d, x, 0.0f, C) / float(C) + eps);
@@ -157,7 +149,7 @@ void rmsnorm_forward(float* out,
     for_lanes(d, 0, C, [&](int64_t c, size_t k) {
       store(d, hn::Mul(hn::Mul(load(d, x + c, k), vr), load(d, weight + c, k)), o + c, k);
     });
-  }
+  });
 }
 
 void rmsnorm_backward(float* dinp,
@@ -171,8 +163,7 @@ void rmsnorm_backward(float* dinp,
   const DF d;
   const int64_t nblocks = (N + kRowBlock - 1) / kRowBlock;
   std::vector<float> part(size_t(nblocks * C));
-#pragma omp parallel for schedule(static) num_threads(threads_for(N* C * 16))
-  for (int64_t blk = 0; blk < nblocks; ++blk) {
+  parallel_rows(nblocks, threads_for(N * C * 16), [&](int64_t blk) {
     float* bw = part.data() + blk * C;
     for (int64_t c = 0; c < C; ++c) bw[c] = 0;
     for (int64_t r = blk * kRowBlock; r < std::min(N, (blk + 1) * kRowBlock); ++r) {
@@ -195,7 +186,7 @@ void rmsnorm_backward(float* dinp,
         store(d, hn::MulAdd(vr, t, load(d, dx + c, k)), dx + c, k);
       });
     }
-  }
+  });
   reduce_blocks(d, dweight, part.data(), nblocks, C);
 }
 

@@ -40,13 +40,11 @@ void rope_apply(float* x,
   std::vector<float> inv_freq(static_cast<size_t>(half));
   for (int64_t i = 0; i < half; ++i)
     inv_freq[size_t(i)] = 1.0f / std::pow(base, float(2 * i) / float(R));
-#pragma omp parallel num_threads(threads_for(N* nh* D * 8))
-  {
+  parallel_ranges(N, threads_for(N * nh * D * 8), 1, [&](int64_t n0, int64_t n1) {
     std::vector<float> cs(size_t(2 * half));
     float* cosv = cs.data();
     float* sinv = cs.data() + half;
-#pragma omp for schedule(static)
-    for (int64_t n = 0; n < N; ++n) {
+    for (int64_t n = n0; n < n1; ++n) {
       for (int64_t i = 0; i < half; ++i) {
         const float a = float(pos[n]) * inv_freq[size_t(i)];
         cosv[i] = std::cos(a);
@@ -63,7 +61,7 @@ void rope_apply(float* x,
         });
       }
     }
-  }
+  });
 }
 
 }  // namespace
@@ -71,15 +69,14 @@ void rope_apply(float* x,
 void qkv_split(
     float* q, float* k, float* v, const float* qkv, int64_t N, int64_t G, int64_t hpg, int64_t D) {
   const int64_t H = G * hpg;
-#pragma omp parallel for schedule(static) num_threads(threads_for(N*(H + 2 * G) * D * 8))
-  for (int64_t n = 0; n < N; ++n) {
+  parallel_rows(N, threads_for(N * (H + 2 * G) * D * 8), [&](int64_t n) {
     for (int64_t g = 0; g < G; ++g) {
       const float* src = qkv + ((n * G + g) * (hpg + 2)) * D;
       copy_rows(q + (n * H + g * hpg) * D, src, hpg * D);
       copy_rows(k + (n * G + g) * D, src + hpg * D, D);
       copy_rows(v + (n * G + g) * D, src + (hpg + 1) * D, D);
     }
-  }
+  });
 }
 
 void qkv_merge_grad(float* dqkv,
@@ -91,15 +88,14 @@ void qkv_merge_grad(float* dqkv,
                     int64_t hpg,
                     int64_t D) {
   const int64_t H = G * hpg;
-#pragma omp parallel for schedule(static) num_threads(threads_for(N*(H + 2 * G) * D * 8))
-  for (int64_t n = 0; n < N; ++n) {
+  parallel_rows(N, threads_for(N * (H + 2 * G) * D * 8), [&](int64_t n) {
     for (int64_t g = 0; g < G; ++g) {
       float* dst = dqkv + ((n * G + g) * (hpg + 2)) * D;
       copy_rows(dst, dq + (n * H + g * hpg) * D, hpg * D);
       copy_rows(dst + hpg * D, dk + (n * G + g) * D, D);
       copy_rows(dst + (hpg + 1) * D, dv + (n * G + g) * D, D);
     }
-  }
+  });
 }
 
 void rope_forward(

@@ -25,8 +25,6 @@
 
 #include <hwy/highway.h>
 
-#include <omp.h>
-
 #include <cstdint>
 
 #include "mtron/core/dtype.h"
@@ -74,12 +72,8 @@ HWY_INLINE void for_lanes(D d, int64_t begin, int64_t end, F&& body) {
 // threads as `bytes` of memory traffic are worth (threads_for).
 template <class D, class F>
 void parallel_lanes(D d, int64_t n, int64_t bytes, F&& body) {
-#pragma omp parallel num_threads(threads_for(bytes))
-  {
-    int64_t i0, i1;
-    split_range(n, omp_get_thread_num(), omp_get_num_threads(), kLine, &i0, &i1);
-    for_lanes(d, i0, i1, body);
-  }
+  parallel_ranges(n, threads_for(bytes), kLine,
+                  [&](int64_t i0, int64_t i1) { for_lanes(d, i0, i1, body); });
 }
 
 // dst[0, n) += src[0, n)

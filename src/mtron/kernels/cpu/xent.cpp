@@ -43,8 +43,7 @@ void xent_stats(float* row_max,
                 int64_t vocab_valid) {
   const DF d;
   const int64_t nv = valid_cols(Vl, col_start, vocab_valid), L = int64_t(hn::Lanes(d));
-#pragma omp parallel for schedule(static) num_threads(threads_for(n* nv * 4))
-  for (int64_t r = 0; r < n; ++r) {
+  parallel_rows(n, threads_for(n * nv * 4), [&](int64_t r) {
     const float* x = logits + r * Vl;
     float mx = kNegInf, se = 0;
     for (int64_t c0 = 0; c0 < nv; c0 += kChunk) {
@@ -79,7 +78,7 @@ void xent_stats(float* row_max,
     row_sumexp[r] = se;
     const int64_t t = int64_t(targets[r]) - col_start;
     target_logit[r] = (t >= 0 && t < Vl) ? x[t] : 0.0f;
-  }
+  });
 }
 
 void xent_backward(float* dlogits,
@@ -94,8 +93,7 @@ void xent_backward(float* dlogits,
                    int64_t vocab_valid) {
   const DF d;
   const int64_t nv = valid_cols(Vl, col_start, vocab_valid);
-#pragma omp parallel for schedule(static) num_threads(threads_for(n* Vl * 8))
-  for (int64_t r = 0; r < n; ++r) {
+  parallel_rows(n, threads_for(n * Vl * 8), [&](int64_t r) {
     const float* x = logits + r * Vl;
     float* g = dlogits + r * Vl;
     const float scale = row_scale ? row_scale[r] : 1.0f;
@@ -108,7 +106,7 @@ void xent_backward(float* dlogits,
     for_lanes(d, nv, Vl, [&](int64_t c, size_t k) { store(d, hn::Zero(d), g + c, k); });
     const int64_t t = int64_t(targets[r]) - col_start;
     if (t >= 0 && t < nv) g[t] -= scale;
-  }
+  });
 }
 
 }  // namespace mtron::kernels::cpu::HWY_NAMESPACE

@@ -1,0 +1,126 @@
+#include "mtron/core/parallel_flags.h"
+
+#include <fmt/core.h>
+
+#include <CLI/CLI.hpp>
+
+namespace mtron {
+namespace {
+
+// One size flag: its name, help and field. The table is the single list both directions read.
+struct SizeFlag {
+  const char* name;
+  const char* help;
+  int64_t ParallelConfig::*field;
+  bool moe_only;
+};
+
+constexpr SizeFlag kSizeFlags[] = {
+    {"--tensor-model-parallel-size", "Degree of tensor model parallelism (TP)",
+     &ParallelConfig::tensor_model_parallel_size, false},
+    {"--pipeline-model-parallel-size", "Degree of pipeline model parallelism (PP)",
+     &ParallelConfig::pipeline_model_parallel_size, false},
+    {"--context-parallel-size", "Degree of context parallelism (CP)",
+     &ParallelConfig::context_parallel_size, false},
+    {"--expert-model-parallel-size", "Degree of expert model parallelism (EP)",
+     &ParallelConfig::expert_model_parallel_size, true},
+    {"--expert-tensor-parallel-size",
+     "Degree of tensor model parallelism of expert layers "
+     "(default: TP)",
+     &ParallelConfig::expert_tensor_parallel_size, true},
+    {"--num-layers-per-virtual-pipeline-stage", "Interleaved pipeline: layers per virtual stage",
+     &ParallelConfig::num_layers_per_virtual_pipeline_stage, false},
+    {"--num-virtual-stages-per-pipeline-rank",
+     "Interleaved pipeline: virtual stages (model "
+     "chunks) per pipeline rank",
+     &ParallelConfig::num_virtual_stages_per_pipeline_rank, false},
+    {"--decoder-first-pipeline-num-layers", "Uneven pipeline: layers of the first stage",
+     &ParallelConfig::decoder_first_pipeline_num_layers, false},
+    {"--decoder-last-pipeline-num-layers", "Uneven pipeline: layers of the last stage",
+     &ParallelConfig::decoder_last_pipeline_num_layers, false},
+    {"--micro-batch-size", "Sequences per micro-batch", &ParallelConfig::micro_batch_size, false},
+    {"--global-batch-size", "Sequences per iteration (default: micro-batch size x DP)",
+     &ParallelConfig::global_batch_size, false},
+};
+
+struct SwitchFlag {
+  const char* name;
+  const char* help;
+  bool ParallelConfig::*field;
+};
+
+constexpr SwitchFlag kSwitchFlags[] = {
+    {"--sequence-parallel", "Sequence parallelism (with TP > 1; forced off at TP 1)",
+     &ParallelConfig::sequence_parallel},
+    {"--use-distributed-optimizer", "Shard the optimizer state over data-parallel ranks (ZeRO-1)",
+     &ParallelConfig::use_distributed_optimizer},
+    {"--overlap-grad-reduce", "Overlap the gradient reduction with backward",
+     &ParallelConfig::overlap_grad_reduce},
+    {"--overlap-param-gather", "Overlap the parameter all-gather with forward",
+     &ParallelConfig::overlap_param_gather},
+    {"--use-tp-pp-dp-mapping", "Rank order tp-cp-ep-pp-dp instead of tp-cp-ep-dp-pp",
+     &ParallelConfig::use_tp_pp_dp_mapping},
+};
+
+}  // namespace
+
+void add_parallel_flags(CLI::App& app, ParallelConfig& p, ParallelFlags which, const char* group) {
+  for (const SizeFlag& f : kSizeFlags) {
+    app.add_option(f.name, p.*f.field, f.help)
+        ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast)
+        ->group(group);
+  }
+  if (which == ParallelFlags::kSizes) return;
+  for (const SwitchFlag& f : kSwitchFlags) {
+    app.add_flag(f.name, p.*f.field, f.help)
+        ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast)
+        ->group(group);
+  }
+}
+
+std::vector<std::string> parallel_flag_args(const ParallelConfig& p, bool moe) {
+  std::vector<std::string> a;
+  for (const SizeFlag& f : kSizeFlags) {
+    const int64_t v = p.*f.field;
+    // Zero means "not set" for the optional sizes (interleaving, uneven stages).
+    if (v == 0 || (f.moe_only && !moe)) continue;
+    a.push_back(f.name);
+    a.push_back(fmt::format("{}", v));
+  }
+  for (const SwitchFlag& f : kSwitchFlags) {
+    if (p.*f.field) a.push_back(f.name);
+  }
+  return a;
+}
+
+void add_precision_flags(CLI::App& app, PrecisionFlags& f, const char* group) {
+  app.add_flag_callback(
+         "--bf16", [&f] { f.compute = Precision::kBF16; },
+         "bf16 mixed precision (fp32 master weights and gradients)")
+      ->group(group);
+  app.add_flag("--grad-reduce-in-bf16", f.grad_reduce_in_bf16,
+               "With --bf16: reduce the gradients over data parallel in bf16 (half the bytes)")
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast)
+      ->group(group);
+}
+
+std::vector<std::string> precision_flag_args(const PrecisionFlags& f) {
+  std::vector<std::string> a;
+  const bool bf16 = f.compute == Precision::kBF16;
+  if (bf16) a.push_back("--bf16");
+  if (bf16 && f.grad_reduce_in_bf16) a.push_back("--grad-reduce-in-bf16");
+  return a;
+}
+
+std::string cuda_unsupported(const ModelConfig& m, const ParallelConfig& p, bool checkpoints) {
+  if (m.is_moe() && (p.ep() > 1 || p.etp() > 1)) {
+    return "--expert-model-parallel-size and --expert-tensor-parallel-size > 1 are not supported "
+           "yet (the expert dispatch exchanges its counts on the host; the latter defaults to "
+           "--tensor-model-parallel-size: with TP > 1 pass --expert-tensor-parallel-size 1)";
+  }
+  if (p.cp() > 1) return "--context-parallel-size > 1 is not supported yet";
+  if (checkpoints) return "--save/--load are not supported yet";
+  return "";
+}
+
+}  // namespace mtron

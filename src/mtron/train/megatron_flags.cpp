@@ -1,0 +1,209 @@
+#include "mtron/train/megatron_flags.h"
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <set>
+
+#include "mtron/core/error.h"
+
+namespace mtron::train {
+namespace {
+
+constexpr const char* kGroup = "Accepted for Megatron scripts (no effect in mtron: docs/flags.md)";
+
+struct Compat {
+  const char* flag;
+  const char* why;  // completes "<flag> has no effect: <why>"
+};
+
+// Switches.
+constexpr Compat kSwitches[] = {
+    {"--use-mcore-models", "Megatron-Core models are the only ones mtron has"},
+    {"--use-flash-attn", "mtron's attention is always tiled with an exact online softmax"},
+    {"--no-masked-softmax-fusion", "kernel fusion choice"},
+    {"--no-bias-gelu-fusion", "kernel fusion choice"},
+    {"--no-bias-dropout-fusion", "kernel fusion choice"},
+    {"--no-bias-swiglu-fusion", "kernel fusion choice"},
+    {"--no-rope-fusion", "kernel fusion choice"},
+    {"--no-gradient-accumulation-fusion", "kernel fusion choice"},
+    {"--no-persist-layer-norm", "kernel choice"},
+    {"--cross-entropy-loss-fusion", "mtron's vocab-parallel cross entropy is one fused pass"},
+    {"--moe-grouped-gemm", "kernel choice"},
+    {"--moe-permute-fusion", "kernel fusion choice"},
+    {"--moe-router-fusion", "kernel fusion choice"},
+    {"--attention-softmax-in-fp32", "mtron's softmax always runs in fp32"},
+    {"--no-async-tensor-model-parallel-allreduce", "communication scheduling choice"},
+    {"--accumulate-allreduce-grads-in-fp32",
+     "gradients are accumulated and reduced in fp32 unless --grad-reduce-in-bf16"},
+    {"--log-throughput", "mtron's log line always carries the throughput"},
+    {"--no-create-attention-mask-in-dataloader", "mtron's attention is causal without a mask"},
+    {"--use-contiguous-buffers-in-local-ddp", "gradients always live in contiguous buckets"},
+    {"--manual-gc", "mtron has no garbage collector"},
+    {"--no-manual-gc-eval", "mtron has no garbage collector"},
+    {"--no-mmap-bin-files", "mtron reads .bin files through mmap; the data are the same"},
+    {"--use-pytorch-profiler", "mtron's profiler is --profile (per-kernel table)"},
+    {"--async-save", "mtron saves synchronously; the result is the same checkpoint"},
+    {"--use-dist-ckpt", "mtron's checkpoints are always sharded and reshardable"},
+    {"--auto-detect-ckpt-format", "mtron reads its own checkpoint format only"},
+    {"--ckpt-fully-parallel-save", "every rank writes its own shards already"},
+    {"--ckpt-fully-parallel-load", "every rank reads its own shards already"},
+    {"--dist-ckpt-optim-fully-reshardable", "mtron's optimizer state reshards under any layout"},
+    {"--log-params-norm", "mtron's log line has no params norm"},
+    {"--log-num-zeros-in-grad", "mtron's log line has no zeros count"},
+    {"--log-progress", "progress.txt is not written"},
+    {"--log-energy", "energy is not measured"},
+    {"--no-check-for-nan-in-loss-and-grad", "NaN/Inf iterations are always counted and skipped"},
+    {"--deterministic-mode", "mtron's runs are always deterministic"},
+    {"--no-overlap-p2p-communication", "pipeline send/recv scheduling choice"},
+    {"--defer-embedding-wgrad-compute", "kernel scheduling choice"},
+    {"--calculate-per-token-loss",
+     "every token of every sample counts (mtron has no loss mask), so the per-token mean over "
+     "the global batch equals Megatron's per-micro-batch mean"},
+};
+
+// Flags with a value.
+struct CompatValue {
+  const char* flag;
+  const char* why;
+  std::vector<std::string> choices;  // empty: any value
+};
+
+const std::vector<CompatValue>& value_flags() {
+  static const std::vector<CompatValue> v = {
+      {"--transformer-impl",
+       "mtron has one transformer implementation",
+       {"transformer_engine", "local", "inference_optimized"}},
+      {"--attention-backend",
+       "mtron has one attention kernel per device (tiled, exact online softmax), the same "
+       "numbers for every backend",
+       {"auto", "flash", "fused", "unfused", "local"}},
+      {"--empty-unused-memory-level", "mtron frees activation memory as it goes", {"0", "1", "2"}},
+      {"--manual-gc-interval", "mtron has no garbage collector", {}},
+      {"--num-workers", "samples are read on the training thread (mmap)", {}},
+      {"--num-dataset-builder-threads", "rank 0 builds the dataset indices", {}},
+      {"--dataloader-type",
+       "mtron's sampler is Megatron's 'single' (in order from consumed samples)",
+       {"single"}},
+      {"--profile-step-start", "--profile times every iteration after the first", {}},
+      {"--profile-step-end", "--profile times every iteration after the first", {}},
+      {"--tensorboard-queue-size", "mtron flushes the event file at every logged iteration", {}},
+      {"--timing-log-level", "mtron's timers are --profile's per-kernel table", {"0", "1", "2"}},
+      {"--timing-log-option",
+       "mtron's timers are --profile's per-kernel table",
+       {"max", "minmax", "all"}},
+      {"--tiktoken-pattern",
+       "only TikTokenizer uses it, and mtron has no TikTokenizer",
+       {"v1", "v2"}},
+      {"--wandb-exp-name", "without --wandb-project nothing is sent to Weights & Biases", {}},
+      {"--wandb-save-dir", "without --wandb-project nothing is sent to Weights & Biases", {}},
+      {"--wandb-entity", "without --wandb-project nothing is sent to Weights & Biases", {}},
+  };
+  return v;
+}
+
+void add_note(std::vector<std::string>& notes, std::string note) {
+  if (std::find(notes.begin(), notes.end(), note) == notes.end()) notes.push_back(std::move(note));
+}
+
+size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diag = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diag = up;
+    }
+  }
+  return row[b.size()];
+}
+
+}  // namespace
+
+void add_compat_flags(CLI::App& app, std::vector<std::string>& notes) {
+  for (const Compat& c : kSwitches) {
+    std::string note = std::string(c.flag) + " has no effect: " + c.why;
+    app.add_flag_callback(
+           c.flag, [&notes, note] { add_note(notes, note); }, c.why)
+        ->group(kGroup);
+  }
+  for (const CompatValue& c : value_flags()) {
+    const std::string flag = c.flag, why = c.why;
+    auto* o = app.add_option_function<std::string>(
+        flag,
+        [&notes, flag, why](const std::string& v) {
+          add_note(notes, flag + " " + v + " has no effect: " + why);
+        },
+        why);
+    o->multi_option_policy(CLI::MultiOptionPolicy::TakeLast)->group(kGroup);
+    if (!c.choices.empty()) o->check(CLI::IsMember(c.choices));
+  }
+  app.add_option_function<std::vector<std::string>>(
+         "--profile-ranks",
+         [&notes](const std::vector<std::string>&) {
+           add_note(notes,
+                    "--profile-ranks has no effect: --profile reports rank 0 and the last "
+                    "rank");
+         },
+         "--profile reports rank 0 and the last rank")
+      ->group(kGroup);
+  // Services mtron cannot reach: rejected, with what to use instead. An empty project is
+  // Megatron's default (no W&B), so scripts that pass it unset still run.
+  app.add_option_function<std::string>(
+         "--wandb-project",
+         [](const std::string& v) {
+           MT_CHECK(v.empty(), "--wandb-project ", v,
+                    ": mtron does not talk to Weights & Biases; use --tensorboard-dir DIR "
+                    "(TensorBoard event files; `wandb sync DIR` uploads them) or --metrics-file "
+                    "(JSONL)");
+         },
+         "Rejected: use --tensorboard-dir or --metrics-file")
+      ->group(kGroup);
+}
+
+std::vector<std::string> last_occurrence_only(int argc,
+                                              char** argv,
+                                              const std::vector<std::string>& list_flags) {
+  std::vector<std::string> args(argv + 1, argv + argc);
+  for (const std::string& f : list_flags) {
+    size_t last = args.size();
+    for (size_t i = 0; i < args.size(); ++i)
+      if (args[i] == f) last = i;
+    std::vector<std::string> kept;
+    for (size_t i = 0; i < args.size(); ++i) {
+      if (args[i] == f && i != last) {
+        while (i + 1 < args.size() && args[i + 1].rfind("--", 0) != 0) ++i;
+        continue;
+      }
+      kept.push_back(args[i]);
+    }
+    args = std::move(kept);
+  }
+  return args;
+}
+
+void check_unknown_flags(const CLI::App& app) {
+  const std::vector<std::string> rest = app.remaining();
+  if (rest.empty()) return;
+  const std::string& arg = rest.front();
+  if (arg.rfind("-", 0) != 0) {
+    MT_CHECK(false, "unexpected argument '", arg, "' (not the value of any flag)");
+  }
+  const std::string name = arg.substr(0, arg.find('='));
+  std::string best;
+  size_t best_d = std::string::npos;
+  for (const CLI::Option* o : app.get_options()) {
+    for (const std::string& l : o->get_lnames()) {
+      const size_t d = edit_distance(name, "--" + l);
+      if (d < best_d) {
+        best_d = d;
+        best = "--" + l;
+      }
+    }
+  }
+  MT_CHECK(false, "unknown flag ", name, "; did you mean ", best, "?");
+}
+
+}  // namespace mtron::train

@@ -1,0 +1,68 @@
+// `mtron train`: parse, check what can be checked before any compute, then train.
+#include <omp.h>
+
+#include <algorithm>
+#include <cstdlib>
+
+#include "mtron/core/formulas.h"
+#include "mtron/core/log.h"
+#include "mtron/parallel/launch.h"
+#include "mtron/parallel/rank_map.h"
+#include "mtron/train/trainer.h"
+
+namespace mtron::train {
+namespace {
+
+// Which layers each pipeline stage (and virtual stage) holds, for --print-layout.
+std::string stage_layers(const TrainArgs& a) {
+  const int64_t P = a.parallel.pp(), v = a.parallel.vpp(), per = a.model.num_layers / (P * v);
+  std::string out = "\nstage  layers\n";
+  for (int64_t s = 0; s < P; ++s) {
+    out += fmt::format("{:5d} ", s);
+    for (int64_t c = 0; c < v; ++c) {
+      const int64_t vs = c * P + s;
+      out += fmt::format(" [{}, {}){}{}", vs * per, (vs + 1) * per, vs == 0 ? " +embedding" : "",
+                         vs == P * v - 1 ? " +output layer and loss" : "");
+    }
+    out += "\n";
+  }
+  return out;
+}
+
+// --print-layout: the layout, the schedule and Megatron's memory estimate, from the flags only.
+std::string layout_report(const TrainArgs& a) {
+  std::string s = format_layout(a.parallel) + stage_layers(a);
+  s += fmt::format("\nmodel: {}\nlayout: {}\nglobal batch size: {}; {} iterations\n",
+                   a.model.summary(), a.parallel.summary(), a.batches.describe(), a.train_iters);
+  s += format_theoretical_memory(
+      megatron_theoretical_memory(a.model, a.parallel, a.recompute.granularity));
+  for (const std::string& n : a.notes) s += "\nnote: " + n;
+  return s;
+}
+
+}  // namespace
+
+int train_main(int argc, char** argv) {
+  return run_main(argc, argv, [&](Launch& launch) {
+    log_init(launch.rank(), launch.size());
+    // One OpenMP team per rank, the node's cores split between its ranks.
+    if (!std::getenv("OMP_NUM_THREADS")) {
+      omp_set_num_threads(std::max(1, omp_get_num_procs() / std::max(1, launch.local_size())));
+    }
+    TrainArgs a;
+    if (!parse_train_args(argc, argv, launch.size(), a)) return 0;
+    if (a.print_layout) {
+      if (launch.rank() == 0) log_plain(layout_report(a));
+      return 0;
+    }
+    launch.set_collective_timeout(a.distributed_timeout_minutes * 60.0);
+    // Every rank: nodes may see --save differently, and a save that fails after hours of
+    // compute loses them.
+    if (!a.checkpoint.save.empty()) checkpoint::check_save_dir(a.checkpoint.save, launch.rank());
+    Trainer t(a, launch.world(), launch.local_size());
+    t.run();
+    return 0;
+  });
+}
+
+}  // namespace mtron::train

@@ -1,0 +1,102 @@
+// The shared parallel and precision flags: what parallel_flag_args writes parses back to the
+// same layout through add_parallel_flags (the emitted scripts and `mtron train` cannot drift).
+#include <gtest/gtest.h>
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+
+#include "mtron/core/parallel_flags.h"
+
+namespace mtron {
+namespace {
+
+ParallelConfig parse(std::vector<std::string> args) {
+  CLI::App app;
+  ParallelConfig p;
+  add_parallel_flags(app, p, ParallelFlags::kAll, "Parallelism");
+  std::reverse(args.begin(), args.end());
+  app.parse(args);
+  return p;
+}
+
+ModelConfig model(int64_t experts) {
+  ModelConfig m;
+  m.num_layers = 8;
+  m.hidden_size = 64;
+  m.num_attention_heads = 4;
+  m.seq_length = 32;
+  m.vocab_size = 100;
+  m.num_experts = experts;
+  m.add_bias_linear = experts == 0;
+  m.finalize();
+  return m;
+}
+
+TEST(ParallelFlags, RoundTrip) {
+  const ModelConfig moe = model(4);
+  ParallelConfig p;
+  p.world_size = 16;
+  p.tensor_model_parallel_size = 2;
+  p.pipeline_model_parallel_size = 2;
+  p.context_parallel_size = 2;
+  p.expert_model_parallel_size = 4;
+  p.expert_tensor_parallel_size = 1;
+  p.num_virtual_stages_per_pipeline_rank = 2;
+  p.sequence_parallel = p.use_distributed_optimizer = p.overlap_grad_reduce = true;
+  p.overlap_param_gather = p.use_tp_pp_dp_mapping = true;
+  p.micro_batch_size = 2;
+  p.global_batch_size = 16;
+  p.finalize(moe);
+  ParallelConfig q = parse(parallel_flag_args(p, true));
+  q.world_size = 16;
+  q.finalize(moe);
+  EXPECT_EQ(q.summary(), p.summary());
+  EXPECT_EQ(q.order(), p.order());
+  EXPECT_EQ(q.etp(), 1);
+  EXPECT_TRUE(q.overlap_param_gather);
+  EXPECT_EQ(parallel_flag_args(q, true), parallel_flag_args(p, true));
+}
+
+TEST(ParallelFlags, DenseOmitsExpertSizesAndTheLastValueWins) {
+  ParallelConfig p;
+  p.world_size = 4;
+  p.tensor_model_parallel_size = 2;
+  p.micro_batch_size = 1;
+  p.finalize(model(0));
+  const std::vector<std::string> a = parallel_flag_args(p, false);
+  EXPECT_EQ(std::find(a.begin(), a.end(), "--expert-tensor-parallel-size"), a.end());
+  std::vector<std::string> b = a;
+  b.insert(b.end(), {"--tensor-model-parallel-size", "4"});
+  EXPECT_EQ(parse(b).tensor_model_parallel_size, 4);
+}
+
+TEST(PrecisionFlags, RoundTripAndBf16Reduction) {
+  CLI::App app;
+  PrecisionFlags f;
+  add_precision_flags(app, f, "Training");
+  std::vector<std::string> args = precision_flag_args({Precision::kBF16, true});
+  EXPECT_EQ(args, (std::vector<std::string>{"--bf16", "--grad-reduce-in-bf16"}));
+  std::reverse(args.begin(), args.end());
+  app.parse(args);
+  EXPECT_TRUE(f.compute == Precision::kBF16 && f.grad_reduce_in_bf16);
+  EXPECT_TRUE(
+      precision_flag_args({Precision::kFP32, true}).empty());  // bf16 reduction needs --bf16
+}
+
+TEST(CudaSupport, NamesWhatStillRunsOnTheHost) {
+  ParallelConfig p;
+  EXPECT_EQ(cuda_unsupported(model(0), p, false), "");
+  EXPECT_EQ(cuda_unsupported(model(4), p, false), "");  // MoE: the router runs on the device
+  p.expert_model_parallel_size = 2;
+  EXPECT_NE(cuda_unsupported(model(4), p, false).find("--expert-model-parallel-size"),
+            std::string::npos);
+  EXPECT_EQ(cuda_unsupported(model(0), p, false), "");  // expert sizes matter for MoE only
+  p.expert_model_parallel_size = 1;
+  EXPECT_NE(cuda_unsupported(model(0), p, true).find("--save/--load"), std::string::npos);
+  p.context_parallel_size = 2;
+  EXPECT_NE(cuda_unsupported(model(0), p, false).find("--context-parallel-size"),
+            std::string::npos);
+}
+
+}  // namespace
+}  // namespace mtron

@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# The planner's launch scripts run as written: for five catalog models and the three launchers
+# (mpirun, srun, sbatch), `mtron plan --emit` writes a script, which is then executed with
+# stand-in launchers on PATH (tests/e2e/launchers: they run its `mtron train` line once, with
+# --print-layout --world-size N appended, and srun requires --mpi=pmix), so mtron train's own
+# parser checks every flag of every script at the script's world size. GPU scripts must select
+# --device cuda. The committed examples/ and a fresh regeneration of them are checked the same
+# way, and a plan --device cuda cannot run (Mixtral: MoE) gets no script but the reason.
+# Usage: emit_roundtrip.sh MTRON_BINARY
+set -euo pipefail
+MTRON=$1
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+TMP=$(mktemp -d)
+trap 'rm -rf "$TMP"' EXIT
+fail() { echo "FAIL: $*" >&2; exit 1; }
+export PATH="$ROOT/tests/e2e/launchers:$PATH" MTRON HOSTFILE=/dev/null
+
+# Runs a launch script as written; the sbatch allocation's size comes from its #SBATCH lines.
+run_script() {
+  local script=$1 out=$2 nodes per
+  nodes=$(sed -n 's/^#SBATCH --nodes=//p' "$script")
+  per=$(sed -n 's/^#SBATCH --ntasks-per-node=//p' "$script")
+  SLURM_NNODES=${nodes:-1} SLURM_NTASKS_PER_NODE=${per:-1} bash "$script" > "$out" 2>&1 \
+    || fail "$script: $(tail -5 "$out")"
+  grep -q "Theoretical memory footprints" "$out" || fail "$script did not reach mtron train: $(cat "$out")"
+}
+
+plans=(
+  "llama2-7b --gpus 8"
+  "llama3-8b --gpus 16"
+  "llama2-70b --gpus 64"
+  "gpt3-175b --gpus 128"
+  "gpt2-124m --hardware local-cpu --gpus 4 --global-batch-size 8 --fp32 --calibration /nonexistent"
+)
+n=0
+for p in "${plans[@]}"; do
+  read -r -a args <<< "$p"
+  for launcher in mpirun srun sbatch; do
+    script=$TMP/$n.sh
+    "$MTRON" plan --model "${args[@]}" --emit "$launcher" --mtron "$MTRON" -o "$script" 2> /dev/null \
+      || fail "mtron plan --model $p --emit $launcher"
+    case "$p" in
+      *local-cpu*) ! grep -q -- "--device cuda" "$script" || fail "$p: a CPU plan selects --device cuda" ;;
+      *) grep -q -- "--device cuda" "$script" || fail "$p: no --device cuda in $script" ;;
+    esac
+    run_script "$script" "$TMP/$n.out"
+    n=$((n + 1))
+  done
+done
+[ $n -eq 15 ] || fail "$n scripts"
+
+# What --device cuda cannot run: no script, and why.
+set +e
+"$MTRON" plan --model mixtral-8x7b --gpus 64 --emit sbatch -o "$TMP/mixtral.sbatch" 2> "$TMP/err"
+rc=$?
+set -e
+[ $rc -eq 2 ] && grep -q "expert-tensor-parallel-size > 1 are not supported yet" "$TMP/err" \
+  || fail "mixtral on GPUs (rc $rc): $(cat "$TMP/err")"
+[ ! -e "$TMP/mixtral.sbatch" ] || fail "a script for mixtral on GPUs"
+
+# The examples as committed, and regenerated.
+cp -r "$ROOT/examples" "$TMP/regenerated"
+bash "$TMP/regenerated/regenerate.sh" "$MTRON" 2> /dev/null || fail "examples/regenerate.sh"
+count=0
+for dir in "$ROOT/examples" "$TMP/regenerated"; do
+  for script in "$dir"/*.sh "$dir"/*.sbatch; do
+    [ "$(basename "$script")" = regenerate.sh ] && continue
+    run_script "$script" "$TMP/example.out"
+    count=$((count + 1))
+  done
+done
+[ $count -ge 6 ] || fail "only $count examples"
+echo "emit_roundtrip: 15 emitted scripts and $count examples parse in mtron train"
