@@ -35,13 +35,13 @@ def emulator():
     return shlex.split(os.environ.get("MTRON_EMULATOR", ""))
 
 
-def run(mtron, np_, args, expect_rc=0, timeout=300, omp_threads="1"):
-    """Runs `mtron ARGS` (under mpirun for np > 1, behind emulator()); returns its combined
-    output. Exits the script, printing the output, when the exit status is not expect_rc (None:
-    any status)."""
+def run(mtron, np_, args, expect_rc=0, timeout=300, omp_threads="1", cwd=None):
+    """Runs `mtron ARGS` (under mpirun for np > 1, behind emulator(), in folder cwd when given);
+    returns its combined output. Exits the script, printing the output, when the exit status is
+    not expect_rc (None: any status)."""
     cmd = mpi_prefix(np_) + emulator() + [mtron] + args
     p = subprocess.run(cmd, env=env(omp_threads), stdout=subprocess.PIPE,
-                       stderr=subprocess.STDOUT, text=True, timeout=timeout)
+                       stderr=subprocess.STDOUT, text=True, timeout=timeout, cwd=cwd)
     if expect_rc is not None and p.returncode != expect_rc:
         print(p.stdout)
         sys.exit("exit %d (expected %d): %s" % (p.returncode, expect_rc, " ".join(cmd)))
