@@ -1,4 +1,4 @@
-// mtron: one binary, one subcommand per job (design.md, "What a user runs").
+// mtron: one binary, one subcommand per job (README.md lists them).
 #include <cstdio>
 #include <cstring>
 #include <string>

@@ -2,20 +2,17 @@
 --profile and parse what it logs per rank."""
 import os
 import re
-import subprocess
 import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "scripts"))
+import mtron_run  # noqa: E402
 
 
 def run_profiled(mtron, np_, args):
     """Returns (bytes sent per step by rank and group, pipeline (bubble, ideal) by rank, the last
     iteration's time in ms)."""
-    cmd = [mtron, "train"] + args
-    if np_ > 1:
-        cmd = ["mpirun", "--allow-run-as-root", "--oversubscribe", "--bind-to", "none",
-               "-np", str(np_)] + cmd
-    env = dict(os.environ, OMPI_MCA_rmaps_base_oversubscribe="1")
-    out = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                         text=True, timeout=900).stdout
+    out = mtron_run.run(mtron, np_, ["train"] + args, expect_rc=None, timeout=900,
+                        omp_threads=None)
     sent, bubble = {}, {}
     for m in re.finditer(r"\[mtron r(\d+)/\d+\] bytes sent per step:(.*)", out):
         toks = m.group(2).split()

@@ -81,7 +81,7 @@ int main(int argc, char** argv) {
   const ModelConfig cfg = bench_model(name);
   model::GPTChunk chunk(cfg, {0, cfg.num_layers, true, true}, parallel::TensorParallel{}, {});
   model::ParamBuffer& p = chunk.params();
-  p.allocate(model::Precision::kFP32, 1);
+  p.allocate(Precision::kFP32, 1);
   p.init(1234);
   float* moments = p.grad_flat().f32();
   std::memcpy(moments, p.master_flat().f32(), sizeof(float) * size_t(p.size()));

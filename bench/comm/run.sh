@@ -6,7 +6,7 @@ build=${1:-build/cpu-release}
 shift || true
 export OMPI_MCA_rmaps_base_oversubscribe=1
 # Keep large buffers on the heap: Open MPI's single-copy path is ~2x slower on fresh mmapped
-# pages (reference/cpu.md).
+# pages (measured on Emerald Rapids).
 export MALLOC_MMAP_THRESHOLD_=1073741824 MALLOC_TRIM_THRESHOLD_=1073741824
 for np in 2 4 8; do
   mpirun --allow-run-as-root --oversubscribe --bind-to none -np "$np" \

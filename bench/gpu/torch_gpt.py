@@ -1,8 +1,7 @@
 """The PyTorch side of bench/gpu/run.sh: a GPT training step on one GPU, as a strong baseline.
 
-GPT-2 architecture (pre-LN, GELU tanh, learned positions, tied embeddings, no dropout), bf16
-autocast with fp32 master weights, scaled_dot_product_attention (flash) with the causal mask,
-fused AdamW, random tokens. Eager, or --compile for torch.compile. Runs --warmup steps
+The GPT-2 of bench/torch_gpt_model.py (scaled_dot_product_attention: flash, causal), bf16
+autocast with fp32 master weights, fused AdamW, random tokens. Eager, or --compile for torch.compile. Runs --warmup steps
 (compilation happens there), then --steps timed ones, and prints one line:
 
   tokens/s <median> step_s <median seconds> mfu <fraction> loss_first <l> loss_last <l>
@@ -13,52 +12,15 @@ bf16 peak of an H100/H200), so the figure is comparable with mtron's log line.
   torch_gpt.py --layers 12 --hidden 768 --heads 12 --seq 1024 --batch 64 [--compile]
 """
 import argparse
+import os
 import statistics
+import sys
 import time
 
 import torch
-import torch.nn as nn
-import torch.nn.functional as F
 
-
-class Block(nn.Module):
-    def __init__(self, d, h):
-        super().__init__()
-        self.h = h
-        self.ln1 = nn.LayerNorm(d)
-        self.qkv = nn.Linear(d, 3 * d)
-        self.proj = nn.Linear(d, d)
-        self.ln2 = nn.LayerNorm(d)
-        self.fc1 = nn.Linear(d, 4 * d)
-        self.fc2 = nn.Linear(4 * d, d)
-
-    def forward(self, x):
-        B, T, C = x.shape
-        q, k, v = self.qkv(self.ln1(x)).split(C, dim=2)
-        q, k, v = (t.view(B, T, self.h, C // self.h).transpose(1, 2) for t in (q, k, v))
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        x = x + self.proj(y.transpose(1, 2).reshape(B, T, C))
-        return x + self.fc2(F.gelu(self.fc1(self.ln2(x)), approximate="tanh"))
-
-
-class GPT(nn.Module):
-    def __init__(self, L, d, h, V, T):
-        super().__init__()
-        self.wte = nn.Embedding(V, d)
-        self.wpe = nn.Embedding(T, d)
-        self.blocks = nn.ModuleList(Block(d, h) for _ in range(L))
-        self.lnf = nn.LayerNorm(d)
-        for p in self.parameters():
-            if p.dim() == 2:
-                nn.init.normal_(p, std=0.02)
-
-    def forward(self, idx, targets):
-        T = idx.shape[1]
-        x = self.wte(idx) + self.wpe(torch.arange(T, device=idx.device))
-        for b in self.blocks:
-            x = b(x)
-        logits = self.lnf(x) @ self.wte.weight.t()
-        return F.cross_entropy(logits.float().view(-1, logits.shape[-1]), targets.view(-1))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from torch_gpt_model import GPT  # noqa: E402
 
 
 def megatron_flops(B, s, L, h, V):

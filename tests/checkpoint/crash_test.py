@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Crash safety (issue 5): SIGKILL the trainer at random moments while it saves, 20 times.
+"""Crash safety: SIGKILL the trainer at random moments while it saves, 20 times.
 
   crash_test.py MTRON TOOL WORKDIR NP [KILLS]
 

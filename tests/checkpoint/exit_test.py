@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Megatron's exit flags, end to end (issue 5):
+"""Megatron's exit flags, end to end:
 
   exit_test.py signal MTRON WORKDIR NP SIGNAL
       trains with --exit-signal-handler and sends SIGNAL (TERM or INT) to ONE process (a

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Hugging Face export/import against an independent PyTorch implementation (issue 5).
+"""Hugging Face export/import against an independent PyTorch implementation.
 
   hf_reference.py MTRON TOOL WORKDIR ARCH       (ARCH: gpt2, llama or moe)
 

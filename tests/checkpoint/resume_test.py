@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Exact resume and resharding, end to end with `mtron train` (issue 5's acceptance).
+"""Exact resume and resharding, end to end with `mtron train` (docs/checkpoints.md).
 
   resume_test.py exact MTRON TOOL WORKDIR NP ARCH [FLAGS...]
       20 iterations straight (saving at 20) versus 10 iterations + save + exit, then a new

@@ -40,7 +40,7 @@ struct Model {
   std::vector<float> m, v;
   Model(const ModelConfig& c, uint64_t seed)
       : cfg(c), chunk(cfg, {0, c.num_layers, true, true}, parallel::TensorParallel{}, {}) {
-    chunk.params().allocate(model::Precision::kFP32, 1);
+    chunk.params().allocate(Precision::kFP32, 1);
     chunk.params().init(seed);
     std::mt19937 rng{unsigned(seed)};
     std::normal_distribution<float> n;

@@ -82,11 +82,11 @@ class KvCache : public ::testing::TestWithParam<std::string> {};
 TEST_P(KvCache, MatchesTrainingForwardAtEveryPosition) {
   const ModelConfig cfg = arch(GetParam());
   model::GPTChunk c(cfg, {0, cfg.num_layers, true, true}, parallel::TensorParallel{}, {});
-  c.params().allocate(model::Precision::kFP32, 1);
+  c.params().allocate(Precision::kFP32, 1);
   c.params().init(99);
   ASSERT_EQ(cfg.is_moe(), !c.expert_params().specs().empty());
   if (cfg.is_moe()) {
-    c.expert_params().allocate(model::Precision::kFP32, 1);
+    c.expert_params().allocate(Precision::kFP32, 1);
     c.expert_params().init(99);
   }
   std::mt19937 rng(5);
@@ -182,7 +182,7 @@ TEST(Sampling, GreedyIsArgmax) {
 TEST(Generate, SeededAndStopsAtEod) {
   const ModelConfig cfg = arch("llama");
   model::GPTChunk c(cfg, {0, cfg.num_layers, true, true}, parallel::TensorParallel{}, {});
-  c.params().allocate(model::Precision::kFP32, 1);
+  c.params().allocate(Precision::kFP32, 1);
   c.params().init(3);
   model::InferenceModel m(cfg, c, 32);
   const std::vector<int32_t> prompt = {1, 2, 3};

@@ -74,18 +74,24 @@ TEST(PrecisionFlags, RoundTripAndBf16Reduction) {
   CLI::App app;
   PrecisionFlags f;
   add_precision_flags(app, f, "Training");
-  std::vector<std::string> args = precision_flag_args({true, true});
+  std::vector<std::string> args = precision_flag_args({Precision::kBF16, true});
   EXPECT_EQ(args, (std::vector<std::string>{"--bf16", "--grad-reduce-in-bf16"}));
   std::reverse(args.begin(), args.end());
   app.parse(args);
-  EXPECT_TRUE(f.bf16 && f.grad_reduce_in_bf16);
-  EXPECT_TRUE(precision_flag_args({false, true}).empty());  // bf16 reduction needs --bf16
+  EXPECT_TRUE(f.compute == Precision::kBF16 && f.grad_reduce_in_bf16);
+  EXPECT_TRUE(
+      precision_flag_args({Precision::kFP32, true}).empty());  // bf16 reduction needs --bf16
 }
 
 TEST(CudaSupport, NamesWhatStillRunsOnTheHost) {
   ParallelConfig p;
   EXPECT_EQ(cuda_unsupported(model(0), p, false), "");
-  EXPECT_NE(cuda_unsupported(model(4), p, false).find("MoE"), std::string::npos);
+  EXPECT_EQ(cuda_unsupported(model(4), p, false), "");  // MoE: the router runs on the device
+  p.expert_model_parallel_size = 2;
+  EXPECT_NE(cuda_unsupported(model(4), p, false).find("--expert-model-parallel-size"),
+            std::string::npos);
+  EXPECT_EQ(cuda_unsupported(model(0), p, false), "");  // expert sizes matter for MoE only
+  p.expert_model_parallel_size = 1;
   EXPECT_NE(cuda_unsupported(model(0), p, true).find("--save/--load"), std::string::npos);
   p.context_parallel_size = 2;
   EXPECT_NE(cuda_unsupported(model(0), p, false).find("--context-parallel-size"),

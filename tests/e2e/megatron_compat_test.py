@@ -27,24 +27,20 @@ import sys
 import tempfile
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(HERE, "..", "..", "scripts"))
+import mtron_run  # noqa: E402
 import tfevents_reader  # noqa: E402
 
 MTRON = sys.argv[1]
 TINY = ("--num-layers 2 --hidden-size 32 --num-attention-heads 4 --seq-length 16 "
         "--micro-batch-size 2 --lr 1e-3 --mock-data --vocab-size 64 --eval-iters 0 "
         "--log-interval 1").split()
-MPI = ["mpirun", "--allow-run-as-root", "--oversubscribe", "--bind-to", "none"]
-ENV = dict(os.environ, OMP_NUM_THREADS="1", OMPI_MCA_rmaps_base_oversubscribe="1")
 
 
 def run(args, np_=1, rc=0, cwd=None):
-    cmd = (MPI + ["-np", str(np_)] if np_ > 1 else []) + [MTRON, "train"] + args
-    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=ENV,
-                       cwd=cwd, timeout=300)
-    if p.returncode != rc:
-        sys.exit("exit %d (expected %d): %s\n%s" % (p.returncode, rc, " ".join(cmd), p.stdout))
-    return p.stdout
+    return mtron_run.run(MTRON, np_, ["train"] + args, expect_rc=rc, cwd=cwd)
 
 
 LINE = re.compile(r"iteration +(\d+)/ *(\d+) \| consumed samples: +(\d+) \|.*?learning rate: "
@@ -275,11 +271,11 @@ def rank_pids(parent):
 
 
 def case_timeout(work):
-    cmd = MPI + ["-np", "2", MTRON, "train"] + TINY + [
+    cmd = mtron_run.mpi_prefix(2) + [MTRON, "train"] + TINY + [
         "--train-iters", "100000", "--distributed-timeout-minutes", "0.05", "--metrics-file",
         "/dev/null"]
     log = open(os.path.join(work, "log"), "w+")
-    p = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=ENV,
+    p = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=mtron_run.env(),
                          start_new_session=True)
     try:
         deadline = time.time() + 60

@@ -69,6 +69,14 @@ template <>
 constexpr DType dtype_of<int32_t>() {
   return DType::kI32;
 }
+template <>
+constexpr DType dtype_of<int64_t>() {
+  return DType::kI64;
+}
+template <>
+constexpr DType dtype_of<double>() {
+  return DType::kF64;
+}
 
 // One operand: a host array the reference works on, and a copy of the same initial values on the
 // device under test, which its kernel works on.
@@ -157,6 +165,16 @@ class Checker {
     const std::vector<bf16> got = p.dev_result();
     int64_t bad = 0;
     for (size_t i = 0; i < want.size(); ++i) bad += got[i].bits != want[i].bits;
+    row(op_ + " " + what, shape_, double(bad), 0, 0, bad == 0);
+    if (bad) ++failed_;
+  }
+
+  // integer outputs exactly
+  template <typename T>
+  void check_exact(const std::string& what, const Pair<T>& p) {
+    const std::vector<T> got = p.dev_result(), want = p.host_result();
+    int64_t bad = 0;
+    for (size_t i = 0; i < want.size(); ++i) bad += got[i] != want[i];
     row(op_ + " " + what, shape_, double(bad), 0, 0, bad == 0);
     if (bad) ++failed_;
   }
@@ -577,6 +595,89 @@ void xent_cases(Checker& ck, bool small) {
   }
 }
 
+std::vector<float> narrow(const std::vector<double>& x) {
+  return std::vector<float>(x.begin(), x.end());
+}
+
+void moe_cases(Checker& ck, bool small) {
+  struct Shape {
+    int64_t T, E, k, h, nb;
+    bool sigmoid;
+  };
+  std::vector<Shape> shapes = {{1, 1, 1, 1, 1, false},    {7, 4, 2, 33, 1, false},
+                               {33, 8, 2, 17, 3, true},   {31, 16, 1, 8, 1, true},
+                               {65, 64, 8, 32, 4, false}, {40, 8, 3, 16, 2, true}};
+  if (!small) shapes.push_back({4096, 64, 8, 1024, 4, false});
+  for (const Shape& s : shapes) {
+    const std::string shape = str("T", s.T, " E", s.E, " k", s.k, " h", s.h, " nb", s.nb,
+                                  s.sigmoid ? " sigmoid" : " softmax");
+    ck.run("moe", shape, [&] {
+      const int64_t T = s.T, E = s.E, k = s.k, h = s.h, nb = s.nb, n = T * k, row0 = 5;
+      Pair<float> logits(randn(T * E, 2.0f)), w(poison(n)), sc(poison(T * E)), lse(poison(T));
+      Pair<int32_t> idx(std::vector<int32_t>(size_t(n), -1));
+      const MoeRouting rt{T, E, k, s.sigmoid};
+      ref::moe_route(idx.host(), w.host(), logits.host(), rt);
+      moe_route(g_dev, idx.dev(), w.dev(), logits.dev(), rt);
+      ck.check_exact("route experts", idx);
+      ck.check("route weights", w, kTolF32);
+      ref::moe_aux_scores(sc.host(), logits.host(), rt);
+      moe_aux_scores(g_dev, sc.dev(), logits.dev(), rt);
+      ck.check("aux scores", sc, kTolF32);
+      const std::vector<double> nan(size_t(nb * E), std::nan(""));
+      Pair<double> psum(nan), counts(nan);
+      ref::moe_aux_sums(psum.host(), counts.host(), sc.host(), idx.host(), rt, nb, row0);
+      moe_aux_sums(g_dev, psum.dev(), counts.dev(), sc.dev(), idx.dev(), rt, nb, row0);
+      ck.check("aux psum", narrow(psum.dev_result()), narrow(psum.host_result()), kTolF32);
+      ck.check_exact("aux counts", counts);
+      ref::moe_logsumexp(lse.host(), logits.host(), rt);
+      moe_logsumexp(g_dev, lse.dev(), logits.dev(), rt);
+      ck.check("logsumexp", lse, kTolF32);
+
+      // A permutation of the kept pairs (about one in five dropped) to rows [0, P).
+      std::vector<int64_t> rows_of(size_t(n), -1), order;
+      for (int64_t i = 0; i < n; ++i)
+        if (n == 1 || g_rng() % 5 != 0) order.push_back(i);
+      std::shuffle(order.begin(), order.end(), g_rng);
+      for (size_t r = 0; r < order.size(); ++r) rows_of[size_t(order[r])] = int64_t(r);
+      const int64_t P = int64_t(order.size());
+      Pair<int64_t> row(rows_of);
+      Pair<float> x(randn(T * h)), perm(poison(P * h)), drows(randn(P * h)), dx(poison(T * h));
+      ref::moe_permute(perm.host(), x.host(), row.host(), rt, h);
+      moe_permute(g_dev, perm.dev(), x.dev(), row.dev(), rt, h);
+      ck.check("permute", perm, kTolF32);
+      ref::moe_permute_backward(dx.host(), drows.host(), row.host(), rt, h);
+      moe_permute_backward(g_dev, dx.dev(), drows.dev(), row.dev(), rt, h);
+      ck.check("permute backward", dx, kTolF32);
+      Pair<float> wt(w.host_result()), y(poison(T * h)), dy(randn(T * h)), dr(poison(P * h));
+      Pair<float> dw(poison(n));
+      ref::moe_combine(y.host(), drows.host(), row.host(), wt.host(), rt, h);
+      moe_combine(g_dev, y.dev(), drows.dev(), row.dev(), wt.dev(), rt, h);
+      ck.check("combine", y, kTolF32);
+      ref::moe_combine_backward(dr.host(), dw.host(), dy.host(), drows.host(), row.host(),
+                                wt.host(), rt, h);
+      moe_combine_backward(g_dev, dr.dev(), dw.dev(), dy.dev(), drows.dev(), row.dev(), wt.dev(),
+                           rt, h);
+      ck.check("combine drows", dr, kTolF32);
+      ck.check("combine dweight", dw, kTolF32);
+
+      // The router's backward: through the weights alone, then with the aux and z losses.
+      Pair<float> gw(randn(n)), cnt(narrow(counts.host_result())), scores(sc.host_result());
+      for (const bool losses : {false, true}) {
+        Pair<float> dl(poison(T * E));
+        MoeRouterLoss lh, ld;  // nothing but the routing weights, or every term
+        if (losses) {
+          lh = {scores.host(), cnt.host(), 0.3, 0.05, nb, row0};
+          ld = {scores.dev(), cnt.dev(), 0.3, 0.05, nb, row0};
+        }
+        ref::moe_router_backward(dl.host(), logits.host(), idx.host(), wt.host(), gw.host(), rt,
+                                 lh);
+        moe_router_backward(g_dev, dl.dev(), logits.dev(), idx.dev(), wt.dev(), gw.dev(), rt, ld);
+        ck.check(losses ? "router dlogits (+aux, z)" : "router dlogits", dl, kTolF32);
+      }
+    });
+  }
+}
+
 void adamw_cases(Checker& ck, bool small) {
   std::vector<int64_t> sizes = {1, 31, 32, 33, 1000, 10007};
   if (!small) sizes.push_back(5 << 20);
@@ -647,6 +748,7 @@ int run_op_table(const Ctx& device, const OpTableOptions& options) {
   embedding_cases(ck, options.small);
   attention_cases(ck, options.small);
   xent_cases(ck, options.small);
+  moe_cases(ck, options.small);
   adamw_cases(ck, options.small);
   stream_cases(ck);
   std::printf("op table: %d of %d comparisons failed\n", ck.failed(), ck.rows());

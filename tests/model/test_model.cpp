@@ -228,11 +228,11 @@ TEST(TensorParallel, Tp4ShardsAreSlicesOfTp1) {
     const train::TrainArgs a = make_args(shape);
     const model::ChunkPlacement all{0, a.model.num_layers, true, true};
     model::GPTChunk full(a.model, all, parallel::TensorParallel{}, {});
-    full.params().allocate(model::Precision::kFP32, 1);
+    full.params().allocate(Precision::kFP32, 1);
     full.params().init(a.seed);
     for (int64_t r = 0; r < 4; ++r) {
       model::GPTChunk part(a.model, all, parallel::TensorParallel{nullptr, r, 4, false}, {});
-      part.params().allocate(model::Precision::kFP32, 1);
+      part.params().allocate(Precision::kFP32, 1);
       part.params().init(a.seed);
       const auto& fs = full.params().specs();
       int checked = 0;

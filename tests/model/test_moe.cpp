@@ -91,7 +91,7 @@ struct Layer {
     Arena keep, scratch;
     MoELayer::Stash st;
     y->assign(size_t(kT * kH), 0.0f);
-    moe->forward(rc, tl, st, keep, scratch, x.data(), y->data());
+    moe->forward(rc, tl, &st, keep, scratch, x.data(), y->data());
     double l = 0;
     for (size_t i = 0; i < y->size(); ++i) l += double((*y)[i]) * r[i];
     routing->clear();
@@ -263,7 +263,7 @@ TEST_P(MoE, ForwardMatchesReferenceAndBackwardMatchesFiniteDifferences) {
     std::vector<float> y2(y.size()), dx(x.size());
     s.dense.zero_grad();
     s.experts.zero_grad();
-    s.moe->forward(s.rc, s.tl, st, keep, scratch, x.data(), y2.data());
+    s.moe->forward(s.rc, s.tl, &st, keep, scratch, x.data(), y2.data());
     s.moe->backward(s.rc, s.tl, st, scratch, rr->data(), dx.data());
 
     // Central differences on each coordinate (in place); skipped where the routing changes.

@@ -19,13 +19,13 @@ per layer, top-2 softmax routing, dropless, aux loss and z-loss: Mixtral-like) o
 with MoE every 2nd layer, sigmoid top-2 routing, a shared expert, capacity factor 1 dropping
 by weight, seq_aux_loss and z-loss). fp32, same seed and data.
 """
-import json
 import os
 import re
-import shlex
-import subprocess
 import sys
 import tempfile
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts"))
+import mtron_run  # noqa: E402
 
 COMMON = ("--num-layers 4 --hidden-size 64 --seq-length 32 --micro-batch-size 2 "
           "--global-batch-size 16 --train-iters 10 --lr 1e-3 --min-lr 1e-4 --lr-decay-style cosine "
@@ -55,21 +55,7 @@ def flag(flags, name, default):
 
 
 def train(mtron, arch, np_, flags, metrics):
-    cmd = shlex.split(os.environ.get("MTRON_EMULATOR", "")) + [mtron, "train"]
-    cmd += COMMON + ARCH[arch] + flags + ["--metrics-file", metrics]
-    if np_ > 1:
-        cmd = ["mpirun", "--allow-run-as-root", "--oversubscribe", "--bind-to", "none",
-               "-np", str(np_)] + cmd
-    # One OpenMP thread per rank (the 1-process baseline too): a 2-thread team whose threads
-    # spin at barriers runs 50x slower when other jobs load the machine.
-    env = dict(os.environ, OMPI_MCA_rmaps_base_oversubscribe="1", OMP_NUM_THREADS="1")
-    p = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                       timeout=600)
-    if p.returncode != 0:
-        print(p.stdout)
-        sys.exit("training failed (exit %d): %s" % (p.returncode, " ".join(cmd)))
-    with open(metrics) as f:
-        return [json.loads(line) for line in f if line.strip()], p.stdout
+    return mtron_run.train(mtron, np_, COMMON + ARCH[arch] + flags, metrics, timeout=600)
 
 
 def main():
@@ -84,7 +70,7 @@ def main():
             print("dropped (token, expert) pairs over 10 iterations: %d" % dropped)
             return 0 if dropped > 0 else 1
         return 0
-    base = [json.loads(line) for line in open(sys.argv[4]) if line.strip()]
+    base = mtron_run.read_metrics(sys.argv[4])
     np_ = int(sys.argv[5])
     flags = sys.argv[6:]
     with tempfile.TemporaryDirectory() as d:

@@ -1,6 +1,6 @@
-// RankMap (the pure rank -> group function) against Megatron's worked example
-// (reference/megatron.md section 2), both orders, and an independent brute-force definition of
-// every group over many layouts.
+// RankMap (the pure rank -> group function) against Megatron's worked example (the docstring
+// of parallel_state.initialize_model_parallel: 16 GPUs, TP 2, PP 4), both orders, and an
+// independent brute-force definition of every group over many layouts.
 #include <gtest/gtest.h>
 
 #include <algorithm>

@@ -3,7 +3,7 @@
 # the plan's predicted step time (mtron plan --json, with the layout fixed), then the measured
 # one (the --emit mpirun script of that plan, run for a few iterations: median "elapsed time
 # per iteration (ms)" after the first 3). Passes when at least 5 of the 7 layouts are within
-# 25% (issue 6's acceptance point).
+# 25%.
 #
 #   tests/plan/cpu_prediction_check.sh path/to/mtron [calibration.json]
 #

@@ -150,7 +150,9 @@ TEST(Emit, RefusesWhatMtronTrainCannotRun) {
   o.global_batch_size = 256;
   const SearchResult r = test::plan(moe, c, o);
   ASSERT_FALSE(r.plans.empty());
-  EXPECT_NE(message(moe, r.plans[0].layout, {}).find("MoE models are not supported on CUDA yet"),
+  EXPECT_NE(message(moe, r.plans[0].layout, {})
+                .find("--device cuda: --expert-model-parallel-size and "
+                      "--expert-tensor-parallel-size > 1 are not supported yet"),
             std::string::npos);
 }
 

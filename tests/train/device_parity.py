@@ -7,27 +7,18 @@ Trains with `mpirun -np NP MTRON train FLAGS --device cpu` and again with `--dev
 (MTRON: mtron_cudasim, whose CUDA device is the CPU emulation), and requires every iteration's
 loss and gradient norm to agree (rel <= 1e-5).
 """
-import json
 import os
-import subprocess
 import sys
 import tempfile
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts"))
+import mtron_run  # noqa: E402
 
 TOL = 1e-5
 
 
 def train(mtron, np_, flags, device, metrics):
-    cmd = [mtron, "train"] + flags + ["--device", device, "--metrics-file", metrics]
-    if np_ > 1:
-        cmd = ["mpirun", "--allow-run-as-root", "--oversubscribe", "--bind-to", "none",
-               "-np", str(np_)] + cmd
-    env = dict(os.environ, OMP_NUM_THREADS="1")
-    p = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                       timeout=500)
-    if p.returncode != 0:
-        print(p.stdout)
-        sys.exit("%s run failed (exit %d)" % (device, p.returncode))
-    return [json.loads(line) for line in open(metrics) if line.strip()]
+    return mtron_run.train(mtron, np_, flags + ["--device", device], metrics, timeout=500)[0]
 
 
 def main():

@@ -12,12 +12,13 @@
 #include "mtron/comm/single.h"
 #include "mtron/core/tensor.h"
 #include "mtron/kernels/device.h"
+#include "mtron/model/inference.h"
 #include "mtron/train/trainer.h"
 
 namespace mtron {
 namespace {
 
-train::TrainArgs make_args(const std::vector<std::string>& flags) {
+train::TrainArgs make_args(const std::vector<std::string>& flags, int64_t world_size = 1) {
   std::vector<std::string> all = {"train",
                                   "--num-layers",
                                   "2",
@@ -50,13 +51,13 @@ train::TrainArgs make_args(const std::vector<std::string>& flags) {
   std::vector<char*> av;
   for (auto& s : all) av.push_back(s.data());
   train::TrainArgs a;
-  train::parse_train_args(int(av.size()), av.data(), 1, a);
+  train::parse_train_args(int(av.size()), av.data(), world_size, a);
   return a;
 }
 
 struct Run {
   std::vector<double> loss, grad_norm;
-  std::vector<float> master;  // the first chunk's master weights after the last step
+  std::vector<float> master;  // the first chunk's master weights (experts' too) after the last step
 };
 
 Run train_on(Device d, std::vector<std::string> flags) {
@@ -70,10 +71,15 @@ Run train_on(Device d, std::vector<std::string> flags) {
     r.loss.push_back(s.lm_loss);
     r.grad_norm.push_back(s.grad_norm);
   }
-  const Tensor& m = t.chunks().front()->params().master_flat();
-  EXPECT_EQ(m.device(), d);
-  r.master.resize(size_t(m.numel()));
-  kernels::copy_to_host(t.run_ctx().k, r.master.data(), m.raw(), int64_t(m.nbytes()));
+  const model::GPTChunk& c = *t.chunks().front();
+  for (const model::ParamBuffer* p : {&c.params(), &c.expert_params()}) {
+    if (p->specs().empty()) continue;  // no experts
+    const Tensor* m = &p->master_flat();
+    EXPECT_EQ(m->device(), d);
+    const size_t at = r.master.size();
+    r.master.resize(at + size_t(m->numel()));
+    kernels::copy_to_host(t.run_ctx().k, r.master.data() + at, m->raw(), int64_t(m->nbytes()));
+  }
   return r;
 }
 
@@ -119,10 +125,109 @@ TEST(TrainCudaSim, LlamaFp32RecomputeMatchesCpu) {
       1e-5);
 }
 
+// Mixture of experts on the device: the router's kernels (top-k softmax, auxiliary and z losses),
+// the routing plan with a capacity limit that drops pairs, the permutation and the combine, a
+// shared expert; Mixtral-like otherwise.
+TEST(TrainCudaSim, MoeFp32MatchesCpu) {
+  expect_same_training({"--position-embedding-type",
+                        "rope",
+                        "--normalization",
+                        "RMSNorm",
+                        "--swiglu",
+                        "--disable-bias-linear",
+                        "--num-experts",
+                        "4",
+                        "--moe-router-topk",
+                        "2",
+                        "--moe-ffn-hidden-size",
+                        "48",
+                        "--moe-aux-loss-coeff",
+                        "1e-2",
+                        "--moe-z-loss-coeff",
+                        "1e-3",
+                        "--moe-expert-capacity-factor",
+                        "1.0",
+                        "--moe-shared-expert-intermediate-size",
+                        "32"},
+                       1e-5);
+}
+
+// Sigmoid routing (top 3, normalised), the per-sequence auxiliary loss, MoE every other layer,
+// GELU experts, bf16.
+TEST(TrainCudaSim, MoeSigmoidSeqAuxBf16MatchesCpu) {
+  expect_same_training({"--disable-bias-linear", "--num-experts", "8", "--moe-router-topk", "3",
+                        "--moe-router-score-function", "sigmoid", "--moe-layer-freq", "2",
+                        "--moe-router-load-balancing-type", "seq_aux_loss", "--moe-aux-loss-coeff",
+                        "1e-2", "--bf16"},
+                       1e-3);
+}
+
+// Expert parallelism is not on the device yet: one clear error.
+TEST(TrainCudaSim, RejectsExpertParallelism) {
+  try {
+    make_args({"--num-experts", "4", "--disable-bias-linear", "--expert-model-parallel-size", "2",
+               "--global-batch-size", "4", "--device", "cuda"},
+              2);
+    ADD_FAILURE() << "expert parallelism on --device cuda was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("--device cuda: --expert-model-parallel-size"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
 // bf16 GEMMs (cuBLASLt's mapping, emulated) against the CPU's bf16 GEMMs: both round the same
 // inputs and accumulate in fp32, in different orders.
 TEST(TrainCudaSim, Gpt2Bf16MatchesCpu) {
   expect_same_training({"--bf16"}, 1e-3);
+}
+
+// Generation (the training layers without a stash, with a KV cache) on the device: the logits of
+// a prefill and of each decoded token are the CPU's.
+TEST(TrainCudaSim, KvCacheGenerationMatchesCpu) {
+  ModelConfig m;
+  m.num_layers = 2;
+  m.hidden_size = 64;
+  m.num_attention_heads = 4;
+  m.group_query_attention = true;
+  m.num_query_groups = 2;
+  m.seq_length = 16;
+  m.vocab_size = 100;
+  m.swiglu = true;
+  m.normalization = Normalization::kRMSNorm;
+  m.position_embedding_type = PositionEmbedding::kRope;
+  m.add_bias_linear = false;
+  m.num_experts = 4;
+  m.moe_shared_expert_intermediate_size = 32;
+  m.finalize();
+  std::vector<std::vector<float>> logits;
+  for (const Device d : {Device::kCPU, Device::kCUDA}) {
+    if (d == Device::kCUDA) kernels::init_device(d, 0);
+    model::RunCtx rc;
+    rc.k.device = d;
+    model::GPTChunk c(m, {0, m.num_layers, true, true}, parallel::TensorParallel{}, {});
+    c.params().allocate(Precision::kFP32, 1, 0, rc.k);
+    c.params().init(5);
+    c.expert_params().allocate(Precision::kFP32, 1, 0, rc.k);
+    c.expert_params().init(6);
+    model::InferenceModel im(m, c, 16, rc);
+    std::vector<float> row(static_cast<size_t>(im.padded_vocab())), all;
+    const std::vector<int32_t> prompt = {3, 1, 4, 1, 5};
+    im.forward(prompt.data(), int64_t(prompt.size()), row.data(), false);
+    all.insert(all.end(), row.begin(), row.end());
+    for (const int32_t t : {9, 2, 6}) {
+      im.forward(&t, 1, row.data(), false);
+      all.insert(all.end(), row.begin(), row.end());
+    }
+    logits.push_back(all);
+  }
+  double diff = 0, norm = 0;
+  for (size_t i = 0; i < logits[0].size(); ++i) {
+    diff += std::pow(double(logits[1][i]) - logits[0][i], 2);
+    norm += std::pow(double(logits[0][i]), 2);
+  }
+  EXPECT_GT(norm, 0);
+  EXPECT_LE(std::sqrt(diff / norm), 1e-5);
 }
 
 // The log of a --device cuda run: Megatron's memory report and the iteration lines.

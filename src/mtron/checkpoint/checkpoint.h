@@ -2,7 +2,7 @@
 // save_checkpoint,
 //          load_checkpoint, find_checkpoint, is_vocab_parameter
 //
-// Sharded, reshardable checkpoints (design.md, "Formats"; docs/checkpoints.md):
+// Sharded, reshardable checkpoints (docs/checkpoints.md):
 //
 //   <save>/latest_checkpointed_iteration.txt      "100": the commit point
 //   <save>/iter_0000100/manifest.json             manifest.h
@@ -65,7 +65,7 @@ struct ChunkState {
 struct RunInfo {
   ModelConfig model;
   LayoutRecord layout;
-  std::string precision = "fp32";
+  Precision precision = Precision::kFP32;
   optim::AdamWConfig adam;
   std::optional<optim::LrSchedule> lr_schedule;
   std::optional<uint64_t> seed;

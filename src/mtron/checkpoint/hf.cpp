@@ -688,8 +688,8 @@ HfArch import_hf(const std::string& hf_dir, const std::string& out, const HfImpo
   model::GPTChunk chunk(cfg, {0, cfg.num_layers, true, true}, parallel::TensorParallel{}, {});
   model::ParamBuffer& p = chunk.params();
   model::ParamBuffer& experts = chunk.expert_params();
-  p.allocate(model::Precision::kFP32, 1);  // zeros: the vocabulary padding rows stay 0
-  if (cfg.is_moe()) experts.allocate(model::Precision::kFP32, 1);
+  p.allocate(Precision::kFP32, 1);  // zeros: the vocabulary padding rows stay 0
+  if (cfg.is_moe()) experts.allocate(Precision::kFP32, 1);
   std::map<std::string, std::pair<model::ParamBuffer*, int>> handle;
   for (model::ParamBuffer* b : {&p, &experts}) {
     for (size_t i = 0; i < b->specs().size(); ++i) handle[b->spec(int(i)).name] = {b, int(i)};

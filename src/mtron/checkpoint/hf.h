@@ -1,6 +1,6 @@
 // defines: HfArch, HfExportOptions, export_hf, HfImportOptions, import_hf, parse_byte_size
 //
-// Hugging Face interchange (reference/ecosystem.md section 4):
+// Hugging Face interchange (transformers' config.json and safetensors weights):
 //   mtron export --load DIR --output OUT   checkpoint -> GPT2LMHeadModel, LlamaForCausalLM or
 //                                          (mixture of experts) MixtralForCausalLM
 //   mtron import --input HF --output DIR   the reverse: a checkpoint `mtron train --load` continues

@@ -234,7 +234,7 @@ std::string manifest_to_json(const Manifest& m) {
                  {"virtual_pipeline_stages", l.vpp},
                  {"sequence_parallel", l.sequence_parallel},
                  {"use_distributed_optimizer", l.distributed_optimizer}};
-  j["precision"] = m.precision;
+  j["precision"] = std::string(precision_name(m.precision));
   if (m.has_optimizer) {
     j["optimizer"] = {{"type", "adamw"},
                       {"steps", m.optimizer_steps},
@@ -310,7 +310,7 @@ Manifest manifest_from_json(std::string_view text, const std::string& file) {
     m.layout.sequence_parallel = field_or<bool>(l, "sequence_parallel", false, file);
     m.layout.distributed_optimizer = field_or<bool>(l, "use_distributed_optimizer", false, file);
   }
-  m.precision = field_or<std::string>(j, "precision", "fp32", file);
+  m.precision = parse_precision(field_or<std::string>(j, "precision", "fp32", file));
   if (j.contains("optimizer") && !j["optimizer"].is_null()) {
     const json& o = j["optimizer"];
     MT_CHECK(o.is_object() && field<std::string>(o, "type", file) == "adamw", file,

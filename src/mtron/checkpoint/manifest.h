@@ -18,6 +18,7 @@
 #include <nlohmann/json.hpp>
 
 #include "mtron/core/model_config.h"
+#include "mtron/core/precision.h"
 #include "mtron/optim/lr_schedule.h"
 #include "mtron/optim/optimizer.h"
 
@@ -52,7 +53,7 @@ struct Manifest {
   int64_t consumed_samples = 0;
   ModelConfig model;
   LayoutRecord layout;
-  std::string precision = "fp32";  // "fp32" or "bf16" (the weights are fp32 masters either way)
+  Precision precision = Precision::kFP32;  // the weights are fp32 masters either way
   // Optimizer state (per-parameter exp_avg / exp_avg_sq tensors in the files); absent for
   // imported models.
   bool has_optimizer = false;

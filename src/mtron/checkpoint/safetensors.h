@@ -1,7 +1,7 @@
 // defines: SafetensorsEntry, SafetensorsHeader, parse_safetensors_header, json_depth_ok,
 //          SafetensorsTensor, write_safetensors, SafetensorsFile
 //
-// The safetensors format (reference/ecosystem.md section 4): a little-endian u64 N, N bytes of
+// The safetensors format (Hugging Face's): a little-endian u64 N, N bytes of
 // UTF-8 JSON, then the data buffer. The JSON maps each tensor name to
 // {"dtype", "shape", "data_offsets": [begin, end)} (offsets relative to the buffer, end
 // exclusive) plus an optional "__metadata__" object of string values.

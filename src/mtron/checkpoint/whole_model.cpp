@@ -22,10 +22,10 @@ std::unique_ptr<WholeModel> load_whole_model(const std::string& load_dir) {
       model::Recompute{});
   model::ParamBuffer& p = m->chunk->params();
   model::ParamBuffer& x = m->chunk->expert_params();
-  p.allocate(model::Precision::kFP32, 1);
+  p.allocate(Precision::kFP32, 1);
   std::vector<ChunkState> bufs = {{&p, nullptr, nullptr, {{0, p.size()}}}};
   if (!x.specs().empty()) {
-    x.allocate(model::Precision::kFP32, 1);
+    x.allocate(Precision::kFP32, 1);
     bufs.push_back({&x, nullptr, nullptr, {{0, x.size()}}, /*experts=*/true});
   }
   auto world = make_single_comm();

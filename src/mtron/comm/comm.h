@@ -1,6 +1,6 @@
 // defines: ReduceOp, Request, Comm
 //
-// The communication interface every parallel feature is written against (design.md, "comm").
+// The communication interface every parallel feature is written against.
 // Backends: single process (single.h), MPI (mpi.h), NCCL (with the CUDA backend). A group of
 // size 1 returns immediately (or copies, for out-of-place calls). Collectives are blocking;
 // the i* variants return a Request to wait() on, for overlapping communication with compute.

@@ -23,9 +23,9 @@ double flops_per_iteration(const ModelConfig& m, int64_t global_batch, int64_t p
   return 6.0 * B * s * (mlp + attn + logits) + 6.0 * B * s * s * q * L;
 }
 
-int64_t lm_head_rows_per_chunk(int64_t vocab_local, bool host) {
-  const int64_t budget = host ? int64_t(1) << 22 : int64_t(1) << 26;  // floats
-  return std::clamp<int64_t>(budget / std::max<int64_t>(vocab_local, 1), 16, host ? 1024 : 16384);
+int64_t lm_head_rows_per_chunk(int64_t vocab_local, int64_t chunk_elems) {
+  return std::clamp<int64_t>(chunk_elems / std::max<int64_t>(vocab_local, 1), 16,
+                             chunk_elems >> 12);
 }
 
 StateBytes state_bytes_per_parameter(Precision params,

@@ -22,9 +22,11 @@ namespace mtron {
 double flops_per_iteration(const ModelConfig& m, int64_t global_batch, int64_t padded_vocab);
 
 // Token rows per chunk of mtron's fused output layer + cross-entropy (model/lm_head.h): the
-// logits of at most this many rows x vocab_local columns exist at a time, about 16 MB on a CPU
-// (cache-sized GEMMs), 256 MB on a GPU (large GEMMs, few host synchronisations for the loss).
-int64_t lm_head_rows_per_chunk(int64_t vocab_local, bool host);
+// logits of at most this many rows x vocab_local columns exist at a time, within the device's
+// chunk of chunk_elems floats (kernels::chunk_elems: 2^22 on a CPU, cache-sized GEMMs; 2^26 on
+// a GPU, large GEMMs and few host synchronisations for the loss), at least 16 rows and at most
+// chunk_elems / 4096.
+int64_t lm_head_rows_per_chunk(int64_t vocab_local, int64_t chunk_elems);
 
 // --recompute-granularity (none: the flag is absent).
 enum class RecomputeGranularity { kNone, kSelective, kFull };

@@ -179,29 +179,6 @@ bool profile_matches(const json& match, const CpuInfo& c) {
 
 }  // namespace
 
-std::string_view precision_name(Precision p) {
-  switch (p) {
-    case Precision::kFP32:
-      return "fp32";
-    case Precision::kBF16:
-      return "bf16";
-    case Precision::kFP16:
-      return "fp16";
-    case Precision::kFP8:
-      return "fp8";
-  }
-  MT_ASSERT(false, "bad Precision");
-}
-
-Precision parse_precision(std::string_view s) {
-  const std::string l = lower(s);
-  if (l == "fp32") return Precision::kFP32;
-  if (l == "bf16") return Precision::kBF16;
-  if (l == "fp16") return Precision::kFP16;
-  if (l == "fp8") return Precision::kFP8;
-  MT_CHECK(false, "unknown precision '", s, "' (known: fp32, bf16, fp16, fp8)");
-}
-
 double Hardware::peak_flops(Precision p) const {
   switch (p) {
     case Precision::kFP32:

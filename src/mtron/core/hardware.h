@@ -1,6 +1,6 @@
-// defines: Precision, Network, Achievable, Hardware, hardware_catalog, find_hardware,
+// defines: Network, Achievable, Hardware, hardware_catalog, find_hardware,
 //          find_hardware_by_device_name, find_network, network_catalog, detect_local_cpu,
-//          rank_device, parse_precision, precision_name
+//          rank_device
 //
 // The hardware catalog: peak FLOP/s by precision, memory, GPUs per node, NVLink and inter-node
 // bandwidth, and the fitted achievable fractions of the time model. The data lives in
@@ -16,14 +16,9 @@
 #include <string_view>
 #include <vector>
 
+#include "mtron/core/precision.h"
+
 namespace mtron {
-
-// The arithmetic of the matrix multiplies (Megatron: --bf16, --fp16, --fp8-format, else fp32).
-enum class Precision { kFP32, kBF16, kFP16, kFP8 };
-
-std::string_view precision_name(Precision p);
-// "fp32" | "bf16" | "fp16" | "fp8"; throws mtron::Error naming the accepted values.
-Precision parse_precision(std::string_view s);
 
 struct Network {
   std::string name;

@@ -19,9 +19,6 @@ void log_init(int rank, int world, LogLevel level) {
 int log_rank() {
   return g_rank;
 }
-int log_world() {
-  return g_world;
-}
 
 void log_write(LogLevel level, const std::string& msg) {
   if (level < g_level) return;

@@ -15,7 +15,6 @@ enum class LogLevel { kDebug, kInfo, kWarn, kError };
 
 void log_init(int rank, int world, LogLevel level = LogLevel::kInfo);
 int log_rank();
-int log_world();
 void log_write(LogLevel level, const std::string& msg);
 void log_plain(const std::string& line);  // stdout, no prefix, flushed
 

@@ -1,6 +1,6 @@
 // defines: add_model_flags, model_flag_args
 //
-// Megatron's model-shape flags (reference/megatron.md section 5: names, defaults, help texts),
+// Megatron's model-shape flags (arguments.py: names, defaults, help texts),
 // registered once so `mtron train` and `mtron plan` accept exactly the same spellings. Repeating
 // a flag keeps the last value, as argparse does, so a catalog model's flags can be followed by
 // the user's overrides.

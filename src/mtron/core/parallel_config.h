@@ -2,7 +2,7 @@
 //
 // A parallel layout and batch split: sizes of the five parallel dimensions, the virtual pipeline,
 // the optimizer sharding, micro/global batch. finalize() applies Megatron's validation rules
-// (reference/megatron.md section 5) before anything large is allocated. The trainer and the
+// (arguments.py's validate_args) before anything large is allocated. The trainer and the
 // planner share it, so a layout the planner proposes is one the trainer accepts.
 #pragma once
 

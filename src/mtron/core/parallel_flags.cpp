@@ -94,8 +94,9 @@ std::vector<std::string> parallel_flag_args(const ParallelConfig& p, bool moe) {
 }
 
 void add_precision_flags(CLI::App& app, PrecisionFlags& f, const char* group) {
-  app.add_flag("--bf16", f.bf16, "bf16 mixed precision (fp32 master weights and gradients)")
-      ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast)
+  app.add_flag_callback(
+         "--bf16", [&f] { f.compute = Precision::kBF16; },
+         "bf16 mixed precision (fp32 master weights and gradients)")
       ->group(group);
   app.add_flag("--grad-reduce-in-bf16", f.grad_reduce_in_bf16,
                "With --bf16: reduce the gradients over data parallel in bf16 (half the bytes)")
@@ -105,13 +106,18 @@ void add_precision_flags(CLI::App& app, PrecisionFlags& f, const char* group) {
 
 std::vector<std::string> precision_flag_args(const PrecisionFlags& f) {
   std::vector<std::string> a;
-  if (f.bf16) a.push_back("--bf16");
-  if (f.bf16 && f.grad_reduce_in_bf16) a.push_back("--grad-reduce-in-bf16");
+  const bool bf16 = f.compute == Precision::kBF16;
+  if (bf16) a.push_back("--bf16");
+  if (bf16 && f.grad_reduce_in_bf16) a.push_back("--grad-reduce-in-bf16");
   return a;
 }
 
 std::string cuda_unsupported(const ModelConfig& m, const ParallelConfig& p, bool checkpoints) {
-  if (m.is_moe()) return "MoE models are not supported on CUDA yet";
+  if (m.is_moe() && (p.ep() > 1 || p.etp() > 1)) {
+    return "--expert-model-parallel-size and --expert-tensor-parallel-size > 1 are not supported "
+           "yet (the expert dispatch exchanges its counts on the host; the latter defaults to "
+           "--tensor-model-parallel-size: with TP > 1 pass --expert-tensor-parallel-size 1)";
+  }
   if (p.cp() > 1) return "--context-parallel-size > 1 is not supported yet";
   if (checkpoints) return "--save/--load are not supported yet";
   return "";

@@ -1,7 +1,7 @@
 // defines: ParallelFlags, add_parallel_flags, parallel_flag_args, PrecisionFlags,
 //          add_precision_flags, precision_flag_args, cuda_unsupported
 //
-// Megatron's parallel-layout, batch and precision flags (reference/megatron.md section 5),
+// Megatron's parallel-layout, batch and precision flags (Megatron's arguments.py),
 // defined once: `mtron train` registers them, `mtron plan` registers the layout sizes it can fix,
 // and the planner's launch scripts write them with parallel_flag_args / precision_flag_args, so
 // an emitted script always parses in `mtron train`. The sizes keep whatever value the config
@@ -15,6 +15,7 @@
 
 #include "mtron/core/model_config.h"
 #include "mtron/core/parallel_config.h"
+#include "mtron/core/precision.h"
 
 namespace mtron {
 
@@ -35,7 +36,7 @@ std::vector<std::string> parallel_flag_args(const ParallelConfig& p, bool moe);
 // master weights and gradients) and --grad-reduce-in-bf16 (Megatron: with --bf16, reduce the
 // gradients over data parallel in bf16).
 struct PrecisionFlags {
-  bool bf16 = false;
+  Precision compute = Precision::kFP32;  // --bf16: kBF16
   bool grad_reduce_in_bf16 = false;
 };
 void add_precision_flags(CLI::App& app, PrecisionFlags& f, const char* group);

@@ -3,7 +3,8 @@
 // Counter-based randomness: a value is a pure function of (key, counter), with no state to
 // carry. Parameters are keyed by (seed, parameter name) and indexed by the element's position
 // in the *global* (unsharded) tensor, so every shard of every layout draws exactly the values
-// the 1-process run draws for those elements (design.md, "layout invariance").
+// the 1-process run draws for those elements: every layout starts from the same model
+// (docs/architecture.md, "Layout invariance").
 #pragma once
 
 #include <array>

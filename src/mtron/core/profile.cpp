@@ -36,9 +36,6 @@ void profile_enable(bool on) {
 bool profile_enabled() {
   return g_enabled;
 }
-void profile_reset() {
-  g_slots.clear();
-}
 
 ProfileScope::ProfileScope(const char* name, double flops) {
   if (!g_enabled || g_depth++ > 0) return;

@@ -15,7 +15,6 @@ namespace mtron {
 
 void profile_enable(bool on);
 bool profile_enabled();
-void profile_reset();
 
 class ProfileScope {
  public:

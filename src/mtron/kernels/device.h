@@ -1,4 +1,5 @@
-// defines: device_count, init_device, DeviceProperties, device_properties, DeviceMemory,
+// defines: device_count, device_unavailable, chunk_elems, init_device, DeviceProperties,
+// device_properties, DeviceMemory,
 //          device_memory, reset_peak_memory, create_stream, destroy_stream, synchronize,
 //          copy_to_host, copy_from_host
 //
@@ -24,6 +25,13 @@ namespace mtron::kernels {
 // Devices of this kind visible to the process: 1 for the CPU; for CUDA, the GPUs (0 in a build
 // without CUDA or on a machine without a driver).
 int device_count(Device d);
+// Why device_count(d) is 0, as a phrase ("this mtron was built without CUDA (...)", "no GPU is
+// visible (...)"); empty when a device of this kind is there.
+std::string device_unavailable(Device d);
+// How many fp32 elements a loop that cuts a large output into chunks (the LM head's logits)
+// should produce per chunk on this device: cache-sized on a CPU, large on a GPU (fewer launches
+// and host synchronisations).
+int64_t chunk_elems(Device d);
 void init_device(Device d, int ordinal);
 
 struct DeviceProperties {

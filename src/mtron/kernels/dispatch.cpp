@@ -51,6 +51,12 @@ double gemm_contract(Trans ta,
   return 2.0 * double(M) * double(N) * double(K);
 }
 
+double moe_route_contract(const int32_t*, const float*, const float*, const MoeRouting& r) {
+  MT_CHECK(r.T >= 0 && r.k >= 1 && r.k <= r.E, "moe_route: need T >= 0 and 1 <= k <= E (T=", r.T,
+           " k=", r.k, " E=", r.E, ")");
+  return 0;
+}
+
 // Multiply-adds of QK^T and PV (2 FLOPs each), halved for the causal mask as Megatron counts.
 double attention_flops(const AttnShape& s, AttnMask mask) {
   MT_CHECK(s.B >= 0 && s.Sq >= 0 && s.Sk >= 0 && s.D > 0 && s.G > 0 && s.H > 0 && s.H % s.G == 0,
@@ -115,6 +121,26 @@ int device_count(Device d) {
       return 1;
     case Device::kCUDA:
       return cuda::device_count();
+  }
+  MT_ASSERT(false, "unknown device ", int(d));
+}
+
+std::string device_unavailable(Device d) {
+  switch (d) {
+    case Device::kCPU:
+      return "";
+    case Device::kCUDA:
+      return cuda::device_unavailable();
+  }
+  MT_ASSERT(false, "unknown device ", int(d));
+}
+
+int64_t chunk_elems(Device d) {
+  switch (d) {
+    case Device::kCPU:
+      return int64_t(1) << 22;  // 16 MB of fp32: cache-sized GEMM outputs
+    case Device::kCUDA:
+      return int64_t(1) << 26;  // 256 MB: large GEMMs, few host synchronisations
   }
   MT_ASSERT(false, "unknown device ", int(d));
 }

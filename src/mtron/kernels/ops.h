@@ -7,6 +7,7 @@
 #include "mtron/kernels/elementwise.h"
 #include "mtron/kernels/embedding.h"
 #include "mtron/kernels/gemm.h"
+#include "mtron/kernels/moe.h"
 #include "mtron/kernels/norm.h"
 #include "mtron/kernels/rope.h"
 #include "mtron/kernels/xent.h"
@@ -20,4 +21,5 @@
   MTRON_ROPE_OPS(OP)         \
   MTRON_ATTENTION_OPS(OP)    \
   MTRON_XENT_OPS(OP)         \
+  MTRON_MOE_OPS(OP)          \
   MTRON_ADAMW_OPS(OP)

@@ -15,9 +15,8 @@ void use_device(Arena& a, Device d) {
   if (a.device() != d) a = Arena(d);
 }
 
-// ids on rc's device: the vector itself on the CPU, else a copy in `arena`.
+// A copy of ids on rc's device, in `arena`.
 const int32_t* ids_on_device(const RunCtx& rc, Arena& arena, const std::vector<int32_t>& ids) {
-  if (rc.k.device == Device::kCPU) return ids.data();
   int32_t* d = arena.alloc<int32_t>(int64_t(ids.size()));
   kernels::copy_from_host(rc.k, d, ids.data(), int64_t(sizeof(int32_t) * ids.size()));
   return d;
@@ -103,6 +102,65 @@ std::pair<int64_t, int64_t> GPTChunk::param_range(int first, int next_first) con
   return {params_.spec(first).offset, end};
 }
 
+float* GPTChunk::embed(
+    const RunCtx& rc, Arena& out_arena, const int32_t* tokens, const int32_t* pos, int64_t N) {
+  const auto& tp = rc.tp;
+  const int64_t h = cfg_.hidden_size;
+  scratch_.reset();
+  // The vocabulary-parallel lookup gives partial sums over the TP ranks' vocabulary shards.
+  float* emb = tp.sequence_parallel ? scratch_.alloc<float>(N * h) : out_arena.alloc<float>(N * h);
+  kernels::embedding_forward(rc.k, emb, tokens, params_.master(wte_), N, h, vocab_start_,
+                             vocab_local_, false);
+  parallel::reduce_from_tp(tp, emb, N * h);
+  if (wpe_ >= 0) {
+    kernels::embedding_forward(rc.k, emb, pos, params_.master(wpe_), N, h, 0,
+                               cfg_.max_position_embeddings, true);
+  }
+  if (!tp.sequence_parallel) return emb;
+  float* mine = out_arena.alloc<float>(tp.sp_rows(N) * h);
+  parallel::scatter_to_sp(rc.k, tp, mine, emb, N, h);
+  return mine;
+}
+
+KvCache GPTChunk::make_kv_cache(const RunCtx& rc, int64_t B, int64_t capacity) const {
+  const int64_t row = B * cfg_.query_groups() / rc.tp.size * cfg_.kv_channels;
+  KvCache c;
+  c.storage = Arena(rc.k.device);
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    c.layers.push_back({c.storage.alloc<float>(capacity * row),
+                        c.storage.alloc<float>(capacity * row), capacity, 0});
+  }
+  return c;
+}
+
+void GPTChunk::forward_cached(
+    const RunCtx& rc, const MicroBatch& mb, KvCache& cache, float* logits, int64_t rows) {
+  MT_ASSERT(place_.has_embedding && place_.has_head && rc.tp.size == 1 && rc.cp.size == 1,
+            "generation runs a whole model in one process");
+  MT_ASSERT(cache.layers.size() == layers_.size(), "a KV cache of another model");
+  for (Arena* a : {&scratch_, &cached_}) use_device(*a, rc.k.device);
+  cached_.reset();
+  TokenLayout tl = mb.layout();
+  tl.pos = ids_on_device(rc, cached_, mb.pos);
+  const int64_t N = tl.rows(), h = cfg_.hidden_size;
+  MT_ASSERT(rows >= 1 && rows <= N, "logits of ", rows, " of ", N, " rows");
+  const float* x = embed(rc, cached_, ids_on_device(rc, cached_, mb.tokens), tl.pos, N);
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    float* y = cached_.alloc<float>(N * h);
+    scratch_.reset();
+    layers_[i].forward(rc, tl, nullptr, scratch_, scratch_, x, y, &cache.layers[i]);
+    x = y;
+  }
+  for (LayerKv& l : cache.layers) l.length += mb.S;
+  scratch_.reset();
+  float* lnf = scratch_.alloc<float>(rows * h);
+  float* mean = scratch_.alloc<float>(rows);
+  float* rstd = scratch_.alloc<float>(rows);
+  lnf_.forward(rc, cfg_, params_, lnf, mean, rstd, x + (N - rows) * h, rows);
+  linear_forward(rc, logits, as_gemm_input(rc, scratch_, lnf, rows * h), params_.weight(out_w_),
+                 nullptr, rows, h, vocab_local_);
+}
+
 const float* GPTChunk::forward(const RunCtx& rc,
                                const MicroBatch& mb,
                                Stash& st,
@@ -139,21 +197,7 @@ const float* GPTChunk::forward(const RunCtx& rc,
   const float* x = input;
   if (place_.has_embedding) {
     need(0, layer_first_.front());
-    scratch_.reset();
-    float* emb = tp.sequence_parallel ? scratch_.alloc<float>(N * h) : st.keep.alloc<float>(N * h);
-    kernels::embedding_forward(rc.k, emb, st.tokens, params_.master(wte_), N, h, vocab_start_,
-                               vocab_local_, false);
-    if (tp.size > 1) tp.comm->all_reduce(emb, N * h);
-    if (wpe_ >= 0) {
-      kernels::embedding_forward(rc.k, emb, st.pos, params_.master(wpe_), N, h, 0,
-                                 cfg_.max_position_embeddings, true);
-    }
-    if (tp.sequence_parallel) {  // scatter to the sequence-parallel region: keep our rows
-      float* mine = st.keep.alloc<float>(Nl * h);
-      kernels::copy(rc.k, mine, emb + tp.rank * Nl * h, int64_t(sizeof(float)) * Nl * h);
-      emb = mine;
-    }
-    x = emb;
+    x = embed(rc, st.keep, st.tokens, st.pos, N);
   }
   MT_ASSERT(x != nullptr, "a chunk without embeddings needs an input");
 
@@ -171,11 +215,11 @@ const float* GPTChunk::forward(const RunCtx& rc,
       const bool last_in_group = i + 1 == group_end(i);
       y = last_in_group ? st.keep.alloc<float>(Nl * h) : recompute_arena_.alloc<float>(Nl * h);
       TransformerLayer::Stash tmp;
-      layers_[size_t(i)].forward(rc, tl, tmp, recompute_arena_, scratch_, x, y);
+      layers_[size_t(i)].forward(rc, tl, &tmp, recompute_arena_, scratch_, x, y);
       st.moe.add(tmp.moe.stats);
     } else {
       y = st.keep.alloc<float>(Nl * h);
-      layers_[size_t(i)].forward(rc, tl, st.layers[size_t(i)], st.keep, scratch_, x, y);
+      layers_[size_t(i)].forward(rc, tl, &st.layers[size_t(i)], st.keep, scratch_, x, y);
       st.moe.add(st.layers[size_t(i)].moe.stats);
     }
     x = y;
@@ -252,7 +296,7 @@ const float* GPTChunk::backward(const RunCtx& rc,
       for (int64_t j = start; j <= i; ++j) {
         scratch_.reset();
         float* y = recompute_arena_.alloc<float>(Nl * h);
-        layers_[size_t(j)].forward(rc, tl, st.layers[size_t(j)], recompute_arena_, scratch_, x, y);
+        layers_[size_t(j)].forward(rc, tl, &st.layers[size_t(j)], recompute_arena_, scratch_, x, y);
         x = y;
       }
     }
@@ -266,7 +310,7 @@ const float* GPTChunk::backward(const RunCtx& rc,
   float* dfull = g;
   if (tp.sequence_parallel) {  // conjugate of the scatter: gather the sequence back
     dfull = scratch_.alloc<float>(N * h);
-    tp.comm->all_gather(g, dfull, Nl * h, DType::kF32);
+    parallel::gather_from_sp(tp, dfull, g, N, h);
   }
   if (wpe_ >= 0) {
     kernels::embedding_backward(rc.k, params_.grad(wpe_), dfull, st.pos, N, h, 0,

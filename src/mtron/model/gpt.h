@@ -1,13 +1,16 @@
-// defines: MicroBatch, ChunkPlacement, Recompute, GPTChunk
+// defines: MicroBatch, ChunkPlacement, Recompute, KvCache, GPTChunk
 //
 // A GPT/Llama model chunk: the part of the model one pipeline stage (or one virtual stage)
 // runs. The first chunk holds the embeddings, the last the final norm and the output layer
 // fused with the loss; a 1-stage model is one chunk with both. Each chunk owns one ParamBuffer.
 //
-// Contract (design.md): forward() stashes what backward() needs into the caller's per-micro-
-// batch Stash, so a pipeline schedule can keep several micro-batches in flight; with
+// Contract (docs/architecture.md): forward() stashes what backward() needs into the caller's
+// per-micro- batch Stash, so a pipeline schedule can keep several micro-batches in flight; with
 // --recompute-granularity full the stash keeps only layer-group inputs and backward rebuilds
 // the rest.
+//
+// Generation runs the same layers (forward_cached): a whole model (embedding and head, TP 1,
+// CP 1), no stash, each layer's keys and values kept in a KV cache, only the last rows' logits.
 #pragma once
 
 #include <cstdint>
@@ -46,6 +49,18 @@ struct Recompute {
   int64_t num_layers = 1;
 };
 
+// The keys and values of every layer of a chunk for `capacity` positions of B sequences
+// (make_kv_cache), on the run's device.
+struct KvCache {
+  Arena storage;
+  std::vector<LayerKv> layers;
+  int64_t length() const { return layers.empty() ? 0 : layers.front().length; }
+  int64_t capacity() const { return layers.empty() ? 0 : layers.front().capacity; }
+  void reset() {
+    for (LayerKv& l : layers) l.length = 0;
+  }
+};
+
 class GPTChunk {
  public:
   struct Stash {
@@ -61,8 +76,8 @@ class GPTChunk {
     float* logits_out = nullptr;  // [N, Vl] this rank's vocabulary shard of the logits (device)
     float* losses_out = nullptr;  // [N] per-token losses (host)
     int64_t num_tokens = 0;
-    // The micro-batch's tokens, labels and positions on the run's device (on the CPU: the
-    // MicroBatch's own vectors), set by forward.
+    // Copies of the micro-batch's tokens, labels and positions on the run's device, set by
+    // forward.
     const int32_t *tokens = nullptr, *labels = nullptr, *pos = nullptr;
   };
 
@@ -108,7 +123,19 @@ class GPTChunk {
                         const float* dout,
                         const GradsReady& grads_ready = nullptr);
 
+  // An empty KV cache of `capacity` positions for mb.B sequences, on rc's device.
+  KvCache make_kv_cache(const RunCtx& rc, int64_t B, int64_t capacity) const;
+  // Generation (a whole model: embedding and head, TP 1, CP 1): the forward of mb's tokens, the
+  // next mb.S positions of the cache's sequences (mb.pos), without a stash, their keys and
+  // values appended to `cache`. Writes the logits of the last `rows` token rows, [rows, padded
+  // vocabulary], on rc's device.
+  void forward_cached(
+      const RunCtx& rc, const MicroBatch& mb, KvCache& cache, float* logits, int64_t rows);
+
  private:
+  // The embeddings of this rank's rows [Nl, h] (SP: its block of the sequence) in `out_arena`.
+  float* embed(
+      const RunCtx& rc, Arena& out_arena, const int32_t* tokens, const int32_t* pos, int64_t N);
   bool recomputed(int64_t i) const;  // is local layer i in a recompute group?
   // Buffer range of parameter handles [first, next_first) (next_first < 0: to the end).
   std::pair<int64_t, int64_t> param_range(int first, int next_first) const;
@@ -125,6 +152,7 @@ class GPTChunk {
   int head_first_ = -1;           // first parameter handle of the head (final norm)
   int64_t vocab_start_ = 0, vocab_local_ = 0;
   Arena scratch_, recompute_arena_;  // on the device of the last forward's RunCtx
+  Arena cached_;                     // forward_cached's layer outputs
 };
 
 }  // namespace mtron::model

@@ -168,29 +168,49 @@ float* opt_grad(const ParamBuffer& p, int handle) {
 }
 }  // namespace
 
+void TransformerLayer::attention(
+    const RunCtx& rc, const TokenLayout& tl, Stash& st, Arena& scratch, const LayerKv* kv) const {
+  const float scale = 1.0f / std::sqrt(float(D_));
+  if (!kv) {
+    const kernels::AttnShape as{tl.B, tl.S, tl.S, Hl_, Gl_, D_, scale};
+    parallel::ring_attention_forward(rc.k, rc.cp, scratch, st.att, st.lse, st.q, st.k, st.v, as);
+    return;
+  }
+  MT_ASSERT(rc.tp.size == 1 && rc.cp.size == 1, "a KV cache holds a whole model's heads");
+  MT_ASSERT(kv->length + tl.S <= kv->capacity, "the KV cache is full");
+  const int64_t row = tl.B * Gl_ * D_, bytes = int64_t(sizeof(float)) * tl.S * row;
+  kernels::copy(rc.k, kv->k + kv->length * row, st.k, bytes);
+  kernels::copy(rc.k, kv->v + kv->length * row, st.v, bytes);
+  const kernels::AttnShape as{tl.B, tl.S, kv->length + tl.S, Hl_, Gl_, D_, scale};
+  kernels::attention_forward(rc.k, st.att, st.lse, st.q, kv->k, kv->v, as,
+                             kernels::AttnMask{true, kv->length});
+}
+
 void TransformerLayer::forward(const RunCtx& rc,
                                const TokenLayout& tl,
-                               Stash& st,
-                               Arena& keep,
+                               Stash* stash,
+                               Arena& keep_arena,
                                Arena& scratch,
                                const float* x,
-                               float* y) const {
+                               float* y,
+                               const LayerKv* kv) const {
+  Stash none;
+  Stash& st = stash ? *stash : none;
+  Arena& keep = stash ? keep_arena : scratch;
   const auto& tp = rc.tp;
   const int64_t N = tl.rows(), Nl = tp.sp_rows(N), h = h_;
   const bool sp = tp.sequence_parallel;
   const bool ln = cfg_.normalization == Normalization::kLayerNorm;
   st.x = x;
 
-  // Attention block.
-  float* ln1 = (rc.precision == Precision::kFP32 && !sp) ? keep.alloc<float>(Nl * h)
-                                                         : scratch.alloc<float>(Nl * h);
+  // Attention block. ln1 is QKV's GEMM input itself without SP; with SP the gathered rows are.
+  float* ln1 = sp ? scratch.alloc<float>(Nl * h) : gemm_input_buffer(rc, keep, scratch, Nl * h);
   st.ln1_mean = ln ? keep.alloc<float>(Nl) : nullptr;
   st.ln1_rstd = keep.alloc<float>(Nl);
   ln1_.forward(rc, cfg_, p_, ln1, st.ln1_mean, st.ln1_rstd, x, Nl);
   float* ln1_full = ln1;
   if (sp) {
-    ln1_full =
-        rc.precision == Precision::kFP32 ? keep.alloc<float>(N * h) : scratch.alloc<float>(N * h);
+    ln1_full = gemm_input_buffer(rc, keep, scratch, N * h);
     parallel::enter_tp_forward(tp, ln1_full, ln1, N, h);
   }
   st.ln1_in = as_gemm_input(rc, keep, ln1_full, N * h);
@@ -208,10 +228,8 @@ void TransformerLayer::forward(const RunCtx& rc,
   }
   st.att = keep.alloc<float>(N * Hl_ * D_);
   st.lse = keep.alloc<float>(tl.B * Hl_ * tl.S);
-  const kernels::AttnShape as{tl.B, tl.S, tl.S, Hl_, Gl_, D_, 1.0f / std::sqrt(float(D_))};
-  parallel::ring_attention_forward(rc.k, rc.cp, scratch, st.att, st.lse, st.q, st.k, st.v, as);
-  st.att_in = rc.precision == Precision::kFP32 ? Act{st.att, nullptr}
-                                               : as_gemm_input(rc, keep, st.att, N * Hl_ * D_);
+  attention(rc, tl, st, scratch, kv);
+  st.att_in = as_gemm_input(rc, keep, st.att, N * Hl_ * D_);
 
   st.x2 = keep.alloc<float>(Nl * h);
   float* partial = sp ? scratch.alloc<float>(N * h) : st.x2;
@@ -220,17 +238,18 @@ void TransformerLayer::forward(const RunCtx& rc,
   if (proj_b_ >= 0) kernels::bias_add(rc.k, st.x2, p_.master(proj_b_), Nl, h);
   kernels::add(rc.k, st.x2, st.x2, x, Nl * h);
 
-  // MLP block: the dense MLP (an MoE layer's shared expert) and/or the routed experts.
-  float* ln2 = (rc.precision == Precision::kFP32 && !sp) || moe_ ? keep.alloc<float>(Nl * h)
-                                                                 : scratch.alloc<float>(Nl * h);
+  // MLP block: the dense MLP (an MoE layer's shared expert) and/or the routed experts. ln2 is
+  // fc1's GEMM input without SP, and the routed experts' input.
+  float* ln2 = moe_ ? keep.alloc<float>(Nl * h)
+               : sp ? scratch.alloc<float>(Nl * h)
+                    : gemm_input_buffer(rc, keep, scratch, Nl * h);
   st.ln2_mean = ln ? keep.alloc<float>(Nl) : nullptr;
   st.ln2_rstd = keep.alloc<float>(Nl);
   ln2_.forward(rc, cfg_, p_, ln2, st.ln2_mean, st.ln2_rstd, st.x2, Nl);
   if (dense_mlp()) {
     float* ln2_full = ln2;
     if (sp) {
-      ln2_full =
-          rc.precision == Precision::kFP32 ? keep.alloc<float>(N * h) : scratch.alloc<float>(N * h);
+      ln2_full = gemm_input_buffer(rc, keep, scratch, N * h);
       parallel::enter_tp_forward(tp, ln2_full, ln2, N, h);
     }
     st.ln2_in = as_gemm_input(rc, keep, ln2_full, N * h);
@@ -238,15 +257,13 @@ void TransformerLayer::forward(const RunCtx& rc,
     const int64_t fc1_w = cfg_.swiglu ? 2 * Fl_ : Fl_;
     st.fc1 = keep.alloc<float>(N * fc1_w);
     linear_forward(rc, st.fc1, st.ln2_in, p_.weight(fc1_w_), opt(p_, fc1_b_), N, h, fc1_w);
-    float* act = rc.precision == Precision::kFP32 ? keep.alloc<float>(N * Fl_)
-                                                  : scratch.alloc<float>(N * Fl_);
+    float* act = gemm_input_buffer(rc, keep, scratch, N * Fl_);
     if (cfg_.swiglu) {
       kernels::swiglu_forward(rc.k, act, st.fc1, N, Fl_);
     } else {
       kernels::gelu_forward(rc.k, act, st.fc1, N * Fl_);
     }
-    st.act_in = rc.precision == Precision::kFP32 ? Act{act, nullptr}
-                                                 : as_gemm_input(rc, keep, act, N * Fl_);
+    st.act_in = as_gemm_input(rc, keep, act, N * Fl_);
 
     partial = sp ? scratch.alloc<float>(N * h) : y;
     linear_forward(rc, partial, st.act_in, p_.weight(fc2_w_), nullptr, N, Fl_, h);
@@ -255,7 +272,7 @@ void TransformerLayer::forward(const RunCtx& rc,
   }
   if (moe_) {
     float* routed = dense_mlp() ? scratch.alloc<float>(Nl * h) : y;
-    moe_->forward(rc, tl, st.moe, keep, scratch, ln2, routed);
+    moe_->forward(rc, tl, stash ? &st.moe : nullptr, keep, scratch, ln2, routed);
     if (dense_mlp()) kernels::add(rc.k, y, y, routed, Nl * h);
   }
   kernels::add(rc.k, y, y, st.x2, Nl * h);

@@ -1,4 +1,4 @@
-// defines: TokenLayout, TransformerLayer
+// defines: TokenLayout, LayerKv, TransformerLayer
 //
 // One pre-norm transformer layer (Megatron-Core's TransformerLayer with the local spec):
 //   x2 = x  + proj(attention(rope(qkv(norm1(x)))))       attention block
@@ -14,7 +14,10 @@
 // mlp.shared_experts.*, whose output is added to the experts'.
 //
 // forward() saves what backward needs in a Stash carved from an arena the caller owns (one per
-// micro-batch in flight); backward() works in place on the residual gradient.
+// micro-batch in flight); backward() works in place on the residual gradient. Without a stash
+// (inference: evaluation of generation) everything comes from the scratch arena. Generation
+// passes a KV cache: the new rows' keys and values are appended to it and the queries attend to
+// every cached position (Megatron's inference key/value memory).
 #pragma once
 
 #include <cstdint>
@@ -68,6 +71,15 @@ struct Norm {
                 int64_t n) const;
 };
 
+// One layer's keys and values (after RoPE) of the positions so far, on the run's device:
+// k, v [capacity, B, Gl, D] each (sequence-major, as attention reads them), of which the first
+// `length` positions are filled. TP 1 and CP 1 (generation runs one whole model).
+struct LayerKv {
+  float* k = nullptr;
+  float* v = nullptr;
+  int64_t capacity = 0, length = 0;
+};
+
 class TransformerLayer {
  public:
   struct Stash {
@@ -94,20 +106,28 @@ class TransformerLayer {
                    ParamBuffer& params,
                    ParamBuffer& expert_params);
 
-  // y[Nl, h] from x[Nl, h]; stash buffers from `keep`, temporaries from `scratch`.
+  // y[Nl, h] from x[Nl, h]; stash buffers from `keep`, temporaries from `scratch`. st null: no
+  // stash (nothing kept, `keep` unused). kv: the rows are the next tl.S positions of each of the
+  // tl.B sequences of the cache, whose keys and values they append (kv->length is the caller's
+  // to advance).
   void forward(const RunCtx& rc,
                const TokenLayout& tl,
-               Stash& st,
+               Stash* st,
                Arena& keep,
                Arena& scratch,
                const float* x,
-               float* y) const;
+               float* y,
+               const LayerKv* kv = nullptr) const;
   // In place: dxy holds dL/dy [Nl, h] on entry and dL/dx on exit. Accumulates parameter grads.
   void backward(
       const RunCtx& rc, const TokenLayout& tl, const Stash& st, Arena& scratch, float* dxy) const;
 
  private:
   bool dense_mlp() const { return fc1_w_ >= 0; }
+  // Attention of the new rows: over themselves (training, with ring attention over CP) or over
+  // the cache they are appended to.
+  void attention(
+      const RunCtx& rc, const TokenLayout& tl, Stash& st, Arena& scratch, const LayerKv* kv) const;
 
   const ModelConfig& cfg_;
   ParamBuffer& p_;

@@ -1,17 +1,23 @@
-// defines: RunCtx, Act, as_gemm_input, linear_forward, linear_backward
+// defines: RunCtx, Act, GemmInputRoom, gemm_input_room, as_gemm_input, gemm_input_buffer,
+//          linear_forward, linear_backward
 //
 // A linear layer's three GEMMs in the run's precision. In bf16 mode the GEMMs read bf16
 // activations and bf16 weights and write fp32 (fp32 accumulation); the fp32 master weights and
 // fp32 gradients stay with the optimizer (Megatron's mixed precision). Column- and row-parallel
 // layers are these same GEMMs on local shards; the TP mappings around them are the caller's
 // (parallel/mappings.h).
+//
+// Activations a GEMM reads are dtype-tagged (Act): the layers make them with as_gemm_input and
+// place the fp32 tensor they come from with gemm_input_buffer, and never look at the precision
+// themselves; this file is the one place that does.
 #pragma once
 
 #include <cstdint>
 
 #include "mtron/core/arena.h"
+#include "mtron/core/precision.h"
 #include "mtron/kernels/ctx.h"
-#include "mtron/model/params.h"
+#include "mtron/kernels/gemm_operand.h"
 #include "mtron/parallel/expert_dispatch.h"
 #include "mtron/parallel/mappings.h"
 #include "mtron/parallel/ring_attention.h"
@@ -20,26 +26,36 @@ namespace mtron::model {
 
 struct RunCtx {
   kernels::Ctx k;
-  Precision precision = Precision::kFP32;
+  Precision precision = Precision::kFP32;  // kFP32 or kBF16
   parallel::TensorParallel tp;
   parallel::ContextParallel cp;
   parallel::ExpertParallel ep;
 };
 
-// An activation as a GEMM reads it (the fp32 tensor, or its bf16 copy in bf16 mode).
-struct Act {
-  const float* f32 = nullptr;
-  const bf16* b16 = nullptr;
-};
+// An activation as a GEMM reads it: the fp32 tensor, or its bf16 copy in bf16 mode.
+using Act = kernels::GemmOperand;
 
-// fp32 mode: x itself. bf16 mode: a bf16 copy of x[n] allocated in `arena`.
+// Room to turn up to n floats at a time into a GEMM input, reused call after call (a loop over
+// chunks): n bf16 in bf16 mode, nothing in fp32 mode.
+struct GemmInputRoom {
+  bf16* b16 = nullptr;
+};
+GemmInputRoom gemm_input_room(const RunCtx& rc, Arena& arena, int64_t n);
+
+// fp32 mode: x itself. bf16 mode: a bf16 copy of x[n], in `room` or allocated in `arena`.
+Act as_gemm_input(const RunCtx& rc, const GemmInputRoom& room, const float* x, int64_t n);
 Act as_gemm_input(const RunCtx& rc, Arena& arena, const float* x, int64_t n);
+
+// Room for an fp32 tensor of n floats that as_gemm_input will make a stashed GEMM input of: in
+// fp32 mode the GEMM reads the tensor itself, so it comes from `keep`; in bf16 mode only its
+// bf16 copy is kept and the tensor is a temporary from `scratch`.
+float* gemm_input_buffer(const RunCtx& rc, Arena& keep, Arena& scratch, int64_t n);
 
 // y[N,out] = x[N,in] W[out,in]^T + bias (bias may be null)
 void linear_forward(const RunCtx& rc,
                     float* y,
                     Act x,
-                    Weight w,
+                    Act w,
                     const float* bias,
                     int64_t N,
                     int64_t in,
@@ -54,7 +70,7 @@ void linear_backward(const RunCtx& rc,
                      float* db,
                      const float* dy,
                      Act x,
-                     Weight w,
+                     Act w,
                      int64_t N,
                      int64_t in,
                      int64_t out);

@@ -1,10 +1,10 @@
-// defines: LmHeadResult, lm_head_loss
+// defines: LmHeadArgs, lm_head_loss
 //
 // The output layer fused with softmax cross-entropy, chunk by chunk over token rows, so the
-// full [N, V] logits never exist (at most rows_per_chunk x V_local floats at a time). The
-// weight is this rank's vocabulary shard [Vl, h] (global ids [col_start, col_start + Vl));
-// the per-row max, sum-exp and target logit are reduced across the TP group, so logits are
-// never gathered (Megatron's vocab-parallel cross-entropy). Columns at or beyond vocab_valid
+// full [N, V] logits never exist (at most a device-sized chunk of rows x V_local floats at a
+// time: kernels::chunk_elems). The weight is this rank's vocabulary shard [Vl, h] (global ids
+// [col_start, col_start + Vl)); the loss is Megatron's vocab-parallel cross-entropy
+// (parallel/cross_entropy.h), so logits are never gathered. Columns at or beyond vocab_valid
 // (padding) are excluded from the softmax.
 //
 // In training the backward runs in the same pass: each chunk's dlogits give its rows of dh
@@ -21,12 +21,12 @@ namespace mtron::model {
 
 struct LmHeadArgs {
   Act h;                    // [N, hidden] as a GEMM input
-  Weight w;                 // [Vl, hidden]
+  Act w;                    // [Vl, hidden]
   float* dw = nullptr;      // [Vl, hidden], += (training only)
   float* dh = nullptr;      // [N, hidden], written (training only; null: forward only)
   const int32_t* targets;   // [N]
   float* losses = nullptr;  // [N] per-token loss, optional (host memory)
-  float* logits = nullptr;  // [N, Vl] the logits, optional, on the run's device (tests, generation)
+  float* logits = nullptr;  // [N, Vl] the logits, optional, on the run's device (tests, eval)
   int64_t N, hidden, Vl, col_start, vocab_valid;
   float dloss = 1.0f;  // d(total loss)/d(token loss), e.g. 1 / tokens in the global batch
 };

@@ -17,7 +17,13 @@
 //   experts  pairs dispatched to their experts (parallel/expert_dispatch.h), fc1 -> act -> fc2
 //            per local expert, combined back: y[t] = sum over kept pairs of weight * expert(x[t])
 //
-// Auxiliary losses (Megatron's formulas, reference/megatron.md section 1), over the token set
+// The router's arithmetic, the auxiliary losses' statistics, the permutation and the combine are
+// kernels (kernels/moe.h), on the run's device; the routing plan (capacity, each kept pair's row
+// in the permuted order, rows per expert) is made on the host from a copy of the chosen experts
+// (T k integers), as the dispatch's counts must be there anyway.
+//
+// Auxiliary losses (Megatron-Core's router formulas: switch_load_balancing_loss_func,
+// sequence_load_balancing_loss_func, z_loss_func), over the token set
 // Megatron uses: one micro-batch, i.e. the tokens split over TP (SP) x CP, counts summed over
 // that group (tokens_per_expert reduced over tp_cp):
 //   aux_loss      coeff * E / (k * T_mb^2) * sum_i (sum over tokens of softmax_i) * count_i
@@ -36,6 +42,7 @@
 
 #include "mtron/core/arena.h"
 #include "mtron/core/model_config.h"
+#include "mtron/kernels/moe.h"
 #include "mtron/model/linear.h"
 #include "mtron/model/params.h"
 #include "mtron/parallel/expert_dispatch.h"
@@ -89,18 +96,13 @@ class MoELayer {
            const parallel::ExpertParallel& ep,
            ParamBuffer& dense,
            ParamBuffer& experts);
-  // Binds to the parameters of global layer `layer` that a whole-model chunk (TP 1, EP 1)
-  // registered, found by name: inference (inference.h) runs the training forward on them.
-  MoELayer(const ModelConfig& cfg,
-           int64_t layer,
-           const ParamBuffer& dense,
-           const ParamBuffer& experts);
-
   // y[T, h] (written) from x[T, h]; stash from `keep`, temporaries from `scratch`. Collective
-  // over the EP, ETP and TP x CP groups.
+  // over the EP, ETP and TP x CP groups. st null (inference): no stash, no auxiliary statistics
+  // and no capacity limit (dropless, as Hugging Face's Mixtral: the next token does not depend
+  // on how a prompt was cut into calls).
   void forward(const RunCtx& rc,
                const TokenLayout& tl,
-               Stash& st,
+               Stash* st,
                Arena& keep,
                Arena& scratch,
                const float* x,
@@ -114,8 +116,25 @@ class MoELayer {
                 float* dx) const;
 
  private:
-  // Drops pairs over capacity (sets st.row to -1 before the permutation); fills the stats.
-  void apply_capacity(const RunCtx& rc, const TokenLayout& tl, Stash& st, int64_t T) const;
+  kernels::MoeRouting routing(int64_t T) const;  // the router's kernels' shape for T tokens
+  // The routing decisions on the host: each pair's expert (and weight, for the capacity limit),
+  // each token's index in the micro-batch's 1-process row order, each pair's permuted row.
+  struct Routing {
+    std::vector<int32_t> idx;
+    std::vector<float> weight;
+    std::vector<int64_t> token, row;
+  };
+  // The auxiliary losses' scores and statistics, the routed pairs' checksum and the capacity
+  // limit (training only).
+  void router_statistics(const RunCtx& rc,
+                         const TokenLayout& tl,
+                         Stash& st,
+                         Arena& keep,
+                         Arena& scratch,
+                         Routing& r,
+                         int64_t T) const;
+  // Drops the pairs over capacity (r.row = -1 before the permutation), counting them in stats.
+  void apply_capacity(const RunCtx& rc, Routing& r, MoEStats& stats, int64_t T) const;
 
   const ModelConfig& cfg_;
   const ParamBuffer& dense_;

@@ -54,6 +54,8 @@ void ParamBuffer::allocate(Precision precision,
                            int64_t shards,
                            int64_t bucket_elems,
                            const kernels::Ctx& k) {
+  MT_ASSERT(precision == Precision::kFP32 || precision == Precision::kBF16,
+            "parameters in fp32 or bf16, not ", precision_name(precision));
   precision_ = precision;
   ctx_ = k;
   const int64_t m = std::max<int64_t>(1, shards) * 64;
@@ -89,8 +91,7 @@ void ParamBuffer::allocate(Precision precision,
 }
 
 void ParamBuffer::init(uint64_t seed) {
-  const bool host = master_.device() == Device::kCPU;
-  const Tensor init = host ? master_ : Tensor::zeros(master_.shape(), DType::kF32);
+  const Tensor init = Tensor::zeros(master_.shape(), DType::kF32);  // on the host
   for (const ParamSpec& s : specs_) {
     float* w = init.f32() + s.offset;
     switch (s.init) {
@@ -106,7 +107,7 @@ void ParamBuffer::init(uint64_t seed) {
         break;
     }
   }
-  if (!host) kernels::copy_from_host(ctx_, master_.raw(), init.raw(), int64_t(init.nbytes()));
+  kernels::copy_from_host(ctx_, master_.raw(), init.raw(), int64_t(init.nbytes()));
   refresh_bf16();
 }
 
@@ -124,10 +125,10 @@ void ParamBuffer::zero_grad() {
   kernels::fill_zero(ctx_, grad_.raw(), int64_t(grad_.nbytes()));
 }
 
-Weight ParamBuffer::weight(int h) const {
+kernels::GemmOperand ParamBuffer::weight(int h) const {
   const int64_t off = specs_[size_t(h)].offset;
-  if (precision_ == Precision::kBF16) return {nullptr, bf16_.bf() + off};
-  return {master_.f32() + off, nullptr};
+  if (precision_ == Precision::kBF16) return kernels::GemmOperand::of(bf16_.bf() + off);
+  return kernels::GemmOperand::of(master_.f32() + off);
 }
 
 }  // namespace mtron::model

@@ -1,11 +1,11 @@
-// defines: Precision, ParamSpec, ParamBuffer
+// defines: ParamSpec, ParamBuffer
 //
-// The parameter registry (design.md, module contract). Each model chunk registers its
-// parameters here with their global shape and sharding; the buffer then lays them out in three
-// flat tensors: fp32 master weights, fp32 gradients (accumulated with += over micro-batches)
-// and, in bf16 mode, the bf16 compute copy the optimizer refreshes after each step. Data-parallel
-// reduction and the distributed optimizer work on flat ranges of these; checkpoints, gradient
-// clipping, weight tying and Hugging Face export all read the specs.
+// The parameter registry (docs/architecture.md, "The module contract"). Each model chunk
+// registers its parameters here with their global shape and sharding; the buffer then lays them
+// out in three flat tensors: fp32 master weights, fp32 gradients (accumulated with += over
+// micro-batches) and, in bf16 mode, the bf16 compute copy the optimizer refreshes after each step.
+// Data-parallel reduction and the distributed optimizer work on flat ranges of these; checkpoints,
+// gradient clipping, weight tying and Hugging Face export all read the specs.
 //
 // Initialisation draws the *global* tensor element by element from Philox keyed by
 // (seed, name) and keeps the local shard, so every layout starts from the same model.
@@ -15,12 +15,12 @@
 #include <string>
 #include <vector>
 
+#include "mtron/core/precision.h"
 #include "mtron/core/tensor.h"
 #include "mtron/kernels/ctx.h"
+#include "mtron/kernels/gemm_operand.h"
 
 namespace mtron::model {
-
-enum class Precision { kFP32, kBF16 };
 
 enum class ParamInit { kNormal, kOnes, kZeros };
 
@@ -62,12 +62,6 @@ struct Bucket {
   int64_t shard_len(int64_t shards) const { return (end - begin) / shards; }
 };
 
-// A weight as a GEMM reads it: fp32 master in fp32 mode, the bf16 copy in bf16 mode.
-struct Weight {
-  const float* f32 = nullptr;
-  const bf16* b16 = nullptr;
-};
-
 class ParamBuffer {
  public:
   // Registers a parameter; its slice of the global shape along shard_dim is
@@ -77,7 +71,7 @@ class ParamBuffer {
   // Lays out every registered parameter (64-element aligned) in buckets of at least
   // `bucket_elems` elements (0: one bucket), each padded to a multiple of 64 * `shards` (the
   // distributed optimizer's shard count; padding is zero), and allocates the buffers on k's
-  // device (ops on them then run on k).
+  // device (ops on them then run on k). precision: kFP32, or kBF16 (adds the bf16 copy).
   void allocate(Precision precision,
                 int64_t shards,
                 int64_t bucket_elems = 0,
@@ -98,7 +92,8 @@ class ParamBuffer {
   int find(const std::string& name) const;
   float* master(int h) const { return master_.f32() + specs_[size_t(h)].offset; }
   float* grad(int h) const { return grad_.f32() + specs_[size_t(h)].offset; }
-  Weight weight(int h) const;
+  // The weight as a GEMM reads it: the fp32 master in fp32 mode, the bf16 copy in bf16 mode.
+  kernels::GemmOperand weight(int h) const;
   Precision precision() const { return precision_; }
   const kernels::Ctx& ctx() const { return ctx_; }
 

@@ -5,6 +5,7 @@
 
 #include "mtron/core/error.h"
 #include "mtron/core/profile.h"
+#include "mtron/kernels/elementwise.h"
 
 namespace mtron::parallel {
 
@@ -16,9 +17,6 @@ std::vector<int64_t> scaled(const std::vector<int64_t>& rows, int64_t C) {
   for (size_t i = 0; i < rows.size(); ++i) out[i] = rows[i] * C;
   return out;
 }
-void copy_floats(float* dst, const float* src, int64_t n) {
-  if (n > 0) std::memcpy(dst, src, sizeof(float) * size_t(n));
-}
 std::vector<int64_t> displs(const std::vector<int64_t>& counts) {
   std::vector<int64_t> d(counts.size(), 0);
   for (size_t i = 1; i < counts.size(); ++i) d[i] = d[i - 1] + counts[i - 1];
@@ -27,8 +25,23 @@ std::vector<int64_t> displs(const std::vector<int64_t>& counts) {
 
 }  // namespace
 
-DispatchPlan::DispatchPlan(const ExpertParallel& ep, const int64_t* counts, int64_t num_experts)
-    : ep_(ep.ep), etp_(ep.etp), ep_size_(ep.ep_size), etp_size_(ep.etp_size) {
+void sum_over_tokens(const ExpertParallel& ep, double* x, int64_t n) {
+  if (ep.tokens && ep.tokens->size() > 1) ep.tokens->all_reduce(x, n, DType::kF64, ReduceOp::kSum);
+}
+
+void gather_over_tokens(const ExpertParallel& ep, const double* mine, double* all, int64_t n) {
+  if (ep.tokens && ep.tokens->size() > 1) {
+    ep.tokens->all_gather(mine, all, n, DType::kF64);
+  } else if (n > 0) {
+    std::memcpy(all, mine, sizeof(double) * size_t(n));
+  }
+}
+
+DispatchPlan::DispatchPlan(const kernels::Ctx& k,
+                           const ExpertParallel& ep,
+                           const int64_t* counts,
+                           int64_t num_experts)
+    : k_(k), ep_(ep.ep), etp_(ep.etp), ep_size_(ep.ep_size), etp_size_(ep.etp_size) {
   MT_ASSERT(num_experts % ep_size_ == 0, "experts (", num_experts, ") not divisible by EP (",
             ep_size_, ")");
   const int64_t El = num_experts / ep_size_, EP = ep_size_, ETP = etp_size_;
@@ -93,7 +106,7 @@ void DispatchPlan::to_experts(float* expert, const float* local, int64_t C, Aren
     const auto sd = displs(sc), rd = displs(rc);
     ep_->all_to_all_v(local, sc.data(), sd.data(), a, rc.data(), rd.data(), DType::kF32);
   } else {
-    copy_floats(a, local, mine * C);
+    kernels::copy(k_, a, local, int64_t(sizeof(float)) * mine * C);
   }
   const float* gathered = a;
   if (etp_size_ > 1) {  // all-gather of unequal parts: the same block to every peer
@@ -105,7 +118,8 @@ void DispatchPlan::to_experts(float* expert, const float* local, int64_t C, Aren
     gathered = g;
   }
   for (const Segment& s : segments_) {
-    copy_floats(expert + s.expert * C, gathered + s.gathered * C, s.rows * C);
+    kernels::copy(k_, expert + s.expert * C, gathered + s.gathered * C,
+                  int64_t(sizeof(float)) * s.rows * C);
   }
 }
 
@@ -117,7 +131,8 @@ void DispatchPlan::from_experts(float* local,
   const int64_t mine = std::accumulate(recv_rows_.begin(), recv_rows_.end(), int64_t(0));
   float* g = scratch.alloc<float>(expert_rows_ * C);
   for (const Segment& s : segments_) {
-    copy_floats(g + s.gathered * C, expert + s.expert * C, s.rows * C);
+    kernels::copy(k_, g + s.gathered * C, expert + s.expert * C,
+                  int64_t(sizeof(float)) * s.rows * C);
   }
   float* a = g;
   if (etp_size_ > 1) {  // reduce-scatter of unequal parts: part q to rank q, summed in rank order
@@ -128,18 +143,15 @@ void DispatchPlan::from_experts(float* local,
     const auto rd = displs(rc);
     etp_->all_to_all_v(g, sc.data(), sd.data(), parts, rc.data(), rd.data(), DType::kF32);
     a = scratch.alloc<float>(mine * C);
-    copy_floats(a, parts, mine * C);
-    for (int64_t q = 1; q < etp_size_; ++q) {
-      const float* p = parts + q * mine * C;
-      for (int64_t i = 0; i < mine * C; ++i) a[i] += p[i];
-    }
+    kernels::copy(k_, a, parts, int64_t(sizeof(float)) * mine * C);
+    for (int64_t q = 1; q < etp_size_; ++q) kernels::add(k_, a, a, parts + q * mine * C, mine * C);
   }
   if (ep_size_ > 1) {
     const auto sc = scaled(recv_rows_, C), rc = scaled(send_rows_, C);
     const auto sd = displs(sc), rd = displs(rc);
     ep_->all_to_all_v(a, sc.data(), sd.data(), local, rc.data(), rd.data(), DType::kF32);
   } else {
-    copy_floats(local, a, mine * C);
+    kernels::copy(k_, local, a, int64_t(sizeof(float)) * mine * C);
   }
 }
 

@@ -1,4 +1,4 @@
-// defines: ExpertParallel, DispatchPlan
+// defines: ExpertParallel, sum_over_tokens, gather_over_tokens, DispatchPlan
 //
 // Expert parallelism (Megatron's --expert-model-parallel-size with the alltoall token
 // dispatcher). Experts live on Megatron's expert grid (ETP x EP x EDP x PP): EP rank j holds
@@ -26,6 +26,7 @@
 
 #include "mtron/comm/comm.h"
 #include "mtron/core/arena.h"
+#include "mtron/kernels/ctx.h"
 
 namespace mtron::parallel {
 
@@ -39,12 +40,21 @@ struct ExpertParallel {
   int64_t etp_rank = 0, etp_size = 1;
 };
 
+// The router's statistics over one micro-batch's tokens (ep.tokens: its group of ranks, null or
+// size 1 when one rank holds them all): x[n] summed in place over the group; every rank's
+// mine[n] concatenated in rank order into all[n * group size].
+void sum_over_tokens(const ExpertParallel& ep, double* x, int64_t n);
+void gather_over_tokens(const ExpertParallel& ep, const double* mine, double* all, int64_t n);
+
 class DispatchPlan {
  public:
   DispatchPlan() = default;
-  // counts[E]: this rank's rows for each global expert (the local rows are in that order).
-  // Collective over EP and ETP (exchanges the counts).
-  DispatchPlan(const ExpertParallel& ep, const int64_t* counts, int64_t num_experts);
+  // counts[E] (host): this rank's rows for each global expert (the local rows are in that
+  // order). Collective over EP and ETP (exchanges the counts). The rows move on k's device.
+  DispatchPlan(const kernels::Ctx& k,
+               const ExpertParallel& ep,
+               const int64_t* counts,
+               int64_t num_experts);
 
   int64_t local_rows() const { return local_rows_; }    // P
   int64_t expert_rows() const { return expert_rows_; }  // R
@@ -64,6 +74,7 @@ class DispatchPlan {
     int64_t gathered, expert, rows;
   };
 
+  kernels::Ctx k_;
   Comm* ep_ = nullptr;
   Comm* etp_ = nullptr;
   int64_t ep_size_ = 1, etp_size_ = 1;

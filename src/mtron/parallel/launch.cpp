@@ -2,13 +2,16 @@
 
 #include <fmt/core.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <new>
 #include <thread>
 
+#include "mtron/comm/nccl.h"
 #include "mtron/comm/single.h"
 #include "mtron/core/error.h"
 #include "mtron/core/log.h"
+#include "mtron/kernels/device.h"
 
 namespace mtron {
 namespace {
@@ -143,6 +146,18 @@ int run_main(int argc,
     return code;
   }
   return launch->fail(code, message);
+}
+
+std::unique_ptr<Comm> init_rank_device(
+    Device d, Comm& world, int ranks_per_node, void* stream, const char* what) {
+  if (d == Device::kCPU) return nullptr;
+  const int gpus = kernels::device_count(d);
+  MT_CHECK(gpus > 0, what, ": ", kernels::device_unavailable(d));
+  const int local_rank = world.rank() % std::max(1, ranks_per_node);
+  MT_CHECK(local_rank < gpus, what, ": ", ranks_per_node, " ranks on this node but ", gpus,
+           " GPU(s) visible (one rank per GPU)");
+  kernels::init_device(d, local_rank);
+  return world.size() > 1 ? make_nccl_comm(world, stream) : nullptr;
 }
 
 }  // namespace mtron

@@ -1,4 +1,4 @@
-// defines: Launcher, detect_launcher, Launch, run_main
+// defines: Launcher, detect_launcher, Launch, run_main, init_rank_device
 //
 // How mtron starts as one process or as N: `mtron train` alone runs the single-process backend
 // (MPI is never initialised); `mpirun -np N mtron train` and `srun --mpi=pmix mtron train`
@@ -17,6 +17,7 @@
 
 #include "mtron/comm/comm.h"
 #include "mtron/comm/mpi.h"
+#include "mtron/core/dtype.h"
 
 namespace mtron {
 
@@ -76,5 +77,14 @@ int run_main(int argc,
              char** argv,
              const std::function<int(Launch&)>& body,
              const MpiOptions& mpi = {});
+
+// Readies the device this rank computes on (`what` names the flag in errors). The CPU needs
+// nothing. CUDA: one GPU per rank, the node-local rank's (ranks are placed by node, in blocks
+// of ranks_per_node), initialised; with several ranks the parallel groups communicate device
+// buffers, so this returns an NCCL Comm bootstrapped over `world` on `stream` for them (the
+// world itself, for host scalars such as the loss and the gradient norm, stays on the
+// launcher's Comm). Returns null when the groups use `world`.
+std::unique_ptr<Comm> init_rank_device(
+    Device d, Comm& world, int ranks_per_node, void* stream, const char* what = "--device cuda");
 
 }  // namespace mtron

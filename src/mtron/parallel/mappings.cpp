@@ -1,6 +1,7 @@
 #include "mtron/parallel/mappings.h"
 
 #include "mtron/core/error.h"
+#include "mtron/kernels/elementwise.h"
 
 namespace mtron::parallel {
 
@@ -41,6 +42,27 @@ void exit_tp_backward(
     MT_ASSERT(dpartial == dlocal,
               "reduce_from_tp backward: without SP the region shares its buffer");
   }
+}
+
+void reduce_from_tp(const TensorParallel& tp, float* x, int64_t n) {
+  if (tp.size > 1) tp.comm->all_reduce(x, n);
+}
+
+void scatter_to_sp(const kernels::Ctx& k,
+                   const TensorParallel& tp,
+                   float* local,
+                   const float* full,
+                   int64_t rows,
+                   int64_t C) {
+  MT_ASSERT(tp.sequence_parallel, "scatter_to_sp without sequence parallelism");
+  const int64_t n = rows / tp.size * C;
+  kernels::copy(k, local, full + tp.rank * n, int64_t(sizeof(float)) * n);
+}
+
+void gather_from_sp(
+    const TensorParallel& tp, float* full, const float* local, int64_t rows, int64_t C) {
+  MT_ASSERT(tp.sequence_parallel, "gather_from_sp without sequence parallelism");
+  tp.comm->all_gather(local, full, rows / tp.size * C, DType::kF32);
 }
 
 }  // namespace mtron::parallel

@@ -1,4 +1,5 @@
-// defines: TensorParallel, the TP/SP region mappings as conjugate pairs
+// defines: TensorParallel, the TP/SP region mappings as conjugate pairs, reduce_from_tp,
+//          scatter_to_sp, gather_from_sp
 //
 // Megatron's mappings (tensor_parallel/mappings.py), written by hand as forward/backward pairs
 // over token rows (sequence-major, rows = S*B, C channels per row):
@@ -10,11 +11,17 @@
 // enter_* and exit_* pick the pair from tp.sequence_parallel, so layers are written once. With
 // SP the "local" side holds rows/tp rows (this rank's contiguous block of the sequence); without
 // it both sides hold all rows and the buffers may be the same.
+//
+// The vocabulary-parallel embedding's output (partial sums over the TP ranks' vocabulary shards)
+// leaves through reduce_from_tp and, with SP, scatter_to_sp (Megatron's
+// reduce_from_tensor_model_parallel_region and scatter_to_sequence_parallel_region); the
+// backward of the scatter is gather_from_sp (gather_from_sequence_parallel_region).
 #pragma once
 
 #include <cstdint>
 
 #include "mtron/comm/comm.h"
+#include "mtron/kernels/ctx.h"
 
 namespace mtron::parallel {
 
@@ -41,5 +48,18 @@ void exit_tp_forward(
 // dpartial[rows, C] <- dlocal[sp_rows, C] (SP: all-gather; else identity, dpartial == dlocal)
 void exit_tp_backward(
     const TensorParallel& tp, float* dpartial, const float* dlocal, int64_t rows, int64_t C);
+
+// x[n] summed over the TP group in place (nothing with TP 1).
+void reduce_from_tp(const TensorParallel& tp, float* x, int64_t n);
+// local[sp_rows, C] <- this rank's block of full[rows, C] (SP only; a copy on k's device).
+void scatter_to_sp(const kernels::Ctx& k,
+                   const TensorParallel& tp,
+                   float* local,
+                   const float* full,
+                   int64_t rows,
+                   int64_t C);
+// full[rows, C] <- every rank's local[sp_rows, C] (SP only: all-gather).
+void gather_from_sp(
+    const TensorParallel& tp, float* full, const float* local, int64_t rows, int64_t C);
 
 }  // namespace mtron::parallel

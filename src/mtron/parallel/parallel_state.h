@@ -33,16 +33,12 @@ class ParallelState {
   Comm& group(GroupKind k) const;
   Comm& tp() const { return group(GroupKind::kTP); }
   Comm& cp() const { return group(GroupKind::kCP); }
-  Comm& dp() const { return group(GroupKind::kDP); }
   Comm& dp_cp() const { return group(GroupKind::kDPCP); }
   Comm& pp() const { return group(GroupKind::kPP); }
-  Comm& tp_pp() const { return group(GroupKind::kTPPP); }
   Comm& tp_cp() const { return group(GroupKind::kTPCP); }
-  Comm& tp_dp_cp() const { return group(GroupKind::kTPDPCP); }
   Comm& embedding() const { return group(GroupKind::kEmbedding); }
   Comm& ep() const { return group(GroupKind::kEP); }
   Comm& etp() const { return group(GroupKind::kETP); }
-  Comm& tp_ep() const { return group(GroupKind::kTPEP); }
   Comm& edp() const { return group(GroupKind::kEDP); }
 
   // Coordinates of this rank.
@@ -56,7 +52,6 @@ class ParallelState {
   int edp_rank() const { return coords().edp; }
   int tp_size() const { return int(cfg_.tp()); }
   int cp_size() const { return int(cfg_.cp()); }
-  int dp_size() const { return int(cfg_.dp()); }
   int pp_size() const { return int(cfg_.pp()); }
   int ep_size() const { return int(cfg_.ep()); }
   int etp_size() const { return int(cfg_.etp()); }

@@ -1,6 +1,6 @@
 // defines: GroupKind, kGroupKinds, group_name, RankCoords, RankMap, format_layout
 //
-// Megatron's rank -> group mapping (reference/megatron.md section 2), as a pure function of a
+// Megatron's rank -> group mapping (parallel_state.py's RankGenerator), as a pure function of a
 // finalized ParallelConfig: no communication, so it can be printed (`mtron train --print-layout`),
 // tested, and used by the planner.
 //

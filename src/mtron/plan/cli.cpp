@@ -342,8 +342,9 @@ int run_plan(std::vector<std::string> args) {
            "--hidden-size --num-attention-heads --seq-length --vocab-size ...)");
   m.finalize();
   MT_CHECK(gpus > 0, "--gpus is required (the number of GPUs, or MPI ranks with local-cpu)");
-  MT_CHECK(int(prec.bf16) + int(fp16) + int(fp32) + int(!fp8_format.empty()) <= 1 ||
-               (prec.bf16 && !fp8_format.empty() && !fp16 && !fp32),
+  const bool bf16 = prec.compute == Precision::kBF16;
+  MT_CHECK(int(bf16) + int(fp16) + int(fp32) + int(!fp8_format.empty()) <= 1 ||
+               (bf16 && !fp8_format.empty() && !fp16 && !fp32),
            "--bf16, --fp16, --fp32 and --fp8-format are exclusive (--fp8-format with --bf16 "
            "is fine)");
   o.precision = !fp8_format.empty() ? Precision::kFP8

@@ -90,7 +90,7 @@ std::vector<std::string> train_args(const ModelConfig& m,
   for (std::string& f : parallel_flag_args(p, m.is_moe())) a.push_back(std::move(f));
   if (l.tp_comm_overlap) a.push_back("--tp-comm-overlap");
   PrecisionFlags prec;
-  prec.bf16 = l.precision == Precision::kBF16;
+  prec.compute = l.precision;  // --bf16 for bf16 (fp32 runs without a flag)
   prec.grad_reduce_in_bf16 = !l.grads_fp32;
   for (std::string& f : precision_flag_args(prec)) a.push_back(std::move(f));
   if (gpu) add("--device", "cuda");

@@ -186,7 +186,8 @@ MemoryBreakdown estimate_memory(const ModelConfig& m, const Layout& l, const Clu
       // (and their bf16 gradient) at a time.
       b.activations += 2 * e * T * h / st;
       if (dev.is_cpu) {
-        const double rows = double(lm_head_rows_per_chunk(int64_t(V / t), true));
+        // A CPU's chunk (kernels::chunk_elems): 2^22 floats.
+        const double rows = double(lm_head_rows_per_chunk(int64_t(V / t), int64_t(1) << 22));
         b.working = std::max(b.working, (4 + (e == 2 ? 2 : 0)) * std::min(rows, T) * V / t);
       } else {
         b.activations += 4 * T * V / t;

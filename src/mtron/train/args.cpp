@@ -289,7 +289,7 @@ bool parse_train_args(int argc, char** argv, int64_t world_size, TrainArgs& a) {
                       " has no effect: mtron writes sharded safetensors checkpoints that load "
                       "under any layout (docs/checkpoints.md)");
   }
-  if (a.precision.grad_reduce_in_bf16 && !a.precision.bf16) {
+  if (a.precision.grad_reduce_in_bf16 && a.precision.compute != Precision::kBF16) {
     a.notes.push_back("--grad-reduce-in-bf16 has no effect without --bf16 (fp32 gradients)");
     a.precision.grad_reduce_in_bf16 = false;
   }

@@ -1,11 +1,11 @@
 // defines: TrainArgs, parse_train_args, metrics_path
 //
-// `mtron train`'s flags: Megatron's names, defaults and validation (reference/megatron.md
-// section 5; docs/flags.md lists every Megatron flag and what mtron does with it). Unknown flags
-// are errors naming the closest known flag; Megatron flags that change nothing here (fusions,
-// --use-mcore-models, data-loader workers, ...) are accepted with a note; flags of features
-// mtron does not have are rejected by name, with what to use instead. A flag given twice takes
-// its last value, as Megatron's argparse does.
+// `mtron train`'s flags: Megatron's names, defaults and validation (arguments.py; docs/flags.md
+// lists every Megatron flag and what mtron does with it). Unknown flags are errors naming the
+// closest known flag; Megatron flags that change nothing here (fusions, --use-mcore-models,
+// data-loader workers, ...) are accepted with a note; flags of features mtron does not have are
+// rejected by name, with what to use instead. A flag given twice takes its last value, as
+// Megatron's argparse does.
 #pragma once
 
 #include <cstdint>

@@ -1,7 +1,7 @@
 // defines: IterationLog, format_iteration_line, format_memory_report, device_peak_flops,
 //          MetricsWriter
 //
-// The per-iteration log line in Megatron's format (reference/megatron.md section 1), so
+// The per-iteration log line in Megatron's format (training_log in training.py), so
 // existing log tooling and `mtron doctor` read it, followed by mtron's extra fields
 // (tokens/s, MFU against the stated peak, peak memory).
 #pragma once

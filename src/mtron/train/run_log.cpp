@@ -1,6 +1,10 @@
 #include "mtron/train/run_log.h"
 
+#include "mtron/core/formulas.h"
 #include "mtron/core/log.h"
+#include "mtron/core/profile.h"
+#include "mtron/core/version.h"
+#include "mtron/kernels/cpu_isa.h"
 
 namespace mtron::train {
 
@@ -28,6 +32,81 @@ void RunLog::validation(const std::string& where,
   log_plain(format_eval_block(where, loss));
   if (metrics_) metrics_->write_eval(iteration, loss);
   if (tensorboard_) tensorboard_->validation(iteration, consumed, loss);
+}
+
+void log_run_header(const TrainArgs& a, int rank, bool logger, const RunHeader& h) {
+  const auto& par = a.parallel;
+  if (rank == 0) {
+    log_info("mtron {}: {}", mtron_version(), kernels::cpu_summary());
+    log_info("model: {}", a.model.summary());
+    log_info("layout: {}", par.summary());
+    if (a.batches.varies()) log_info("global batch size: {}", a.batches.describe());
+    log_info("parameters: {:.2f} M (padded vocab {})",
+             double(a.model.num_parameters(par.tp())) / 1e6, a.model.padded_vocab_size(par.tp()));
+    log_info("precision: {}; MFU against {} ({})",
+             a.precision.compute == Precision::kBF16 ? "bf16 (fp32 master weights and gradients)"
+                                                     : "fp32",
+             h.mfu_against, h.where);
+    log_info("{}", format_theoretical_memory(
+                       megatron_theoretical_memory(a.model, par, a.recompute.granularity)));
+    for (const auto& n : a.notes) log_info("note: {}", n);
+  }
+  if (rank != 0 && !logger) return;
+  log_info("optimizer state: {:.3f} MB ({} bytes) on this rank{}",
+           double(h.optimizer_state_bytes) / 1048576.0, h.optimizer_state_bytes,
+           par.use_distributed_optimizer ? " (distributed optimizer shard)" : "");
+  if (a.model.is_moe()) {
+    log_info(
+        "expert weights on this rank: {} bytes fp32 ({} of {} experts per MoE layer, 1/{} of "
+        "each by expert tensor parallelism)",
+        h.expert_elems * int64_t(sizeof(float)), a.model.num_experts / par.ep(),
+        a.model.num_experts, par.etp());
+  }
+}
+
+namespace {
+
+constexpr GroupKind kProfiledGroups[] = {GroupKind::kTP, GroupKind::kCP,   GroupKind::kDPCP,
+                                         GroupKind::kPP, GroupKind::kTPPP, GroupKind::kEmbedding,
+                                         GroupKind::kEP, GroupKind::kETP,  GroupKind::kEDP};
+
+}  // namespace
+
+std::vector<int64_t> comm_bytes(const ParallelState& ps, const Comm& world) {
+  std::vector<int64_t> b;
+  for (GroupKind k : kProfiledGroups) {
+    b.push_back(k == GroupKind::kEmbedding && !ps.in_embedding_group() ? 0
+                                                                       : ps.group(k).bytes_sent());
+  }
+  b.push_back(world.bytes_sent());
+  return b;
+}
+
+void log_profile(const ParallelState& ps,
+                 const Comm& world,
+                 int64_t iteration,
+                 const ProfileTimes& t,
+                 const std::vector<int64_t>& bytes0) {
+  const ParallelConfig& par = ps.config();
+  const bool logger = world.rank() == world.size() - 1;
+  if (world.rank() == 0 || logger) {
+    log_info("profile of iterations 2-{} on this rank ({:.3f} s):\n{}", iteration, t.seconds,
+             format_profile(profile_report(), t.seconds));
+  }
+  // Every rank: bytes it sent per step by group, and its pipeline compute/wait split.
+  const std::vector<int64_t> bytes1 = comm_bytes(ps, world);
+  std::string line;
+  for (size_t i = 0; i < bytes1.size(); ++i) {
+    const char* name =
+        i < std::size(kProfiledGroups) ? group_name(kProfiledGroups[i]).data() : "world";
+    line += fmt::format(" {} {}", name, (bytes1[i] - bytes0[i]) / t.iters);
+  }
+  log_info("bytes sent per step:{}", line);
+  const double ideal = double(par.pp() - 1) / double(par.vpp() * par.num_microbatches());
+  log_info(
+      "pipeline per step: compute {:.4f} s, waiting {:.4f} s, bubble {:.3f} (ideal "
+      "(p-1)/(v m) = {:.3f})",
+      t.compute_s / double(t.iters), t.wait_s / double(t.iters), t.wait_s / t.compute_s, ideal);
 }
 
 }  // namespace mtron::train

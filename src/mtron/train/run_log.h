@@ -1,4 +1,4 @@
-// defines: RunLog
+// defines: RunLog, RunHeader, log_run_header, comm_bytes, ProfileTimes, log_profile
 //
 // Where the last rank's training log goes, as Megatron's training_log and
 // evaluate_and_print_results send it: the per-iteration line and the evaluation blocks on
@@ -8,7 +8,9 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
+#include "mtron/parallel/parallel_state.h"
 #include "mtron/train/args.h"
 #include "mtron/train/metrics.h"
 #include "mtron/train/tensorboard.h"
@@ -30,5 +32,40 @@ class RunLog {
   std::unique_ptr<MetricsWriter> metrics_;
   std::unique_ptr<TensorBoard> tensorboard_;
 };
+
+// What the lines a run starts with need beyond the flags.
+struct RunHeader {
+  std::string mfu_against;            // the MFU denominator's description
+  std::string where;                  // "one GPU per rank, NAME" or "N threads per rank"
+  int64_t optimizer_state_bytes = 0;  // this rank's
+  int64_t expert_elems = 0;           // this rank's routed expert weights
+};
+
+// The lines a run starts with: on rank 0 the version and CPU kernels, the model, the layout,
+// the batch schedule when it varies, the parameter count, the precision and MFU denominator,
+// Megatron's theoretical memory footprints and the flags' notes; on rank 0 and the logging rank
+// (`logger`) the optimizer state and, for MoE, the expert weights this rank holds.
+void log_run_header(const TrainArgs& a, int rank, bool logger, const RunHeader& h);
+
+// --profile: the bytes each of the ParallelState's groups' Comm has sent (TP, CP, DP x CP, PP,
+// TP x PP, embedding, EP, ETP, EDP), then the world's.
+std::vector<int64_t> comm_bytes(const ParallelState& ps, const Comm& world);
+
+// The profiled iterations (all but the first): wall time, count, and the pipeline schedule's
+// compute and waiting time over them.
+struct ProfileTimes {
+  double seconds = 0;
+  int64_t iters = 0;
+  double compute_s = 0, wait_s = 0;
+};
+
+// --profile's report at the end of a run (`iteration`: the last): on rank 0 and the logging rank
+// the profile table; on every rank the bytes it sent per step by group (from `bytes0`,
+// comm_bytes at the first profiled iteration) and its pipeline compute/wait split.
+void log_profile(const ParallelState& ps,
+                 const Comm& world,
+                 int64_t iteration,
+                 const ProfileTimes& t,
+                 const std::vector<int64_t>& bytes0);
 
 }  // namespace mtron::train

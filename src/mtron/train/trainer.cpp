@@ -6,175 +6,31 @@
 #include <cmath>
 #include <map>
 
-#include "mtron/comm/nccl.h"
 #include "mtron/core/formulas.h"
 #include "mtron/core/hardware.h"
 #include "mtron/core/log.h"
 #include "mtron/core/memory.h"
 #include "mtron/core/profile.h"
 #include "mtron/core/timer.h"
-#include "mtron/core/version.h"
-#include "mtron/kernels/cpu_isa.h"
+#include "mtron/data/sampler.h"
 #include "mtron/kernels/device.h"
 #include "mtron/kernels/elementwise.h"
+#include "mtron/parallel/launch.h"
 #include "mtron/parallel/rank_map.h"
 #include "mtron/parallel/schedule.h"
+#include "mtron/train/ddp.h"
 #include "mtron/train/mock_data.h"
+#include "mtron/train/stages.h"
 
 namespace mtron::train {
-
-namespace {
-
-// The global gradient norm sums over the world, so each replica is counted on one rank only:
-// TP-replicated parameters on TP rank 0, the last stage's tied embedding copy not at all (the
-// first stage counts it), and, unless the distributed optimizer shards them, parameters on
-// replica 0 of their data-parallel group (DP x CP; EDP for the routed experts). With
-// --decoupled-lr the word embeddings and the output layer (both copies when tied across stages)
-// take the decoupled learning rate, as Megatron's is_embedding_or_output_parameter.
-std::vector<optim::OptimRange> optim_ranges(const model::ParamBuffer& p,
-                                            const ParallelState& ps,
-                                            bool experts,
-                                            bool decoupled) {
-  const bool sharded = ps.config().use_distributed_optimizer;
-  const bool dp_first = experts ? ps.edp_rank() == 0 : ps.dp_rank() == 0 && ps.cp_rank() == 0;
-  std::vector<optim::OptimRange> r;
-  for (const model::ParamSpec& s : p.specs()) {
-    const bool tp_first = experts ? (!s.tp_replicated() || ps.etp_rank() == 0)
-                                  : (!s.tp_replicated() || ps.tp_rank() == 0);
-    const bool counted = !s.tied_copy && tp_first && (sharded || dp_first);
-    const bool embedding_or_output =
-        s.name == "embedding.word_embeddings.weight" || s.name == "output_layer.weight";
-    r.push_back({s.offset, s.offset + s.numel(), s.weight_decay, counted,
-                 decoupled && embedding_or_output});
-  }
-  return r;
-}
-
-}  // namespace
-
-// The schedule's view of this rank's chunks: one stash per (chunk, micro-batch) in flight,
-// taken from a pool so steady-state steps reuse their arenas.
-class Trainer::Stages : public parallel::StageModel {
- public:
-  explicit Stages(Trainer& t) : t_(t) {}
-
-  // A step over the global batch at sample `base` of `split` (train: forward and backward).
-  void begin(bool train, data::Split split, int64_t base) {
-    train_ = train;
-    split_ = split;
-    base_ = base;
-    loss_sum_ = 0;
-    moe_ = model::MoEStats{};
-    mbs_.clear();
-  }
-  double loss_sum() const { return loss_sum_; }
-  const model::MoEStats& moe() const { return moe_; }
-
-  const float* forward(int chunk, int64_t m, const float* input) override {
-    release_pending();
-    model::GPTChunk::Stash& st = acquire({chunk, m});
-    model::GPTChunk& c = *t_.chunks_[size_t(chunk)];
-    // --overlap-param-gather: the parameter all-gathers of the last step are still in flight.
-    model::GPTChunk::ParamsNeeded need;
-    GradSync* sync = t_.grad_syncs_[size_t(chunk)].get();
-    if (sync->params_pending())
-      need = [sync](int64_t lo, int64_t hi) { sync->wait_params(lo, hi); };
-    const float* out = c.forward(t_.rc_, mb(m), st, input, train_, need);
-    if (c.placement().has_head) loss_sum_ += st.loss_sum;
-    moe_.add(st.moe);
-    if (!train_) pending_ = {chunk, m};
-    return out;
-  }
-
-  const float* backward(int chunk, int64_t m, const float* dout) override {
-    release_pending();
-    model::GPTChunk::Stash& st = *in_use_.at({chunk, m});
-    // The last micro-batch's backward completes each gradient: start reducing buckets then.
-    model::GPTChunk::GradsReady ready;
-    if (t_.a_.parallel.overlap_grad_reduce && m == t_.num_microbatches_ - 1) {
-      GradSync* sync = t_.grad_syncs_[size_t(chunk)].get();
-      ready = [sync](int64_t offset) { sync->ready(offset); };
-    }
-    const float* d = t_.chunks_[size_t(chunk)]->backward(t_.rc_, mb(m), st, dout, ready);
-    pending_ = {chunk, m};  // the schedule copies d before the next call
-    return d;
-  }
-
-  int64_t message_elems() const override {
-    const int64_t N =
-        t_.a_.parallel.micro_batch_size * t_.a_.model.seq_length / t_.a_.parallel.cp();
-    return t_.rc_.tp.sp_rows(N) * t_.a_.model.hidden_size;
-  }
-  kernels::Ctx ctx() const override { return t_.rc_.k; }
-
- private:
-  using Key = std::pair<int, int64_t>;
-
-  const model::MicroBatch& mb(int64_t m) {
-    auto it = mbs_.find(m);
-    if (it == mbs_.end()) it = mbs_.emplace(m, t_.microbatch(split_, base_, m)).first;
-    return it->second;
-  }
-  model::GPTChunk::Stash& acquire(Key k) {
-    std::unique_ptr<model::GPTChunk::Stash> s;
-    if (free_.empty()) {
-      s = std::make_unique<model::GPTChunk::Stash>();
-    } else {
-      s = std::move(free_.back());
-      free_.pop_back();
-    }
-    auto& ref = *s;
-    in_use_[k] = std::move(s);
-    return ref;
-  }
-  void release_pending() {
-    if (pending_.first < 0) return;
-    auto it = in_use_.find(pending_);
-    free_.push_back(std::move(it->second));
-    in_use_.erase(it);
-    pending_ = {-1, -1};
-  }
-
-  Trainer& t_;
-  bool train_ = true;
-  data::Split split_ = data::Split::kTrain;
-  int64_t base_ = 0;
-  double loss_sum_ = 0;
-  model::MoEStats moe_;  // this rank's share, over the step's micro-batches
-  std::map<int64_t, model::MicroBatch> mbs_;
-  std::map<Key, std::unique_ptr<model::GPTChunk::Stash>> in_use_;
-  std::vector<std::unique_ptr<model::GPTChunk::Stash>> free_;
-  Key pending_{-1, -1};
-};
 
 Trainer::Trainer(const TrainArgs& args, Comm& world, int ranks_per_node)
     : a_(args), world_(world), ranks_per_node_(ranks_per_node), schedule_(args.schedule) {
   MT_CHECK(world_.size() == a_.parallel.world_size, "internal: world size mismatch");
   rc_.k.device = a_.device;
-  Comm* groups_from = &world_;
-  if (a_.device == Device::kCUDA) {
-    // One GPU per rank: the node-local rank's (ranks are placed by node, in blocks).
-    const int gpus = kernels::device_count(Device::kCUDA);
-#ifdef MTRON_WITH_CUDA
-    MT_CHECK(gpus > 0, "--device cuda: no GPU is visible (check nvidia-smi, CUDA_VISIBLE_DEVICES)");
-#else
-    MT_CHECK(gpus > 0,
-             "--device cuda: this mtron was built without CUDA (configure with "
-             "-DMTRON_CUDA=ON, the cuda-release preset)");
-#endif
-    const int local_rank = world_.rank() % std::max(1, ranks_per_node_);
-    MT_CHECK(local_rank < gpus, "--device cuda: ", ranks_per_node_, " ranks on this node but ",
-             gpus, " GPU(s) visible (one rank per GPU)");
-    kernels::init_device(Device::kCUDA, local_rank);
-    // The parallel groups communicate device buffers: NCCL, bootstrapped over the world. The
-    // world itself (host scalars: the loss, the gradient norm) stays on the launcher's Comm.
-    if (world_.size() > 1) {
-      device_world_ = make_nccl_comm(world_, rc_.k.stream);
-      groups_from = device_world_.get();
-    }
-  }
-  ps_ = std::make_unique<ParallelState>(a_.parallel, *groups_from);
-  rc_.precision = a_.precision.bf16 ? model::Precision::kBF16 : model::Precision::kFP32;
+  device_world_ = init_rank_device(a_.device, world_, ranks_per_node_, rc_.k.stream);
+  ps_ = std::make_unique<ParallelState>(a_.parallel, device_world_ ? *device_world_ : world_);
+  rc_.precision = a_.precision.compute;
   rc_.tp = parallel::TensorParallel{&ps_->tp(), ps_->tp_rank(), ps_->tp_size(),
                                     a_.parallel.sequence_parallel};
   rc_.cp = parallel::ContextParallel{&ps_->cp(), ps_->cp_rank(), ps_->cp_size()};
@@ -229,49 +85,20 @@ void Trainer::build_model() {
   const auto& par = a_.parallel;
   const int64_t P = par.pp(), v = par.vpp();
   const int64_t per_chunk = m.num_layers / (P * v);
-  Comm& dp = ps_->dp_cp();
-  // Megatron's DDP buckets: one per chunk, or max(40M, 1M x DP) elements when overlapping.
-  const int64_t bucket = a_.ddp_bucket_size > 0 ? a_.ddp_bucket_size
-                         : par.overlap_grad_reduce
-                             ? std::max<int64_t>(40000000, 1000000 * dp.size())
-                             : 0;
+  const DdpOptions ddp{
+      ddp_bucket_elems(a_.ddp_bucket_size, par.overlap_grad_reduce, ps_->dp_cp().size()),
+      a_.precision.grad_reduce_in_bf16, a_.decoupled_lr.has_value()};
   std::vector<optim::OptimBuffer> bufs;
   for (int64_t c = 0; c < v; ++c) {
     const int64_t vs = c * P + ps_->pp_rank();  // virtual stage
     model::ChunkPlacement place{vs * per_chunk, per_chunk, vs == 0, vs == P * v - 1};
     chunks_.push_back(std::make_unique<model::GPTChunk>(m, place, rc_.tp, a_.recompute, rc_.ep));
-    model::ParamBuffer& p = chunks_.back()->params();
-    p.allocate(rc_.precision, par.use_distributed_optimizer ? dp.size() : 1, bucket, rc_.k);
-    p.init(a_.seed);
-    grad_syncs_.push_back(std::make_unique<GradSync>(p, dp, par.use_distributed_optimizer,
-                                                     a_.precision.grad_reduce_in_bf16));
-    optim::OptimBuffer b{
-        .master = p.master_flat().f32(),
-        .grad = p.grad_flat().f32(),
-        .compute = rc_.precision == model::Precision::kBF16 ? p.bf16_flat().bf() : nullptr,
-        .size = p.size(),
-        .ranges = optim_ranges(p, *ps_, false, a_.decoupled_lr.has_value()),
-        .shards = {}};
-    for (const auto& [lo, hi] : grad_syncs_.back()->shards()) b.shards.push_back({lo, hi});
-    bufs.push_back(std::move(b));
-
+    bufs.push_back(
+        ddp_buffer(rc_, *ps_, ddp, chunks_.back()->params(), false, a_.seed, grad_syncs_));
     // The routed experts: their own buffer, reduced (and sharded) over expert data parallel.
     model::ParamBuffer& x = chunks_.back()->expert_params();
-    if (x.specs().empty()) continue;
-    Comm& edp = ps_->edp();
-    x.allocate(rc_.precision, par.use_distributed_optimizer ? edp.size() : 1, bucket, rc_.k);
-    x.init(a_.seed);
-    expert_syncs_.push_back(std::make_unique<GradSync>(x, edp, par.use_distributed_optimizer,
-                                                       a_.precision.grad_reduce_in_bf16));
-    optim::OptimBuffer xb{
-        .master = x.master_flat().f32(),
-        .grad = x.grad_flat().f32(),
-        .compute = rc_.precision == model::Precision::kBF16 ? x.bf16_flat().bf() : nullptr,
-        .size = x.size(),
-        .ranges = optim_ranges(x, *ps_, true, false),
-        .shards = {}};
-    for (const auto& [lo, hi] : expert_syncs_.back()->shards()) xb.shards.push_back({lo, hi});
-    bufs.push_back(std::move(xb));
+    if (!x.specs().empty())
+      bufs.push_back(ddp_buffer(rc_, *ps_, ddp, x, true, a_.seed, expert_syncs_));
   }
   optimizer_ = std::make_unique<optim::AdamW>(std::move(bufs), a_.adam, rc_.k);
 }
@@ -325,7 +152,7 @@ checkpoint::RunInfo Trainer::checkpoint_run_info() const {
               par.vpp(),
               par.sequence_parallel,
               par.use_distributed_optimizer};
-  r.precision = a_.precision.bf16 ? "bf16" : "fp32";
+  r.precision = a_.precision.compute;
   r.adam = a_.adam;
   r.lr_schedule = a_.schedule;
   r.seed = a_.seed;
@@ -335,32 +162,15 @@ checkpoint::RunInfo Trainer::checkpoint_run_info() const {
 
 model::MicroBatch Trainer::microbatch(data::Split split, int64_t base, int64_t j) const {
   const auto& par = a_.parallel;
-  const int64_t B = par.micro_batch_size, S = a_.model.seq_length;
-  const data::SampleDataset& ds = *datasets_[split];
-  // Megatron's sampler: DP rank r takes [r*B, (r+1)*B) of each B*DP block of samples.
-  const int64_t first = base + j * B * par.dp() + ps_->dp_rank() * B;
   // Context parallelism: this rank's two chunks of each sequence (rc_.cp.position).
-  const int64_t Sl = S / par.cp();
-  model::MicroBatch mb;
-  mb.B = B;
-  mb.S = Sl;
-  mb.tokens.resize(size_t(Sl * B));
-  mb.labels.resize(size_t(Sl * B));
-  mb.pos.resize(size_t(Sl * B));
-  std::vector<int32_t> sample(size_t(S + 1));
-  for (int64_t b = 0; b < B; ++b) {
-    MT_CHECK(first + b < ds.size(), "the ", data::split_name(split), " split has ", ds.size(),
-             " samples; sample ", first + b, " was asked for");
-    ds.get(first + b, sample.data());
-    for (int64_t s = 0; s < Sl; ++s) {
-      const int64_t g = rc_.cp.position(s, Sl);
-      mb.tokens[size_t(s * B + b)] = sample[size_t(g)];
-      mb.labels[size_t(s * B + b)] = sample[size_t(g + 1)];
-      mb.pos[size_t(s * B + b)] = int32_t(g);
-    }
-  }
+  const int64_t S = a_.model.seq_length, Sl = S / par.cp();
+  std::vector<int64_t> positions(static_cast<size_t>(Sl));
+  for (int64_t s = 0; s < Sl; ++s) positions[size_t(s)] = rc_.cp.position(s, Sl);
+  data::TokenRows t = data::sample_rows(*datasets_[split], split, base, j, par.micro_batch_size,
+                                        par.dp(), ps_->dp_rank(), positions);
+  model::MicroBatch mb{t.B, t.S, std::move(t.tokens), std::move(t.labels), std::move(t.pos)};
   mb.dloss = float(1.0 / double(batch_size_ * S));
-  mb.aux_weight = float(double(B) / double(batch_size_));
+  mb.aux_weight = float(double(t.B) / double(batch_size_));
   return mb;
 }
 
@@ -384,48 +194,6 @@ double Trainer::evaluate(data::Split split, int64_t iters) {
   return loss / double(std::max<int64_t>(1, iters) * par.global_batch_size * a_.model.seq_length);
 }
 
-void Trainer::finalize_grads() {
-  // Tied embeddings on different stages: both copies get the summed gradient, before the
-  // data-parallel reduction (the two stages' buffers are laid out differently).
-  if (ps_->in_embedding_group()) {
-    for (auto& c : chunks_) {
-      model::ParamBuffer& p = c->params();
-      for (size_t i = 0; i < p.specs().size(); ++i) {
-        if (p.spec(int(i)).cross_stage)
-          ps_->embedding().all_reduce(p.grad(int(i)), p.spec(int(i)).numel());
-      }
-    }
-  }
-  for (auto& g : grad_syncs_) g->finish();
-  for (auto& g : expert_syncs_) g->finish();
-  // Sequence-parallel parameters (norms, row-parallel biases) saw only this rank's rows. With
-  // the distributed optimizer only the shard part of the sum is used; TP ranks share the layout.
-  if (rc_.tp.sequence_parallel) {
-    for (auto& c : chunks_) {
-      model::ParamBuffer& p = c->params();
-      int64_t total = 0;
-      for (const model::ParamSpec& s : p.specs()) total += s.sequence_parallel ? s.numel() : 0;
-      const Tensor packed = Tensor::empty({total}, DType::kF32, rc_.k.device);
-      // Packs (to_packed) or unpacks the sequence-parallel gradients.
-      auto move = [&](bool to_packed) {
-        int64_t at = 0;
-        for (size_t i = 0; i < p.specs().size(); ++i) {
-          const model::ParamSpec& s = p.spec(int(i));
-          if (!s.sequence_parallel) continue;
-          float* g = p.grad(int(i));
-          float* q = packed.f32() + at;
-          kernels::copy(rc_.k, to_packed ? q : g, to_packed ? g : q,
-                        int64_t(sizeof(float)) * s.numel());
-          at += s.numel();
-        }
-      };
-      move(true);
-      ps_->tp().all_reduce(packed.f32(), total);
-      move(false);
-    }
-  }
-}
-
 StepResult Trainer::step() {
   const auto& par = a_.parallel;
   StepResult r;
@@ -444,7 +212,7 @@ StepResult Trainer::step() {
     pipeline_compute_s_ += pt.compute_s;
     pipeline_wait_s_ += pt.wait_s;
   }
-  finalize_grads();
+  finalize_model_grads(rc_, *ps_, chunks_, grad_syncs_, expert_syncs_);
 
   r.grad_norm = optimizer_->grad_norm(world_);
   r.skipped = !optimizer_->step(r.lr, r.grad_norm, decoupled_learning_rate(consumed_samples_));
@@ -496,46 +264,22 @@ void Trainer::run() {
   // MFU's denominator: the hardware catalog's peak for one rank (one piece of code with the
   // planner), at the precision the GEMMs run in: this node's share of its CPU, or the GPU's
   // catalog entry (found by its CUDA device name; MFU is 0 for a GPU the catalog lacks).
-  const Precision gemm_precision = a_.precision.bf16 ? Precision::kBF16 : Precision::kFP32;
+  const Precision gemm_precision = a_.precision.compute;
   const bool cuda = a_.device == Device::kCUDA;
   const std::string gpu = cuda ? kernels::device_properties(Device::kCUDA).name : "";
   const Hardware* gpu_entry = cuda ? find_hardware_by_device_name(gpu) : nullptr;
   const Hardware device = cuda ? (gpu_entry ? *gpu_entry : Hardware{})
                                : rank_device(detect_local_cpu(), ranks_per_node_);
   const double peak = device.mfu_peak_flops(gemm_precision);
-  if (world_.rank() == 0) {
-    log_info("mtron {}: {}", mtron_version(), kernels::cpu_summary());
-    log_info("model: {}", a_.model.summary());
-    log_info("layout: {}", par.summary());
-    if (a_.batches.varies()) log_info("global batch size: {}", a_.batches.describe());
-    log_info("parameters: {:.2f} M (padded vocab {})",
-             double(a_.model.num_parameters(par.tp())) / 1e6, a_.model.padded_vocab_size(par.tp()));
-    const std::string where = cuda ? fmt::format("one GPU per rank, {}", gpu)
-                                   : fmt::format("{} threads per rank", omp_get_max_threads());
-    log_info("precision: {}; MFU against {} ({})",
-             a_.precision.bf16 ? "bf16 (fp32 master weights and gradients)" : "fp32",
-             peak > 0 ? device.peak_description(gemm_precision)
-                      : "nothing: no hardware catalog entry for this GPU",
-             where);
-    log_info("{}", format_theoretical_memory(
-                       megatron_theoretical_memory(a_.model, par, a_.recompute.granularity)));
-    for (const auto& n : a_.notes) log_info("note: {}", n);
-  }
-  if (world_.rank() == 0 || logger) {
-    log_info("optimizer state: {:.3f} MB ({} bytes) on this rank{}",
-             double(optimizer_->state_bytes()) / 1048576.0, optimizer_->state_bytes(),
-             par.use_distributed_optimizer ? " (distributed optimizer shard)" : "");
-  }
-  if (a_.model.is_moe() && (world_.rank() == 0 || logger)) {
-    int64_t n = 0;
-    for (const auto& c : chunks_)
-      for (const model::ParamSpec& s : c->expert_params().specs()) n += s.numel();
-    log_info(
-        "expert weights on this rank: {} bytes fp32 ({} of {} experts per MoE layer, 1/{} of "
-        "each by expert tensor parallelism)",
-        n * int64_t(sizeof(float)), a_.model.num_experts / par.ep(), a_.model.num_experts,
-        par.etp());
-  }
+  RunHeader header;
+  header.mfu_against = peak > 0 ? device.peak_description(gemm_precision)
+                                : "nothing: no hardware catalog entry for this GPU";
+  header.where = cuda ? fmt::format("one GPU per rank, {}", gpu)
+                      : fmt::format("{} threads per rank", omp_get_max_threads());
+  header.optimizer_state_bytes = optimizer_->state_bytes();
+  for (const auto& c : chunks_)
+    for (const model::ParamSpec& s : c->expert_params().specs()) header.expert_elems += s.numel();
+  log_run_header(a_, world_.rank(), logger, header);
 
   double interval_loss = 0, interval_time = 0, interval_flops = 0, profiled_time = 0;
   double interval_lb = 0, interval_z = 0;
@@ -546,7 +290,7 @@ void Trainer::run() {
   while (iteration_ < a_.train_iters) {
     // The first iteration warms caches and allocators; profile the rest.
     profile_enable(a_.profile && iteration_ >= 1);
-    if (profile_enabled() && profiled_iters++ == 0) bytes_at_start = comm_bytes();
+    if (profile_enabled() && profiled_iters++ == 0) bytes_at_start = comm_bytes(*ps_, world_);
     const double t0 = now_seconds();
     const StepResult r = step();
     const double dt = now_seconds() - t0;
@@ -627,7 +371,11 @@ void Trainer::run() {
   }
   checkpointer_->at_end(checkpoint_view());  // the final save (none if this iteration is saved)
   profile_enable(false);
-  if (a_.profile && profiled_iters > 0) log_profile(profiled_time, profiled_iters, bytes_at_start);
+  if (a_.profile && profiled_iters > 0) {
+    log_profile(*ps_, world_, iteration_,
+                {profiled_time, profiled_iters, pipeline_compute_s_, pipeline_wait_s_},
+                bytes_at_start);
+  }
   if (exiting) return;
   // As Megatron: a last evaluation on the validation and test splits.
   for (data::Split sp : {data::Split::kValid, data::Split::kTest}) {
@@ -640,40 +388,6 @@ void Trainer::run() {
       log_plain(format_eval_block("the end of training for test data", loss));
     }
   }
-}
-
-std::vector<int64_t> Trainer::comm_bytes() const {
-  std::vector<int64_t> b;
-  for (GroupKind k : kProfiledGroups) {
-    b.push_back(
-        k == GroupKind::kEmbedding && !ps_->in_embedding_group() ? 0 : ps_->group(k).bytes_sent());
-  }
-  b.push_back(world_.bytes_sent());
-  return b;
-}
-
-void Trainer::log_profile(double seconds, int64_t iters, const std::vector<int64_t>& bytes0) const {
-  const auto& par = a_.parallel;
-  const bool logger = world_.rank() == world_.size() - 1;
-  if (world_.rank() == 0 || logger) {
-    log_info("profile of iterations 2-{} on this rank ({:.3f} s):\n{}", iteration_, seconds,
-             format_profile(profile_report(), seconds));
-  }
-  // Every rank: bytes it sent per step by group, and its pipeline compute/wait split.
-  const std::vector<int64_t> bytes1 = comm_bytes();
-  std::string line;
-  for (size_t i = 0; i < bytes1.size(); ++i) {
-    const char* name =
-        i < std::size(kProfiledGroups) ? group_name(kProfiledGroups[i]).data() : "world";
-    line += fmt::format(" {} {}", name, (bytes1[i] - bytes0[i]) / iters);
-  }
-  log_info("bytes sent per step:{}", line);
-  const double ideal = double(par.pp() - 1) / double(par.vpp() * par.num_microbatches());
-  log_info(
-      "pipeline per step: compute {:.4f} s, waiting {:.4f} s, bubble {:.3f} (ideal "
-      "(p-1)/(v m) = {:.3f})",
-      pipeline_compute_s_ / double(iters), pipeline_wait_s_ / double(iters),
-      pipeline_wait_s_ / pipeline_compute_s_, ideal);
 }
 
 }  // namespace mtron::train

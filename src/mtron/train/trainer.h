@@ -1,10 +1,11 @@
 // defines: StepResult, Trainer, train_main
 //
 // The training loop: builds this rank's model chunks (its pipeline stage, and its virtual
-// stages when interleaved) and optimizer from TrainArgs and the ParallelState, feeds
-// micro-batches, runs the pipeline schedule, finalises gradients (sequence-parallel norms over
-// TP, tied embeddings over the first and last stage, data parallel over DP x CP by all-reduce or
-// the distributed optimizer's reduce-scatter), clips, steps and logs in Megatron's format.
+// stages when interleaved) and optimizer from TrainArgs and the ParallelState, and per step
+// runs the pipeline schedule over the micro-batches (stages.h; sampled by data/sampler.h),
+// completes the gradients (ddp.h: tied embeddings, data parallel, sequence parallel), clips,
+// steps, evaluates, checkpoints and logs (run_log.h, in Megatron's format). The device and its
+// NCCL groups come from the launch layer (parallel/launch.h: init_rank_device).
 //
 // Loss scaling: each token's loss enters the gradient with weight 1 / (tokens in the global
 // batch), so the data-parallel reduction is a plain sum and the loss is Megatron's token-
@@ -66,8 +67,6 @@ class Trainer {
   // Mean loss over `iters` global batches of a split (forward only), continuing where the
   // previous evaluation of that split stopped, as Megatron's evaluation iterators do.
   double evaluate(data::Split split, int64_t iters);
-  // Sums the micro-batches' gradients across ranks as the layout needs (after the schedule).
-  void finalize_grads();
   // The learning-rate schedule (a function of consumed samples): the flags', or the
   // checkpoint's with --use-checkpoint-opt_param-scheduler.
   optim::LrSchedule lr_schedule() const;
@@ -80,12 +79,6 @@ class Trainer {
   void build_model();
   double learning_rate(int64_t samples) const;
   std::optional<double> decoupled_learning_rate(int64_t samples) const;  // --decoupled-lr
-  // --profile: bytes each group's Comm has sent (kProfiledGroups order, then world).
-  static constexpr GroupKind kProfiledGroups[] = {
-      GroupKind::kTP,        GroupKind::kCP, GroupKind::kDPCP, GroupKind::kPP, GroupKind::kTPPP,
-      GroupKind::kEmbedding, GroupKind::kEP, GroupKind::kETP,  GroupKind::kEDP};
-  std::vector<int64_t> comm_bytes() const;
-  void log_profile(double seconds, int64_t iters, const std::vector<int64_t>& bytes0) const;
   void moe_stats(StepResult& r) const;
   // The MoE loss fields Megatron logs for this model, with the given values.
   std::vector<std::pair<std::string, double>> moe_losses(double load_balancing, double z) const;

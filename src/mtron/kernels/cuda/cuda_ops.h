@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 #include "mtron/kernels/ctx.h"
 #include "mtron/kernels/device.h"
@@ -17,6 +18,7 @@ MTRON_KERNEL_OPS(MT_OP_DECLARE)
 
 // device.h
 int device_count();
+std::string device_unavailable();
 void init_device(int ordinal);
 DeviceProperties device_properties();
 DeviceMemory device_memory();

@@ -25,6 +25,10 @@ MTRON_KERNEL_OPS(MT_DEFINE_NO_CUDA)
 int device_count() {
   return 0;
 }
+std::string device_unavailable() {
+  return "this mtron was built without CUDA (configure with -DMTRON_CUDA=ON, the cuda-release "
+         "preset)";
+}
 void init_device(int) {
   no_cuda("init_device");
 }

@@ -99,6 +99,10 @@ int device_count() {
   return n;
 }
 
+std::string device_unavailable() {
+  return device_count() > 0 ? "" : "no GPU is visible (check nvidia-smi, CUDA_VISIBLE_DEVICES)";
+}
+
 DeviceProperties device_properties() {
   int dev = 0;
   MT_CUDA_CHECK(cudaGetDevice(&dev));

@@ -13,6 +13,7 @@
 #include "mtron/kernels/ref/elementwise.h"
 #include "mtron/kernels/ref/embedding.h"
 #include "mtron/kernels/ref/gemm.h"
+#include "mtron/kernels/ref/moe.h"
 #include "mtron/kernels/ref/norm.h"
 #include "mtron/kernels/ref/rope.h"
 #include "mtron/kernels/ref/xent.h"

@@ -209,6 +209,9 @@ constexpr int kEmulatedDevices = 8;
 int device_count() {
   return kEmulatedDevices;
 }
+std::string device_unavailable() {
+  return "";
+}
 void init_device(int ordinal) {
   MT_CHECK(ordinal >= 0 && ordinal < kEmulatedDevices, "the CUDA emulation has ", kEmulatedDevices,
            " devices, not ", ordinal);

@@ -1,0 +1,62 @@
+"""Running `mtron train` from the Python test drivers and benchmarks: the mpirun prefix (one
+process without it), the environment, and the metrics JSONL it writes. Import it with
+
+    sys.path.insert(0, os.path.join(<path to the repository>, "scripts"))
+    import mtron_run
+"""
+import json
+import os
+import shlex
+import subprocess
+import sys
+
+
+def mpi_prefix(np_):
+    """`mpirun ... -np NP` for np > 1 (unbound, oversubscribed: tests share a few cores)."""
+    if np_ <= 1:
+        return []
+    return ["mpirun", "--allow-run-as-root", "--oversubscribe", "--bind-to", "none", "-np",
+            str(np_)]
+
+
+def env(omp_threads="1"):
+    """The environment of a run: Open MPI may oversubscribe; one OpenMP thread per process by
+    default (runs side by side on few cores, where spinning OpenMP teams of several processes
+    slow each other down by orders of magnitude); omp_threads=None keeps OpenMP's default."""
+    e = dict(os.environ, OMPI_MCA_rmaps_base_oversubscribe="1")
+    if omp_threads is not None:
+        e["OMP_NUM_THREADS"] = omp_threads
+    return e
+
+
+def emulator():
+    """The command line put in front of mtron to run it: MTRON_EMULATOR from the environment (a
+    cross build's tests set it, e.g. qemu-aarch64 and its options), else nothing."""
+    return shlex.split(os.environ.get("MTRON_EMULATOR", ""))
+
+
+def run(mtron, np_, args, expect_rc=0, timeout=300, omp_threads="1", cwd=None):
+    """Runs `mtron ARGS` (under mpirun for np > 1, behind emulator(), in folder cwd when given);
+    returns its combined output. Exits the script, printing the output, when the exit status is
+    not expect_rc (None: any status)."""
+    cmd = mpi_prefix(np_) + emulator() + [mtron] + args
+    p = subprocess.run(cmd, env=env(omp_threads), stdout=subprocess.PIPE,
+                       stderr=subprocess.STDOUT, text=True, timeout=timeout, cwd=cwd)
+    if expect_rc is not None and p.returncode != expect_rc:
+        print(p.stdout)
+        sys.exit("exit %d (expected %d): %s" % (p.returncode, expect_rc, " ".join(cmd)))
+    return p.stdout
+
+
+def read_metrics(path):
+    """The rows of a metrics JSONL file ([] when there is none)."""
+    if not os.path.exists(path):
+        return []
+    with open(path) as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def train(mtron, np_, args, metrics, expect_rc=0, timeout=300):
+    """Runs `mtron train ARGS --metrics-file METRICS`; returns (metrics rows, combined output)."""
+    out = run(mtron, np_, ["train"] + args + ["--metrics-file", metrics], expect_rc, timeout)
+    return read_metrics(metrics), out

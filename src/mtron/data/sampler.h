@@ -1,0 +1,34 @@
+// defines: TokenRows, sample_rows
+//
+// Megatron's pretraining sampler (MegatronPretrainingSampler) and the context-parallel slicing
+// of its samples: one micro-batch as one data-parallel and context-parallel rank sees it.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "mtron/data/gpt_dataset.h"
+
+namespace mtron::data {
+
+// B sequences of S tokens each, sequence-major: row s * B + b is token s of sequence b.
+struct TokenRows {
+  int64_t B = 0, S = 0;
+  std::vector<int32_t> tokens, labels, pos;  // [S * B]; pos: the global sequence positions
+};
+
+// Micro-batch j of the global batch that starts at sample `base` of `split` (dataset `ds`), for
+// data-parallel rank dp_rank of dp: it takes samples [dp_rank B, (dp_rank + 1) B) of the j-th
+// block of B dp samples. Local token s of each sequence is the sample's token at global position
+// positions[s] (the context-parallel rank's chunks; 0, 1, ... without context parallelism), its
+// label the token after it. Throws mtron::Error when the split has too few samples.
+TokenRows sample_rows(const SampleDataset& ds,
+                      Split split,
+                      int64_t base,
+                      int64_t j,
+                      int64_t B,
+                      int64_t dp,
+                      int64_t dp_rank,
+                      const std::vector<int64_t>& positions);
+
+}  // namespace mtron::data

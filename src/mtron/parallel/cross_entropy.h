@@ -1,0 +1,60 @@
+// defines: VocabParallelCrossEntropy
+//
+// Megatron's vocab_parallel_cross_entropy (tensor_parallel/cross_entropy.py), chunk by chunk
+// over token rows. Each TP rank holds the logits [n, Vl] of its vocabulary shard (global ids
+// [col_start, col_start + Vl)); a row's loss needs the max over the whole vocabulary, the sum of
+// exp(logit - max) and the target's logit, which are reduced over the TP group (the sums rescaled
+// to the global max first), so the logits are never gathered. Columns at or beyond vocab_valid
+// (Megatron's vocabulary padding) are excluded from the softmax, so the loss does not depend on
+// the padding. The statistics stay on the device for the backward; their copy on the host gives
+// the losses.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "mtron/core/arena.h"
+#include "mtron/kernels/ctx.h"
+#include "mtron/parallel/mappings.h"
+
+namespace mtron::parallel {
+
+class VocabParallelCrossEntropy {
+ public:
+  // Chunks of at most max_rows rows; the gradient of each token's loss is row_scale (e.g. 1 /
+  // the tokens of the global batch). Device buffers come from `arena` and live as long as it.
+  VocabParallelCrossEntropy(const kernels::Ctx& k,
+                            const TensorParallel& tp,
+                            Arena& arena,
+                            int64_t max_rows,
+                            float row_scale);
+
+  // The losses of a chunk's n rows into losses[n] (host memory; null: not wanted); returns their
+  // sum. Collective over the TP group.
+  double forward(const float* logits,
+                 const int32_t* targets,
+                 int64_t n,
+                 int64_t Vl,
+                 int64_t col_start,
+                 int64_t vocab_valid,
+                 float* losses);
+  // dlogits[n, Vl] = row_scale (softmax - one-hot of the target) of the last forward's chunk,
+  // 0 on padded columns; dlogits may alias logits.
+  void backward(float* dlogits,
+                const float* logits,
+                const int32_t* targets,
+                int64_t n,
+                int64_t Vl,
+                int64_t col_start,
+                int64_t vocab_valid) const;
+
+ private:
+  kernels::Ctx k_;
+  TensorParallel tp_;
+  int64_t R_;
+  float* stats_;               // device [4, R]: max | sum of exp | target logit | row scale
+  std::vector<float> host_;    // the first three, on the host
+  std::vector<float> global_;  // [R] the TP group's max
+};
+
+}  // namespace mtron::parallel

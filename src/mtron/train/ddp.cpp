@@ -1,0 +1,102 @@
+#include "mtron/train/ddp.h"
+
+#include <algorithm>
+
+#include "mtron/kernels/device.h"
+#include "mtron/kernels/elementwise.h"
+
+namespace mtron::train {
+
+std::vector<optim::OptimRange> optim_ranges(const model::ParamBuffer& p,
+                                            const ParallelState& ps,
+                                            bool experts,
+                                            bool decoupled) {
+  const bool sharded = ps.config().use_distributed_optimizer;
+  const bool dp_first = experts ? ps.edp_rank() == 0 : ps.dp_rank() == 0 && ps.cp_rank() == 0;
+  std::vector<optim::OptimRange> r;
+  for (const model::ParamSpec& s : p.specs()) {
+    const bool tp_first = experts ? (!s.tp_replicated() || ps.etp_rank() == 0)
+                                  : (!s.tp_replicated() || ps.tp_rank() == 0);
+    const bool counted = !s.tied_copy && tp_first && (sharded || dp_first);
+    const bool embedding_or_output =
+        s.name == "embedding.word_embeddings.weight" || s.name == "output_layer.weight";
+    r.push_back({s.offset, s.offset + s.numel(), s.weight_decay, counted,
+                 decoupled && embedding_or_output});
+  }
+  return r;
+}
+
+int64_t ddp_bucket_elems(int64_t flag, bool overlap_grad_reduce, int64_t dp_size) {
+  if (flag > 0) return flag;
+  return overlap_grad_reduce ? std::max<int64_t>(40000000, 1000000 * dp_size) : 0;
+}
+
+optim::OptimBuffer ddp_buffer(const model::RunCtx& rc,
+                              const ParallelState& ps,
+                              const DdpOptions& o,
+                              model::ParamBuffer& p,
+                              bool experts,
+                              uint64_t seed,
+                              std::vector<std::unique_ptr<GradSync>>& syncs) {
+  const bool sharded = ps.config().use_distributed_optimizer;
+  Comm& dp = experts ? ps.edp() : ps.dp_cp();
+  p.allocate(rc.precision, sharded ? dp.size() : 1, o.bucket_elems, rc.k);
+  p.init(seed);
+  syncs.push_back(std::make_unique<GradSync>(p, dp, sharded, o.grad_reduce_in_bf16));
+  optim::OptimBuffer b{.master = p.master_flat().f32(),
+                       .grad = p.grad_flat().f32(),
+                       .compute = rc.precision == Precision::kBF16 ? p.bf16_flat().bf() : nullptr,
+                       .size = p.size(),
+                       .ranges = optim_ranges(p, ps, experts, !experts && o.decoupled_lr),
+                       .shards = {}};
+  for (const auto& [lo, hi] : syncs.back()->shards()) b.shards.push_back({lo, hi});
+  return b;
+}
+
+void finalize_model_grads(const model::RunCtx& rc,
+                          const ParallelState& ps,
+                          std::vector<std::unique_ptr<model::GPTChunk>>& chunks,
+                          std::vector<std::unique_ptr<GradSync>>& grad_syncs,
+                          std::vector<std::unique_ptr<GradSync>>& expert_syncs) {
+  // Tied embeddings on different stages: both copies get the summed gradient, before the
+  // data-parallel reduction (the two stages' buffers are laid out differently).
+  if (ps.in_embedding_group()) {
+    for (auto& c : chunks) {
+      model::ParamBuffer& p = c->params();
+      for (size_t i = 0; i < p.specs().size(); ++i) {
+        if (p.spec(int(i)).cross_stage)
+          ps.embedding().all_reduce(p.grad(int(i)), p.spec(int(i)).numel());
+      }
+    }
+  }
+  for (auto& g : grad_syncs) g->finish();
+  for (auto& g : expert_syncs) g->finish();
+  // Sequence-parallel parameters (norms, row-parallel biases) saw only this rank's rows. With
+  // the distributed optimizer only the shard part of the sum is used; TP ranks share the layout.
+  if (rc.tp.sequence_parallel) {
+    for (auto& c : chunks) {
+      model::ParamBuffer& p = c->params();
+      int64_t total = 0;
+      for (const model::ParamSpec& s : p.specs()) total += s.sequence_parallel ? s.numel() : 0;
+      const Tensor packed = Tensor::empty({total}, DType::kF32, rc.k.device);
+      // Packs (to_packed) or unpacks the sequence-parallel gradients.
+      auto move = [&](bool to_packed) {
+        int64_t at = 0;
+        for (size_t i = 0; i < p.specs().size(); ++i) {
+          const model::ParamSpec& s = p.spec(int(i));
+          if (!s.sequence_parallel) continue;
+          float* g = p.grad(int(i));
+          float* q = packed.f32() + at;
+          kernels::copy(rc.k, to_packed ? q : g, to_packed ? g : q,
+                        int64_t(sizeof(float)) * s.numel());
+          at += s.numel();
+        }
+      };
+      move(true);
+      ps.tp().all_reduce(packed.f32(), total);
+      move(false);
+    }
+  }
+}
+
+}  // namespace mtron::train

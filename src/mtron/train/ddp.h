@@ -1,0 +1,67 @@
+// defines: optim_ranges, ddp_bucket_elems, DdpOptions, ddp_buffer, finalize_model_grads
+//
+// Data-parallel ownership of the parameters and their gradients (Megatron's distributed data
+// parallel): the buckets, the shard count and the GradSync of each parameter buffer
+// (ddp_buffer), which rank counts each parameter in the global gradient norm and which learning
+// rate it takes (optim_ranges), and, after a step's backward, every reduction that completes the
+// gradients (finalize_model_grads, as Megatron's function of that name): the embedding group's
+// all-reduce of tied embeddings split over pipeline stages, the bucketed data-parallel reduction
+// (GradSync), and the TP all-reduce of the sequence-parallel parameters' gradients.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "mtron/model/gpt.h"
+#include "mtron/optim/optimizer.h"
+#include "mtron/parallel/parallel_state.h"
+#include "mtron/train/grad_sync.h"
+
+namespace mtron::train {
+
+// The optimizer's view of buffer `p` (a chunk's dense parameters, or its routed experts'):
+// one range per parameter. The global gradient norm sums over the world, so each replica is
+// counted on one rank only: TP-replicated parameters on TP rank 0, the last stage's tied
+// embedding copy not at all (the first stage counts it), and, unless the distributed optimizer
+// shards them, parameters on replica 0 of their data-parallel group (DP x CP; EDP for the
+// routed experts). With `decoupled` (--decoupled-lr) the word embeddings and the output layer
+// (both copies when tied across stages) take the decoupled learning rate, as Megatron's
+// is_embedding_or_output_parameter.
+std::vector<optim::OptimRange> optim_ranges(const model::ParamBuffer& p,
+                                            const ParallelState& ps,
+                                            bool experts,
+                                            bool decoupled);
+
+// Megatron's DDP bucket size in elements: `flag` (--ddp-bucket-size) when set, else
+// max(40M, 1M x DP) when overlapping the reduction with backward, else 0 (one bucket).
+int64_t ddp_bucket_elems(int64_t flag, bool overlap_grad_reduce, int64_t dp_size);
+
+struct DdpOptions {
+  int64_t bucket_elems = 0;  // ddp_bucket_elems
+  bool grad_reduce_in_bf16 = false;
+  bool decoupled_lr = false;  // --decoupled-lr (the dense buffers' embedding and output layer)
+};
+
+// Makes buffer `p` of a chunk (its dense parameters, or with `experts` its routed experts)
+// ready for data parallelism over its group (DP x CP, or EDP for the experts): allocates it in
+// the run's precision (sharded over the group with the distributed optimizer), initialises it
+// from `seed`, appends its GradSync to `syncs`, and returns the optimizer's view of it.
+optim::OptimBuffer ddp_buffer(const model::RunCtx& rc,
+                              const ParallelState& ps,
+                              const DdpOptions& o,
+                              model::ParamBuffer& p,
+                              bool experts,
+                              uint64_t seed,
+                              std::vector<std::unique_ptr<GradSync>>& syncs);
+
+// Sums the micro-batches' gradients of this rank's chunks across ranks as the layout needs:
+// tied embeddings over the embedding group (before the data-parallel reduction: the two
+// stages' buffers are laid out differently), then each GradSync's bucketed reduction (dense
+// and expert), then the sequence-parallel parameters' gradients over TP.
+void finalize_model_grads(const model::RunCtx& rc,
+                          const ParallelState& ps,
+                          std::vector<std::unique_ptr<model::GPTChunk>>& chunks,
+                          std::vector<std::unique_ptr<GradSync>>& grad_syncs,
+                          std::vector<std::unique_ptr<GradSync>>& expert_syncs);
+
+}  // namespace mtron::train

@@ -1,0 +1,116 @@
+// defines: Trainer::Stages
+//
+// The pipeline schedule's view of a trainer's chunks (parallel::StageModel): each forward and
+// backward of a (chunk, micro-batch) runs on the trainer's chunk with its own stash, taken from
+// a pool so steady-state steps reuse their arenas; a step's micro-batches are built once
+// (Trainer::microbatch). It waits for the parameter all-gathers still in flight
+// (--overlap-param-gather) before a forward needs them, and starts the gradient buckets'
+// reduction during the last micro-batch's backward (--overlap-grad-reduce).
+#pragma once
+
+#include <map>
+#include <memory>
+#include <utility>
+#include <vector>
+
+#include "mtron/parallel/schedule.h"
+#include "mtron/train/trainer.h"
+
+namespace mtron::train {
+
+// The schedule's view of this rank's chunks: one stash per (chunk, micro-batch) in flight,
+// taken from a pool so steady-state steps reuse their arenas.
+class Trainer::Stages : public parallel::StageModel {
+ public:
+  explicit Stages(Trainer& t) : t_(t) {}
+
+  // A step over the global batch at sample `base` of `split` (train: forward and backward).
+  void begin(bool train, data::Split split, int64_t base) {
+    train_ = train;
+    split_ = split;
+    base_ = base;
+    loss_sum_ = 0;
+    moe_ = model::MoEStats{};
+    mbs_.clear();
+  }
+  double loss_sum() const { return loss_sum_; }
+  const model::MoEStats& moe() const { return moe_; }
+
+  const float* forward(int chunk, int64_t m, const float* input) override {
+    release_pending();
+    model::GPTChunk::Stash& st = acquire({chunk, m});
+    model::GPTChunk& c = *t_.chunks_[size_t(chunk)];
+    // --overlap-param-gather: the parameter all-gathers of the last step are still in flight.
+    model::GPTChunk::ParamsNeeded need;
+    GradSync* sync = t_.grad_syncs_[size_t(chunk)].get();
+    if (sync->params_pending())
+      need = [sync](int64_t lo, int64_t hi) { sync->wait_params(lo, hi); };
+    const float* out = c.forward(t_.rc_, mb(m), st, input, train_, need);
+    if (c.placement().has_head) loss_sum_ += st.loss_sum;
+    moe_.add(st.moe);
+    if (!train_) pending_ = {chunk, m};
+    return out;
+  }
+
+  const float* backward(int chunk, int64_t m, const float* dout) override {
+    release_pending();
+    model::GPTChunk::Stash& st = *in_use_.at({chunk, m});
+    // The last micro-batch's backward completes each gradient: start reducing buckets then.
+    model::GPTChunk::GradsReady ready;
+    if (t_.a_.parallel.overlap_grad_reduce && m == t_.num_microbatches_ - 1) {
+      GradSync* sync = t_.grad_syncs_[size_t(chunk)].get();
+      ready = [sync](int64_t offset) { sync->ready(offset); };
+    }
+    const float* d = t_.chunks_[size_t(chunk)]->backward(t_.rc_, mb(m), st, dout, ready);
+    pending_ = {chunk, m};  // the schedule copies d before the next call
+    return d;
+  }
+
+  int64_t message_elems() const override {
+    const int64_t N =
+        t_.a_.parallel.micro_batch_size * t_.a_.model.seq_length / t_.a_.parallel.cp();
+    return t_.rc_.tp.sp_rows(N) * t_.a_.model.hidden_size;
+  }
+  kernels::Ctx ctx() const override { return t_.rc_.k; }
+
+ private:
+  using Key = std::pair<int, int64_t>;
+
+  const model::MicroBatch& mb(int64_t m) {
+    auto it = mbs_.find(m);
+    if (it == mbs_.end()) it = mbs_.emplace(m, t_.microbatch(split_, base_, m)).first;
+    return it->second;
+  }
+  model::GPTChunk::Stash& acquire(Key k) {
+    std::unique_ptr<model::GPTChunk::Stash> s;
+    if (free_.empty()) {
+      s = std::make_unique<model::GPTChunk::Stash>();
+    } else {
+      s = std::move(free_.back());
+      free_.pop_back();
+    }
+    auto& ref = *s;
+    in_use_[k] = std::move(s);
+    return ref;
+  }
+  void release_pending() {
+    if (pending_.first < 0) return;
+    auto it = in_use_.find(pending_);
+    free_.push_back(std::move(it->second));
+    in_use_.erase(it);
+    pending_ = {-1, -1};
+  }
+
+  Trainer& t_;
+  bool train_ = true;
+  data::Split split_ = data::Split::kTrain;
+  int64_t base_ = 0;
+  double loss_sum_ = 0;
+  model::MoEStats moe_;  // this rank's share, over the step's micro-batches
+  std::map<int64_t, model::MicroBatch> mbs_;
+  std::map<Key, std::unique_ptr<model::GPTChunk::Stash>> in_use_;
+  std::vector<std::unique_ptr<model::GPTChunk::Stash>> free_;
+  Key pending_{-1, -1};
+};
+
+}  // namespace mtron::train

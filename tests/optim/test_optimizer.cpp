@@ -1,0 +1,140 @@
+// The optimizer around the AdamW kernel: the gradient norm over the ranges it counts, clipping
+// by it, skipping a step whose norm is not finite, and the ranges without weight decay; and the
+// parameter registry's weight-decay flags (none on biases and norm weights, as Megatron).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "mtron/comm/single.h"
+#include "mtron/model/gpt.h"
+#include "mtron/optim/optimizer.h"
+
+namespace mtron::optim {
+namespace {
+
+// Two ranges over 8 elements: [0, 5) decayed, [5, 8) not decayed and not counted in the norm.
+struct Fixture {
+  std::vector<float> master = {0.5f, -1.0f, 2.0f, 0.25f, -0.75f, 1.5f, -2.0f, 0.1f};
+  std::vector<float> grad = {3.0f, -4.0f, 1.0f, 2.0f, -2.0f, 10.0f, -10.0f, 5.0f};
+  OptimBuffer buffer() {
+    OptimBuffer b;
+    b.master = master.data();
+    b.grad = grad.data();
+    b.size = 8;
+    b.ranges = {{0, 5, true, true}, {5, 8, false, false}};
+    b.shards = {{0, 8}};
+    return b;
+  }
+};
+
+// torch.optim.AdamW's first step on one element, in double.
+double adamw_first_step(double p, double g, double lr, double wd, const AdamWConfig& c) {
+  p *= 1 - lr * wd;
+  const double m = (1 - c.beta1) * g, v = (1 - c.beta2) * g * g;
+  const double mh = m / (1 - c.beta1), vh = std::sqrt(v) / std::sqrt(1 - c.beta2);
+  return p - lr * mh / (vh + c.eps);
+}
+
+TEST(Optimizer, GradNormCountsOnlyTheCountedRanges) {
+  Fixture f;
+  AdamW opt({f.buffer()}, AdamWConfig{});
+  const auto world = make_single_comm();
+  EXPECT_NEAR(opt.grad_norm(*world), std::sqrt(9.0 + 16 + 1 + 4 + 4), 1e-12);
+}
+
+TEST(Optimizer, ClipsByTheGlobalNorm) {
+  const AdamWConfig c{.eps = 0.5f, .weight_decay = 0.0f, .clip_grad = 1.0f};
+  Fixture f;
+  const std::vector<float> g0 = f.grad, p0 = f.master;
+  AdamW opt({f.buffer()}, c);
+  const double norm = 8.0;  // as if the global norm (other ranks included) were 8
+  ASSERT_TRUE(opt.step(1e-2, norm));
+  const double coeff = 1.0 / (norm + 1e-6);  // max_norm / (norm + 1e-6), as torch
+  for (size_t i = 0; i < 8; ++i) {
+    EXPECT_FLOAT_EQ(f.grad[i], float(g0[i] * float(coeff))) << i;
+    // eps = 0.5 makes the update depend on the gradient's scale: clipped before the moments.
+    EXPECT_NEAR(f.master[i], adamw_first_step(p0[i], g0[i] * float(coeff), 1e-2, 0, c), 1e-6) << i;
+  }
+  EXPECT_EQ(opt.steps(), 1);
+}
+
+TEST(Optimizer, NoClippingBelowTheThresholdOrWhenOff) {
+  for (const float clip : {100.0f, 0.0f}) {
+    const AdamWConfig c{.weight_decay = 0.0f, .clip_grad = clip};
+    Fixture f;
+    const std::vector<float> g0 = f.grad;
+    AdamW opt({f.buffer()}, c);
+    ASSERT_TRUE(opt.step(1e-2, 8.0));
+    EXPECT_EQ(f.grad, g0) << clip;
+  }
+}
+
+TEST(Optimizer, SkipsAStepWhoseNormIsNotFinite) {
+  for (const double norm :
+       {std::numeric_limits<double>::quiet_NaN(), std::numeric_limits<double>::infinity()}) {
+    Fixture f;
+    const std::vector<float> g0 = f.grad, p0 = f.master;
+    AdamW opt({f.buffer()}, AdamWConfig{});
+    EXPECT_FALSE(opt.step(1e-2, norm));
+    EXPECT_EQ(f.master, p0);
+    EXPECT_EQ(f.grad, g0);
+    EXPECT_EQ(opt.steps(), 0);
+    for (int64_t i = 0; i < 8; ++i) {
+      EXPECT_EQ(opt.exp_avg(0).f32()[i], 0.0f);
+      EXPECT_EQ(opt.exp_avg_sq(0).f32()[i], 0.0f);
+    }
+    // The next finite step is the first: bias corrections of step 1.
+    ASSERT_TRUE(opt.step(1e-2, 1.0));
+    EXPECT_EQ(opt.steps(), 1);
+  }
+}
+
+TEST(Optimizer, WeightDecayOnlyOnDecayedRanges) {
+  const AdamWConfig c{.weight_decay = 0.1f, .clip_grad = 0.0f};
+  Fixture f;
+  std::fill(f.grad.begin(), f.grad.end(), 0.0f);  // the Adam update is 0: only decay moves p
+  const std::vector<float> p0 = f.master;
+  AdamW opt({f.buffer()}, c);
+  ASSERT_TRUE(opt.step(0.5, 0.0));
+  for (size_t i = 0; i < 5; ++i) EXPECT_FLOAT_EQ(f.master[i], p0[i] * (1 - 0.5f * 0.1f)) << i;
+  for (size_t i = 5; i < 8; ++i) EXPECT_EQ(f.master[i], p0[i]) << i;
+}
+
+// Megatron decays every weight matrix and embedding, never a bias or a norm weight.
+TEST(Optimizer, RegistryExcludesBiasesAndNormWeightsFromDecay) {
+  for (const bool llama : {false, true}) {
+    ModelConfig m;
+    m.num_layers = 2;
+    m.hidden_size = 32;
+    m.num_attention_heads = 4;
+    m.seq_length = 8;
+    m.vocab_size = 50;
+    if (llama) {
+      m.swiglu = true;
+      m.normalization = Normalization::kRMSNorm;
+      m.position_embedding_type = PositionEmbedding::kRope;
+      m.untie_embeddings_and_output_weights = true;
+      m.add_bias_linear = false;
+      m.num_experts = 4;
+      m.moe_shared_expert_intermediate_size = 16;
+    }
+    m.finalize();
+    model::GPTChunk c(m, {0, 2, true, true}, parallel::TensorParallel{}, {});
+    int decayed = 0, excluded = 0;
+    for (const model::ParamBuffer* p : {&c.params(), &c.expert_params()}) {
+      for (const model::ParamSpec& s : p->specs()) {
+        const bool bias = s.name.ends_with(".bias");
+        const bool norm = s.name.find("layernorm") != std::string::npos;
+        EXPECT_EQ(s.weight_decay, !bias && !norm) << s.name;
+        (s.weight_decay ? decayed : excluded) += 1;
+      }
+    }
+    EXPECT_GT(decayed, 0);
+    EXPECT_GT(excluded, 0);
+  }
+}
+
+}  // namespace
+}  // namespace mtron::optim
