@@ -10,7 +10,7 @@ set -euo pipefail
 
 packages=(
   # toolchain
-  build-essential cmake ninja-build pkg-config git ca-certificates curl jq
+  build-essential cmake ninja-build pkg-config git ca-certificates curl jq ccache
   clang clang-format clang-tidy libclang-rt-14-dev
   # parallel runtime and math
   openmpi-bin libopenmpi-dev libopenblas-openmp-dev libdnnl-dev ocl-icd-opencl-dev
