@@ -68,6 +68,24 @@ TEST(Hardware, LocalCpuIsDetected) {
   }
 }
 
+Hardware cpu_from(const std::string& file) {
+  std::ifstream in(std::string(MTRON_TEST_DATA) + "/cpuinfo/" + file);
+  EXPECT_TRUE(in.good()) << file;
+  return detect_cpu(in);
+}
+
+TEST(Hardware, CpuProfilesFromRealCpuinfo) {
+  // aarch64: the profile comes from "CPU implementer"/"CPU part"/"Features" (no vendor_id,
+  // model name or flags lines).
+  const Hardware grace = cpu_from("grace.txt");
+  EXPECT_NE(grace.description.find("arm-neoverse-v2"), std::string::npos) << grace.description;
+  EXPECT_NE(grace.description.find("part 0xd4f"), std::string::npos) << grace.description;
+  EXPECT_GT(grace.peak_flops(Precision::kFP32), 0);
+  const Hardware zen3 = cpu_from("epyc_zen3.txt");
+  EXPECT_NE(zen3.description.find("x86-avx2 (AMD EPYC)"), std::string::npos) << zen3.description;
+  EXPECT_DOUBLE_EQ(zen3.peak_flops(Precision::kFP32), 32 * 2445.428e6);
+}
+
 TEST(Hardware, RankViewSharesTheNode) {
   Hardware node = detect_local_cpu();
   node.gpus_per_node = 2;  // a 2-core node

@@ -103,9 +103,10 @@ struct CpuInfo {
   }
 };
 
-CpuInfo read_cpuinfo() {
+// x86 names its vendor, model and flags (vendor_id, model, flags); aarch64 its implementer, part
+// and features (CPU implementer, CPU part, Features) and often no model name at all.
+CpuInfo read_cpuinfo(std::istream& in) {
   CpuInfo c;
-  std::ifstream in("/proc/cpuinfo");
   std::string line;
   while (std::getline(in, line)) {
     auto colon = line.find(':');
@@ -116,15 +117,24 @@ CpuInfo read_cpuinfo() {
     std::string key = line.substr(0, colon);
     key.erase(key.find_last_not_of(" \t") + 1);
     std::string val = colon + 2 <= line.size() ? line.substr(colon + 2) : "";
-    if (key == "vendor_id") c.vendor = val;
+    if (key == "vendor_id" || key == "CPU implementer") c.vendor = val;
     if (key == "model name") c.model_name = val;
     if (key == "cpu family") c.family = std::atoi(val.c_str());
     if (key == "model") c.model = std::atoi(val.c_str());
+    if (key == "CPU part") c.model = int(std::strtol(val.c_str(), nullptr, 16));
     if (key == "cpu MHz") c.mhz = std::atof(val.c_str());
-    if (key == "flags") {
+    if (key == "flags" || key == "Features") {
       std::istringstream ss(val);
       for (std::string f; ss >> f;) c.flags.push_back(f);
     }
+  }
+  if (c.model_name.empty() && c.vendor.rfind("0x", 0) == 0)
+    c.model_name = fmt::format("CPU implementer {}, part {:#x}", c.vendor, c.model);
+  // aarch64 kernels print no clock in /proc/cpuinfo: take cpufreq's maximum (kHz).
+  if (c.mhz <= 0) {
+    std::ifstream f("/sys/devices/system/cpu/cpu0/cpufreq/cpuinfo_max_freq");
+    double khz = 0;
+    if (f >> khz) c.mhz = khz / 1000.0;
   }
   return c;
 }
@@ -272,7 +282,12 @@ const Hardware* find_hardware_by_device_name(std::string_view device_name) {
 }
 
 Hardware detect_local_cpu() {
-  const CpuInfo info = read_cpuinfo();
+  std::ifstream in("/proc/cpuinfo");
+  return detect_cpu(in);
+}
+
+Hardware detect_cpu(std::istream& cpuinfo) {
+  const CpuInfo info = read_cpuinfo(cpuinfo);
   const int cores = node_cores();
   for (const json& p : catalog_entries("cpus")) {
     if (!profile_matches(p.value("match", json::object()), info)) continue;

@@ -1,6 +1,6 @@
 // defines: Network, Achievable, Hardware, hardware_catalog, find_hardware,
 //          find_hardware_by_device_name, find_network, network_catalog, detect_local_cpu,
-//          rank_device
+//          detect_cpu, rank_device
 //
 // The hardware catalog: peak FLOP/s by precision, memory, GPUs per node, NVLink and inter-node
 // bandwidth, and the fitted achievable fractions of the time model. The data lives in
@@ -12,6 +12,7 @@
 // MPI rank per share of its cores, and rank_device() gives the share one rank sees.
 #pragma once
 
+#include <iosfwd>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -93,6 +94,8 @@ const Network& find_network(std::string_view name);
 // This machine as a CPU node: cores (the container's cpuset, else the online CPUs), memory
 // (MemTotal), and the first profile of catalog/hardware/cpu.json that matches /proc/cpuinfo.
 Hardware detect_local_cpu();
+// The same from a /proc/cpuinfo text (x86 or aarch64).
+Hardware detect_cpu(std::istream& cpuinfo);
 
 // What one rank sees when `ranks_per_node` ranks share a node. A GPU is unchanged (one rank per
 // GPU). A CPU node's cores, memory and bandwidths are divided among its ranks; with more ranks
