@@ -44,14 +44,33 @@ std::vector<int32_t> randint(int64_t n, int32_t lo, int32_t hi) {
   for (auto& x : v) x = d(g_rng);
   return v;
 }
-std::vector<bf16> to_bf16(const std::vector<float>& x) {
+float to_float(bf16 x) {
+  return bf16_to_float(x);
+}
+float to_float(f16 x) {
+  return f16_to_float(x);
+}
+template <typename H>
+std::vector<H> narrow(const std::vector<float>& x);
+template <>
+std::vector<bf16> narrow(const std::vector<float>& x) {
   std::vector<bf16> v(x.size());
   for (size_t i = 0; i < x.size(); ++i) v[i] = float_to_bf16(x[i]);
   return v;
 }
-std::vector<float> widen(const std::vector<bf16>& x) {
+template <>
+std::vector<f16> narrow(const std::vector<float>& x) {
+  std::vector<f16> v(x.size());
+  for (size_t i = 0; i < x.size(); ++i) v[i] = float_to_f16(x[i]);
+  return v;
+}
+std::vector<bf16> to_bf16(const std::vector<float>& x) {
+  return narrow<bf16>(x);
+}
+template <typename H>
+std::vector<float> widen(const std::vector<H>& x) {
   std::vector<float> v(x.size());
-  for (size_t i = 0; i < x.size(); ++i) v[i] = bf16_to_float(x[i]);
+  for (size_t i = 0; i < x.size(); ++i) v[i] = to_float(x[i]);
   return v;
 }
 
@@ -64,6 +83,10 @@ constexpr DType dtype_of<float>() {
 template <>
 constexpr DType dtype_of<bf16>() {
   return DType::kBF16;
+}
+template <>
+constexpr DType dtype_of<f16>() {
+  return DType::kF16;
 }
 template <>
 constexpr DType dtype_of<int32_t>() {
@@ -157,14 +180,25 @@ class Checker {
   void check(const std::string& what, const Pair<float>& p, double tol) {
     check(what, p.dev_result(), p.host_result(), tol);
   }
-  // bf16 outputs bit for bit, against the host side or against `want`
-  void check_bits(const std::string& what, const Pair<bf16>& p) {
+  // bf16 or f16 outputs bit for bit, against the host side or against `want`
+  template <typename H>
+  void check_bits(const std::string& what, const Pair<H>& p) {
     check_bits(what, p, p.host_result());
   }
-  void check_bits(const std::string& what, const Pair<bf16>& p, const std::vector<bf16>& want) {
-    const std::vector<bf16> got = p.dev_result();
+  template <typename H>
+  void check_bits(const std::string& what, const Pair<H>& p, const std::vector<H>& want) {
+    const std::vector<H> got = p.dev_result();
     int64_t bad = 0;
     for (size_t i = 0; i < want.size(); ++i) bad += got[i].bits != want[i].bits;
+    row(op_ + " " + what, shape_, double(bad), 0, 0, bad == 0);
+    if (bad) ++failed_;
+  }
+
+  // fp32 outputs bit for bit (NaN payloads and signed zeros included)
+  void check_bits_of(const std::string& what, const Pair<float>& p) {
+    const std::vector<float> got = p.dev_result(), want = p.host_result();
+    int64_t bad = 0;
+    for (size_t i = 0; i < want.size(); ++i) bad += std::memcmp(&got[i], &want[i], 4) != 0;
     row(op_ + " " + what, shape_, double(bad), 0, 0, bad == 0);
     if (bad) ++failed_;
   }
@@ -205,7 +239,28 @@ struct GemmCase {
   int64_t M, N, K, pad;  // pad: extra elements per row of every operand (lda > minimum)
 };
 
-void check_gemm(Checker& ck, const GemmCase& g, Trans ta, Trans tb, float beta, bool bf) {
+// The 16-bit inputs' case: the reference multiplies their values widened to fp32 (exact).
+template <typename H>
+void gemm_16(const GemmCase& g,
+             Trans ta,
+             Trans tb,
+             float beta,
+             const std::vector<float>& a,
+             const std::vector<float>& b,
+             int64_t lda,
+             int64_t ldb,
+             int64_t ldc,
+             int64_t off,
+             Pair<float>& c) {
+  Pair<H> A(narrow<H>(a)), B(narrow<H>(b));
+  const std::vector<float> aw = widen(A.host_result()), bw = widen(B.host_result());
+  ref::gemm(ta, tb, g.M, g.N, g.K, 0.5f, aw.data() + off, lda, bw.data() + off, ldb, beta,
+            c.host() + off, ldc);
+  gemm(g_dev, ta, tb, g.M, g.N, g.K, 0.5f, A.dev() + off, lda, B.dev() + off, ldb, beta,
+       c.dev() + off, ldc);
+}
+
+void check_gemm(Checker& ck, const GemmCase& g, Trans ta, Trans tb, float beta, DType in) {
   const int64_t lda = (ta == Trans::kN ? g.K : g.M) + g.pad;
   const int64_t ldb = (tb == Trans::kN ? g.N : g.K) + g.pad;
   const int64_t ldc = g.N + g.pad;
@@ -216,18 +271,17 @@ void check_gemm(Checker& ck, const GemmCase& g, Trans ta, Trans tb, float beta, 
   const std::string shape =
       str("M", g.M, " N", g.N, " K", g.K, ta == Trans::kT ? " At" : "",
           tb == Trans::kT ? " Bt" : "", g.pad ? " pad+off" : "", " beta", beta);
-  ck.run(bf ? "gemm.bf16" : "gemm.fp32", shape, [&] {
+  const char* name = in == DType::kBF16  ? "gemm.bf16"
+                     : in == DType::kF16 ? "gemm.fp16"
+                                         : "gemm.fp32";
+  ck.run(name, shape, [&] {
     auto a = randn(a_rows * lda + off), b = randn(b_rows * ldb + off);
     // beta == 0 must ignore C entirely, NaN included
     Pair<float> c(beta == 0.0f ? poison(g.M * ldc + off) : randn(g.M * ldc + off));
-    if (bf) {
-      // the reference multiplies the bf16 values, widened to fp32 (exact)
-      Pair<bf16> A(to_bf16(a)), B(to_bf16(b));
-      const std::vector<float> aw = widen(A.host_result()), bw = widen(B.host_result());
-      ref::gemm(ta, tb, g.M, g.N, g.K, 0.5f, aw.data() + off, lda, bw.data() + off, ldb, beta,
-                c.host() + off, ldc);
-      gemm(g_dev, ta, tb, g.M, g.N, g.K, 0.5f, A.dev() + off, lda, B.dev() + off, ldb, beta,
-           c.dev() + off, ldc);
+    if (in == DType::kBF16) {
+      gemm_16<bf16>(g, ta, tb, beta, a, b, lda, ldb, ldc, off, c);
+    } else if (in == DType::kF16) {
+      gemm_16<f16>(g, ta, tb, beta, a, b, lda, ldb, ldc, off, c);
     } else {
       Pair<float> A(a), B(b);
       ref::gemm(ta, tb, g.M, g.N, g.K, 0.5f, A.host() + off, lda, B.host() + off, ldb, beta,
@@ -242,7 +296,8 @@ void check_gemm(Checker& ck, const GemmCase& g, Trans ta, Trans tb, float beta, 
         g2.push_back(got[size_t(off + r * ldc + col)]);
         r2.push_back(want[size_t(off + r * ldc + col)]);
       }
-    ck.check("C", g2, r2, bf ? kTolBf16 : kTolF32);
+    // fp16 is widened to fp32 exactly on the CPU: fp32's tolerance
+    ck.check("C", g2, r2, in == DType::kBF16 ? kTolBf16 : kTolF32);
   });
 }
 
@@ -259,10 +314,10 @@ void gemm_cases(Checker& ck, bool small) {
     for (Trans ta : {Trans::kN, Trans::kT})
       for (Trans tb : {Trans::kN, Trans::kT})
         for (float beta : {0.0f, 1.0f})
-          for (bool bf : {false, true}) {
+          for (DType in : {DType::kF32, DType::kBF16, DType::kF16}) {
             // large shapes: the three forms a linear layer uses (forward, dgrad, wgrad)
             if (g.M >= 512 && ta == Trans::kT && tb == Trans::kT) continue;
-            check_gemm(ck, g, ta, tb, beta, bf);
+            check_gemm(ck, g, ta, tb, beta, in);
           }
 }
 
@@ -312,6 +367,46 @@ void elementwise_cases(Checker& ck, bool small) {
       for (int64_t i = 0; i < n; ++i) back.host()[i] = bf16_to_float(b.host()[i]);
       convert(g_dev, back.dev(), b.dev(), n);
       ck.check("to fp32", back, 0.0);
+    });
+    ck.run("convert.fp16", shape, [&] {
+      auto v = randn(n, 3000.0f);
+      // specials: NaN, infinities, zeros, fp16's largest value and the first that overflows
+      // (65520, a tie rounding up), fp16 subnormals and their ties, values that round to 0
+      const float specials[] = {kNaN,
+                                -kNaN,
+                                -std::numeric_limits<float>::infinity(),
+                                std::numeric_limits<float>::infinity(),
+                                0.0f,
+                                -0.0f,
+                                65504.0f,
+                                65519.996f,
+                                65520.0f,
+                                -65520.0f,
+                                1e6f,
+                                6.1035156e-5f,  // 2^-14, the smallest normal
+                                6.1e-5f,
+                                5.9604645e-8f,  // 2^-24, the smallest subnormal
+                                2.9802322e-8f,
+                                2.9802326e-8f,  // 2^-25 (a tie to 0), just above
+                                8.940697e-8f,
+                                1e-10f,
+                                std::numeric_limits<float>::denorm_min(),
+                                1.00048828125f,   // 1 + 2^-11: a tie, rounds down to even 1.0
+                                1.00146484375f};  // 1 + 3 * 2^-11: a tie, rounds up to 1 + 2^-9
+      for (size_t i = 0; i < std::size(specials) && i < v.size(); ++i) v[i] = specials[i];
+      Pair<float> src(v);
+      Pair<f16> dst(std::vector<f16>(size_t(n), f16{0xffff}));
+      for (int64_t i = 0; i < n; ++i) dst.host()[i] = ref::to_f16(src.host()[i]);
+      convert(g_dev, dst.dev(), src.dev(), n);
+      ck.check_bits("to fp16 (bits)", dst);
+      // every fp16 bit pattern (and the random ones) back to fp32, exactly
+      std::vector<f16> all = narrow<f16>(randn(n));
+      for (size_t i = 0; i < all.size() && i < 65536; ++i) all[i] = f16{uint16_t(i)};
+      Pair<f16> h(all);
+      Pair<float> back(poison(n));
+      for (int64_t i = 0; i < n; ++i) back.host()[i] = ref::from_f16(h.host()[i]);
+      convert(g_dev, back.dev(), h.dev(), n);
+      ck.check_bits_of("to fp32 (bits)", back);
     });
     ck.run("sum_squares", shape, [&] {
       Pair<float> x(randn(n));

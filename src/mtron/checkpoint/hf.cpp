@@ -461,7 +461,7 @@ class HfWeights {
       std::vector<uint16_t> raw(n);
       f->read(*e, 0, n * 2, raw.data());
       for (size_t i = 0; i < n; ++i)
-        out[i] = e->dtype == "BF16" ? bf16_to_float(bf16{raw[i]}) : half_to_float(raw[i]);
+        out[i] = e->dtype == "BF16" ? bf16_to_float(bf16{raw[i]}) : f16_to_float(f16{raw[i]});
     } else {
       MT_CHECK(false, f->path(), ": tensor '", name, "' has dtype ", e->dtype,
                " (expected F32, BF16 or F16)");
@@ -470,31 +470,6 @@ class HfWeights {
   }
 
  private:
-  static float half_to_float(uint16_t h) {
-    const uint32_t s = uint32_t(h >> 15) << 31, ex = (h >> 10) & 31, m = h & 1023;
-    uint32_t u;
-    if (ex == 0) {
-      if (m == 0) {
-        u = s;
-      } else {  // subnormal: normalise
-        int e = -1;
-        uint32_t mm = m;
-        do {
-          ++e;
-          mm <<= 1;
-        } while (!(mm & 1024));
-        u = s | uint32_t(127 - 15 - e) << 23 | (mm & 1023) << 13;
-      }
-    } else if (ex == 31) {
-      u = s | 0x7f800000u | m << 13;
-    } else {
-      u = s | (ex + 112) << 23 | m << 13;
-    }
-    float f;
-    std::memcpy(&f, &u, 4);
-    return f;
-  }
-
   std::vector<std::unique_ptr<SafetensorsFile>> files_;
   std::map<std::string, std::pair<const SafetensorsFile*, const SafetensorsEntry*>> index_;
 };

@@ -61,6 +61,7 @@ MPI_Datatype mpi_type(DType t) {
     case DType::kI64:
       return MPI_INT64_T;
     case DType::kU16:
+    case DType::kF16:  // moved as bits (mtron reduces no fp16 tensor)
       return MPI_UINT16_T;
     case DType::kU8:
       return MPI_UINT8_T;

@@ -46,6 +46,8 @@ ncclDataType_t reduce_type(DType t) {
       return ncclInt64;
     case DType::kU8:
       return ncclUint8;
+    case DType::kF16:
+      return ncclFloat16;
     case DType::kU16:
       break;
   }

@@ -20,6 +20,8 @@ size_t dtype_size(DType t) {
       return 1;
     case DType::kF64:
       return 8;
+    case DType::kF16:
+      return 2;
   }
   MT_ASSERT(false, "unknown dtype ", int(t));
 }
@@ -40,6 +42,8 @@ std::string_view dtype_name(DType t) {
       return "uint8";
     case DType::kF64:
       return "float64";
+    case DType::kF16:
+      return "float16";
   }
   MT_ASSERT(false, "unknown dtype ", int(t));
 }

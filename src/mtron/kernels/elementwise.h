@@ -1,4 +1,4 @@
-// defines: add, scale_inplace, convert (f32<->bf16), bias_add, bias_backward,
+// defines: add, scale_inplace, convert (f32<->bf16, f32<->f16), bias_add, bias_backward,
 //          sum_squares, fill_zero, fill, copy
 //
 // fill_zero, fill and copy are the device-generic forms of memset, std::fill and memcpy: code
@@ -13,7 +13,8 @@ namespace mtron::kernels {
 
 // add:           out[i] = a[i] + b[i]  (out may alias a or b)
 // scale_inplace: x[i] *= s
-// convert:       dst[i] = round_to_nearest_even(src[i]) (to bf16), and back (to fp32)
+// convert:       dst[i] = round_to_nearest_even(src[i]) (to bf16 or f16), and back (to fp32,
+//                exact); to f16, magnitudes from 65520 up become infinity (as on a GPU)
 // bias_add:      out[N,C] += bias[C] broadcast over rows
 // bias_backward: dbias[C] += sum over rows of dout[N,C]
 // sum_squares:   sum of x[i]^2 accumulated in double (for the global gradient norm)
@@ -27,6 +28,10 @@ namespace mtron::kernels {
   OP(void, convert, convert_to_bf16, no_contract, (bf16 * dst, const float* src, int64_t n),       \
      (dst, src, n))                                                                                \
   OP(void, convert, convert_to_fp32, no_contract, (float* dst, const bf16* src, int64_t n),        \
+     (dst, src, n))                                                                                \
+  OP(void, convert, convert_to_fp16, no_contract, (f16 * dst, const float* src, int64_t n),        \
+     (dst, src, n))                                                                                \
+  OP(void, convert, convert_fp16_to_fp32, no_contract, (float* dst, const f16* src, int64_t n),    \
      (dst, src, n))                                                                                \
   OP(void, bias_add, bias_add, no_contract, (float* out, const float* bias, int64_t N, int64_t C), \
      (out, bias, N, C))                                                                            \

@@ -1,4 +1,4 @@
-// defines: Trans, gemm (fp32 and bf16 inputs, fp32 output)
+// defines: Trans, gemm (fp32, bf16 and fp16 inputs, fp32 output)
 //
 // Row-major GEMM: C[M,N] = alpha * op(A)[M,K] * op(B)[K,N] + beta * C.
 // op(X) = X (kN) or X^T (kT); lda/ldb/ldc are row strides in elements of the stored matrices.
@@ -6,9 +6,10 @@
 //   forward  Y  = X  W^T   gemm(kN, kT, N, out, in, ...)
 //   dgrad    dX = dY W     gemm(kN, kN, N, in, out, ...)
 //   wgrad    dW += dY^T X  gemm(kT, kN, out, in, N, ..., beta = 1)
-// bf16 inputs accumulate in fp32 and write fp32. On the CPU the library depends on the CPU
-// (kernels/cpu_isa.h, docs/kernels.md): fp32 through OpenBLAS, bf16 through oneDNN (on the AMX
-// units where the CPU has them) or, where oneDNN has no bf16 matmul, widened to fp32 exactly.
+// bf16 and fp16 inputs accumulate in fp32 and write fp32. On the CPU the library depends on the
+// CPU (kernels/cpu_isa.h, docs/kernels.md): fp32 through OpenBLAS, bf16 through oneDNN (on the
+// AMX units where the CPU has them) or, where oneDNN has no bf16 matmul, widened to fp32
+// exactly; fp16 is always widened to fp32 exactly (every fp16 value is an fp32).
 // beta == 0 means C is write-only (its old contents, even NaN, are ignored).
 #pragma once
 
@@ -20,14 +21,18 @@ namespace mtron::kernels {
 
 enum class Trans { kN, kT };
 
-#define MTRON_GEMM_OPS(OP)                                                              \
-  OP(void, gemm, gemm_fp32, gemm_contract,                                              \
-     (Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, \
-      int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc),     \
-     (ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc))                            \
-  OP(void, gemm, gemm_bf16, gemm_contract,                                              \
-     (Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alpha, const bf16* A,  \
-      int64_t lda, const bf16* B, int64_t ldb, float beta, float* C, int64_t ldc),      \
+#define MTRON_GEMM_OPS(OP)                                                                         \
+  OP(void, gemm, gemm_fp32, gemm_contract,                                                         \
+     (Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,            \
+      int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc),                \
+     (ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc))                                       \
+  OP(void, gemm, gemm_bf16, gemm_contract,                                                         \
+     (Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alpha, const bf16* A,             \
+      int64_t lda, const bf16* B, int64_t ldb, float beta, float* C, int64_t ldc),                 \
+     (ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc))                                       \
+  OP(void, gemm, gemm_fp16, gemm_contract,                                                         \
+     (Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alpha, const f16* A, int64_t lda, \
+      const f16* B, int64_t ldb, float beta, float* C, int64_t ldc),                               \
      (ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc))
 MTRON_GEMM_OPS(MT_OP_DECLARE)
 

@@ -1,11 +1,12 @@
 // defines: GemmOperand, gemm (of dtype-tagged operands)
 //
 // A GEMM input tagged with its dtype, so that a layer holding activations and weights in the
-// run's precision (fp32, or their bf16 copies) calls one gemm and never branches on precision:
-// the call goes to the fp32 or the bf16 gemm of kernels/gemm.h.
+// run's precision (fp32, or their bf16 or fp16 copies) calls one gemm and never branches on
+// precision: the call goes to the fp32, bf16 or fp16 gemm of kernels/gemm.h.
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
 #include "mtron/core/dtype.h"
 #include "mtron/core/error.h"
@@ -13,20 +14,22 @@
 
 namespace mtron::kernels {
 
-// An fp32 or bf16 matrix as a GEMM reads it.
+// An fp32, bf16 or fp16 matrix as a GEMM reads it.
 struct GemmOperand {
-  DType dtype = DType::kF32;  // kF32 or kBF16
+  DType dtype = DType::kF32;  // kF32, kBF16 or kF16
   const void* data = nullptr;
 
   static GemmOperand of(const float* p) { return {DType::kF32, p}; }
   static GemmOperand of(const bf16* p) { return {DType::kBF16, p}; }
+  static GemmOperand of(const f16* p) { return {DType::kF16, p}; }
   // The operand starting `elems` elements further on (a block of rows).
   GemmOperand at(int64_t elems) const {
     return {dtype, static_cast<const char*>(data) + elems * int64_t(dtype_size(dtype))};
   }
 };
 
-// gemm (kernels/gemm.h) of two operands of the same dtype: fp32, or bf16 accumulated in fp32.
+// gemm (kernels/gemm.h) of two operands of the same dtype: fp32, or bf16 or fp16 accumulated in
+// fp32.
 inline void gemm(const Ctx& ctx,
                  Trans ta,
                  Trans tb,
@@ -41,14 +44,17 @@ inline void gemm(const Ctx& ctx,
                  float beta,
                  float* C,
                  int64_t ldc) {
-  MT_ASSERT(A.dtype == B.dtype && (A.dtype == DType::kF32 || A.dtype == DType::kBF16),
+  MT_ASSERT(A.dtype == B.dtype &&
+                (A.dtype == DType::kF32 || A.dtype == DType::kBF16 || A.dtype == DType::kF16),
             "gemm: operands of dtypes ", dtype_name(A.dtype), " and ", dtype_name(B.dtype));
-  if (A.dtype == DType::kBF16) {
-    return gemm(ctx, ta, tb, M, N, K, alpha, static_cast<const bf16*>(A.data), lda,
-                static_cast<const bf16*>(B.data), ldb, beta, C, ldc);
-  }
-  gemm(ctx, ta, tb, M, N, K, alpha, static_cast<const float*>(A.data), lda,
-       static_cast<const float*>(B.data), ldb, beta, C, ldc);
+  auto run = [&](auto* type) {
+    using T = std::remove_pointer_t<decltype(type)>;
+    gemm(ctx, ta, tb, M, N, K, alpha, static_cast<const T*>(A.data), lda,
+         static_cast<const T*>(B.data), ldb, beta, C, ldc);
+  };
+  if (A.dtype == DType::kBF16) return run(static_cast<bf16*>(nullptr));
+  if (A.dtype == DType::kF16) return run(static_cast<f16*>(nullptr));
+  run(static_cast<float*>(nullptr));
 }
 
 }  // namespace mtron::kernels

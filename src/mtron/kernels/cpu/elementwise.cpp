@@ -1,6 +1,6 @@
-// CPU elementwise ops: add, scale, f32<->bf16 conversion, bias add/backward, sum of squares,
-// and the memset/fill/memcpy forms of fill_zero, fill and copy. All memory-bound: one pass,
-// split over threads in whole cache lines.
+// CPU elementwise ops: add, scale, f32<->bf16 and f32<->f16 conversion, bias add/backward, sum of
+// squares, and the memset/fill/memcpy forms of fill_zero, fill and copy. All memory-bound: one
+// pass, split over threads in whole cache lines.
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "mtron/kernels/cpu/elementwise.cpp"
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
@@ -46,6 +46,22 @@ void convert_to_fp32(float* dst, const bf16* src, int64_t n) {
   const DU16 dh;
   parallel_lanes(d, n, n * 6, [&](int64_t i, size_t k) {
     store(d, from_bf16(d, load(dh, bits(src + i), k)), dst + i, k);
+  });
+}
+
+void convert_to_fp16(f16* dst, const float* src, int64_t n) {
+  const DF d;
+  const DU16 dh;
+  parallel_lanes(d, n, n * 6, [&](int64_t i, size_t k) {
+    store(dh, to_f16(d, load(d, src + i, k)), bits(dst + i), k);
+  });
+}
+
+void convert_fp16_to_fp32(float* dst, const f16* src, int64_t n) {
+  const DF d;
+  const DU16 dh;
+  parallel_lanes(d, n, n * 6, [&](int64_t i, size_t k) {
+    store(d, from_f16(d, load(dh, bits(src + i), k)), dst + i, k);
   });
 }
 

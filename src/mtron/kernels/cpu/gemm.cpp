@@ -1,6 +1,8 @@
 // CPU GEMM: fp32 through OpenBLAS, bf16 through oneDNN matmul (AMX where the CPU has it,
 // AVX512_BF16 otherwise) or, where oneDNN has no bf16 matmul at the CPU's level (below
-// AVX-512), widened to fp32. kernels/cpu_isa.h has the rules, docs/kernels.md the measurements.
+// AVX-512), widened to fp32; fp16 widened to fp32 (exact, as bf16: every fp16 value is an fp32,
+// and the products accumulate in fp32 as on a GPU's fp16 tensor cores with fp32 accumulation).
+// kernels/cpu_isa.h has the rules, docs/kernels.md the measurements.
 //
 // oneDNN: creating a primitive costs tens to hundreds of microseconds, so primitives are cached
 // per (shape, strides, transposes, dtype, alpha, beta) for the life of the process. A training
@@ -214,9 +216,10 @@ void gemm_fp32(const Key& k, const float* A, const float* B, float* C) {
               blasint(k.ldc));
 }
 
-// `rows` rows of `cols` bf16 values at stride ld, widened into a grow-only per-thread buffer
-// (slot 0 or 1) with stride cols.
-const float* widen(int slot, const bf16* X, int64_t rows, int64_t cols, int64_t ld) {
+// `rows` rows of `cols` bf16 or fp16 values at stride ld, widened into a grow-only per-thread
+// buffer (slot 0 or 1) with stride cols.
+template <typename H>
+const float* widen(int slot, const H* X, int64_t rows, int64_t cols, int64_t ld) {
   thread_local std::vector<float> bufs[2];
   std::vector<float>& buf = bufs[slot];
   if (buf.size() < size_t(rows * cols)) buf.resize(size_t(rows * cols));
@@ -239,6 +242,20 @@ bool degenerate(const Key& k, float* C) {
   if (k.M == 0 || k.N == 0) return true;
   if (k.K == 0) return scale_c(k.M, k.N, k.beta, C, k.ldc), true;
   return false;
+}
+
+// The 16-bit operands widened to fp32 and multiplied by the fp32 path.
+template <typename H>
+void gemm_widened(Key k, const H* A, const H* B, float* C) {
+  int64_t ar, ac, br, bc;
+  stored(k.ta, k.M, k.K, &ar, &ac);
+  stored(k.tb, k.K, k.N, &br, &bc);
+  const float* a = widen(0, A, ar, ac, k.lda);
+  const float* b = widen(1, B, br, bc, k.ldb);
+  k.bf16 = false;
+  k.lda = ac;
+  k.ldb = bc;
+  gemm_fp32(k, a, b, C);
 }
 
 }  // namespace
@@ -311,18 +328,28 @@ void gemm(const Ctx&,
           float beta,
           float* C,
           int64_t ldc) {
-  Key k{M, N, K, lda, ldb, ldc, ta == Trans::kT, tb == Trans::kT, true, alpha, beta};
+  const Key k{M, N, K, lda, ldb, ldc, ta == Trans::kT, tb == Trans::kT, true, alpha, beta};
   if (degenerate(k, C)) return;
   if (OneDnn::get().has_bf16()) return OneDnn::get().run(k, A, B, C);
-  int64_t ar, ac, br, bc;
-  stored(k.ta, M, K, &ar, &ac);
-  stored(k.tb, K, N, &br, &bc);
-  const float* a = widen(0, A, ar, ac, lda);
-  const float* b = widen(1, B, br, bc, ldb);
-  k.bf16 = false;
-  k.lda = ac;
-  k.ldb = bc;
-  gemm_fp32(k, a, b, C);
+  gemm_widened(k, A, B, C);
+}
+
+void gemm(const Ctx&,
+          Trans ta,
+          Trans tb,
+          int64_t M,
+          int64_t N,
+          int64_t K,
+          float alpha,
+          const f16* A,
+          int64_t lda,
+          const f16* B,
+          int64_t ldb,
+          float beta,
+          float* C,
+          int64_t ldc) {
+  const Key k{M, N, K, lda, ldb, ldc, ta == Trans::kT, tb == Trans::kT, false, alpha, beta};
+  if (!degenerate(k, C)) gemm_widened(k, A, B, C);
 }
 
 }  // namespace cpu

@@ -1,5 +1,6 @@
 // defines (per SIMD target, in namespace cpu::HWY_NAMESPACE): DF, VF, DU16, load, store,
-//          for_lanes, parallel_lanes, add_into, exp, sigmoid, hsum, hmax, to_bf16, from_bf16
+//          for_lanes, parallel_lanes, add_into, exp, sigmoid, hsum, hmax, to_bf16, from_bf16,
+//          to_f16, from_f16
 //
 // The vector helpers every CPU kernel shares, written once over Google Highway and compiled for
 // each SIMD target a kernel file is compiled for (hwy/foreach_target.h re-includes this file once
@@ -138,11 +139,53 @@ HWY_INLINE VF from_bf16(DF d, hn::Vec<DU16> h) {
   return hn::BitCast(d, hn::ShiftLeft<16>(hn::PromoteTo(du, h)));
 }
 
-// bf16 storage is mtron::bf16 ({uint16_t bits}); these view it as uint16 lanes.
-HWY_INLINE const uint16_t* bits(const bf16* p) {
+// Round to nearest even, bit-identical to mtron::float_to_f16 (the same three cases on the
+// magnitude: infinity or NaN from 2^16 up, subnormal below 2^-14, else rebias and round).
+HWY_INLINE hn::Vec<DU16> to_f16(DF d, VF x) {
+  const hn::RebindToUnsigned<DF> du;
+  const hn::RebindToSigned<DF> di;
+  const auto u = hn::BitCast(du, x);
+  const auto sign = hn::And(hn::ShiftRight<16>(u), hn::Set(du, 0x8000u));
+  const auto a = hn::And(u, hn::Set(du, 0x7fffffffu));
+  const auto ai = hn::BitCast(di, a);  // <= 0x7fffffff: signed comparisons order it
+  const auto big = hn::IfThenElse(hn::RebindMask(du, hn::Gt(ai, hn::Set(di, 0x7f800000))),
+                                  hn::Set(du, 0x7e00u), hn::Set(du, 0x7c00u));
+  const auto small = hn::Sub(hn::BitCast(du, hn::Add(hn::BitCast(d, a), hn::Set(d, 0.5f))),
+                             hn::Set(du, 0x3f000000u));
+  const auto odd = hn::And(hn::ShiftRight<13>(a), hn::Set(du, 1u));
+  auto r = hn::ShiftRight<13>(hn::Add(a, hn::Add(hn::Set(du, 0xc8000fffu), odd)));
+  r = hn::IfThenElse(hn::RebindMask(du, hn::Lt(ai, hn::Set(di, 0x38800000))), small, r);
+  r = hn::IfThenElse(hn::RebindMask(du, hn::Gt(ai, hn::Set(di, 0x477fffff))), big, r);
+  // <= 0xffff, so the saturating demotion from int32 is exact
+  return hn::DemoteTo(DU16(), hn::BitCast(di, hn::Or(r, sign)));
+}
+
+// Exact, as mtron::f16_to_float.
+HWY_INLINE VF from_f16(DF d, hn::Vec<DU16> h) {
+  const hn::RebindToUnsigned<DF> du;
+  const auto w = hn::PromoteTo(du, h);
+  const auto sign = hn::ShiftLeft<16>(hn::And(w, hn::Set(du, 0x8000u)));
+  const auto em = hn::ShiftLeft<13>(hn::And(w, hn::Set(du, 0x7fffu)));  // at float's positions
+  const auto e = hn::And(em, hn::Set(du, 0x0f800000u));
+  const auto rebias = hn::Set(du, 112u << 23);
+  auto r = hn::Add(em, rebias);  // normal: exponent - 15 + 127
+  r = hn::IfThenElse(hn::Eq(e, hn::Set(du, 0x0f800000u)), hn::Add(r, rebias), r);  // inf, NaN
+  // subnormal: m 2^-24 = (1 + m 2^-10) 2^-14 - 2^-14
+  const auto sub = hn::BitCast(
+      du, hn::Sub(hn::BitCast(d, hn::Add(em, hn::Set(du, 113u << 23))), hn::Set(d, 0x1p-14f)));
+  r = hn::IfThenElse(hn::Eq(e, hn::Zero(du)), sub, r);
+  return hn::BitCast(d, hn::Or(r, sign));
+}
+
+// bf16 and f16 storage are {uint16_t bits}; these view it as uint16 lanes.
+template <typename H>
+HWY_INLINE const uint16_t* bits(const H* p) {
+  static_assert(sizeof(H) == 2);
   return reinterpret_cast<const uint16_t*>(p);
 }
-HWY_INLINE uint16_t* bits(bf16* p) {
+template <typename H>
+HWY_INLINE uint16_t* bits(H* p) {
+  static_assert(sizeof(H) == 2);
   return reinterpret_cast<uint16_t*>(p);
 }
 

@@ -1,5 +1,6 @@
 // defines: MT_UNROLL, MT_DYNAMIC_SMEM, launch, grid_for, warp_sum, warp_max, block_sum,
-//          block_max, f32_to_bf16_bits, bf16_bits_to_f32, kNegInf
+//          block_max, f32_to_bf16_bits, bf16_bits_to_f32, f32_to_f16_bits, f16_bits_to_f32,
+//          kNegInf
 //
 // Device-side helpers for the kernels (.cu). Every launch goes through launch(), which checks
 // the launch (runtime.h, check_launch); under MTRON_CUDA_SIM it runs the grid in the CPU
@@ -111,6 +112,24 @@ __device__ __forceinline__ uint16_t f32_to_bf16_bits(float f) {
 }
 __device__ __forceinline__ float bf16_bits_to_f32(uint16_t b) {
   return __uint_as_float(unsigned(b) << 16);
+}
+
+// mtron::float_to_f16 bit for bit (as __float2half_rn, but NaN becomes 0x7e00 with its sign).
+__device__ __forceinline__ uint16_t f32_to_f16_bits(float f) {
+  unsigned u = __float_as_uint(f);
+  const unsigned sign = (u >> 16) & 0x8000u;
+  u &= 0x7fffffffu;
+  if (u >= 0x47800000u) return uint16_t(sign | (u > 0x7f800000u ? 0x7e00u : 0x7c00u));
+  if (u < 0x38800000u)
+    return uint16_t(sign | (__float_as_uint(__uint_as_float(u) + 0.5f) - 0x3f000000u));
+  return uint16_t(sign | ((u + 0xc8000fffu + ((u >> 13) & 1u)) >> 13));
+}
+// mtron::f16_to_float: exact.
+__device__ __forceinline__ float f16_bits_to_f32(uint16_t h) {
+  const unsigned s = unsigned(h & 0x8000u) << 16, e = (h >> 10) & 31u, m = h & 1023u;
+  if (e == 31) return __uint_as_float(s | 0x7f800000u | m << 13);
+  if (e != 0) return __uint_as_float(s | (e + 112u) << 23 | m << 13);
+  return __uint_as_float(s | __float_as_uint(float(m) * 5.9604644775390625e-8f));  // m 2^-24
 }
 
 }  // namespace mtron::kernels::cuda

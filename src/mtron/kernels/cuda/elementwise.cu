@@ -1,5 +1,6 @@
-// CUDA elementwise ops (kernels/elementwise.h): add, scale, f32<->bf16 conversion, bias add and
-// backward, sum of squares, fill; and the column-sum and matrix-scale helpers of runtime.h.
+// CUDA elementwise ops (kernels/elementwise.h): add, scale, f32<->bf16 and f32<->f16 conversion,
+// bias add and backward, sum of squares, fill; and the column-sum and matrix-scale helpers of
+// runtime.h.
 //
 // All memory-bound grid-stride loops with 64-bit indices. The reductions (bias_backward,
 // sum_squares) use a fixed partition that depends on the sizes only, so results are
@@ -40,6 +41,18 @@ __global__ void to_f32_kernel(float* dst, const uint16_t* src, int64_t n) {
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
        i += int64_t(gridDim.x) * blockDim.x)
     dst[i] = bf16_bits_to_f32(src[i]);
+}
+
+__global__ void to_f16_kernel(uint16_t* dst, const float* src, int64_t n) {
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * blockDim.x)
+    dst[i] = f32_to_f16_bits(src[i]);
+}
+
+__global__ void f16_to_f32_kernel(float* dst, const uint16_t* src, int64_t n) {
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * blockDim.x)
+    dst[i] = f16_bits_to_f32(src[i]);
 }
 
 __global__ void bias_add_kernel(float* out, const float* bias, int64_t N, int64_t C) {
@@ -129,6 +142,16 @@ void convert(const Ctx& ctx, bf16* dst, const float* src, int64_t n) {
 void convert(const Ctx& ctx, float* dst, const bf16* src, int64_t n) {
   launch("convert_to_f32", to_f32_kernel, grid_for(n, kThreads), kThreads, 0, stream_of(ctx), dst,
          reinterpret_cast<const uint16_t*>(src), n);
+}
+
+void convert(const Ctx& ctx, f16* dst, const float* src, int64_t n) {
+  launch("convert_to_fp16", to_f16_kernel, grid_for(n, kThreads), kThreads, 0, stream_of(ctx),
+         reinterpret_cast<uint16_t*>(dst), src, n);
+}
+
+void convert(const Ctx& ctx, float* dst, const f16* src, int64_t n) {
+  launch("convert_fp16_to_fp32", f16_to_f32_kernel, grid_for(n, kThreads), kThreads, 0,
+         stream_of(ctx), dst, reinterpret_cast<const uint16_t*>(src), n);
 }
 
 void bias_add(const Ctx& ctx, float* out, const float* bias, int64_t N, int64_t C) {

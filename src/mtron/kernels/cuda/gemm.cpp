@@ -1,6 +1,7 @@
-// CUDA GEMM through cuBLASLt (kernels/gemm.h): fp32 x fp32 and bf16 x bf16, both accumulating
-// in fp32 (CUBLAS_COMPUTE_32F: no TF32, so fp32 results agree with the CPU to fp32 rounding)
-// and writing fp32. beta == 1 accumulates into C (weight gradients); beta == 0 does not read C.
+// CUDA GEMM through cuBLASLt (kernels/gemm.h): fp32 x fp32, bf16 x bf16 and fp16 x fp16, all
+// accumulating in fp32 (CUBLAS_COMPUTE_32F: no TF32, so fp32 results agree with the CPU to fp32
+// rounding) and writing fp32. beta == 1 accumulates into C (weight gradients); beta == 0 does not
+// read C.
 //
 // The row-major call becomes a column-major one (gemm_layout.h). Each distinct problem (device,
 // dtype, transposes, sizes, leading dimensions, pointer alignments) gets a plan: the matmul
@@ -249,6 +250,23 @@ void gemm(const Ctx& ctx,
           float* C,
           int64_t ldc) {
   run(ctx, CUDA_R_16BF, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
+void gemm(const Ctx& ctx,
+          Trans ta,
+          Trans tb,
+          int64_t M,
+          int64_t N,
+          int64_t K,
+          float alpha,
+          const f16* A,
+          int64_t lda,
+          const f16* B,
+          int64_t ldb,
+          float beta,
+          float* C,
+          int64_t ldc) {
+  run(ctx, CUDA_R_16F, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
 }  // namespace mtron::kernels::cuda

@@ -43,6 +43,45 @@ inline bf16 to_bf16(float x) {
   return bf16{uint16_t(u >> 16)};
 }
 
+// binary16 round to nearest even, written from the definition (11 significant bits, quantum
+// never below 2^-24, anything that rounds beyond 65504 is infinity), independently of core's
+// bit trick; NaN becomes the quiet NaN 0x7e00 with its sign (mtron's choice).
+inline f16 to_f16(float x) {
+  const uint16_t sign = std::signbit(x) ? 0x8000 : 0;
+  if (std::isnan(x)) return f16{uint16_t(sign | 0x7e00)};
+  double r = std::fabs(double(x));
+  if (r != 0 && !std::isinf(r)) {
+    int e;
+    std::frexp(r, &e);  // r = m 2^e, m in [0.5, 1)
+    const double quantum = std::ldexp(1.0, std::max(e - 11, -24));
+    r = std::nearbyint(r / quantum) * quantum;  // default mode: ties to even
+  }
+  if (r > 65504.0) return f16{uint16_t(sign | 0x7c00)};
+  if (r == 0) return f16{sign};
+  int e;
+  std::frexp(r, &e);
+  if (r < std::ldexp(1.0, -14)) return f16{uint16_t(sign | uint16_t(std::ldexp(r, 24)))};
+  const int biased = e - 1 + 15;
+  const double mant = std::ldexp(r, 1 - e) - 1.0;  // in [0, 1), a multiple of 2^-10
+  return f16{uint16_t(sign | biased << 10 | int(std::ldexp(mant, 10)))};
+}
+
+// The value of a binary16 from its fields; a NaN's payload goes to the top of float's mantissa.
+inline float from_f16(f16 h) {
+  const bool neg = h.bits & 0x8000;
+  const int e = (h.bits >> 10) & 31, m = h.bits & 1023;
+  if (e == 31 && m != 0) {
+    const uint32_t u = uint32_t(neg) << 31 | 0x7f800000u | uint32_t(m) << 13;
+    float f;
+    std::memcpy(&f, &u, 4);
+    return f;
+  }
+  const double v = e == 31  ? std::numeric_limits<double>::infinity()
+                   : e == 0 ? std::ldexp(double(m), -24)
+                            : std::ldexp(1.0 + double(m) / 1024.0, e - 15);
+  return float(neg ? -v : v);
+}
+
 template <typename T>
 void bias_add(T* out, const T* bias, int64_t N, int64_t C) {
   for (int64_t r = 0; r < N; ++r)

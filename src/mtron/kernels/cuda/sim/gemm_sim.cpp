@@ -16,6 +16,9 @@ float load(const float* p, int64_t i) {
 float load(const bf16* p, int64_t i) {
   return bf16_to_float(p[i]);
 }
+float load(const f16* p, int64_t i) {
+  return f16_to_float(p[i]);
+}
 
 // cuBLAS semantics: D(i, j) = alpha sum_p op(A)(i, p) op(B)(p, j) + beta C(i, j), column-major.
 template <typename T>
@@ -48,6 +51,29 @@ void run(Trans ta,
     }
 }
 
+// run on device pointers (checked), with the emulation's device access open.
+template <typename T>
+void checked_run(Trans ta,
+                 Trans tb,
+                 int64_t M,
+                 int64_t N,
+                 int64_t K,
+                 float alpha,
+                 const T* A,
+                 int64_t lda,
+                 const T* B,
+                 int64_t ldb,
+                 float beta,
+                 float* C,
+                 int64_t ldc) {
+  for (const void* p :
+       {static_cast<const void*>(A), static_cast<const void*>(B), static_cast<const void*>(C)}) {
+    sim::check_device_pointer("gemm", p);
+  }
+  const sim::DeviceAccess access;
+  run(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
 }  // namespace
 
 void gemm(const Ctx&,
@@ -64,12 +90,7 @@ void gemm(const Ctx&,
           float beta,
           float* C,
           int64_t ldc) {
-  for (const void* p :
-       {static_cast<const void*>(A), static_cast<const void*>(B), static_cast<const void*>(C)}) {
-    sim::check_device_pointer("gemm", p);
-  }
-  const sim::DeviceAccess access;
-  run(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  checked_run(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
 void gemm(const Ctx&,
@@ -86,12 +107,24 @@ void gemm(const Ctx&,
           float beta,
           float* C,
           int64_t ldc) {
-  for (const void* p :
-       {static_cast<const void*>(A), static_cast<const void*>(B), static_cast<const void*>(C)}) {
-    sim::check_device_pointer("gemm", p);
-  }
-  const sim::DeviceAccess access;
-  run(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  checked_run(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
+void gemm(const Ctx&,
+          Trans ta,
+          Trans tb,
+          int64_t M,
+          int64_t N,
+          int64_t K,
+          float alpha,
+          const f16* A,
+          int64_t lda,
+          const f16* B,
+          int64_t ldb,
+          float beta,
+          float* C,
+          int64_t ldc) {
+  checked_run(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
 }  // namespace mtron::kernels::cuda
