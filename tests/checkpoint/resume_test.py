@@ -4,14 +4,16 @@
   resume_test.py exact MTRON TOOL WORKDIR NP ARCH [FLAGS...]
       20 iterations straight (saving at 20) versus 10 iterations + save + exit, then a new
       process that loads and trains 10 more (saving at 20), both under `mpirun -np NP` with the
-      layout FLAGS. Requires every iteration's loss and grad norm to be identical and the two
-      final checkpoints (weights, Adam moments) to be bit-identical tensor by tensor.
+      layout FLAGS. Requires every iteration's loss, grad norm, learning rate, loss scale and
+      skipped count to be identical and the two final checkpoints (weights, Adam moments) to be
+      bit-identical tensor by tensor.
   resume_test.py reshard MTRON WORKDIR NP ARCH [FLAGS...]
       loads the iteration-10 checkpoint an `exact` run left in WORKDIR under another layout and
       trains to 20: every loss must match that run's (un-resharded) continuation, rel <= 1e-5.
 MoE models (ARCH moe): exact also requires identical auxiliary losses and routing checksums;
 reshard requires the auxiliary losses within rel 1e-5 and the same routed (token, expert) pairs.
 """
+import json
 import os
 import shutil
 import subprocess
@@ -21,6 +23,15 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from ckpt_common import ARCH, COMMON, MOE_KEYS, read_metrics, train  # noqa: E402
 
 TOL = 1e-5
+
+
+def progress_state(root):
+    """(optimizer.grad_scaler, lr_scheduler.num_samples) of the latest checkpoint in root."""
+    with open(os.path.join(root, "latest_checkpointed_iteration.txt")) as f:
+        it = int(f.read())
+    with open(os.path.join(root, "iter_%07d" % it, "manifest.json")) as f:
+        m = json.load(f)
+    return (m["optimizer"] or {}).get("grad_scaler"), m["lr_scheduler"]["num_samples"]
 
 
 def exact(mtron, tool, work, np_, arch, flags):
@@ -40,8 +51,8 @@ def exact(mtron, tool, work, np_, arch, flags):
     assert [r["iteration"] for r in split] == list(range(1, 21)), split
     bad = 0
     for s, r in zip(straight, split):
-        keys = ("lm_loss", "grad_norm", "learning_rate", "consumed_samples") + tuple(
-            k for k in MOE_KEYS if k in s)
+        keys = ("lm_loss", "grad_norm", "learning_rate", "consumed_samples", "loss_scale",
+                "skipped_iterations") + tuple(k for k in MOE_KEYS if k in s)
         same = all(s[k] == r.get(k) for k in keys)
         bad += not same
         print("iteration %2d  straight %.9g  resumed %.9g  %s" %
@@ -49,6 +60,10 @@ def exact(mtron, tool, work, np_, arch, flags):
     p = subprocess.run([tool, "compare", work + "/straight", work + "/split"],
                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     print(p.stdout.strip())
+    # the loss scaler's state and the schedule's position, as the manifests record them
+    state = [progress_state(work + d) for d in ("/straight", "/split")]
+    print("scaler and schedule at 20: straight %s, resumed %s" % tuple(state))
+    bad += state[0] != state[1]
     print("exact resume np %d %s %s: %d iterations differ; final checkpoints %s" %
           (np_, arch, " ".join(flags), bad, "bit-identical" if p.returncode == 0 else "DIFFER"))
     return 0 if bad == 0 and p.returncode == 0 else 1

@@ -4,8 +4,8 @@
 # --print-layout at its world size (the stand-in mpirun of launchers/ adds --print-layout
 # --world-size N) without reading any of the files it names, and the Llama-3 one trains 20 steps
 # on mock data with a tiny model appended to its flags (a flag given twice takes its last value).
-# --fp16 and FP8 come with mtron's precision work: the GPT-3 and Llama-3 scripts run here with
-# PRECISION=--bf16 and DTYPE=bf16. Usage: megatron_scripts_test.sh MTRON_BINARY
+# FP8 comes with mtron's precision work: the Llama-3 script runs here with DTYPE=bf16; the GPT-3
+# one with its own --fp16. Usage: megatron_scripts_test.sh MTRON_BINARY
 set -euo pipefail
 MTRON=$1
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -16,7 +16,7 @@ export MTRON PATH="$HERE/launchers:$PATH"
 cd "$TMP"
 S=$HERE/megatron_scripts
 
-PRECISION=--bf16 bash "$S/gpt3_175b.sh" /nonexistent/ck /nonexistent/tb /nonexistent/vocab.json \
+bash "$S/gpt3_175b.sh" /nonexistent/ck /nonexistent/tb /nonexistent/vocab.json \
   /nonexistent/merges.txt /nonexistent/data_text_document > gpt3.out 2>&1 || fail "gpt3: $(cat gpt3.out)"
 grep -q "world 128 = TP 8 x CP 1 x DP 1 x PP 16" gpt3.out || fail "gpt3 layout: $(cat gpt3.out)"
 grep -q "step schedule 0:16 1171875:320 2343750:624" gpt3.out || fail "gpt3 batch schedule"

@@ -119,7 +119,7 @@ TEST(Emit, CpuMpirunScriptRunsHere) {
   EXPECT_TRUE(bash_accepts(s));
 }
 
-// What --device cuda cannot run yet (checkpoints, MoE), fp16 and uneven stages: no script, and
+// What --device cuda cannot run yet (checkpoints, MoE), fp8 and uneven stages: no script, and
 // the error says why.
 TEST(Emit, RefusesWhatMtronTrainCannotRun) {
   const Cluster c = test::gpus("h100-sxm", 64);
@@ -140,9 +140,9 @@ TEST(Emit, RefusesWhatMtronTrainCannotRun) {
   };
   EXPECT_NE(message(dense, l, t).find("--device cuda: --save/--load are not supported yet"),
             std::string::npos);
-  Layout fp16 = l;
-  fp16.precision = Precision::kFP16;
-  EXPECT_NE(message(dense, fp16, {}).find("no fp16 training yet"), std::string::npos);
+  Layout fp8 = l;
+  fp8.precision = Precision::kFP8;
+  EXPECT_NE(message(dense, fp8, {}).find("no fp8 training yet"), std::string::npos);
   Layout uneven = l;
   uneven.parallel.decoder_first_pipeline_num_layers = 19;
   EXPECT_NE(message(dense, uneven, {}).find("uneven pipeline stages"), std::string::npos);

@@ -34,12 +34,13 @@ ParallelConfig layout(int64_t world, int64_t tp, int64_t pp, int64_t mbs, int64_
 }
 
 TEST(Formulas, BytesPerParameterMatchMegatronsTable) {
-  // docs/.../dist_optimizer.md: 18 / 6 + 12/d (bf16), 20 / 4 + 16/d (fp16), 16 / 8 + 8/d (fp32).
+  // docs/.../dist_optimizer.md: 18 / 6 + 12/d (bf16), 16 / 8 + 8/d (fp32); mtron's fp16 (fp32
+  // gradients) as bf16.
   for (int64_t d : {1, 2, 8, 64}) {
     EXPECT_DOUBLE_EQ(state_bytes_per_parameter(Precision::kBF16, false, d).total(), 18);
     EXPECT_DOUBLE_EQ(state_bytes_per_parameter(Precision::kBF16, true, d).total(), 6 + 12.0 / d);
-    EXPECT_DOUBLE_EQ(state_bytes_per_parameter(Precision::kFP16, false, d).total(), 20);
-    EXPECT_DOUBLE_EQ(state_bytes_per_parameter(Precision::kFP16, true, d).total(), 4 + 16.0 / d);
+    EXPECT_DOUBLE_EQ(state_bytes_per_parameter(Precision::kFP16, false, d).total(), 18);
+    EXPECT_DOUBLE_EQ(state_bytes_per_parameter(Precision::kFP16, true, d).total(), 6 + 12.0 / d);
     EXPECT_DOUBLE_EQ(state_bytes_per_parameter(Precision::kFP32, false, d).total(), 16);
     EXPECT_DOUBLE_EQ(state_bytes_per_parameter(Precision::kFP32, true, d).total(), 8 + 8.0 / d);
     EXPECT_DOUBLE_EQ(state_bytes_per_parameter(Precision::kBF16, true, d, false).total(),

@@ -255,6 +255,8 @@ std::string save_checkpoint(const std::string& save_dir,
     m.precision = info.precision;
     m.has_optimizer = with_optimizer;
     m.optimizer_steps = progress.optimizer_steps;
+    m.lr_samples = progress.lr_samples;
+    if (with_optimizer) m.grad_scaler = progress.grad_scaler;
     m.adam = info.adam;
     m.lr_schedule = info.lr_schedule;
     m.seed = info.seed;
@@ -293,7 +295,7 @@ Manifest load_checkpoint(const std::string& dir,
       reader.read(s.name, param_region(s, lo, hi), master + lo, is_vocab_parameter(s.name));
       bytes += (hi - lo) * 4;
     });
-    p.refresh_bf16();
+    p.refresh_compute();
     if (!load_optimizer) continue;
     MT_ASSERT(c.exp_avg && c.exp_avg_sq, "no optimizer state to load into");
     for (const FlatRange& sh : c.opt_shards) {

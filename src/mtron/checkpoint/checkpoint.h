@@ -74,6 +74,8 @@ struct RunInfo {
 
 struct Progress {
   int64_t iteration = 0, consumed_samples = 0, optimizer_steps = 0;
+  int64_t lr_samples = 0;                             // the learning-rate schedule's position
+  std::optional<optim::GradScalerState> grad_scaler;  // a dynamic loss scaler's state
 };
 
 // The groups a save or load runs over (single-process tools pass one single Comm for both).
@@ -102,7 +104,7 @@ std::string save_checkpoint(const std::string& save_dir,
                             const RankGroups& g,
                             int64_t keep_last_n);
 
-// Collective over g.world. Fills the chunks' master weights (refreshing their bf16 copies) and,
+// Collective over g.world. Fills the chunks' master weights (refreshing their compute copies) and,
 // with load_optimizer, the moments, from the checkpoint directory `dir` (holding
 // manifest.json). The caller checks the manifest's compatibility first (it is returned).
 Manifest load_checkpoint(const std::string& dir,

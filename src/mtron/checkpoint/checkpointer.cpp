@@ -257,12 +257,22 @@ void Checkpointer::load(const TrainView& v) {
   }
   load_checkpoint(*dir, v.chunks, groups_, load_optim);
   if (load_optim) v.optimizer->set_steps(m.optimizer_steps);
+  if (load_optim && v.scaler && v.scaler->dynamic()) {
+    if (m.grad_scaler) {
+      v.scaler->set_state(*m.grad_scaler);
+    } else if (root) {
+      log_info("note: {} has no loss-scaler state; the loss scale starts at --initial-loss-scale",
+               *dir);
+    }
+  }
   if (a_.finetune) {
     *v.iteration = 0;
     *v.consumed_samples = 0;
+    *v.lr_samples = 0;
   } else {
     *v.iteration = m.iteration;
     *v.consumed_samples = m.consumed_samples;
+    *v.lr_samples = m.lr_schedule ? m.lr_samples : m.consumed_samples;
   }
   last_saved_ = *v.iteration;
 }
@@ -273,9 +283,9 @@ void Checkpointer::save(const TrainView& v) {
   if (a_.no_save_optim) {
     for (ChunkState& c : chunks) c.exp_avg = c.exp_avg_sq = nullptr;
   }
-  save_checkpoint(a_.save, chunks, info_,
-                  Progress{*v.iteration, *v.consumed_samples, v.optimizer->steps()}, groups_,
-                  a_.keep_last_n_checkpoints);
+  Progress progress{*v.iteration, *v.consumed_samples, v.optimizer->steps(), *v.lr_samples, {}};
+  if (v.scaler && v.scaler->dynamic()) progress.grad_scaler = v.scaler->state();
+  save_checkpoint(a_.save, chunks, info_, progress, groups_, a_.keep_last_n_checkpoints);
   last_saved_ = *v.iteration;
 }
 

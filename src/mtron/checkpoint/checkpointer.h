@@ -36,6 +36,7 @@
 
 #include "mtron/checkpoint/checkpoint.h"
 #include "mtron/checkpoint/exit_signal.h"
+#include "mtron/optim/grad_scaler.h"
 #include "mtron/optim/optimizer.h"
 #include "mtron/parallel/parallel_state.h"
 
@@ -68,8 +69,12 @@ struct TrainView {
   std::vector<ChunkState> chunks;
   int64_t* iteration = nullptr;
   int64_t* consumed_samples = nullptr;
+  int64_t* lr_samples = nullptr;  // where the learning-rate schedule stands (steps not skipped)
   optim::AdamW* optimizer = nullptr;
   optim::LrSchedule* schedule = nullptr;  // replaced by the checkpoint's on request
+  // The loss scaler (null without one); a dynamic one's state is saved and restored with the
+  // optimizer state.
+  optim::GradScaler* scaler = nullptr;
 };
 
 class Checkpointer {

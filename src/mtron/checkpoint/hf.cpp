@@ -694,7 +694,7 @@ HfArch import_hf(const std::string& hf_dir, const std::string& out, const HfImpo
   }
   MT_CHECK(ignored.empty(), hf_dir, " has tensors this architecture does not use (first: '",
            ignored.front(), "')");
-  p.refresh_bf16();
+  p.refresh_compute();
 
   RunInfo info;
   info.model = cfg;

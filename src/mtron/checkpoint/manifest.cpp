@@ -243,6 +243,11 @@ std::string manifest_to_json(const Manifest& m) {
                       {"eps", tidy(m.adam.eps)},
                       {"weight_decay", tidy(m.adam.weight_decay)},
                       {"clip_grad", tidy(m.adam.clip_grad)}};
+    if (m.grad_scaler) {
+      j["optimizer"]["grad_scaler"] = {{"scale", m.grad_scaler->scale},
+                                       {"growth_tracker", m.grad_scaler->growth_tracker},
+                                       {"hysteresis_tracker", m.grad_scaler->hysteresis_tracker}};
+    }
   } else {
     j["optimizer"] = nullptr;
   }
@@ -254,7 +259,7 @@ std::string manifest_to_json(const Manifest& m) {
                          {"warmup_samples", s.warmup_samples},
                          {"decay_samples", s.decay_samples},
                          {"decay_style", lr_style_name(s.style)},
-                         {"num_samples", m.consumed_samples}};
+                         {"num_samples", m.lr_samples}};
   } else {
     j["lr_scheduler"] = nullptr;
   }
@@ -322,6 +327,14 @@ Manifest manifest_from_json(std::string_view text, const std::string& file) {
     m.adam.eps = field<float>(o, "eps", file);
     m.adam.weight_decay = field<float>(o, "weight_decay", file);
     m.adam.clip_grad = field<float>(o, "clip_grad", file);
+    if (o.contains("grad_scaler")) {
+      const json& g = o["grad_scaler"];
+      MT_CHECK(g.is_object(), file, ": optimizer.grad_scaler is not an object");
+      m.grad_scaler = optim::GradScalerState{field<float>(g, "scale", file),
+                                             field<int64_t>(g, "growth_tracker", file),
+                                             field<int64_t>(g, "hysteresis_tracker", file)};
+      MT_CHECK(m.grad_scaler->scale > 0, file, ": optimizer.grad_scaler.scale must be > 0");
+    }
   }
   if (j.contains("lr_scheduler") && !j["lr_scheduler"].is_null()) {
     const json& s = j["lr_scheduler"];
@@ -333,6 +346,7 @@ Manifest manifest_from_json(std::string_view text, const std::string& file) {
     lr.decay_samples = field<int64_t>(s, "decay_samples", file);
     lr.style = lr_style_from(field<std::string>(s, "decay_style", file), file);
     m.lr_schedule = lr;
+    m.lr_samples = field_or<int64_t>(s, "num_samples", m.consumed_samples, file);
   }
   if (j.contains("rng") && !j["rng"].is_null()) {
     const json& r = j["rng"];

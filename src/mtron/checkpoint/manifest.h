@@ -19,6 +19,7 @@
 
 #include "mtron/core/model_config.h"
 #include "mtron/core/precision.h"
+#include "mtron/optim/grad_scaler.h"
 #include "mtron/optim/lr_schedule.h"
 #include "mtron/optim/optimizer.h"
 
@@ -59,7 +60,12 @@ struct Manifest {
   bool has_optimizer = false;
   int64_t optimizer_steps = 0;
   optim::AdamWConfig adam;
+  // A dynamic loss scaler's state (optimizer.grad_scaler; --fp16), saved with the optimizer.
+  std::optional<optim::GradScalerState> grad_scaler;
   std::optional<optim::LrSchedule> lr_schedule;
+  // The samples of the steps taken, where the schedule stands (lr_scheduler.num_samples; older
+  // checkpoints: consumed_samples).
+  int64_t lr_samples = 0;
   std::optional<uint64_t> seed;  // the Philox seed (all randomness is keyed by it)
   TokenizerRecord tokenizer;
   std::vector<FileRecord> files;

@@ -38,11 +38,9 @@ StateBytes state_bytes_per_parameter(Precision params,
     case Precision::kFP32:  // fp32 params and grads; Adam m and v
       b = {4, 4, 8};
       break;
-    case Precision::kFP16:  // fp16 params and grads; fp32 main grad, master copy, Adam m and v
-      b = {2, 2, 16};
-      break;
     case Precision::kBF16:
-    case Precision::kFP8:  // bf16 params, fp32 grads (accumulate/all-reduce in fp32); fp32
+    case Precision::kFP16:
+    case Precision::kFP8:  // bf16 / fp16 params, fp32 grads (accumulate/all-reduce in fp32); fp32
                            // master copy, Adam m and v
       b = {2, grads_fp32 ? 4.0 : 2.0, 12};
       break;

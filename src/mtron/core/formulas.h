@@ -33,8 +33,10 @@ enum class RecomputeGranularity { kNone, kSelective, kFull };
 
 // Bytes of model state per parameter held by one rank (Megatron's table in
 // docs/.../dist_optimizer.md): bf16 params with fp32 grads 18, or 6 + 12/d with the distributed
-// optimizer sharding the fp32 master copy and Adam moments over d ranks; fp16 params with fp16
-// grads 20 or 4 + 16/d; fp32 16 or 8 + 8/d. fp8 training keeps bf16 params (as bf16).
+// optimizer sharding the fp32 master copy and Adam moments over d ranks; fp32 16 or 8 + 8/d.
+// fp16 counts as bf16: mtron's fp16 keeps fp32 gradients (the fp16 params with fp16 grads and an
+// fp32 main-grad copy of Megatron's table, 20 or 4 + 16/d, are not what mtron trains). fp8
+// training keeps bf16 params (as bf16).
 // grads_fp32 = false is --grad-reduce-in-bf16 (bf16 gradient buffers).
 struct StateBytes {
   double param = 0, grad = 0, optimizer = 0;

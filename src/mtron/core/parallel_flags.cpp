@@ -94,9 +94,19 @@ std::vector<std::string> parallel_flag_args(const ParallelConfig& p, bool moe) {
 }
 
 void add_precision_flags(CLI::App& app, PrecisionFlags& f, const char* group) {
+  // Megatron: --fp16 and --bf16 exclude each other (whichever comes second fails).
+  auto set = [&f](Precision p, const char* name, const char* other) {
+    if (f.compute != Precision::kFP32 && f.compute != p)
+      throw CLI::ValidationError(name, std::string("excludes ") + other);
+    f.compute = p;
+  };
   app.add_flag_callback(
-         "--bf16", [&f] { f.compute = Precision::kBF16; },
+         "--bf16", [set] { set(Precision::kBF16, "--bf16", "--fp16"); },
          "bf16 mixed precision (fp32 master weights and gradients)")
+      ->group(group);
+  app.add_flag_callback(
+         "--fp16", [set] { set(Precision::kFP16, "--fp16", "--bf16"); },
+         "fp16 mixed precision (fp32 master weights and gradients) with loss scaling")
       ->group(group);
   app.add_flag("--grad-reduce-in-bf16", f.grad_reduce_in_bf16,
                "With --bf16: reduce the gradients over data parallel in bf16 (half the bytes)")
@@ -108,6 +118,7 @@ std::vector<std::string> precision_flag_args(const PrecisionFlags& f) {
   std::vector<std::string> a;
   const bool bf16 = f.compute == Precision::kBF16;
   if (bf16) a.push_back("--bf16");
+  if (f.compute == Precision::kFP16) a.push_back("--fp16");
   if (bf16 && f.grad_reduce_in_bf16) a.push_back("--grad-reduce-in-bf16");
   return a;
 }

@@ -32,11 +32,11 @@ void add_parallel_flags(CLI::App& app, ParallelConfig& p, ParallelFlags which, c
 // models. Parsing the result with add_parallel_flags (kAll) gives the same layout.
 std::vector<std::string> parallel_flag_args(const ParallelConfig& p, bool moe);
 
-// The precision flags `mtron train` has: --bf16 (bf16 weights and activations in compute, fp32
-// master weights and gradients) and --grad-reduce-in-bf16 (Megatron: with --bf16, reduce the
-// gradients over data parallel in bf16).
+// The precision flags `mtron train` has: --bf16 and --fp16 (bf16 / fp16 weights and activations
+// in compute, fp32 master weights and gradients; they exclude each other) and
+// --grad-reduce-in-bf16 (Megatron: with --bf16, reduce the gradients over data parallel in bf16).
 struct PrecisionFlags {
-  Precision compute = Precision::kFP32;  // --bf16: kBF16
+  Precision compute = Precision::kFP32;  // --bf16: kBF16, --fp16: kFP16
   bool grad_reduce_in_bf16 = false;
 };
 void add_precision_flags(CLI::App& app, PrecisionFlags& f, const char* group);

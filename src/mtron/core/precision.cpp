@@ -21,6 +21,11 @@ std::string_view precision_name(Precision p) {
   MT_ASSERT(false, "bad Precision");
 }
 
+DType compute_dtype(Precision p) {
+  MT_CHECK(p != Precision::kFP8, "fp8 does not train in mtron (planned only)");
+  return p == Precision::kBF16 ? DType::kBF16 : p == Precision::kFP16 ? DType::kF16 : DType::kF32;
+}
+
 Precision parse_precision(std::string_view s) {
   std::string l(s);
   for (char& c : l) c = char(std::tolower(static_cast<unsigned char>(c)));

@@ -47,6 +47,7 @@ class Tensor {
   // Typed access; checks the dtype so a mix-up fails loudly instead of reading garbage.
   float* f32() const { return checked<float>(DType::kF32); }
   bf16* bf() const { return checked<bf16>(DType::kBF16); }
+  f16* h16() const { return checked<f16>(DType::kF16); }
   int32_t* i32() const { return checked<int32_t>(DType::kI32); }
   int64_t* i64() const { return checked<int64_t>(DType::kI64); }
 

@@ -1,4 +1,4 @@
-// defines: GemmOperand, gemm (of dtype-tagged operands)
+// defines: GemmOperand, narrow_operand, gemm (of dtype-tagged operands)
 //
 // A GEMM input tagged with its dtype, so that a layer holding activations and weights in the
 // run's precision (fp32, or their bf16 or fp16 copies) calls one gemm and never branches on
@@ -10,6 +10,7 @@
 
 #include "mtron/core/dtype.h"
 #include "mtron/core/error.h"
+#include "mtron/kernels/elementwise.h"
 #include "mtron/kernels/gemm.h"
 
 namespace mtron::kernels {
@@ -27,6 +28,19 @@ struct GemmOperand {
     return {dtype, static_cast<const char*>(data) + elems * int64_t(dtype_size(dtype))};
   }
 };
+
+// dst[0, n) = src[0, n) rounded to `dtype` (kBF16 or kF16; convert of kernels/elementwise.h),
+// as the operand that starts at dst.
+inline GemmOperand narrow_operand(
+    const Ctx& ctx, DType dtype, void* dst, const float* src, int64_t n) {
+  MT_ASSERT(dtype == DType::kBF16 || dtype == DType::kF16, "narrow_operand to ", dtype_name(dtype));
+  if (dtype == DType::kF16) {
+    convert(ctx, static_cast<f16*>(dst), src, n);
+    return GemmOperand::of(static_cast<const f16*>(dst));
+  }
+  convert(ctx, static_cast<bf16*>(dst), src, n);
+  return GemmOperand::of(static_cast<const bf16*>(dst));
+}
 
 // gemm (kernels/gemm.h) of two operands of the same dtype: fp32, or bf16 or fp16 accumulated in
 // fp32.

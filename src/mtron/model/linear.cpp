@@ -7,13 +7,12 @@ namespace mtron::model {
 using kernels::Trans;
 
 GemmInputRoom gemm_input_room(const RunCtx& rc, Arena& arena, int64_t n) {
-  return {rc.precision == Precision::kFP32 ? nullptr : arena.alloc<bf16>(n)};
+  return {rc.precision == Precision::kFP32 ? nullptr : arena.alloc<uint16_t>(n)};
 }
 
 Act as_gemm_input(const RunCtx& rc, const GemmInputRoom& room, const float* x, int64_t n) {
   if (rc.precision == Precision::kFP32) return Act::of(x);
-  kernels::convert(rc.k, room.b16, x, n);
-  return Act::of(room.b16);
+  return kernels::narrow_operand(rc.k, compute_dtype(rc.precision), room.data, x, n);
 }
 
 Act as_gemm_input(const RunCtx& rc, Arena& arena, const float* x, int64_t n) {

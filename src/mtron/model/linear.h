@@ -1,9 +1,11 @@
 // defines: RunCtx, Act, GemmInputRoom, gemm_input_room, as_gemm_input, gemm_input_buffer,
 //          linear_forward, linear_backward
 //
-// A linear layer's three GEMMs in the run's precision. In bf16 mode the GEMMs read bf16
-// activations and bf16 weights and write fp32 (fp32 accumulation); the fp32 master weights and
-// fp32 gradients stay with the optimizer (Megatron's mixed precision). Column- and row-parallel
+// A linear layer's three GEMMs in the run's precision. In bf16 (fp16) mode the GEMMs read bf16
+// (fp16) activations, output gradients and weights and write fp32 (fp32 accumulation); the fp32
+// master weights and fp32 gradients stay with the optimizer (Megatron's mixed precision). In
+// fp16 mode a value beyond fp16's range becomes infinity when it is rounded, as on a GPU: the
+// loss scaler (optim/grad_scaler.h) then skips the step. Column- and row-parallel
 // layers are these same GEMMs on local shards; the TP mappings around them are the caller's
 // (parallel/mappings.h).
 //
@@ -26,29 +28,30 @@ namespace mtron::model {
 
 struct RunCtx {
   kernels::Ctx k;
-  Precision precision = Precision::kFP32;  // kFP32 or kBF16
+  Precision precision = Precision::kFP32;  // kFP32, kBF16 or kFP16
   parallel::TensorParallel tp;
   parallel::ContextParallel cp;
   parallel::ExpertParallel ep;
 };
 
-// An activation as a GEMM reads it: the fp32 tensor, or its bf16 copy in bf16 mode.
+// An activation as a GEMM reads it: the fp32 tensor, or its bf16 (fp16) copy in bf16 (fp16) mode.
 using Act = kernels::GemmOperand;
 
 // Room to turn up to n floats at a time into a GEMM input, reused call after call (a loop over
-// chunks): n bf16 in bf16 mode, nothing in fp32 mode.
+// chunks): n 16-bit values in bf16 and fp16 mode, nothing in fp32 mode.
 struct GemmInputRoom {
-  bf16* b16 = nullptr;
+  void* data = nullptr;
 };
 GemmInputRoom gemm_input_room(const RunCtx& rc, Arena& arena, int64_t n);
 
-// fp32 mode: x itself. bf16 mode: a bf16 copy of x[n], in `room` or allocated in `arena`.
+// fp32 mode: x itself. bf16 (fp16) mode: a bf16 (fp16) copy of x[n], in `room` or allocated in
+// `arena`.
 Act as_gemm_input(const RunCtx& rc, const GemmInputRoom& room, const float* x, int64_t n);
 Act as_gemm_input(const RunCtx& rc, Arena& arena, const float* x, int64_t n);
 
 // Room for an fp32 tensor of n floats that as_gemm_input will make a stashed GEMM input of: in
-// fp32 mode the GEMM reads the tensor itself, so it comes from `keep`; in bf16 mode only its
-// bf16 copy is kept and the tensor is a temporary from `scratch`.
+// fp32 mode the GEMM reads the tensor itself, so it comes from `keep`; in bf16 and fp16 mode
+// only its 16-bit copy is kept and the tensor is a temporary from `scratch`.
 float* gemm_input_buffer(const RunCtx& rc, Arena& keep, Arena& scratch, int64_t n);
 
 // y[N,out] = x[N,in] W[out,in]^T + bias (bias may be null)

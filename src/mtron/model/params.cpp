@@ -54,8 +54,9 @@ void ParamBuffer::allocate(Precision precision,
                            int64_t shards,
                            int64_t bucket_elems,
                            const kernels::Ctx& k) {
-  MT_ASSERT(precision == Precision::kFP32 || precision == Precision::kBF16,
-            "parameters in fp32 or bf16, not ", precision_name(precision));
+  MT_ASSERT(precision == Precision::kFP32 || precision == Precision::kBF16 ||
+                precision == Precision::kFP16,
+            "parameters in fp32, bf16 or fp16, not ", precision_name(precision));
   precision_ = precision;
   ctx_ = k;
   const int64_t m = std::max<int64_t>(1, shards) * 64;
@@ -87,7 +88,7 @@ void ParamBuffer::allocate(Precision precision,
   };
   master_ = zeros(DType::kF32);
   grad_ = zeros(DType::kF32);
-  if (precision == Precision::kBF16) bf16_ = zeros(DType::kBF16);
+  if (precision != Precision::kFP32) compute_ = zeros(compute_dtype(precision));
 }
 
 void ParamBuffer::init(uint64_t seed) {
@@ -108,17 +109,17 @@ void ParamBuffer::init(uint64_t seed) {
     }
   }
   kernels::copy_from_host(ctx_, master_.raw(), init.raw(), int64_t(init.nbytes()));
-  refresh_bf16();
+  refresh_compute();
 }
 
-void ParamBuffer::refresh_bf16() {
-  refresh_bf16(0, master_.numel());
+void ParamBuffer::refresh_compute() {
+  refresh_compute(0, master_.numel());
 }
 
-void ParamBuffer::refresh_bf16(int64_t begin, int64_t end) {
-  if (precision_ == Precision::kBF16) {
-    kernels::convert(ctx_, bf16_.bf() + begin, master_.f32() + begin, end - begin);
-  }
+void ParamBuffer::refresh_compute(int64_t begin, int64_t end) {
+  if (!compute_.defined()) return;
+  char* at = static_cast<char*>(compute_.raw()) + begin * int64_t(dtype_size(compute_.dtype()));
+  kernels::narrow_operand(ctx_, compute_.dtype(), at, master_.f32() + begin, end - begin);
 }
 
 void ParamBuffer::zero_grad() {
@@ -127,7 +128,7 @@ void ParamBuffer::zero_grad() {
 
 kernels::GemmOperand ParamBuffer::weight(int h) const {
   const int64_t off = specs_[size_t(h)].offset;
-  if (precision_ == Precision::kBF16) return kernels::GemmOperand::of(bf16_.bf() + off);
+  if (compute_.defined()) return kernels::GemmOperand{compute_.dtype(), compute_.raw()}.at(off);
   return kernels::GemmOperand::of(master_.f32() + off);
 }
 

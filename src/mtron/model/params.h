@@ -3,7 +3,8 @@
 // The parameter registry (docs/architecture.md, "The module contract"). Each model chunk
 // registers its parameters here with their global shape and sharding; the buffer then lays them
 // out in three flat tensors: fp32 master weights, fp32 gradients (accumulated with += over
-// micro-batches) and, in bf16 mode, the bf16 compute copy the optimizer refreshes after each step.
+// micro-batches) and, in bf16 (fp16) mode, the bf16 (fp16) compute copy the optimizer refreshes
+// after each step.
 // Data-parallel reduction and the distributed optimizer work on flat ranges of these; checkpoints,
 // gradient clipping, weight tying and Hugging Face export all read the specs.
 //
@@ -71,18 +72,19 @@ class ParamBuffer {
   // Lays out every registered parameter (64-element aligned) in buckets of at least
   // `bucket_elems` elements (0: one bucket), each padded to a multiple of 64 * `shards` (the
   // distributed optimizer's shard count; padding is zero), and allocates the buffers on k's
-  // device (ops on them then run on k). precision: kFP32, or kBF16 (adds the bf16 copy).
+  // device (ops on them then run on k). precision: kFP32, or kBF16 / kFP16 (adds the bf16 / fp16
+  // compute copy).
   void allocate(Precision precision,
                 int64_t shards,
                 int64_t bucket_elems = 0,
                 const kernels::Ctx& k = {});
   // Fills master weights per their specs (on the host, then copied to the device) and
-  // refreshes the bf16 copy.
+  // refreshes the compute copy.
   void init(uint64_t seed);
-  // master -> bf16 copy (after loading or an optimizer step that did not write it), of the
-  // whole buffer or of elements [begin, end).
-  void refresh_bf16();
-  void refresh_bf16(int64_t begin, int64_t end);
+  // master -> compute copy (after loading or an optimizer step that did not write it), of the
+  // whole buffer or of elements [begin, end); nothing in fp32 mode.
+  void refresh_compute();
+  void refresh_compute(int64_t begin, int64_t end);
   void zero_grad();
 
   const std::vector<Bucket>& buckets() const { return buckets_; }
@@ -92,14 +94,15 @@ class ParamBuffer {
   int find(const std::string& name) const;
   float* master(int h) const { return master_.f32() + specs_[size_t(h)].offset; }
   float* grad(int h) const { return grad_.f32() + specs_[size_t(h)].offset; }
-  // The weight as a GEMM reads it: the fp32 master in fp32 mode, the bf16 copy in bf16 mode.
+  // The weight as a GEMM reads it: the fp32 master in fp32 mode, the compute copy otherwise.
   kernels::GemmOperand weight(int h) const;
   Precision precision() const { return precision_; }
   const kernels::Ctx& ctx() const { return ctx_; }
 
   const Tensor& master_flat() const { return master_; }
   const Tensor& grad_flat() const { return grad_; }
-  const Tensor& bf16_flat() const { return bf16_; }
+  // The bf16 or fp16 compute copy (undefined in fp32 mode).
+  const Tensor& compute_flat() const { return compute_; }
   int64_t size() const { return master_.numel(); }  // padded element count
 
  private:
@@ -107,7 +110,7 @@ class ParamBuffer {
   std::vector<Bucket> buckets_;
   Precision precision_ = Precision::kFP32;
   kernels::Ctx ctx_;
-  Tensor master_, grad_, bf16_;
+  Tensor master_, grad_, compute_;
 };
 
 }  // namespace mtron::model

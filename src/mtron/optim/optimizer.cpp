@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "mtron/kernels/elementwise.h"
+#include "mtron/kernels/gemm_operand.h"
 
 namespace mtron::optim {
 
@@ -50,19 +51,23 @@ double AdamW::grad_norm(Comm& norm_group) const {
   return std::sqrt(sumsq);
 }
 
+void AdamW::scale_grads(float s) {
+  for (const OptimBuffer& b : buffers_) {
+    for (const OptimBuffer::Shard& sh : b.shards) {
+      kernels::scale_inplace(k_, b.grad + sh.begin, s, sh.end - sh.begin);
+    }
+  }
+}
+
 bool AdamW::step(double lr, double grad_norm, std::optional<double> decoupled_lr) {
   if (!std::isfinite(grad_norm)) return false;
   // As Megatron and torch's clip_grad_norm_: scale by max_norm / (norm + 1e-6) when below 1.
   const double coeff = cfg_.clip_grad > 0 ? cfg_.clip_grad / (grad_norm + 1e-6) : 1.0;
   const float clip = coeff < 1.0 ? float(coeff) : 1.0f;
   ++step_;
+  if (clip != 1.0f) scale_grads(clip);
   for (size_t i = 0; i < buffers_.size(); ++i) {
     const OptimBuffer& b = buffers_[i];
-    if (clip != 1.0f) {
-      for (const OptimBuffer::Shard& sh : b.shards) {
-        kernels::scale_inplace(k_, b.grad + sh.begin, clip, sh.end - sh.begin);
-      }
-    }
     for_each_piece(b, [&](int64_t lo, int64_t hi, const OptimRange& r, int64_t mo) {
       kernels::AdamWParams p{.lr = float(r.decoupled_lr && decoupled_lr ? *decoupled_lr : lr),
                              .beta1 = cfg_.beta1,
@@ -70,8 +75,13 @@ bool AdamW::step(double lr, double grad_norm, std::optional<double> decoupled_lr
                              .eps = cfg_.eps,
                              .weight_decay = r.weight_decay ? cfg_.weight_decay : 0.0f,
                              .step = step_};
+      const bool fused = b.compute && b.compute_dtype == DType::kBF16;
       kernels::adamw_step(k_, b.master + lo, m_[i].f32() + mo, v_[i].f32() + mo, b.grad + lo,
-                          b.compute ? b.compute + lo : nullptr, hi - lo, p);
+                          fused ? static_cast<bf16*>(b.compute) + lo : nullptr, hi - lo, p);
+      if (b.compute && !fused) {
+        kernels::narrow_operand(k_, b.compute_dtype, static_cast<f16*>(b.compute) + lo,
+                                b.master + lo, hi - lo);
+      }
     });
   }
   return true;

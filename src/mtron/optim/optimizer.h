@@ -1,8 +1,8 @@
 // defines: OptimRange, OptimBuffer, AdamWConfig, AdamW
 //
 // AdamW over flat fp32 buffers (one per model chunk). The optimizer knows nothing of the model:
-// a buffer is a master/grad(/bf16) triple plus ranges with their weight-decay and norm flags
-// (the trainer builds them from the parameter registry). With the distributed optimizer each
+// a buffer is a master/grad(/compute copy) triple plus ranges with their weight-decay and norm
+// flags (the trainer builds them from the parameter registry). With the distributed optimizer each
 // data-parallel rank owns one equal part of every gradient bucket (Megatron's layout: each
 // bucket is reduce-scattered on its own), its `shards`, and keeps Adam's moments for those
 // elements only, stored one after another in shard order.
@@ -29,7 +29,10 @@ struct OptimRange {
 struct OptimBuffer {
   float* master = nullptr;
   float* grad = nullptr;
-  bf16* compute = nullptr;  // bf16 copy refreshed by the step (null in fp32 mode)
+  // The bf16 or fp16 compute copy refreshed by the step (null in fp32 mode): bf16 written by the
+  // AdamW kernel itself, fp16 converted after it.
+  void* compute = nullptr;
+  DType compute_dtype = DType::kBF16;
   int64_t size = 0;
   std::vector<OptimRange> ranges;  // sorted, disjoint
   struct Shard {
@@ -57,6 +60,8 @@ class AdamW {
   // buffer's shard (decoupled_lr, when given, for the ranges marked decoupled_lr). Returns false
   // (and changes nothing) if the norm is not finite.
   bool step(double lr, double grad_norm, std::optional<double> decoupled_lr = std::nullopt);
+  // grad *= s over this rank's shards (clipping; the loss scaler's unscaling).
+  void scale_grads(float s);
 
   int64_t steps() const { return step_; }
   void set_steps(int64_t s) { step_ = s; }

@@ -148,7 +148,7 @@ int run_plan(std::vector<std::string> args) {
   int64_t gpus = 0, gpus_per_node = 0, nics_per_node = 0, pick = 1;
   SearchOptions o;
   bool json = false, list = false, calibrate = false, quick = false;
-  bool fp16 = false, fp32 = false, no_distopt = false, no_sp = false;
+  bool fp32 = false, no_distopt = false, no_sp = false;
   PrecisionFlags prec;
   // The layout sizes a plan fixes, in `mtron train`'s flags (parallel_flags.h); 0: searched.
   ParallelConfig fixed;
@@ -186,7 +186,6 @@ int run_plan(std::vector<std::string> args) {
 
   g = "training";
   add_precision_flags(app, prec, g);
-  app.add_flag("--fp16", fp16, "Plan fp16 training with loss scaling")->group(g);
   app.add_flag("--fp32", fp32, "Plan fp32 training")->group(g);
   app.add_option("--fp8-format", fp8_format,
                  "Plan FP8 GEMMs (e4m3 or hybrid) on GPUs that have "
@@ -342,7 +341,7 @@ int run_plan(std::vector<std::string> args) {
            "--hidden-size --num-attention-heads --seq-length --vocab-size ...)");
   m.finalize();
   MT_CHECK(gpus > 0, "--gpus is required (the number of GPUs, or MPI ranks with local-cpu)");
-  const bool bf16 = prec.compute == Precision::kBF16;
+  const bool bf16 = prec.compute == Precision::kBF16, fp16 = prec.compute == Precision::kFP16;
   MT_CHECK(int(bf16) + int(fp16) + int(fp32) + int(!fp8_format.empty()) <= 1 ||
                (bf16 && !fp8_format.empty() && !fp16 && !fp32),
            "--bf16, --fp16, --fp32 and --fp8-format are exclusive (--fp8-format with --bf16 "

@@ -68,14 +68,13 @@ std::vector<std::string> train_args(const ModelConfig& m,
                                     const TrainingArgs& t) {
   const ParallelConfig& p = l.parallel;
   const bool gpu = !c.hardware.is_cpu;
-  // What `mtron train` runs: even pipeline stages, bf16 or fp32, and on GPUs only what
+  // What `mtron train` runs: even pipeline stages, bf16, fp16 or fp32, and on GPUs only what
   // --device cuda supports.
   MT_CHECK(p.decoder_first_pipeline_num_layers == 0 && p.decoder_last_pipeline_num_layers == 0,
            "no launch script: the plan has uneven pipeline stages, which mtron train does not "
            "have yet (fix --pipeline-model-parallel-size to a divisor of the layers)");
-  MT_CHECK(l.precision == Precision::kBF16 || l.precision == Precision::kFP32,
-           "no launch script: mtron train has no ", precision_name(l.precision),
-           " training yet (plan with --bf16 or --fp32)");
+  MT_CHECK(l.precision != Precision::kFP8, "no launch script: mtron train has no ",
+           precision_name(l.precision), " training yet (plan with --bf16, --fp16 or --fp32)");
   if (gpu) {
     const std::string why = cuda_unsupported(m, p, !t.save.empty() || !t.load.empty());
     MT_CHECK(why.empty(), "no launch script: mtron train --device cuda: ", why,
@@ -90,7 +89,7 @@ std::vector<std::string> train_args(const ModelConfig& m,
   for (std::string& f : parallel_flag_args(p, m.is_moe())) a.push_back(std::move(f));
   if (l.tp_comm_overlap) a.push_back("--tp-comm-overlap");
   PrecisionFlags prec;
-  prec.compute = l.precision;  // --bf16 for bf16 (fp32 runs without a flag)
+  prec.compute = l.precision;  // --bf16 or --fp16 (fp32 runs without a flag)
   prec.grad_reduce_in_bf16 = !l.grads_fp32;
   for (std::string& f : precision_flag_args(prec)) a.push_back(std::move(f));
   if (gpu) add("--device", "cuda");

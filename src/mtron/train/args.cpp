@@ -230,6 +230,21 @@ bool parse_train_args(int argc, char** argv, int64_t world_size, TrainArgs& a) {
   app.add_option("--adam-beta1", a.adam.beta1, "Adam beta1 (default 0.9)")->group(o);
   app.add_option("--adam-beta2", a.adam.beta2, "Adam beta2 (default 0.999)")->group(o);
   app.add_option("--adam-eps", a.adam.eps, "Adam epsilon (default 1e-8)")->group(o);
+  app.add_option("--loss-scale", a.loss_scale.static_scale,
+                 "Static loss scale (with --fp16, or --bf16); default: dynamic with --fp16")
+      ->group(o);
+  app.add_option("--initial-loss-scale", a.loss_scale.initial_scale,
+                 "Dynamic loss scaling: initial scale (default 2^32)")
+      ->group(o);
+  app.add_option("--min-loss-scale", a.loss_scale.min_scale,
+                 "Dynamic loss scaling: minimum scale (default 1)")
+      ->group(o);
+  app.add_option("--loss-scale-window", a.loss_scale.window,
+                 "Dynamic loss scaling: clean steps before the scale doubles (default 1000)")
+      ->group(o);
+  app.add_option("--hysteresis", a.loss_scale.hysteresis,
+                 "Dynamic loss scaling: overflows before the scale halves (default 2)")
+      ->group(o);
 
   const char* d = "Data";
   app.add_flag("--mock-data", a.mock_data, "Synthetic data, deterministic per sample index")
@@ -265,8 +280,6 @@ bool parse_train_args(int argc, char** argv, int64_t world_size, TrainArgs& a) {
 
   checkpoint::add_checkpoint_flags(app, a.checkpoint);
   add_compat_flags(app, a.notes);
-  bool fp16 = false;
-  app.add_flag("--fp16", fp16, "")->group("");
 
   std::vector<std::string> args =
       last_occurrence_only(argc, argv, {"--data-path", "--step-batch-size-schedule"});
@@ -280,7 +293,14 @@ bool parse_train_args(int argc, char** argv, int64_t world_size, TrainArgs& a) {
     throw Error(e.what());
   }
   check_unknown_flags(app);
-  MT_CHECK(!fp16, "--fp16 is not supported yet; use --bf16 (or fp32, the default)");
+  if (a.precision.compute == Precision::kFP16 ||
+      (a.precision.compute == Precision::kBF16 && a.loss_scale.static_scale)) {
+    // Megatron: a constant scaler with --loss-scale (bf16 too), else a dynamic one for fp16.
+    a.grad_scaler = a.loss_scale;
+    optim::GradScaler check(a.loss_scale);  // the flags' validation
+  } else if (a.loss_scale.static_scale) {
+    a.notes.push_back("--loss-scale has no effect without --fp16 or --bf16 (fp32 training)");
+  }
   MT_CHECK(a.model.hidden_dropout == 0.0f && a.model.attention_dropout == 0.0f,
            "dropout is not supported yet: pass --hidden-dropout 0 --attention-dropout 0 "
            "(mtron's default)");

@@ -18,6 +18,7 @@
 #include "mtron/core/parallel_config.h"
 #include "mtron/core/parallel_flags.h"
 #include "mtron/model/gpt.h"
+#include "mtron/optim/grad_scaler.h"
 #include "mtron/optim/lr_schedule.h"
 #include "mtron/optim/optimizer.h"
 #include "mtron/train/batch_schedule.h"
@@ -28,8 +29,13 @@ namespace mtron::train {
 struct TrainArgs {
   ModelConfig model;
   ParallelConfig parallel;
-  PrecisionFlags precision;  // --bf16, --grad-reduce-in-bf16
+  PrecisionFlags precision;  // --bf16, --fp16, --grad-reduce-in-bf16
   optim::AdamWConfig adam;
+  // --loss-scale, --initial-loss-scale, --min-loss-scale, --loss-scale-window, --hysteresis; the
+  // run's loss scaler (optim/grad_scaler.h): with --fp16, or --bf16 with --loss-scale (Megatron's
+  // rule), else none.
+  optim::GradScalerConfig loss_scale;
+  std::optional<optim::GradScalerConfig> grad_scaler;
   model::Recompute recompute;
   checkpoint::CheckpointArgs checkpoint;  // --save, --load, --exit-*, ... (checkpointer.h)
 

@@ -45,7 +45,8 @@ optim::OptimBuffer ddp_buffer(const model::RunCtx& rc,
   syncs.push_back(std::make_unique<GradSync>(p, dp, sharded, o.grad_reduce_in_bf16));
   optim::OptimBuffer b{.master = p.master_flat().f32(),
                        .grad = p.grad_flat().f32(),
-                       .compute = rc.precision == Precision::kBF16 ? p.bf16_flat().bf() : nullptr,
+                       .compute = p.compute_flat().defined() ? p.compute_flat().raw() : nullptr,
+                       .compute_dtype = compute_dtype(rc.precision),
                        .size = p.size(),
                        .ranges = optim_ranges(p, ps, experts, !experts && o.decoupled_lr),
                        .shards = {}};

@@ -117,7 +117,7 @@ void GradSync::wait_params(int64_t begin, int64_t end) {
     if (buckets[i].begin < end && begin < buckets[i].end) {
       gathers_[i]->wait();
       gathers_[i].reset();
-      p_.refresh_bf16(buckets[i].begin, buckets[i].end);
+      p_.refresh_compute(buckets[i].begin, buckets[i].end);
     } else {
       gathers_[i]->test();  // let Open MPI progress the others
       any_left = true;

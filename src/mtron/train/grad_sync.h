@@ -35,7 +35,7 @@ class GradSync {
   // shards). Resets for the next step.
   void finish();
   // After an optimizer step on the shards: gathers every bucket's updated master weights (and
-  // refreshes their bf16 copy). overlap: only launch; wait_params() completes.
+  // refreshes their compute copy). overlap: only launch; wait_params() completes.
   void gather_params(bool overlap);
   // Completes the gathers of the buckets that hold buffer elements [begin, end).
   void wait_params(int64_t begin, int64_t end);

@@ -27,7 +27,8 @@ struct IterationLog {
   // Megatron's MoE loss fields, printed after lm loss ("load_balancing_loss", "z_loss"),
   // averaged over the interval.
   std::vector<std::pair<std::string, double>> moe_losses;
-  double grad_norm = 0;
+  double loss_scale = 1.0;  // the loss scaler's (after the last iteration's update); 1 without
+  double grad_norm = 0;     // the last iteration's; non-finite when it was skipped (JSONL: null)
   int64_t skipped_iterations = 0, nan_iterations = 0;
   double tokens_per_s_per_device = 0;
   double mfu = 0;  // fraction

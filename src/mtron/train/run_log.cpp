@@ -44,9 +44,18 @@ void log_run_header(const TrainArgs& a, int rank, bool logger, const RunHeader& 
     log_info("parameters: {:.2f} M (padded vocab {})",
              double(a.model.num_parameters(par.tp())) / 1e6, a.model.padded_vocab_size(par.tp()));
     log_info("precision: {}; MFU against {} ({})",
-             a.precision.compute == Precision::kBF16 ? "bf16 (fp32 master weights and gradients)"
-                                                     : "fp32",
+             a.precision.compute == Precision::kFP32
+                 ? std::string("fp32")
+                 : fmt::format("{} (fp32 master weights and gradients)",
+                               precision_name(a.precision.compute)),
              h.mfu_against, h.where);
+    if (a.grad_scaler) {
+      const optim::GradScalerConfig& s = *a.grad_scaler;
+      log_info("loss scaling: {}",
+               s.static_scale ? fmt::format("static, {}", *s.static_scale)
+                              : fmt::format("dynamic from {} (min {}, window {}, hysteresis {})",
+                                            s.initial_scale, s.min_scale, s.window, s.hysteresis));
+    }
     log_info("{}", format_theoretical_memory(
                        megatron_theoretical_memory(a.model, par, a.recompute.granularity)));
     for (const auto& n : a.notes) log_info("note: {}", n);

@@ -42,6 +42,7 @@ Trainer::Trainer(const TrainArgs& args, Comm& world, int ranks_per_node)
                                     .etp_rank = ps_->etp_rank(),
                                     .etp_size = ps_->etp_size()};
   build_model();
+  if (a_.grad_scaler) scaler_ = std::make_unique<optim::GradScaler>(*a_.grad_scaler);
   if (a_.mock_data) {
     for (data::Split sp : {data::Split::kTrain, data::Split::kValid, data::Split::kTest}) {
       auto d = std::make_shared<MockData>(a_.seed, a_.model.vocab_size, a_.model.seq_length, sp);
@@ -120,7 +121,9 @@ std::optional<double> Trainer::decoupled_learning_rate(int64_t samples) const {
 }
 
 checkpoint::TrainView Trainer::checkpoint_view() {
-  checkpoint::TrainView v{{}, &iteration_, &consumed_samples_, optimizer_.get(), &schedule_};
+  checkpoint::TrainView v{{},           &iteration_,      &consumed_samples_,
+                          &lr_samples_, optimizer_.get(), &schedule_,
+                          scaler_.get()};
   // The optimizer's buffers in build_model's order: each chunk's dense parameters, then its
   // experts (MoE).
   size_t i = 0;
@@ -169,8 +172,10 @@ model::MicroBatch Trainer::microbatch(data::Split split, int64_t base, int64_t j
   data::TokenRows t = data::sample_rows(*datasets_[split], split, base, j, par.micro_batch_size,
                                         par.dp(), ps_->dp_rank(), positions);
   model::MicroBatch mb{t.B, t.S, std::move(t.tokens), std::move(t.labels), std::move(t.pos)};
-  mb.dloss = float(1.0 / double(batch_size_ * S));
-  mb.aux_weight = float(double(t.B) / double(batch_size_));
+  // With a loss scaler, the scaled loss's gradient (scale 1 otherwise).
+  const double scale = scaler_ ? double(scaler_->scale()) : 1.0;
+  mb.dloss = float(scale / double(batch_size_ * S));
+  mb.aux_weight = float(double(t.B) / double(batch_size_) * scale);
   return mb;
 }
 
@@ -197,7 +202,7 @@ double Trainer::evaluate(data::Split split, int64_t iters) {
 StepResult Trainer::step() {
   const auto& par = a_.parallel;
   StepResult r;
-  r.lr = learning_rate(consumed_samples_);
+  r.lr = learning_rate(lr_samples_);
   batch_size_ = a_.batches.batch_size_at(consumed_samples_);
   num_microbatches_ = batch_size_ / (par.micro_batch_size * par.dp());
   for (auto& c : chunks_) {
@@ -214,8 +219,14 @@ StepResult Trainer::step() {
   }
   finalize_model_grads(rc_, *ps_, chunks_, grad_syncs_, expert_syncs_);
 
+  if (scaler_) optimizer_->scale_grads(scaler_->inv_scale());
   r.grad_norm = optimizer_->grad_norm(world_);
-  r.skipped = !optimizer_->step(r.lr, r.grad_norm, decoupled_learning_rate(consumed_samples_));
+  if (scaler_) {
+    scaler_->update(!std::isfinite(r.grad_norm));
+    r.loss_scale = double(scaler_->scale());
+  }
+  r.skipped = !optimizer_->step(r.lr, r.grad_norm, decoupled_learning_rate(lr_samples_));
+  if (!r.skipped) lr_samples_ += batch_size_;
   // Every rank updated its shards of the master weights: gather the whole model back (in the
   // background with --overlap-param-gather: the next forward waits bucket by bucket).
   for (auto& g : grad_syncs_) g->gather_params(par.overlap_param_gather);
@@ -281,7 +292,8 @@ void Trainer::run() {
     for (const model::ParamSpec& s : c->expert_params().specs()) header.expert_elems += s.numel();
   log_run_header(a_, world_.rank(), logger, header);
 
-  double interval_loss = 0, interval_time = 0, interval_flops = 0, profiled_time = 0;
+  double interval_loss = 0, skipped_loss = 0, interval_time = 0, interval_flops = 0,
+         profiled_time = 0;
   double interval_lb = 0, interval_z = 0;
   model::MoEStats interval_moe;
   int64_t interval_iters = 0, interval_samples = 0, skipped = 0, nans = 0, profiled_iters = 0;
@@ -295,7 +307,7 @@ void Trainer::run() {
     const StepResult r = step();
     const double dt = now_seconds() - t0;
     if (profile_enabled()) profiled_time += dt;
-    interval_loss += r.lm_loss;
+    (r.skipped ? skipped_loss : interval_loss) += r.lm_loss;
     interval_lb += r.load_balancing_loss;
     interval_z += r.z_loss;
     interval_moe.add(r.moe);
@@ -305,10 +317,10 @@ void Trainer::run() {
     interval_samples += batch_size_;
     ++interval_iters;
     skipped += r.skipped;
-    nans += !std::isfinite(r.grad_norm);
+    nans += r.skipped && !std::isfinite(r.lm_loss);  // Megatron's nan iterations
     if (logger) {
-      log_->step({iteration_, consumed_samples_, batch_size_, learning_rate(consumed_samples_),
-                  decoupled_learning_rate(consumed_samples_), r.lm_loss, 1.0, r.grad_norm,
+      log_->step({iteration_, consumed_samples_, batch_size_, learning_rate(lr_samples_),
+                  decoupled_learning_rate(lr_samples_), r.lm_loss, r.loss_scale, r.grad_norm,
                   moe_losses(r.load_balancing_loss, r.z_loss)});
     }
     if (iteration_ % a_.log_interval == 0 || iteration_ == a_.train_iters) {
@@ -321,9 +333,12 @@ void Trainer::run() {
       const double flops = interval_flops / double(interval_iters);
       l.elapsed_ms = 1e3 * per_iter;
       l.tflops_per_device = flops / (per_iter * 1e12 * double(world_.size()));
-      l.learning_rate = learning_rate(consumed_samples_);
-      l.decoupled_learning_rate = decoupled_learning_rate(consumed_samples_);
-      l.lm_loss = interval_loss / double(interval_iters);
+      l.learning_rate = learning_rate(lr_samples_);
+      l.decoupled_learning_rate = decoupled_learning_rate(lr_samples_);
+      // Megatron's mean over the iterations that were not skipped (over all when none was)
+      l.lm_loss = interval_iters > skipped ? interval_loss / double(interval_iters - skipped)
+                                           : skipped_loss / double(interval_iters);
+      l.loss_scale = r.loss_scale;
       l.grad_norm = r.grad_norm;
       l.skipped_iterations = skipped;
       l.nan_iterations = nans;
@@ -348,7 +363,7 @@ void Trainer::run() {
         log_plain(
             format_memory_report(world_.rank(), iteration_, kernels::device_memory(Device::kCUDA)));
       }
-      interval_loss = interval_time = interval_flops = 0;
+      interval_loss = skipped_loss = interval_time = interval_flops = 0;
       interval_lb = interval_z = 0;
       interval_moe = model::MoEStats{};
       interval_iters = interval_samples = skipped = nans = 0;

@@ -7,9 +7,16 @@
 // steps, evaluates, checkpoints and logs (run_log.h, in Megatron's format). The device and its
 // NCCL groups come from the launch layer (parallel/launch.h: init_rank_device).
 //
-// Loss scaling: each token's loss enters the gradient with weight 1 / (tokens in the global
+// Loss weighting: each token's loss enters the gradient with weight 1 / (tokens in the global
 // batch), so the data-parallel reduction is a plain sum and the loss is Megatron's token-
-// weighted mean over the global batch for every layout.
+// weighted mean over the global batch for every layout. With a loss scaler (--fp16;
+// optim/grad_scaler.h) that weight (and the MoE auxiliary losses' gradients) is multiplied by the
+// loss scale; after the gradients are complete they are unscaled, and a non-finite global
+// gradient norm is the found-inf of every rank (the norm is summed over the world, so it is
+// infinite or NaN on all ranks as soon as one rank holds an infinite or NaN gradient): the step
+// is skipped. A skipped step (for any reason) leaves the weights, the optimizer state and the
+// learning-rate schedule as they were; the iteration and the consumed samples advance, as
+// Megatron's.
 #pragma once
 
 #include <cstdint>
@@ -21,6 +28,7 @@
 #include "mtron/comm/comm.h"
 #include "mtron/data/dataset_builder.h"
 #include "mtron/model/gpt.h"
+#include "mtron/optim/grad_scaler.h"
 #include "mtron/optim/optimizer.h"
 #include "mtron/parallel/parallel_state.h"
 #include "mtron/train/args.h"
@@ -31,9 +39,10 @@ namespace mtron::train {
 
 struct StepResult {
   double lm_loss = 0;    // token-weighted mean over the global batch (on every rank)
-  double grad_norm = 0;  // before clipping
+  double grad_norm = 0;  // before clipping (non-finite when skipped)
   double lr = 0;
   bool skipped = false;
+  double loss_scale = 1.0;  // after this step's update (Megatron's log value); 1 without scaler
   // MoE: Megatron's load_balancing_loss and z_loss (averaged over the global batch's
   // micro-batches and the MoE layers, without their coefficients), and the step's statistics
   // summed over the world (dropped pairs, routing checksums).
@@ -67,8 +76,8 @@ class Trainer {
   // Mean loss over `iters` global batches of a split (forward only), continuing where the
   // previous evaluation of that split stopped, as Megatron's evaluation iterators do.
   double evaluate(data::Split split, int64_t iters);
-  // The learning-rate schedule (a function of consumed samples): the flags', or the
-  // checkpoint's with --use-checkpoint-opt_param-scheduler.
+  // The learning-rate schedule (a function of the samples of the steps taken, not skipped): the
+  // flags', or the checkpoint's with --use-checkpoint-opt_param-scheduler.
   optim::LrSchedule lr_schedule() const;
   // What checkpoints save and restore of this trainer (views into its state).
   checkpoint::TrainView checkpoint_view();
@@ -99,6 +108,10 @@ class Trainer {
   std::unique_ptr<RunLog> log_;  // the last rank's
   std::unique_ptr<checkpoint::Checkpointer> checkpointer_;
   int64_t iteration_ = 0, consumed_samples_ = 0;
+  // The samples of the steps that were taken (Megatron's scheduler steps only then): where the
+  // learning-rate schedule stands.
+  int64_t lr_samples_ = 0;
+  std::unique_ptr<optim::GradScaler> scaler_;  // --fp16 (or --bf16 --loss-scale); else none
   optim::LrSchedule schedule_;  // the flags', or the checkpoint's (--use-checkpoint-opt_param-...)
   // The current global batch (--rampup-batch-size, --step-batch-size-schedule) and its
   // micro-batches per data-parallel rank.

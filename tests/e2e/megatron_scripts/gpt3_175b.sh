@@ -17,7 +17,7 @@ MERGE_FILE=$4
 DATA_PATH=$5
 shift 5
 MTRON=${MTRON:-mtron}
-# Megatron's script trains in fp16; mtron's fp16 comes with its precision work.
+# Megatron's script trains in fp16 (PRECISION overrides it).
 PRECISION=${PRECISION:---fp16}
 
 GPT_MODEL_ARGS=(
