@@ -63,7 +63,7 @@ def main():
     seq += "1" * 25 + "0" * 20
     bad, branches = 0, set()
     for initial, minimum, window, hysteresis in [(1024, 4, 5, 3), (2.0 ** 32, 1, 4, 2),
-                                                 (65536, 2, 1, 1), (8, 8, 3, 2)]:
+                                                 (65536, 2, 2, 1), (8, 8, 3, 2)]:
         ref = DynamicGradScaler(initial, minimum, window, hysteresis)
         rows = run(binary, [repr(float(initial)), repr(float(minimum)), str(window),
                             str(hysteresis), seq])

@@ -52,7 +52,7 @@ ARCH["moe_cap"] = ARCH["llama"] + (
 # fp16 rounding boundaries, hence its looser tolerance.
 ARCH["gpt2_fp16"] = ARCH["gpt2"] + "--fp16 --initial-loss-scale 1048576 --loss-scale-window 2".split()
 TOL = 1e-5
-ARCH_TOL = {"gpt2_fp16": 1e-3}
+ARCH_TOL = {"gpt2_fp16": 3e-4}
 AUX = ("load_balancing_loss", "seq_load_balancing_loss", "z_loss")
 EXPERT_BYTES = re.compile(r"\[mtron r0/\d+\] .*expert weights on this rank: (\d+) bytes")
 
