@@ -10,6 +10,7 @@
 #include <limits>
 #include <random>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "mtron/core/error.h"
@@ -44,33 +45,29 @@ std::vector<int32_t> randint(int64_t n, int32_t lo, int32_t hi) {
   for (auto& x : v) x = d(g_rng);
   return v;
 }
-float to_float(bf16 x) {
-  return bf16_to_float(x);
-}
-float to_float(f16 x) {
-  return f16_to_float(x);
-}
+// x rounded to bf16 or f16 (core/dtype.h), and back (exact)
 template <typename H>
-std::vector<H> narrow(const std::vector<float>& x);
-template <>
-std::vector<bf16> narrow(const std::vector<float>& x) {
-  std::vector<bf16> v(x.size());
-  for (size_t i = 0; i < x.size(); ++i) v[i] = float_to_bf16(x[i]);
+std::vector<H> narrow(const std::vector<float>& x) {
+  std::vector<H> v(x.size());
+  for (size_t i = 0; i < x.size(); ++i) {
+    if constexpr (std::is_same_v<H, bf16>) {
+      v[i] = float_to_bf16(x[i]);
+    } else {
+      v[i] = float_to_f16(x[i]);
+    }
+  }
   return v;
-}
-template <>
-std::vector<f16> narrow(const std::vector<float>& x) {
-  std::vector<f16> v(x.size());
-  for (size_t i = 0; i < x.size(); ++i) v[i] = float_to_f16(x[i]);
-  return v;
-}
-std::vector<bf16> to_bf16(const std::vector<float>& x) {
-  return narrow<bf16>(x);
 }
 template <typename H>
 std::vector<float> widen(const std::vector<H>& x) {
   std::vector<float> v(x.size());
-  for (size_t i = 0; i < x.size(); ++i) v[i] = to_float(x[i]);
+  for (size_t i = 0; i < x.size(); ++i) {
+    if constexpr (std::is_same_v<H, bf16>) {
+      v[i] = bf16_to_float(x[i]);
+    } else {
+      v[i] = f16_to_float(x[i]);
+    }
+  }
   return v;
 }
 
@@ -194,21 +191,12 @@ class Checker {
     if (bad) ++failed_;
   }
 
-  // fp32 outputs bit for bit (NaN payloads and signed zeros included)
-  void check_bits_of(const std::string& what, const Pair<float>& p) {
-    const std::vector<float> got = p.dev_result(), want = p.host_result();
-    int64_t bad = 0;
-    for (size_t i = 0; i < want.size(); ++i) bad += std::memcmp(&got[i], &want[i], 4) != 0;
-    row(op_ + " " + what, shape_, double(bad), 0, 0, bad == 0);
-    if (bad) ++failed_;
-  }
-
-  // integer outputs exactly
+  // integer outputs exactly; fp32 ones bit for bit (NaN payloads and signed zeros included)
   template <typename T>
   void check_exact(const std::string& what, const Pair<T>& p) {
     const std::vector<T> got = p.dev_result(), want = p.host_result();
     int64_t bad = 0;
-    for (size_t i = 0; i < want.size(); ++i) bad += got[i] != want[i];
+    for (size_t i = 0; i < want.size(); ++i) bad += std::memcmp(&got[i], &want[i], sizeof(T)) != 0;
     row(op_ + " " + what, shape_, double(bad), 0, 0, bad == 0);
     if (bad) ++failed_;
   }
@@ -239,27 +227,6 @@ struct GemmCase {
   int64_t M, N, K, pad;  // pad: extra elements per row of every operand (lda > minimum)
 };
 
-// The 16-bit inputs' case: the reference multiplies their values widened to fp32 (exact).
-template <typename H>
-void gemm_16(const GemmCase& g,
-             Trans ta,
-             Trans tb,
-             float beta,
-             const std::vector<float>& a,
-             const std::vector<float>& b,
-             int64_t lda,
-             int64_t ldb,
-             int64_t ldc,
-             int64_t off,
-             Pair<float>& c) {
-  Pair<H> A(narrow<H>(a)), B(narrow<H>(b));
-  const std::vector<float> aw = widen(A.host_result()), bw = widen(B.host_result());
-  ref::gemm(ta, tb, g.M, g.N, g.K, 0.5f, aw.data() + off, lda, bw.data() + off, ldb, beta,
-            c.host() + off, ldc);
-  gemm(g_dev, ta, tb, g.M, g.N, g.K, 0.5f, A.dev() + off, lda, B.dev() + off, ldb, beta,
-       c.dev() + off, ldc);
-}
-
 void check_gemm(Checker& ck, const GemmCase& g, Trans ta, Trans tb, float beta, DType in) {
   const int64_t lda = (ta == Trans::kN ? g.K : g.M) + g.pad;
   const int64_t ldb = (tb == Trans::kN ? g.N : g.K) + g.pad;
@@ -278,10 +245,20 @@ void check_gemm(Checker& ck, const GemmCase& g, Trans ta, Trans tb, float beta, 
     auto a = randn(a_rows * lda + off), b = randn(b_rows * ldb + off);
     // beta == 0 must ignore C entirely, NaN included
     Pair<float> c(beta == 0.0f ? poison(g.M * ldc + off) : randn(g.M * ldc + off));
+    // 16-bit inputs: the reference multiplies their values widened to fp32 (exact)
+    auto sixteen = [&](auto* type) {
+      using H = std::remove_pointer_t<decltype(type)>;
+      Pair<H> A(narrow<H>(a)), B(narrow<H>(b));
+      const std::vector<float> aw = widen(A.host_result()), bw = widen(B.host_result());
+      ref::gemm(ta, tb, g.M, g.N, g.K, 0.5f, aw.data() + off, lda, bw.data() + off, ldb, beta,
+                c.host() + off, ldc);
+      gemm(g_dev, ta, tb, g.M, g.N, g.K, 0.5f, A.dev() + off, lda, B.dev() + off, ldb, beta,
+           c.dev() + off, ldc);
+    };
     if (in == DType::kBF16) {
-      gemm_16<bf16>(g, ta, tb, beta, a, b, lda, ldb, ldc, off, c);
+      sixteen(static_cast<bf16*>(nullptr));
     } else if (in == DType::kF16) {
-      gemm_16<f16>(g, ta, tb, beta, a, b, lda, ldb, ldc, off, c);
+      sixteen(static_cast<f16*>(nullptr));
     } else {
       Pair<float> A(a), B(b);
       ref::gemm(ta, tb, g.M, g.N, g.K, 0.5f, A.host() + off, lda, B.host() + off, ldb, beta,
@@ -362,7 +339,7 @@ void elementwise_cases(Checker& ck, bool small) {
       for (int64_t i = 0; i < n; ++i) dst.host()[i] = ref::to_bf16(src.host()[i]);
       convert(g_dev, dst.dev(), src.dev(), n);
       ck.check_bits("to bf16 (bits)", dst);
-      Pair<bf16> b(to_bf16(randn(n)));
+      Pair<bf16> b(narrow<bf16>(randn(n)));
       Pair<float> back(poison(n));
       for (int64_t i = 0; i < n; ++i) back.host()[i] = bf16_to_float(b.host()[i]);
       convert(g_dev, back.dev(), b.dev(), n);
@@ -370,29 +347,17 @@ void elementwise_cases(Checker& ck, bool small) {
     });
     ck.run("convert.fp16", shape, [&] {
       auto v = randn(n, 3000.0f);
-      // specials: NaN, infinities, zeros, fp16's largest value and the first that overflows
-      // (65520, a tie rounding up), fp16 subnormals and their ties, values that round to 0
-      const float specials[] = {kNaN,
-                                -kNaN,
-                                -std::numeric_limits<float>::infinity(),
-                                std::numeric_limits<float>::infinity(),
-                                0.0f,
-                                -0.0f,
-                                65504.0f,
-                                65519.996f,
-                                65520.0f,
-                                -65520.0f,
-                                1e6f,
-                                6.1035156e-5f,  // 2^-14, the smallest normal
-                                6.1e-5f,
-                                5.9604645e-8f,  // 2^-24, the smallest subnormal
-                                2.9802322e-8f,
-                                2.9802326e-8f,  // 2^-25 (a tie to 0), just above
-                                8.940697e-8f,
-                                1e-10f,
-                                std::numeric_limits<float>::denorm_min(),
-                                1.00048828125f,   // 1 + 2^-11: a tie, rounds down to even 1.0
-                                1.00146484375f};  // 1 + 3 * 2^-11: a tie, rounds up to 1 + 2^-9
+      // specials: NaN, infinities, zeros; fp16's largest value, just below the first that
+      // overflows (65520, a tie rounding up) and beyond; 2^-14 (the smallest normal) and below;
+      // 2^-24 (the smallest subnormal); 2^-25 (a tie to 0) and just above; 3 * 2^-25 (a tie up
+      // to 2^-23); tiny values; 1 + 2^-11 (a tie to even 1.0), 1 + 3 * 2^-11 (a tie up)
+      const float inf = std::numeric_limits<float>::infinity();
+      // clang-format off
+      const float specials[] = {kNaN, -kNaN, -inf, inf, 0.0f, -0.0f, 65504.0f, 65519.996f,
+          65520.0f, -65520.0f, 1e6f, 6.1035156e-5f, 6.1e-5f, 5.9604645e-8f, 2.9802322e-8f,
+          2.9802326e-8f, 8.940697e-8f, 1e-10f, std::numeric_limits<float>::denorm_min(),
+          1.00048828125f, 1.00146484375f};
+      // clang-format on
       for (size_t i = 0; i < std::size(specials) && i < v.size(); ++i) v[i] = specials[i];
       Pair<float> src(v);
       Pair<f16> dst(std::vector<f16>(size_t(n), f16{0xffff}));
@@ -406,7 +371,7 @@ void elementwise_cases(Checker& ck, bool small) {
       Pair<float> back(poison(n));
       for (int64_t i = 0; i < n; ++i) back.host()[i] = ref::from_f16(h.host()[i]);
       convert(g_dev, back.dev(), h.dev(), n);
-      ck.check_bits_of("to fp32 (bits)", back);
+      ck.check_exact("to fp32 (bits)", back);
     });
     ck.run("sum_squares", shape, [&] {
       Pair<float> x(randn(n));
@@ -797,7 +762,7 @@ void adamw_cases(Checker& ck, bool small) {
         ck.check("m", m, kTolF32);
         ck.check("v", v, kTolF32);
         // the bf16 copy is the rounding of the device's own fp32 result
-        if (with_bf16) ck.check_bits("param bf16 (bits)", pb, to_bf16(p.dev_result()));
+        if (with_bf16) ck.check_bits("param bf16 (bits)", pb, narrow<bf16>(p.dev_result()));
       });
     }
 }
