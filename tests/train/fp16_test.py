@@ -9,7 +9,8 @@ scale backs off (the first found-inf only spends the hysteresis of 2, then the s
 each further one); the learning-rate schedule does not advance on a skipped iteration. Then the
 steps are taken and the loss falls (with the odd overflow later, as gradients grow). Checks, per iteration of the metrics and of the log lines:
 the skipped count, the loss scale Megatron's rule gives for that found-inf sequence, the
-"loss scale: X" and "number of skipped iterations: N" fields, and that the loss falls.
+"loss scale: X" and "number of skipped iterations: N" fields, no "grad norm" on a skipped
+iteration (as Megatron; null in the JSONL), and that the loss falls.
 """
 import os
 import re
@@ -41,7 +42,8 @@ def main():
                 scale = max(scale / 2, 1.0)
         m = lines[r["iteration"]]
         ok = (r["loss_scale"] == scale and float(m.group(4)) == scale and
-              int(m.group(5)) == int(s) and (r["grad_norm"] is None) == s)
+              int(m.group(5)) == int(s) and (r["grad_norm"] is None) == s and
+              ("grad norm:" in m.string) != s)
         bad += not ok
         print("iteration %2d  %s  loss scale %-12g lm loss %.6f  lr %s%s" % (
             r["iteration"], "skipped" if s else "stepped", r["loss_scale"], r["lm_loss"],

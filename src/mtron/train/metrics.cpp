@@ -25,14 +25,17 @@ std::string format_iteration_line(const IterationLog& l) {
       l.decoupled_learning_rate
           ? fmt::format(" decoupled learning rate: {:.6E} |", *l.decoupled_learning_rate)
           : "";
+  // Megatron: no grad norm when the loss scaler skipped the step
+  const std::string grad_norm =
+      l.grad_norm ? fmt::format(" grad norm: {:.3f} |", *l.grad_norm) : "";
   return fmt::format(
       " [{:%Y-%m-%d %H:%M:%S}] iteration {:8d}/{:8d} | consumed samples: {:12d} | elapsed time "
       "per iteration (ms): {:.1f} | throughput per GPU (TFLOP/s/GPU): {} | learning rate: "
-      "{:.6E} |{} global batch size: {:5d} | lm loss: {:.6E} |{} loss scale: {:.1f} | grad norm: "
-      "{:.3f} | number of skipped iterations: {:3d} | number of nan iterations: {:3d} | tokens "
+      "{:.6E} |{} global batch size: {:5d} | lm loss: {:.6E} |{} loss scale: {:.1f} |{} number "
+      "of skipped iterations: {:3d} | number of nan iterations: {:3d} | tokens "
       "per second per GPU: {:.1f} | MFU: {:.2f}% | peak memory (MB): {:.1f} |",
       fmt::localtime(now), l.iteration, l.train_iters, l.consumed_samples, l.elapsed_ms, tflops,
-      l.learning_rate, decoupled, l.global_batch_size, l.lm_loss, moe, l.loss_scale, l.grad_norm,
+      l.learning_rate, decoupled, l.global_batch_size, l.lm_loss, moe, l.loss_scale, grad_norm,
       l.skipped_iterations, l.nan_iterations, l.tokens_per_s_per_device, 100.0 * l.mfu,
       l.peak_memory_mb);
 }
@@ -74,16 +77,17 @@ MetricsWriter::~MetricsWriter() {
 
 void MetricsWriter::write(const IterationLog& l) {
   FILE* f = open();
-  fmt::print(f,
-             "{{\"iteration\": {}, \"consumed_samples\": {}, \"lm_loss\": {:.9g}, "
-             "\"learning_rate\": {:.9g}, \"grad_norm\": {}, \"elapsed_ms\": {:.3f}, "
-             "\"tflops_per_device\": {:.6g}, \"tokens_per_s_per_device\": {:.3f}, \"mfu\": {:.6g}, "
-             "\"peak_memory_mb\": {:.3f}, \"skipped_iterations\": {}, \"nan_iterations\": {}, "
-             "\"loss_scale\": {:.17g}",
-             l.iteration, l.consumed_samples, l.lm_loss, l.learning_rate,
-             std::isfinite(l.grad_norm) ? fmt::format("{:.9g}", l.grad_norm) : "null", l.elapsed_ms,
-             l.tflops_per_device, l.tokens_per_s_per_device, l.mfu, l.peak_memory_mb,
-             l.skipped_iterations, l.nan_iterations, l.loss_scale);
+  fmt::print(
+      f,
+      "{{\"iteration\": {}, \"consumed_samples\": {}, \"lm_loss\": {:.9g}, "
+      "\"learning_rate\": {:.9g}, \"grad_norm\": {}, \"elapsed_ms\": {:.3f}, "
+      "\"tflops_per_device\": {:.6g}, \"tokens_per_s_per_device\": {:.3f}, \"mfu\": {:.6g}, "
+      "\"peak_memory_mb\": {:.3f}, \"skipped_iterations\": {}, \"nan_iterations\": {}, "
+      "\"loss_scale\": {:.17g}",
+      l.iteration, l.consumed_samples, l.lm_loss, l.learning_rate,
+      l.grad_norm && std::isfinite(*l.grad_norm) ? fmt::format("{:.9g}", *l.grad_norm) : "null",
+      l.elapsed_ms, l.tflops_per_device, l.tokens_per_s_per_device, l.mfu, l.peak_memory_mb,
+      l.skipped_iterations, l.nan_iterations, l.loss_scale);
   if (l.decoupled_learning_rate)
     fmt::print(f, ", \"decoupled_learning_rate\": {:.9g}", *l.decoupled_learning_rate);
   for (const auto& [name, value] : l.moe_losses) fmt::print(f, ", \"{}\": {:.9g}", name, value);

@@ -28,7 +28,9 @@ struct IterationLog {
   // averaged over the interval.
   std::vector<std::pair<std::string, double>> moe_losses;
   double loss_scale = 1.0;  // the loss scaler's (after the last iteration's update); 1 without
-  double grad_norm = 0;     // the last iteration's; non-finite when it was skipped (JSONL: null)
+  // The last iteration's; none when the loss scaler skipped it (Megatron prints none). JSONL:
+  // null when none or not finite.
+  std::optional<double> grad_norm;
   int64_t skipped_iterations = 0, nan_iterations = 0;
   double tokens_per_s_per_device = 0;
   double mfu = 0;  // fraction

@@ -339,7 +339,7 @@ void Trainer::run() {
       l.lm_loss = interval_iters > skipped ? interval_loss / double(interval_iters - skipped)
                                            : skipped_loss / double(interval_iters);
       l.loss_scale = r.loss_scale;
-      l.grad_norm = r.grad_norm;
+      if (!(scaler_ && r.skipped)) l.grad_norm = r.grad_norm;
       l.skipped_iterations = skipped;
       l.nan_iterations = nans;
       l.tokens_per_s_per_device =
