@@ -20,7 +20,8 @@ float load(const f16* p, int64_t i) {
   return f16_to_float(p[i]);
 }
 
-// cuBLAS semantics: D(i, j) = alpha sum_p op(A)(i, p) op(B)(p, j) + beta C(i, j), column-major.
+// cuBLAS semantics: D(i, j) = alpha sum_p op(A)(i, p) op(B)(p, j) + beta C(i, j), column-major,
+// on device pointers (checked), with the emulation's device access open.
 template <typename T>
 void run(Trans ta,
          Trans tb,
@@ -35,6 +36,11 @@ void run(Trans ta,
          float beta,
          float* C,
          int64_t ldc) {
+  for (const void* p :
+       {static_cast<const void*>(A), static_cast<const void*>(B), static_cast<const void*>(C)}) {
+    sim::check_device_pointer("gemm", p);
+  }
+  const sim::DeviceAccess access;
   const ColMajorGemm g = to_col_major(ta, tb, M, N, K, A, lda, B, ldb, ldc);
   const T* a = static_cast<const T*>(g.a);
   const T* b = static_cast<const T*>(g.b);
@@ -49,29 +55,6 @@ void run(Trans ta,
       float& c = C[i + j * g.ldc];
       c = float(alpha * acc) + (beta == 0.0f ? 0.0f : beta * c);
     }
-}
-
-// run on device pointers (checked), with the emulation's device access open.
-template <typename T>
-void checked_run(Trans ta,
-                 Trans tb,
-                 int64_t M,
-                 int64_t N,
-                 int64_t K,
-                 float alpha,
-                 const T* A,
-                 int64_t lda,
-                 const T* B,
-                 int64_t ldb,
-                 float beta,
-                 float* C,
-                 int64_t ldc) {
-  for (const void* p :
-       {static_cast<const void*>(A), static_cast<const void*>(B), static_cast<const void*>(C)}) {
-    sim::check_device_pointer("gemm", p);
-  }
-  const sim::DeviceAccess access;
-  run(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
 }  // namespace
@@ -90,7 +73,7 @@ void gemm(const Ctx&,
           float beta,
           float* C,
           int64_t ldc) {
-  checked_run(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  run(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
 void gemm(const Ctx&,
@@ -107,7 +90,7 @@ void gemm(const Ctx&,
           float beta,
           float* C,
           int64_t ldc) {
-  checked_run(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  run(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
 void gemm(const Ctx&,
@@ -124,7 +107,7 @@ void gemm(const Ctx&,
           float beta,
           float* C,
           int64_t ldc) {
-  checked_run(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  run(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
 }  // namespace mtron::kernels::cuda
