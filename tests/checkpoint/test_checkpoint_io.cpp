@@ -68,7 +68,7 @@ class CheckpointIO : public ::testing::Test {
     RunInfo info;
     info.model = m.cfg;
     info.seed = 1;
-    return save_checkpoint(dir_, m.state(), info, Progress{it, it * 4, it}, g_, keep);
+    return save_checkpoint(dir_, m.state(), info, Progress{it, it * 4, it, it * 4, {}}, g_, keep);
   }
   // The message of loading `dir` into `m` ("" if it loads).
   std::string load_error(const std::string& dir, Model& m) {
