@@ -396,11 +396,6 @@ bool parse_train_args(int argc, char** argv, int64_t world_size, TrainArgs& a) {
   MT_CHECK(a.ddp_bucket_size >= 0, "--ddp-bucket-size must be >= 0");
   checkpoint::validate_checkpoint_args(a.checkpoint);
   if (a.device == Device::kCUDA) {
-    MT_CHECK(a.model.hidden_dropout == 0.0f && a.model.attention_dropout == 0.0f,
-             "--device cuda: dropout has no CUDA kernels yet (got --hidden-dropout ",
-             a.model.hidden_dropout, " --attention-dropout ", a.model.attention_dropout,
-             "; both default to 0.1 as in Megatron): pass --hidden-dropout 0 "
-             "--attention-dropout 0, or train on --device cpu");
     // What still runs on the host in these features (see docs/cuda.md).
     const std::string why =
         cuda_unsupported(a.model, par, !a.checkpoint.save.empty() || !a.checkpoint.load.empty());
