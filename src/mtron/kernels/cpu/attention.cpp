@@ -303,7 +303,8 @@ void attention_forward(float* out,
   std::atomic<int64_t> next_task{0};  // tasks are taken dynamically: causal blocks differ in work
   parallel_run(attn_threads(B * H * nqb, flops), [&](int, int) {
     std::vector<float> Qbuf(size_t(kBq * Dp)), Sbuf(size_t(kBq * kBk)), Obuf(size_t(kBq * Dp)),
-        mbuf(static_cast<size_t>(kBq)), lbuf(static_cast<size_t>(kBq)), zbuf(static_cast<size_t>(kBk));
+        mbuf(static_cast<size_t>(kBq)), lbuf(static_cast<size_t>(kBq)),
+        zbuf(static_cast<size_t>(kBk));
     const AttnDropout& drop = mask.dropout;
     float* S = Sbuf.data();
     float* O = Obuf.data();
