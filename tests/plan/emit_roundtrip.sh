@@ -51,21 +51,19 @@ done
 [ $n -eq 15 ] || fail "$n scripts"
 
 # What --device cuda cannot run: no script, and why.
-set +e
-"$MTRON" plan --model mixtral-8x7b --gpus 64 --emit sbatch -o "$TMP/mixtral.sbatch" 2> "$TMP/err"
-rc=$?
-set -e
-[ $rc -eq 2 ] && grep -q "expert-tensor-parallel-size > 1 are not supported yet" "$TMP/err" \
-  || fail "mixtral on GPUs (rc $rc): $(cat "$TMP/err")"
-[ ! -e "$TMP/mixtral.sbatch" ] || fail "a script for mixtral on GPUs"
+refuses() {  # refuses NAME REGEX PLAN_ARGS...
+  local name=$1 regex=$2 rc
+  shift 2
+  set +e
+  "$MTRON" plan --model "$@" --emit sbatch -o "$TMP/$name.sbatch" 2> "$TMP/err"
+  rc=$?
+  set -e
+  [ $rc -eq 2 ] && grep -q "$regex" "$TMP/err" || fail "$name on GPUs (rc $rc): $(cat "$TMP/err")"
+  [ ! -e "$TMP/$name.sbatch" ] || fail "a script for $name on GPUs"
+}
+refuses mixtral "expert-tensor-parallel-size > 1 are not supported yet" mixtral-8x7b --gpus 64
 # GPT-3 with its dropout (0.1, the default): dropout has no CUDA kernels.
-set +e
-"$MTRON" plan --model gpt3-175b --gpus 128 --emit sbatch -o "$TMP/gpt3.sbatch" 2> "$TMP/err"
-rc=$?
-set -e
-[ $rc -eq 2 ] && grep -q "dropout has no CUDA kernels yet" "$TMP/err" \
-  || fail "gpt3-175b with dropout on GPUs (rc $rc): $(cat "$TMP/err")"
-[ ! -e "$TMP/gpt3.sbatch" ] || fail "a script for gpt3-175b with dropout on GPUs"
+refuses gpt3 "dropout has no CUDA kernels yet" gpt3-175b --gpus 128
 
 # The examples as committed, and regenerated.
 cp -r "$ROOT/examples" "$TMP/regenerated"

@@ -2,6 +2,7 @@
 
 #include "mtron/core/error.h"
 #include "mtron/kernels/elementwise.h"
+#include "mtron/model/layer.h"
 
 namespace mtron::model {
 namespace {
@@ -12,26 +13,20 @@ PhiloxKey dropout_key(const StepDropout& d, int64_t layer, std::string_view kind
 
 }  // namespace
 
-void hidden_dropout(const RunCtx& rc,
-                    const ModelConfig& cfg,
-                    const StepDropout& d,
-                    const int32_t* pos,
-                    int64_t B,
-                    int64_t N,
-                    int64_t layer,
-                    std::string_view kind,
-                    float* x) {
+void hidden_dropout(
+    const RunCtx& rc, const ModelConfig& cfg, const TokenLayout& tl, DropoutSite site, float* x) {
+  const StepDropout& d = tl.drop;
   if (!d.on || cfg.hidden_dropout == 0.0f) return;
-  const int64_t Nl = rc.tp.sp_rows(N);
+  const int64_t N = tl.rows(), Nl = rc.tp.sp_rows(N);
   const int64_t row0 = rc.tp.sequence_parallel ? rc.tp.rank * Nl : 0;
   const kernels::DropoutRows rows{.p = cfg.hidden_dropout,
-                                  .key = dropout_key(d, layer, kind),
+                                  .key = dropout_key(d, site.layer, site.kind),
                                   .width = cfg.hidden_size,
-                                  .B = B,
+                                  .B = tl.B,
                                   .row0 = row0,
                                   .sample0 = d.sample0,
                                   .S = cfg.seq_length};
-  kernels::dropout(rc.k, x, pos + row0, Nl, rows);
+  kernels::dropout(rc.k, x, tl.pos + row0, Nl, rows);
 }
 
 kernels::AttnDropout attention_dropout(

@@ -19,6 +19,8 @@
 
 namespace mtron::model {
 
+struct TokenLayout;  // layer.h
+
 // What a micro-batch's masks depend on besides the coordinates.
 struct StepDropout {
   bool on = false;  // a training forward/backward
@@ -27,19 +29,17 @@ struct StepDropout {
   int64_t sample0 = 0;  // index in the global batch of the micro-batch's first sequence
 };
 
-// x[Nl, h] *= its hidden-dropout mask, for this rank's Nl rows (with SP: its block of the N
-// rows) of B sequences whose rows' global positions are pos [N] (on the run's device); `layer`
-// and `kind` name the mask. Nothing when d is off or --hidden-dropout is 0. The backward
-// applies the same call to the gradient.
-void hidden_dropout(const RunCtx& rc,
-                    const ModelConfig& cfg,
-                    const StepDropout& d,
-                    const int32_t* pos,
-                    int64_t B,
-                    int64_t N,
-                    int64_t layer,
-                    std::string_view kind,
-                    float* x);
+// Which mask: the global layer index (-1: the embeddings) and what it drops.
+struct DropoutSite {
+  int64_t layer;
+  std::string_view kind;
+};
+
+// x[Nl, h] *= its hidden-dropout mask, for this rank's Nl rows (with SP: its block) of the
+// micro-batch tl (tl.pos: the rows' global positions, on the run's device). Nothing when
+// tl.drop is off or --hidden-dropout is 0. The backward applies the same call to the gradient.
+void hidden_dropout(
+    const RunCtx& rc, const ModelConfig& cfg, const TokenLayout& tl, DropoutSite site, float* x);
 
 // The attention dropout of `layer` for this rank's heads (TP rank r holds heads [r Hl, (r+1)
 // Hl)); q0 = k0 = 0 (ring attention sets the chunks'). p = 0 when d is off.

@@ -124,7 +124,7 @@ float* GPTChunk::embed(const RunCtx& rc,
     mine = out_arena.alloc<float>(tp.sp_rows(N) * h);
     parallel::scatter_to_sp(rc.k, tp, mine, emb, N, h);
   }
-  hidden_dropout(rc, cfg_, tl.drop, pos, tl.B, N, -1, "embedding", mine);
+  hidden_dropout(rc, cfg_, tl, {-1, "embedding"}, mine);
   return mine;
 }
 
@@ -315,7 +315,7 @@ const float* GPTChunk::backward(const RunCtx& rc,
 
   if (!place_.has_embedding) return g;
   scratch_.reset();
-  hidden_dropout(rc, cfg_, tl.drop, tl.pos, tl.B, N, -1, "embedding", g);
+  hidden_dropout(rc, cfg_, tl, {-1, "embedding"}, g);
   float* dfull = g;
   if (tp.sequence_parallel) {  // conjugate of the scatter: gather the sequence back
     dfull = scratch_.alloc<float>(N * h);

@@ -237,7 +237,7 @@ void TransformerLayer::forward(const RunCtx& rc,
   linear_forward(rc, partial, st.att_in, p_.weight(proj_w_), nullptr, N, Hl_ * D_, h);
   parallel::exit_tp_forward(tp, st.x2, partial, N, h);
   if (proj_b_ >= 0) kernels::bias_add(rc.k, st.x2, p_.master(proj_b_), Nl, h);
-  hidden_dropout(rc, cfg_, tl.drop, tl.pos, tl.B, N, layer_, "attention_output", st.x2);
+  hidden_dropout(rc, cfg_, tl, {layer_, "attention_output"}, st.x2);
   kernels::add(rc.k, st.x2, st.x2, x, Nl * h);
 
   // MLP block: the dense MLP (an MoE layer's shared expert) and/or the routed experts. ln2 is
@@ -277,7 +277,7 @@ void TransformerLayer::forward(const RunCtx& rc,
     moe_->forward(rc, tl, stash ? &st.moe : nullptr, keep, scratch, ln2, routed);
     if (dense_mlp()) kernels::add(rc.k, y, y, routed, Nl * h);
   }
-  hidden_dropout(rc, cfg_, tl.drop, tl.pos, tl.B, N, layer_, "mlp_output", y);
+  hidden_dropout(rc, cfg_, tl, {layer_, "mlp_output"}, y);
   kernels::add(rc.k, y, y, st.x2, Nl * h);
 }
 
@@ -290,7 +290,7 @@ float* TransformerLayer::dropout_grad(const RunCtx& rc,
   const int64_t N = tl.rows(), Nl = rc.tp.sp_rows(N);
   float* d = scratch.alloc<float>(Nl * h_);
   kernels::copy(rc.k, d, dy, int64_t(sizeof(float)) * Nl * h_);
-  hidden_dropout(rc, cfg_, tl.drop, tl.pos, tl.B, N, layer_, kind, d);
+  hidden_dropout(rc, cfg_, tl, {layer_, kind}, d);
   return d;
 }
 
