@@ -206,7 +206,7 @@ GPT2_T="--layers 12 --hidden 768 --heads 12 --seq 1024 --batch 64"
 # of 4 sequences, the same 8 x 2048 tokens per step
 BIG_M="--num-layers 24 --hidden-size 2048 --num-attention-heads 16 --seq-length 2048 --max-position-embeddings 2048 --micro-batch-size 4 --global-batch-size 8"
 BIG_T="--layers 24 --hidden 2048 --heads 16 --seq 2048 --batch 8"
-COMMON_M="--vocab-size 50257 --mock-data --lr 1e-4 --log-interval 1 --eval-iters 0 --metrics-file /dev/null --bf16"
+COMMON_M="--vocab-size 50257 --mock-data --lr 1e-4 --log-interval 1 --eval-iters 0 --metrics-file /dev/null --bf16 --hidden-dropout 0 --attention-dropout 0"
 declare -A TRAIN
 
 # log line -> "tokens/s MFU" of the last iteration
@@ -218,7 +218,7 @@ last_rate() {
 banner "d mtron training on CUDA"
 if [ $built = 1 ]; then
   # parity: a tiny model, fp32, 10 steps on the CPU and on the GPU
-  TINY="--num-layers 2 --hidden-size 128 --num-attention-heads 4 --seq-length 128 --max-position-embeddings 128 --micro-batch-size 4 --global-batch-size 4 --vocab-size 1000 --mock-data --lr 1e-3 --train-iters 10 --log-interval 1 --eval-iters 0 --metrics-file /dev/null"
+  TINY="--num-layers 2 --hidden-size 128 --num-attention-heads 4 --seq-length 128 --max-position-embeddings 128 --micro-batch-size 4 --global-batch-size 4 --vocab-size 1000 --mock-data --lr 1e-3 --train-iters 10 --log-interval 1 --eval-iters 0 --metrics-file /dev/null --hidden-dropout 0 --attention-dropout 0"
   tiny_secs=60
   [ $DRY = 1 ] && tiny_secs=300  # the emulation runs a step in seconds
   run_timed "mtron tiny cpu" "$(limit 60)" "$OUT/mtron_tiny_cpu.log" "${MENV[@]}" $MT train $TINY >/dev/null

@@ -13,7 +13,8 @@ py=/usr/bin/python3
 threads=$(nproc)
 shape="--num-layers 12 --hidden-size 768 --num-attention-heads 12 --seq-length 1024
        --max-position-embeddings 1024 --micro-batch-size 4 --global-batch-size 4 --lr 1e-4
-       --mock-data --vocab-size 50257 --metrics-file /dev/null --log-interval 1 --eval-iters 0"
+       --mock-data --vocab-size 50257 --metrics-file /dev/null --log-interval 1 --eval-iters 0
+       --hidden-dropout 0 --attention-dropout 0"  # the PyTorch step has no dropout
 # Megatron's FLOPs per step (forward + backward): 72 B s L h^2 (1 + s/(12h) + V/(12 L h)).
 flops=$(awk 'BEGIN { B=4; s=1024; L=12; h=768; V=50304;
                      printf "%.6e", 72*B*s*L*h*h*(1 + s/(12*h) + V/(12*L*h)) }')

@@ -1,6 +1,7 @@
 // Flash attention on the CPU against the naive reference (forward out/lse, backward with +=),
 // over awkward sequence lengths, GQA ratios, head dims, causal/non-causal and offsets; fully
-// masked rows; and the reference backward against float64 finite differences.
+// masked rows; attention dropout (kernel against reference, the mask's rate and its global
+// indexing); and the reference backward against float64 finite differences.
 #include <omp.h>
 
 #include <cmath>
@@ -88,24 +89,81 @@ TEST(Attention, FewGroupsSplitTheBackwardOverHeads) {
   omp_set_num_threads(saved);
 }
 
+// The reference backward against float64 finite differences of the reference forward.
+void expect_reference_backward_fd(AttnMask mask, const std::string& what) {
+  const AttnShape s{2, 5, 7, 4, 2, 3, 0.6f};
+  const int64_t nq = s.Sq * s.B * s.H * s.D, nk = s.Sk * s.B * s.G * s.D;
+  auto q = to_double(randn(nq, 1)), k = to_double(randn(nk, 2)), v = to_double(randn(nk, 3));
+  auto R = to_double(randn(nq, 4));
+  std::vector<double> dq(size_t(nq), 0.0), dk(size_t(nk), 0.0), dv(size_t(nk), 0.0);
+  ref::attention_backward(dq.data(), dk.data(), dv.data(), R.data(), q.data(), k.data(), v.data(),
+                          s, mask);
+  auto loss = [&] {
+    std::vector<double> out(static_cast<size_t>(nq)), lse(size_t(s.B * s.H * s.Sq));
+    ref::attention_forward(out.data(), lse.data(), q.data(), k.data(), v.data(), s, mask);
+    return project(out, R);
+  };
+  expect_fd(q, dq, loss, "attention q" + what);
+  expect_fd(k, dk, loss, "attention k" + what);
+  expect_fd(v, dv, loss, "attention v" + what);
+}
+
 TEST(Attention, ReferenceBackwardMatchesFiniteDifferences) {
-  for (AttnMask mask : {AttnMask{false, 0}, AttnMask{true, 0}, AttnMask{true, 2}}) {
-    const AttnShape s{2, 5, 7, 4, 2, 3, 0.6f};
-    const int64_t nq = s.Sq * s.B * s.H * s.D, nk = s.Sk * s.B * s.G * s.D;
-    auto q = to_double(randn(nq, 1)), k = to_double(randn(nk, 2)), v = to_double(randn(nk, 3));
-    auto R = to_double(randn(nq, 4));
-    std::vector<double> dq(size_t(nq), 0.0), dk(size_t(nk), 0.0), dv(size_t(nk), 0.0);
-    ref::attention_backward(dq.data(), dk.data(), dv.data(), R.data(), q.data(), k.data(), v.data(),
-                            s, mask);
-    auto loss = [&] {
-      std::vector<double> out(static_cast<size_t>(nq)), lse(size_t(s.B * s.H * s.Sq));
-      ref::attention_forward(out.data(), lse.data(), q.data(), k.data(), v.data(), s, mask);
-      return project(out, R);
-    };
-    expect_fd(q, dq, loss, "attention q");
-    expect_fd(k, dk, loss, "attention k");
-    expect_fd(v, dv, loss, "attention v");
+  for (AttnMask mask : {AttnMask{false, 0}, AttnMask{true, 0}, AttnMask{true, 2}})
+    expect_reference_backward_fd(mask, "");
+}
+
+// Dropout of probability p on a (b, h) block that stands at global sample 3, head 1 of 6,
+// query and key offsets q0, k0 of a sequence of S.
+AttnMask with_dropout(AttnMask m, float p, int64_t S, int64_t q0 = 0, int64_t k0 = 0) {
+  m.dropout = AttnDropout{
+      .p = p, .key = rng_key(7, "test"), .b0 = 3, .h0 = 1, .H = 6, .q0 = q0, .k0 = k0, .S = S};
+  return m;
+}
+
+TEST(Attention, DropoutMatchesReference) {
+  uint64_t seed = 300;
+  for (float p : {0.1f, 0.5f})
+    for (int64_t S : {33, 130})
+      for (auto [H, G] : {std::pair<int64_t, int64_t>{4, 2}, {2, 1}}) {
+        const AttnShape s{2, S, S, H, G, 16, 0.25f};
+        run_case(s, with_dropout({true, 0}, p, S), seed++);
+        run_case(s, with_dropout({false, 0}, p, S), seed++);
+      }
+  // a query chunk attending to an earlier key chunk (as ring attention calls it)
+  run_case({2, 40, 40, 4, 2, 16, 0.25f}, with_dropout({false, 0}, 0.2f, 160, 80, 40), 400);
+  run_case({1, 70, 70, 4, 4, 32, 0.2f}, with_dropout({true, 0}, 0.3f, 140, 70, 70), 401);
+}
+
+TEST(Attention, DropoutDropsAtTheRateAndByGlobalIndex) {
+  const AttnShape s{2, 64, 64, 4, 4, 16, 0.25f};
+  const int64_t nq = s.Sq * s.B * s.H * s.D;
+  auto q = randn(nq, 1), k = randn(nq, 2), v = randn(nq, 3);
+  std::vector<float> out(static_cast<size_t>(nq)), lse(size_t(s.B * s.H * s.Sq)), out0 = out,
+                                                                                  lse0 = lse;
+  attention_forward(kCpu, out0.data(), lse0.data(), q.data(), k.data(), v.data(), s, {false, 0});
+  attention_forward(kCpu, out.data(), lse.data(), q.data(), k.data(), v.data(), s,
+                    with_dropout({false, 0}, 0.25f, 64));
+  EXPECT_EQ(lse, lse0);  // the softmax statistics are the undropped ones
+  EXPECT_NE(out, out0);
+  // the multipliers: a quarter dropped, the rest 1/(1-p)
+  std::vector<float> z(100000);
+  dropout_scales(z.data(), rng_key(7, "test"), 12345, 1, int64_t(z.size()), 0.25f);
+  int64_t dropped = 0;
+  for (float x : z) {
+    EXPECT_TRUE(x == 0.0f || x == 1.0f / 0.75f);
+    dropped += x == 0.0f;
   }
+  EXPECT_NEAR(double(dropped) / double(z.size()), 0.25, 0.01);
+  // element e at stride 3 is element e of the stream
+  std::vector<float> z3(1000);
+  dropout_scales(z3.data(), rng_key(7, "test"), 12345, 3, 1000, 0.25f);
+  for (size_t i = 0; i < z3.size(); ++i) EXPECT_EQ(z3[i], z[3 * i]);
+}
+
+TEST(Attention, ReferenceBackwardWithDropoutMatchesFiniteDifferences) {
+  for (AttnMask mask : {AttnMask{false, 0}, AttnMask{true, 0}})
+    expect_reference_backward_fd(with_dropout(mask, 0.3f, 12, 5, 2), " (dropout)");
 }
 
 TEST(Attention, GroupsMustDivideHeads) {

@@ -36,7 +36,11 @@ train::TrainArgs make_args(std::vector<std::string> flags) {
                                    "--vocab-size",
                                    "300",
                                    "--metrics-file",
-                                   "/dev/null"};
+                                   "/dev/null",
+                                   "--hidden-dropout",
+                                   "0",
+                                   "--attention-dropout",
+                                   "0"};
   base.insert(base.end(), flags.begin(), flags.end());
   std::vector<char*> av;
   for (auto& s : base) av.push_back(s.data());
@@ -96,6 +100,21 @@ INSTANTIATE_TEST_SUITE_P(
                                  "--recompute-num-layers", "2"},
         std::vector<std::string>{"--recompute-granularity", "full", "--recompute-method", "block",
                                  "--recompute-num-layers", "2"}));
+
+// With dropout, recompute regenerates the forward's masks: again no bit changes; and the
+// gradients are not those without dropout.
+TEST(Recompute, WithDropoutGradientsAreBitIdentical) {
+  const std::vector<std::string> drop = {"--hidden-dropout", "0.1", "--attention-dropout", "0.1"};
+  std::vector<std::string> rec = drop;
+  for (const char* f : {"--recompute-granularity", "full", "--recompute-method", "uniform",
+                        "--recompute-num-layers", "1"})
+    rec.push_back(f);
+  const std::vector<float> plain = grads_of(make_args(drop));
+  const std::vector<float> recomputed = grads_of(make_args(rec));
+  ASSERT_EQ(plain.size(), recomputed.size());
+  EXPECT_EQ(std::memcmp(plain.data(), recomputed.data(), plain.size() * sizeof(float)), 0);
+  EXPECT_NE(plain, grads_of(make_args({})));
+}
 
 // --apply-layernorm-1p: norm weights w are applied as 1 + w. A 1p model whose norm weights are w
 // computes what the standard model with norm weights 1 + w computes (every other weight equal):

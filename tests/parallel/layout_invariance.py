@@ -9,6 +9,9 @@
       also the logged auxiliary losses (rel <= 1e-5), the routed and the dropped (token, expert)
       pairs (exactly: counts and checksums), and each rank's expert weight bytes = the 1-process
       bytes / (EP x expert TP x PP)
+  layout_invariance.py seeds MTRON ARCH BASELINE.jsonl
+      (a dropout model) trains the 1-process run again: the same losses, bit for bit; with
+      another --seed, and without dropout: different losses
 
 MTRON_EMULATOR (in the environment; a cross build's tests set it): a command line put in front of
 MTRON to run it, e.g. qemu-aarch64 and its options.
@@ -17,7 +20,9 @@ ARCH: gpt2 (LayerNorm, GELU, learned positions, tied embeddings, biases) or llam
 SwiGLU, RoPE, GQA with 4 query groups for 8 heads, untied, no biases); moe (llama with 8 experts
 per layer, top-2 softmax routing, dropless, aux loss and z-loss: Mixtral-like) or moe_cap (llama
 with MoE every 2nd layer, sigmoid top-2 routing, a shared expert, capacity factor 1 dropping
-by weight, seq_aux_loss and z-loss). fp32, same seed and data; gpt2_fp16: gpt2 in fp16 with
+by weight, seq_aux_loss and z-loss). These run without dropout; gpt2_dropout and llama_dropout
+are gpt2 and llama with --hidden-dropout 0.1 --attention-dropout 0.1 (Megatron's default), whose
+masks every layout must reproduce. fp32, same seed and data; gpt2_fp16: gpt2 in fp16 with
 dynamic loss scaling (the same iterations must be skipped with the same loss scales).
 """
 import os
@@ -51,6 +56,11 @@ ARCH["moe_cap"] = ARCH["llama"] + (
 # iterations with the same scales. fp32 rounding differences between layouts move values across
 # fp16 rounding boundaries, hence its looser tolerance.
 ARCH["gpt2_fp16"] = ARCH["gpt2"] + "--fp16 --initial-loss-scale 1048576 --loss-scale-window 2".split()
+NO_DROPOUT = "--hidden-dropout 0 --attention-dropout 0".split()
+DROPOUT = "--hidden-dropout 0.1 --attention-dropout 0.1".split()
+for a in list(ARCH):
+    ARCH[a + "_dropout"] = ARCH[a] + DROPOUT
+    ARCH[a] = ARCH[a] + NO_DROPOUT
 TOL = 1e-5
 ARCH_TOL = {"gpt2_fp16": 3e-4}
 AUX = ("load_balancing_loss", "seq_load_balancing_loss", "z_loss")
@@ -63,6 +73,24 @@ def flag(flags, name, default):
 
 def train(mtron, arch, np_, flags, metrics):
     return mtron_run.train(mtron, np_, COMMON + ARCH[arch] + flags, metrics, timeout=600)
+
+
+def seeds(mtron, arch, base):
+    """The dropout run is deterministic for a seed and changes with the seed and with p."""
+    losses = [r["lm_loss"] for r in base]
+    with tempfile.TemporaryDirectory() as d:
+        again = [r["lm_loss"] for r in train(mtron, arch, 1, [], os.path.join(d, "a.jsonl"))[0]]
+        other = [r["lm_loss"] for r in
+                 train(mtron, arch, 1, ["--seed", "4321"], os.path.join(d, "b.jsonl"))[0]]
+        flags = ARCH[arch][:-len(DROPOUT)] + NO_DROPOUT
+        off = [r["lm_loss"] for r in
+               mtron_run.train(mtron, 1, COMMON + flags, os.path.join(d, "c.jsonl"), timeout=600)[0]]
+    print("seed 1234 twice: %s" % ("identical" if again == losses else "DIFFERENT"))
+    print("seed 4321:       %s" % " ".join("%.6f" % x for x in other))
+    print("no dropout:      %s" % " ".join("%.6f" % x for x in off))
+    ok = again == losses and other != losses and off != losses
+    print("%s seeds: %s" % (arch, "ok" if ok else "FAILED"))
+    return 0 if ok else 1
 
 
 def main():
@@ -78,6 +106,8 @@ def main():
             return 0 if dropped > 0 else 1
         return 0
     base = mtron_run.read_metrics(sys.argv[4])
+    if mode == "seeds":
+        return seeds(mtron, arch, base)
     np_ = int(sys.argv[5])
     flags = sys.argv[6:]
     with tempfile.TemporaryDirectory() as d:

@@ -5,7 +5,8 @@
 # --print-layout --world-size N appended, and srun requires --mpi=pmix), so mtron train's own
 # parser checks every flag of every script at the script's world size. GPU scripts must select
 # --device cuda. The committed examples/ and a fresh regeneration of them are checked the same
-# way, and a plan --device cuda cannot run (Mixtral: MoE) gets no script but the reason.
+# way, and a plan --device cuda cannot run (Mixtral: MoE; GPT-3 with its dropout) gets no script
+# but the reason.
 # Usage: emit_roundtrip.sh MTRON_BINARY
 set -euo pipefail
 MTRON=$1
@@ -29,7 +30,7 @@ plans=(
   "llama2-7b --gpus 8"
   "llama3-8b --gpus 16"
   "llama2-70b --gpus 64"
-  "gpt3-175b --gpus 128"
+  "gpt3-175b --gpus 128 --hidden-dropout 0 --attention-dropout 0"
   "gpt2-124m --hardware local-cpu --gpus 4 --global-batch-size 8 --fp32 --calibration /nonexistent"
 )
 n=0
@@ -50,13 +51,19 @@ done
 [ $n -eq 15 ] || fail "$n scripts"
 
 # What --device cuda cannot run: no script, and why.
-set +e
-"$MTRON" plan --model mixtral-8x7b --gpus 64 --emit sbatch -o "$TMP/mixtral.sbatch" 2> "$TMP/err"
-rc=$?
-set -e
-[ $rc -eq 2 ] && grep -q "expert-tensor-parallel-size > 1 are not supported yet" "$TMP/err" \
-  || fail "mixtral on GPUs (rc $rc): $(cat "$TMP/err")"
-[ ! -e "$TMP/mixtral.sbatch" ] || fail "a script for mixtral on GPUs"
+refuses() {  # refuses NAME REGEX PLAN_ARGS...
+  local name=$1 regex=$2 rc
+  shift 2
+  set +e
+  "$MTRON" plan --model "$@" --emit sbatch -o "$TMP/$name.sbatch" 2> "$TMP/err"
+  rc=$?
+  set -e
+  [ $rc -eq 2 ] && grep -q "$regex" "$TMP/err" || fail "$name on GPUs (rc $rc): $(cat "$TMP/err")"
+  [ ! -e "$TMP/$name.sbatch" ] || fail "a script for $name on GPUs"
+}
+refuses mixtral "expert-tensor-parallel-size > 1 are not supported yet" mixtral-8x7b --gpus 64
+# GPT-3 with its dropout (0.1, the default): dropout has no CUDA kernels.
+refuses gpt3 "dropout has no CUDA kernels yet" gpt3-175b --gpus 128
 
 # The examples as committed, and regenerated.
 cp -r "$ROOT/examples" "$TMP/regenerated"

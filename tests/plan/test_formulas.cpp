@@ -115,8 +115,8 @@ TEST(ModelFlags, MegatronDefaultsAndRoundTrip) {
   CLI::App app;
   ModelConfig m;
   add_model_flags(app, m);
-  EXPECT_FLOAT_EQ(m.hidden_dropout, 0.0f);  // mtron's: no dropout yet (Megatron's is 0.1)
-  EXPECT_FLOAT_EQ(m.attention_dropout, 0.0f);
+  EXPECT_FLOAT_EQ(m.hidden_dropout, 0.1f);  // Megatron's
+  EXPECT_FLOAT_EQ(m.attention_dropout, 0.1f);
   EXPECT_EQ(m.make_vocab_size_divisible_by, 128);
   EXPECT_EQ(m.moe_router_topk, 2);
   for (const char* name : {"llama2-70b", "mixtral-8x7b", "gpt2-124m", "deepseek-v3"}) {

@@ -8,6 +8,9 @@ Reads the dump written by ref_dump (weights, micro-batches, mtron's logits/loss/
   - every parameter gradient (rel-norm error <= 1e-4),
   - 10 AdamW steps (torch.optim.AdamW, clip_grad_norm_, Megatron's sample-based LR schedule
     written here independently): each loss rel <= 1e-4.
+With --hidden-dropout / --attention-dropout > 0 (mtron's default, Megatron's 0.1) every
+training forward applies dropout with masks regenerated here by an independent Philox4x32-10
+(keyed and indexed as mtron's model/dropout.h documents), so the checks cover dropout too.
 Exit code 1 on any failure. Run with Debian's /usr/bin/python3 (python3-torch, python3-numpy).
 """
 import math
@@ -56,6 +59,49 @@ def parse_flags(text):
     return cfg
 
 
+M64 = (1 << 64) - 1
+
+
+def rng_key(seed, name):
+    """mtron's rng_key: splitmix64(seed) xor FNV-1a(name), as two 32-bit words."""
+    z = (seed + 0x9E3779B97F4A7C15) & M64
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & M64
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & M64
+    z ^= z >> 31
+    h = 0xcbf29ce484222325
+    for ch in name.encode():
+        h = ((h ^ ch) * 0x100000001b3) & M64
+    z ^= h
+    return z & 0xFFFFFFFF, z >> 32
+
+
+def philox4x32(key, c0, c1):
+    """Philox4x32-10 of counters (c0, c1, 0, 0), vectorised over numpy uint64 arrays."""
+    lo = np.uint64(0xFFFFFFFF)
+    k0, k1 = np.uint64(key[0]), np.uint64(key[1])
+    c = [c0.astype(np.uint64), c1.astype(np.uint64), np.zeros_like(c0, np.uint64),
+         np.zeros_like(c0, np.uint64)]
+    for _ in range(10):
+        p0 = np.uint64(0xD2511F53) * c[0]
+        p1 = np.uint64(0xCD9E8D57) * c[2]
+        c = [(p1 >> np.uint64(32)) ^ c[1] ^ k0, p1 & lo, (p0 >> np.uint64(32)) ^ c[3] ^ k1, p0 & lo]
+        k0 = (k0 + np.uint64(0x9E3779B9)) & lo
+        k1 = (k1 + np.uint64(0xBB67AE85)) & lo
+    return c
+
+
+def dropout_mask(key, index, p):
+    """Multipliers (0 or 1/(1-p), float32) of elements `index` (uint64 array) of a stream:
+    element e is word e % 4 of Philox block e / 4, kept iff (word >> 8) / 2^24 >= p."""
+    block = index >> np.uint64(2)
+    words = philox4x32(key, block & np.uint64(0xFFFFFFFF), block >> np.uint64(32))
+    lane = (index & np.uint64(3)).astype(np.int64)
+    w = np.choose(lane, words)
+    u = (w >> np.uint64(8)).astype(np.float32) * np.float32(1.0 / 16777216.0)
+    keep = np.float32(1) / (np.float32(1) - np.float32(p))
+    return torch.tensor(np.where(u >= np.float32(p), keep, np.float32(0)).astype(np.float32))
+
+
 class Model:
     def __init__(self, cfg, weights):
         self.L = int(cfg["num_layers"])
@@ -72,6 +118,31 @@ class Model:
                                                    requires_grad=True)
                   for k, v in weights.items() if k.startswith("param/")}
         self.tied = "untie_embeddings_and_output_weights" not in cfg
+        self.S = int(cfg["seq_length"])
+        self.seed = int(cfg["seed"])
+        self.p_hidden = float(cfg.get("hidden_dropout", 0.1))  # mtron's (Megatron's) default
+        self.p_attn = float(cfg.get("attention_dropout", 0.1))
+
+    def hidden_drop(self, x, it, sample0, layer, kind):
+        """Hidden dropout of x [S, B, h]: element ((sample0 + b) S + s) h + f."""
+        if it is None or self.p_hidden == 0:
+            return x
+        S, B, h = x.shape
+        s, b, f = np.meshgrid(np.arange(S), np.arange(B), np.arange(h), indexing="ij")
+        idx = (((sample0 + b) * self.S + s) * h + f).astype(np.uint64)
+        key = rng_key(self.seed, "dropout/%s/layer %d/iteration %d" % (kind, layer, it))
+        return x * dropout_mask(key, idx, self.p_hidden)
+
+    def attn_drop(self, probs, it, sample0, layer):
+        """Attention dropout of probs [B, H, S, S]: element (((sample0 + b) H + h) S + i) S + j."""
+        if it is None or self.p_attn == 0:
+            return probs
+        B, H, S, _ = probs.shape
+        b, hh, i, j = np.meshgrid(np.arange(B), np.arange(H), np.arange(S), np.arange(S),
+                                  indexing="ij")
+        idx = ((((sample0 + b) * H + hh) * self.S + i) * self.S + j).astype(np.uint64)
+        key = rng_key(self.seed, "dropout/attention/layer %d/iteration %d" % (layer, it))
+        return probs * dropout_mask(key, idx, self.p_attn)
 
     def norm(self, x, prefix):
         w = self.p[prefix + ".weight"]
@@ -93,12 +164,15 @@ class Model:
         x1, x2 = x[..., : R // 2], x[..., R // 2:]
         return x * emb.cos() + torch.cat([-x2, x1], dim=-1) * emb.sin()
 
-    def logits(self, tokens):  # tokens [S, B] (sequence-major, as mtron)
+    def logits(self, tokens, it=None, sample0=0):
+        """tokens [S, B] (sequence-major, as mtron); it: the training iteration (dropout on),
+        sample0: the global-batch index of sequence 0; it None: no dropout."""
         S, B = tokens.shape
         t = torch.tensor(tokens, dtype=torch.long)
         x = self.p["embedding.word_embeddings.weight"][t]
         if not self.rope:
             x = x + self.p["embedding.position_embeddings.weight"][:S][:, None, :]
+        x = self.hidden_drop(x, it, sample0, -1, "embedding")
         hpg = self.H // self.G
         for l in range(self.L):
             pre = "decoder.layers.%d." % l
@@ -115,8 +189,10 @@ class Model:
             s = qb @ kb.transpose(-1, -2) / math.sqrt(self.D)
             mask = torch.triu(torch.ones(S, S, dtype=torch.bool), diagonal=1)
             s = s.masked_fill(mask, float("-inf"))
-            o = (torch.softmax(s, dim=-1) @ vb).permute(2, 0, 1, 3).reshape(S, B, self.H * self.D)
-            x = x + self.lin(o, pre + "self_attention.linear_proj")
+            probs = self.attn_drop(torch.softmax(s, dim=-1), it, sample0, l)
+            o = (probs @ vb).permute(2, 0, 1, 3).reshape(S, B, self.H * self.D)
+            x = x + self.hidden_drop(self.lin(o, pre + "self_attention.linear_proj"), it, sample0,
+                                     l, "attention_output")
             a = self.norm(x, pre + "pre_mlp_layernorm")
             f = self.lin(a, pre + "mlp.linear_fc1")
             if self.swiglu:
@@ -124,7 +200,8 @@ class Model:
                 act = F.silu(gate) * up
             else:
                 act = F.gelu(f, approximate="tanh")
-            x = x + self.lin(act, pre + "mlp.linear_fc2")
+            x = x + self.hidden_drop(self.lin(act, pre + "mlp.linear_fc2"), it, sample0, l,
+                                     "mlp_output")
         x = self.norm(x, "decoder.final_layernorm")
         w = self.p["embedding.word_embeddings.weight" if self.tied else "output_layer.weight"]
         logits = x @ w.t()
@@ -132,8 +209,8 @@ class Model:
         pad[self.vocab:] = True
         return logits.masked_fill(pad, float("-inf"))
 
-    def loss_sum(self, tokens, labels):
-        lg = self.logits(tokens)
+    def loss_sum(self, tokens, labels, it, sample0):
+        lg = self.logits(tokens, it, sample0)
         return F.cross_entropy(lg.reshape(-1, lg.shape[-1]),
                                torch.tensor(labels, dtype=torch.long).reshape(-1), reduction="sum")
 
@@ -181,12 +258,14 @@ def main():
     gbs = int(cfg["global_batch_size"])
     ntok = gbs * S
 
-    lg = m.logits(d["tokens/it0/mb0"]).detach().numpy()
+    B = d["tokens/it0/mb0"].shape[1]
+    lg = m.logits(d["tokens/it0/mb0"], 0, 0).detach().numpy()
     V = m.vocab
     ref_logits = d["step0/logits"].reshape(lg.shape[0], lg.shape[1], -1)
     check("logits (micro-batch 0)", rel_norm(ref_logits[:, :, :V], lg[:, :, :V]), 1e-5)
 
-    loss = sum(m.loss_sum(d["tokens/it0/mb%d" % j], d["labels/it0/mb%d" % j]) for j in range(M)) / ntok
+    loss = sum(m.loss_sum(d["tokens/it0/mb%d" % j], d["labels/it0/mb%d" % j], 0, j * B)
+               for j in range(M)) / ntok
     loss.backward()
     check("loss (iteration 1)", abs(float(d["step0/loss"][0]) - loss.item()) / loss.item(), 1e-5)
     worst = 0.0
@@ -208,8 +287,8 @@ def main():
         for g in opt.param_groups:
             g["lr"] = lr
         opt.zero_grad()
-        loss = sum(m.loss_sum(d["tokens/it%d/mb%d" % (it, j)], d["labels/it%d/mb%d" % (it, j)])
-                   for j in range(M)) / ntok
+        loss = sum(m.loss_sum(d["tokens/it%d/mb%d" % (it, j)], d["labels/it%d/mb%d" % (it, j)],
+                              it, j * B) for j in range(M)) / ntok
         loss.backward()
         torch.nn.utils.clip_grad_norm_(list(m.p.values()), float(cfg["clip_grad"]))
         opt.step()

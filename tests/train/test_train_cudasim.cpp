@@ -46,6 +46,10 @@ train::TrainArgs make_args(const std::vector<std::string>& flags, int64_t world_
                                   "--log-interval",
                                   "1",
                                   "--eval-iters",
+                                  "0",
+                                  "--hidden-dropout",
+                                  "0",
+                                  "--attention-dropout",
                                   "0"};
   all.insert(all.end(), flags.begin(), flags.end());
   std::vector<char*> av;

@@ -42,8 +42,8 @@ struct ModelConfig {
   float init_method_std = 0.02f;
   int64_t seq_length = 0;
   int64_t max_position_embeddings = 0;
-  int64_t vocab_size = 0;  // the tokenizer's vocabulary, before padding
-  float hidden_dropout = 0.0f;
+  int64_t vocab_size = 0;       // the tokenizer's vocabulary, before padding
+  float hidden_dropout = 0.0f;  // the flags default both to Megatron's 0.1 (model_flags.h)
   float attention_dropout = 0.0f;
 
   // Mixture of experts (num_experts == 0: dense).

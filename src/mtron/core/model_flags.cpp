@@ -104,12 +104,13 @@ void add_model_flags(CLI::App& app, ModelConfig& m) {
   opt<float>(app, "--init-method-std", m.init_method_std, 0.02f,
              "Standard deviation of the zero mean normal distribution used for weight "
              "initialization.");
-  // Megatron's default is 0.1; mtron's trainer has no dropout yet, so its default is 0.
-  opt<float>(app, "--hidden-dropout", m.hidden_dropout, 0.0f,
-             "Dropout probability for hidden state transformer (Megatron's default: 0.1; "
-             "mtron: 0, the only value it supports so far).");
-  opt<float>(app, "--attention-dropout", m.attention_dropout, 0.0f,
-             "Post attention dropout probability (Megatron's default: 0.1; mtron: 0).");
+  opt<float>(app, "--hidden-dropout", m.hidden_dropout, 0.1f,
+             "Dropout probability for hidden state transformer (the embeddings' output and each "
+             "attention and MLP output before its residual add; training only; CPU only: "
+             "--device cuda needs 0).");
+  opt<float>(app, "--attention-dropout", m.attention_dropout, 0.1f,
+             "Post attention dropout probability (on the softmax probabilities; training only; "
+             "CPU only: --device cuda needs 0).");
 
   // Mixture of experts.
   opt<int64_t>(app, "--num-experts", m.num_experts, 0,

@@ -15,8 +15,8 @@
 namespace mtron {
 
 // Registers the flags (groups "Model" and "Mixture of experts") and stores their defaults into
-// `m`: Megatron's, except dropout (0: mtron's trainer has none yet). --vocab-size belongs to the
-// tokenizer flags (the trainer's). Call m.finalize() after parsing.
+// `m`: Megatron's (dropout 0.1 included). --vocab-size belongs to the tokenizer flags (the
+// trainer's). Call m.finalize() after parsing.
 void add_model_flags(CLI::App& app, ModelConfig& m);
 
 // The inverse: every model flag with its value for `m` (finalized), in registration order, so

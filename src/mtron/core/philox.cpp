@@ -63,6 +63,18 @@ uint64_t u64_at(PhiloxKey key, uint64_t index) {
   return (uint64_t(r[1]) << 32) | r[0];
 }
 
+void dropout_scales(float* z, PhiloxKey key, uint64_t index0, uint64_t stride, int64_t n, float p) {
+  const float keep = 1.0f / (1.0f - p);
+  uint64_t block = ~uint64_t(0);
+  std::array<uint32_t, 4> r{};
+  for (int64_t i = 0; i < n; ++i) {
+    const uint64_t e = index0 + uint64_t(i) * stride;
+    if (e >> 2 != block) block = e >> 2, r = draw(key, block);  // consecutive elements share one
+    const float u = float(r[e & 3] >> 8) * (1.0f / 16777216.0f);
+    z[i] = u >= p ? keep : 0.0f;
+  }
+}
+
 void fill_normal_shard(float* out,
                        PhiloxKey key,
                        float std,

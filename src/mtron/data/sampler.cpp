@@ -17,6 +17,7 @@ TokenRows sample_rows(const SampleDataset& ds,
   TokenRows t;
   t.B = B;
   t.S = Sl;
+  t.first = first;
   t.tokens.resize(size_t(Sl * B));
   t.labels.resize(size_t(Sl * B));
   t.pos.resize(size_t(Sl * B));

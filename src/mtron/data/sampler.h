@@ -14,6 +14,7 @@ namespace mtron::data {
 // B sequences of S tokens each, sequence-major: row s * B + b is token s of sequence b.
 struct TokenRows {
   int64_t B = 0, S = 0;
+  int64_t first = 0;  // sample index of sequence 0 (sequence b is sample first + b)
   std::vector<int32_t> tokens, labels, pos;  // [S * B]; pos: the global sequence positions
 };
 

@@ -1,4 +1,4 @@
-// defines: AttnMask, attention_forward, attention_backward
+// defines: AttnDropout, AttnMask, attention_forward, attention_backward
 //
 // Scaled dot-product attention with grouped query heads, tiled with an online softmax, so the
 // memory per head is O(S) (the S x S score matrix never exists). Layout, sequence-major as
@@ -8,18 +8,41 @@
 // scores per query row) for backward; a fully masked row gives out = 0 and lse = -inf.
 // Backward recomputes the scores blockwise from q, k and lse, and ACCUMULATES into dq, dk, dv
 // (+=), so ring attention (context parallelism) can sum contributions of several K/V blocks.
+//
+// Attention dropout (mask.dropout.p > 0, CPU only): the probabilities P_ij = exp(s_ij - lse_i)
+// are multiplied by z_ij (0 or 1/(1-p), core/philox.h dropout_scales) before P V; the softmax
+// statistics (m, l, lse) are those of the undropped P. z_ij is element
+//   ((b0 + b) H + h0 + h) S + q0 + i) S + k0 + j
+// of the key's stream: indexed by global sample, head, query and key position, so every
+// layout (TP heads, CP chunks, DP samples) drops what the 1-process run drops. Backward as
+// FlashAttention's: dV += (P z)^T dO, dP = (dO V^T) z, dS = P (dP - Delta) with Delta = dO . O.
 #pragma once
 
 #include <cstdint>
 
+#include "mtron/core/philox.h"
 #include "mtron/kernels/op.h"
 
 namespace mtron::kernels {
+
+// Which probabilities are dropped (header comment): p = 0, none. Local sequence b, head h,
+// query i and key j are global sample b0 + b, head h0 + h (of H), positions q0 + i and k0 + j
+// (of S).
+struct AttnDropout {
+  float p = 0.0f;
+  PhiloxKey key{0, 0};
+  int64_t b0 = 0, h0 = 0, H = 0, q0 = 0, k0 = 0, S = 0;
+  // Element index of (b, h, i, j = 0) in the key's stream.
+  uint64_t row_index(int64_t b, int64_t h, int64_t i) const {
+    return uint64_t((((b0 + b) * H + h0 + h) * S + q0 + i) * S + k0);
+  }
+};
 
 // Key j is visible to query i iff !causal || j <= i + offset. Standard causal: {true, 0}.
 struct AttnMask {
   bool causal = true;
   int64_t offset = 0;
+  AttnDropout dropout{};
 };
 
 struct AttnShape {

@@ -30,6 +30,12 @@ double bytes_contract(const void*, const void*, int64_t bytes) {
   return bytes_contract(nullptr, bytes);
 }
 
+double dropout_contract(const float*, const int32_t*, int64_t rows, const DropoutRows& d) {
+  MT_ASSERT(rows >= 0 && d.width >= 0 && d.B >= 1 && d.p >= 0 && d.p < 1, "dropout: rows ", rows,
+            " width ", d.width, " B ", d.B, " p ", d.p);
+  return 0;
+}
+
 template <typename T>
 double gemm_contract(Trans ta,
                      Trans tb,

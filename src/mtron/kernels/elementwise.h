@@ -1,5 +1,5 @@
 // defines: add, scale_inplace, convert (f32<->bf16, f32<->f16), bias_add, bias_backward,
-//          sum_squares, fill_zero, fill, copy
+//          sum_squares, fill_zero, fill, copy, DropoutRows, dropout
 //
 // fill_zero, fill and copy are the device-generic forms of memset, std::fill and memcpy: code
 // above kernels uses them on memory that may live on a GPU.
@@ -7,9 +7,20 @@
 
 #include <cstdint>
 
+#include "mtron/core/philox.h"
 #include "mtron/kernels/op.h"
 
 namespace mtron::kernels {
+
+// Hidden dropout of token rows (sequence-major, n = s*B + b): row r of the call is row
+// row0 + r of the micro-batch, sequence b = (row0 + r) % B, global sample sample0 + b, global
+// position pos[r]; its element f is element ((sample0 + b) * S + pos[r]) * width + f of the key's
+// stream (core/philox.h dropout_scales), so every layout drops what the 1-process run drops.
+struct DropoutRows {
+  float p = 0.0f;
+  PhiloxKey key{0, 0};
+  int64_t width = 0, B = 1, row0 = 0, sample0 = 0, S = 0;
+};
 
 // add:           out[i] = a[i] + b[i]  (out may alias a or b)
 // scale_inplace: x[i] *= s
@@ -21,6 +32,8 @@ namespace mtron::kernels {
 // fill_zero:     x[0, bytes) = 0
 // fill:          x[i] = value
 // copy:          dst[0, bytes) = src[0, bytes), both on ctx's device; the ranges must not overlap
+// dropout:       x[r, f] *= z (0 or 1/(1-p)) for rows r < rows of width d.width (DropoutRows);
+//                pos [rows] on ctx's device. Forward and backward alike (the same mask). CPU only.
 #define MTRON_ELEMENTWISE_OPS(OP)                                                                  \
   OP(void, add, add, no_contract, (float* out, const float* a, const float* b, int64_t n),         \
      (out, a, b, n))                                                                               \
@@ -41,7 +54,9 @@ namespace mtron::kernels {
   OP(void, fill_zero, fill_zero, bytes_contract, (void* x, int64_t bytes), (x, bytes))             \
   OP(void, fill, fill, no_contract, (float* x, float value, int64_t n), (x, value, n))             \
   OP(void, copy, copy, bytes_contract, (void* dst, const void* src, int64_t bytes),                \
-     (dst, src, bytes))
+     (dst, src, bytes))                                                                            \
+  OP(void, dropout, dropout, dropout_contract,                                                     \
+     (float* x, const int32_t* pos, int64_t rows, const DropoutRows& d), (x, pos, rows, d))
 MTRON_ELEMENTWISE_OPS(MT_OP_DECLARE)
 
 }  // namespace mtron::kernels

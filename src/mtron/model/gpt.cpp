@@ -102,10 +102,13 @@ std::pair<int64_t, int64_t> GPTChunk::param_range(int first, int next_first) con
   return {params_.spec(first).offset, end};
 }
 
-float* GPTChunk::embed(
-    const RunCtx& rc, Arena& out_arena, const int32_t* tokens, const int32_t* pos, int64_t N) {
+float* GPTChunk::embed(const RunCtx& rc,
+                       Arena& out_arena,
+                       const TokenLayout& tl,
+                       const int32_t* tokens) {
   const auto& tp = rc.tp;
-  const int64_t h = cfg_.hidden_size;
+  const int64_t h = cfg_.hidden_size, N = tl.rows();
+  const int32_t* pos = tl.pos;
   scratch_.reset();
   // The vocabulary-parallel lookup gives partial sums over the TP ranks' vocabulary shards.
   float* emb = tp.sequence_parallel ? scratch_.alloc<float>(N * h) : out_arena.alloc<float>(N * h);
@@ -116,9 +119,12 @@ float* GPTChunk::embed(
     kernels::embedding_forward(rc.k, emb, pos, params_.master(wpe_), N, h, 0,
                                cfg_.max_position_embeddings, true);
   }
-  if (!tp.sequence_parallel) return emb;
-  float* mine = out_arena.alloc<float>(tp.sp_rows(N) * h);
-  parallel::scatter_to_sp(rc.k, tp, mine, emb, N, h);
+  float* mine = emb;
+  if (tp.sequence_parallel) {
+    mine = out_arena.alloc<float>(tp.sp_rows(N) * h);
+    parallel::scatter_to_sp(rc.k, tp, mine, emb, N, h);
+  }
+  hidden_dropout(rc, cfg_, tl, {-1, "embedding"}, mine);
   return mine;
 }
 
@@ -142,9 +148,10 @@ void GPTChunk::forward_cached(
   cached_.reset();
   TokenLayout tl = mb.layout();
   tl.pos = ids_on_device(rc, cached_, mb.pos);
+  tl.drop.on = false;  // generation runs without dropout
   const int64_t N = tl.rows(), h = cfg_.hidden_size;
   MT_ASSERT(rows >= 1 && rows <= N, "logits of ", rows, " of ", N, " rows");
-  const float* x = embed(rc, cached_, ids_on_device(rc, cached_, mb.tokens), tl.pos, N);
+  const float* x = embed(rc, cached_, tl, ids_on_device(rc, cached_, mb.tokens));
   for (size_t i = 0; i < layers_.size(); ++i) {
     float* y = cached_.alloc<float>(N * h);
     scratch_.reset();
@@ -186,6 +193,7 @@ const float* GPTChunk::forward(const RunCtx& rc,
   st.pos = ids_on_device(rc, st.keep, mb.pos);
   TokenLayout tl = mb.layout();
   tl.pos = st.pos;
+  tl.drop.on = tl.drop.on && train;  // evaluation runs without dropout
   const int64_t N = tl.rows(), Nl = tp.sp_rows(N), h = cfg_.hidden_size;
   st.layers.assign(layers_.size(), {});
   st.inputs.assign(layers_.size(), nullptr);
@@ -197,7 +205,7 @@ const float* GPTChunk::forward(const RunCtx& rc,
   const float* x = input;
   if (place_.has_embedding) {
     need(0, layer_first_.front());
-    x = embed(rc, st.keep, st.tokens, st.pos, N);
+    x = embed(rc, st.keep, tl, st.tokens);
   }
   MT_ASSERT(x != nullptr, "a chunk without embeddings needs an input");
 
@@ -307,6 +315,7 @@ const float* GPTChunk::backward(const RunCtx& rc,
 
   if (!place_.has_embedding) return g;
   scratch_.reset();
+  hidden_dropout(rc, cfg_, tl, {-1, "embedding"}, g);
   float* dfull = g;
   if (tp.sequence_parallel) {  // conjugate of the scatter: gather the sequence back
     dfull = scratch_.alloc<float>(N * h);

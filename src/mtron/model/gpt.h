@@ -34,7 +34,8 @@ struct MicroBatch {
   float dloss = 1.0f;       // d(loss)/d(token loss): 1 / number of tokens in the global batch
   float aux_weight = 1.0f;  // weight of per-micro-batch auxiliary losses (MoE): 1 / micro-batches
                             // in the global batch
-  TokenLayout layout() const { return {B, S, pos.data(), aux_weight}; }
+  StepDropout drop{};       // the dropout masks' key (on only in a training forward/backward)
+  TokenLayout layout() const { return {B, S, pos.data(), aux_weight, drop}; }
 };
 
 struct ChunkPlacement {
@@ -133,9 +134,9 @@ class GPTChunk {
       const RunCtx& rc, const MicroBatch& mb, KvCache& cache, float* logits, int64_t rows);
 
  private:
-  // The embeddings of this rank's rows [Nl, h] (SP: its block of the sequence) in `out_arena`.
-  float* embed(
-      const RunCtx& rc, Arena& out_arena, const int32_t* tokens, const int32_t* pos, int64_t N);
+  // The embeddings of this rank's rows [Nl, h] (SP: its block of the sequence) in `out_arena`,
+  // after hidden dropout (tl.drop).
+  float* embed(const RunCtx& rc, Arena& out_arena, const TokenLayout& tl, const int32_t* tokens);
   bool recomputed(int64_t i) const;  // is local layer i in a recompute group?
   // Buffer range of parameter handles [first, next_first) (next_first < 0: to the end).
   std::pair<int64_t, int64_t> param_range(int first, int next_first) const;

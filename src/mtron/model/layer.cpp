@@ -112,7 +112,7 @@ TransformerLayer::TransformerLayer(const ModelConfig& cfg,
                                    const parallel::ExpertParallel& ep,
                                    ParamBuffer& params,
                                    ParamBuffer& expert_params)
-    : cfg_(cfg), p_(params) {
+    : cfg_(cfg), p_(params), layer_(layer) {
   const int64_t H = cfg.num_attention_heads, G = cfg.query_groups(), D = cfg.kv_channels;
   const bool moe = cfg.is_moe_layer(layer);
   const int64_t F = moe ? cfg.moe_shared_expert_intermediate_size : cfg.ffn();
@@ -173,7 +173,8 @@ void TransformerLayer::attention(
   const float scale = 1.0f / std::sqrt(float(D_));
   if (!kv) {
     const kernels::AttnShape as{tl.B, tl.S, tl.S, Hl_, Gl_, D_, scale};
-    parallel::ring_attention_forward(rc.k, rc.cp, scratch, st.att, st.lse, st.q, st.k, st.v, as);
+    parallel::ring_attention_forward(rc.k, rc.cp, scratch, st.att, st.lse, st.q, st.k, st.v, as,
+                                     attention_dropout(rc, cfg_, tl.drop, layer_, Hl_));
     return;
   }
   MT_ASSERT(rc.tp.size == 1 && rc.cp.size == 1, "a KV cache holds a whole model's heads");
@@ -236,6 +237,7 @@ void TransformerLayer::forward(const RunCtx& rc,
   linear_forward(rc, partial, st.att_in, p_.weight(proj_w_), nullptr, N, Hl_ * D_, h);
   parallel::exit_tp_forward(tp, st.x2, partial, N, h);
   if (proj_b_ >= 0) kernels::bias_add(rc.k, st.x2, p_.master(proj_b_), Nl, h);
+  hidden_dropout(rc, cfg_, tl, {layer_, "attention_output"}, st.x2);
   kernels::add(rc.k, st.x2, st.x2, x, Nl * h);
 
   // MLP block: the dense MLP (an MoE layer's shared expert) and/or the routed experts. ln2 is
@@ -275,7 +277,21 @@ void TransformerLayer::forward(const RunCtx& rc,
     moe_->forward(rc, tl, stash ? &st.moe : nullptr, keep, scratch, ln2, routed);
     if (dense_mlp()) kernels::add(rc.k, y, y, routed, Nl * h);
   }
+  hidden_dropout(rc, cfg_, tl, {layer_, "mlp_output"}, y);
   kernels::add(rc.k, y, y, st.x2, Nl * h);
+}
+
+float* TransformerLayer::dropout_grad(const RunCtx& rc,
+                                      const TokenLayout& tl,
+                                      Arena& scratch,
+                                      std::string_view kind,
+                                      float* dy) const {
+  if (!tl.drop.on || cfg_.hidden_dropout == 0.0f) return dy;
+  const int64_t N = tl.rows(), Nl = rc.tp.sp_rows(N);
+  float* d = scratch.alloc<float>(Nl * h_);
+  kernels::copy(rc.k, d, dy, int64_t(sizeof(float)) * Nl * h_);
+  hidden_dropout(rc, cfg_, tl, {layer_, kind}, d);
+  return d;
 }
 
 void TransformerLayer::backward(
@@ -284,14 +300,16 @@ void TransformerLayer::backward(
   const int64_t N = tl.rows(), Nl = tp.sp_rows(N), h = h_;
   const bool sp = tp.sequence_parallel;
 
-  // MLP block: y = x2 + b2 + exit(fc2(act)) (+ routed experts). dxy holds dy and becomes dx2.
+  // MLP block: y = x2 + dropout(b2 + exit(fc2(act)) (+ routed experts)). dxy holds dy and
+  // becomes dx2; dmlp is the MLP output's gradient.
   float* dln2 = nullptr;  // [Nl, h]
-  float* dpartial = dxy;
+  float* dmlp = dropout_grad(rc, tl, scratch, "mlp_output", dxy);
+  float* dpartial = dmlp;
   if (dense_mlp()) {
-    if (fc2_b_ >= 0) kernels::bias_backward(rc.k, p_.grad(fc2_b_), dxy, Nl, h);
+    if (fc2_b_ >= 0) kernels::bias_backward(rc.k, p_.grad(fc2_b_), dmlp, Nl, h);
     if (sp) {
       dpartial = scratch.alloc<float>(N * h);
-      parallel::exit_tp_backward(tp, dpartial, dxy, N, h);
+      parallel::exit_tp_backward(tp, dpartial, dmlp, N, h);
     }
     float* dact = scratch.alloc<float>(N * Fl_);
     linear_backward(rc, scratch, dact, p_.grad(fc2_w_), nullptr, dpartial, st.act_in,
@@ -311,7 +329,7 @@ void TransformerLayer::backward(
   }
   if (moe_) {
     float* drouted = scratch.alloc<float>(Nl * h);
-    moe_->backward(rc, tl, st.moe, scratch, dxy, drouted);
+    moe_->backward(rc, tl, st.moe, scratch, dmlp, drouted);
     if (dln2) {
       kernels::add(rc.k, dln2, dln2, drouted, Nl * h);
     } else {
@@ -320,12 +338,13 @@ void TransformerLayer::backward(
   }
   ln2_.backward(rc, cfg_, p_, dxy, dln2, st.x2, st.ln2_mean, st.ln2_rstd, Nl);
 
-  // Attention block: x2 = x + b + exit(proj(att)). dxy holds dx2 and becomes dx.
-  if (proj_b_ >= 0) kernels::bias_backward(rc.k, p_.grad(proj_b_), dxy, Nl, h);
-  dpartial = dxy;
+  // Attention block: x2 = x + dropout(b + exit(proj(att))). dxy holds dx2 and becomes dx.
+  float* dattn = dropout_grad(rc, tl, scratch, "attention_output", dxy);
+  if (proj_b_ >= 0) kernels::bias_backward(rc.k, p_.grad(proj_b_), dattn, Nl, h);
+  dpartial = dattn;
   if (sp) {
     dpartial = scratch.alloc<float>(N * h);
-    parallel::exit_tp_backward(tp, dpartial, dxy, N, h);
+    parallel::exit_tp_backward(tp, dpartial, dattn, N, h);
   }
   float* datt = scratch.alloc<float>(N * Hl_ * D_);
   linear_backward(rc, scratch, datt, p_.grad(proj_w_), nullptr, dpartial, st.att_in,
@@ -338,7 +357,8 @@ void TransformerLayer::backward(
   kernels::fill_zero(rc.k, dv, int64_t(sizeof(float)) * N * Gl_ * D_);
   const kernels::AttnShape as{tl.B, tl.S, tl.S, Hl_, Gl_, D_, 1.0f / std::sqrt(float(D_))};
   parallel::ring_attention_backward(rc.k, rc.cp, scratch, dq, dk, dv, datt, st.q, st.k, st.v,
-                                    st.att, st.lse, as);
+                                    st.att, st.lse, as,
+                                    attention_dropout(rc, cfg_, tl.drop, layer_, Hl_));
   if (cfg_.position_embedding_type == PositionEmbedding::kRope) {
     kernels::rope_backward(rc.k, dq, tl.pos, N, Hl_, D_, cfg_.rotary_dim(), cfg_.rotary_base);
     kernels::rope_backward(rc.k, dk, tl.pos, N, Gl_, D_, cfg_.rotary_dim(), cfg_.rotary_base);

@@ -13,6 +13,10 @@
 // --moe-shared-expert-intermediate-size, a shared expert: a dense MLP of that size, named
 // mlp.shared_experts.*, whose output is added to the experts'.
 //
+// Dropout (dropout.h, in training): hidden dropout of the attention and MLP outputs before
+// their residual adds, attention dropout inside the attention kernel; backward regenerates the
+// masks.
+//
 // forward() saves what backward needs in a Stash carved from an arena the caller owns (one per
 // micro-batch in flight); backward() works in place on the residual gradient. Without a stash
 // (inference: evaluation of generation) everything comes from the scratch arena. Generation
@@ -23,9 +27,11 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
 
 #include "mtron/core/arena.h"
 #include "mtron/core/model_config.h"
+#include "mtron/model/dropout.h"
 #include "mtron/model/linear.h"
 #include "mtron/model/moe.h"
 #include "mtron/model/params.h"
@@ -38,6 +44,7 @@ struct TokenLayout {
   int64_t S = 0;                 // tokens per sequence on this rank
   const int32_t* pos = nullptr;  // [S*B] position of each row in its sequence
   float aux_weight = 1.0f;       // weight of per-micro-batch auxiliary losses (MoE)
+  StepDropout drop{};            // the masks' key (dropout.h); off: no dropout
   int64_t rows() const { return S * B; }
 };
 
@@ -128,9 +135,17 @@ class TransformerLayer {
   // the cache they are appended to.
   void attention(
       const RunCtx& rc, const TokenLayout& tl, Stash& st, Arena& scratch, const LayerKv* kv) const;
+  // The gradient of a block's output before its hidden dropout, from dy [Nl, h] (the residual
+  // stream's gradient): a masked copy in `scratch`, or dy itself without dropout.
+  float* dropout_grad(const RunCtx& rc,
+                      const TokenLayout& tl,
+                      Arena& scratch,
+                      std::string_view kind,
+                      float* dy) const;
 
   const ModelConfig& cfg_;
   ParamBuffer& p_;
+  int64_t layer_;                 // global layer index
   int64_t Hl_, Gl_, D_, Fl_, h_;  // local heads, local groups, head dim, local ffn, hidden
   int64_t qkv_l_;                 // local QKV width: Gl * (H/G + 2) * D
   Norm ln1_, ln2_;

@@ -35,10 +35,14 @@ Half half_of(const kernels::AttnShape& s) {
               kernels::AttnShape{s.B, c, c, s.H, s.G, s.D, s.scale}};
 }
 
-// Which keys of global chunk kc queries of global chunk qc see: none (false), or all / causal.
-bool chunk_mask(int64_t qc, int64_t kc, kernels::AttnMask* mask) {
+// Which keys of global chunk kc queries of global chunk qc see: none (false), or all / causal;
+// with the dropout of the pair (c tokens per chunk).
+bool chunk_mask(
+    int64_t qc, int64_t kc, int64_t c, const kernels::AttnDropout& drop, kernels::AttnMask* mask) {
   if (kc > qc) return false;
-  *mask = kernels::AttnMask{kc == qc, 0};
+  *mask = kernels::AttnMask{kc == qc, 0, drop};
+  mask->dropout.q0 = qc * c;
+  mask->dropout.k0 = kc * c;
   return true;
 }
 
@@ -91,9 +95,10 @@ void ring_attention_forward(const kernels::Ctx& ctx,
                             const float* q,
                             const float* k,
                             const float* v,
-                            const kernels::AttnShape& s) {
+                            const kernels::AttnShape& s,
+                            const kernels::AttnDropout& drop) {
   if (cp.size == 1) {
-    kernels::attention_forward(ctx, out, lse, q, k, v, s, kernels::AttnMask{});
+    kernels::attention_forward(ctx, out, lse, q, k, v, s, kernels::AttnMask{true, 0, drop});
     return;
   }
   const Half hf = half_of(s);
@@ -117,7 +122,7 @@ void ring_attention_forward(const kernels::Ctx& ctx,
       for (int64_t b = 0; b < 2; ++b) {
         kernels::AttnMask mask;
         const int64_t kc = b == 0 ? src : 2 * cp.size - 1 - src;
-        if (!chunk_mask(cp.chunk(a), kc, &mask)) continue;
+        if (!chunk_mask(cp.chunk(a), kc, hf.c, drop, &mask)) continue;
         float* o = out + a * hf.q;
         float* l = lse + a * hf.lse;
         const float* kb = cur + b * hf.kv;
@@ -153,9 +158,11 @@ void ring_attention_backward(const kernels::Ctx& ctx,
                              const float* v,
                              const float* out,
                              const float* lse,
-                             const kernels::AttnShape& s) {
+                             const kernels::AttnShape& s,
+                             const kernels::AttnDropout& drop) {
   if (cp.size == 1) {
-    kernels::attention_backward(ctx, dq, dk, dv, dout, q, k, v, out, lse, s, kernels::AttnMask{});
+    kernels::attention_backward(ctx, dq, dk, dv, dout, q, k, v, out, lse, s,
+                                kernels::AttnMask{true, 0, drop});
     return;
   }
   const Half hf = half_of(s);
@@ -197,7 +204,7 @@ void ring_attention_backward(const kernels::Ctx& ctx,
       for (int64_t b = 0; b < 2; ++b) {
         kernels::AttnMask mask;
         const int64_t kc = b == 0 ? src : 2 * cp.size - 1 - src;
-        if (!chunk_mask(cp.chunk(a), kc, &mask)) continue;
+        if (!chunk_mask(cp.chunk(a), kc, hf.c, drop, &mask)) continue;
         kernels::attention_backward(ctx, dq + a * hf.q, dkb + b * hf.kv, dvb + b * hf.kv,
                                     dout + a * hf.q, q + a * hf.q, cur + b * hf.kv,
                                     cur + 2 * hf.kv + b * hf.kv, out + a * hf.q, lse + a * hf.lse,

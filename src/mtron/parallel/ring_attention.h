@@ -16,6 +16,10 @@
 // K and V): forward (CP-1) * KV, backward 2 * (CP-1) * KV.
 //
 // lse is saved as two [B, H, c] halves (one per local chunk), not as one [B, H, 2c] array.
+//
+// Attention dropout (`drop`, kernels/attention.h): each chunk pair's call gets the global
+// positions of its query and key chunks (q0, k0), so every CP layout drops what CP 1 drops;
+// the merge is linear in the (dropped) probabilities and the lse stays undropped.
 #pragma once
 
 #include <cstdint>
@@ -53,7 +57,8 @@ void ring_attention_forward(const kernels::Ctx& ctx,
                             const float* q,
                             const float* k,
                             const float* v,
-                            const kernels::AttnShape& s);
+                            const kernels::AttnShape& s,
+                            const kernels::AttnDropout& drop = {});
 
 // dq, dk, dv (+=) of this rank's rows; out and lse are the forward's.
 void ring_attention_backward(const kernels::Ctx& ctx,
@@ -68,6 +73,7 @@ void ring_attention_backward(const kernels::Ctx& ctx,
                              const float* v,
                              const float* out,
                              const float* lse,
-                             const kernels::AttnShape& s);
+                             const kernels::AttnShape& s,
+                             const kernels::AttnDropout& drop = {});
 
 }  // namespace mtron::parallel

@@ -301,9 +301,6 @@ bool parse_train_args(int argc, char** argv, int64_t world_size, TrainArgs& a) {
   } else if (a.loss_scale.static_scale) {
     a.notes.push_back("--loss-scale has no effect without --fp16 or --bf16 (fp32 training)");
   }
-  MT_CHECK(a.model.hidden_dropout == 0.0f && a.model.attention_dropout == 0.0f,
-           "dropout is not supported yet: pass --hidden-dropout 0 --attention-dropout 0 "
-           "(mtron's default)");
   if (!a.checkpoint.ckpt_format.empty()) {
     a.notes.push_back("--ckpt-format " + a.checkpoint.ckpt_format +
                       " has no effect: mtron writes sharded safetensors checkpoints that load "

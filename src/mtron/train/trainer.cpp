@@ -172,6 +172,9 @@ model::MicroBatch Trainer::microbatch(data::Split split, int64_t base, int64_t j
   data::TokenRows t = data::sample_rows(*datasets_[split], split, base, j, par.micro_batch_size,
                                         par.dp(), ps_->dp_rank(), positions);
   model::MicroBatch mb{t.B, t.S, std::move(t.tokens), std::move(t.labels), std::move(t.pos)};
+  // Dropout masks by (seed, iteration) and the sequences' indices in the global batch.
+  mb.drop = {
+      .on = true, .seed = uint64_t(a_.seed), .iteration = iteration_, .sample0 = t.first - base};
   // With a loss scaler, the scaled loss's gradient (scale 1 otherwise).
   const double scale = scaler_ ? double(scaler_->scale()) : 1.0;
   mb.dloss = float(scale / double(batch_size_ * S));

@@ -20,6 +20,9 @@
 //   dV_j += P^T dO_i,  dK_j += dS^T Q_i,  dQ_i^T += K_j^T dS^T.
 // Working in the transposed score layout makes every operand row-major without per-tile
 // transposes and vectorises the softmax over queries.
+// Dropout (attention.h): the forward multiplies each row of P by its mask after the online
+// softmax update (m and l stay undropped); the backward turns P^T into (P z)^T for dV and dP^T
+// into (dP z)^T before dS^T.
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "mtron/kernels/cpu/attention.cpp"
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
@@ -300,7 +303,9 @@ void attention_forward(float* out,
   std::atomic<int64_t> next_task{0};  // tasks are taken dynamically: causal blocks differ in work
   parallel_run(attn_threads(B * H * nqb, flops), [&](int, int) {
     std::vector<float> Qbuf(size_t(kBq * Dp)), Sbuf(size_t(kBq * kBk)), Obuf(size_t(kBq * Dp)),
-        mbuf(static_cast<size_t>(kBq)), lbuf(static_cast<size_t>(kBq));
+        mbuf(static_cast<size_t>(kBq)), lbuf(static_cast<size_t>(kBq)),
+        zbuf(static_cast<size_t>(kBk));
+    const AttnDropout& drop = mask.dropout;
     float* S = Sbuf.data();
     float* O = Obuf.data();
     for (int64_t task; (task = next_task++) < B * H * nqb;) {
@@ -321,6 +326,11 @@ void attention_forward(float* out,
               mask.causal ? std::clamp<int64_t>(i0 + r + mask.offset - j0 + 1, 0, nk) : nk;
           softmax_row(d, S + r * kBk, nk, lim, s.scale, mbuf[size_t(r)], lbuf[size_t(r)],
                       O + r * Dp, Dp);
+          if (drop.p > 0 && lim > 0) {
+            dropout_scales(zbuf.data(), drop.key, drop.row_index(b, h, i0 + r) + uint64_t(j0), 1,
+                           lim, drop.p);
+            for (int64_t c = 0; c < lim; ++c) S[r * kBk + c] *= zbuf[size_t(c)];
+          }
         }
         mm(d, nq, Dp, nk, S, kBk, V + j0 * Dp, Dp, O, Dp, true);
       }
@@ -338,15 +348,15 @@ void attention_forward(float* out,
 namespace {
 
 // Per-thread working memory of the backward: the packed K of one (b, g) and the packed Q, dO of
-// one head, the dQ^T accumulator, Delta, lse and two score tiles.
+// one head, the dQ^T accumulator, Delta, lse, two score tiles and a row of dropout multipliers.
 struct BwdWork {
-  float *ktp, *kc, *vc, *qtp, *dotp, *dqtp, *qc, *doc, *delta, *lsev, *PT, *dST;
+  float *ktp, *kc, *vc, *qtp, *dotp, *dqtp, *qc, *doc, *delta, *lsev, *PT, *dST, *z;
 };
 
 BwdWork bwd_work(std::vector<float>& buf, int64_t Sq, int64_t Sk, int64_t D, int64_t Dp) {
   const int64_t nkt = (Sk + kBk - 1) / kBk * D * kBk, nqt = (Sq + kBq - 1) / kBq * D * kBq;
   BwdWork w;
-  w.ktp = scratch(buf, nkt + 2 * Sk * Dp + 3 * nqt + 2 * Sq * Dp + 2 * Sq + 2 * kBk * kBq);
+  w.ktp = scratch(buf, nkt + 2 * Sk * Dp + 3 * nqt + 2 * Sq * Dp + 2 * Sq + 2 * kBk * kBq + kBq);
   w.kc = w.ktp + nkt;
   w.vc = w.kc + Sk * Dp;
   w.qtp = w.vc + Sk * Dp;
@@ -358,6 +368,7 @@ BwdWork bwd_work(std::vector<float>& buf, int64_t Sq, int64_t Sk, int64_t D, int
   w.lsev = w.delta + Sq;
   w.PT = w.lsev + Sq;
   w.dST = w.PT + kBk * kBq;
+  w.z = w.dST + kBk * kBq;
   return w;
 }
 
@@ -371,12 +382,14 @@ void pack_kv(
 }
 
 // P^T and dS^T of one key row jj of the (key block, query block) tile, over nq queries of which
-// those from `first` on see the key.
+// those from `first` on see the key. With dropout multipliers z (else null) of the row, p
+// becomes (P z)^T and the dP^T in ds is first multiplied by z.
 void score_grads_row(DF d,
                      float* p,
                      float* ds,
                      const float* lsev,
                      const float* delta,
+                     const float* z,
                      int64_t nq,
                      int64_t first,
                      float scale) {
@@ -386,6 +399,13 @@ void score_grads_row(DF d,
     const auto vis = hn::Ge(hn::Iota(d, float(c)), vfirst);
     const VF pv = hn::IfThenElseZero(
         vis, exp(d, hn::MulSub(load(d, p + c, k), vscale, load(d, lsev + c, k))));
+    if (z) {
+      const VF zv = load(d, z + c, k);
+      const VF dp = hn::Mul(load(d, ds + c, k), zv);
+      store(d, hn::Mul(pv, zv), p + c, k);
+      store(d, hn::Mul(hn::Mul(pv, hn::Sub(dp, load(d, delta + c, k))), vscale), ds + c, k);
+      return;
+    }
     const VF dsv = hn::Mul(hn::Mul(pv, hn::Sub(load(d, ds + c, k), load(d, delta + c, k))), vscale);
     store(d, pv, p + c, k);
     store(d, dsv, ds + c, k);
@@ -441,8 +461,13 @@ void backward_head(DF d,
         // queries i >= j - offset see key j
         const int64_t first =
             mask.causal ? std::clamp<int64_t>(j0 + jj - mask.offset - i0, 0, nq) : 0;
-        score_grads_row(d, PT + jj * kBq, dST + jj * kBq, lsev + i0, delta + i0, nq, first,
-                        s.scale);
+        const AttnDropout& drop = mask.dropout;
+        if (drop.p > 0) {
+          dropout_scales(w.z, drop.key, drop.row_index(b, h, i0) + uint64_t(j0 + jj),
+                         uint64_t(drop.S), nq, drop.p);
+        }
+        score_grads_row(d, PT + jj * kBq, dST + jj * kBq, lsev + i0, delta + i0,
+                        drop.p > 0 ? w.z : nullptr, nq, first, s.scale);
       }
       mm(d, nk, Dp, nq, PT, kBq, doc + i0 * Dp, Dp, dvc + j0 * Dp, Dp, true);
       mm(d, nk, Dp, nq, dST, kBq, qc + i0 * Dp, Dp, dkc + j0 * Dp, Dp, true);

@@ -1,6 +1,6 @@
 // CPU elementwise ops: add, scale, f32<->bf16 and f32<->f16 conversion, bias add/backward, sum of
-// squares, and the memset/fill/memcpy forms of fill_zero, fill and copy. All memory-bound: one
-// pass, split over threads in whole cache lines.
+// squares, the memset/fill/memcpy forms of fill_zero, fill and copy, and hidden dropout. All
+// memory-bound: one pass, split over threads in whole cache lines (dropout: in rows).
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "mtron/kernels/cpu/elementwise.cpp"
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
@@ -128,6 +128,19 @@ void fill(float* x, float value, int64_t n) {
 
 void copy(void* dst, const void* src, int64_t bytes) {
   if (bytes > 0) std::memcpy(dst, src, size_t(bytes));
+}
+
+void dropout(float* x, const int32_t* pos, int64_t rows, const DropoutRows& d) {
+  // a Philox block per 4 elements costs about what streaming 32 bytes per element does
+  parallel_rows(rows, threads_for(rows * d.width * 32), [&](int64_t r) {
+    thread_local std::vector<float> z;
+    z.resize(size_t(d.width));
+    const int64_t b = (d.row0 + r) % d.B;
+    const uint64_t index0 = uint64_t(((d.sample0 + b) * d.S + pos[r]) * d.width);
+    dropout_scales(z.data(), d.key, index0, 1, d.width, d.p);
+    float* row = x + r * d.width;
+    for (int64_t f = 0; f < d.width; ++f) row[f] *= z[size_t(f)];
+  });
 }
 
 }  // namespace mtron::kernels::cpu::HWY_NAMESPACE

@@ -457,7 +457,8 @@ void backward(cudaStream_t st,
          q, k, v, lse, delta, s, mask);
 }
 
-void check_shape(const AttnShape& s) {
+void check_shape(const AttnShape& s, const AttnMask& mask) {
+  MT_CHECK(mask.dropout.p == 0, "attention dropout has no CUDA kernel (--attention-dropout 0)");
   MT_CHECK(s.D <= 256, "attention on CUDA: head dim ", s.D, " (at most 256)");
   MT_CHECK(s.B * s.H <= 65535 && s.B * s.G <= 65535,
            "attention on CUDA: batch x heads = ", s.B * s.H, " (at most 65535)");
@@ -474,7 +475,7 @@ void attention_forward(const Ctx& ctx,
                        const AttnShape& s,
                        AttnMask mask) {
   if (s.B == 0 || s.Sq == 0) return;
-  check_shape(s);
+  check_shape(s, mask);
   const cudaStream_t st = stream_of(ctx);
   if (s.D <= 32) return forward<32>(st, out, lse, q, k, v, s, mask);
   if (s.D <= 64) return forward<64>(st, out, lse, q, k, v, s, mask);
@@ -495,7 +496,7 @@ void attention_backward(const Ctx& ctx,
                         const AttnShape& s,
                         AttnMask mask) {
   if (s.B == 0 || s.Sq == 0 || s.Sk == 0) return;
-  check_shape(s);
+  check_shape(s, mask);
   const cudaStream_t st = stream_of(ctx);
   Scratch delta(sizeof(float) * size_t(s.B * s.H * s.Sq), st);
   const int64_t rows = s.Sq * s.B * s.H;

@@ -1,6 +1,6 @@
 // CUDA elementwise ops (kernels/elementwise.h): add, scale, f32<->bf16 and f32<->f16 conversion,
 // bias add and backward, sum of squares, fill; and the column-sum and matrix-scale helpers of
-// runtime.h.
+// runtime.h. Dropout has no CUDA kernel: the trainer refuses --device cuda with dropout > 0.
 //
 // All memory-bound grid-stride loops with 64-bit indices. The reductions (bias_backward,
 // sum_squares) use a fixed partition that depends on the sizes only, so results are
@@ -161,6 +161,10 @@ void bias_add(const Ctx& ctx, float* out, const float* bias, int64_t N, int64_t 
 
 void bias_backward(const Ctx& ctx, float* dbias, const float* dout, int64_t N, int64_t C) {
   add_column_sums(stream_of(ctx), dbias, dout, N, C);
+}
+
+void dropout(const Ctx&, float*, const int32_t*, int64_t, const DropoutRows&) {
+  MT_CHECK(false, "dropout has no CUDA kernel (pass --hidden-dropout 0 --attention-dropout 0)");
 }
 
 double sum_squares(const Ctx& ctx, const float* x, int64_t n) {

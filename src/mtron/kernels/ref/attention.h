@@ -49,14 +49,24 @@ bool probs(std::vector<Acc<T>>& p,
   return true;
 }
 
+// The dropout multipliers of query row (b, h, i) over all keys (all 1 without dropout).
+inline void dropout_row(
+    std::vector<float>& z, const AttnShape& s, const AttnMask& m, int64_t b, int64_t h, int64_t i) {
+  z.assign(size_t(s.Sk), 1.0f);
+  const AttnDropout& d = m.dropout;
+  if (d.p > 0) dropout_scales(z.data(), d.key, d.row_index(b, h, i), 1, s.Sk, d.p);
+}
+
 template <typename T>
 void attention_forward(
     T* out, T* lse, const T* q, const T* k, const T* v, const AttnShape& s, AttnMask mask) {
   std::vector<Acc<T>> p;
+  std::vector<float> z;
   for (int64_t b = 0; b < s.B; ++b)
     for (int64_t h = 0; h < s.H; ++h)
       for (int64_t i = 0; i < s.Sq; ++i) {
         const int64_t g = h / (s.H / s.G);
+        dropout_row(z, s, mask, b, h, i);
         T* o = out + ((i * s.B + b) * s.H + h) * s.D;
         Acc<T> l = 0;
         if (!probs(p, &l, q, k, s, mask, b, h, i)) {
@@ -67,15 +77,16 @@ void attention_forward(
         for (int64_t d = 0; d < s.D; ++d) {
           Acc<T> acc = 0;
           for (int64_t j = 0; j < s.Sk; ++j)
-            acc += p[size_t(j)] * v[((j * s.B + b) * s.G + g) * s.D + d];
+            acc += p[size_t(j)] * z[size_t(j)] * v[((j * s.B + b) * s.G + g) * s.D + d];
           o[d] = T(acc);
         }
         lse[(b * s.H + h) * s.Sq + i] = T(l);
       }
 }
 
-// With P the softmax row and dP_j = dO . v_j:  dS_j = P_j (dP_j - sum_j' P_j' dP_j'),
-// dq += scale sum_j dS_j k_j,  dk_j += scale dS_j q,  dv_j += P_j dO.
+// With P the softmax row, z its dropout multipliers and dP_j = z_j dO . v_j:
+// dS_j = P_j (dP_j - sum_j' P_j' dP_j'), dq += scale sum_j dS_j k_j,  dk_j += scale dS_j q,
+// dv_j += P_j z_j dO.
 template <typename T>
 void attention_backward(T* dq,
                         T* dk,
@@ -87,18 +98,21 @@ void attention_backward(T* dq,
                         const AttnShape& s,
                         AttnMask mask) {
   std::vector<Acc<T>> p, dp;
+  std::vector<float> z;
   for (int64_t b = 0; b < s.B; ++b)
     for (int64_t h = 0; h < s.H; ++h)
       for (int64_t i = 0; i < s.Sq; ++i) {
         const int64_t g = h / (s.H / s.G);
         Acc<T> l;
         if (!probs(p, &l, q, k, s, mask, b, h, i)) continue;
+        dropout_row(z, s, mask, b, h, i);
         const int64_t qi = ((i * s.B + b) * s.H + h) * s.D;
         dp.assign(size_t(s.Sk), 0);
         Acc<T> delta = 0;
         for (int64_t j = 0; j < s.Sk; ++j) {
           const int64_t kj = ((j * s.B + b) * s.G + g) * s.D;
           for (int64_t d = 0; d < s.D; ++d) dp[size_t(j)] += Acc<T>(dout[qi + d]) * v[kj + d];
+          dp[size_t(j)] *= z[size_t(j)];
           delta += p[size_t(j)] * dp[size_t(j)];
         }
         for (int64_t j = 0; j < s.Sk; ++j) {
@@ -107,7 +121,7 @@ void attention_backward(T* dq,
           for (int64_t d = 0; d < s.D; ++d) {
             dq[qi + d] = T(dq[qi + d] + ds * k[kj + d]);
             dk[kj + d] = T(dk[kj + d] + ds * q[qi + d]);
-            dv[kj + d] = T(dv[kj + d] + p[size_t(j)] * dout[qi + d]);
+            dv[kj + d] = T(dv[kj + d] + p[size_t(j)] * z[size_t(j)] * dout[qi + d]);
           }
         }
       }
