@@ -3,6 +3,7 @@
 #include "op_table.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -377,6 +378,23 @@ void elementwise_cases(Checker& ck, bool small) {
       Pair<float> x(randn(n));
       const double r = ref::sum_squares(x.host(), n), g = sum_squares(g_dev, x.dev(), n);
       ck.check("value", {float(g)}, {float(r)}, kTolF32);
+    });
+    ck.run("fp8_quantize/abs_max", shape, [&] {
+      auto v = randn(n, 200.0f);  // beyond E4M3's 448 and into its subnormals
+      const float inf = std::numeric_limits<float>::infinity();
+      for (size_t i = 0; i < 3 && i < v.size(); ++i) v[i] = std::array{kNaN, -inf, 1e-3f}[i];
+      for (const Fp8Format f : {Fp8Format::kE4M3, Fp8Format::kE5M2}) {
+        Pair<float> x(v), amax(std::vector<float>{0.5f});
+        const std::vector<bf16> unset(size_t(n), bf16{0xffff});
+        Pair<bf16> xb(to_bf16(v)), q(unset), qb(unset);
+        ref::fp8_quantize(q.host(), amax.host(), x.host(), 0.37f, f, n);
+        fp8_quantize(g_dev, q.dev(), amax.dev(), x.dev(), 0.37f, f, n);
+        ref::fp8_quantize(qb.host(), amax.host(), xb.host(), 3.0f, f, n);
+        fp8_quantize(g_dev, qb.dev(), amax.dev(), xb.dev(), 3.0f, f, n);
+        ck.check_bits("fp8 of fp32 (bits)", q);
+        ck.check_bits("fp8 of bf16 (bits)", qb);
+        ck.check("amax", amax, 0.0);
+      }
     });
     ck.run("fill/fill_zero/copy", shape, [&] {
       Pair<float> x(poison(n)), y(poison(n)), z(randn(n));

@@ -6,6 +6,7 @@
 #include "mtron/kernels/attention.h"
 #include "mtron/kernels/elementwise.h"
 #include "mtron/kernels/embedding.h"
+#include "mtron/kernels/fp8.h"
 #include "mtron/kernels/gemm.h"
 #include "mtron/kernels/moe.h"
 #include "mtron/kernels/norm.h"
@@ -22,4 +23,5 @@
   MTRON_ATTENTION_OPS(OP)    \
   MTRON_XENT_OPS(OP)         \
   MTRON_MOE_OPS(OP)          \
-  MTRON_ADAMW_OPS(OP)
+  MTRON_ADAMW_OPS(OP)        \
+  MTRON_FP8_OPS(OP)

@@ -12,6 +12,7 @@
 #include "mtron/kernels/ref/attention.h"
 #include "mtron/kernels/ref/elementwise.h"
 #include "mtron/kernels/ref/embedding.h"
+#include "mtron/kernels/ref/fp8.h"
 #include "mtron/kernels/ref/gemm.h"
 #include "mtron/kernels/ref/moe.h"
 #include "mtron/kernels/ref/norm.h"
