@@ -1,10 +1,63 @@
 #include "mtron/model/linear.h"
 
+#include "mtron/kernels/device.h"
 #include "mtron/kernels/elementwise.h"
+#include "mtron/kernels/fp8.h"
 
 namespace mtron::model {
 
 using kernels::Trans;
+
+namespace {
+
+// A GEMM input quantised to FP8 (exact values in bf16 storage) and the scale it was quantised
+// with.
+struct Fp8Operand {
+  Tensor q;
+  float scale = 1.0f;
+  Act act() const { return Act::of(q.bf()); }
+};
+
+// fn(p) with the operand's data as the pointer type of its dtype (fp32 or bf16).
+template <typename F>
+void with_data(Act a, F&& fn) {
+  if (a.dtype == DType::kBF16) return fn(static_cast<const bf16*>(a.data));
+  fn(static_cast<const float*>(a.data));
+}
+
+// src[n] quantised for role r of FP8 linear layer `id`: with the delayed scale, recording the
+// amax, or (tensorwise) with the scale from src's own amax.
+Fp8Operand fp8_operand(const RunCtx& rc, int id, Fp8Role r, Act src, int64_t n) {
+  const Fp8State& f = *rc.fp8;
+  const kernels::Fp8Format format = f.format(r);
+  Fp8Operand o;
+  if (f.config().recipe == Fp8Recipe::kTensorwise) {
+    Tensor a = Tensor::empty({1}, DType::kF32, rc.k.device);
+    kernels::fill_zero(rc.k, a.raw(), int64_t(sizeof(float)));
+    with_data(src, [&](auto p) { kernels::abs_max(rc.k, a.f32(), p, n); });
+    float amax = 0;
+    kernels::copy_to_host(rc.k, &amax, a.raw(), int64_t(sizeof(float)));
+    o.scale = current_scaling(amax, kernels::fp8_max(format));
+  } else {
+    o.scale = f.scale(id, r);
+  }
+  o.q = Tensor::empty({n}, DType::kBF16, rc.k.device);
+  with_data(src, [&](auto p) {
+    kernels::fp8_quantize(rc.k, o.q.bf(), f.amax(id, r), p, o.scale, format, n);
+  });
+  return o;
+}
+
+// The GEMM's alpha for two quantised operands: the product of their inverse scales (fp32).
+float inverse_scales(const Fp8Operand& a, const Fp8Operand& b) {
+  return (1.0f / a.scale) * (1.0f / b.scale);
+}
+
+int fp8_linear(const RunCtx& rc, Act w) {
+  return rc.fp8 ? rc.fp8->find(w.data) : -1;
+}
+
+}  // namespace
 
 GemmInputRoom gemm_input_room(const RunCtx& rc, Arena& arena, int64_t n) {
   return {rc.precision == Precision::kFP32 ? nullptr : arena.alloc<uint16_t>(n)};
@@ -31,7 +84,14 @@ void linear_forward(const RunCtx& rc,
                     int64_t N,
                     int64_t in,
                     int64_t out) {
-  kernels::gemm(rc.k, Trans::kN, Trans::kT, N, out, in, 1.0f, x, in, w, in, 0.0f, y, out);
+  if (const int id = fp8_linear(rc, w); id >= 0) {
+    const Fp8Operand qx = fp8_operand(rc, id, Fp8Role::kInput, x, N * in);
+    const Fp8Operand qw = fp8_operand(rc, id, Fp8Role::kWeight, w, out * in);
+    kernels::gemm(rc.k, Trans::kN, Trans::kT, N, out, in, inverse_scales(qx, qw), qx.act(), in,
+                  qw.act(), in, 0.0f, y, out);
+  } else {
+    kernels::gemm(rc.k, Trans::kN, Trans::kT, N, out, in, 1.0f, x, in, w, in, 0.0f, y, out);
+  }
   if (bias) kernels::bias_add(rc.k, y, bias, N, out);
 }
 
@@ -47,6 +107,18 @@ void linear_backward(const RunCtx& rc,
                      int64_t in,
                      int64_t out) {
   if (db) kernels::bias_backward(rc.k, db, dy, N, out);
+  if (const int id = fp8_linear(rc, w); id >= 0) {
+    const Fp8Operand qg = fp8_operand(rc, id, Fp8Role::kGrad, Act::of(dy), N * out);
+    if (dx) {
+      const Fp8Operand qw = fp8_operand(rc, id, Fp8Role::kWeight, w, out * in);
+      kernels::gemm(rc.k, Trans::kN, Trans::kN, N, in, out, inverse_scales(qg, qw), qg.act(), out,
+                    qw.act(), in, 0.0f, dx, in);
+    }
+    const Fp8Operand qx = fp8_operand(rc, id, Fp8Role::kInput, x, N * in);
+    kernels::gemm(rc.k, Trans::kT, Trans::kN, out, in, N, inverse_scales(qg, qx), qg.act(), out,
+                  qx.act(), in, 1.0f, dw, in);
+    return;
+  }
   const Act g = as_gemm_input(rc, scratch, dy, N * out);
   if (dx) kernels::gemm(rc.k, Trans::kN, Trans::kN, N, in, out, 1.0f, g, out, w, in, 0.0f, dx, in);
   kernels::gemm(rc.k, Trans::kT, Trans::kN, out, in, N, 1.0f, g, out, x, in, 1.0f, dw, in);

@@ -12,6 +12,14 @@
 // Activations a GEMM reads are dtype-tagged (Act): the layers make them with as_gemm_input and
 // place the fp32 tensor they come from with gemm_input_buffer, and never look at the precision
 // themselves; this file is the one place that does.
+//
+// FP8 (rc.fp8 set, --bf16 with --fp8-format; model/fp8.h): a linear layer whose weight is one of
+// rc.fp8's quantises the inputs of its three GEMMs just before each GEMM (from the bf16 copies
+// of the input and weight, as Transformer Engine quantises Megatron's bf16 tensors, and from
+// the fp32 output gradient) into bf16 storage holding exact FP8 values, runs the bf16 GEMM on
+// them and applies the inverse scales through the GEMM's alpha. The stashed input stays bf16;
+// re-quantising it for wgrad with the same scale gives the forward's values again. Other GEMMs
+// (the LM head, the router) stay bf16.
 #pragma once
 
 #include <cstdint>
@@ -20,6 +28,7 @@
 #include "mtron/core/precision.h"
 #include "mtron/kernels/ctx.h"
 #include "mtron/kernels/gemm_operand.h"
+#include "mtron/model/fp8.h"
 #include "mtron/parallel/expert_dispatch.h"
 #include "mtron/parallel/mappings.h"
 #include "mtron/parallel/ring_attention.h"
@@ -29,6 +38,7 @@ namespace mtron::model {
 struct RunCtx {
   kernels::Ctx k;
   Precision precision = Precision::kFP32;  // kFP32, kBF16 or kFP16
+  Fp8State* fp8 = nullptr;                 // FP8 linear layers (with kBF16), or none
   parallel::TensorParallel tp;
   parallel::ContextParallel cp;
   parallel::ExpertParallel ep;

@@ -9,6 +9,7 @@
 #include "mtron/core/error.h"
 #include "mtron/core/model_flags.h"
 #include "mtron/data/tokenizer.h"
+#include "mtron/train/fp8_flags.h"
 #include "mtron/train/megatron_flags.h"
 
 #include <fmt/format.h>
@@ -158,6 +159,8 @@ bool parse_train_args(int argc, char** argv, int64_t world_size, TrainArgs& a) {
       ->group(t);
   app.add_option("--seed", a.seed, "Random seed (default 1234)")->group(t);
   add_precision_flags(app, a.precision, t);
+  std::string fp8_recipe = "delayed";
+  add_fp8_flags(app, a.fp8, fp8_recipe, t);
   app.add_option("--device", a.device,
                  "mtron only: cpu (default) or cuda (one GPU per rank, the node-local rank's; "
                  "NCCL between ranks)")
@@ -398,6 +401,7 @@ bool parse_train_args(int argc, char** argv, int64_t world_size, TrainArgs& a) {
         "results are the same)");
   }
 
+  validate_fp8_flags(a.fp8, fp8_recipe, a.precision.compute, a.model, par, a.device, a.notes);
   validate_schedule_flags(a, warm_iters->count() > 0);
   MT_CHECK(a.log_interval > 0, "--log-interval must be positive");
   MT_CHECK(a.eval_interval > 0, "--eval-interval must be positive");

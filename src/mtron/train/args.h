@@ -17,6 +17,7 @@
 #include "mtron/core/model_config.h"
 #include "mtron/core/parallel_config.h"
 #include "mtron/core/parallel_flags.h"
+#include "mtron/model/fp8.h"
 #include "mtron/model/gpt.h"
 #include "mtron/optim/grad_scaler.h"
 #include "mtron/optim/lr_schedule.h"
@@ -30,6 +31,7 @@ struct TrainArgs {
   ModelConfig model;
   ParallelConfig parallel;
   PrecisionFlags precision;  // --bf16, --fp16, --grad-reduce-in-bf16
+  model::Fp8Config fp8;      // --fp8-format and the FP8 recipe's flags (fp8_flags.h)
   optim::AdamWConfig adam;
   // --loss-scale, --initial-loss-scale, --min-loss-scale, --loss-scale-window, --hysteresis; the
   // run's loss scaler (optim/grad_scaler.h): with --fp16, or --bf16 with --loss-scale (Megatron's

@@ -102,6 +102,25 @@ void Trainer::build_model() {
       bufs.push_back(ddp_buffer(rc_, *ps_, ddp, x, true, a_.seed, expert_syncs_));
   }
   optimizer_ = std::make_unique<optim::AdamW>(std::move(bufs), a_.adam, rc_.k);
+  if (a_.fp8.enabled) {
+    fp8_ = std::make_unique<model::Fp8State>(a_.fp8, rc_.k);
+    for (auto& c : chunks_) {
+      fp8_->add_linears(c->params(), m.num_layers, false);
+      fp8_->add_linears(c->expert_params(), m.num_layers, true);
+    }
+    fp8_->finalize();
+    rc_.fp8 = fp8_.get();
+  }
+}
+
+void Trainer::update_fp8() {
+  std::vector<float> a = fp8_->amaxes();
+  const int64_t d = fp8_->dense_amaxes(), e = int64_t(a.size()) - d;
+  for (Comm* g : {&ps_->tp(), &ps_->dp_cp()})
+    if (g->size() > 1 && d > 0) g->all_reduce(a.data(), d, ReduceOp::kMax);
+  for (Comm* g : {&ps_->etp(), &ps_->edp()})
+    if (g->size() > 1 && e > 0) g->all_reduce(a.data() + d, e, ReduceOp::kMax);
+  fp8_->update(a);
 }
 
 optim::LrSchedule Trainer::lr_schedule() const {
@@ -214,8 +233,13 @@ StepResult Trainer::step() {
   }
 
   stages_->begin(true, data::Split::kTrain, consumed_samples_);
+  if (fp8_) fp8_->set_recording(true);
   const parallel::PipelineTimes pt =
       parallel::run_pipeline(*stages_, ps_->pp(), int(par.vpp()), num_microbatches_);
+  if (fp8_) {
+    fp8_->set_recording(false);
+    if (a_.fp8.recipe == model::Fp8Recipe::kDelayed) update_fp8();
+  }
   if (profile_enabled()) {
     pipeline_compute_s_ += pt.compute_s;
     pipeline_wait_s_ += pt.wait_s;

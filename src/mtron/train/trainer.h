@@ -89,6 +89,10 @@ class Trainer {
   double learning_rate(int64_t samples) const;
   std::optional<double> decoupled_learning_rate(int64_t samples) const;  // --decoupled-lr
   void moe_stats(StepResult& r) const;
+  // After an iteration's micro-batches: the FP8 amaxes reduced (MAX) over the ranks holding each
+  // layer's shards and replicas (TP and DP x CP; the experts' ETP and EDP), then every delayed
+  // scale updated, as Transformer Engine's amax reduction and scale update.
+  void update_fp8();
   // The MoE loss fields Megatron logs for this model, with the given values.
   std::vector<std::pair<std::string, double>> moe_losses(double load_balancing, double z) const;
 
@@ -98,6 +102,7 @@ class Trainer {
   std::unique_ptr<Comm> device_world_;  // --device cuda, several ranks: NCCL over world_
   std::unique_ptr<ParallelState> ps_;
   model::RunCtx rc_;
+  std::unique_ptr<model::Fp8State> fp8_;  // --fp8-format: the FP8 linear layers (rc_.fp8)
   std::vector<std::unique_ptr<model::GPTChunk>> chunks_;
   std::vector<std::unique_ptr<GradSync>> grad_syncs_;    // one per chunk
   std::vector<std::unique_ptr<GradSync>> expert_syncs_;  // one per chunk with routed experts
