@@ -231,6 +231,9 @@ std::string save_checkpoint(const std::string& save_dir,
         }
       });
     }
+    if ((c.experts ? g.edp : g.dp_cp)->rank() == 0 && tp_rank == 0) {
+      for (const StateTensor& t : c.states) add(t.name, Region::whole(t.shape), t.data);
+    }
   }
   int64_t rec[4] = {0, 0, 0, 0};  // has a file, bytes, header CRC, tensors
   if (!tensors.empty()) {
@@ -296,6 +299,9 @@ Manifest load_checkpoint(const std::string& dir,
       bytes += (hi - lo) * 4;
     });
     p.refresh_compute();
+    for (const StateTensor& t : c.states) {
+      if (reader.has(t.name)) reader.read(t.name, Region::whole(t.shape), t.data);
+    }
     if (!load_optimizer) continue;
     MT_ASSERT(c.exp_avg && c.exp_avg_sq, "no optimizer state to load into");
     for (const FlatRange& sh : c.opt_shards) {

@@ -46,6 +46,16 @@ struct FlatRange {
   int64_t begin = 0, end = 0;
 };
 
+// A small tensor every rank of a chunk's replica group holds whole and alike (the FP8 scaling
+// state of its linear layers): written whole by the group's first rank (TP rank 0 of DP x CP
+// rank 0; EDP and expert-TP rank 0 for experts), read whole by every rank that has it under any
+// layout. A checkpoint without it leaves `data` as it is.
+struct StateTensor {
+  std::string name;
+  Shape shape;
+  float* data = nullptr;  // on the host
+};
+
 // The state of one of this rank's parameter buffers: a model chunk's dense parameters, or its
 // routed experts (this EP rank's experts, named by global expert index, ETP shards).
 struct ChunkState {
@@ -59,6 +69,7 @@ struct ChunkState {
   // The routed experts' buffer: replicated over expert data parallel (RankGroups::edp), not
   // DP x CP.
   bool experts = false;
+  std::vector<StateTensor> states;  // the chunk's FP8 scaling state (--fp8-format)
 };
 
 // What the manifest records about the run.

@@ -700,8 +700,8 @@ HfArch import_hf(const std::string& hf_dir, const std::string& out, const HfImpo
   info.model = cfg;
   info.tokenizer = import_tokenizer(src);
   auto world = make_single_comm();
-  std::vector<ChunkState> bufs = {{&p, nullptr, nullptr, {{0, p.size()}}}};
-  if (cfg.is_moe()) bufs.push_back({&experts, nullptr, nullptr, {{0, experts.size()}}, true});
+  std::vector<ChunkState> bufs = {{&p, nullptr, nullptr, {{0, p.size()}}, false, {}}};
+  if (cfg.is_moe()) bufs.push_back({&experts, nullptr, nullptr, {{0, experts.size()}}, true, {}});
   const std::string d = save_checkpoint(out, bufs, info, Progress{},
                                         RankGroups{world.get(), world.get(), 0, world.get(), 0}, 0);
   log_info("imported {} ({}, {}) into {}", hf_dir, hf_arch_name(arch), cfg.summary(), d);

@@ -23,10 +23,10 @@ std::unique_ptr<WholeModel> load_whole_model(const std::string& load_dir) {
   model::ParamBuffer& p = m->chunk->params();
   model::ParamBuffer& x = m->chunk->expert_params();
   p.allocate(Precision::kFP32, 1);
-  std::vector<ChunkState> bufs = {{&p, nullptr, nullptr, {{0, p.size()}}}};
+  std::vector<ChunkState> bufs = {{&p, nullptr, nullptr, {{0, p.size()}}, false, {}}};
   if (!x.specs().empty()) {
     x.allocate(Precision::kFP32, 1);
-    bufs.push_back({&x, nullptr, nullptr, {{0, x.size()}}, /*experts=*/true});
+    bufs.push_back({&x, nullptr, nullptr, {{0, x.size()}}, /*experts=*/true, {}});
   }
   auto world = make_single_comm();
   load_checkpoint(*dir, bufs, RankGroups{world.get(), world.get(), 0, world.get(), 0},

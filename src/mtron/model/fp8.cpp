@@ -41,6 +41,10 @@ float current_scaling(float amax, float fp8_max) {
   return std::isinf(scale) ? std::numeric_limits<float>::max() : scale;
 }
 
+const char* fp8_role_name(Fp8Role r) {
+  return r == Fp8Role::kInput ? "input" : r == Fp8Role::kWeight ? "weight" : "grad_output";
+}
+
 namespace {
 
 // The global layer index of a transformer layer's GEMM weight, or -1 for any other parameter.

@@ -66,6 +66,8 @@ void delayed_scaling_update(Fp8Scaling& s, float amax, float fp8_max, int margin
 float current_scaling(float amax, float fp8_max);
 
 enum class Fp8Role { kInput = 0, kWeight = 1, kGrad = 2 };
+// "input" | "weight" | "grad_output"
+const char* fp8_role_name(Fp8Role r);
 
 // The FP8 linear layers of this rank and their delayed-scaling state.
 class Fp8State {

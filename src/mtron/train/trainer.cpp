@@ -148,8 +148,20 @@ checkpoint::TrainView Trainer::checkpoint_view() {
   size_t i = 0;
   auto add = [&](model::ParamBuffer& p, bool experts) {
     checkpoint::ChunkState c{
-        &p, optimizer_->exp_avg(i).f32(), optimizer_->exp_avg_sq(i).f32(), {}, experts};
+        &p, optimizer_->exp_avg(i).f32(), optimizer_->exp_avg_sq(i).f32(), {}, experts, {}};
     for (const auto& s : optimizer_->buffers()[i].shards) c.opt_shards.push_back({s.begin, s.end});
+    // The FP8 scaling state of the chunk's linear layers, per role: "fp8.<weight>.<role>.*".
+    for (int l = 0; fp8_ && l < fp8_->size(); ++l) {
+      if (fp8_->expert(l) != experts || p.find(fp8_->name(l)) < 0) continue;
+      model::Fp8Scaling* s = fp8_->scaling(l);
+      for (int r = 0; r < 3; ++r) {
+        const std::string key =
+            "fp8." + fp8_->name(l) + "." + model::fp8_role_name(model::Fp8Role(r));
+        c.states.push_back(
+            {key + ".amax_history", {int64_t(s[r].history.size())}, s[r].history.data()});
+        c.states.push_back({key + ".scale", {1}, &s[r].scale});
+      }
+    }
     v.chunks.push_back(std::move(c));
     ++i;
   };
