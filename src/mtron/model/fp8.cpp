@@ -16,6 +16,14 @@ bool Fp8Config::layer_in_fp8(int64_t layer, int64_t num_layers) const {
   return layer >= num_layers_at_start_in_bf16 && layer < num_layers - num_layers_at_end_in_bf16;
 }
 
+std::string Fp8Config::describe() const {
+  std::string s = hybrid ? "hybrid (E4M3 forward, E5M2 gradients)" : "e4m3";
+  if (recipe == Fp8Recipe::kTensorwise) return s + ", tensorwise (current) scaling";
+  return s + ", delayed scaling (amax history " + std::to_string(amax_history_len) + ", " +
+         (amax_compute_algo == Fp8AmaxAlgo::kMax ? "max" : "most_recent") + ", margin " +
+         std::to_string(margin) + ")";
+}
+
 void delayed_scaling_update(
     Fp8Scaling& s, float amax, float fp8_max, int margin, Fp8AmaxAlgo algo) {
   if (amax == 0.0f) return;
@@ -106,6 +114,10 @@ float Fp8State::scale(int linear, Fp8Role r) const {
 
 float* Fp8State::amax(int linear, Fp8Role r) const {
   return recording_ ? amax_.f32() + 3 * linear + int(r) : nullptr;
+}
+
+int64_t Fp8State::state_bytes() const {
+  return 3 * size() * (std::max<int64_t>(1, cfg_.amax_history_len) + 1) * int64_t(sizeof(float));
 }
 
 std::vector<float> Fp8State::amaxes() const {

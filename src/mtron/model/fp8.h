@@ -45,6 +45,8 @@ struct Fp8Config {
 
   // Whether global layer `layer` (0-based) of `num_layers` runs its GEMMs in FP8.
   bool layer_in_fp8(int64_t layer, int64_t num_layers) const;
+  // "hybrid (E4M3 forward, E5M2 gradients), delayed scaling (amax history 16, max, margin 0)"
+  std::string describe() const;
 };
 
 // One tensor's delayed-scaling state: TE's amax history (history[0] is the slot of the current
@@ -101,6 +103,8 @@ class Fp8State {
   // For checkpoints: the layers' names (their weights'), whether each is an expert's, and their
   // states ([3] per layer: input, weight, gradient).
   int64_t size() const { return int64_t(names_.size()); }
+  // The bytes of the delayed state: a history and a scale per layer and role.
+  int64_t state_bytes() const;
   const std::string& name(int linear) const { return names_[size_t(linear)]; }
   bool expert(int linear) const { return linear >= dense_; }
   Fp8Scaling* scaling(int linear) { return &state_[size_t(3 * linear)]; }

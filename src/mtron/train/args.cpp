@@ -401,7 +401,7 @@ bool parse_train_args(int argc, char** argv, int64_t world_size, TrainArgs& a) {
         "results are the same)");
   }
 
-  validate_fp8_flags(a.fp8, fp8_recipe, a.precision.compute, a.model, par, a.device, a.notes);
+  validate_fp8_flags(a.fp8, fp8_recipe, a.precision.compute, a.model, par, a.notes);
   validate_schedule_flags(a, warm_iters->count() > 0);
   MT_CHECK(a.log_interval > 0, "--log-interval must be positive");
   MT_CHECK(a.eval_interval > 0, "--eval-interval must be positive");

@@ -54,7 +54,6 @@ void validate_fp8_flags(model::Fp8Config& c,
                         Precision compute,
                         const ModelConfig& m,
                         const ParallelConfig& p,
-                        Device device,
                         std::vector<std::string>& notes) {
   if (recipe == "tensorwise") {
     c.recipe = model::Fp8Recipe::kTensorwise;
@@ -73,9 +72,6 @@ void validate_fp8_flags(model::Fp8Config& c,
   }
   MT_CHECK(compute == Precision::kBF16,
            "--fp8-format needs --bf16 (the parts of the model outside the FP8 GEMMs run in bf16)");
-  MT_CHECK(device == Device::kCPU,
-           "--device cuda: --fp8-format is not supported yet (FP8 runs on the CPU, where its "
-           "numerics are emulated exactly)");
   MT_CHECK(c.amax_history_len >= 1, "--fp8-amax-history-len must be >= 1 (got ", c.amax_history_len,
            ")");
   // Megatron's TransformerConfig rules and message.

@@ -32,7 +32,6 @@ void validate_fp8_flags(model::Fp8Config& c,
                         Precision compute,
                         const ModelConfig& m,
                         const ParallelConfig& p,
-                        Device device,
                         std::vector<std::string>& notes);
 
 }  // namespace mtron::train

@@ -43,12 +43,13 @@ void log_run_header(const TrainArgs& a, int rank, bool logger, const RunHeader& 
     if (a.batches.varies()) log_info("global batch size: {}", a.batches.describe());
     log_info("parameters: {:.2f} M (padded vocab {})",
              double(a.model.num_parameters(par.tp())) / 1e6, a.model.padded_vocab_size(par.tp()));
-    log_info("precision: {}; MFU against {} ({})",
+    log_info("precision: {}{}; MFU against {} ({})",
              a.precision.compute == Precision::kFP32
                  ? std::string("fp32")
                  : fmt::format("{} (fp32 master weights and gradients)",
                                precision_name(a.precision.compute)),
-             h.mfu_against, h.where);
+             a.fp8.enabled ? "; FP8 linear GEMMs: " + a.fp8.describe() : "", h.mfu_against,
+             h.where);
     if (a.grad_scaler) {
       const optim::GradScalerConfig& s = *a.grad_scaler;
       log_info("loss scaling: {}",
@@ -64,6 +65,12 @@ void log_run_header(const TrainArgs& a, int rank, bool logger, const RunHeader& 
   log_info("optimizer state: {:.3f} MB ({} bytes) on this rank{}",
            double(h.optimizer_state_bytes) / 1048576.0, h.optimizer_state_bytes,
            par.use_distributed_optimizer ? " (distributed optimizer shard)" : "");
+  if (a.fp8.enabled) {
+    log_info(
+        "fp8 state: {} linear layers in FP8 on this rank, {} bytes of amax histories and "
+        "scales",
+        h.fp8_layers, h.fp8_state_bytes);
+  }
   if (a.model.is_moe()) {
     log_info(
         "expert weights on this rank: {} bytes fp32 ({} of {} experts per MoE layer, 1/{} of "

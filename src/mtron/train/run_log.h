@@ -39,6 +39,8 @@ struct RunHeader {
   std::string where;                  // "one GPU per rank, NAME" or "N threads per rank"
   int64_t optimizer_state_bytes = 0;  // this rank's
   int64_t expert_elems = 0;           // this rank's routed expert weights
+  int64_t fp8_layers = 0;             // this rank's linear layers in FP8 (--fp8-format)
+  int64_t fp8_state_bytes = 0;        // their amax histories and scales
 };
 
 // The lines a run starts with: on rank 0 the version and CPU kernels, the model, the layout,

@@ -327,6 +327,10 @@ void Trainer::run() {
   header.where = cuda ? fmt::format("one GPU per rank, {}", gpu)
                       : fmt::format("{} threads per rank", omp_get_max_threads());
   header.optimizer_state_bytes = optimizer_->state_bytes();
+  if (fp8_) {
+    header.fp8_layers = fp8_->size();
+    header.fp8_state_bytes = fp8_->state_bytes();
+  }
   for (const auto& c : chunks_)
     for (const model::ParamSpec& s : c->expert_params().specs()) header.expert_elems += s.numel();
   log_run_header(a_, world_.rank(), logger, header);
