@@ -178,8 +178,8 @@ TEST(Search, ReportStatesUnitsAndPeaks) {
   const nlohmann::json& plan = j["plans"][0];
   EXPECT_FALSE(plan["memory_gib"].contains("parameters"));
   double parts = 0;
-  for (const char* k :
-       {"weights", "gradients", "optimizer", "fp8_weights", "activations", "transient", "overhead"})
+  for (const char* k : {"weights", "gradients", "optimizer", "fp8_weights", "fp8_state",
+                        "activations", "transient", "overhead"})
     parts += plan["memory_gib"][k].get<double>();
   EXPECT_NEAR(parts, plan["memory_gib"]["total"].get<double>(), 1e-6);
   EXPECT_LT(plan["memory_gib"]["total"].get<double>(),

@@ -192,6 +192,10 @@ int run_plan(std::vector<std::string> args) {
                  "them")
       ->check(CLI::IsMember({"e4m3", "hybrid"}))
       ->group(g);
+  app.add_option("--fp8-amax-history-len", o.fp8_amax_history_len,
+                 "With --fp8-format: delayed scaling's amax history (Megatron's default 1)")
+      ->check(CLI::PositiveNumber)
+      ->group(g);
 
   g = "layout search (each given size is fixed; unset: searched; --global-batch-size default: "
       "the catalog model's published batch)";

@@ -35,6 +35,8 @@ struct Layout {
   // --fp8-param-gather with fp8: GEMM weights live in fp8 (1 byte, plus a 1-byte transposed
   // copy) instead of bf16 with fp8 copies, and the parameter all-gather moves fp8.
   bool fp8_params = false;
+  // --fp8-amax-history-len (Megatron's default 1): TE's delayed-scaling state per GEMM module.
+  int64_t fp8_amax_history_len = 1;
 };
 
 // "TP2 PP4 (VPP5) CP1 EP1 DP8 mbs1 sel" style one-line name.

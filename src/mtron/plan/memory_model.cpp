@@ -164,6 +164,16 @@ MemoryBreakdown estimate_memory(const ModelConfig& m, const Layout& l, const Clu
       const double gemm_weights = sp.tp_sharded + sp.expert;
       b.fp8_weights = (l.fp8_params ? 1 : 2) * gemm_weights;
       if (l.fp8_params) b.weights -= gemm_weights * (dense_state.param - 1);
+      // TE's fp8_meta of each GEMM module: 3 forward tensors (input, weight, output) and 2
+      // backward ones (output and input gradients), each an amax history and a scale and its
+      // inverse, fp32. GEMM modules: attention's 2 per layer, a dense MLP's 2, an MoE layer's
+      // 2 per local expert (and a shared expert's 2).
+      const double layers = double(p.num_layers_in_stage(stage));
+      const double moe = moe_layers_in_stage(m, p, stage);
+      const double shared = m.moe_shared_expert_intermediate_size > 0 ? 2.0 : 0.0;
+      const double modules = 2 * layers + 2 * (layers - moe) +
+                             moe * (2 * double(m.num_experts) / double(p.ep()) + shared);
+      b.fp8_state = modules * 5 * (double(l.fp8_amax_history_len) + 2) * 4;
     }
 
     const double layers = double(p.num_layers_in_stage(stage));
@@ -210,6 +220,10 @@ std::string format_memory(const MemoryBreakdown& b) {
   s += fmt::format("  gradients          {:8.2f} GiB\n", g(b.gradients));
   s += fmt::format("  optimizer state    {:8.2f} GiB\n", g(b.optimizer));
   if (b.fp8_weights > 0) s += fmt::format("  fp8 weight copies  {:8.2f} GiB\n", g(b.fp8_weights));
+  if (b.fp8_state > 0) {
+    s += fmt::format("  fp8 scaling state  {:8.2f} GiB ({:.0f} KiB of amax histories and scales)\n",
+                     g(b.fp8_state), b.fp8_state / 1024);
+  }
   s += fmt::format("  activations        {:8.2f} GiB ({:.0f} layer-micro-batches in flight)\n",
                    g(b.activations), b.in_flight);
   s += fmt::format("  transient          {:8.2f} GiB\n", g(b.working));

@@ -43,13 +43,14 @@ struct MemoryBreakdown {
   double optimizer =
       0;  // fp32 master copy and Adam moments (sharded with --use-distributed-optimizer)
   double fp8_weights = 0;  // fp8 weight copies (--fp8-format)
+  double fp8_state = 0;    // TE's amax histories and scales (--fp8-format)
   double activations = 0;  // saved activations of the in-flight micro-batches
   double working = 0;      // transient peak: a recomputed layer, logits and their gradient
   double overhead = 0;     // runtime, communication buffers, allocator fragmentation
   double in_flight = 0;    // micro-batch-layers held by the stage (layers x micro-batches)
   double capacity = 0;     // device memory (per rank)
 
-  double model_state() const { return weights + gradients + optimizer + fp8_weights; }
+  double model_state() const { return weights + gradients + optimizer + fp8_weights + fp8_state; }
   double total() const { return model_state() + activations + working + overhead; }
   // Fits with `margin` (e.g. 0.1) of the capacity left free.
   bool fits(double margin) const { return total() <= capacity * (1 - margin); }

@@ -42,6 +42,7 @@ nlohmann::json candidate_json(const Candidate& c) {
             {"gradients", m.gradients / kGiB},
             {"optimizer", m.optimizer / kGiB},
             {"fp8_weights", m.fp8_weights / kGiB},
+            {"fp8_state", m.fp8_state / kGiB},
             {"activations", m.activations / kGiB},
             {"transient", m.working / kGiB},
             {"overhead", m.overhead / kGiB}}},

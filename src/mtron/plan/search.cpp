@@ -115,6 +115,7 @@ Shapes search_shapes(const ModelConfig& m,
                   l.tp_comm_overlap = o.tp_comm_overlap && tp > 1 && !cpu && p.sequence_parallel;
                   l.fused_attention = o.fused_attention;
                   l.fp8_params = o.fp8_params && o.precision == Precision::kFP8;
+                  l.fp8_amax_history_len = o.fp8_amax_history_len;
                   try {
                     p.finalize(m);
                     // Megatron's MoELayer refuses to train with TP > 1 and no SP.

@@ -31,8 +31,9 @@ struct SearchOptions {
   bool sequence_parallel = true;      // with TP > 1
   bool tp_comm_overlap = true;        // --tp-comm-overlap on GPUs (Megatron's recommended setting)
   bool grads_fp32 = true;
-  bool fp8_params = false;      // --fp8-param-gather (with fp8)
-  bool fused_attention = true;  // flash attention on GPUs (false: materialised scores)
+  bool fp8_params = false;           // --fp8-param-gather (with fp8)
+  int64_t fp8_amax_history_len = 1;  // --fp8-amax-history-len (with fp8)
+  bool fused_attention = true;       // flash attention on GPUs (false: materialised scores)
   // --overlap-grad-reduce / --overlap-param-gather on GPUs (false: DP communication after the
   // backward pass, as Megatron without those flags)
   bool overlap_dp_comm = true;
