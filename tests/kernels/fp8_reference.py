@@ -44,7 +44,8 @@ def table(fmt):
 def reference(x32, scale, fmt):
     vals, even = table(fmt)
     mx = vals[-1]
-    y = (x32 * np.float32(scale)).astype(np.float32).astype(np.float64)
+    with np.errstate(invalid="ignore", over="ignore"):
+        y = (x32 * np.float32(scale)).astype(np.float32).astype(np.float64)
     a = np.abs(y)
     with np.errstate(invalid="ignore"):
         hi = np.clip(np.searchsorted(vals, a), 1, len(vals) - 1)

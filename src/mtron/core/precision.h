@@ -3,7 +3,8 @@
 // The arithmetic of the matrix multiplies, the one precision type of the whole program: the
 // trainer's --bf16 (Megatron: --bf16, --fp16, --fp8-format, else fp32), the model's compute
 // copies and GEMMs, a checkpoint's manifest, and the planner's peak-FLOP/s tables. fp32, bf16 and
-// fp16 (with loss scaling, optim/grad_scaler.h) train; fp8 is planned only.
+// fp16 (with loss scaling, optim/grad_scaler.h) train. An FP8 training run is kBF16 with FP8
+// linear-layer GEMMs (--fp8-format: model/fp8.h, docs/precision.md); kFP8 is the planner's.
 #pragma once
 
 #include <string_view>
