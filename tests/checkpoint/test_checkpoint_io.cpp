@@ -50,7 +50,7 @@ struct Model {
     for (auto& x : v) x = std::abs(n(rng));
   }
   std::vector<ChunkState> state() {
-    return {{&chunk.params(), m.data(), v.data(), {{0, chunk.params().size()}}}};
+    return {{&chunk.params(), m.data(), v.data(), {{0, chunk.params().size()}}, false, {}}};
   }
   const float* master() const { return chunk.params().master_flat().f32(); }
 };
