@@ -25,11 +25,8 @@ ModelConfig arch(const std::string& name) {
   if (llama) {
     m.group_query_attention = true;
     m.num_query_groups = 2;
-    m.swiglu = true;
-    m.normalization = Normalization::kRMSNorm;
-    m.position_embedding_type = PositionEmbedding::kRope;
+    tests::set_llama_architecture(m);
     m.untie_embeddings_and_output_weights = true;
-    m.add_bias_linear = false;
   }
   if (name == "moe" || name == "moe_mixed") {
     m.num_experts = 8;

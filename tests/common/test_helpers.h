@@ -1,4 +1,4 @@
-// defines: error_of, words, model_shape, Sizes, layout
+// defines: error_of, words, model_shape, set_llama_architecture, Sizes, layout
 //
 // Helpers shared by the unit tests of every layer (the target mtron_test_helpers, which
 // mtron_add_test links): the message of the mtron::Error a call throws, a command line's words, a
@@ -46,6 +46,14 @@ inline ModelConfig model_shape(
   m.seq_length = seq_length;
   m.vocab_size = vocab;
   return m;
+}
+
+// Llama's architecture on m: SwiGLU, RMSNorm, rotary positions, no biases (the rest unchanged).
+inline void set_llama_architecture(ModelConfig& m) {
+  m.swiglu = true;
+  m.normalization = Normalization::kRMSNorm;
+  m.position_embedding_type = PositionEmbedding::kRope;
+  m.add_bias_linear = false;
 }
 
 // The sizes of a layout (designated initialisers: {.world = 8, .tp = 2, .mbs = 1}); etp 0 is

@@ -108,11 +108,8 @@ TEST(Optimizer, RegistryExcludesBiasesAndNormWeightsFromDecay) {
   for (const bool llama : {false, true}) {
     ModelConfig m = tests::model_shape(2, 32, 4, 8, 50);
     if (llama) {
-      m.swiglu = true;
-      m.normalization = Normalization::kRMSNorm;
-      m.position_embedding_type = PositionEmbedding::kRope;
+      tests::set_llama_architecture(m);
       m.untie_embeddings_and_output_weights = true;
-      m.add_bias_linear = false;
       m.num_experts = 4;
       m.moe_shared_expert_intermediate_size = 16;
     }

@@ -163,10 +163,7 @@ TEST(TrainCudaSim, KvCacheGenerationMatchesCpu) {
   ModelConfig m = tests::model_shape(2, 64, 4, 16, 100);
   m.group_query_attention = true;
   m.num_query_groups = 2;
-  m.swiglu = true;
-  m.normalization = Normalization::kRMSNorm;
-  m.position_embedding_type = PositionEmbedding::kRope;
-  m.add_bias_linear = false;
+  tests::set_llama_architecture(m);
   m.num_experts = 4;
   m.moe_shared_expert_intermediate_size = 32;
   m.finalize();
