@@ -32,6 +32,12 @@ PP2 = ("--tensor-model-parallel-size 1 --pipeline-model-parallel-size 2 "
        "--num-virtual-stages-per-pipeline-rank 1")
 
 
+# The 2-rank layouts both checks run: DP2, TP2 and PP2.
+TWO_RANKS = [(2, TP1 + " --micro-batch-size 4", "--fp32"),
+             (2, TP2 + " --micro-batch-size 8", "--fp32"),
+             (2, PP2 + " --micro-batch-size 2", "--fp32")]
+
+
 def shape(hidden, heads, seq):
     return (f"--num-layers 4 --hidden-size {hidden} --num-attention-heads {heads} "
             f"--seq-length {seq} --max-position-embeddings {seq} --vocab-size 50257").split()
@@ -43,20 +49,14 @@ CHECKS = {
     "memory": dict(
         model=shape(512, 8, 512), iters=6, field=("memory_gib", "total"), unit="GiB",
         layouts=[(1, TP1 + " --micro-batch-size 8", "--fp32"),
-                 (1, TP1 + " --micro-batch-size 2", "--bf16"),
-                 (2, TP1 + " --micro-batch-size 4", "--fp32"),
-                 (2, TP2 + " --micro-batch-size 8", "--fp32"),
-                 (2, PP2 + " --micro-batch-size 2", "--fp32")],
+                 (1, TP1 + " --micro-batch-size 2", "--bf16")] + TWO_RANKS,
         pattern=r"peak memory \(MB\): ([0-9.]+)",
         measure=lambda v: max(v) / 1024 if v else float("nan"),
         tolerance=0.30, needed=5),
     "time": dict(
         model=shape(256, 4, 256), iters=12, field=("time_s", "step"), unit="s",
         layouts=[(1, TP1 + " --micro-batch-size 8", "--fp32"),
-                 (1, TP1 + " --micro-batch-size 8", "--bf16"),
-                 (2, TP1 + " --micro-batch-size 4", "--fp32"),
-                 (2, TP2 + " --micro-batch-size 8", "--fp32"),
-                 (2, PP2 + " --micro-batch-size 2", "--fp32"),
+                 (1, TP1 + " --micro-batch-size 8", "--bf16")] + TWO_RANKS + [
                  (4, TP2 + " --micro-batch-size 4", "--fp32"),
                  (4, PP2 + " --micro-batch-size 2", "--fp32")],
         pattern=r"elapsed time per iteration \(ms\): ([0-9.]+)",

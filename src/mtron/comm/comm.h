@@ -42,15 +42,9 @@ enum class ReduceOp { kSum, kMax, kMin };
 // A backend's value for op (its sum, max or min operation).
 template <typename T>
 T reduce_op_value(ReduceOp op, T sum, T max, T min) {
-  switch (op) {
-    case ReduceOp::kSum:
-      return sum;
-    case ReduceOp::kMax:
-      return max;
-    case ReduceOp::kMin:
-      return min;
-  }
-  MT_ASSERT(false, "unknown reduce op");
+  const T values[] = {sum, max, min};  // ReduceOp's order
+  MT_ASSERT(int(op) >= 0 && int(op) < 3, "unknown reduce op ", int(op));
+  return values[int(op)];
 }
 
 class Request {
