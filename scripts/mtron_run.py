@@ -1,5 +1,6 @@
 """Running `mtron train` from the Python test drivers and benchmarks: the mpirun prefix (one
-process without it), the environment, and the metrics JSONL it writes. Import it with
+process without it), the environment, the metrics JSONL it writes, and the tiny models the
+layout-invariance and checkpoint tests train. Import it with
 
     sys.path.insert(0, os.path.join(<path to the repository>, "scripts"))
     import mtron_run
@@ -9,6 +10,25 @@ import os
 import shlex
 import subprocess
 import sys
+
+# The tiny models of the test drivers (tests/parallel/layout_invariance.py, tests/checkpoint):
+# TINY the shared shape, data and schedule (no iteration count), TINY_ARCH[arch] the rest.
+# gpt2: LayerNorm, GELU, learned positions, tied embeddings, biases; llama: RMSNorm, SwiGLU, RoPE,
+# GQA with 4 query groups for 8 heads, untied, no biases; moe: llama with 8 experts per layer,
+# top-2 softmax routing, dropless, aux loss and z-loss (Mixtral-like).
+TINY = ("--num-layers 4 --hidden-size 64 --seq-length 32 --micro-batch-size 2 "
+        "--global-batch-size 16 --lr 1e-3 --min-lr 1e-4 --lr-decay-style cosine "
+        "--lr-warmup-iters 2 --mock-data --vocab-size 500 --seed 1234 --log-interval 1 "
+        "--eval-iters 0").split()
+TINY_ARCH = {
+    "gpt2": "--num-attention-heads 4".split(),
+    "llama": ("--num-attention-heads 8 --group-query-attention --num-query-groups 4 --swiglu "
+              "--normalization RMSNorm --position-embedding-type rope "
+              "--untie-embeddings-and-output-weights --disable-bias-linear").split(),
+}
+TINY_ARCH["moe"] = TINY_ARCH["llama"] + (
+    "--num-experts 8 --moe-router-topk 2 --moe-ffn-hidden-size 96 --moe-aux-loss-coeff 1e-2 "
+    "--moe-z-loss-coeff 1e-3").split()
 
 
 def mpi_prefix(np_):

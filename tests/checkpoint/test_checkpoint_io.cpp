@@ -15,6 +15,7 @@
 #include "mtron/comm/single.h"
 #include "mtron/core/error.h"
 #include "mtron/model/gpt.h"
+#include "test_helpers.h"
 
 namespace mtron::checkpoint {
 namespace {
@@ -22,12 +23,7 @@ namespace {
 namespace fs = std::filesystem;
 
 ModelConfig tiny(int64_t divisible_by = 128) {
-  ModelConfig m;
-  m.num_layers = 2;
-  m.hidden_size = 32;
-  m.num_attention_heads = 4;
-  m.seq_length = 8;
-  m.vocab_size = 100;
+  ModelConfig m = tests::model_shape(2, 32, 4, 8, 100);
   m.make_vocab_size_divisible_by = divisible_by;
   m.finalize();
   return m;

@@ -12,6 +12,7 @@
 #include "mtron/model/gpt.h"
 #include "mtron/model/inference.h"
 #include "mtron/train/generate.h"
+#include "test_helpers.h"
 
 namespace mtron {
 namespace {
@@ -20,20 +21,12 @@ namespace {
 // moe_mixed: MoE every 2nd layer (the others dense), sigmoid top-3 routing, a shared expert.
 ModelConfig arch(const std::string& name) {
   const bool llama = name != "gpt2";
-  ModelConfig m;
-  m.num_layers = 3;
-  m.hidden_size = 64;
-  m.num_attention_heads = 8;
-  m.seq_length = 33;
-  m.vocab_size = 131;  // padded to 256
+  ModelConfig m = tests::model_shape(3, 64, 8, 33, 131);  // vocabulary padded to 256
   if (llama) {
     m.group_query_attention = true;
     m.num_query_groups = 2;
-    m.swiglu = true;
-    m.normalization = Normalization::kRMSNorm;
-    m.position_embedding_type = PositionEmbedding::kRope;
+    tests::set_llama_architecture(m);
     m.untie_embeddings_and_output_weights = true;
-    m.add_bias_linear = false;
   }
   if (name == "moe" || name == "moe_mixed") {
     m.num_experts = 8;

@@ -1,33 +1,19 @@
 #include <gtest/gtest.h>
 
-#include <functional>
-
-#include "mtron/core/error.h"
 #include "mtron/core/formulas.h"
 #include "mtron/core/parallel_config.h"
+#include "test_helpers.h"
 
 namespace mtron {
 namespace {
 
+using tests::error_of;
+
 ModelConfig gpt2_124m() {
-  ModelConfig m;
-  m.num_layers = 12;
-  m.hidden_size = 768;
-  m.num_attention_heads = 12;
-  m.seq_length = 1024;
+  ModelConfig m = tests::model_shape(12, 768, 12, 1024, 50257);
   m.max_position_embeddings = 1024;
-  m.vocab_size = 50257;
   m.finalize();
   return m;
-}
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
 }
 
 TEST(ModelConfig, DefaultsAndPadding) {
@@ -39,13 +25,8 @@ TEST(ModelConfig, DefaultsAndPadding) {
   EXPECT_EQ(m.padded_vocab_size(4), 50688);
   // GPT-2 small: 124,475,904 parameters with the vocab padded to 50304 (124,439,808 at 50257).
   EXPECT_EQ(m.num_parameters(1), 124475904);
-  ModelConfig s;
-  s.num_layers = 2;
-  s.hidden_size = 4096;
-  s.num_attention_heads = 32;
+  ModelConfig s = tests::model_shape(2, 4096, 32, 8, 10);
   s.swiglu = true;
-  s.seq_length = 8;
-  s.vocab_size = 10;
   s.finalize();
   EXPECT_EQ(s.ffn(), 10880);  // int(8h/3/64)*64
 }
@@ -66,13 +47,7 @@ TEST(ModelConfig, BadShapesNameTheFlag) {
 
 TEST(ParallelConfig, MegatronRules) {
   ModelConfig m = gpt2_124m();
-  ParallelConfig p;
-  p.world_size = 16;
-  p.tensor_model_parallel_size = 2;
-  p.pipeline_model_parallel_size = 2;
-  p.context_parallel_size = 2;
-  p.micro_batch_size = 2;
-  p.global_batch_size = 16;
+  ParallelConfig p = tests::layout({.world = 16, .tp = 2, .pp = 2, .cp = 2, .mbs = 2, .gbs = 16});
   p.num_layers_per_virtual_pipeline_stage = 3;
   p.finalize(m);
   EXPECT_EQ(p.dp(), 2);

@@ -6,6 +6,7 @@
 #include <algorithm>
 
 #include "mtron/core/parallel_flags.h"
+#include "test_helpers.h"
 
 namespace mtron {
 namespace {
@@ -20,12 +21,7 @@ ParallelConfig parse(std::vector<std::string> args) {
 }
 
 ModelConfig model(int64_t experts) {
-  ModelConfig m;
-  m.num_layers = 8;
-  m.hidden_size = 64;
-  m.num_attention_heads = 4;
-  m.seq_length = 32;
-  m.vocab_size = 100;
+  ModelConfig m = tests::model_shape(8, 64, 4, 32, 100);
   m.num_experts = experts;
   m.add_bias_linear = experts == 0;
   m.finalize();
@@ -34,18 +30,10 @@ ModelConfig model(int64_t experts) {
 
 TEST(ParallelFlags, RoundTrip) {
   const ModelConfig moe = model(4);
-  ParallelConfig p;
-  p.world_size = 16;
-  p.tensor_model_parallel_size = 2;
-  p.pipeline_model_parallel_size = 2;
-  p.context_parallel_size = 2;
-  p.expert_model_parallel_size = 4;
-  p.expert_tensor_parallel_size = 1;
-  p.num_virtual_stages_per_pipeline_rank = 2;
+  ParallelConfig p = tests::layout(
+      {.world = 16, .tp = 2, .pp = 2, .cp = 2, .ep = 4, .etp = 1, .vpp = 2, .mbs = 2, .gbs = 16});
   p.sequence_parallel = p.use_distributed_optimizer = p.overlap_grad_reduce = true;
   p.overlap_param_gather = p.use_tp_pp_dp_mapping = true;
-  p.micro_batch_size = 2;
-  p.global_batch_size = 16;
   p.finalize(moe);
   ParallelConfig q = parse(parallel_flag_args(p, true));
   q.world_size = 16;
@@ -58,10 +46,7 @@ TEST(ParallelFlags, RoundTrip) {
 }
 
 TEST(ParallelFlags, DenseOmitsExpertSizesAndTheLastValueWins) {
-  ParallelConfig p;
-  p.world_size = 4;
-  p.tensor_model_parallel_size = 2;
-  p.micro_batch_size = 1;
+  ParallelConfig p = tests::layout({.world = 4, .tp = 2, .mbs = 1});
   p.finalize(model(0));
   const std::vector<std::string> a = parallel_flag_args(p, false);
   EXPECT_EQ(std::find(a.begin(), a.end(), "--expert-tensor-parallel-size"), a.end());

@@ -148,9 +148,12 @@ class CorruptIndex : public ::testing::Test {
     idx_ = read_text(t_ / "ok.idx");
     bin_ = read_text(t_ / "ok.bin");
   }
+  // The intact index with the T at byte `off` replaced by v.
   template <typename T>
-  void poke(std::string& s, std::size_t off, T v) {
+  std::string poked(std::size_t off, T v) const {
+    std::string s = idx_;
     std::memcpy(s.data() + off, &v, sizeof(T));
+    return s;
   }
   // Offsets in the .idx of the 4 sequences / 5 document entries written in SetUp
   // (documents [1 2 3] [4 5] [] [6][7 8]: lengths 3 2 1 2, document index 0 1 2 2 4).
@@ -192,35 +195,25 @@ TEST_F(CorruptIndex, BadMagic) {
 }
 
 TEST_F(CorruptIndex, BadVersion) {
-  std::string s = idx_;
-  poke<uint64_t>(s, 9, 2);
-  expect_rejected(s, bin_, "unsupported index version 2");
+  expect_rejected(poked<uint64_t>(9, 2), bin_, "unsupported index version 2");
 }
 
 TEST_F(CorruptIndex, InvalidDtypeCode) {
   for (uint8_t code : {uint8_t(0), uint8_t(9), uint8_t(255)}) {
-    std::string s = idx_;
-    poke<uint8_t>(s, 17, code);
-    expect_rejected(s, bin_, "invalid dtype code");
+    expect_rejected(poked<uint8_t>(17, code), bin_, "invalid dtype code");
   }
 }
 
 TEST_F(CorruptIndex, FloatDtypeCode) {
-  std::string s = idx_;
-  poke<uint8_t>(s, 17, 7);
-  expect_rejected(s, bin_, "cannot hold token ids");
+  expect_rejected(poked<uint8_t>(17, 7), bin_, "cannot hold token ids");
 }
 
 TEST_F(CorruptIndex, SequenceCountLargerThanTheFile) {
-  std::string s = idx_;
-  poke<uint64_t>(s, 18, uint64_t(1) << 62);
-  expect_rejected(s, bin_, "does not fit in the file");
+  expect_rejected(poked<uint64_t>(18, uint64_t(1) << 62), bin_, "does not fit in the file");
 }
 
 TEST_F(CorruptIndex, DocumentCountImpossible) {
-  std::string s = idx_;
-  poke<uint64_t>(s, 26, 0);
-  expect_rejected(s, bin_, "document count 0 is impossible");
+  expect_rejected(poked<uint64_t>(26, 0), bin_, "document count 0 is impossible");
 }
 
 TEST_F(CorruptIndex, IndexSizeDoesNotMatchCounts) {
@@ -229,50 +222,35 @@ TEST_F(CorruptIndex, IndexSizeDoesNotMatchCounts) {
 }
 
 TEST_F(CorruptIndex, NegativeLength) {
-  std::string s = idx_;
-  poke<int32_t>(s, kLengths + 4, -2);
-  expect_rejected(s, bin_, "negative length");
+  expect_rejected(poked<int32_t>(kLengths + 4, -2), bin_, "negative length");
 }
 
 TEST_F(CorruptIndex, PointerNotTheRunningSum) {
-  std::string s = idx_;
-  poke<int64_t>(s, kPointers + 8 * 2, 2);  // points back into sequence 0
-  expect_rejected(s, bin_, "sequence 2 pointer 2 should be 10");
-  s = idx_;
-  poke<int64_t>(s, kPointers + 8 * 1, int64_t(1) << 60);  // far beyond the .bin
-  expect_rejected(s, bin_, "sequence 1 pointer");
+  // Sequence 2 pointing back into sequence 0, then sequence 1 far beyond the .bin.
+  expect_rejected(poked<int64_t>(kPointers + 8 * 2, 2), bin_, "sequence 2 pointer 2 should be 10");
+  expect_rejected(poked<int64_t>(kPointers + 8 * 1, int64_t(1) << 60), bin_, "sequence 1 pointer");
 }
 
 TEST_F(CorruptIndex, LengthsDisagreeWithBinSize) {
   expect_rejected(idx_, bin_.substr(0, bin_.size() - 2), "does not match its index", ".bin");
   expect_rejected(idx_, bin_ + "xx", "does not match its index", ".bin");
-  std::string s = idx_;
-  poke<int32_t>(s, kLengths, 1000);  // a length that runs past the end of .bin
-  expect_rejected(s, bin_, "pointer");
+  expect_rejected(poked<int32_t>(kLengths, 1000), bin_, "pointer");  // runs past the .bin
 }
 
 TEST_F(CorruptIndex, DocumentIndexMustStartAtZero) {
-  std::string s = idx_;
-  poke<int64_t>(s, kDocs, 1);
-  expect_rejected(s, bin_, "document index starts at 1");
+  expect_rejected(poked<int64_t>(kDocs, 1), bin_, "document index starts at 1");
 }
 
 TEST_F(CorruptIndex, DocumentIndexMustNotDecrease) {
-  std::string s = idx_;
-  poke<int64_t>(s, kDocs + 8 * 2, 0);
-  expect_rejected(s, bin_, "decreases");
+  expect_rejected(poked<int64_t>(kDocs + 8 * 2, 0), bin_, "decreases");
 }
 
 TEST_F(CorruptIndex, DocumentIndexMustStayWithinSequences) {
-  std::string s = idx_;
-  poke<int64_t>(s, kDocs + 8 * 3, 99);
-  expect_rejected(s, bin_, "exceeds N=4");
+  expect_rejected(poked<int64_t>(kDocs + 8 * 3, 99), bin_, "exceeds N=4");
 }
 
 TEST_F(CorruptIndex, DocumentIndexMustEndAtN) {
-  std::string s = idx_;
-  poke<int64_t>(s, kDocs + 8 * 4, 3);
-  expect_rejected(s, bin_, "last document index entry is 3");
+  expect_rejected(poked<int64_t>(kDocs + 8 * 4, 3), bin_, "last document index entry is 3");
 }
 
 TEST_F(CorruptIndex, MissingFiles) {

@@ -9,6 +9,7 @@
 #include "mtron/data/hf_tokenizer.h"
 #include "mtron/data/tokenizer.h"
 #include "mtron/data/unicode.h"
+#include "test_helpers.h"
 #include "test_util.h"
 
 namespace mtron::data {
@@ -19,14 +20,7 @@ using testing::shell_quote;
 using testing::TempDir;
 using testing::write_text;
 
-std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "<no error>";
-}
+using tests::error_of;
 
 // --- UTF-8 ---------------------------------------------------------------------------------------
 

@@ -10,43 +10,27 @@
 
 #include "mtron/comm/single.h"
 #include "mtron/train/trainer.h"
+#include "train_flags.h"
 
 namespace mtron {
 namespace {
 
-train::TrainArgs make_args(std::vector<std::string> flags) {
-  std::vector<std::string> base = {"train",
-                                   "--num-layers",
-                                   "3",
-                                   "--hidden-size",
-                                   "64",
-                                   "--num-attention-heads",
-                                   "4",
-                                   "--seq-length",
-                                   "32",
-                                   "--micro-batch-size",
-                                   "2",
-                                   "--global-batch-size",
-                                   "4",
-                                   "--train-iters",
-                                   "40",
-                                   "--lr",
-                                   "3e-3",
-                                   "--mock-data",
-                                   "--vocab-size",
-                                   "300",
-                                   "--metrics-file",
-                                   "/dev/null",
-                                   "--hidden-dropout",
-                                   "0",
-                                   "--attention-dropout",
-                                   "0"};
-  base.insert(base.end(), flags.begin(), flags.end());
-  std::vector<char*> av;
-  for (auto& s : base) av.push_back(s.data());
+train::TrainArgs make_args(const std::vector<std::string>& flags) {
   train::TrainArgs a;
-  train::parse_train_args(int(av.size()), av.data(), 1, a);
+  tests::parse_train_flags(
+      "--num-layers 3 --hidden-size 64 --num-attention-heads 4 --seq-length 32 "
+      "--micro-batch-size 2 --global-batch-size 4 --train-iters 40 --lr 3e-3 --mock-data "
+      "--vocab-size 300 --metrics-file /dev/null --hidden-dropout 0 --attention-dropout 0",
+      flags, 1, a);
   return a;
+}
+
+// Llama's architecture flags (SwiGLU, RMSNorm, RoPE, no biases) with GQA of this many groups.
+std::vector<std::string> llama_flags(int query_groups) {
+  return tests::words(
+      "--swiglu --normalization RMSNorm --position-embedding-type rope --group-query-attention "
+      "--disable-bias-linear --num-query-groups " +
+      std::to_string(query_groups));
 }
 
 // Gradients of one iteration (no optimizer step), flattened.
@@ -70,17 +54,7 @@ class Recompute : public ::testing::TestWithParam<std::vector<std::string>> {};
 TEST_P(Recompute, GradientsAreBitIdentical) {
   for (const char* arch : {"gpt", "llama"}) {
     std::vector<std::string> shape;
-    if (std::string(arch) == "llama") {
-      shape = {"--swiglu",
-               "--normalization",
-               "RMSNorm",
-               "--position-embedding-type",
-               "rope",
-               "--group-query-attention",
-               "--num-query-groups",
-               "2",
-               "--disable-bias-linear"};
-    }
+    if (std::string(arch) == "llama") shape = llama_flags(2);
     std::vector<float> plain = grads_of(make_args(shape));
     std::vector<std::string> flags = shape;
     for (const auto& f : GetParam()) flags.push_back(f);
@@ -231,18 +205,9 @@ TEST(TensorParallel, Tp4ShardsAreSlicesOfTp1) {
   for (const char* arch : {"gpt", "llama"}) {
     std::vector<std::string> shape = {"--num-attention-heads", "8"};
     if (std::string(arch) == "llama") {
-      shape = {"--num-attention-heads",
-               "8",
-               "--swiglu",
-               "--normalization",
-               "RMSNorm",
-               "--position-embedding-type",
-               "rope",
-               "--group-query-attention",
-               "--num-query-groups",
-               "4",
-               "--disable-bias-linear",
-               "--untie-embeddings-and-output-weights"};
+      const std::vector<std::string> llama = llama_flags(4);
+      shape.insert(shape.end(), llama.begin(), llama.end());
+      shape.push_back("--untie-embeddings-and-output-weights");
     }
     const train::TrainArgs a = make_args(shape);
     const model::ChunkPlacement all{0, a.model.num_layers, true, true};

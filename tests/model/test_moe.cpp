@@ -16,6 +16,7 @@
 
 #include "mtron/model/layer.h"
 #include "mtron/model/moe.h"
+#include "test_helpers.h"
 
 namespace mtron::model {
 namespace {
@@ -41,12 +42,7 @@ constexpr int64_t kB = 2, kS = 7, kT = kB * kS, kH = 16, kE = 4, kF = 12;
 constexpr float kAuxCoeff = 0.1f, kZCoeff = 0.05f, kAuxWeight = 0.5f;
 
 ModelConfig config(const Case& c) {
-  ModelConfig m;
-  m.num_layers = 2;
-  m.hidden_size = kH;
-  m.num_attention_heads = 2;
-  m.seq_length = kS;
-  m.vocab_size = 10;
+  ModelConfig m = tests::model_shape(2, kH, 2, kS, 10);
   m.swiglu = c.swiglu;
   m.ffn_hidden_size = kF;
   m.num_experts = kE;

@@ -9,6 +9,7 @@
 
 #include "mtron/optim/lr_schedule.h"
 #include "mtron/train/args.h"
+#include "train_flags.h"
 
 namespace mtron::optim {
 namespace {
@@ -77,29 +78,11 @@ TEST(LrSchedule, InverseSquareRootWithinTheDecay) {
 // --lr-warmup-iters n: n x 2; --lr-warmup-fraction f: int(f x decay samples), the decay
 // iterations defaulting to --train-iters.
 int64_t warmup_samples(const std::vector<std::string>& extra) {
-  std::vector<std::string> args = {"train",
-                                   "--num-layers",
-                                   "2",
-                                   "--hidden-size",
-                                   "64",
-                                   "--num-attention-heads",
-                                   "4",
-                                   "--seq-length",
-                                   "16",
-                                   "--micro-batch-size",
-                                   "2",
-                                   "--train-iters",
-                                   "90",
-                                   "--lr",
-                                   "1e-3",
-                                   "--mock-data",
-                                   "--vocab-size",
-                                   "100"};
-  args.insert(args.end(), extra.begin(), extra.end());
-  std::vector<char*> argv;
-  for (auto& a : args) argv.push_back(a.data());
   train::TrainArgs a;
-  EXPECT_TRUE(train::parse_train_args(int(argv.size()), argv.data(), 1, a));
+  EXPECT_TRUE(tests::parse_train_flags(
+      "--num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 16 "
+      "--micro-batch-size 2 --train-iters 90 --lr 1e-3 --mock-data --vocab-size 100",
+      extra, 1, a));
   EXPECT_EQ(a.parallel.global_batch_size, 2);
   return a.schedule.warmup_samples;
 }

@@ -10,6 +10,7 @@
 #include "mtron/comm/single.h"
 #include "mtron/model/gpt.h"
 #include "mtron/optim/optimizer.h"
+#include "test_helpers.h"
 
 namespace mtron::optim {
 namespace {
@@ -105,18 +106,10 @@ TEST(Optimizer, WeightDecayOnlyOnDecayedRanges) {
 // Megatron decays every weight matrix and embedding, never a bias or a norm weight.
 TEST(Optimizer, RegistryExcludesBiasesAndNormWeightsFromDecay) {
   for (const bool llama : {false, true}) {
-    ModelConfig m;
-    m.num_layers = 2;
-    m.hidden_size = 32;
-    m.num_attention_heads = 4;
-    m.seq_length = 8;
-    m.vocab_size = 50;
+    ModelConfig m = tests::model_shape(2, 32, 4, 8, 50);
     if (llama) {
-      m.swiglu = true;
-      m.normalization = Normalization::kRMSNorm;
-      m.position_embedding_type = PositionEmbedding::kRope;
+      tests::set_llama_architecture(m);
       m.untie_embeddings_and_output_weights = true;
-      m.add_bias_linear = false;
       m.num_experts = 4;
       m.moe_shared_expert_intermediate_size = 16;
     }

@@ -40,19 +40,8 @@ import tempfile
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts"))
 import mtron_run  # noqa: E402
 
-COMMON = ("--num-layers 4 --hidden-size 64 --seq-length 32 --micro-batch-size 2 "
-          "--global-batch-size 16 --train-iters 10 --lr 1e-3 --min-lr 1e-4 --lr-decay-style cosine "
-          "--lr-warmup-iters 2 --mock-data --vocab-size 500 --seed 1234 --log-interval 1 "
-          "--eval-iters 0").split()
-ARCH = {
-    "gpt2": "--num-attention-heads 4".split(),
-    "llama": ("--num-attention-heads 8 --group-query-attention --num-query-groups 4 --swiglu "
-              "--normalization RMSNorm --position-embedding-type rope "
-              "--untie-embeddings-and-output-weights --disable-bias-linear").split(),
-}
-ARCH["moe"] = ARCH["llama"] + (
-    "--num-experts 8 --moe-router-topk 2 --moe-ffn-hidden-size 96 --moe-aux-loss-coeff 1e-2 "
-    "--moe-z-loss-coeff 1e-3").split()
+COMMON = mtron_run.TINY + ["--train-iters", "10"]
+ARCH = dict(mtron_run.TINY_ARCH)
 ARCH["moe_cap"] = ARCH["llama"] + (
     "--num-experts 8 --moe-router-topk 2 --moe-ffn-hidden-size 96 --moe-layer-freq 2 "
     "--moe-router-score-function sigmoid --moe-shared-expert-intermediate-size 64 "

@@ -9,6 +9,7 @@
 #include "mtron/core/error.h"
 #include "mtron/core/parallel_config.h"
 #include "mtron/parallel/rank_map.h"
+#include "test_helpers.h"
 
 namespace mtron {
 namespace {
@@ -17,12 +18,7 @@ using Groups = std::vector<std::vector<int>>;
 
 // A model every layout below accepts: 8 heads and query groups, 8 layers, 16 experts.
 ModelConfig model(bool moe) {
-  ModelConfig m;
-  m.num_layers = 8;
-  m.hidden_size = 64;
-  m.num_attention_heads = 8;
-  m.seq_length = 32;
-  m.vocab_size = 100;
+  ModelConfig m = tests::model_shape(8, 64, 8, 32, 100);
   if (moe) {
     m.num_experts = 16;
     m.moe_ffn_hidden_size = 64;
@@ -33,15 +29,9 @@ ModelConfig model(bool moe) {
 
 ParallelConfig layout(
     int world, int tp, int cp, int pp, int ep = 1, int etp = 0, bool tp_pp_dp = false) {
-  ParallelConfig c;
-  c.world_size = world;
-  c.tensor_model_parallel_size = tp;
-  c.context_parallel_size = cp;
-  c.pipeline_model_parallel_size = pp;
-  c.expert_model_parallel_size = ep;
-  c.expert_tensor_parallel_size = etp;
+  ParallelConfig c =
+      tests::layout({.world = world, .tp = tp, .pp = pp, .cp = cp, .ep = ep, .etp = etp, .mbs = 1});
   c.use_tp_pp_dp_mapping = tp_pp_dp;
-  c.micro_batch_size = 1;
   c.finalize(model(ep > 1 || (etp != 0 && etp != tp)));
   return c;
 }

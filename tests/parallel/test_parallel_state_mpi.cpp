@@ -6,17 +6,13 @@
 
 #include "mpi_test_main.h"
 #include "mtron/parallel/parallel_state.h"
+#include "test_helpers.h"
 
 namespace mtron {
 namespace {
 
 ModelConfig model(bool moe) {
-  ModelConfig m;
-  m.num_layers = 24;
-  m.hidden_size = 96;
-  m.num_attention_heads = 24;
-  m.seq_length = 48;
-  m.vocab_size = 100;
+  ModelConfig m = tests::model_shape(24, 96, 24, 48, 100);
   if (moe) {
     m.num_experts = 24;
     m.moe_ffn_hidden_size = 96;
@@ -35,15 +31,9 @@ std::vector<ParallelConfig> layouts(int world) {
             for (bool tp_pp_dp : {false, true}) {
               const int etp_v = etp == 0 ? tp : etp;
               if (world % (tp * cp * pp) || world % (etp_v * ep * pp)) continue;
-              ParallelConfig c;
-              c.world_size = world;
-              c.tensor_model_parallel_size = tp;
-              c.context_parallel_size = cp;
-              c.pipeline_model_parallel_size = pp;
-              c.expert_model_parallel_size = ep;
-              c.expert_tensor_parallel_size = etp;
+              ParallelConfig c = tests::layout(
+                  {.world = world, .tp = tp, .pp = pp, .cp = cp, .ep = ep, .etp = etp, .mbs = 1});
               c.use_tp_pp_dp_mapping = tp_pp_dp;
-              c.micro_batch_size = 1;
               c.finalize(model(ep > 1 || etp_v != tp));
               if (tp_pp_dp && pp > 1 && c.edp() != c.dp()) continue;
               out.push_back(c);

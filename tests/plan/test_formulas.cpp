@@ -4,9 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <CLI/CLI.hpp>
-#include <functional>
 
-#include "mtron/core/error.h"
 #include "mtron/core/formulas.h"
 #include "mtron/core/model_flags.h"
 #include "util.h"
@@ -14,23 +12,10 @@
 namespace mtron {
 namespace {
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using tests::error_of;
 
 ParallelConfig layout(int64_t world, int64_t tp, int64_t pp, int64_t mbs, int64_t gbs) {
-  ParallelConfig p;
-  p.world_size = world;
-  p.tensor_model_parallel_size = tp;
-  p.pipeline_model_parallel_size = pp;
-  p.micro_batch_size = mbs;
-  p.global_batch_size = gbs;
-  return p;
+  return tests::layout({.world = world, .tp = tp, .pp = pp, .mbs = mbs, .gbs = gbs});
 }
 
 TEST(Formulas, BytesPerParameterMatchMegatronsTable) {

@@ -2,22 +2,14 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
-#include <functional>
 
-#include "mtron/core/error.h"
 #include "mtron/core/hardware.h"
+#include "test_helpers.h"
 
 namespace mtron {
 namespace {
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using tests::error_of;
 
 TEST(Hardware, CatalogHasTheIssuesEntries) {
   for (const char* n :

@@ -18,18 +18,8 @@ Layout make(const ModelConfig& m,
             int64_t gbs,
             int64_t ep = 1,
             int64_t vpp = 0) {
-  Layout l;
-  ParallelConfig& p = l.parallel;
-  p.world_size = world;
-  p.tensor_model_parallel_size = tp;
-  p.pipeline_model_parallel_size = pp;
-  p.expert_model_parallel_size = ep;
-  p.num_virtual_stages_per_pipeline_rank = vpp;
-  p.micro_batch_size = mbs;
-  p.global_batch_size = gbs;
-  p.sequence_parallel = tp > 1;
-  p.finalize(m);
-  return l;
+  return test::layout(
+      m, {.world = world, .tp = tp, .pp = pp, .ep = ep, .vpp = vpp, .mbs = mbs, .gbs = gbs});
 }
 
 TEST(Memory, StageParametersAddUpToTheModel) {

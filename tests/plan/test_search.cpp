@@ -2,23 +2,13 @@
 // the reasons and the alternatives, and the errors.
 #include <gtest/gtest.h>
 
-#include <functional>
-
-#include "mtron/core/error.h"
 #include "mtron/plan/report.h"
 #include "util.h"
 
 namespace mtron::plan {
 namespace {
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using test::error_of;
 
 // Every plan's sizes multiply to the GPU count (TP x CP x DP x PP, and ETP x EP x EDP x PP).
 void expect_products(const SearchResult& r, int64_t gpus) {

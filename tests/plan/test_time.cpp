@@ -51,17 +51,7 @@ TEST(Time, GroupsUseTheRightLinks) {
 }
 
 Layout make(const ModelConfig& m, int64_t world, int64_t tp, int64_t pp, int64_t vpp, int64_t gbs) {
-  Layout l;
-  ParallelConfig& p = l.parallel;
-  p.world_size = world;
-  p.tensor_model_parallel_size = tp;
-  p.pipeline_model_parallel_size = pp;
-  p.num_virtual_stages_per_pipeline_rank = vpp;
-  p.micro_batch_size = 1;
-  p.global_batch_size = gbs;
-  p.sequence_parallel = tp > 1;
-  p.finalize(m);
-  return l;
+  return test::layout(m, {.world = world, .tp = tp, .pp = pp, .vpp = vpp, .mbs = 1, .gbs = gbs});
 }
 
 TEST(Time, PipelineBubbleIsPMinus1OverVM) {

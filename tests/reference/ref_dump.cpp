@@ -15,6 +15,7 @@
 #include "mtron/comm/single.h"
 #include "mtron/core/error.h"
 #include "mtron/train/trainer.h"
+#include "test_helpers.h"
 
 using namespace mtron;
 
@@ -43,59 +44,20 @@ void record(const std::string& name,
 }
 
 std::vector<std::string> base_flags(const std::string& arch) {
-  std::vector<std::string> common = {"--num-layers",
-                                     "2",
-                                     "--hidden-size",
-                                     "64",
-                                     "--seq-length",
-                                     "32",
-                                     "--max-position-embeddings",
-                                     "32",
-                                     "--micro-batch-size",
-                                     "2",
-                                     "--global-batch-size",
-                                     "4",
-                                     "--train-iters",
-                                     "10",
-                                     "--lr",
-                                     "2e-3",
-                                     "--min-lr",
-                                     "2e-4",
-                                     "--lr-decay-style",
-                                     "cosine",
-                                     "--lr-warmup-iters",
-                                     "2",
-                                     "--weight-decay",
-                                     "0.1",
-                                     "--clip-grad",
-                                     "1.0",
-                                     "--adam-beta2",
-                                     "0.95",
-                                     "--mock-data",
-                                     "--vocab-size",
-                                     "500",
-                                     "--seed",
-                                     "1234",
-                                     "--init-method-std",
-                                     "0.05",
-                                     "--log-interval",
-                                     "1000"};
+  std::vector<std::string> common = tests::words(
+      "--num-layers 2 --hidden-size 64 --seq-length 32 --max-position-embeddings 32 "
+      "--micro-batch-size 2 --global-batch-size 4 --train-iters 10 --lr 2e-3 --min-lr 2e-4 "
+      "--lr-decay-style cosine --lr-warmup-iters 2 --weight-decay 0.1 --clip-grad 1.0 "
+      "--adam-beta2 0.95 --mock-data --vocab-size 500 --seed 1234 --init-method-std 0.05 "
+      "--log-interval 1000");
   std::vector<std::string> extra;
   if (arch == "gpt2") {
     extra = {"--num-attention-heads", "4"};
   } else if (arch == "llama") {
-    extra = {"--num-attention-heads",
-             "8",
-             "--group-query-attention",
-             "--num-query-groups",
-             "2",
-             "--swiglu",
-             "--normalization",
-             "RMSNorm",
-             "--position-embedding-type",
-             "rope",
-             "--untie-embeddings-and-output-weights",
-             "--disable-bias-linear"};
+    extra = tests::words(
+        "--num-attention-heads 8 --group-query-attention --num-query-groups 2 --swiglu "
+        "--normalization RMSNorm --position-embedding-type rope "
+        "--untie-embeddings-and-output-weights --disable-bias-linear");
   } else {
     throw Error("unknown arch " + arch + " (gpt2 or llama)");
   }

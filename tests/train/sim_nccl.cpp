@@ -50,15 +50,10 @@ class DeviceComm : public Comm {
   void reduce_scatter(const void* send, void* recv, int64_t count, DType t, ReduceOp op) override {
     call([&] { c_->reduce_scatter(send, recv, count, t, op); });
   }
-  void all_to_all_v(const void* send,
-                    const int64_t* send_counts,
-                    const int64_t* send_displs,
-                    void* recv,
-                    const int64_t* recv_counts,
-                    const int64_t* recv_displs,
-                    DType t) override {
+  void all_to_all_v_impl(const AllToAllV& a) override {
     call([&] {
-      c_->all_to_all_v(send, send_counts, send_displs, recv, recv_counts, recv_displs, t);
+      c_->all_to_all_v(a.send, a.send_counts, a.send_displs, a.recv, a.recv_counts, a.recv_displs,
+                       a.t);
     });
   }
   void broadcast(void* buf, int64_t count, DType t, int root) override {

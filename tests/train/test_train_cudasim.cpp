@@ -14,48 +14,19 @@
 #include "mtron/kernels/device.h"
 #include "mtron/model/inference.h"
 #include "mtron/train/trainer.h"
+#include "train_flags.h"
 
 namespace mtron {
 namespace {
 
 train::TrainArgs make_args(const std::vector<std::string>& flags, int64_t world_size = 1) {
-  std::vector<std::string> all = {"train",
-                                  "--num-layers",
-                                  "2",
-                                  "--hidden-size",
-                                  "64",
-                                  "--num-attention-heads",
-                                  "4",
-                                  "--seq-length",
-                                  "32",
-                                  "--max-position-embeddings",
-                                  "32",
-                                  "--micro-batch-size",
-                                  "2",
-                                  "--global-batch-size",
-                                  "6",
-                                  "--train-iters",
-                                  "4",
-                                  "--lr",
-                                  "3e-3",
-                                  "--mock-data",
-                                  "--vocab-size",
-                                  "127",
-                                  "--metrics-file",
-                                  "/dev/null",
-                                  "--log-interval",
-                                  "1",
-                                  "--eval-iters",
-                                  "0",
-                                  "--hidden-dropout",
-                                  "0",
-                                  "--attention-dropout",
-                                  "0"};
-  all.insert(all.end(), flags.begin(), flags.end());
-  std::vector<char*> av;
-  for (auto& s : all) av.push_back(s.data());
   train::TrainArgs a;
-  train::parse_train_args(int(av.size()), av.data(), world_size, a);
+  tests::parse_train_flags(
+      "--num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 32 "
+      "--max-position-embeddings 32 --micro-batch-size 2 --global-batch-size 6 --train-iters 4 "
+      "--lr 3e-3 --mock-data --vocab-size 127 --metrics-file /dev/null --log-interval 1 "
+      "--eval-iters 0 --hidden-dropout 0 --attention-dropout 0",
+      flags, world_size, a);
   return a;
 }
 
@@ -189,18 +160,10 @@ TEST(TrainCudaSim, Gpt2Bf16MatchesCpu) {
 // Generation (the training layers without a stash, with a KV cache) on the device: the logits of
 // a prefill and of each decoded token are the CPU's.
 TEST(TrainCudaSim, KvCacheGenerationMatchesCpu) {
-  ModelConfig m;
-  m.num_layers = 2;
-  m.hidden_size = 64;
-  m.num_attention_heads = 4;
+  ModelConfig m = tests::model_shape(2, 64, 4, 16, 100);
   m.group_query_attention = true;
   m.num_query_groups = 2;
-  m.seq_length = 16;
-  m.vocab_size = 100;
-  m.swiglu = true;
-  m.normalization = Normalization::kRMSNorm;
-  m.position_embedding_type = PositionEmbedding::kRope;
-  m.add_bias_linear = false;
+  tests::set_llama_architecture(m);
   m.num_experts = 4;
   m.moe_shared_expert_intermediate_size = 32;
   m.finalize();

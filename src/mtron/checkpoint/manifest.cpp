@@ -3,10 +3,12 @@
 #include <fmt/format.h>
 
 #include <filesystem>
+#include <optional>
 #include <string>
 
 #include "mtron/checkpoint/safetensors.h"
 #include "mtron/core/error.h"
+#include "mtron/core/model_names.h"
 
 namespace mtron::checkpoint {
 
@@ -14,32 +16,6 @@ using nlohmann::json;
 using nlohmann::ordered_json;
 
 namespace {
-
-const char* norm_name(Normalization n) {
-  return n == Normalization::kLayerNorm ? "LayerNorm" : "RMSNorm";
-}
-const char* pos_name(PositionEmbedding p) {
-  switch (p) {
-    case PositionEmbedding::kLearnedAbsolute:
-      return "learned_absolute";
-    case PositionEmbedding::kRope:
-      return "rope";
-    case PositionEmbedding::kNone:
-      return "none";
-  }
-  return "none";
-}
-const char* balancing_name(RouterLoadBalancing b) {
-  switch (b) {
-    case RouterLoadBalancing::kAuxLoss:
-      return "aux_loss";
-    case RouterLoadBalancing::kSeqAuxLoss:
-      return "seq_aux_loss";
-    case RouterLoadBalancing::kNone:
-      return "none";
-  }
-  return "none";
-}
 
 // A float as the shortest decimal that reads back to it (1e-05, not 9.99999974737875e-06).
 double tidy(float f) {
@@ -67,29 +43,31 @@ T field_or(const json& j, const char* key, T fallback, const std::string& file) 
   return j.contains(key) ? field<T>(j, key, file) : fallback;
 }
 
-optim::LrDecayStyle lr_style_from(const std::string& s, const std::string& file) {
-  if (s == "constant") return optim::LrDecayStyle::kConstant;
-  if (s == "linear") return optim::LrDecayStyle::kLinear;
-  if (s == "cosine") return optim::LrDecayStyle::kCosine;
-  if (s == "inverse-square-root") return optim::LrDecayStyle::kInverseSquareRoot;
-  MT_CHECK(false, file, ": unknown lr decay style '", s, "'");
-  return optim::LrDecayStyle::kLinear;
+// A field holding one of the names of `table` (core/model_names.h); `what` names it in the
+// error for any other name.
+template <typename E, size_t N>
+E named_field(const json& j,
+              const char* key,
+              const EnumName<E> (&table)[N],
+              const char* what,
+              const std::string& file) {
+  const auto s = field<std::string>(j, key, file);
+  const std::optional<E> v = value_of(table, s);
+  MT_CHECK(v.has_value(), file, ": unknown ", what, " '", s, "'");
+  return *v;
 }
+
+// --lr-decay-style's names.
+constexpr EnumName<optim::LrDecayStyle> kLrDecayStyleNames[] = {
+    {optim::LrDecayStyle::kConstant, "constant"},
+    {optim::LrDecayStyle::kLinear, "linear"},
+    {optim::LrDecayStyle::kCosine, "cosine"},
+    {optim::LrDecayStyle::kInverseSquareRoot, "inverse-square-root"}};
 
 }  // namespace
 
 std::string lr_style_name(optim::LrDecayStyle s) {
-  switch (s) {
-    case optim::LrDecayStyle::kConstant:
-      return "constant";
-    case optim::LrDecayStyle::kLinear:
-      return "linear";
-    case optim::LrDecayStyle::kCosine:
-      return "cosine";
-    case optim::LrDecayStyle::kInverseSquareRoot:
-      return "inverse-square-root";
-  }
-  return "linear";
+  return name_of(kLrDecayStyleNames, s);
 }
 
 ordered_json model_config_to_json(const ModelConfig& m) {
@@ -102,10 +80,10 @@ ordered_json model_config_to_json(const ModelConfig& m) {
   j["kv_channels"] = m.kv_channels;
   j["ffn_hidden_size"] = m.ffn_hidden_size;
   j["swiglu"] = m.swiglu;
-  j["normalization"] = norm_name(m.normalization);
+  j["normalization"] = name_of(kNormalizationNames, m.normalization);
   j["norm_epsilon"] = tidy(m.norm_epsilon);
   j["apply_layernorm_1p"] = m.apply_layernorm_1p;
-  j["position_embedding_type"] = pos_name(m.position_embedding_type);
+  j["position_embedding_type"] = name_of(kPositionEmbeddingNames, m.position_embedding_type);
   j["rotary_base"] = tidy(m.rotary_base);
   j["rotary_percent"] = tidy(m.rotary_percent);
   j["untie_embeddings_and_output_weights"] = m.untie_embeddings_and_output_weights;
@@ -121,14 +99,13 @@ ordered_json model_config_to_json(const ModelConfig& m) {
     j["moe_router_topk"] = m.moe_router_topk;
     j["moe_layer_freq"] = m.moe_layer_freq;
     j["moe_shared_expert_intermediate_size"] = m.moe_shared_expert_intermediate_size;
-    j["moe_router_score_function"] =
-        m.moe_router_score_function == RouterScore::kSigmoid ? "sigmoid" : "softmax";
-    j["moe_router_load_balancing_type"] = balancing_name(m.moe_router_load_balancing_type);
+    j["moe_router_score_function"] = name_of(kRouterScoreNames, m.moe_router_score_function);
+    j["moe_router_load_balancing_type"] =
+        name_of(kRouterLoadBalancingNames, m.moe_router_load_balancing_type);
     j["moe_aux_loss_coeff"] = tidy(m.moe_aux_loss_coeff);
     j["moe_z_loss_coeff"] = tidy(m.moe_z_loss_coeff);
     j["moe_expert_capacity_factor"] = tidy(m.moe_expert_capacity_factor);
-    j["moe_token_drop_policy"] =
-        m.moe_token_drop_policy == TokenDropPolicy::kPosition ? "position" : "probs";
+    j["moe_token_drop_policy"] = name_of(kTokenDropPolicyNames, m.moe_token_drop_policy);
   }
   return j;
 }
@@ -144,20 +121,11 @@ ModelConfig model_config_from_json(const json& j, const std::string& file) {
   m.kv_channels = field<int64_t>(j, "kv_channels", file);
   m.ffn_hidden_size = field<int64_t>(j, "ffn_hidden_size", file);
   m.swiglu = field<bool>(j, "swiglu", file);
-  const auto norm = field<std::string>(j, "normalization", file);
-  MT_CHECK(norm == "LayerNorm" || norm == "RMSNorm", file, ": unknown normalization '", norm, "'");
-  m.normalization = norm == "LayerNorm" ? Normalization::kLayerNorm : Normalization::kRMSNorm;
+  m.normalization = named_field(j, "normalization", kNormalizationNames, "normalization", file);
   m.norm_epsilon = field<float>(j, "norm_epsilon", file);
   m.apply_layernorm_1p = field_or<bool>(j, "apply_layernorm_1p", false, file);
-  const auto pos = field<std::string>(j, "position_embedding_type", file);
-  if (pos == "learned_absolute") {
-    m.position_embedding_type = PositionEmbedding::kLearnedAbsolute;
-  } else if (pos == "rope") {
-    m.position_embedding_type = PositionEmbedding::kRope;
-  } else {
-    MT_CHECK(pos == "none", file, ": unknown position_embedding_type '", pos, "'");
-    m.position_embedding_type = PositionEmbedding::kNone;
-  }
+  m.position_embedding_type = named_field(j, "position_embedding_type", kPositionEmbeddingNames,
+                                          "position_embedding_type", file);
   m.rotary_base = field<float>(j, "rotary_base", file);
   m.rotary_percent = field<float>(j, "rotary_percent", file);
   m.untie_embeddings_and_output_weights =
@@ -175,29 +143,16 @@ ModelConfig model_config_from_json(const json& j, const std::string& file) {
     m.moe_layer_freq = field<int64_t>(j, "moe_layer_freq", file);
     m.moe_shared_expert_intermediate_size =
         field<int64_t>(j, "moe_shared_expert_intermediate_size", file);
-    const auto score = field<std::string>(j, "moe_router_score_function", file);
-    MT_CHECK(score == "softmax" || score == "sigmoid", file, ": unknown router score function '",
-             score, "'");
-    m.moe_router_score_function =
-        score == "sigmoid" ? RouterScore::kSigmoid : RouterScore::kSoftmax;
-    const auto lb = field<std::string>(j, "moe_router_load_balancing_type", file);
-    bool known = false;
-    for (RouterLoadBalancing b : {RouterLoadBalancing::kAuxLoss, RouterLoadBalancing::kSeqAuxLoss,
-                                  RouterLoadBalancing::kNone}) {
-      if (lb == balancing_name(b)) {
-        m.moe_router_load_balancing_type = b;
-        known = true;
-      }
-    }
-    MT_CHECK(known, file, ": unknown router load balancing type '", lb, "'");
+    m.moe_router_score_function = named_field(j, "moe_router_score_function", kRouterScoreNames,
+                                              "router score function", file);
+    m.moe_router_load_balancing_type =
+        named_field(j, "moe_router_load_balancing_type", kRouterLoadBalancingNames,
+                    "router load balancing type", file);
     m.moe_aux_loss_coeff = field<float>(j, "moe_aux_loss_coeff", file);
     m.moe_z_loss_coeff = field<float>(j, "moe_z_loss_coeff", file);
     m.moe_expert_capacity_factor = field<float>(j, "moe_expert_capacity_factor", file);
-    const auto drop = field<std::string>(j, "moe_token_drop_policy", file);
-    MT_CHECK(drop == "probs" || drop == "position", file, ": unknown token drop policy '", drop,
-             "'");
     m.moe_token_drop_policy =
-        drop == "position" ? TokenDropPolicy::kPosition : TokenDropPolicy::kProbs;
+        named_field(j, "moe_token_drop_policy", kTokenDropPolicyNames, "token drop policy", file);
   }
   // Bounds far beyond any real model keep derived sizes (4h, V x h, ...) from overflowing.
   for (const int64_t v :
@@ -344,7 +299,7 @@ Manifest manifest_from_json(std::string_view text, const std::string& file) {
     lr.warmup_init = field<double>(s, "warmup_init", file);
     lr.warmup_samples = field<int64_t>(s, "warmup_samples", file);
     lr.decay_samples = field<int64_t>(s, "decay_samples", file);
-    lr.style = lr_style_from(field<std::string>(s, "decay_style", file), file);
+    lr.style = named_field(s, "decay_style", kLrDecayStyleNames, "lr decay style", file);
     m.lr_schedule = lr;
     m.lr_samples = field_or<int64_t>(s, "num_samples", m.consumed_samples, file);
   }

@@ -1,4 +1,4 @@
-// defines: ReduceOp, Request, Comm
+// defines: ReduceOp, reduce_op_value, Request, Comm
 //
 // The communication interface every parallel feature is written against.
 // Backends: single process (single.h), MPI (mpi.h), NCCL (with the CUDA backend). A group of
@@ -30,6 +30,7 @@
 #include <string>
 
 #include "mtron/core/dtype.h"
+#include "mtron/core/error.h"
 
 namespace mtron {
 
@@ -37,6 +38,14 @@ namespace mtron {
 // even) after every pairwise step, so a p-rank sum carries up to p-1 bf16 roundings and depends
 // on the backend's reduction order. Reduce in fp32 where that matters (gradients do).
 enum class ReduceOp { kSum, kMax, kMin };
+
+// A backend's value for op (its sum, max or min operation).
+template <typename T>
+T reduce_op_value(ReduceOp op, T sum, T max, T min) {
+  const T values[] = {sum, max, min};  // ReduceOp's order
+  MT_ASSERT(int(op) >= 0 && int(op) < 3, "unknown reduce op ", int(op));
+  return values[int(op)];
+}
 
 class Request {
  public:
@@ -67,14 +76,16 @@ class Comm {
   virtual void reduce_scatter(
       const void* send, void* recv, int64_t count, DType t, ReduceOp op) = 0;
   // Counts and displacements in elements, one per rank. Counts may be zero; each pair's
-  // send_counts[j] on rank i must equal recv_counts[i] on rank j.
-  virtual void all_to_all_v(const void* send,
-                            const int64_t* send_counts,
-                            const int64_t* send_displs,
-                            void* recv,
-                            const int64_t* recv_counts,
-                            const int64_t* recv_displs,
-                            DType t) = 0;
+  // send_counts[j] on rank i must equal recv_counts[i] on rank j. This rank's counts are checked
+  // here (none negative, as many to itself as from itself: mtron::InternalError otherwise),
+  // then the backend's all_to_all_v_impl moves the data.
+  void all_to_all_v(const void* send,
+                    const int64_t* send_counts,
+                    const int64_t* send_displs,
+                    void* recv,
+                    const int64_t* recv_counts,
+                    const int64_t* recv_displs,
+                    DType t);
   virtual void broadcast(void* buf, int64_t count, DType t, int root) = 0;
   // Messages between a pair of ranks with the same tag arrive in the order they were sent.
   virtual void send(const void* buf, int64_t count, DType t, int peer, int tag) = 0;
@@ -111,6 +122,20 @@ class Comm {
   void set_name(std::string name) { name_ = std::move(name); }
 
  protected:
+  // The arguments of an all_to_all_v whose counts were checked; `sent`: the elements this rank
+  // sends to the other ranks.
+  struct AllToAllV {
+    const void* send;
+    const int64_t* send_counts;
+    const int64_t* send_displs;
+    void* recv;
+    const int64_t* recv_counts;
+    const int64_t* recv_displs;
+    DType t;
+    int64_t sent;
+  };
+  virtual void all_to_all_v_impl(const AllToAllV& a) = 0;
+
   int64_t bytes_sent_ = 0;
   std::string name_;
 };

@@ -90,25 +90,8 @@ void bf16_min(void* in, void* inout, int* len, MPI_Datatype*) {
 }
 
 MPI_Op mpi_op(const MpiShared& sh, DType t, ReduceOp op) {
-  if (t == DType::kBF16) {
-    switch (op) {
-      case ReduceOp::kSum:
-        return sh.bf16_sum;
-      case ReduceOp::kMax:
-        return sh.bf16_max;
-      case ReduceOp::kMin:
-        return sh.bf16_min;
-    }
-  }
-  switch (op) {
-    case ReduceOp::kSum:
-      return MPI_SUM;
-    case ReduceOp::kMax:
-      return MPI_MAX;
-    case ReduceOp::kMin:
-      return MPI_MIN;
-  }
-  MT_ASSERT(false, "unknown reduce op");
+  if (t == DType::kBF16) return reduce_op_value(op, sh.bf16_sum, sh.bf16_max, sh.bf16_min);
+  return reduce_op_value(op, MPI_SUM, MPI_MAX, MPI_MIN);
 }
 
 char* at(void* p, int64_t elems, DType t) {
@@ -241,47 +224,35 @@ class MpiComm final : public Comm {
     bytes_sent_ += (size_ - 1) * n;
   }
 
-  void all_to_all_v(const void* send,
-                    const int64_t* send_counts,
-                    const int64_t* send_displs,
-                    void* recv,
-                    const int64_t* recv_counts,
-                    const int64_t* recv_displs,
-                    DType t) override {
-    MT_ASSERT(send_counts[rank_] == recv_counts[rank_], "all_to_all_v: this rank sends ",
-              send_counts[rank_], " elements to itself but expects ", recv_counts[rank_]);
-    int64_t sent = 0;
-    for (int r = 0; r < size_; ++r) {
-      MT_ASSERT(send_counts[r] >= 0 && recv_counts[r] >= 0, "all_to_all_v: negative count");
-      if (r != rank_) sent += send_counts[r];
-    }
+  void all_to_all_v_impl(const AllToAllV& a) override {
+    const DType t = a.t;
     const int64_t es = int64_t(dtype_size(t));
-    Watchdog::Scope scope(&sh_->watchdog, "all_to_all_v", &name_, size_, sent * es);
+    Watchdog::Scope scope(&sh_->watchdog, "all_to_all_v", &name_, size_, a.sent * es);
     // Pairwise exchange, as Open MPI's own alltoallv algorithms, but with 64-bit counts and
     // displacements. Peers are visited from rank+1 onwards to spread the load.
     std::vector<MPI_Request> reqs;
     std::vector<int> expect;
     for (int i = 1; i < size_; ++i) {
       const int r = (rank_ + size_ - i) % size_;
-      for_chunks(recv_counts[r], sh_->max_count, [&](int64_t off, int64_t m) {
+      for_chunks(a.recv_counts[r], sh_->max_count, [&](int64_t off, int64_t m) {
         reqs.emplace_back();
         expect.push_back(int(m));
-        MPI_CHECK(MPI_Irecv(at(recv, recv_displs[r] + off, t), int(m), mpi_type(t), r, 0, p2p_,
+        MPI_CHECK(MPI_Irecv(at(a.recv, a.recv_displs[r] + off, t), int(m), mpi_type(t), r, 0, p2p_,
                             &reqs.back()));
       });
     }
     const size_t nrecv = reqs.size();
     for (int i = 1; i < size_; ++i) {
       const int r = (rank_ + i) % size_;
-      for_chunks(send_counts[r], sh_->max_count, [&](int64_t off, int64_t m) {
+      for_chunks(a.send_counts[r], sh_->max_count, [&](int64_t off, int64_t m) {
         reqs.emplace_back();
-        MPI_CHECK(MPI_Isend(at(send, send_displs[r] + off, t), int(m), mpi_type(t), r, 0, p2p_,
+        MPI_CHECK(MPI_Isend(at(a.send, a.send_displs[r] + off, t), int(m), mpi_type(t), r, 0, p2p_,
                             &reqs.back()));
       });
     }
-    if (send_counts[rank_] > 0)
-      std::memmove(at(recv, recv_displs[rank_], t), at(send, send_displs[rank_], t),
-                   size_t(send_counts[rank_] * es));
+    if (a.send_counts[rank_] > 0)
+      std::memmove(at(a.recv, a.recv_displs[rank_], t), at(a.send, a.send_displs[rank_], t),
+                   size_t(a.send_counts[rank_] * es));
     std::vector<MPI_Status> st(reqs.size());
     MPI_CHECK(MPI_Waitall(int(reqs.size()), reqs.data(), st.data()));
     for (size_t i = 0; i < nrecv; ++i) {
@@ -290,7 +261,7 @@ class MpiComm final : public Comm {
       MT_ASSERT(got == expect[i], "all_to_all_v received ", got, " elements, expected ", expect[i],
                 " (send and receive counts disagree between ranks)");
     }
-    bytes_sent_ += sent * es;
+    bytes_sent_ += a.sent * es;
   }
 
   void broadcast(void* buf, int64_t count, DType t, int root) override {

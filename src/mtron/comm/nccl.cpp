@@ -57,15 +57,7 @@ ncclDataType_t reduce_type(DType t) {
 }
 
 ncclRedOp_t nccl_op(ReduceOp op) {
-  switch (op) {
-    case ReduceOp::kSum:
-      return ncclSum;
-    case ReduceOp::kMax:
-      return ncclMax;
-    case ReduceOp::kMin:
-      return ncclMin;
-  }
-  MT_ASSERT(false, "unknown reduce op");
+  return reduce_op_value(op, ncclSum, ncclMax, ncclMin);
 }
 
 size_t bytes_of(int64_t count, DType t) {
@@ -181,39 +173,28 @@ class NcclComm final : public Comm {
     bytes_sent_ += (size_ - 1) * int64_t(n);
   }
 
-  void all_to_all_v(const void* send,
-                    const int64_t* send_counts,
-                    const int64_t* send_displs,
-                    void* recv,
-                    const int64_t* recv_counts,
-                    const int64_t* recv_displs,
-                    DType t) override {
-    MT_ASSERT(send_counts[rank_] == recv_counts[rank_], "all_to_all_v: this rank sends ",
-              send_counts[rank_], " elements to itself but expects ", recv_counts[rank_]);
-    MT_CHECK(!is_host(send) && !is_host(recv), "NCCL all_to_all_v needs GPU buffers");
-    const size_t es = dtype_size(t);
-    int64_t sent = 0;
+  void all_to_all_v_impl(const AllToAllV& a) override {
+    MT_CHECK(!is_host(a.send) && !is_host(a.recv), "NCCL all_to_all_v needs GPU buffers");
+    const size_t es = dtype_size(a.t);
     begin();
     NCCL_CHECK(ncclGroupStart());
     for (int r = 0; r < size_; ++r) {
-      MT_ASSERT(send_counts[r] >= 0 && recv_counts[r] >= 0, "all_to_all_v: negative count");
       if (r == rank_) continue;
-      sent += send_counts[r];
-      if (send_counts[r] > 0)
-        NCCL_CHECK(ncclSend(static_cast<const char*>(send) + send_displs[r] * int64_t(es),
-                            size_t(send_counts[r]) * es, ncclUint8, r, comm_, stream_));
-      if (recv_counts[r] > 0)
-        NCCL_CHECK(ncclRecv(static_cast<char*>(recv) + recv_displs[r] * int64_t(es),
-                            size_t(recv_counts[r]) * es, ncclUint8, r, comm_, stream_));
+      if (a.send_counts[r] > 0)
+        NCCL_CHECK(ncclSend(static_cast<const char*>(a.send) + a.send_displs[r] * int64_t(es),
+                            size_t(a.send_counts[r]) * es, ncclUint8, r, comm_, stream_));
+      if (a.recv_counts[r] > 0)
+        NCCL_CHECK(ncclRecv(static_cast<char*>(a.recv) + a.recv_displs[r] * int64_t(es),
+                            size_t(a.recv_counts[r]) * es, ncclUint8, r, comm_, stream_));
     }
     NCCL_CHECK(ncclGroupEnd());
-    if (send_counts[rank_] > 0)
-      CUDA_CHECK(cudaMemcpyAsync(static_cast<char*>(recv) + recv_displs[rank_] * int64_t(es),
-                                 static_cast<const char*>(send) + send_displs[rank_] * int64_t(es),
-                                 size_t(send_counts[rank_]) * es, cudaMemcpyDeviceToDevice,
-                                 stream_));
+    if (a.send_counts[rank_] > 0)
+      CUDA_CHECK(
+          cudaMemcpyAsync(static_cast<char*>(a.recv) + a.recv_displs[rank_] * int64_t(es),
+                          static_cast<const char*>(a.send) + a.send_displs[rank_] * int64_t(es),
+                          size_t(a.send_counts[rank_]) * es, cudaMemcpyDeviceToDevice, stream_));
     join();
-    bytes_sent_ += sent * int64_t(es);
+    bytes_sent_ += a.sent * int64_t(es);
   }
 
   void broadcast(void* buf, int64_t count, DType t, int root) override {

@@ -26,17 +26,10 @@ class SingleComm final : public Comm {
   void reduce_scatter(const void* send, void* recv, int64_t count, DType t, ReduceOp) override {
     copy(send, recv, count, t);
   }
-  void all_to_all_v(const void* send,
-                    const int64_t* send_counts,
-                    const int64_t* send_displs,
-                    void* recv,
-                    const int64_t* recv_counts,
-                    const int64_t* recv_displs,
-                    DType t) override {
-    MT_ASSERT(send_counts[0] == recv_counts[0], "all_to_all_v count mismatch on one rank");
-    const size_t es = dtype_size(t);
-    copy(static_cast<const char*>(send) + send_displs[0] * es,
-         static_cast<char*>(recv) + recv_displs[0] * es, send_counts[0], t);
+  void all_to_all_v_impl(const AllToAllV& a) override {
+    const size_t es = dtype_size(a.t);
+    copy(static_cast<const char*>(a.send) + a.send_displs[0] * es,
+         static_cast<char*>(a.recv) + a.recv_displs[0] * es, a.send_counts[0], a.t);
   }
   void broadcast(void*, int64_t, DType, int root) override {
     MT_ASSERT(root == 0, "broadcast root ", root, " in a group of one");

@@ -4,6 +4,8 @@
 #include <CLI/CLI.hpp>
 #include <map>
 
+#include "mtron/core/model_names.h"
+
 namespace mtron {
 namespace {
 
@@ -24,14 +26,17 @@ CLI::Option* flag(CLI::App& app, const std::string& name, bool& var, const std::
   return app.add_flag(name, var, help)->group(group(name));
 }
 
-template <typename E>
+// A flag taking one of the names of `table` (core/model_names.h).
+template <typename E, size_t N>
 CLI::Option* choice(CLI::App& app,
                     const std::string& name,
                     E& var,
                     E dflt,
-                    const std::map<std::string, E>& choices,
+                    const EnumName<E> (&table)[N],
                     const std::string& help) {
   var = dflt;
+  std::map<std::string, E> choices;
+  for (const EnumName<E>& n : table) choices.emplace(n.name, n.value);
   std::string dflt_name, names;
   for (const auto& [k, v] : choices) {
     if (v == dflt) dflt_name = k;
@@ -66,11 +71,7 @@ void add_model_flags(CLI::App& app, ModelConfig& m) {
                "Maximum number of position embeddings to use. This is the size of position "
                "embedding. 0: --seq-length.");
   choice(app, "--position-embedding-type", m.position_embedding_type,
-         PositionEmbedding::kLearnedAbsolute,
-         {{"learned_absolute", PositionEmbedding::kLearnedAbsolute},
-          {"rope", PositionEmbedding::kRope},
-          {"none", PositionEmbedding::kNone}},
-         "Position embedding type.");
+         PositionEmbedding::kLearnedAbsolute, kPositionEmbeddingNames, "Position embedding type.");
   app.add_flag_callback(
          "--no-position-embedding", [&m] { m.add_position_embedding = false; },
          "Disable position embedding. Deprecated: use --position-embedding-type (only valid with "
@@ -85,8 +86,7 @@ void add_model_flags(CLI::App& app, ModelConfig& m) {
   opt<int64_t>(app, "--make-vocab-size-divisible-by", m.make_vocab_size_divisible_by, 128,
                "Pad the vocab size to be divisible by this value (times the tensor parallel "
                "size). This is added for computational efficiency reasons.");
-  choice(app, "--normalization", m.normalization, Normalization::kLayerNorm,
-         {{"LayerNorm", Normalization::kLayerNorm}, {"RMSNorm", Normalization::kRMSNorm}},
+  choice(app, "--normalization", m.normalization, Normalization::kLayerNorm, kNormalizationNames,
          "Which normalization technique to use.");
   opt<float>(app, "--norm-epsilon", m.norm_epsilon, 1e-5f, "Epsilon for layer norm and RMS norm.");
   flag(app, "--apply-layernorm-1p", m.apply_layernorm_1p,
@@ -124,14 +124,10 @@ void add_model_flags(CLI::App& app, ModelConfig& m) {
   opt<int64_t>(app, "--moe-shared-expert-intermediate-size", m.moe_shared_expert_intermediate_size,
                0, "Shared expert total ffn hidden size. 0: no shared experts.");
   choice(app, "--moe-router-load-balancing-type", m.moe_router_load_balancing_type,
-         RouterLoadBalancing::kAuxLoss,
-         {{"aux_loss", RouterLoadBalancing::kAuxLoss},
-          {"seq_aux_loss", RouterLoadBalancing::kSeqAuxLoss},
-          {"none", RouterLoadBalancing::kNone}},
+         RouterLoadBalancing::kAuxLoss, kRouterLoadBalancingNames,
          "Determines the load balancing strategy for the router.");
   choice(app, "--moe-router-score-function", m.moe_router_score_function, RouterScore::kSoftmax,
-         {{"softmax", RouterScore::kSoftmax}, {"sigmoid", RouterScore::kSigmoid}},
-         "Score function for MoE TopK routing.");
+         kRouterScoreNames, "Score function for MoE TopK routing.");
   opt<float>(app, "--moe-aux-loss-coeff", m.moe_aux_loss_coeff, 0.0f,
              "Scaling coefficient for the aux loss: a starting value of 1e-2 is recommended.");
   opt<float>(app, "--moe-z-loss-coeff", m.moe_z_loss_coeff, 0.0f,
@@ -139,7 +135,7 @@ void add_model_flags(CLI::App& app, ModelConfig& m) {
   opt<float>(app, "--moe-expert-capacity-factor", m.moe_expert_capacity_factor, 0.0f,
              "The capacity factor for each expert. 0 (None): no token will be dropped.");
   choice(app, "--moe-token-drop-policy", m.moe_token_drop_policy, TokenDropPolicy::kProbs,
-         {{"probs", TokenDropPolicy::kProbs}, {"position", TokenDropPolicy::kPosition}},
+         kTokenDropPolicyNames,
          "The policy to drop tokens: 'probs' drops those with the lowest probabilities, "
          "'position' those at the end of each batch.");
 }
@@ -161,16 +157,13 @@ std::vector<std::string> model_flag_args(const ModelConfig& m) {
   on("--group-query-attention", m.group_query_attention);
   if (m.group_query_attention) add("--num-query-groups", m.num_query_groups);
   add("--max-position-embeddings", m.max_position_embeddings);
-  add("--position-embedding-type",
-      m.position_embedding_type == PositionEmbedding::kRope              ? "rope"
-      : m.position_embedding_type == PositionEmbedding::kLearnedAbsolute ? "learned_absolute"
-                                                                         : "none");
+  add("--position-embedding-type", name_of(kPositionEmbeddingNames, m.position_embedding_type));
   if (m.position_embedding_type == PositionEmbedding::kRope) {
     add("--rotary-base", m.rotary_base);
     add("--rotary-percent", m.rotary_percent);
   }
   add("--make-vocab-size-divisible-by", m.make_vocab_size_divisible_by);
-  add("--normalization", m.normalization == Normalization::kRMSNorm ? "RMSNorm" : "LayerNorm");
+  add("--normalization", name_of(kNormalizationNames, m.normalization));
   add("--norm-epsilon", m.norm_epsilon);
   on("--apply-layernorm-1p", m.apply_layernorm_1p);
   on("--swiglu", m.swiglu);
@@ -189,17 +182,13 @@ std::vector<std::string> model_flag_args(const ModelConfig& m) {
   if (m.moe_shared_expert_intermediate_size > 0)
     add("--moe-shared-expert-intermediate-size", m.moe_shared_expert_intermediate_size);
   add("--moe-router-load-balancing-type",
-      m.moe_router_load_balancing_type == RouterLoadBalancing::kAuxLoss      ? "aux_loss"
-      : m.moe_router_load_balancing_type == RouterLoadBalancing::kSeqAuxLoss ? "seq_aux_loss"
-                                                                             : "none");
-  add("--moe-router-score-function",
-      m.moe_router_score_function == RouterScore::kSigmoid ? "sigmoid" : "softmax");
+      name_of(kRouterLoadBalancingNames, m.moe_router_load_balancing_type));
+  add("--moe-router-score-function", name_of(kRouterScoreNames, m.moe_router_score_function));
   add("--moe-aux-loss-coeff", m.moe_aux_loss_coeff);
   if (m.moe_z_loss_coeff > 0) add("--moe-z-loss-coeff", m.moe_z_loss_coeff);
   if (m.moe_expert_capacity_factor > 0) {
     add("--moe-expert-capacity-factor", m.moe_expert_capacity_factor);
-    add("--moe-token-drop-policy",
-        m.moe_token_drop_policy == TokenDropPolicy::kPosition ? "position" : "probs");
+    add("--moe-token-drop-policy", name_of(kTokenDropPolicyNames, m.moe_token_drop_policy));
   }
   return a;
 }

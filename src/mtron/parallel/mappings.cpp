@@ -5,43 +5,59 @@
 
 namespace mtron::parallel {
 
-void enter_tp_forward(
-    const TensorParallel& tp, float* full, const float* local, int64_t rows, int64_t C) {
+namespace {
+
+// Gathers the TP ranks' rows (`local`, rows / tp.size each) into `full` with sequence
+// parallelism; without it the region already shares one buffer (`what` names the mapping).
+void gather_tp_rows(const TensorParallel& tp,
+                    float* full,
+                    const float* local,
+                    int64_t rows,
+                    int64_t C,
+                    const char* what) {
   if (tp.sequence_parallel) {
     tp.comm->all_gather(local, full, rows / tp.size * C, DType::kF32);
   } else {
-    MT_ASSERT(full == local, "copy_to_tp: without SP the region shares its buffer");
+    MT_ASSERT(full == local, what, ": without SP the region shares its buffer");
   }
+}
+
+// Sums `full` over TP: with sequence parallelism reduce-scattered into this rank's rows of
+// `local`, without it all-reduced in place (`local` is the same buffer).
+void sum_tp_rows(const TensorParallel& tp,
+                 float* local,
+                 float* full,
+                 int64_t rows,
+                 int64_t C,
+                 const char* what) {
+  if (tp.sequence_parallel) {
+    tp.comm->reduce_scatter(full, local, rows / tp.size * C, DType::kF32, ReduceOp::kSum);
+  } else {
+    MT_ASSERT(local == full, what, ": without SP the region shares its buffer");
+    if (tp.size > 1) tp.comm->all_reduce(full, rows * C);
+  }
+}
+
+}  // namespace
+
+void enter_tp_forward(
+    const TensorParallel& tp, float* full, const float* local, int64_t rows, int64_t C) {
+  gather_tp_rows(tp, full, local, rows, C, "copy_to_tp");
 }
 
 void enter_tp_backward(
     const TensorParallel& tp, float* dlocal, float* dfull, int64_t rows, int64_t C) {
-  if (tp.sequence_parallel) {
-    tp.comm->reduce_scatter(dfull, dlocal, rows / tp.size * C, DType::kF32, ReduceOp::kSum);
-  } else {
-    MT_ASSERT(dlocal == dfull, "copy_to_tp backward: without SP the region shares its buffer");
-    if (tp.size > 1) tp.comm->all_reduce(dfull, rows * C);
-  }
+  sum_tp_rows(tp, dlocal, dfull, rows, C, "copy_to_tp backward");
 }
 
 void exit_tp_forward(
     const TensorParallel& tp, float* local, float* partial, int64_t rows, int64_t C) {
-  if (tp.sequence_parallel) {
-    tp.comm->reduce_scatter(partial, local, rows / tp.size * C, DType::kF32, ReduceOp::kSum);
-  } else {
-    MT_ASSERT(local == partial, "reduce_from_tp: without SP the region shares its buffer");
-    if (tp.size > 1) tp.comm->all_reduce(partial, rows * C);
-  }
+  sum_tp_rows(tp, local, partial, rows, C, "reduce_from_tp");
 }
 
 void exit_tp_backward(
     const TensorParallel& tp, float* dpartial, const float* dlocal, int64_t rows, int64_t C) {
-  if (tp.sequence_parallel) {
-    tp.comm->all_gather(dlocal, dpartial, rows / tp.size * C, DType::kF32);
-  } else {
-    MT_ASSERT(dpartial == dlocal,
-              "reduce_from_tp backward: without SP the region shares its buffer");
-  }
+  gather_tp_rows(tp, dpartial, dlocal, rows, C, "reduce_from_tp backward");
 }
 
 void reduce_from_tp(const TensorParallel& tp, float* x, int64_t n) {

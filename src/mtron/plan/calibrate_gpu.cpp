@@ -1,6 +1,7 @@
 // `mtron plan --calibrate --device cuda`: measures this node's GPUs as mtron's trainer uses them,
 // through the kernel layer on Device::kCUDA (cuBLASLt GEMMs, mtron's fused attention, device
-// copies) and the comm layer (NCCL over an MPI bootstrap), one rank per GPU, every rank at once.
+// copies) and the comm layer (NCCL over an MPI bootstrap, from parallel/launch.h's
+// init_rank_device), one rank per GPU, every rank at once.
 // The samples go through the same fits as the CPU calibration (plan/calibration.h).
 #include <fmt/core.h>
 
@@ -9,15 +10,14 @@
 #include <memory>
 #include <vector>
 
-#include "mtron/comm/mpi.h"
-#include "mtron/comm/nccl.h"
+#include "mtron/comm/comm.h"
 #include "mtron/core/error.h"
 #include "mtron/core/tensor.h"
-#include "mtron/core/timer.h"
 #include "mtron/kernels/attention.h"
 #include "mtron/kernels/device.h"
 #include "mtron/kernels/elementwise.h"
 #include "mtron/kernels/gemm.h"
+#include "mtron/parallel/launch.h"
 #include "mtron/plan/calibrate.h"
 #include "mtron/plan/calibration.h"
 
@@ -26,34 +26,26 @@ namespace {
 
 using kernels::Ctx;
 
+// The ranks (one per GPU): `world` for barriers and the slowest rank's time, `nccl` for the
+// collectives measured (none with one GPU).
 struct Gpus {
-  std::unique_ptr<MpiRuntime> mpi;  // under mpirun/srun
-  std::unique_ptr<Comm> world;      // MPI: barriers and the slowest rank's time
-  std::unique_ptr<Comm> nccl;       // the collectives measured
-  int rank() const { return world ? world->rank() : 0; }
-  int size() const { return world ? world->size() : 1; }
+  Comm& world;
+  std::unique_ptr<Comm> nccl;
+  int rank() const { return world.rank(); }
+  int size() const { return world.size(); }
 };
 
-// Times `fn` on every GPU at once: warm-up, then repetitions until 0.2 s; the median of the
-// slowest rank.
+// Times `fn` on every GPU at once (time_ranks, each call synchronised): at least 5 repetitions
+// and 0.2 s.
 template <typename F>
 double time_all(const Gpus& g, const Ctx& ctx, F&& fn) {
-  fn();
-  kernels::synchronize(ctx);
-  std::vector<double> times;
-  double spent = 0;
-  while (times.size() < 5 || (spent < 0.2 && times.size() < 50)) {
-    if (g.world) g.world->barrier();
-    const double t0 = now_seconds();
-    fn();
-    kernels::synchronize(ctx);
-    double dt = now_seconds() - t0;
-    if (g.world) g.world->all_reduce(&dt, 1, DType::kF64, ReduceOp::kMax);
-    times.push_back(dt);
-    spent += dt;
-  }
-  std::sort(times.begin(), times.end());
-  return times[times.size() / 2];
+  return time_ranks(
+      g.world,
+      [&] {
+        fn();
+        kernels::synchronize(ctx);
+      },
+      0.2, 5);
 }
 
 Tensor device_tensor(int64_t n, DType t, const Ctx& ctx) {
@@ -151,25 +143,14 @@ void measure_collectives(const Gpus& g, const Ctx& ctx, bool quick, RankCalibrat
 
 }  // namespace
 
-int run_gpu_calibration(const CalibrateOptions& o) {
-  Gpus g;
-  int local_rank = 0, local_size = 1;
-  if (launched_by_mpi()) {
-    g.mpi = std::make_unique<MpiRuntime>(nullptr, nullptr);
-    g.world = g.mpi->world();
-    local_rank = g.mpi->local_rank();
-    local_size = g.mpi->local_size();
-    MT_CHECK(g.mpi->local_size() == g.mpi->size(),
-             "--calibrate --device cuda measures one node: run it with one rank per GPU of one "
-             "node (got ",
-             g.mpi->size(), " ranks, ", g.mpi->local_size(), " on this node)");
-  }
-  MT_CHECK(kernels::device_count(Device::kCUDA) > local_rank,
-           "--calibrate --device cuda: no CUDA device for local rank ", local_rank,
-           " (a build without CUDA, no driver, or more ranks than GPUs)");
-  kernels::init_device(Device::kCUDA, local_rank);
+int run_gpu_calibration(const CalibrateOptions& o, Launch& launch) {
+  MT_CHECK(launch.local_size() == launch.size(),
+           "--calibrate --device cuda measures one node: run it with one rank per GPU of one "
+           "node (got ",
+           launch.size(), " ranks, ", launch.local_size(), " on this node)");
+  Gpus g{launch.world(), init_rank_device(Device::kCUDA, launch.world(), launch.local_size(),
+                                          nullptr, "--calibrate --device cuda")};
   const Ctx ctx{Device::kCUDA, nullptr};
-  if (g.world && g.size() > 1) g.nccl = make_nccl_comm(*g.world);
   const std::string device = kernels::device_properties(Device::kCUDA).name;
   if (g.rank() == 0)
     std::fprintf(stderr,
@@ -178,7 +159,7 @@ int run_gpu_calibration(const CalibrateOptions& o) {
 
   RankCalibration r;
   r.device = device;
-  r.ranks_per_node = local_size;
+  r.ranks_per_node = launch.local_size();
   measure_gemms(g, ctx, o.quick, &r);
   measure_attention(g, ctx, o.quick, &r);
   r.memory_bandwidth = measure_memory_bandwidth(g, ctx, o.quick);
