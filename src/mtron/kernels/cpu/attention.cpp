@@ -273,13 +273,7 @@ void softmax_row(DF d,
 
 }  // namespace
 
-void attention_forward(float* out,
-                       float* lse,
-                       const float* q,
-                       const float* k,
-                       const float* v,
-                       const AttnShape& s,
-                       AttnMask mask) {
+void attention_forward(MT_PARAMS(attention_forward)) {
   const DF d;
   const int64_t B = s.B, Sq = s.Sq, Sk = s.Sk, H = s.H, G = s.G, D = s.D, hpg = H / G;
   const int64_t Dp = padded(d, D);
@@ -457,17 +451,7 @@ void backward_head(DF d,
 
 }  // namespace
 
-void attention_backward(float* dq,
-                        float* dk,
-                        float* dv,
-                        const float* dout,
-                        const float* q,
-                        const float* k,
-                        const float* v,
-                        const float* out,
-                        const float* lse,
-                        const AttnShape& s,
-                        AttnMask mask) {
+void attention_backward(MT_PARAMS(attention_backward)) {
   const DF d;
   const int64_t B = s.B, Sk = s.Sk, H = s.H, G = s.G, D = s.D, hpg = H / G;
   const int64_t Dp = padded(d, D);

@@ -31,13 +31,7 @@ void moe_aux_scores(float* scores, const float* logits, const MoeRouting& r) {
   });
 }
 
-void moe_aux_sums(double* psum,
-                  double* counts,
-                  const float* scores,
-                  const int32_t* idx,
-                  const MoeRouting& r,
-                  int64_t nb,
-                  int64_t row0) {
+void moe_aux_sums(MT_PARAMS(moe_aux_sums)) {
   const int64_t E = r.E, k = r.k;
   std::fill(psum, psum + nb * E, 0.0);
   std::fill(counts, counts + nb * E, 0.0);
@@ -74,12 +68,7 @@ void moe_permute_backward(
   });
 }
 
-void moe_combine(float* y,
-                 const float* rows,
-                 const int64_t* row,
-                 const float* weight,
-                 const MoeRouting& r,
-                 int64_t h) {
+void moe_combine(MT_PARAMS(moe_combine)) {
   parallel_rows(r.T, threads_for(r.T * (r.k + 1) * h * 4), [&](int64_t t) {
     float* yt = y + t * h;
     std::fill(yt, yt + h, 0.0f);
@@ -93,14 +82,7 @@ void moe_combine(float* y,
   });
 }
 
-void moe_combine_backward(float* drows,
-                          float* dweight,
-                          const float* dy,
-                          const float* rows,
-                          const int64_t* row,
-                          const float* weight,
-                          const MoeRouting& r,
-                          int64_t h) {
+void moe_combine_backward(MT_PARAMS(moe_combine_backward)) {
   parallel_rows(r.T * r.k, threads_for(r.T * r.k * h * 12), [&](int64_t i) {
     const float* g = dy + (i / r.k) * h;
     const int64_t p = row[i];
@@ -117,13 +99,7 @@ void moe_combine_backward(float* drows,
   });
 }
 
-void moe_router_backward(float* dlogits,
-                         const float* logits,
-                         const int32_t* idx,
-                         const float* weight,
-                         const float* dweight,
-                         const MoeRouting& r,
-                         const MoeRouterLoss& loss) {
+void moe_router_backward(MT_PARAMS(moe_router_backward)) {
   parallel_rows(r.T, threads_for(r.T * r.E * 12), [&](int64_t t) {
     moe_token::router_backward(t, logits, idx, weight, dweight, r, loss, dlogits);
   });

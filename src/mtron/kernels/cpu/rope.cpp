@@ -66,8 +66,7 @@ void rope_apply(float* x,
 
 }  // namespace
 
-void qkv_split(
-    float* q, float* k, float* v, const float* qkv, int64_t N, int64_t G, int64_t hpg, int64_t D) {
+void qkv_split(MT_PARAMS(qkv_split)) {
   const int64_t H = G * hpg;
   parallel_rows(N, threads_for(N * (H + 2 * G) * D * 8), [&](int64_t n) {
     for (int64_t g = 0; g < G; ++g) {
@@ -79,14 +78,7 @@ void qkv_split(
   });
 }
 
-void qkv_merge_grad(float* dqkv,
-                    const float* dq,
-                    const float* dk,
-                    const float* dv,
-                    int64_t N,
-                    int64_t G,
-                    int64_t hpg,
-                    int64_t D) {
+void qkv_merge_grad(MT_PARAMS(qkv_merge_grad)) {
   const int64_t H = G * hpg;
   parallel_rows(N, threads_for(N * (H + 2 * G) * D * 8), [&](int64_t n) {
     for (int64_t g = 0; g < G; ++g) {
@@ -98,13 +90,11 @@ void qkv_merge_grad(float* dqkv,
   });
 }
 
-void rope_forward(
-    float* x, const int32_t* pos, int64_t N, int64_t nh, int64_t D, int64_t rot_dim, float base) {
+void rope_forward(MT_PARAMS(rope_forward)) {
   rope_apply(x, pos, N, nh, D, rot_dim, base, 1.0f);
 }
 
-void rope_backward(
-    float* dx, const int32_t* pos, int64_t N, int64_t nh, int64_t D, int64_t rot_dim, float base) {
+void rope_backward(MT_PARAMS(rope_backward)) {
   rope_apply(dx, pos, N, nh, D, rot_dim, base, -1.0f);
 }
 

@@ -133,32 +133,13 @@ __global__ void rmsnorm_backward_kernel(float* dinp,
 
 }  // namespace
 
-void layernorm_forward(const Ctx& ctx,
-                       float* out,
-                       float* mean,
-                       float* rstd,
-                       const float* inp,
-                       const float* weight,
-                       const float* bias,
-                       int64_t N,
-                       int64_t C,
-                       float eps) {
+void layernorm_forward(const Ctx& ctx, MT_PARAMS(layernorm_forward)) {
   if (N <= 0 || C <= 0) return;
   launch("layernorm_forward", layernorm_forward_kernel, unsigned(N), kThreads, 0, stream_of(ctx),
          out, mean, rstd, inp, weight, bias, C, eps);
 }
 
-void layernorm_backward(const Ctx& ctx,
-                        float* dinp,
-                        float* dweight,
-                        float* dbias,
-                        const float* dout,
-                        const float* inp,
-                        const float* weight,
-                        const float* mean,
-                        const float* rstd,
-                        int64_t N,
-                        int64_t C) {
+void layernorm_backward(const Ctx& ctx, MT_PARAMS(layernorm_backward)) {
   if (N <= 0 || C <= 0) return;
   const cudaStream_t s = stream_of(ctx);
   const int64_t chunks = (N + kRowChunk - 1) / kRowChunk;
@@ -171,28 +152,13 @@ void layernorm_backward(const Ctx& ctx,
   add_column_sums(s, dbias, pb, chunks, C);
 }
 
-void rmsnorm_forward(const Ctx& ctx,
-                     float* out,
-                     float* rstd,
-                     const float* inp,
-                     const float* weight,
-                     int64_t N,
-                     int64_t C,
-                     float eps) {
+void rmsnorm_forward(const Ctx& ctx, MT_PARAMS(rmsnorm_forward)) {
   if (N <= 0 || C <= 0) return;
   launch("rmsnorm_forward", rmsnorm_forward_kernel, unsigned(N), kThreads, 0, stream_of(ctx), out,
          rstd, inp, weight, C, eps);
 }
 
-void rmsnorm_backward(const Ctx& ctx,
-                      float* dinp,
-                      float* dweight,
-                      const float* dout,
-                      const float* inp,
-                      const float* weight,
-                      const float* rstd,
-                      int64_t N,
-                      int64_t C) {
+void rmsnorm_backward(const Ctx& ctx, MT_PARAMS(rmsnorm_backward)) {
   if (N <= 0 || C <= 0) return;
   const cudaStream_t s = stream_of(ctx);
   const int64_t chunks = (N + kRowChunk - 1) / kRowChunk;

@@ -83,54 +83,24 @@ __global__ void rope_kernel(float* x,
 
 }  // namespace
 
-void qkv_split(const Ctx& ctx,
-               float* q,
-               float* k,
-               float* v,
-               const float* qkv,
-               int64_t N,
-               int64_t G,
-               int64_t hpg,
-               int64_t D) {
+void qkv_split(const Ctx& ctx, MT_PARAMS(qkv_split)) {
   const int64_t n = N * G * (hpg + 2) * D;
   launch("qkv_split", qkv_split_kernel, grid_for(n, kThreads), kThreads, 0, stream_of(ctx), q, k, v,
          qkv, n, G, hpg, D);
 }
 
-void qkv_merge_grad(const Ctx& ctx,
-                    float* dqkv,
-                    const float* dq,
-                    const float* dk,
-                    const float* dv,
-                    int64_t N,
-                    int64_t G,
-                    int64_t hpg,
-                    int64_t D) {
+void qkv_merge_grad(const Ctx& ctx, MT_PARAMS(qkv_merge_grad)) {
   const int64_t n = N * G * (hpg + 2) * D;
   launch("qkv_merge_grad", qkv_merge_kernel, grid_for(n, kThreads), kThreads, 0, stream_of(ctx),
          dqkv, dq, dk, dv, n, G, hpg, D);
 }
 
-void rope_forward(const Ctx& ctx,
-                  float* x,
-                  const int32_t* pos,
-                  int64_t N,
-                  int64_t nh,
-                  int64_t D,
-                  int64_t rot_dim,
-                  float base) {
+void rope_forward(const Ctx& ctx, MT_PARAMS(rope_forward)) {
   launch("rope_forward", rope_kernel, grid_for(N * nh * (rot_dim / 2), kThreads), kThreads, 0,
          stream_of(ctx), x, pos, N, nh, D, rot_dim, base, 1.0f);
 }
 
-void rope_backward(const Ctx& ctx,
-                   float* dx,
-                   const int32_t* pos,
-                   int64_t N,
-                   int64_t nh,
-                   int64_t D,
-                   int64_t rot_dim,
-                   float base) {
+void rope_backward(const Ctx& ctx, MT_PARAMS(rope_backward)) {
   launch("rope_backward", rope_kernel, grid_for(N * nh * (rot_dim / 2), kThreads), kThreads, 0,
          stream_of(ctx), dx, pos, N, nh, D, rot_dim, base, -1.0f);
 }

@@ -74,33 +74,14 @@ __global__ void xent_backward_kernel(float* dlogits,
 
 }  // namespace
 
-void xent_stats(const Ctx& ctx,
-                float* row_max,
-                float* row_sumexp,
-                float* target_logit,
-                const float* logits,
-                const int32_t* targets,
-                int64_t n,
-                int64_t Vl,
-                int64_t col_start,
-                int64_t vocab_valid) {
+void xent_stats(const Ctx& ctx, MT_PARAMS(xent_stats)) {
   if (n <= 0) return;
   launch("xent_stats", xent_stats_kernel, unsigned(n), kThreads, 0, stream_of(ctx), row_max,
          row_sumexp, target_logit, logits, targets, Vl, col_start,
          valid_cols(Vl, col_start, vocab_valid));
 }
 
-void xent_backward(const Ctx& ctx,
-                   float* dlogits,
-                   const float* logits,
-                   const int32_t* targets,
-                   const float* row_max,
-                   const float* row_sumexp,
-                   const float* row_scale,
-                   int64_t n,
-                   int64_t Vl,
-                   int64_t col_start,
-                   int64_t vocab_valid) {
+void xent_backward(const Ctx& ctx, MT_PARAMS(xent_backward)) {
   launch("xent_backward", xent_backward_kernel, grid_for(n * Vl, kThreads), kThreads, 0,
          stream_of(ctx), dlogits, logits, targets, row_max, row_sumexp, row_scale, n, Vl, col_start,
          valid_cols(Vl, col_start, vocab_valid));
