@@ -14,119 +14,99 @@ namespace {
 constexpr int kThreads = 256;
 constexpr int64_t kRowChunk = 32;
 
-__global__ void layernorm_forward_kernel(float* out,
-                                         float* mean,
-                                         float* rstd,
-                                         const float* inp,
-                                         const float* weight,
-                                         const float* bias,
-                                         int64_t C,
-                                         float eps) {
+// kLayer: LayerNorm (the mean subtracted, the bias added); else RMSNorm (mean and bias unused).
+// One block per row.
+template <bool kLayer>
+__global__ void norm_forward_kernel(float* out,
+                                    float* mean,
+                                    float* rstd,
+                                    const float* inp,
+                                    const float* weight,
+                                    const float* bias,
+                                    int64_t C,
+                                    float eps) {
   __shared__ float red[32];
   const int64_t r = blockIdx.x;
   const float* x = inp + r * C;
-  float s = 0;
-  for (int64_t c = threadIdx.x; c < C; c += blockDim.x) s += x[c];
-  const float mu = block_sum(s, red) / float(C);
-  float v = 0;
-  for (int64_t c = threadIdx.x; c < C; c += blockDim.x) {
-    const float d = x[c] - mu;
-    v += d * d;
+  float mu = 0, v = 0;
+  if constexpr (kLayer) {
+    float s = 0;
+    for (int64_t c = threadIdx.x; c < C; c += blockDim.x) s += x[c];
+    mu = block_sum(s, red) / float(C);
+    for (int64_t c = threadIdx.x; c < C; c += blockDim.x) {
+      const float d = x[c] - mu;
+      v += d * d;
+    }
+  } else {
+    for (int64_t c = threadIdx.x; c < C; c += blockDim.x) v = fmaf(x[c], x[c], v);
   }
   const float rs = 1.0f / sqrtf(block_sum(v, red) / float(C) + eps);
   if (threadIdx.x == 0) {
-    mean[r] = mu;
+    if constexpr (kLayer) mean[r] = mu;
     rstd[r] = rs;
   }
   float* o = out + r * C;
-  for (int64_t c = threadIdx.x; c < C; c += blockDim.x)
-    o[c] = fmaf((x[c] - mu) * rs, weight[c], bias[c]);
-}
-
-// pw/pb: [chunks, C] partial sums of dweight/dbias.
-__global__ void layernorm_backward_kernel(float* dinp,
-                                          float* pw,
-                                          float* pb,
-                                          const float* dout,
-                                          const float* inp,
-                                          const float* weight,
-                                          const float* mean,
-                                          const float* rstd,
-                                          int64_t N,
-                                          int64_t C) {
-  __shared__ float red[32];
-  float* bw = pw + int64_t(blockIdx.x) * C;
-  float* bb = pb + int64_t(blockIdx.x) * C;
-  for (int64_t c = threadIdx.x; c < C; c += blockDim.x) bw[c] = bb[c] = 0;
-  const int64_t r0 = int64_t(blockIdx.x) * kRowChunk;
-  const int64_t r1 = r0 + kRowChunk < N ? r0 + kRowChunk : N;
-  for (int64_t r = r0; r < r1; ++r) {
-    const float* x = inp + r * C;
-    const float* dy = dout + r * C;
-    const float mu = mean[r], rs = rstd[r];
-    float sd = 0, sdn = 0;
-    for (int64_t c = threadIdx.x; c < C; c += blockDim.x) {
-      const float g = dy[c];
-      const float n = (x[c] - mu) * rs;
-      const float dn = g * weight[c];
-      sd += dn;
-      sdn = fmaf(dn, n, sdn);
-      bb[c] += g;
-      bw[c] = fmaf(g, n, bw[c]);
-    }
-    const float mdn = block_sum(sd, red) / float(C);
-    const float mdnn = block_sum(sdn, red) / float(C);
-    float* dx = dinp + r * C;
-    for (int64_t c = threadIdx.x; c < C; c += blockDim.x) {
-      const float n = (x[c] - mu) * rs;
-      const float dn = dy[c] * weight[c];
-      dx[c] = fmaf(rs, dn - mdn - n * mdnn, dx[c]);
-    }
+  for (int64_t c = threadIdx.x; c < C; c += blockDim.x) {
+    if constexpr (kLayer)
+      o[c] = fmaf((x[c] - mu) * rs, weight[c], bias[c]);
+    else
+      o[c] = x[c] * rs * weight[c];
   }
 }
 
-__global__ void rmsnorm_forward_kernel(
-    float* out, float* rstd, const float* inp, const float* weight, int64_t C, float eps) {
-  __shared__ float red[32];
-  const int64_t r = blockIdx.x;
-  const float* x = inp + r * C;
-  float v = 0;
-  for (int64_t c = threadIdx.x; c < C; c += blockDim.x) v = fmaf(x[c], x[c], v);
-  const float rs = 1.0f / sqrtf(block_sum(v, red) / float(C) + eps);
-  if (threadIdx.x == 0) rstd[r] = rs;
-  float* o = out + r * C;
-  for (int64_t c = threadIdx.x; c < C; c += blockDim.x) o[c] = x[c] * rs * weight[c];
-}
-
-__global__ void rmsnorm_backward_kernel(float* dinp,
-                                        float* pw,
-                                        const float* dout,
-                                        const float* inp,
-                                        const float* weight,
-                                        const float* rstd,
-                                        int64_t N,
-                                        int64_t C) {
+// pw/pb: [chunks, C] partial sums of dweight/dbias (RMSNorm: pb and mean unused).
+template <bool kLayer>
+__global__ void norm_backward_kernel(float* dinp,
+                                     float* pw,
+                                     float* pb,
+                                     const float* dout,
+                                     const float* inp,
+                                     const float* weight,
+                                     const float* mean,
+                                     const float* rstd,
+                                     int64_t N,
+                                     int64_t C) {
   __shared__ float red[32];
   float* bw = pw + int64_t(blockIdx.x) * C;
-  for (int64_t c = threadIdx.x; c < C; c += blockDim.x) bw[c] = 0;
+  float* bb = kLayer ? pb + int64_t(blockIdx.x) * C : nullptr;
+  for (int64_t c = threadIdx.x; c < C; c += blockDim.x) {
+    bw[c] = 0;
+    if constexpr (kLayer) bb[c] = 0;
+  }
   const int64_t r0 = int64_t(blockIdx.x) * kRowChunk;
   const int64_t r1 = r0 + kRowChunk < N ? r0 + kRowChunk : N;
   for (int64_t r = r0; r < r1; ++r) {
     const float* x = inp + r * C;
     const float* dy = dout + r * C;
-    const float rs = rstd[r];
-    float sdn = 0;
+    const float mu = kLayer ? mean[r] : 0.0f, rs = rstd[r];
+    float sd = 0, sdn = 0;
     for (int64_t c = threadIdx.x; c < C; c += blockDim.x) {
       const float g = dy[c];
-      const float n = x[c] * rs;
-      sdn = fmaf(g * weight[c], n, sdn);
-      bw[c] = fmaf(g, n, bw[c]);
+      const float dn = g * weight[c];
+      if constexpr (kLayer) {
+        const float n = (x[c] - mu) * rs;
+        sd += dn;
+        sdn = fmaf(dn, n, sdn);
+        bb[c] += g;
+        bw[c] = fmaf(g, n, bw[c]);
+      } else {
+        const float n = x[c] * rs;
+        sdn = fmaf(dn, n, sdn);
+        bw[c] = fmaf(g, n, bw[c]);
+      }
     }
+    const float mdn = kLayer ? block_sum(sd, red) / float(C) : 0.0f;
     const float mdnn = block_sum(sdn, red) / float(C);
     float* dx = dinp + r * C;
     for (int64_t c = threadIdx.x; c < C; c += blockDim.x) {
-      const float n = x[c] * rs;
-      dx[c] = fmaf(rs, dy[c] * weight[c] - n * mdnn, dx[c]);
+      if constexpr (kLayer) {
+        const float n = (x[c] - mu) * rs;
+        const float dn = dy[c] * weight[c];
+        dx[c] = fmaf(rs, dn - mdn - n * mdnn, dx[c]);
+      } else {
+        const float n = x[c] * rs;
+        dx[c] = fmaf(rs, dy[c] * weight[c] - n * mdnn, dx[c]);
+      }
     }
   }
 }
@@ -135,7 +115,7 @@ __global__ void rmsnorm_backward_kernel(float* dinp,
 
 void layernorm_forward(const Ctx& ctx, MT_PARAMS(layernorm_forward)) {
   if (N <= 0 || C <= 0) return;
-  launch("layernorm_forward", layernorm_forward_kernel, unsigned(N), kThreads, 0, stream_of(ctx),
+  launch("layernorm_forward", norm_forward_kernel<true>, unsigned(N), kThreads, 0, stream_of(ctx),
          out, mean, rstd, inp, weight, bias, C, eps);
 }
 
@@ -146,7 +126,7 @@ void layernorm_backward(const Ctx& ctx, MT_PARAMS(layernorm_backward)) {
   Scratch part(sizeof(float) * size_t(2 * chunks * C), s);
   float* pw = part.as<float>();
   float* pb = pw + chunks * C;
-  launch("layernorm_backward", layernorm_backward_kernel, unsigned(chunks), kThreads, 0, s, dinp,
+  launch("layernorm_backward", norm_backward_kernel<true>, unsigned(chunks), kThreads, 0, s, dinp,
          pw, pb, dout, inp, weight, mean, rstd, N, C);
   add_column_sums(s, dweight, pw, chunks, C);
   add_column_sums(s, dbias, pb, chunks, C);
@@ -154,8 +134,8 @@ void layernorm_backward(const Ctx& ctx, MT_PARAMS(layernorm_backward)) {
 
 void rmsnorm_forward(const Ctx& ctx, MT_PARAMS(rmsnorm_forward)) {
   if (N <= 0 || C <= 0) return;
-  launch("rmsnorm_forward", rmsnorm_forward_kernel, unsigned(N), kThreads, 0, stream_of(ctx), out,
-         rstd, inp, weight, C, eps);
+  launch("rmsnorm_forward", norm_forward_kernel<false>, unsigned(N), kThreads, 0, stream_of(ctx),
+         out, nullptr, rstd, inp, weight, nullptr, C, eps);
 }
 
 void rmsnorm_backward(const Ctx& ctx, MT_PARAMS(rmsnorm_backward)) {
@@ -163,8 +143,8 @@ void rmsnorm_backward(const Ctx& ctx, MT_PARAMS(rmsnorm_backward)) {
   const cudaStream_t s = stream_of(ctx);
   const int64_t chunks = (N + kRowChunk - 1) / kRowChunk;
   Scratch part(sizeof(float) * size_t(chunks * C), s);
-  launch("rmsnorm_backward", rmsnorm_backward_kernel, unsigned(chunks), kThreads, 0, s, dinp,
-         part.as<float>(), dout, inp, weight, rstd, N, C);
+  launch("rmsnorm_backward", norm_backward_kernel<false>, unsigned(chunks), kThreads, 0, s, dinp,
+         part.as<float>(), nullptr, dout, inp, weight, nullptr, rstd, N, C);
   add_column_sums(s, dweight, part.as<float>(), chunks, C);
 }
 
