@@ -143,35 +143,18 @@ __device__ __forceinline__ void load_kv_tile(
   load_tile(tile, ld, src, j0, s.Sk, int(s.D), [&](int64_t row) { return kv_row(s, row, b, g); });
 }
 
-// sc[u] = a . A[sub + 4 u] and, with kDp, dp[u] = b . B[sub + 4 u] over D4 float4 columns: a
-// (b) is one tile row, A (B) a tile of row stride ld. The scores of a row against the 8 rows of
-// the other tile this thread takes, and in the backward dP = dO V^T beside them.
-template <bool kDp>
-__device__ __forceinline__ void row_dots(float* sc,
-                                         float* dp,
-                                         const float* a,
-                                         const float* A,
-                                         const float* b,
-                                         const float* B,
-                                         int ld,
-                                         int D4,
-                                         int sub) {
+// sc[u] = a . A[sub + 4 u] over D4 float4 columns, a one tile row, A a tile of row stride ld:
+// the dot products of a row with the 8 rows of the other tile this thread takes (the scores,
+// and in the backward dP = dO V^T).
+__device__ __forceinline__ void row_dots(
+    float* sc, const float* a, const float* A, int ld, int D4, int sub) {
   MT_UNROLL
-  for (int u = 0; u < kPerThread; ++u) {
-    sc[u] = 0;
-    if (kDp) dp[u] = 0;
-  }
+  for (int u = 0; u < kPerThread; ++u) sc[u] = 0;
   for (int d4 = 0; d4 < D4; ++d4) {
     const float4 ad = ld4(a + 4 * d4);
     MT_UNROLL
     for (int u = 0; u < kPerThread; ++u)
       sc[u] = dot4(ad, ld4(A + (sub + 4 * u) * ld + 4 * d4), sc[u]);
-    if (kDp) {
-      const float4 bd = ld4(b + 4 * d4);
-      MT_UNROLL
-      for (int u = 0; u < kPerThread; ++u)
-        dp[u] = dot4(bd, ld4(B + (sub + 4 * u) * ld + 4 * d4), dp[u]);
-    }
   }
 }
 
@@ -234,7 +217,7 @@ __global__ void __launch_bounds__(kThreads) attention_forward_kernel(float* out,
     load_kv_tile(KVs, ld, k, j0, s, b, g);
     __syncthreads();
     float sc[kPerThread];
-    row_dots<false>(sc, nullptr, Qs + r * ld, KVs, nullptr, nullptr, ld, D4, sub);
+    row_dots(sc, Qs + r * ld, KVs, ld, D4, sub);
     float tmax = kNegInf;
     MT_UNROLL
     for (int u = 0; u < kPerThread; ++u) {
@@ -337,7 +320,8 @@ __global__ void __launch_bounds__(kThreads)
       }
       __syncthreads();
       float sc[kPerThread], dp[kPerThread];
-      row_dots<true>(sc, dp, Ks + jj * ld, Qs, Vs + jj * ld, dOs, ld, D4, sub);
+      row_dots(sc, Ks + jj * ld, Qs, ld, D4, sub);
+      row_dots(dp, Vs + jj * ld, dOs, ld, D4, sub);
       MT_UNROLL
       for (int u = 0; u < kPerThread; ++u) {
         const int rr = sub + 4 * u;
@@ -405,7 +389,8 @@ __global__ void __launch_bounds__(kThreads)
     load_kv_tile(Vs, ld, t.v, j0, s, b, g);
     __syncthreads();
     float sc[kPerThread], dp[kPerThread];
-    row_dots<true>(sc, dp, Qs + r * ld, Ks, dOs + r * ld, Vs, ld, D4, sub);
+    row_dots(sc, Qs + r * ld, Ks, ld, D4, sub);
+    row_dots(dp, dOs + r * ld, Vs, ld, D4, sub);
     MT_UNROLL
     for (int u = 0; u < kPerThread; ++u) {
       const int jj = sub + 4 * u;
