@@ -15,18 +15,12 @@ constexpr int kThreads = 256;
 constexpr int64_t kRowChunk = 32;
 
 // kLayer: LayerNorm (the mean subtracted, the bias added); else RMSNorm (mean and bias unused).
-// One block per row.
+// The arguments of layernorm_forward; one block per row.
 template <bool kLayer>
-__global__ void norm_forward_kernel(float* out,
-                                    float* mean,
-                                    float* rstd,
-                                    const float* inp,
-                                    const float* weight,
-                                    const float* bias,
-                                    int64_t C,
-                                    float eps) {
+__global__ void norm_forward_kernel(MT_PARAMS(layernorm_forward)) {
   __shared__ float red[32];
   const int64_t r = blockIdx.x;
+  if (r >= N) return;
   const float* x = inp + r * C;
   float mu = 0, v = 0;
   if constexpr (kLayer) {
@@ -54,21 +48,13 @@ __global__ void norm_forward_kernel(float* out,
   }
 }
 
-// pw/pb: [chunks, C] partial sums of dweight/dbias (RMSNorm: pb and mean unused).
+// The arguments of layernorm_backward, but dweight/dbias are [chunks, C] tables of the chunks'
+// partial sums, this block's row of which it writes (RMSNorm: dbias and mean unused).
 template <bool kLayer>
-__global__ void norm_backward_kernel(float* dinp,
-                                     float* pw,
-                                     float* pb,
-                                     const float* dout,
-                                     const float* inp,
-                                     const float* weight,
-                                     const float* mean,
-                                     const float* rstd,
-                                     int64_t N,
-                                     int64_t C) {
+__global__ void norm_backward_kernel(MT_PARAMS(layernorm_backward)) {
   __shared__ float red[32];
-  float* bw = pw + int64_t(blockIdx.x) * C;
-  float* bb = kLayer ? pb + int64_t(blockIdx.x) * C : nullptr;
+  float* bw = dweight + int64_t(blockIdx.x) * C;
+  float* bb = kLayer ? dbias + int64_t(blockIdx.x) * C : nullptr;
   for (int64_t c = threadIdx.x; c < C; c += blockDim.x) {
     bw[c] = 0;
     if constexpr (kLayer) bb[c] = 0;
@@ -111,41 +97,44 @@ __global__ void norm_backward_kernel(float* dinp,
   }
 }
 
+// The ops, RMSNorm's with layernorm's arguments (its mean and dbias null).
+template <bool kLayer>
+void norm_forward(const Ctx& ctx, MT_PARAMS(layernorm_forward)) {
+  if (N <= 0 || C <= 0) return;
+  launch(kLayer ? "layernorm_forward" : "rmsnorm_forward", norm_forward_kernel<kLayer>, unsigned(N),
+         kThreads, 0, stream_of(ctx), out, mean, rstd, inp, weight, bias, N, C, eps);
+}
+
+template <bool kLayer>
+void norm_backward(const Ctx& ctx, MT_PARAMS(layernorm_backward)) {
+  if (N <= 0 || C <= 0) return;
+  const cudaStream_t s = stream_of(ctx);
+  const int64_t chunks = (N + kRowChunk - 1) / kRowChunk;
+  Scratch part(sizeof(float) * size_t((kLayer ? 2 : 1) * chunks * C), s);
+  float* pw = part.as<float>();
+  float* pb = kLayer ? pw + chunks * C : nullptr;
+  launch(kLayer ? "layernorm_backward" : "rmsnorm_backward", norm_backward_kernel<kLayer>,
+         unsigned(chunks), kThreads, 0, s, dinp, pw, pb, dout, inp, weight, mean, rstd, N, C);
+  add_column_sums(s, dweight, pw, chunks, C);
+  if (kLayer) add_column_sums(s, dbias, pb, chunks, C);
+}
+
 }  // namespace
 
 void layernorm_forward(const Ctx& ctx, MT_PARAMS(layernorm_forward)) {
-  if (N <= 0 || C <= 0) return;
-  launch("layernorm_forward", norm_forward_kernel<true>, unsigned(N), kThreads, 0, stream_of(ctx),
-         out, mean, rstd, inp, weight, bias, C, eps);
+  norm_forward<true>(ctx, out, mean, rstd, inp, weight, bias, N, C, eps);
 }
 
 void layernorm_backward(const Ctx& ctx, MT_PARAMS(layernorm_backward)) {
-  if (N <= 0 || C <= 0) return;
-  const cudaStream_t s = stream_of(ctx);
-  const int64_t chunks = (N + kRowChunk - 1) / kRowChunk;
-  Scratch part(sizeof(float) * size_t(2 * chunks * C), s);
-  float* pw = part.as<float>();
-  float* pb = pw + chunks * C;
-  launch("layernorm_backward", norm_backward_kernel<true>, unsigned(chunks), kThreads, 0, s, dinp,
-         pw, pb, dout, inp, weight, mean, rstd, N, C);
-  add_column_sums(s, dweight, pw, chunks, C);
-  add_column_sums(s, dbias, pb, chunks, C);
+  norm_backward<true>(ctx, dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C);
 }
 
 void rmsnorm_forward(const Ctx& ctx, MT_PARAMS(rmsnorm_forward)) {
-  if (N <= 0 || C <= 0) return;
-  launch("rmsnorm_forward", norm_forward_kernel<false>, unsigned(N), kThreads, 0, stream_of(ctx),
-         out, nullptr, rstd, inp, weight, nullptr, C, eps);
+  norm_forward<false>(ctx, out, nullptr, rstd, inp, weight, nullptr, N, C, eps);
 }
 
 void rmsnorm_backward(const Ctx& ctx, MT_PARAMS(rmsnorm_backward)) {
-  if (N <= 0 || C <= 0) return;
-  const cudaStream_t s = stream_of(ctx);
-  const int64_t chunks = (N + kRowChunk - 1) / kRowChunk;
-  Scratch part(sizeof(float) * size_t(chunks * C), s);
-  launch("rmsnorm_backward", norm_backward_kernel<false>, unsigned(chunks), kThreads, 0, s, dinp,
-         part.as<float>(), nullptr, dout, inp, weight, nullptr, rstd, N, C);
-  add_column_sums(s, dweight, part.as<float>(), chunks, C);
+  norm_backward<false>(ctx, dinp, dweight, nullptr, dout, inp, weight, nullptr, rstd, N, C);
 }
 
 }  // namespace mtron::kernels::cuda
