@@ -26,17 +26,10 @@ void copy_rows(float* dst, const float* src, int64_t n) {
   std::memcpy(dst, src, size_t(n) * sizeof(float));
 }
 
-// sign = +1: forward rotation by +angle; -1: the adjoint (rotation by -angle).
-void rope_apply(float* x,
-                const int32_t* pos,
-                int64_t N,
-                int64_t nh,
-                int64_t D,
-                int64_t R,
-                float base,
-                float sign) {
+// R = rot_dim. sign = +1: forward rotation by +angle; -1: the adjoint (rotation by -angle).
+void rope_apply(MT_PARAMS(rope_forward), float sign) {
   const DF d;
-  const int64_t half = R / 2;
+  const int64_t R = rot_dim, half = R / 2;
   std::vector<float> inv_freq(static_cast<size_t>(half));
   for (int64_t i = 0; i < half; ++i)
     inv_freq[size_t(i)] = 1.0f / std::pow(base, float(2 * i) / float(R));

@@ -25,14 +25,8 @@ namespace {
 constexpr int kThreads = 256;
 constexpr int kRunThreads = 128;
 
-__global__ void embedding_forward_kernel(float* out,
-                                         const int32_t* ids,
-                                         const float* table,
-                                         int64_t N,
-                                         int64_t C,
-                                         int64_t row_start,
-                                         int64_t rows,
-                                         bool accumulate) {
+// The op's arguments; one thread per output element.
+__global__ void embedding_forward_kernel(MT_PARAMS(embedding_forward)) {
   const int64_t n_items = N * C;
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n_items;
        i += int64_t(gridDim.x) * blockDim.x) {
