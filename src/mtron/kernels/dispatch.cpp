@@ -182,20 +182,31 @@ void synchronize(const Ctx& ctx) {
       ctx.device, [] {}, [&] { cuda::synchronize(ctx); });
 }
 
-void copy_to_host(const Ctx& ctx, void* host_dst, const void* src, int64_t bytes) {
-  MT_PROFILE("copy_to_host");
-  MT_ASSERT(bytes >= 0, "copy_to_host of ", bytes, " bytes");
+namespace {
+
+// A copy between host and device memory (`what`: its name in the profile and the error).
+template <typename CudaCopy>
+void host_device_copy(const char* what,
+                      const Ctx& ctx,
+                      void* dst,
+                      const void* src,
+                      int64_t bytes,
+                      CudaCopy cuda_copy) {
+  MT_PROFILE(what);
+  MT_ASSERT(bytes >= 0, what, " of ", bytes, " bytes");
   by_device(
-      ctx.device, [&] { cpu::copy(ctx, host_dst, src, bytes); },
-      [&] { cuda::copy_to_host(ctx, host_dst, src, bytes); });
+      ctx.device, [&] { cpu::copy(ctx, dst, src, bytes); },
+      [&] { cuda_copy(ctx, dst, src, bytes); });
+}
+
+}  // namespace
+
+void copy_to_host(const Ctx& ctx, void* host_dst, const void* src, int64_t bytes) {
+  host_device_copy("copy_to_host", ctx, host_dst, src, bytes, cuda::copy_to_host);
 }
 
 void copy_from_host(const Ctx& ctx, void* dst, const void* host_src, int64_t bytes) {
-  MT_PROFILE("copy_from_host");
-  MT_ASSERT(bytes >= 0, "copy_from_host of ", bytes, " bytes");
-  by_device(
-      ctx.device, [&] { cpu::copy(ctx, dst, host_src, bytes); },
-      [&] { cuda::copy_from_host(ctx, dst, host_src, bytes); });
+  host_device_copy("copy_from_host", ctx, dst, host_src, bytes, cuda::copy_from_host);
 }
 
 }  // namespace mtron::kernels
