@@ -54,32 +54,41 @@ void moe_permute(float* rows, const float* x, const int64_t* row, const MoeRouti
   });
 }
 
-void moe_permute_backward(
-    float* dx, const float* drows, const int64_t* row, const MoeRouting& r, int64_t h) {
-  parallel_rows(r.T, threads_for(r.T * (r.k + 1) * h * 4), [&](int64_t t) {
-    float* d = dx + t * h;
-    std::fill(d, d + h, 0.0f);
-    for (int64_t j = 0; j < r.k; ++j) {
-      const int64_t p = row[t * r.k + j];
-      if (p < 0) continue;
-      const float* s = drows + p * h;
-      for (int64_t c = 0; c < h; ++c) d[c] += s[c];
-    }
-  });
-}
+namespace {
 
-void moe_combine(MT_PARAMS(moe_combine)) {
+// y[t] = the sum over token t's kept pairs of their rows, weighted by weight (null: unweighted).
+void gather_pairs(float* y,
+                  const float* rows,
+                  const int64_t* row,
+                  const float* weight,
+                  const MoeRouting& r,
+                  int64_t h) {
   parallel_rows(r.T, threads_for(r.T * (r.k + 1) * h * 4), [&](int64_t t) {
     float* yt = y + t * h;
     std::fill(yt, yt + h, 0.0f);
     for (int64_t j = 0; j < r.k; ++j) {
       const int64_t p = row[t * r.k + j];
       if (p < 0) continue;
-      const float w = weight[t * r.k + j];
       const float* o = rows + p * h;
-      for (int64_t c = 0; c < h; ++c) yt[c] += w * o[c];
+      if (weight) {
+        const float w = weight[t * r.k + j];
+        for (int64_t c = 0; c < h; ++c) yt[c] += w * o[c];
+      } else {
+        for (int64_t c = 0; c < h; ++c) yt[c] += o[c];
+      }
     }
   });
+}
+
+}  // namespace
+
+void moe_permute_backward(
+    float* dx, const float* drows, const int64_t* row, const MoeRouting& r, int64_t h) {
+  gather_pairs(dx, drows, row, nullptr, r, h);
+}
+
+void moe_combine(MT_PARAMS(moe_combine)) {
+  gather_pairs(y, rows, row, weight, r, h);
 }
 
 void moe_combine_backward(MT_PARAMS(moe_combine_backward)) {
