@@ -364,95 +364,90 @@ void pack_kv(
   pack_rows(d, w.vc, v + koff, ks, s.Sk, s.D);
 }
 
-// P^T and dS^T of one key row jj of the (key block, query block) tile, over nq queries of which
-// those from `first` on see the key.
-void score_grads_row(DF d,
-                     float* p,
-                     float* ds,
-                     const float* lsev,
-                     const float* delta,
-                     int64_t nq,
-                     int64_t first,
-                     float scale) {
-  const VF vscale = hn::Set(d, scale), vfirst = hn::Set(d, float(first));
-  for_lanes(d, 0, nq, [&](int64_t c, size_t k) {
-    // query c + i sees the key iff c + i >= first (exact in float: both are < 2^24)
-    const auto vis = hn::Ge(hn::Iota(d, float(c)), vfirst);
-    const VF pv = hn::IfThenElseZero(
-        vis, exp(d, hn::MulSub(load(d, p + c, k), vscale, load(d, lsev + c, k))));
-    const VF dsv = hn::Mul(hn::Mul(pv, hn::Sub(load(d, ds + c, k), load(d, delta + c, k))), vscale);
-    store(d, pv, p + c, k);
-    store(d, dsv, ds + c, k);
-  });
-}
+// The backward's arguments that every head shares (the op's) and its per-head steps.
+struct Backward {
+  DF d;
+  float* dq;
+  const float *dout, *q, *out, *lse;
+  const AttnShape& s;
+  AttnMask mask;
 
-// The backward of head h of batch b, whose K and V are packed in w: adds into dq (in place) and
-// into dkc, dvc ([Sk][Dp], the head's group).
-void backward_head(DF d,
-                   BwdWork& w,
-                   float* dkc,
-                   float* dvc,
-                   float* dq,
-                   const float* dout,
-                   const float* q,
-                   const float* out,
-                   const float* lse,
-                   const AttnShape& s,
-                   AttnMask mask,
-                   int64_t b,
-                   int64_t h) {
-  const int64_t Sq = s.Sq, Sk = s.Sk, H = s.H, D = s.D, qs = s.B * H * D, Dp = padded(d, D);
-  const int64_t nkb = (Sk + kBk - 1) / kBk, nqb = (Sq + kBq - 1) / kBq, nqt = nqb * D * kBq;
-  float *ktp = w.ktp, *kc = w.kc, *vc = w.vc, *qtp = w.qtp, *dotp = w.dotp, *dqtp = w.dqtp;
-  float *qc = w.qc, *doc = w.doc, *delta = w.delta, *lsev = w.lsev, *PT = w.PT, *dST = w.dST;
-  const int64_t qoff = b * H * D + h * D;
-  pack_rows(d, qc, q + qoff, qs, Sq, D);
-  pack_rows(d, doc, dout + qoff, qs, Sq, D);
-  pack_t_blocks(qtp, q + qoff, qs, Sq, D);
-  pack_t_blocks(dotp, dout + qoff, qs, Sq, D);
-  std::fill(dqtp, dqtp + nqt, 0.0f);
-  for (int64_t i = 0; i < Sq; ++i) {
-    if (i + kAhead < Sq) prefetch_row(out + qoff + (i + kAhead) * qs, D);
-    const float* o = out + qoff + i * qs;
-    VF acc = hn::Zero(d);
-    for_lanes(d, 0, D, [&](int64_t c, size_t k) {
-      acc = hn::MulAdd(load(d, doc + i * Dp + c, k), load(d, o + c, k), acc);
-    });
-    delta[i] = hsum(d, acc);
-    const float l = lse[(b * H + h) * Sq + i];
-    // a fully masked row has lse = -inf; +inf makes exp(s - lse) = 0 there
-    lsev[i] = l == kNegInf ? std::numeric_limits<float>::infinity() : l;
-  }
-  for (int64_t jb = 0; jb < nkb; ++jb) {
-    const int64_t j0 = jb * kBk, nk = std::min(kBk, Sk - j0);
-    // the first query block with a query that sees key j0
-    const int64_t ib0 = mask.causal ? std::max<int64_t>(0, j0 - mask.offset) / kBq : 0;
-    for (int64_t ib = ib0; ib < nqb; ++ib) {
-      const int64_t i0 = ib * kBq, nq = std::min(kBq, Sq - i0);
-      mm(d, nk, nq, D, kc + j0 * Dp, Dp, qtp + ib * D * kBq, kBq, PT, kBq, false);
-      mm(d, nk, nq, D, vc + j0 * Dp, Dp, dotp + ib * D * kBq, kBq, dST, kBq, false);
-      for (int64_t jj = 0; jj < nk; ++jj) {
-        // queries i >= j - offset see key j
-        const int64_t first =
-            mask.causal ? std::clamp<int64_t>(j0 + jj - mask.offset - i0, 0, nq) : 0;
-        score_grads_row(d, PT + jj * kBq, dST + jj * kBq, lsev + i0, delta + i0, nq, first,
-                        s.scale);
-      }
-      mm(d, nk, Dp, nq, PT, kBq, doc + i0 * Dp, Dp, dvc + j0 * Dp, Dp, true);
-      mm(d, nk, Dp, nq, dST, kBq, qc + i0 * Dp, Dp, dkc + j0 * Dp, Dp, true);
-      mm(d, D, nq, nk, ktp + jb * D * kBk, kBk, dST, kBq, dqtp + ib * D * kBq, kBq, true);
+  // P^T and dS^T (w.PT, w.dST: the scores S^T and dP^T on entry) of the tile of nk keys from j0
+  // and nq queries from i0.
+  void score_grads(const BwdWork& w, int64_t j0, int64_t nk, int64_t i0, int64_t nq) const {
+    const VF vscale = hn::Set(d, s.scale);
+    const float *lsev = w.lsev + i0, *delta = w.delta + i0;
+    for (int64_t jj = 0; jj < nk; ++jj) {
+      float* p = w.PT + jj * kBq;
+      float* ds = w.dST + jj * kBq;
+      // queries i >= j - offset see key j
+      const int64_t first =
+          mask.causal ? std::clamp<int64_t>(j0 + jj - mask.offset - i0, 0, nq) : 0;
+      const VF vfirst = hn::Set(d, float(first));
+      for_lanes(d, 0, nq, [&](int64_t c, size_t k) {
+        // query c + i sees the key iff c + i >= first (exact in float: both are < 2^24)
+        const auto vis = hn::Ge(hn::Iota(d, float(c)), vfirst);
+        const VF pv = hn::IfThenElseZero(
+            vis, exp(d, hn::MulSub(load(d, p + c, k), vscale, load(d, lsev + c, k))));
+        const VF dsv =
+            hn::Mul(hn::Mul(pv, hn::Sub(load(d, ds + c, k), load(d, delta + c, k))), vscale);
+        store(d, pv, p + c, k);
+        store(d, dsv, ds + c, k);
+      });
     }
   }
-  // dQ^T blocks back to rows (qc is free again), then into dq
-  for (int64_t ib = 0; ib < nqb; ++ib)
-    transpose(qc + ib * kBq * Dp, Dp, dqtp + ib * D * kBq, kBq, D, std::min(kBq, Sq - ib * kBq));
-  add_rows(d, dq + qoff, qs, qc, Sq, D);
-}
+
+  // Head h of batch b, whose K and V are packed in w: adds into dq (in place) and into dkc, dvc
+  // ([Sk][Dp], the head's group).
+  void head(BwdWork& w, float* dkc, float* dvc, int64_t b, int64_t h) const {
+    const int64_t Sq = s.Sq, Sk = s.Sk, H = s.H, D = s.D, qs = s.B * H * D, Dp = padded(d, D);
+    const int64_t nkb = (Sk + kBk - 1) / kBk, nqb = (Sq + kBq - 1) / kBq, nqt = nqb * D * kBq;
+    float *ktp = w.ktp, *kc = w.kc, *vc = w.vc, *qtp = w.qtp, *dotp = w.dotp, *dqtp = w.dqtp;
+    float *qc = w.qc, *doc = w.doc, *delta = w.delta, *lsev = w.lsev, *PT = w.PT, *dST = w.dST;
+    const int64_t qoff = b * H * D + h * D;
+    pack_rows(d, qc, q + qoff, qs, Sq, D);
+    pack_rows(d, doc, dout + qoff, qs, Sq, D);
+    pack_t_blocks(qtp, q + qoff, qs, Sq, D);
+    pack_t_blocks(dotp, dout + qoff, qs, Sq, D);
+    std::fill(dqtp, dqtp + nqt, 0.0f);
+    for (int64_t i = 0; i < Sq; ++i) {
+      if (i + kAhead < Sq) prefetch_row(out + qoff + (i + kAhead) * qs, D);
+      const float* o = out + qoff + i * qs;
+      VF acc = hn::Zero(d);
+      for_lanes(d, 0, D, [&](int64_t c, size_t k) {
+        acc = hn::MulAdd(load(d, doc + i * Dp + c, k), load(d, o + c, k), acc);
+      });
+      delta[i] = hsum(d, acc);
+      const float l = lse[(b * H + h) * Sq + i];
+      // a fully masked row has lse = -inf; +inf makes exp(s - lse) = 0 there
+      lsev[i] = l == kNegInf ? std::numeric_limits<float>::infinity() : l;
+    }
+    for (int64_t jb = 0; jb < nkb; ++jb) {
+      const int64_t j0 = jb * kBk, nk = std::min(kBk, Sk - j0);
+      // the first query block with a query that sees key j0
+      const int64_t ib0 = mask.causal ? std::max<int64_t>(0, j0 - mask.offset) / kBq : 0;
+      for (int64_t ib = ib0; ib < nqb; ++ib) {
+        const int64_t i0 = ib * kBq, nq = std::min(kBq, Sq - i0);
+        mm(d, nk, nq, D, kc + j0 * Dp, Dp, qtp + ib * D * kBq, kBq, PT, kBq, false);
+        mm(d, nk, nq, D, vc + j0 * Dp, Dp, dotp + ib * D * kBq, kBq, dST, kBq, false);
+        score_grads(w, j0, nk, i0, nq);
+        mm(d, nk, Dp, nq, PT, kBq, doc + i0 * Dp, Dp, dvc + j0 * Dp, Dp, true);
+        mm(d, nk, Dp, nq, dST, kBq, qc + i0 * Dp, Dp, dkc + j0 * Dp, Dp, true);
+        mm(d, D, nq, nk, ktp + jb * D * kBk, kBk, dST, kBq, dqtp + ib * D * kBq, kBq, true);
+      }
+    }
+    // dQ^T blocks back to rows (qc is free again), then into dq
+    for (int64_t ib = 0; ib < nqb; ++ib)
+      transpose(qc + ib * kBq * Dp, Dp, dqtp + ib * D * kBq, kBq, D, std::min(kBq, Sq - ib * kBq));
+    add_rows(d, dq + qoff, qs, qc, Sq, D);
+  }
+};
 
 }  // namespace
 
 void attention_backward(MT_PARAMS(attention_backward)) {
   const DF d;
+  const Backward bw{d, dq, dout, q, out, lse, s, mask};
   const int64_t B = s.B, Sk = s.Sk, H = s.H, G = s.G, D = s.D, hpg = H / G;
   const int64_t Dp = padded(d, D);
   const int64_t ks = B * G * D, kv_size = B * G * Sk * Dp;
@@ -469,8 +464,7 @@ void attention_backward(MT_PARAMS(attention_backward)) {
         const int64_t b = task / G, g = task % G, koff = (b * G + g) * D;
         pack_kv(d, w, k, v, s, b, g);
         std::fill(dkc, dkc + 2 * Sk * Dp, 0.0f);
-        for (int64_t h = g * hpg; h < (g + 1) * hpg; ++h)
-          backward_head(d, w, dkc, dvc, dq, dout, q, out, lse, s, mask, b, h);
+        for (int64_t h = g * hpg; h < (g + 1) * hpg; ++h) bw.head(w, dkc, dvc, b, h);
         add_rows(d, dk + koff, ks, dkc, Sk, D);
         add_rows(d, dv + koff, ks, dvc, Sk, D);
       }
@@ -494,8 +488,7 @@ void attention_backward(MT_PARAMS(attention_backward)) {
     for (int64_t task = task0; task < task1; ++task) {
       const int64_t b = task / H, h = task % H, bg = b * G + h / hpg;
       if (bg != packed) pack_kv(d, w, k, v, s, b, h / hpg), packed = bg;
-      backward_head(d, w, pdk + bg * Sk * Dp, pdv + bg * Sk * Dp, dq, dout, q, out, lse, s, mask, b,
-                    h);
+      bw.head(w, pdk + bg * Sk * Dp, pdv + bg * Sk * Dp, b, h);
     }
   });
   // every copy is complete
