@@ -22,10 +22,11 @@ struct AdamWParams {
   int64_t step = 1;  // 1-based, for bias correction
 };
 
-#define MTRON_ADAMW_OPS(OP)                                                             \
-  OP(void, adamw_step, adamw_step, no_contract,                                         \
-     (float* param, float* m, float* v, const float* grad, bf16* param_bf16, int64_t n, \
-      const AdamWParams& p),                                                            \
+#define MT_PARAMS_adamw_step                                                         \
+  (float* param, float* m, float* v, const float* grad, bf16* param_bf16, int64_t n, \
+   const AdamWParams& p)
+#define MTRON_ADAMW_OPS(OP)                                           \
+  OP(void, adamw_step, adamw_step, no_contract, MT_PARAMS_adamw_step, \
      (param, m, v, grad, param_bf16, n, p))
 MTRON_ADAMW_OPS(MT_OP_DECLARE)
 

@@ -51,15 +51,17 @@ struct AttnShape {
 };
 
 // attention_backward: out and lse are the forward's (for ring attention: the final merged ones).
-#define MTRON_ATTENTION_OPS(OP)                                                                   \
-  OP(void, attention_forward, attention_forward, attention_forward_contract,                      \
-     (float* out, float* lse, const float* q, const float* k, const float* v, const AttnShape& s, \
-      AttnMask mask),                                                                             \
-     (out, lse, q, k, v, s, mask))                                                                \
-  OP(void, attention_backward, attention_backward, attention_backward_contract,                   \
-     (float* dq, float* dk, float* dv, const float* dout, const float* q, const float* k,         \
-      const float* v, const float* out, const float* lse, const AttnShape& s, AttnMask mask),     \
-     (dq, dk, dv, dout, q, k, v, out, lse, s, mask))
+#define MT_PARAMS_attention_forward                                                            \
+  (float* out, float* lse, const float* q, const float* k, const float* v, const AttnShape& s, \
+   AttnMask mask)
+#define MT_PARAMS_attention_backward                                                   \
+  (float* dq, float* dk, float* dv, const float* dout, const float* q, const float* k, \
+   const float* v, const float* out, const float* lse, const AttnShape& s, AttnMask mask)
+#define MTRON_ATTENTION_OPS(OP)                                                 \
+  OP(void, attention_forward, attention_forward, attention_forward_contract,    \
+     MT_PARAMS_attention_forward, (out, lse, q, k, v, s, mask))                 \
+  OP(void, attention_backward, attention_backward, attention_backward_contract, \
+     MT_PARAMS_attention_backward, (dq, dk, dv, dout, q, k, v, out, lse, s, mask))
 MTRON_ATTENTION_OPS(MT_OP_DECLARE)
 
 }  // namespace mtron::kernels

@@ -3,6 +3,7 @@
 // on ctx.device to the CPU (cpu/) or CUDA (cuda/) implementation. Also the device functions of
 // kernels/device.h.
 #include <algorithm>
+#include <tuple>
 
 #include "mtron/core/error.h"
 #include "mtron/core/memory.h"
@@ -71,27 +72,19 @@ double attention_flops(const AttnShape& s, AttnMask mask) {
   const double f = 4.0 * double(s.B) * double(s.H) * double(s.Sq) * double(s.Sk) * double(s.D);
   return mask.causal ? f / 2 : f;
 }
-double attention_forward_contract(const float*,
-                                  const float*,
-                                  const float*,
-                                  const float*,
-                                  const float*,
-                                  const AttnShape& s,
-                                  AttnMask mask) {
-  return attention_flops(s, mask);
+// `passes` times the FLOPs of an attention op, whose last two arguments are its shape and mask.
+template <typename... A>
+double attention_contract(double passes, const std::tuple<const A&...>& args) {
+  constexpr size_t n = sizeof...(A);
+  return passes * attention_flops(std::get<n - 2>(args), std::get<n - 1>(args));
 }
-double attention_backward_contract(const float*,
-                                   const float*,
-                                   const float*,
-                                   const float*,
-                                   const float*,
-                                   const float*,
-                                   const float*,
-                                   const float*,
-                                   const float*,
-                                   const AttnShape& s,
-                                   AttnMask mask) {
-  return 2.0 * attention_flops(s, mask);
+template <typename... A>
+double attention_forward_contract(const A&... args) {
+  return attention_contract(1.0, std::tie(args...));
+}
+template <typename... A>
+double attention_backward_contract(const A&... args) {
+  return attention_contract(2.0, std::tie(args...));
 }
 
 double rope_contract(
@@ -121,132 +114,105 @@ MTRON_KERNEL_OPS(MT_DEFINE_DISPATCH)
 
 // device.h
 
-int device_count(Device d) {
+namespace {
+
+// cpu() on the CPU, cuda() on CUDA.
+template <typename Cpu, typename Cuda>
+auto by_device(Device d, Cpu cpu, Cuda cuda) {
   switch (d) {
     case Device::kCPU:
-      return 1;
+      return cpu();
     case Device::kCUDA:
-      return cuda::device_count();
+      return cuda();
   }
   MT_ASSERT(false, "unknown device ", int(d));
+}
+
+}  // namespace
+
+int device_count(Device d) {
+  return by_device(
+      d, [] { return 1; }, [] { return cuda::device_count(); });
 }
 
 std::string device_unavailable(Device d) {
-  switch (d) {
-    case Device::kCPU:
-      return "";
-    case Device::kCUDA:
-      return cuda::device_unavailable();
-  }
-  MT_ASSERT(false, "unknown device ", int(d));
+  return by_device(
+      d, [] { return std::string(); }, [] { return cuda::device_unavailable(); });
 }
 
 int64_t chunk_elems(Device d) {
-  switch (d) {
-    case Device::kCPU:
-      return int64_t(1) << 22;  // 16 MB of fp32: cache-sized GEMM outputs
-    case Device::kCUDA:
-      return int64_t(1) << 26;  // 256 MB: large GEMMs, few host synchronisations
-  }
-  MT_ASSERT(false, "unknown device ", int(d));
+  return by_device(
+      d, [] { return int64_t(1) << 22; },  // 16 MB of fp32: cache-sized GEMM outputs
+      [] { return int64_t(1) << 26; });    // 256 MB: large GEMMs, few host synchronisations
 }
 
 void init_device(Device d, int ordinal) {
-  switch (d) {
-    case Device::kCPU:
-      MT_CHECK(ordinal == 0, "there is one CPU device (0), not ", ordinal);
-      return;
-    case Device::kCUDA:
-      return cuda::init_device(ordinal);
-  }
-  MT_ASSERT(false, "unknown device ", int(d));
+  by_device(
+      d, [&] { MT_CHECK(ordinal == 0, "there is one CPU device (0), not ", ordinal); },
+      [&] { cuda::init_device(ordinal); });
 }
 
 DeviceProperties device_properties(Device d) {
-  switch (d) {
-    case Device::kCPU:
-      return DeviceProperties{.name = "cpu"};
-    case Device::kCUDA:
-      return cuda::device_properties();
-  }
-  MT_ASSERT(false, "unknown device ", int(d));
+  return by_device(
+      d, [] { return DeviceProperties{.name = "cpu"}; }, [] { return cuda::device_properties(); });
 }
 
 DeviceMemory device_memory(Device d) {
-  switch (d) {
-    case Device::kCPU: {
-      // No caching on the CPU: what is allocated is what is reserved.
-      const MemoryStats m = memory_stats(d);
-      return {m.allocated, m.max_allocated, m.allocated, m.max_allocated};
-    }
-    case Device::kCUDA:
-      return cuda::device_memory();
-  }
-  MT_ASSERT(false, "unknown device ", int(d));
+  return by_device(
+      d,
+      [&] {
+        // No caching on the CPU: what is allocated is what is reserved.
+        const MemoryStats m = memory_stats(d);
+        return DeviceMemory{m.allocated, m.max_allocated, m.allocated, m.max_allocated};
+      },
+      [] { return cuda::device_memory(); });
 }
 
 void reset_peak_memory(Device d) {
-  switch (d) {
-    case Device::kCPU:
-      return memory_reset_peak(d);
-    case Device::kCUDA:
-      return cuda::reset_peak_memory();
-  }
-  MT_ASSERT(false, "unknown device ", int(d));
+  by_device(
+      d, [&] { memory_reset_peak(d); }, [] { cuda::reset_peak_memory(); });
 }
 
 void* create_stream(Device d) {
-  switch (d) {
-    case Device::kCPU:
-      return nullptr;
-    case Device::kCUDA:
-      return cuda::create_stream();
-  }
-  MT_ASSERT(false, "unknown device ", int(d));
+  return by_device(
+      d, []() -> void* { return nullptr; }, [] { return cuda::create_stream(); });
 }
 
 void destroy_stream(Device d, void* stream) {
-  switch (d) {
-    case Device::kCPU:
-      return;
-    case Device::kCUDA:
-      return cuda::destroy_stream(stream);
-  }
-  MT_ASSERT(false, "unknown device ", int(d));
+  by_device(
+      d, [] {}, [&] { cuda::destroy_stream(stream); });
 }
 
 void synchronize(const Ctx& ctx) {
-  switch (ctx.device) {
-    case Device::kCPU:
-      return;
-    case Device::kCUDA:
-      return cuda::synchronize(ctx);
-  }
-  MT_ASSERT(false, "unknown device ", int(ctx.device));
+  by_device(
+      ctx.device, [] {}, [&] { cuda::synchronize(ctx); });
 }
 
+namespace {
+
+// A copy between host and device memory (`what`: its name in the profile and the error).
+template <typename CudaCopy>
+void host_device_copy(const char* what,
+                      const Ctx& ctx,
+                      void* dst,
+                      const void* src,
+                      int64_t bytes,
+                      CudaCopy cuda_copy) {
+  MT_PROFILE(what);
+  MT_ASSERT(bytes >= 0, what, " of ", bytes, " bytes");
+  by_device(
+      ctx.device, [&] { cpu::copy(ctx, dst, src, bytes); },
+      [&] { cuda_copy(ctx, dst, src, bytes); });
+}
+
+}  // namespace
+
 void copy_to_host(const Ctx& ctx, void* host_dst, const void* src, int64_t bytes) {
-  MT_PROFILE("copy_to_host");
-  MT_ASSERT(bytes >= 0, "copy_to_host of ", bytes, " bytes");
-  switch (ctx.device) {
-    case Device::kCPU:
-      return cpu::copy(ctx, host_dst, src, bytes);
-    case Device::kCUDA:
-      return cuda::copy_to_host(ctx, host_dst, src, bytes);
-  }
-  MT_ASSERT(false, "unknown device ", int(ctx.device));
+  host_device_copy("copy_to_host", ctx, host_dst, src, bytes, cuda::copy_to_host);
 }
 
 void copy_from_host(const Ctx& ctx, void* dst, const void* host_src, int64_t bytes) {
-  MT_PROFILE("copy_from_host");
-  MT_ASSERT(bytes >= 0, "copy_from_host of ", bytes, " bytes");
-  switch (ctx.device) {
-    case Device::kCPU:
-      return cpu::copy(ctx, dst, host_src, bytes);
-    case Device::kCUDA:
-      return cuda::copy_from_host(ctx, dst, host_src, bytes);
-  }
-  MT_ASSERT(false, "unknown device ", int(ctx.device));
+  host_device_copy("copy_from_host", ctx, dst, host_src, bytes, cuda::copy_from_host);
 }
 
 }  // namespace mtron::kernels

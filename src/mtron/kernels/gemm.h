@@ -21,18 +21,21 @@ namespace mtron::kernels {
 
 enum class Trans { kN, kT };
 
-#define MTRON_GEMM_OPS(OP)                                                                         \
-  OP(void, gemm, gemm_fp32, gemm_contract,                                                         \
-     (Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,            \
-      int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc),                \
-     (ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc))                                       \
-  OP(void, gemm, gemm_bf16, gemm_contract,                                                         \
-     (Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alpha, const bf16* A,             \
-      int64_t lda, const bf16* B, int64_t ldb, float beta, float* C, int64_t ldc),                 \
-     (ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc))                                       \
-  OP(void, gemm, gemm_fp16, gemm_contract,                                                         \
-     (Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alpha, const f16* A, int64_t lda, \
-      const f16* B, int64_t ldb, float beta, float* C, int64_t ldc),                               \
+#define MT_PARAMS_gemm_fp32                                                                       \
+  (Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda, \
+   const float* B, int64_t ldb, float beta, float* C, int64_t ldc)
+#define MT_PARAMS_gemm_bf16                                                                      \
+  (Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alpha, const bf16* A, int64_t lda, \
+   const bf16* B, int64_t ldb, float beta, float* C, int64_t ldc)
+#define MT_PARAMS_gemm_fp16                                                                     \
+  (Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alpha, const f16* A, int64_t lda, \
+   const f16* B, int64_t ldb, float beta, float* C, int64_t ldc)
+#define MTRON_GEMM_OPS(OP)                                      \
+  OP(void, gemm, gemm_fp32, gemm_contract, MT_PARAMS_gemm_fp32, \
+     (ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc))    \
+  OP(void, gemm, gemm_bf16, gemm_contract, MT_PARAMS_gemm_bf16, \
+     (ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc))    \
+  OP(void, gemm, gemm_fp16, gemm_contract, MT_PARAMS_gemm_fp16, \
      (ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc))
 MTRON_GEMM_OPS(MT_OP_DECLARE)
 

@@ -15,13 +15,19 @@
 // From the rows, the rest is generated: the public declarations (MT_OP_DECLARE, here), the
 // backends' declarations with the same signature (cpu/cpu_ops.h, cuda/cuda_ops.h), the dispatch on
 // ctx.device (dispatch.cpp), the CPU's run-time choice of SIMD target (cpu/simd.h) and the stubs
-// of a build without CUDA (cuda/no_cuda.cpp). Adding an op means: its row, its CPU, CUDA and
-// reference bodies, and its case in the op table of tests/kernels.
+// of a build without CUDA (cuda/no_cuda.cpp). A row whose parameter list is long (six or more)
+// names it `MT_PARAMS_<id>`, defined just before the family's list, and the backends define the
+// op with `MT_PARAMS(id)` as its parameters, so that the list is written once. Adding an op means:
+// its row, its CPU, CUDA and reference bodies, and its case in the op table of tests/kernels.
 #pragma once
 
 #include "mtron/kernels/ctx.h"
 
 #define MT_UNPACK(...) __VA_ARGS__
+
+// The parameters of op `id` as a function's parameter list (without the parentheses).
+#define MT_PARAMS(id) MT_PARAMS_EXPAND(MT_PARAMS_##id)
+#define MT_PARAMS_EXPAND(params) MT_UNPACK params
 
 // `ret name(const Ctx& ctx, parameters...);` in the current namespace.
 #define MT_OP_DECLARE(ret, name, id, contract, params, args) \

@@ -20,22 +20,22 @@
 namespace mtron::kernels {
 
 // rope_backward: the adjoint (rotation by -angle), in place over dx.
-#define MTRON_ROPE_OPS(OP)                                                                  \
-  OP(void, qkv_split, qkv_split, no_contract,                                               \
-     (float* q, float* k, float* v, const float* qkv, int64_t N, int64_t G, int64_t hpg,    \
-      int64_t D),                                                                           \
-     (q, k, v, qkv, N, G, hpg, D))                                                          \
-  OP(void, qkv_merge_grad, qkv_merge_grad, no_contract,                                     \
-     (float* dqkv, const float* dq, const float* dk, const float* dv, int64_t N, int64_t G, \
-      int64_t hpg, int64_t D),                                                              \
-     (dqkv, dq, dk, dv, N, G, hpg, D))                                                      \
-  OP(void, rope_forward, rope_forward, rope_contract,                                       \
-     (float* x, const int32_t* pos, int64_t N, int64_t nh, int64_t D, int64_t rot_dim,      \
-      float base),                                                                          \
-     (x, pos, N, nh, D, rot_dim, base))                                                     \
-  OP(void, rope_backward, rope_backward, rope_contract,                                     \
-     (float* dx, const int32_t* pos, int64_t N, int64_t nh, int64_t D, int64_t rot_dim,     \
-      float base),                                                                          \
+#define MT_PARAMS_qkv_split \
+  (float* q, float* k, float* v, const float* qkv, int64_t N, int64_t G, int64_t hpg, int64_t D)
+#define MT_PARAMS_qkv_merge_grad                                                         \
+  (float* dqkv, const float* dq, const float* dk, const float* dv, int64_t N, int64_t G, \
+   int64_t hpg, int64_t D)
+#define MT_PARAMS_rope_forward \
+  (float* x, const int32_t* pos, int64_t N, int64_t nh, int64_t D, int64_t rot_dim, float base)
+#define MT_PARAMS_rope_backward \
+  (float* dx, const int32_t* pos, int64_t N, int64_t nh, int64_t D, int64_t rot_dim, float base)
+#define MTRON_ROPE_OPS(OP)                                                                       \
+  OP(void, qkv_split, qkv_split, no_contract, MT_PARAMS_qkv_split, (q, k, v, qkv, N, G, hpg, D)) \
+  OP(void, qkv_merge_grad, qkv_merge_grad, no_contract, MT_PARAMS_qkv_merge_grad,                \
+     (dqkv, dq, dk, dv, N, G, hpg, D))                                                           \
+  OP(void, rope_forward, rope_forward, rope_contract, MT_PARAMS_rope_forward,                    \
+     (x, pos, N, nh, D, rot_dim, base))                                                          \
+  OP(void, rope_backward, rope_backward, rope_contract, MT_PARAMS_rope_backward,                 \
      (dx, pos, N, nh, D, rot_dim, base))
 MTRON_ROPE_OPS(MT_OP_DECLARE)
 

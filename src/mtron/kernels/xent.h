@@ -20,15 +20,17 @@ namespace mtron::kernels {
 // xent_backward: dlogits[r, c] = row_scale[r] * (exp(logits[r,c] - row_max[r]) / row_sumexp[r]
 //   - [c is target]) with the *global* row_max/row_sumexp; 0 on padded columns. dlogits may alias
 //   logits. row_scale == nullptr means 1 for every row.
-#define MTRON_XENT_OPS(OP)                                                                       \
-  OP(void, xent_stats, xent_stats, no_contract,                                                  \
-     (float* row_max, float* row_sumexp, float* target_logit, const float* logits,               \
-      const int32_t* targets, int64_t n, int64_t Vl, int64_t col_start, int64_t vocab_valid),    \
-     (row_max, row_sumexp, target_logit, logits, targets, n, Vl, col_start, vocab_valid))        \
-  OP(void, xent_backward, xent_backward, no_contract,                                            \
-     (float* dlogits, const float* logits, const int32_t* targets, const float* row_max,         \
-      const float* row_sumexp, const float* row_scale, int64_t n, int64_t Vl, int64_t col_start, \
-      int64_t vocab_valid),                                                                      \
+#define MT_PARAMS_xent_stats                                                    \
+  (float* row_max, float* row_sumexp, float* target_logit, const float* logits, \
+   const int32_t* targets, int64_t n, int64_t Vl, int64_t col_start, int64_t vocab_valid)
+#define MT_PARAMS_xent_backward                                                               \
+  (float* dlogits, const float* logits, const int32_t* targets, const float* row_max,         \
+   const float* row_sumexp, const float* row_scale, int64_t n, int64_t Vl, int64_t col_start, \
+   int64_t vocab_valid)
+#define MTRON_XENT_OPS(OP)                                                                \
+  OP(void, xent_stats, xent_stats, no_contract, MT_PARAMS_xent_stats,                     \
+     (row_max, row_sumexp, target_logit, logits, targets, n, Vl, col_start, vocab_valid)) \
+  OP(void, xent_backward, xent_backward, no_contract, MT_PARAMS_xent_backward,            \
      (dlogits, logits, targets, row_max, row_sumexp, row_scale, n, Vl, col_start, vocab_valid))
 MTRON_XENT_OPS(MT_OP_DECLARE)
 

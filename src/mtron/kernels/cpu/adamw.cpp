@@ -19,13 +19,7 @@
 HWY_BEFORE_NAMESPACE();
 namespace mtron::kernels::cpu::HWY_NAMESPACE {
 
-void adamw_step(float* param,
-                float* m,
-                float* v,
-                const float* grad,
-                bf16* param_bf16,
-                int64_t n,
-                const AdamWParams& p) {
+void adamw_step(MT_PARAMS(adamw_step)) {
   const DF d;
   const DU16 dh;
   const double bc1 = 1.0 - std::pow(double(p.beta1), double(p.step));

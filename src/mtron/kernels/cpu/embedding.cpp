@@ -18,14 +18,7 @@
 
 HWY_BEFORE_NAMESPACE();
 namespace mtron::kernels::cpu::HWY_NAMESPACE {
-void embedding_forward(float* out,
-                       const int32_t* ids,
-                       const float* table,
-                       int64_t N,
-                       int64_t C,
-                       int64_t row_start,
-                       int64_t rows,
-                       bool accumulate) {
+void embedding_forward(MT_PARAMS(embedding_forward)) {
   const DF d;
   parallel_rows(N, threads_for(N * C * 8), [&](int64_t n) {
     const int64_t r = int64_t(ids[n]) - row_start;
@@ -42,13 +35,7 @@ void embedding_forward(float* out,
   });
 }
 
-void embedding_backward(float* dtable,
-                        const float* dout,
-                        const int32_t* ids,
-                        int64_t N,
-                        int64_t C,
-                        int64_t row_start,
-                        int64_t rows) {
+void embedding_backward(MT_PARAMS(embedding_backward)) {
   const DF d;
   parallel_ranges(C, threads_for(N * C * 8), kLine, [&](int64_t c0, int64_t c1) {
     for (int64_t n = 0; n < N; ++n) {

@@ -296,58 +296,19 @@ std::string cpu_gemm_paths() {
 
 namespace cpu {
 
-void gemm(const Ctx&,
-          Trans ta,
-          Trans tb,
-          int64_t M,
-          int64_t N,
-          int64_t K,
-          float alpha,
-          const float* A,
-          int64_t lda,
-          const float* B,
-          int64_t ldb,
-          float beta,
-          float* C,
-          int64_t ldc) {
+void gemm(const Ctx&, MT_PARAMS(gemm_fp32)) {
   const Key k{M, N, K, lda, ldb, ldc, ta == Trans::kT, tb == Trans::kT, false, alpha, beta};
   if (!degenerate(k, C)) gemm_fp32(k, A, B, C);
 }
 
-void gemm(const Ctx&,
-          Trans ta,
-          Trans tb,
-          int64_t M,
-          int64_t N,
-          int64_t K,
-          float alpha,
-          const bf16* A,
-          int64_t lda,
-          const bf16* B,
-          int64_t ldb,
-          float beta,
-          float* C,
-          int64_t ldc) {
+void gemm(const Ctx&, MT_PARAMS(gemm_bf16)) {
   const Key k{M, N, K, lda, ldb, ldc, ta == Trans::kT, tb == Trans::kT, true, alpha, beta};
   if (degenerate(k, C)) return;
   if (OneDnn::get().has_bf16()) return OneDnn::get().run(k, A, B, C);
   gemm_widened(k, A, B, C);
 }
 
-void gemm(const Ctx&,
-          Trans ta,
-          Trans tb,
-          int64_t M,
-          int64_t N,
-          int64_t K,
-          float alpha,
-          const f16* A,
-          int64_t lda,
-          const f16* B,
-          int64_t ldb,
-          float beta,
-          float* C,
-          int64_t ldc) {
+void gemm(const Ctx&, MT_PARAMS(gemm_fp16)) {
   const Key k{M, N, K, lda, ldb, ldc, ta == Trans::kT, tb == Trans::kT, false, alpha, beta};
   if (!degenerate(k, C)) gemm_widened(k, A, B, C);
 }

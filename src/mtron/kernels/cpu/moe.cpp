@@ -31,13 +31,7 @@ void moe_aux_scores(float* scores, const float* logits, const MoeRouting& r) {
   });
 }
 
-void moe_aux_sums(double* psum,
-                  double* counts,
-                  const float* scores,
-                  const int32_t* idx,
-                  const MoeRouting& r,
-                  int64_t nb,
-                  int64_t row0) {
+void moe_aux_sums(MT_PARAMS(moe_aux_sums)) {
   const int64_t E = r.E, k = r.k;
   std::fill(psum, psum + nb * E, 0.0);
   std::fill(counts, counts + nb * E, 0.0);
@@ -60,47 +54,44 @@ void moe_permute(float* rows, const float* x, const int64_t* row, const MoeRouti
   });
 }
 
-void moe_permute_backward(
-    float* dx, const float* drows, const int64_t* row, const MoeRouting& r, int64_t h) {
-  parallel_rows(r.T, threads_for(r.T * (r.k + 1) * h * 4), [&](int64_t t) {
-    float* d = dx + t * h;
-    std::fill(d, d + h, 0.0f);
-    for (int64_t j = 0; j < r.k; ++j) {
-      const int64_t p = row[t * r.k + j];
-      if (p < 0) continue;
-      const float* s = drows + p * h;
-      for (int64_t c = 0; c < h; ++c) d[c] += s[c];
-    }
-  });
-}
+namespace {
 
-void moe_combine(float* y,
-                 const float* rows,
-                 const int64_t* row,
-                 const float* weight,
-                 const MoeRouting& r,
-                 int64_t h) {
+// y[t] = the sum over token t's kept pairs of their rows, weighted by weight (null: unweighted).
+void gather_pairs(float* y,
+                  const float* rows,
+                  const int64_t* row,
+                  const float* weight,
+                  const MoeRouting& r,
+                  int64_t h) {
   parallel_rows(r.T, threads_for(r.T * (r.k + 1) * h * 4), [&](int64_t t) {
     float* yt = y + t * h;
     std::fill(yt, yt + h, 0.0f);
     for (int64_t j = 0; j < r.k; ++j) {
       const int64_t p = row[t * r.k + j];
       if (p < 0) continue;
-      const float w = weight[t * r.k + j];
       const float* o = rows + p * h;
-      for (int64_t c = 0; c < h; ++c) yt[c] += w * o[c];
+      if (weight) {
+        const float w = weight[t * r.k + j];
+        for (int64_t c = 0; c < h; ++c) yt[c] += w * o[c];
+      } else {
+        for (int64_t c = 0; c < h; ++c) yt[c] += o[c];
+      }
     }
   });
 }
 
-void moe_combine_backward(float* drows,
-                          float* dweight,
-                          const float* dy,
-                          const float* rows,
-                          const int64_t* row,
-                          const float* weight,
-                          const MoeRouting& r,
-                          int64_t h) {
+}  // namespace
+
+void moe_permute_backward(
+    float* dx, const float* drows, const int64_t* row, const MoeRouting& r, int64_t h) {
+  gather_pairs(dx, drows, row, nullptr, r, h);
+}
+
+void moe_combine(MT_PARAMS(moe_combine)) {
+  gather_pairs(y, rows, row, weight, r, h);
+}
+
+void moe_combine_backward(MT_PARAMS(moe_combine_backward)) {
   parallel_rows(r.T * r.k, threads_for(r.T * r.k * h * 12), [&](int64_t i) {
     const float* g = dy + (i / r.k) * h;
     const int64_t p = row[i];
@@ -117,13 +108,7 @@ void moe_combine_backward(float* drows,
   });
 }
 
-void moe_router_backward(float* dlogits,
-                         const float* logits,
-                         const int32_t* idx,
-                         const float* weight,
-                         const float* dweight,
-                         const MoeRouting& r,
-                         const MoeRouterLoss& loss) {
+void moe_router_backward(MT_PARAMS(moe_router_backward)) {
   parallel_rows(r.T, threads_for(r.T * r.E * 12), [&](int64_t t) {
     moe_token::router_backward(t, logits, idx, weight, dweight, r, loss, dlogits);
   });

@@ -57,15 +57,7 @@ void reduce_blocks(DF d, float* grad, const float* part, int64_t nblocks, int64_
 
 }  // namespace
 
-void layernorm_forward(float* out,
-                       float* mean,
-                       float* rstd,
-                       const float* inp,
-                       const float* weight,
-                       const float* bias,
-                       int64_t N,
-                       int64_t C,
-                       float eps) {
+void layernorm_forward(MT_PARAMS(layernorm_forward)) {
   const DF d;
   parallel_rows(N, threads_for(N * C * 8), [&](int64_t r) {
     const float* x = inp + r * C;
@@ -82,16 +74,7 @@ void layernorm_forward(float* out,
   });
 }
 
-void layernorm_backward(float* dinp,
-                        float* dweight,
-                        float* dbias,
-                        const float* dout,
-                        const float* inp,
-                        const float* weight,
-                        const float* mean,
-                        const float* rstd,
-                        int64_t N,
-                        int64_t C) {
+void layernorm_backward(MT_PARAMS(layernorm_backward)) {
   const DF d;
   const int64_t nblocks = (N + kRowBlock - 1) / kRowBlock;
   std::vector<float> part(size_t(2 * nblocks * C));  // [2][nblocks][C]: dweight, dbias
@@ -132,13 +115,7 @@ void layernorm_backward(float* dinp,
   reduce_blocks(d, dbias, pb, nblocks, C);
 }
 
-void rmsnorm_forward(float* out,
-                     float* rstd,
-                     const float* inp,
-                     const float* weight,
-                     int64_t N,
-                     int64_t C,
-                     float eps) {
+void rmsnorm_forward(MT_PARAMS(rmsnorm_forward)) {
   const DF d;
   parallel_rows(N, threads_for(N * C * 8), [&](int64_t r) {
     const float* x = inp + r * C;
@@ -152,14 +129,7 @@ void rmsnorm_forward(float* out,
   });
 }
 
-void rmsnorm_backward(float* dinp,
-                      float* dweight,
-                      const float* dout,
-                      const float* inp,
-                      const float* weight,
-                      const float* rstd,
-                      int64_t N,
-                      int64_t C) {
+void rmsnorm_backward(MT_PARAMS(rmsnorm_backward)) {
   const DF d;
   const int64_t nblocks = (N + kRowBlock - 1) / kRowBlock;
   std::vector<float> part(size_t(nblocks * C));

@@ -26,17 +26,10 @@ void copy_rows(float* dst, const float* src, int64_t n) {
   std::memcpy(dst, src, size_t(n) * sizeof(float));
 }
 
-// sign = +1: forward rotation by +angle; -1: the adjoint (rotation by -angle).
-void rope_apply(float* x,
-                const int32_t* pos,
-                int64_t N,
-                int64_t nh,
-                int64_t D,
-                int64_t R,
-                float base,
-                float sign) {
+// R = rot_dim. sign = +1: forward rotation by +angle; -1: the adjoint (rotation by -angle).
+void rope_apply(MT_PARAMS(rope_forward), float sign) {
   const DF d;
-  const int64_t half = R / 2;
+  const int64_t R = rot_dim, half = R / 2;
   std::vector<float> inv_freq(static_cast<size_t>(half));
   for (int64_t i = 0; i < half; ++i)
     inv_freq[size_t(i)] = 1.0f / std::pow(base, float(2 * i) / float(R));
@@ -66,8 +59,7 @@ void rope_apply(float* x,
 
 }  // namespace
 
-void qkv_split(
-    float* q, float* k, float* v, const float* qkv, int64_t N, int64_t G, int64_t hpg, int64_t D) {
+void qkv_split(MT_PARAMS(qkv_split)) {
   const int64_t H = G * hpg;
   parallel_rows(N, threads_for(N * (H + 2 * G) * D * 8), [&](int64_t n) {
     for (int64_t g = 0; g < G; ++g) {
@@ -79,14 +71,7 @@ void qkv_split(
   });
 }
 
-void qkv_merge_grad(float* dqkv,
-                    const float* dq,
-                    const float* dk,
-                    const float* dv,
-                    int64_t N,
-                    int64_t G,
-                    int64_t hpg,
-                    int64_t D) {
+void qkv_merge_grad(MT_PARAMS(qkv_merge_grad)) {
   const int64_t H = G * hpg;
   parallel_rows(N, threads_for(N * (H + 2 * G) * D * 8), [&](int64_t n) {
     for (int64_t g = 0; g < G; ++g) {
@@ -98,13 +83,11 @@ void qkv_merge_grad(float* dqkv,
   });
 }
 
-void rope_forward(
-    float* x, const int32_t* pos, int64_t N, int64_t nh, int64_t D, int64_t rot_dim, float base) {
+void rope_forward(MT_PARAMS(rope_forward)) {
   rope_apply(x, pos, N, nh, D, rot_dim, base, 1.0f);
 }
 
-void rope_backward(
-    float* dx, const int32_t* pos, int64_t N, int64_t nh, int64_t D, int64_t rot_dim, float base) {
+void rope_backward(MT_PARAMS(rope_backward)) {
   rope_apply(dx, pos, N, nh, D, rot_dim, base, -1.0f);
 }
 

@@ -32,15 +32,7 @@ int64_t valid_cols(int64_t Vl, int64_t col_start, int64_t vocab_valid) {
 
 }  // namespace
 
-void xent_stats(float* row_max,
-                float* row_sumexp,
-                float* target_logit,
-                const float* logits,
-                const int32_t* targets,
-                int64_t n,
-                int64_t Vl,
-                int64_t col_start,
-                int64_t vocab_valid) {
+void xent_stats(MT_PARAMS(xent_stats)) {
   const DF d;
   const int64_t nv = valid_cols(Vl, col_start, vocab_valid), L = int64_t(hn::Lanes(d));
   parallel_rows(n, threads_for(n * nv * 4), [&](int64_t r) {
@@ -81,16 +73,7 @@ void xent_stats(float* row_max,
   });
 }
 
-void xent_backward(float* dlogits,
-                   const float* logits,
-                   const int32_t* targets,
-                   const float* row_max,
-                   const float* row_sumexp,
-                   const float* row_scale,
-                   int64_t n,
-                   int64_t Vl,
-                   int64_t col_start,
-                   int64_t vocab_valid) {
+void xent_backward(MT_PARAMS(xent_backward)) {
   const DF d;
   const int64_t nv = valid_cols(Vl, col_start, vocab_valid);
   parallel_rows(n, threads_for(n * Vl * 8), [&](int64_t r) {

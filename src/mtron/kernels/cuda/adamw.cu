@@ -43,14 +43,7 @@ __global__ void adamw_kernel(float* param,
 
 }  // namespace
 
-void adamw_step(const Ctx& ctx,
-                float* param,
-                float* m,
-                float* v,
-                const float* grad,
-                bf16* param_bf16,
-                int64_t n,
-                const AdamWParams& p) {
+void adamw_step(const Ctx& ctx, MT_PARAMS(adamw_step)) {
   const double bc1 = 1.0 - std::pow(double(p.beta1), double(p.step));
   const double bc2 = 1.0 - std::pow(double(p.beta2), double(p.step));
   const AdamWConsts k{float(1.0 - double(p.lr) * double(p.weight_decay)),

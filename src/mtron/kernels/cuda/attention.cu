@@ -23,6 +23,7 @@
 //   dQ:    per block, one (batch, head, query tile); loops over key tiles, dQ += dS K.
 // dS = P (dP - delta) with dP = dO V^T; the softmax scale is applied to dQ and dK at the end.
 #include <cstdint>
+#include <type_traits>
 
 #include "mtron/core/error.h"
 #include "mtron/kernels/cuda/common.cuh"
@@ -70,6 +71,39 @@ __device__ __forceinline__ int64_t kv_row(const AttnShape& s, int64_t j, int64_t
 __device__ __forceinline__ bool visible(const AttnMask& m, int64_t i, int64_t j) {
   return !m.causal || j <= i + m.offset;
 }
+// Index of query row i of head h, batch b in lse and delta [B, H, Sq].
+__device__ __forceinline__ int64_t stat_at(const AttnShape& s, int64_t b, int64_t h, int64_t i) {
+  return (b * s.H + h) * s.Sq + i;
+}
+// P[i, j] = exp(score * scale - lse_i) where query i exists and sees key j, else 0.
+__device__ __forceinline__ float prob(
+    const AttnShape& s, const AttnMask& m, int64_t i, int64_t j, float score, float l) {
+  const bool vis = i < s.Sq && j < s.Sk && visible(m, i, j) && l != kNegInf;
+  return vis ? expf(score * s.scale - l) : 0.0f;
+}
+
+// The backward's tensors (kernels/attention.h) and delta (dO . O per query row).
+struct BwdTensors {
+  float* dq;
+  float* dk;
+  float* dv;
+  const float* dout;
+  const float* q;
+  const float* k;
+  const float* v;
+  const float* lse;
+  const float* delta;
+  // f(p) for every pointer (the emulation checks that each is device memory).
+  template <typename F>
+  void for_each_pointer(F f) const {
+    for (const void* p :
+         {static_cast<const void*>(dq), static_cast<const void*>(dk), static_cast<const void*>(dv),
+          static_cast<const void*>(dout), static_cast<const void*>(q), static_cast<const void*>(k),
+          static_cast<const void*>(v), static_cast<const void*>(lse),
+          static_cast<const void*>(delta)})
+      f(p);
+  }
+};
 
 // End (exclusive) of the keys visible to query rows [i0, i1).
 __host__ __device__ __forceinline__ int64_t key_end(const AttnShape& s,
@@ -96,6 +130,31 @@ __device__ __forceinline__ void load_tile(float* tile,
     const int t = e / Dp, d = e % Dp;
     const int64_t row = first + t;
     tile[t * ld + d] = (row < n_rows && d < D) ? src[row_offset(row) + d] : 0.0f;
+  }
+}
+// The tile of query rows i0.. of head h, batch b of q, out or dout.
+__device__ __forceinline__ void load_q_tile(
+    float* tile, int ld, const float* src, int64_t i0, const AttnShape& s, int64_t b, int64_t h) {
+  load_tile(tile, ld, src, i0, s.Sq, int(s.D), [&](int64_t row) { return q_row(s, row, b, h); });
+}
+// The tile of key rows j0.. of group g, batch b of k or v.
+__device__ __forceinline__ void load_kv_tile(
+    float* tile, int ld, const float* src, int64_t j0, const AttnShape& s, int64_t b, int64_t g) {
+  load_tile(tile, ld, src, j0, s.Sk, int(s.D), [&](int64_t row) { return kv_row(s, row, b, g); });
+}
+
+// sc[u] = a . A[sub + 4 u] over D4 float4 columns, a one tile row, A a tile of row stride ld:
+// the dot products of a row with the 8 rows of the other tile this thread takes (the scores,
+// and in the backward dP = dO V^T).
+__device__ __forceinline__ void row_dots(
+    float* sc, const float* a, const float* A, int ld, int D4, int sub) {
+  MT_UNROLL
+  for (int u = 0; u < kPerThread; ++u) sc[u] = 0;
+  for (int d4 = 0; d4 < D4; ++d4) {
+    const float4 ad = ld4(a + 4 * d4);
+    MT_UNROLL
+    for (int u = 0; u < kPerThread; ++u)
+      sc[u] = dot4(ad, ld4(A + (sub + 4 * u) * ld + 4 * d4), sc[u]);
   }
 }
 
@@ -144,7 +203,7 @@ __global__ void __launch_bounds__(kThreads) attention_forward_kernel(float* out,
   const int64_t b = blockIdx.y / s.H, h = blockIdx.y % s.H, g = h / (s.H / s.G);
   const int64_t i0 = int64_t(blockIdx.x) * kT, i = i0 + r;
 
-  load_tile(Qs, ld, q, i0, s.Sq, D, [&](int64_t row) { return q_row(s, row, b, h); });
+  load_q_tile(Qs, ld, q, i0, s, b, h);
   const int64_t i1 = i0 + kT < s.Sq ? i0 + kT : s.Sq;
   const int64_t kv_end = key_end(s, mask, i1);
 
@@ -155,17 +214,10 @@ __global__ void __launch_bounds__(kThreads) attention_forward_kernel(float* out,
 
   for (int64_t j0 = 0; j0 < kv_end; j0 += kT) {
     __syncthreads();  // the previous tile's V and P are no longer read (and Q is loaded)
-    load_tile(KVs, ld, k, j0, s.Sk, D, [&](int64_t row) { return kv_row(s, row, b, g); });
+    load_kv_tile(KVs, ld, k, j0, s, b, g);
     __syncthreads();
     float sc[kPerThread];
-    MT_UNROLL
-    for (int u = 0; u < kPerThread; ++u) sc[u] = 0;
-    for (int d4 = 0; d4 < D4; ++d4) {
-      const float4 qd = ld4(Qs + r * ld + 4 * d4);
-      MT_UNROLL
-      for (int u = 0; u < kPerThread; ++u)
-        sc[u] = dot4(qd, ld4(KVs + (sub + 4 * u) * ld + 4 * d4), sc[u]);
-    }
+    row_dots(sc, Qs + r * ld, KVs, ld, D4, sub);
     float tmax = kNegInf;
     MT_UNROLL
     for (int u = 0; u < kPerThread; ++u) {
@@ -192,7 +244,7 @@ __global__ void __launch_bounds__(kThreads) attention_forward_kernel(float* out,
     MT_UNROLL
     for (int u = 0; u < kMaxD / 4; ++u) acc[u] *= alpha;
     __syncthreads();  // K is no longer read; P is complete
-    load_tile(KVs, ld, v, j0, s.Sk, D, [&](int64_t row) { return kv_row(s, row, b, g); });
+    load_kv_tile(KVs, ld, v, j0, s, b, g);
     __syncthreads();
     accumulate_rows<kMaxD>(acc, Ps + r * kPs, KVs, ld, Dp, sub);
   }
@@ -201,7 +253,7 @@ __global__ void __launch_bounds__(kThreads) attention_forward_kernel(float* out,
     float* o = out + q_row(s, i, b, h);
     const float inv = l_i > 0 ? 1.0f / l_i : 0.0f;
     for_owned_columns<kMaxD>(sub, D, [&](int c, int a) { o[c] = acc[a] * inv; });
-    if (sub == 0) lse[(b * s.H + h) * s.Sq + i] = l_i > 0 ? m_i + logf(l_i) : kNegInf;
+    if (sub == 0) lse[stat_at(s, b, h, i)] = l_i > 0 ? m_i + logf(l_i) : kNegInf;
   }
 }
 
@@ -221,22 +273,14 @@ __global__ void attention_delta_kernel(float* delta,
     acc = warp_sum(acc);
     if (threadIdx.x % 32 == 0) {
       const int64_t h = row % s.H, b = (row / s.H) % s.B, i = row / (s.H * s.B);
-      delta[(b * s.H + h) * s.Sq + i] = acc;
+      delta[stat_at(s, b, h, i)] = acc;
     }
   }
 }
 
 template <int kMaxD>
-__global__ void __launch_bounds__(kThreads) attention_dkdv_kernel(float* dk,
-                                                                  float* dv,
-                                                                  const float* dout,
-                                                                  const float* q,
-                                                                  const float* k,
-                                                                  const float* v,
-                                                                  const float* lse,
-                                                                  const float* delta,
-                                                                  AttnShape s,
-                                                                  AttnMask mask) {
+__global__ void __launch_bounds__(kThreads)
+    attention_dkdv_kernel(BwdTensors t, AttnShape s, AttnMask mask) {
   MT_DYNAMIC_SMEM(smem_raw);
   const int D = int(s.D), Dp = padded_d(s.D), ld = tile_ld(s.D), D4 = Dp / 4;
   float* Ks = reinterpret_cast<float*>(smem_raw);  // [kT][ld]
@@ -252,8 +296,8 @@ __global__ void __launch_bounds__(kThreads) attention_dkdv_kernel(float* dk,
   const int64_t b = blockIdx.y / s.G, g = blockIdx.y % s.G;
   const int64_t j0 = int64_t(blockIdx.x) * kT, j = j0 + jj;
 
-  load_tile(Ks, ld, k, j0, s.Sk, D, [&](int64_t row) { return kv_row(s, row, b, g); });
-  load_tile(Vs, ld, v, j0, s.Sk, D, [&](int64_t row) { return kv_row(s, row, b, g); });
+  load_kv_tile(Ks, ld, t.k, j0, s, b, g);
+  load_kv_tile(Vs, ld, t.v, j0, s, b, g);
 
   float dk_acc[kMaxD / 4], dv_acc[kMaxD / 4];
   MT_UNROLL
@@ -267,33 +311,21 @@ __global__ void __launch_bounds__(kThreads) attention_dkdv_kernel(float* dk,
     const int64_t h = g * hpg + hh;
     for (int64_t i0 = i_begin; i0 < s.Sq; i0 += kT) {
       __syncthreads();  // the previous tiles are no longer read (and K, V are loaded)
-      load_tile(Qs, ld, q, i0, s.Sq, D, [&](int64_t row) { return q_row(s, row, b, h); });
-      load_tile(dOs, ld, dout, i0, s.Sq, D, [&](int64_t row) { return q_row(s, row, b, h); });
+      load_q_tile(Qs, ld, t.q, i0, s, b, h);
+      load_q_tile(dOs, ld, t.dout, i0, s, b, h);
       if (threadIdx.x < kT) {
         const int64_t i = i0 + threadIdx.x;
-        lse_s[threadIdx.x] = i < s.Sq ? lse[(b * s.H + h) * s.Sq + i] : kNegInf;
-        delta_s[threadIdx.x] = i < s.Sq ? delta[(b * s.H + h) * s.Sq + i] : 0.0f;
+        lse_s[threadIdx.x] = i < s.Sq ? t.lse[stat_at(s, b, h, i)] : kNegInf;
+        delta_s[threadIdx.x] = i < s.Sq ? t.delta[stat_at(s, b, h, i)] : 0.0f;
       }
       __syncthreads();
       float sc[kPerThread], dp[kPerThread];
-      MT_UNROLL
-      for (int u = 0; u < kPerThread; ++u) sc[u] = dp[u] = 0;
-      for (int d4 = 0; d4 < D4; ++d4) {
-        const float4 kd = ld4(Ks + jj * ld + 4 * d4), vd = ld4(Vs + jj * ld + 4 * d4);
-        MT_UNROLL
-        for (int u = 0; u < kPerThread; ++u) {
-          const int rr = sub + 4 * u;
-          sc[u] = dot4(ld4(Qs + rr * ld + 4 * d4), kd, sc[u]);
-          dp[u] = dot4(ld4(dOs + rr * ld + 4 * d4), vd, dp[u]);
-        }
-      }
+      row_dots(sc, Ks + jj * ld, Qs, ld, D4, sub);
+      row_dots(dp, Vs + jj * ld, dOs, ld, D4, sub);
       MT_UNROLL
       for (int u = 0; u < kPerThread; ++u) {
         const int rr = sub + 4 * u;
-        const int64_t i = i0 + rr;
-        const float l = lse_s[rr];
-        const bool vis = i < s.Sq && j < s.Sk && visible(mask, i, j) && l != kNegInf;
-        const float p = vis ? expf(sc[u] * s.scale - l) : 0.0f;
+        const float p = prob(s, mask, i0 + rr, j, sc[u], lse_s[rr]);
         Ps[jj * kPs + rr] = p;
         dSs[jj * kPs + rr] = p * (dp[u] - delta_s[rr]);
       }
@@ -317,8 +349,8 @@ __global__ void __launch_bounds__(kThreads) attention_dkdv_kernel(float* dk,
   }
 
   if (j < s.Sk) {
-    float* dkr = dk + kv_row(s, j, b, g);
-    float* dvr = dv + kv_row(s, j, b, g);
+    float* dkr = t.dk + kv_row(s, j, b, g);
+    float* dvr = t.dv + kv_row(s, j, b, g);
     for_owned_columns<kMaxD>(sub, D, [&](int c, int a) {
       dkr[c] += dk_acc[a] * s.scale;
       dvr[c] += dv_acc[a];
@@ -327,15 +359,8 @@ __global__ void __launch_bounds__(kThreads) attention_dkdv_kernel(float* dk,
 }
 
 template <int kMaxD>
-__global__ void __launch_bounds__(kThreads) attention_dq_kernel(float* dq,
-                                                                const float* dout,
-                                                                const float* q,
-                                                                const float* k,
-                                                                const float* v,
-                                                                const float* lse,
-                                                                const float* delta,
-                                                                AttnShape s,
-                                                                AttnMask mask) {
+__global__ void __launch_bounds__(kThreads)
+    attention_dq_kernel(BwdTensors t, AttnShape s, AttnMask mask) {
   MT_DYNAMIC_SMEM(smem_raw);
   const int D = int(s.D), Dp = padded_d(s.D), ld = tile_ld(s.D), D4 = Dp / 4;
   float* Qs = reinterpret_cast<float*>(smem_raw);  // [kT][ld]
@@ -347,10 +372,10 @@ __global__ void __launch_bounds__(kThreads) attention_dq_kernel(float* dq,
   const int64_t b = blockIdx.y / s.H, h = blockIdx.y % s.H, g = h / (s.H / s.G);
   const int64_t i0 = int64_t(blockIdx.x) * kT, i = i0 + r;
 
-  load_tile(Qs, ld, q, i0, s.Sq, D, [&](int64_t row) { return q_row(s, row, b, h); });
-  load_tile(dOs, ld, dout, i0, s.Sq, D, [&](int64_t row) { return q_row(s, row, b, h); });
-  const float l = i < s.Sq ? lse[(b * s.H + h) * s.Sq + i] : kNegInf;
-  const float dlt = i < s.Sq ? delta[(b * s.H + h) * s.Sq + i] : 0.0f;
+  load_q_tile(Qs, ld, t.q, i0, s, b, h);
+  load_q_tile(dOs, ld, t.dout, i0, s, b, h);
+  const float l = i < s.Sq ? t.lse[stat_at(s, b, h, i)] : kNegInf;
+  const float dlt = i < s.Sq ? t.delta[stat_at(s, b, h, i)] : 0.0f;
   const int64_t i1 = i0 + kT < s.Sq ? i0 + kT : s.Sq;
   const int64_t kv_end = key_end(s, mask, i1);
 
@@ -360,35 +385,23 @@ __global__ void __launch_bounds__(kThreads) attention_dq_kernel(float* dq,
 
   for (int64_t j0 = 0; j0 < kv_end; j0 += kT) {
     __syncthreads();  // the previous K, V and dS are no longer read (and Q, dO are loaded)
-    load_tile(Ks, ld, k, j0, s.Sk, D, [&](int64_t row) { return kv_row(s, row, b, g); });
-    load_tile(Vs, ld, v, j0, s.Sk, D, [&](int64_t row) { return kv_row(s, row, b, g); });
+    load_kv_tile(Ks, ld, t.k, j0, s, b, g);
+    load_kv_tile(Vs, ld, t.v, j0, s, b, g);
     __syncthreads();
     float sc[kPerThread], dp[kPerThread];
-    MT_UNROLL
-    for (int u = 0; u < kPerThread; ++u) sc[u] = dp[u] = 0;
-    for (int d4 = 0; d4 < D4; ++d4) {
-      const float4 qd = ld4(Qs + r * ld + 4 * d4), od = ld4(dOs + r * ld + 4 * d4);
-      MT_UNROLL
-      for (int u = 0; u < kPerThread; ++u) {
-        const int jj = sub + 4 * u;
-        sc[u] = dot4(qd, ld4(Ks + jj * ld + 4 * d4), sc[u]);
-        dp[u] = dot4(od, ld4(Vs + jj * ld + 4 * d4), dp[u]);
-      }
-    }
+    row_dots(sc, Qs + r * ld, Ks, ld, D4, sub);
+    row_dots(dp, dOs + r * ld, Vs, ld, D4, sub);
     MT_UNROLL
     for (int u = 0; u < kPerThread; ++u) {
       const int jj = sub + 4 * u;
-      const int64_t j = j0 + jj;
-      const bool vis = i < s.Sq && j < s.Sk && visible(mask, i, j) && l != kNegInf;
-      const float p = vis ? expf(sc[u] * s.scale - l) : 0.0f;
-      dSs[r * kPs + jj] = p * (dp[u] - dlt);
+      dSs[r * kPs + jj] = prob(s, mask, i, j0 + jj, sc[u], l) * (dp[u] - dlt);
     }
     __syncwarp();  // a row's dS is written and read by its 4 threads (one warp)
     accumulate_rows<kMaxD>(dq_acc, dSs + r * kPs, Ks, ld, Dp, sub);
   }
 
   if (i < s.Sq) {
-    float* dqr = dq + q_row(s, i, b, h);
+    float* dqr = t.dq + q_row(s, i, b, h);
     for_owned_columns<kMaxD>(sub, D, [&](int c, int a) { dqr[c] += dq_acc[a] * s.scale; });
   }
 }
@@ -417,44 +430,13 @@ void allow_smem(void (*kernel)(Params...), size_t bytes) {
 #endif
 }
 
-template <int kMaxD>
-void forward(cudaStream_t st,
-             float* out,
-             float* lse,
-             const float* q,
-             const float* k,
-             const float* v,
-             const AttnShape& s,
-             AttnMask mask) {
-  const size_t smem = forward_smem(s.D);
-  allow_smem(attention_forward_kernel<kMaxD>, smem);
-  launch("attention_forward", attention_forward_kernel<kMaxD>,
-         dim3(unsigned((s.Sq + kT - 1) / kT), unsigned(s.B * s.H)), kThreads, smem, st, out, lse, q,
-         k, v, s, mask);
-}
-
-template <int kMaxD>
-void backward(cudaStream_t st,
-              float* dq,
-              float* dk,
-              float* dv,
-              const float* dout,
-              const float* q,
-              const float* k,
-              const float* v,
-              const float* lse,
-              const float* delta,
-              const AttnShape& s,
-              AttnMask mask) {
-  const size_t smem_kv = dkdv_smem(s.D), smem_q = dq_smem(s.D);
-  allow_smem(attention_dkdv_kernel<kMaxD>, smem_kv);
-  allow_smem(attention_dq_kernel<kMaxD>, smem_q);
-  launch("attention_dkdv", attention_dkdv_kernel<kMaxD>,
-         dim3(unsigned((s.Sk + kT - 1) / kT), unsigned(s.B * s.G)), kThreads, smem_kv, st, dk, dv,
-         dout, q, k, v, lse, delta, s, mask);
-  launch("attention_dq", attention_dq_kernel<kMaxD>,
-         dim3(unsigned((s.Sq + kT - 1) / kT), unsigned(s.B * s.H)), kThreads, smem_q, st, dq, dout,
-         q, k, v, lse, delta, s, mask);
+// f(std::integral_constant<int, kMaxD>) for the kernels' kMaxD of head dim D.
+template <typename F>
+void with_max_d(int64_t D, F f) {
+  if (D <= 32) return f(std::integral_constant<int, 32>());
+  if (D <= 64) return f(std::integral_constant<int, 64>());
+  if (D <= 128) return f(std::integral_constant<int, 128>());
+  f(std::integral_constant<int, 256>());
 }
 
 void check_shape(const AttnShape& s, const AttnMask& mask) {
@@ -466,35 +448,21 @@ void check_shape(const AttnShape& s, const AttnMask& mask) {
 
 }  // namespace
 
-void attention_forward(const Ctx& ctx,
-                       float* out,
-                       float* lse,
-                       const float* q,
-                       const float* k,
-                       const float* v,
-                       const AttnShape& s,
-                       AttnMask mask) {
+void attention_forward(const Ctx& ctx, MT_PARAMS(attention_forward)) {
   if (s.B == 0 || s.Sq == 0) return;
   check_shape(s, mask);
   const cudaStream_t st = stream_of(ctx);
-  if (s.D <= 32) return forward<32>(st, out, lse, q, k, v, s, mask);
-  if (s.D <= 64) return forward<64>(st, out, lse, q, k, v, s, mask);
-  if (s.D <= 128) return forward<128>(st, out, lse, q, k, v, s, mask);
-  return forward<256>(st, out, lse, q, k, v, s, mask);
+  with_max_d(s.D, [&](auto max_d) {
+    constexpr int kMaxD = decltype(max_d)::value;
+    const size_t smem = forward_smem(s.D);
+    allow_smem(attention_forward_kernel<kMaxD>, smem);
+    launch("attention_forward", attention_forward_kernel<kMaxD>,
+           dim3(unsigned((s.Sq + kT - 1) / kT), unsigned(s.B * s.H)), kThreads, smem, st, out, lse,
+           q, k, v, s, mask);
+  });
 }
 
-void attention_backward(const Ctx& ctx,
-                        float* dq,
-                        float* dk,
-                        float* dv,
-                        const float* dout,
-                        const float* q,
-                        const float* k,
-                        const float* v,
-                        const float* out,
-                        const float* lse,
-                        const AttnShape& s,
-                        AttnMask mask) {
+void attention_backward(const Ctx& ctx, MT_PARAMS(attention_backward)) {
   if (s.B == 0 || s.Sq == 0 || s.Sk == 0) return;
   check_shape(s, mask);
   const cudaStream_t st = stream_of(ctx);
@@ -502,13 +470,19 @@ void attention_backward(const Ctx& ctx,
   const int64_t rows = s.Sq * s.B * s.H;
   launch("attention_delta", attention_delta_kernel, grid_for(rows * 32, 256), 256, 0, st,
          delta.as<float>(), dout, out, s);
-  if (s.D <= 32)
-    return backward<32>(st, dq, dk, dv, dout, q, k, v, lse, delta.as<float>(), s, mask);
-  if (s.D <= 64)
-    return backward<64>(st, dq, dk, dv, dout, q, k, v, lse, delta.as<float>(), s, mask);
-  if (s.D <= 128)
-    return backward<128>(st, dq, dk, dv, dout, q, k, v, lse, delta.as<float>(), s, mask);
-  return backward<256>(st, dq, dk, dv, dout, q, k, v, lse, delta.as<float>(), s, mask);
+  const BwdTensors t{dq, dk, dv, dout, q, k, v, lse, delta.as<float>()};
+  with_max_d(s.D, [&](auto max_d) {
+    constexpr int kMaxD = decltype(max_d)::value;
+    const size_t smem_kv = dkdv_smem(s.D), smem_q = dq_smem(s.D);
+    allow_smem(attention_dkdv_kernel<kMaxD>, smem_kv);
+    allow_smem(attention_dq_kernel<kMaxD>, smem_q);
+    launch("attention_dkdv", attention_dkdv_kernel<kMaxD>,
+           dim3(unsigned((s.Sk + kT - 1) / kT), unsigned(s.B * s.G)), kThreads, smem_kv, st, t, s,
+           mask);
+    launch("attention_dq", attention_dq_kernel<kMaxD>,
+           dim3(unsigned((s.Sq + kT - 1) / kT), unsigned(s.B * s.H)), kThreads, smem_q, st, t, s,
+           mask);
+  });
 }
 
 }  // namespace mtron::kernels::cuda

@@ -74,17 +74,25 @@ __device__ __forceinline__ T warp_max(T v) {
   return v;
 }
 
-// Sum over a one-dimensional block (blockDim.x a multiple of 32). Every thread returns the same
-// value; the order of the additions is fixed, so the result is deterministic. `red` is a shared
-// array of at least 32 elements; the leading barrier lets calls follow one another.
-template <typename T>
-__device__ __forceinline__ T block_sum(T v, T* red) {
+// Block reductions over a one-dimensional block (blockDim.x a multiple of 32). Every thread
+// returns the same value; the order of the operations is fixed, so the result is deterministic.
+// `red` is a shared array of at least 32 elements; the leading barrier lets calls follow one
+// another.
+
+// Puts warp w's reduction of v (warp_op) in red[w] for every warp; returns the number of warps.
+template <typename T, typename WarpOp>
+__device__ __forceinline__ int warp_partials(T v, T* red, WarpOp warp_op) {
   const int lane = int(threadIdx.x % 32), warp = int(threadIdx.x / 32);
-  const int nwarps = int(blockDim.x / 32);
-  v = warp_sum(v);
+  v = warp_op(v);
   __syncthreads();
   if (lane == 0) red[warp] = v;
   __syncthreads();
+  return int(blockDim.x / 32);
+}
+
+template <typename T>
+__device__ __forceinline__ T block_sum(T v, T* red) {
+  const int nwarps = warp_partials(v, red, [](T x) { return warp_sum(x); });
   T total = 0;
   for (int w = 0; w < nwarps; ++w) total += red[w];
   return total;
@@ -92,12 +100,7 @@ __device__ __forceinline__ T block_sum(T v, T* red) {
 
 template <typename T>
 __device__ __forceinline__ T block_max(T v, T* red) {
-  const int lane = int(threadIdx.x % 32), warp = int(threadIdx.x / 32);
-  const int nwarps = int(blockDim.x / 32);
-  v = warp_max(v);
-  __syncthreads();
-  if (lane == 0) red[warp] = v;
-  __syncthreads();
+  const int nwarps = warp_partials(v, red, [](T x) { return warp_max(x); });
   T m = red[0];
   for (int w = 1; w < nwarps; ++w) m = red[w] > m ? red[w] : m;
   return m;

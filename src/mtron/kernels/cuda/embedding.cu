@@ -25,14 +25,8 @@ namespace {
 constexpr int kThreads = 256;
 constexpr int kRunThreads = 128;
 
-__global__ void embedding_forward_kernel(float* out,
-                                         const int32_t* ids,
-                                         const float* table,
-                                         int64_t N,
-                                         int64_t C,
-                                         int64_t row_start,
-                                         int64_t rows,
-                                         bool accumulate) {
+// The op's arguments; one thread per output element.
+__global__ void embedding_forward_kernel(MT_PARAMS(embedding_forward)) {
   const int64_t n_items = N * C;
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n_items;
        i += int64_t(gridDim.x) * blockDim.x) {
@@ -103,27 +97,12 @@ void sort_ids(int32_t* sorted_ids,
 
 }  // namespace
 
-void embedding_forward(const Ctx& ctx,
-                       float* out,
-                       const int32_t* ids,
-                       const float* table,
-                       int64_t N,
-                       int64_t C,
-                       int64_t row_start,
-                       int64_t rows,
-                       bool accumulate) {
+void embedding_forward(const Ctx& ctx, MT_PARAMS(embedding_forward)) {
   launch("embedding_forward", embedding_forward_kernel, grid_for(N * C, kThreads), kThreads, 0,
          stream_of(ctx), out, ids, table, N, C, row_start, rows, accumulate);
 }
 
-void embedding_backward(const Ctx& ctx,
-                        float* dtable,
-                        const float* dout,
-                        const int32_t* ids,
-                        int64_t N,
-                        int64_t C,
-                        int64_t row_start,
-                        int64_t rows) {
+void embedding_backward(const Ctx& ctx, MT_PARAMS(embedding_backward)) {
   if (N <= 0 || C <= 0) return;
   MT_CHECK(N < (int64_t(1) << 31), "embedding_backward: ", N, " tokens (at most 2^31 - 1 on CUDA)");
   const cudaStream_t s = stream_of(ctx);

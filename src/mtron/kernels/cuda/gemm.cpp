@@ -218,54 +218,15 @@ void run(const Ctx& ctx,
 
 }  // namespace
 
-void gemm(const Ctx& ctx,
-          Trans ta,
-          Trans tb,
-          int64_t M,
-          int64_t N,
-          int64_t K,
-          float alpha,
-          const float* A,
-          int64_t lda,
-          const float* B,
-          int64_t ldb,
-          float beta,
-          float* C,
-          int64_t ldc) {
+void gemm(const Ctx& ctx, MT_PARAMS(gemm_fp32)) {
   run(ctx, CUDA_R_32F, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
-void gemm(const Ctx& ctx,
-          Trans ta,
-          Trans tb,
-          int64_t M,
-          int64_t N,
-          int64_t K,
-          float alpha,
-          const bf16* A,
-          int64_t lda,
-          const bf16* B,
-          int64_t ldb,
-          float beta,
-          float* C,
-          int64_t ldc) {
+void gemm(const Ctx& ctx, MT_PARAMS(gemm_bf16)) {
   run(ctx, CUDA_R_16BF, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
-void gemm(const Ctx& ctx,
-          Trans ta,
-          Trans tb,
-          int64_t M,
-          int64_t N,
-          int64_t K,
-          float alpha,
-          const f16* A,
-          int64_t lda,
-          const f16* B,
-          int64_t ldb,
-          float beta,
-          float* C,
-          int64_t ldc) {
+void gemm(const Ctx& ctx, MT_PARAMS(gemm_fp16)) {
   run(ctx, CUDA_R_16F, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 

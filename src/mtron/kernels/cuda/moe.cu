@@ -129,14 +129,7 @@ void moe_aux_scores(const Ctx& ctx, float* scores, const float* logits, const Mo
          scores, logits, r);
 }
 
-void moe_aux_sums(const Ctx& ctx,
-                  double* psum,
-                  double* counts,
-                  const float* scores,
-                  const int32_t* idx,
-                  const MoeRouting& r,
-                  int64_t nb,
-                  int64_t row0) {
+void moe_aux_sums(const Ctx& ctx, MT_PARAMS(moe_aux_sums)) {
   launch("moe_aux_sums", aux_sums_kernel, grid_for(nb * r.E, kThreads), kThreads, 0, stream_of(ctx),
          psum, counts, scores, idx, r, nb, row0);
 }
@@ -166,38 +159,17 @@ void moe_permute_backward(const Ctx& ctx,
          stream_of(ctx), dx, drows, row, static_cast<const float*>(nullptr), r, h);
 }
 
-void moe_combine(const Ctx& ctx,
-                 float* y,
-                 const float* rows,
-                 const int64_t* row,
-                 const float* weight,
-                 const MoeRouting& r,
-                 int64_t h) {
+void moe_combine(const Ctx& ctx, MT_PARAMS(moe_combine)) {
   launch("moe_combine", gather_pairs_kernel, grid_for(r.T * h, kThreads), kThreads, 0,
          stream_of(ctx), y, rows, row, weight, r, h);
 }
 
-void moe_combine_backward(const Ctx& ctx,
-                          float* drows,
-                          float* dweight,
-                          const float* dy,
-                          const float* rows,
-                          const int64_t* row,
-                          const float* weight,
-                          const MoeRouting& r,
-                          int64_t h) {
+void moe_combine_backward(const Ctx& ctx, MT_PARAMS(moe_combine_backward)) {
   launch("moe_combine_backward", combine_backward_kernel, grid_for(r.T * r.k, kThreads), kThreads,
          0, stream_of(ctx), drows, dweight, dy, rows, row, weight, r, h);
 }
 
-void moe_router_backward(const Ctx& ctx,
-                         float* dlogits,
-                         const float* logits,
-                         const int32_t* idx,
-                         const float* weight,
-                         const float* dweight,
-                         const MoeRouting& r,
-                         const MoeRouterLoss& loss) {
+void moe_router_backward(const Ctx& ctx, MT_PARAMS(moe_router_backward)) {
   launch("moe_router_backward", router_backward_kernel, grid_for(r.T, kThreads), kThreads, 0,
          stream_of(ctx), dlogits, logits, idx, weight, dweight, r, loss);
 }

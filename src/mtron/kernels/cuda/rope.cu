@@ -28,8 +28,10 @@ __device__ __forceinline__ QkvPlace qkv_place(int64_t i, int64_t G, int64_t hpg,
   return {j == hpg ? 1 : 2, ng * D + d};
 }
 
-__global__ void qkv_split_kernel(
-    float* q, float* k, float* v, const float* qkv, int64_t n, int64_t G, int64_t hpg, int64_t D) {
+// The kernels take the op's arguments (kernels/rope.h); split and merge: one thread per element
+// of qkv.
+__global__ void qkv_split_kernel(MT_PARAMS(qkv_split)) {
+  const int64_t n = N * G * (hpg + 2) * D;
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
        i += int64_t(gridDim.x) * blockDim.x) {
     const QkvPlace p = qkv_place(i, G, hpg, D);
@@ -38,14 +40,8 @@ __global__ void qkv_split_kernel(
   }
 }
 
-__global__ void qkv_merge_kernel(float* dqkv,
-                                 const float* dq,
-                                 const float* dk,
-                                 const float* dv,
-                                 int64_t n,
-                                 int64_t G,
-                                 int64_t hpg,
-                                 int64_t D) {
+__global__ void qkv_merge_kernel(MT_PARAMS(qkv_merge_grad)) {
+  const int64_t n = N * G * (hpg + 2) * D;
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
        i += int64_t(gridDim.x) * blockDim.x) {
     const QkvPlace p = qkv_place(i, G, hpg, D);
@@ -54,16 +50,10 @@ __global__ void qkv_merge_kernel(float* dqkv,
   }
 }
 
-// One thread per (token, head, i < R/2). sign = +1 rotates by +angle, -1 by -angle (adjoint).
-__global__ void rope_kernel(float* x,
-                            const int32_t* pos,
-                            int64_t N,
-                            int64_t nh,
-                            int64_t D,
-                            int64_t R,
-                            float base,
-                            float sign) {
-  const int64_t half = R / 2;
+// One thread per (token, head, i < R/2), R = rot_dim. sign = +1 rotates by +angle, -1 by -angle
+// (the adjoint).
+__global__ void rope_kernel(MT_PARAMS(rope_forward), float sign) {
+  const int64_t R = rot_dim, half = R / 2;
   const int64_t n_items = N * nh * half;
   for (int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; t < n_items;
        t += int64_t(gridDim.x) * blockDim.x) {
@@ -83,54 +73,24 @@ __global__ void rope_kernel(float* x,
 
 }  // namespace
 
-void qkv_split(const Ctx& ctx,
-               float* q,
-               float* k,
-               float* v,
-               const float* qkv,
-               int64_t N,
-               int64_t G,
-               int64_t hpg,
-               int64_t D) {
+void qkv_split(const Ctx& ctx, MT_PARAMS(qkv_split)) {
   const int64_t n = N * G * (hpg + 2) * D;
   launch("qkv_split", qkv_split_kernel, grid_for(n, kThreads), kThreads, 0, stream_of(ctx), q, k, v,
-         qkv, n, G, hpg, D);
+         qkv, N, G, hpg, D);
 }
 
-void qkv_merge_grad(const Ctx& ctx,
-                    float* dqkv,
-                    const float* dq,
-                    const float* dk,
-                    const float* dv,
-                    int64_t N,
-                    int64_t G,
-                    int64_t hpg,
-                    int64_t D) {
+void qkv_merge_grad(const Ctx& ctx, MT_PARAMS(qkv_merge_grad)) {
   const int64_t n = N * G * (hpg + 2) * D;
   launch("qkv_merge_grad", qkv_merge_kernel, grid_for(n, kThreads), kThreads, 0, stream_of(ctx),
-         dqkv, dq, dk, dv, n, G, hpg, D);
+         dqkv, dq, dk, dv, N, G, hpg, D);
 }
 
-void rope_forward(const Ctx& ctx,
-                  float* x,
-                  const int32_t* pos,
-                  int64_t N,
-                  int64_t nh,
-                  int64_t D,
-                  int64_t rot_dim,
-                  float base) {
+void rope_forward(const Ctx& ctx, MT_PARAMS(rope_forward)) {
   launch("rope_forward", rope_kernel, grid_for(N * nh * (rot_dim / 2), kThreads), kThreads, 0,
          stream_of(ctx), x, pos, N, nh, D, rot_dim, base, 1.0f);
 }
 
-void rope_backward(const Ctx& ctx,
-                   float* dx,
-                   const int32_t* pos,
-                   int64_t N,
-                   int64_t nh,
-                   int64_t D,
-                   int64_t rot_dim,
-                   float base) {
+void rope_backward(const Ctx& ctx, MT_PARAMS(rope_backward)) {
   launch("rope_backward", rope_kernel, grid_for(N * nh * (rot_dim / 2), kThreads), kThreads, 0,
          stream_of(ctx), dx, pos, N, nh, D, rot_dim, base, -1.0f);
 }

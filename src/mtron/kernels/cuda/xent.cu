@@ -19,16 +19,13 @@ __host__ __device__ __forceinline__ int64_t valid_cols(int64_t Vl,
   return v < 0 ? 0 : (v > Vl ? Vl : v);
 }
 
-__global__ void xent_stats_kernel(float* row_max,
-                                  float* row_sumexp,
-                                  float* target_logit,
-                                  const float* logits,
-                                  const int32_t* targets,
-                                  int64_t Vl,
-                                  int64_t col_start,
-                                  int64_t nv) {
+// The kernels take the op's arguments (kernels/xent.h).
+
+// One block per row.
+__global__ void xent_stats_kernel(MT_PARAMS(xent_stats)) {
   __shared__ float red[32];
-  const int64_t r = blockIdx.x;
+  const int64_t r = blockIdx.x, nv = valid_cols(Vl, col_start, vocab_valid);
+  if (r >= n) return;
   const float* x = logits + r * Vl;
   float m = kNegInf;
   for (int64_t c = threadIdx.x; c < nv; c += blockDim.x) m = fmaxf(m, x[c]);
@@ -45,17 +42,8 @@ __global__ void xent_stats_kernel(float* row_max,
   }
 }
 
-__global__ void xent_backward_kernel(float* dlogits,
-                                     const float* logits,
-                                     const int32_t* targets,
-                                     const float* row_max,
-                                     const float* row_sumexp,
-                                     const float* row_scale,
-                                     int64_t n,
-                                     int64_t Vl,
-                                     int64_t col_start,
-                                     int64_t nv) {
-  const int64_t n_items = n * Vl;
+__global__ void xent_backward_kernel(MT_PARAMS(xent_backward)) {
+  const int64_t n_items = n * Vl, nv = valid_cols(Vl, col_start, vocab_valid);
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n_items;
        i += int64_t(gridDim.x) * blockDim.x) {
     const int64_t r = i / Vl, c = i % Vl;
@@ -74,36 +62,16 @@ __global__ void xent_backward_kernel(float* dlogits,
 
 }  // namespace
 
-void xent_stats(const Ctx& ctx,
-                float* row_max,
-                float* row_sumexp,
-                float* target_logit,
-                const float* logits,
-                const int32_t* targets,
-                int64_t n,
-                int64_t Vl,
-                int64_t col_start,
-                int64_t vocab_valid) {
+void xent_stats(const Ctx& ctx, MT_PARAMS(xent_stats)) {
   if (n <= 0) return;
   launch("xent_stats", xent_stats_kernel, unsigned(n), kThreads, 0, stream_of(ctx), row_max,
-         row_sumexp, target_logit, logits, targets, Vl, col_start,
-         valid_cols(Vl, col_start, vocab_valid));
+         row_sumexp, target_logit, logits, targets, n, Vl, col_start, vocab_valid);
 }
 
-void xent_backward(const Ctx& ctx,
-                   float* dlogits,
-                   const float* logits,
-                   const int32_t* targets,
-                   const float* row_max,
-                   const float* row_sumexp,
-                   const float* row_scale,
-                   int64_t n,
-                   int64_t Vl,
-                   int64_t col_start,
-                   int64_t vocab_valid) {
+void xent_backward(const Ctx& ctx, MT_PARAMS(xent_backward)) {
   launch("xent_backward", xent_backward_kernel, grid_for(n * Vl, kThreads), kThreads, 0,
          stream_of(ctx), dlogits, logits, targets, row_max, row_sumexp, row_scale, n, Vl, col_start,
-         valid_cols(Vl, col_start, vocab_valid));
+         vocab_valid);
 }
 
 }  // namespace mtron::kernels::cuda

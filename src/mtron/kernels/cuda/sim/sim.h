@@ -69,9 +69,13 @@ bool is_device_memory(const void* p);
 // A pointer argument of device work must be null or device memory: a host pointer handed to a
 // kernel, a GEMM or a device-side copy faults on a GPU (throws mtron::InternalError naming `what`).
 void check_device_pointer(const char* what, const void* p);
+// A struct of pointers passes them as v.for_each_pointer(f) does.
 template <typename T>
 void check_device_arg(const char* what, const T& v) {
-  if constexpr (std::is_pointer_v<T>) check_device_pointer(what, v);
+  if constexpr (std::is_pointer_v<T>)
+    check_device_pointer(what, v);
+  else if constexpr (requires { v.for_each_pointer([](const void*) {}); })
+    v.for_each_pointer([&](const void* p) { check_device_pointer(what, p); });
 }
 
 // Makes the emulated device memory accessible for this object's lifetime (nests).
