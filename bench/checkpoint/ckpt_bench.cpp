@@ -85,8 +85,10 @@ int main(int argc, char** argv) {
   p.init(1234);
   float* moments = p.grad_flat().f32();
   std::memcpy(moments, p.master_flat().f32(), sizeof(float) * size_t(p.size()));
-  const std::vector<checkpoint::ChunkState> st = {
-      {&p, optimizer ? moments : nullptr, optimizer ? moments : nullptr, {{0, p.size()}}}};
+  std::vector<checkpoint::ChunkState> st(1);
+  st[0].params = &p;
+  st[0].exp_avg = st[0].exp_avg_sq = optimizer ? moments : nullptr;
+  st[0].opt_shards = {{0, p.size()}};
   auto world = make_single_comm();
   const checkpoint::RankGroups g{world.get(), world.get(), 0};
   checkpoint::RunInfo info;
@@ -100,8 +102,10 @@ int main(int argc, char** argv) {
   for (int r = 0; r < repeats; ++r) {
     fs::remove_all(dir);
     double t0 = now_seconds();
+    checkpoint::Progress progress;
+    progress.iteration = r + 1;
     const std::string d =
-        checkpoint::save_checkpoint(dir, st, info, {r + 1, 0, 0}, g, /*keep_last_n=*/0);
+        checkpoint::save_checkpoint(dir, st, info, progress, g, /*keep_last_n=*/0);
     save.push_back(now_seconds() - t0);
     bytes = dir_bytes(d);
     t0 = now_seconds();

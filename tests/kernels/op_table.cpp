@@ -386,7 +386,7 @@ void elementwise_cases(Checker& ck, bool small) {
       for (const Fp8Format f : {Fp8Format::kE4M3, Fp8Format::kE5M2}) {
         Pair<float> x(v), amax(std::vector<float>{0.5f});
         const std::vector<bf16> unset(size_t(n), bf16{0xffff});
-        Pair<bf16> xb(to_bf16(v)), q(unset), qb(unset);
+        Pair<bf16> xb(narrow<bf16>(v)), q(unset), qb(unset);
         ref::fp8_quantize(q.host(), amax.host(), x.host(), 0.37f, f, n);
         fp8_quantize(g_dev, q.dev(), amax.dev(), x.dev(), 0.37f, f, n);
         ref::fp8_quantize(qb.host(), amax.host(), xb.host(), 3.0f, f, n);
