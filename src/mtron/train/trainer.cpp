@@ -19,6 +19,7 @@
 #include "mtron/parallel/rank_map.h"
 #include "mtron/parallel/schedule.h"
 #include "mtron/train/ddp.h"
+#include "mtron/train/fp8_state.h"
 #include "mtron/train/mock_data.h"
 #include "mtron/train/stages.h"
 
@@ -113,16 +114,6 @@ void Trainer::build_model() {
   }
 }
 
-void Trainer::update_fp8() {
-  std::vector<float> a = fp8_->amaxes();
-  const int64_t d = fp8_->dense_amaxes(), e = int64_t(a.size()) - d;
-  for (Comm* g : {&ps_->tp(), &ps_->dp_cp()})
-    if (g->size() > 1 && d > 0) g->all_reduce(a.data(), d, ReduceOp::kMax);
-  for (Comm* g : {&ps_->etp(), &ps_->edp()})
-    if (g->size() > 1 && e > 0) g->all_reduce(a.data() + d, e, ReduceOp::kMax);
-  fp8_->update(a);
-}
-
 optim::LrSchedule Trainer::lr_schedule() const {
   return schedule_;
 }
@@ -150,18 +141,7 @@ checkpoint::TrainView Trainer::checkpoint_view() {
     checkpoint::ChunkState c{
         &p, optimizer_->exp_avg(i).f32(), optimizer_->exp_avg_sq(i).f32(), {}, experts, {}};
     for (const auto& s : optimizer_->buffers()[i].shards) c.opt_shards.push_back({s.begin, s.end});
-    // The FP8 scaling state of the chunk's linear layers, per role: "fp8.<weight>.<role>.*".
-    for (int l = 0; fp8_ && l < fp8_->size(); ++l) {
-      if (fp8_->expert(l) != experts || p.find(fp8_->name(l)) < 0) continue;
-      model::Fp8Scaling* s = fp8_->scaling(l);
-      for (int r = 0; r < 3; ++r) {
-        const std::string key =
-            "fp8." + fp8_->name(l) + "." + model::fp8_role_name(model::Fp8Role(r));
-        c.states.push_back(
-            {key + ".amax_history", {int64_t(s[r].history.size())}, s[r].history.data()});
-        c.states.push_back({key + ".scale", {1}, &s[r].scale});
-      }
-    }
+    if (fp8_) add_fp8_states(c, *fp8_, p, experts);
     v.chunks.push_back(std::move(c));
     ++i;
   };
@@ -250,7 +230,7 @@ StepResult Trainer::step() {
       parallel::run_pipeline(*stages_, ps_->pp(), int(par.vpp()), num_microbatches_);
   if (fp8_) {
     fp8_->set_recording(false);
-    if (a_.fp8.recipe == model::Fp8Recipe::kDelayed) update_fp8();
+    if (a_.fp8.recipe == model::Fp8Recipe::kDelayed) update_fp8_scales(*fp8_, *ps_);
   }
   if (profile_enabled()) {
     pipeline_compute_s_ += pt.compute_s;
@@ -335,11 +315,9 @@ void Trainer::run() {
     for (const model::ParamSpec& s : c->expert_params().specs()) header.expert_elems += s.numel();
   log_run_header(a_, world_.rank(), logger, header);
 
-  double interval_loss = 0, skipped_loss = 0, interval_time = 0, interval_flops = 0,
-         profiled_time = 0;
-  double interval_lb = 0, interval_z = 0;
-  model::MoEStats interval_moe;
-  int64_t interval_iters = 0, interval_samples = 0, skipped = 0, nans = 0, profiled_iters = 0;
+  Interval in;
+  double profiled_time = 0;
+  int64_t profiled_iters = 0;
   std::vector<int64_t> bytes_at_start;
   bool exiting = false;
   while (iteration_ < a_.train_iters) {
@@ -350,17 +328,8 @@ void Trainer::run() {
     const StepResult r = step();
     const double dt = now_seconds() - t0;
     if (profile_enabled()) profiled_time += dt;
-    (r.skipped ? skipped_loss : interval_loss) += r.lm_loss;
-    interval_lb += r.load_balancing_loss;
-    interval_z += r.z_loss;
-    interval_moe.add(r.moe);
-    interval_time += dt;
-    interval_flops +=
-        flops_per_iteration(a_.model, batch_size_, a_.model.padded_vocab_size(par.tp()));
-    interval_samples += batch_size_;
-    ++interval_iters;
-    skipped += r.skipped;
-    nans += r.skipped && !std::isfinite(r.lm_loss);  // Megatron's nan iterations
+    in.add(r, dt, flops_per_iteration(a_.model, batch_size_, a_.model.padded_vocab_size(par.tp())),
+           batch_size_);
     if (logger) {
       log_->step({iteration_, consumed_samples_, batch_size_, learning_rate(lr_samples_),
                   decoupled_learning_rate(lr_samples_), r.lm_loss, r.loss_scale, r.grad_norm,
@@ -372,44 +341,21 @@ void Trainer::run() {
       l.train_iters = a_.train_iters;
       l.consumed_samples = consumed_samples_;
       l.global_batch_size = batch_size_;
-      const double per_iter = interval_time / double(interval_iters);
-      const double flops = interval_flops / double(interval_iters);
-      l.elapsed_ms = 1e3 * per_iter;
-      l.tflops_per_device = flops / (per_iter * 1e12 * double(world_.size()));
       l.learning_rate = learning_rate(lr_samples_);
       l.decoupled_learning_rate = decoupled_learning_rate(lr_samples_);
-      // Megatron's mean over the iterations that were not skipped (over all when none was)
-      l.lm_loss = interval_iters > skipped ? interval_loss / double(interval_iters - skipped)
-                                           : skipped_loss / double(interval_iters);
-      l.loss_scale = r.loss_scale;
-      if (!(scaler_ && r.skipped)) l.grad_norm = r.grad_norm;
-      l.skipped_iterations = skipped;
-      l.nan_iterations = nans;
-      l.tokens_per_s_per_device =
-          double(interval_samples * a_.model.seq_length) / interval_time / double(world_.size());
-      l.mfu = peak > 0 ? flops / per_iter / double(world_.size()) / peak : 0.0;
+      in.report(l, r, scaler_ != nullptr, world_.size(), peak, a_.model);
       // CPU: the process's peak RSS; CUDA: the peak of the device memory tensors held.
       l.peak_memory_mb =
           double(cuda ? kernels::device_memory(Device::kCUDA).max_allocated : process_peak_rss()) /
           1048576.0;
-      const auto& mc = a_.model;
-      l.moe_losses =
-          moe_losses(interval_lb / double(interval_iters), interval_z / double(interval_iters));
-      if (mc.is_moe()) l.extra.emplace_back("moe_routing_hash", interval_moe.routed_hash);
-      if (mc.is_moe() && mc.moe_expert_capacity_factor > 0) {
-        l.extra.emplace_back("moe_dropped_pairs", interval_moe.dropped);
-        l.extra.emplace_back("moe_dropped_hash", interval_moe.dropped_hash);
-      }
+      l.moe_losses = moe_losses(in.load_balancing / double(in.iters), in.z / double(in.iters));
       if (logger) log_->interval(l);
       // Megatron's memory report, once, after the first logged iterations.
       if (cuda && iteration_ == a_.log_interval && (world_.rank() == 0 || logger)) {
         log_plain(
             format_memory_report(world_.rank(), iteration_, kernels::device_memory(Device::kCUDA)));
       }
-      interval_loss = skipped_loss = interval_time = interval_flops = 0;
-      interval_lb = interval_z = 0;
-      interval_moe = model::MoEStats{};
-      interval_iters = interval_samples = skipped = nans = 0;
+      in = Interval{};
     }
     if (a_.eval_iters > 0 && datasets_.valid && iteration_ % a_.eval_interval == 0) {
       const bool was = profile_enabled();

@@ -1,4 +1,4 @@
-// defines: StepResult, Trainer, train_main
+// defines: Trainer, train_main
 //
 // The training loop: builds this rank's model chunks (its pipeline stage, and its virtual
 // stages when interleaved) and optimizer from TrainArgs and the ParallelState, and per step
@@ -33,22 +33,10 @@
 #include "mtron/parallel/parallel_state.h"
 #include "mtron/train/args.h"
 #include "mtron/train/grad_sync.h"
+#include "mtron/train/interval.h"
 #include "mtron/train/run_log.h"
 
 namespace mtron::train {
-
-struct StepResult {
-  double lm_loss = 0;    // token-weighted mean over the global batch (on every rank)
-  double grad_norm = 0;  // before clipping (non-finite when skipped)
-  double lr = 0;
-  bool skipped = false;
-  double loss_scale = 1.0;  // after this step's update (Megatron's log value); 1 without scaler
-  // MoE: Megatron's load_balancing_loss and z_loss (averaged over the global batch's
-  // micro-batches and the MoE layers, without their coefficients), and the step's statistics
-  // summed over the world (dropped pairs, routing checksums).
-  double load_balancing_loss = 0, z_loss = 0;
-  model::MoEStats moe;
-};
 
 class Trainer {
  public:
@@ -92,7 +80,6 @@ class Trainer {
   // After an iteration's micro-batches: the FP8 amaxes reduced (MAX) over the ranks holding each
   // layer's shards and replicas (TP and DP x CP; the experts' ETP and EDP), then every delayed
   // scale updated, as Transformer Engine's amax reduction and scale update.
-  void update_fp8();
   // The MoE loss fields Megatron logs for this model, with the given values.
   std::vector<std::pair<std::string, double>> moe_losses(double load_balancing, double z) const;
 
