@@ -113,7 +113,7 @@ void gemms(const Model& m, int64_t tokens, DType t) {
 
 void attention(const Model& m) {
   const int64_t D = m.hidden / m.heads;
-  const AttnShape s{m.batch, m.seq, m.seq, m.heads, m.heads, D, 1.0f / std::sqrt(float(D))};
+  const AttnShape s{m.batch, m.seq, m.seq, m.heads, m.heads, D, D, 1.0f / std::sqrt(float(D))};
   const int64_t nq = s.Sq * s.B * s.H * s.D;
   Tensor q = filled(nq, DType::kF32), k = filled(nq, DType::kF32), v = filled(nq, DType::kF32);
   Tensor out = filled(nq, DType::kF32), lse = filled(s.B * s.H * s.Sq, DType::kF32);

@@ -182,7 +182,7 @@ int main(int argc, char** argv) {
         [&] { adamw_step(ctx, p.data(), m.data(), v.data(), g.data(), pb.data(), P, hp); });
   }
   {
-    const AttnShape s{B, S, S, H, H, D, 1.0f / 8.0f};
+    const AttnShape s{B, S, S, H, H, D, D, 1.0f / 8.0f};
     auto q = filled(N * C), k = filled(N * C), v = filled(N * C), out = filled(N * C);
     auto dout = filled(N * C), dq = filled(N * C), dk = filled(N * C), dv = filled(N * C);
     std::vector<float> lse(size_t(B * H * S));

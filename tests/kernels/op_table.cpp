@@ -346,6 +346,42 @@ void rope_cases(Checker& ck, bool small) {
       ck.check("backward", x, kTolF32);
     });
   }
+  // Multi-latent attention: K/V split and merge, and RoPE on the last Dr channels of each head
+  // (called at a channel offset: channels outside [Dn, Dn + Dr) stay as they are).
+  struct MlaShape {
+    int64_t N, H, Dn, Dr, Dv;
+  };
+  std::vector<MlaShape> mla = {{1, 1, 2, 2, 2}, {7, 3, 16, 8, 24}, {33, 4, 12, 6, 5}};
+  if (!small) mla.push_back({2048, 16, 128, 64, 128});
+  for (const MlaShape& s : mla) {
+    const int64_t Dk = s.Dn + s.Dr, nkv = s.N * s.H * (s.Dn + s.Dv);
+    const int64_t nk = s.N * s.H * Dk, nv = s.N * s.H * s.Dv;
+    const std::string shape = str("N", s.N, " H", s.H, " Dn", s.Dn, " Dr", s.Dr, " Dv", s.Dv);
+    ck.run("mla_kv_split/merge", shape, [&] {
+      Pair<float> kv(randn(nkv)), kpe(randn(s.N * s.Dr)), k(poison(nk)), v(poison(nv));
+      ref::mla_kv_split(k.host(), v.host(), kv.host(), kpe.host(), s.N, s.H, s.Dn, s.Dr, s.Dv);
+      mla_kv_split(g_dev, k.dev(), v.dev(), kv.dev(), kpe.dev(), s.N, s.H, s.Dn, s.Dr, s.Dv);
+      ck.check("k", k, 0.0);
+      ck.check("v", v, 0.0);
+      Pair<float> dk(randn(nk)), dv(randn(nv)), dkv(poison(nkv)), dkpe(poison(s.N * s.Dr));
+      ref::mla_kv_merge_grad(dkv.host(), dkpe.host(), dk.host(), dv.host(), s.N, s.H, s.Dn, s.Dr,
+                             s.Dv);
+      mla_kv_merge_grad(g_dev, dkv.dev(), dkpe.dev(), dk.dev(), dv.dev(), s.N, s.H, s.Dn, s.Dr,
+                        s.Dv);
+      ck.check("dkv", dkv, 0.0);
+      ck.check("dkpe", dkpe, kTolF32);
+    });
+    ck.run("rope (channel offset)", shape, [&] {
+      Pair<float> x(randn(nk));
+      Pair<int32_t> pos(randint(s.N, 0, 8192));
+      ref::rope_forward(x.host() + s.Dn, pos.host(), s.N, s.H, Dk, s.Dr, 10000.0f);
+      rope_forward(g_dev, x.dev() + s.Dn, pos.dev(), s.N, s.H, Dk, s.Dr, 10000.0f);
+      ck.check("forward", x, kTolF32);
+      ref::rope_backward(x.host() + s.Dn, pos.host(), s.N, s.H, Dk, s.Dr, 10000.0f);
+      rope_backward(g_dev, x.dev() + s.Dn, pos.dev(), s.N, s.H, Dk, s.Dr, 10000.0f);
+      ck.check("backward", x, kTolF32);
+    });
+  }
 }
 
 void embedding_cases(Checker& ck, bool small) {
@@ -388,8 +424,10 @@ void attention_cases(Checker& ck, bool small) {
     AttnShape s;
     AttnMask mask;
   };
-  auto shape = [](int64_t B, int64_t Sq, int64_t Sk, int64_t H, int64_t G, int64_t D) {
-    return AttnShape{B, Sq, Sk, H, G, D, 1.0f / std::sqrt(float(D))};
+  // Dv (the value head dim) defaults to D.
+  auto shape = [](int64_t B, int64_t Sq, int64_t Sk, int64_t H, int64_t G, int64_t D,
+                  int64_t Dv = 0) {
+    return AttnShape{B, Sq, Sk, H, G, D, Dv ? Dv : D, 1.0f / std::sqrt(float(D))};
   };
   std::vector<Case> cases = {
       {shape(1, 1, 1, 1, 1, 8), {true, 0}},
@@ -403,6 +441,12 @@ void attention_cases(Checker& ck, bool small) {
       {shape(2, 67, 130, 2, 1, 16), {false, 0}},
       {shape(2, 130, 67, 6, 3, 128), {true, 100}},  // the head dims of the 1.3B and larger models
       {shape(1, 70, 70, 2, 2, 256), {true, 0}},
+      // value head dim != query/key head dim (multi-latent attention: D = 128 + 64, Dv = 128)
+      {shape(1, 70, 70, 2, 2, 24, 16), {true, 0}},
+      {shape(2, 67, 33, 4, 2, 16, 40), {true, 64}},
+      {shape(1, 20, 20, 2, 1, 40, 8), {true, -7}},
+      {shape(2, 130, 67, 4, 4, 192, 128), {true, 100}},
+      {shape(1, 67, 130, 2, 2, 100, 256), {false, 0}},
   };
   if (!small) {
     cases.push_back({shape(4, 1024, 1024, 12, 12, 64), {true, 0}});   // GPT-2 124M
@@ -413,18 +457,20 @@ void attention_cases(Checker& ck, bool small) {
     const AttnShape& s = c.s;
     const std::string name =
         str("B", s.B, " Sq", s.Sq, " Sk", s.Sk, " H", s.H, " G", s.G, " D", s.D,
+            s.Dv != s.D ? str(" Dv", s.Dv) : std::string(),
             c.mask.causal ? str(" causal ", c.mask.offset) : std::string(" full"));
     ck.run("attention", name, [&] {
       const int64_t nq = s.Sq * s.B * s.H * s.D, nk = s.Sk * s.B * s.G * s.D;
-      Pair<float> q(randn(nq)), k(randn(nk)), v(randn(nk)), out(poison(nq)),
+      const int64_t no = s.Sq * s.B * s.H * s.Dv, nv = s.Sk * s.B * s.G * s.Dv;
+      Pair<float> q(randn(nq)), k(randn(nk)), v(randn(nv)), out(poison(no)),
           lse(poison(s.B * s.H * s.Sq));
       ref::attention_forward(out.host(), lse.host(), q.host(), k.host(), v.host(), s, c.mask);
       attention_forward(g_dev, out.dev(), lse.dev(), q.dev(), k.dev(), v.dev(), s, c.mask);
       ck.check("out", out, kTolF32);
       ck.check("lse", lse, kTolF32);
       // the device's backward from the reference's out and lse (the reference recomputes them)
-      Pair<float> o2(out.host_result()), l2(lse.host_result()), dout(randn(nq)), dq(randn(nq)),
-          dk(randn(nk)), dv(randn(nk));
+      Pair<float> o2(out.host_result()), l2(lse.host_result()), dout(randn(no)), dq(randn(nq)),
+          dk(randn(nk)), dv(randn(nv));
       ref::attention_backward(dq.host(), dk.host(), dv.host(), dout.host(), q.host(), k.host(),
                               v.host(), s, c.mask);
       attention_backward(g_dev, dq.dev(), dk.dev(), dv.dev(), dout.dev(), q.dev(), k.dev(), v.dev(),
@@ -594,7 +640,7 @@ void stream_cases(Checker& ck) {
     gemm(sdev, Trans::kN, Trans::kT, M, N, K, 1.0f, A.dev(), K, B.dev(), K, 0.0f, C.dev(), N);
     synchronize(sdev);
     ck.check("gemm C", C, kTolF32);
-    const AttnShape s{1, 40, 40, 2, 1, 32, 1.0f / std::sqrt(32.0f)};
+    const AttnShape s{1, 40, 40, 2, 1, 32, 32, 1.0f / std::sqrt(32.0f)};
     const int64_t nq = 40 * 2 * 32, nk = 40 * 32;
     Pair<float> q(randn(nq)), k(randn(nk)), v(randn(nk)), out(poison(nq)), lse(poison(80));
     ref::attention_forward(out.host(), lse.host(), q.host(), k.host(), v.host(), s, {true, 0});

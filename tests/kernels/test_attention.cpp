@@ -1,5 +1,6 @@
 // Flash attention on the CPU against the naive reference (forward out/lse, backward with +=),
-// over awkward sequence lengths, GQA ratios, head dims, causal/non-causal and offsets; fully
+// over awkward sequence lengths, GQA ratios, head dims (also a value head dim other than the
+// query/key one), causal/non-causal and offsets; fully
 // masked rows; attention dropout (kernel against reference, the mask's rate and its global
 // indexing); and the reference backward against float64 finite differences.
 #include <omp.h>
@@ -16,19 +17,20 @@ namespace {
 
 void run_case(const AttnShape& s, AttnMask mask, uint64_t seed) {
   const int64_t nq = s.Sq * s.B * s.H * s.D, nk = s.Sk * s.B * s.G * s.D;
-  auto q = randn(nq, seed), k = randn(nk, seed + 1), v = randn(nk, seed + 2);
-  auto dout = randn(nq, seed + 3);
-  std::vector<float> out(static_cast<size_t>(nq)), lse(size_t(s.B * s.H * s.Sq)), outr = out,
+  const int64_t no = s.Sq * s.B * s.H * s.Dv, nv = s.Sk * s.B * s.G * s.Dv;
+  auto q = randn(nq, seed), k = randn(nk, seed + 1), v = randn(nv, seed + 2);
+  auto dout = randn(no, seed + 3);
+  std::vector<float> out(static_cast<size_t>(no)), lse(size_t(s.B * s.H * s.Sq)), outr = out,
                                                                                   lser = lse;
   attention_forward(kCpu, out.data(), lse.data(), q.data(), k.data(), v.data(), s, mask);
   ref::attention_forward(outr.data(), lser.data(), q.data(), k.data(), v.data(), s, mask);
   const std::string what =
-      str("B", s.B, " Sq", s.Sq, " Sk", s.Sk, " H", s.H, " G", s.G, " D", s.D,
+      str("B", s.B, " Sq", s.Sq, " Sk", s.Sk, " H", s.H, " G", s.G, " D", s.D, " Dv", s.Dv,
           mask.causal ? str(" causal offset ", mask.offset) : std::string(" full"));
   expect_close(out, outr, 2e-5, 1e-4, str("attention out ", what));
   expect_close(lse, lser, 1e-5, 1e-5, str("attention lse ", what));
   // backward accumulates: start from non-zero gradients
-  auto dq = randn(nq, seed + 4), dk = randn(nk, seed + 5), dv = randn(nk, seed + 6);
+  auto dq = randn(nq, seed + 4), dk = randn(nk, seed + 5), dv = randn(nv, seed + 6);
   auto dqr = dq, dkr = dk, dvr = dv;
   attention_backward(kCpu, dq.data(), dk.data(), dv.data(), dout.data(), q.data(), k.data(),
                      v.data(), out.data(), lse.data(), s, mask);
@@ -48,7 +50,7 @@ TEST(Attention, MatchesReferenceOverShapes) {
       for (auto [H, G] : {std::pair<int64_t, int64_t>{1, 1}, {2, 1}, {4, 1}, {4, 2}})
         for (int64_t D : {16, 64}) {
           if ((D == 64) != ((Sq + Sk + H) % 2 == 0)) continue;  // half the sweep at each D
-          const AttnShape s{1 + int64_t(seed % 2), Sq, Sk, H, G, D, 1.0f / std::sqrt(float(D))};
+          const AttnShape s{1 + int64_t(seed % 2), Sq, Sk, H, G, D, D, 1.0f / std::sqrt(float(D))};
           run_case(s, {false, 0}, seed++);
           run_case(s, {true, 0}, seed++);
           run_case(s, {true, Sk - Sq}, seed++);  // queries at the end of the keys (decode, CP)
@@ -59,11 +61,11 @@ TEST(Attention, OffsetsAndFullyMaskedRows) {
   uint64_t seed = 100;
   for (int64_t offset : {-40, -5, 3, 64, 200})
     for (int64_t D : {16, 33}) {
-      const AttnShape s{2, 67, 33, 4, 4, D, 0.3f};
+      const AttnShape s{2, 67, 33, 4, 4, D, D, 0.3f};
       run_case(s, {true, offset}, seed++);
     }
   // offset -5: rows 0..4 see no key: out 0, lse -inf, no gradient
-  const AttnShape s{1, 8, 8, 1, 1, 16, 0.25f};
+  const AttnShape s{1, 8, 8, 1, 1, 16, 16, 0.25f};
   auto q = randn(8 * 16, 1), k = randn(8 * 16, 2), v = randn(8 * 16, 3);
   std::vector<float> out(8 * 16, 1.0f), lse(8);
   attention_forward(kCpu, out.data(), lse.data(), q.data(), k.data(), v.data(), s, {true, -5});
@@ -84,22 +86,24 @@ TEST(Attention, FewGroupsSplitTheBackwardOverHeads) {
   // B * G = 1 < threads: the backward runs one task per head with per-thread dK/dV copies.
   const int saved = omp_get_max_threads();
   omp_set_num_threads(std::max(2, saved));
-  run_case({1, 200, 200, 4, 1, 64, 0.125f}, {true, 0}, 7);
-  run_case({1, 150, 180, 6, 2, 32, 0.2f}, {true, 30}, 8);
+  run_case({1, 200, 200, 4, 1, 64, 64, 0.125f}, {true, 0}, 7);
+  run_case({1, 150, 180, 6, 2, 32, 32, 0.2f}, {true, 30}, 8);
+  run_case({1, 150, 180, 6, 2, 48, 24, 0.2f}, {true, 30}, 9);
   omp_set_num_threads(saved);
 }
 
 // The reference backward against float64 finite differences of the reference forward.
-void expect_reference_backward_fd(AttnMask mask, const std::string& what) {
-  const AttnShape s{2, 5, 7, 4, 2, 3, 0.6f};
+void expect_reference_backward_fd(AttnMask mask, const std::string& what, int64_t Dv = 3) {
+  const AttnShape s{2, 5, 7, 4, 2, 3, Dv, 0.6f};
   const int64_t nq = s.Sq * s.B * s.H * s.D, nk = s.Sk * s.B * s.G * s.D;
-  auto q = to_double(randn(nq, 1)), k = to_double(randn(nk, 2)), v = to_double(randn(nk, 3));
-  auto R = to_double(randn(nq, 4));
-  std::vector<double> dq(size_t(nq), 0.0), dk(size_t(nk), 0.0), dv(size_t(nk), 0.0);
+  const int64_t no = s.Sq * s.B * s.H * s.Dv, nv = s.Sk * s.B * s.G * s.Dv;
+  auto q = to_double(randn(nq, 1)), k = to_double(randn(nk, 2)), v = to_double(randn(nv, 3));
+  auto R = to_double(randn(no, 4));
+  std::vector<double> dq(size_t(nq), 0.0), dk(size_t(nk), 0.0), dv(size_t(nv), 0.0);
   ref::attention_backward(dq.data(), dk.data(), dv.data(), R.data(), q.data(), k.data(), v.data(),
                           s, mask);
   auto loss = [&] {
-    std::vector<double> out(static_cast<size_t>(nq)), lse(size_t(s.B * s.H * s.Sq));
+    std::vector<double> out(static_cast<size_t>(no)), lse(size_t(s.B * s.H * s.Sq));
     ref::attention_forward(out.data(), lse.data(), q.data(), k.data(), v.data(), s, mask);
     return project(out, R);
   };
@@ -109,8 +113,11 @@ void expect_reference_backward_fd(AttnMask mask, const std::string& what) {
 }
 
 TEST(Attention, ReferenceBackwardMatchesFiniteDifferences) {
-  for (AttnMask mask : {AttnMask{false, 0}, AttnMask{true, 0}, AttnMask{true, 2}})
+  for (AttnMask mask : {AttnMask{false, 0}, AttnMask{true, 0}, AttnMask{true, 2}}) {
     expect_reference_backward_fd(mask, "");
+    expect_reference_backward_fd(mask, " (Dv 5)", 5);
+    expect_reference_backward_fd(mask, " (Dv 2)", 2);
+  }
 }
 
 // Dropout of probability p on a (b, h) block that stands at global sample 3, head 1 of 6,
@@ -126,17 +133,17 @@ TEST(Attention, DropoutMatchesReference) {
   for (float p : {0.1f, 0.5f})
     for (int64_t S : {33, 130})
       for (auto [H, G] : {std::pair<int64_t, int64_t>{4, 2}, {2, 1}}) {
-        const AttnShape s{2, S, S, H, G, 16, 0.25f};
+        const AttnShape s{2, S, S, H, G, 16, 16, 0.25f};
         run_case(s, with_dropout({true, 0}, p, S), seed++);
         run_case(s, with_dropout({false, 0}, p, S), seed++);
       }
   // a query chunk attending to an earlier key chunk (as ring attention calls it)
-  run_case({2, 40, 40, 4, 2, 16, 0.25f}, with_dropout({false, 0}, 0.2f, 160, 80, 40), 400);
-  run_case({1, 70, 70, 4, 4, 32, 0.2f}, with_dropout({true, 0}, 0.3f, 140, 70, 70), 401);
+  run_case({2, 40, 40, 4, 2, 16, 16, 0.25f}, with_dropout({false, 0}, 0.2f, 160, 80, 40), 400);
+  run_case({1, 70, 70, 4, 4, 32, 32, 0.2f}, with_dropout({true, 0}, 0.3f, 140, 70, 70), 401);
 }
 
 TEST(Attention, DropoutDropsAtTheRateAndByGlobalIndex) {
-  const AttnShape s{2, 64, 64, 4, 4, 16, 0.25f};
+  const AttnShape s{2, 64, 64, 4, 4, 16, 16, 0.25f};
   const int64_t nq = s.Sq * s.B * s.H * s.D;
   auto q = randn(nq, 1), k = randn(nq, 2), v = randn(nq, 3);
   std::vector<float> out(static_cast<size_t>(nq)), lse(size_t(s.B * s.H * s.Sq)), out0 = out,
@@ -166,9 +173,21 @@ TEST(Attention, ReferenceBackwardWithDropoutMatchesFiniteDifferences) {
     expect_reference_backward_fd(with_dropout(mask, 0.3f, 12, 5, 2), " (dropout)");
 }
 
+TEST(Attention, ValueHeadDimDiffersFromQueryKeyHeadDim) {
+  // multi-latent attention: D = qk_head_dim + qk_pos_emb_head_dim, Dv = v_head_dim
+  uint64_t seed = 500;
+  for (auto [D, Dv] : {std::pair<int64_t, int64_t>{24, 16}, {16, 40}, {192, 128}, {5, 3}})
+    for (auto [H, G] : {std::pair<int64_t, int64_t>{4, 4}, {4, 2}}) {
+      const AttnShape s{2, 67, 67, H, G, D, Dv, 1.0f / std::sqrt(float(D))};
+      run_case(s, {true, 0}, seed++);
+      run_case(s, {false, 0}, seed++);
+      run_case(s, with_dropout({true, 0}, 0.2f, 67), seed++);
+    }
+}
+
 TEST(Attention, GroupsMustDivideHeads) {
   std::vector<float> x(64);
-  const AttnShape s{1, 1, 1, 3, 2, 16, 1.0f};
+  const AttnShape s{1, 1, 1, 3, 2, 16, 16, 1.0f};
   EXPECT_THROW(attention_forward(kCpu, x.data(), x.data(), x.data(), x.data(), x.data(), s, {}),
                Error);
 }

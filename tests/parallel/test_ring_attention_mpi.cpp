@@ -58,17 +58,19 @@ void run_case(const ContextParallel& cp,
               int64_t H,
               int64_t G,
               int64_t D,
+              int64_t Dv,
               uint64_t seed) {
   const std::string what = "S " + std::to_string(S) + " B " + std::to_string(B) + " H " +
                            std::to_string(H) + " G " + std::to_string(G) + " CP " +
-                           std::to_string(cp.size);
+                           std::to_string(cp.size) + " D " + std::to_string(D) + " Dv " +
+                           std::to_string(Dv);
   const float scale = 1.0f / std::sqrt(float(D));
   const auto q = randn(S * B * H * D, seed), k = randn(S * B * G * D, seed + 1),
-             v = randn(S * B * G * D, seed + 2), dout = randn(S * B * H * D, seed + 3);
+             v = randn(S * B * G * Dv, seed + 2), dout = randn(S * B * H * Dv, seed + 3);
   auto dbl = [](const std::vector<float>& x) { return std::vector<double>(x.begin(), x.end()); };
   const auto qd = dbl(q), kd = dbl(k), vd = dbl(v), doutd = dbl(dout);
-  const kernels::AttnShape full{B, S, S, H, G, D, scale};
-  std::vector<double> out_r(q.size()), lse_r(size_t(B * H * S)), dq_r(q.size(), 0.0),
+  const kernels::AttnShape full{B, S, S, H, G, D, Dv, scale};
+  std::vector<double> out_r(dout.size()), lse_r(size_t(B * H * S)), dq_r(q.size(), 0.0),
       dk_r(k.size(), 0.0), dv_r(v.size(), 0.0);
   kernels::ref::attention_forward(out_r.data(), lse_r.data(), qd.data(), kd.data(), vd.data(), full,
                                   kernels::AttnMask{});
@@ -77,9 +79,9 @@ void run_case(const ContextParallel& cp,
 
   const int64_t Sl = S / cp.size;
   const auto ql = local_rows(q, cp, Sl, B, H * D), kl = local_rows(k, cp, Sl, B, G * D),
-             vl = local_rows(v, cp, Sl, B, G * D), doutl = local_rows(dout, cp, Sl, B, H * D);
-  const kernels::AttnShape local{B, Sl, Sl, H, G, D, scale};
-  std::vector<float> out(ql.size()), lse(size_t(B * H * Sl)), dq(ql.size(), 0.0f),
+             vl = local_rows(v, cp, Sl, B, G * Dv), doutl = local_rows(dout, cp, Sl, B, H * Dv);
+  const kernels::AttnShape local{B, Sl, Sl, H, G, D, Dv, scale};
+  std::vector<float> out(doutl.size()), lse(size_t(B * H * Sl)), dq(ql.size(), 0.0f),
       dk(kl.size(), 0.0f), dv(vl.size(), 0.0f);
   Arena scratch;
   ring_attention_forward(kernels::Ctx{}, cp, scratch, out.data(), lse.data(), ql.data(), kl.data(),
@@ -96,11 +98,11 @@ void run_case(const ContextParallel& cp,
       for (int64_t s = 0; s < c; ++s)
         lse_want.push_back(lse_r[size_t(bh * S + cp.position(a * c + s, Sl))]);
   const double atol = 2e-5 * std::sqrt(double(S));
-  expect_close(out, local_rows(out_r, cp, Sl, B, H * D), 2e-5, 1e-4, "out " + what);
+  expect_close(out, local_rows(out_r, cp, Sl, B, H * Dv), 2e-5, 1e-4, "out " + what);
   expect_close(lse, lse_want, 1e-5, 1e-5, "lse " + what);
   expect_close(dq, local_rows(dq_r, cp, Sl, B, H * D), atol, 1e-4, "dq " + what);
   expect_close(dk, local_rows(dk_r, cp, Sl, B, G * D), atol, 1e-4, "dk " + what);
-  expect_close(dv, local_rows(dv_r, cp, Sl, B, G * D), atol, 1e-4, "dv " + what);
+  expect_close(dv, local_rows(dv_r, cp, Sl, B, G * Dv), atol, 1e-4, "dv " + what);
 }
 
 TEST(RingAttention, EqualsFullCausalAttention) {
@@ -112,7 +114,10 @@ TEST(RingAttention, EqualsFullCausalAttention) {
     for (int64_t B : {1, 2}) {
       for (auto [H, G] : {std::pair<int64_t, int64_t>{4, 2}, {2, 2}, {3, 1}}) {
         const int64_t S = cp.size == 1 ? c : 2 * cp.size * c;
-        run_case(cp, S, B, H, G, c == 13 ? 64 : 16, seed++);
+        const int64_t D = c == 13 ? 64 : 16;
+        run_case(cp, S, B, H, G, D, D, seed++);
+        // multi-latent attention's value head dim differs from the query/key head dim
+        if (B == 1) run_case(cp, S, B, H, G, D + 8, D / 2, seed++);
       }
     }
   }

@@ -3,10 +3,13 @@
 // Scaled dot-product attention with grouped query heads, tiled with an online softmax, so the
 // memory per head is O(S) (the S x S score matrix never exists). Layout, sequence-major as
 // Megatron's [s, b, h]:
-//   q[Sq, B, H, D], k[Sk, B, G, D], v[Sk, B, G, D], out[Sq, B, H, D], lse[B, H, Sq]
-// Query head h reads key/value group h / (H / G). Forward saves lse (log-sum-exp of the scaled
-// scores per query row) for backward; a fully masked row gives out = 0 and lse = -inf.
-// Backward recomputes the scores blockwise from q, k and lse, and ACCUMULATES into dq, dk, dv
+//   q[Sq, B, H, D], k[Sk, B, G, D], v[Sk, B, G, Dv], out[Sq, B, H, Dv], lse[B, H, Sq]
+// Query head h reads key/value group h / (H / G). The value head dim Dv may differ from the
+// query/key head dim D (multi-latent attention: D = qk_head_dim + qk_pos_emb_head_dim, Dv =
+// v_head_dim); every kernel works on each tensor at its own width, nothing is padded to the other.
+// Forward saves lse (log-sum-exp of the scaled scores per query row) for backward; a fully masked
+// row gives out = 0 and lse = -inf. Backward recomputes the scores blockwise from q, k and lse, and
+// ACCUMULATES into dq, dk, dv
 // (+=), so ring attention (context parallelism) can sum contributions of several K/V blocks.
 //
 // Attention dropout (mask.dropout.p > 0, CPU only): the probabilities P_ij = exp(s_ij - lse_i)
@@ -46,8 +49,8 @@ struct AttnMask {
 };
 
 struct AttnShape {
-  int64_t B, Sq, Sk, H, G, D;
-  float scale;  // usually 1/sqrt(D)
+  int64_t B, Sq, Sk, H, G, D, Dv;  // D: query/key head dim, Dv: value (and output) head dim
+  float scale;                     // usually 1/sqrt(D)
 };
 
 // attention_backward: out and lse are the forward's (for ring attention: the final merged ones).

@@ -64,12 +64,15 @@ double moe_route_contract(const int32_t*, const float*, const float*, const MoeR
   return 0;
 }
 
-// Multiply-adds of QK^T and PV (2 FLOPs each), halved for the causal mask as Megatron counts.
+// Multiply-adds of QK^T (D) and PV (Dv), 2 FLOPs each, halved for the causal mask as Megatron
+// counts.
 double attention_flops(const AttnShape& s, AttnMask mask) {
-  MT_CHECK(s.B >= 0 && s.Sq >= 0 && s.Sk >= 0 && s.D > 0 && s.G > 0 && s.H > 0 && s.H % s.G == 0,
+  MT_CHECK(s.B >= 0 && s.Sq >= 0 && s.Sk >= 0 && s.D > 0 && s.Dv > 0 && s.G > 0 && s.H > 0 &&
+               s.H % s.G == 0,
            "attention: bad shape B=", s.B, " Sq=", s.Sq, " Sk=", s.Sk, " H=", s.H, " G=", s.G,
-           " D=", s.D, " (need H % G == 0)");
-  const double f = 4.0 * double(s.B) * double(s.H) * double(s.Sq) * double(s.Sk) * double(s.D);
+           " D=", s.D, " Dv=", s.Dv, " (need H % G == 0)");
+  const double f =
+      2.0 * double(s.B) * double(s.H) * double(s.Sq) * double(s.Sk) * double(s.D + s.Dv);
   return mask.causal ? f / 2 : f;
 }
 // `passes` times the FLOPs of an attention op, whose last two arguments are its shape and mask.

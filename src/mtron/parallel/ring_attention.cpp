@@ -21,18 +21,27 @@ constexpr int kTagDKV = 72;
 // Sizes of one local chunk (half of this rank's rows).
 struct Half {
   int64_t c;    // tokens per sequence in a chunk
-  int64_t q;    // elements of a chunk of q / out / dq: c * B * H * D
-  int64_t kv;   // elements of a chunk of k or v: c * B * G * D
+  int64_t q;    // elements of a chunk of q / dq: c * B * H * D
+  int64_t o;    // elements of a chunk of out / dout: c * B * H * Dv
+  int64_t k;    // elements of a chunk of k: c * B * G * D
+  int64_t v;    // elements of a chunk of v: c * B * G * Dv
   int64_t lse;  // elements of a chunk's lse: B * H * c
   kernels::AttnShape shape;
+  // A ring block holds [k chunk 0 | k chunk 1 | v chunk 0 | v chunk 1] (or their gradients).
+  int64_t block() const { return 2 * (k + v); }
 };
 
 Half half_of(const kernels::AttnShape& s) {
   MT_ASSERT(s.Sq == s.Sk && s.Sq % 2 == 0, "ring attention needs two equal local chunks (S ", s.Sq,
             ")");
   const int64_t c = s.Sq / 2;
-  return Half{c, c * s.B * s.H * s.D, c * s.B * s.G * s.D, s.B * s.H * c,
-              kernels::AttnShape{s.B, c, c, s.H, s.G, s.D, s.scale}};
+  return Half{c,
+              c * s.B * s.H * s.D,
+              c * s.B * s.H * s.Dv,
+              c * s.B * s.G * s.D,
+              c * s.B * s.G * s.Dv,
+              s.B * s.H * c,
+              kernels::AttnShape{s.B, c, c, s.H, s.G, s.D, s.Dv, s.scale}};
 }
 
 // Which keys of global chunk kc queries of global chunk qc see: none (false), or all / causal;
@@ -48,7 +57,7 @@ bool chunk_mask(
 
 // Online-softmax merge of a block's partial result into the accumulated one, per query row:
 // lse = log(e^lse_acc + e^lse_blk), out = e^(lse_acc - lse) out_acc + e^(lse_blk - lse) out_blk.
-// out_*[c, B, H, D], lse_*[B, H, c].
+// out_*[c, B, H, Dv], lse_*[B, H, c].
 void merge_block(float* out_acc,
                  float* lse_acc,
                  const float* out_blk,
@@ -56,7 +65,7 @@ void merge_block(float* out_acc,
                  int64_t c,
                  int64_t B,
                  int64_t H,
-                 int64_t D) {
+                 int64_t Dv) {
   MT_PROFILE("cp.merge");
   constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 #pragma omp parallel for collapse(2) schedule(static)
@@ -69,9 +78,9 @@ void merge_block(float* out_acc,
         if (m == kNegInf) continue;  // both fully masked: out stays 0
         const float l = m + std::log(std::exp(l1 - m) + std::exp(l2 - m));
         const float w1 = std::exp(l1 - l), w2 = std::exp(l2 - l);
-        float* o = out_acc + ((s * B + b) * H + h) * D;
-        const float* ob = out_blk + ((s * B + b) * H + h) * D;
-        for (int64_t d = 0; d < D; ++d) o[d] = w1 * o[d] + w2 * ob[d];
+        float* o = out_acc + ((s * B + b) * H + h) * Dv;
+        const float* ob = out_blk + ((s * B + b) * H + h) * Dv;
+        for (int64_t d = 0; d < Dv; ++d) o[d] = w1 * o[d] + w2 * ob[d];
         lse_acc[li] = l;
       }
     }
@@ -102,12 +111,12 @@ void ring_attention_forward(const kernels::Ctx& ctx,
     return;
   }
   const Half hf = half_of(s);
-  const int64_t block = 4 * hf.kv;  // [k chunk 0 | k chunk 1 | v chunk 0 | v chunk 1]
+  const int64_t block = hf.block();
   float* cur = scratch.alloc<float>(block);
   float* nxt = scratch.alloc<float>(block);
-  std::memcpy(cur, k, sizeof(float) * 2 * hf.kv);
-  std::memcpy(cur + 2 * hf.kv, v, sizeof(float) * 2 * hf.kv);
-  float* blk_out = scratch.alloc<float>(hf.q);
+  std::memcpy(cur, k, sizeof(float) * 2 * hf.k);
+  std::memcpy(cur + 2 * hf.k, v, sizeof(float) * 2 * hf.v);
+  float* blk_out = scratch.alloc<float>(hf.o);
   float* blk_lse = scratch.alloc<float>(hf.lse);
   bool have[2] = {false, false};
 
@@ -123,16 +132,16 @@ void ring_attention_forward(const kernels::Ctx& ctx,
         kernels::AttnMask mask;
         const int64_t kc = b == 0 ? src : 2 * cp.size - 1 - src;
         if (!chunk_mask(cp.chunk(a), kc, hf.c, drop, &mask)) continue;
-        float* o = out + a * hf.q;
+        float* o = out + a * hf.o;
         float* l = lse + a * hf.lse;
-        const float* kb = cur + b * hf.kv;
-        const float* vb = cur + 2 * hf.kv + b * hf.kv;
+        const float* kb = cur + b * hf.k;
+        const float* vb = cur + 2 * hf.k + b * hf.v;
         if (!have[a]) {
           kernels::attention_forward(ctx, o, l, q + a * hf.q, kb, vb, hf.shape, mask);
           have[a] = true;
         } else {
           kernels::attention_forward(ctx, blk_out, blk_lse, q + a * hf.q, kb, vb, hf.shape, mask);
-          merge_block(o, l, blk_out, blk_lse, hf.c, s.B, s.H, s.D);
+          merge_block(o, l, blk_out, blk_lse, hf.c, s.B, s.H, s.Dv);
         }
       }
     }
@@ -166,11 +175,11 @@ void ring_attention_backward(const kernels::Ctx& ctx,
     return;
   }
   const Half hf = half_of(s);
-  const int64_t block = 4 * hf.kv;
+  const int64_t block = hf.block();
   float* cur = scratch.alloc<float>(block);
   float* nxt = scratch.alloc<float>(block);
-  std::memcpy(cur, k, sizeof(float) * 2 * hf.kv);
-  std::memcpy(cur + 2 * hf.kv, v, sizeof(float) * 2 * hf.kv);
+  std::memcpy(cur, k, sizeof(float) * 2 * hf.k);
+  std::memcpy(cur + 2 * hf.k, v, sizeof(float) * 2 * hf.v);
   // dK/dV partials of the block in `cur` ([dk chunk 0 | dk chunk 1 | dv 0 | dv 1]); two buffers,
   // since the one just sent stays untouched until its send completes.
   float* dkv[2] = {scratch.alloc<float>(block), scratch.alloc<float>(block)};
@@ -198,16 +207,16 @@ void ring_attention_backward(const kernels::Ctx& ctx,
         cp.comm->recv(part, block, DType::kF32, int(ring_prev(cp)), kTagDKV);
       }
       dkb = part;
-      dvb = part + 2 * hf.kv;
+      dvb = part + 2 * hf.k;
     }
     for (int64_t a = 0; a < 2; ++a) {
       for (int64_t b = 0; b < 2; ++b) {
         kernels::AttnMask mask;
         const int64_t kc = b == 0 ? src : 2 * cp.size - 1 - src;
         if (!chunk_mask(cp.chunk(a), kc, hf.c, drop, &mask)) continue;
-        kernels::attention_backward(ctx, dq + a * hf.q, dkb + b * hf.kv, dvb + b * hf.kv,
-                                    dout + a * hf.q, q + a * hf.q, cur + b * hf.kv,
-                                    cur + 2 * hf.kv + b * hf.kv, out + a * hf.q, lse + a * hf.lse,
+        kernels::attention_backward(ctx, dq + a * hf.q, dkb + b * hf.k, dvb + b * hf.v,
+                                    dout + a * hf.o, q + a * hf.q, cur + b * hf.k,
+                                    cur + 2 * hf.k + b * hf.v, out + a * hf.o, lse + a * hf.lse,
                                     hf.shape, mask);
       }
     }
@@ -224,10 +233,8 @@ void ring_attention_backward(const kernels::Ctx& ctx,
   // Our own block's partial has been round the ring: add it to our gradients.
   float* home = nxt;  // free: the K/V ring is done
   cp.comm->recv(home, block, DType::kF32, int(ring_prev(cp)), kTagDKV);
-  for (int64_t i = 0; i < 2 * hf.kv; ++i) {
-    dk[i] += home[i];
-    dv[i] += home[2 * hf.kv + i];
-  }
+  for (int64_t i = 0; i < 2 * hf.k; ++i) dk[i] += home[i];
+  for (int64_t i = 0; i < 2 * hf.v; ++i) dv[i] += home[2 * hf.k + i];
   for (auto& r : dkv_send) {
     if (r) r->wait();
   }

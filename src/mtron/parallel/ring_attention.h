@@ -12,8 +12,8 @@
 // with the final out/lse (exact per block): dQ stays local, each block's dK/dV partial travels
 // with it, starting at the block owner's successor, and after CP-1 hops arrives home.
 //
-// Bytes each rank sends per attention call (fp32, KV = 2 * S_local * B * G * D * 4, the rank's
-// K and V): forward (CP-1) * KV, backward 2 * (CP-1) * KV.
+// Bytes each rank sends per attention call (fp32, KV = S_local * B * G * (D + Dv) * 4, the
+// rank's K and V): forward (CP-1) * KV, backward 2 * (CP-1) * KV.
 //
 // lse is saved as two [B, H, c] halves (one per local chunk), not as one [B, H, 2c] array.
 //
@@ -46,8 +46,8 @@ struct ContextParallel {
   }
 };
 
-// out[S, B, H, D] and lse from this rank's q[S, B, H, D], k, v[S, B, G, D] (S = s.Sq = s.Sk
-// local tokens per sequence), causal over the global sequence. Collective over the CP group;
+// out[S, B, H, Dv] and lse from this rank's q[S, B, H, D], k[S, B, G, D], v[S, B, G, Dv] (S = s.Sq
+// = s.Sk local tokens per sequence), causal over the global sequence. Collective over the CP group;
 // with size 1 it is plain causal attention. Temporaries come from `scratch`.
 void ring_attention_forward(const kernels::Ctx& ctx,
                             const ContextParallel& cp,

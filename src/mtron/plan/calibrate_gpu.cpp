@@ -94,7 +94,7 @@ void measure_attention(const Gpus& g, const Ctx& ctx, bool quick, RankCalibratio
       quick ? std::vector<int64_t>{32, 64} : std::vector<int64_t>{1024, 2048, 4096, 8192};
   const int64_t heads = quick ? 2 : 32, groups = quick ? 1 : 8, dim = quick ? 32 : 128;
   for (int64_t S : seqs) {
-    const kernels::AttnShape s{1, S, S, heads, groups, dim, 1.0f / std::sqrt(float(dim))};
+    const kernels::AttnShape s{1, S, S, heads, groups, dim, dim, 1.0f / std::sqrt(float(dim))};
     const int64_t nq = S * s.H * s.D, nkv = S * s.G * s.D;
     const Tensor q = device_tensor(nq, DType::kF32, ctx), k = device_tensor(nkv, DType::kF32, ctx),
                  v = device_tensor(nkv, DType::kF32, ctx), o = device_tensor(nq, DType::kF32, ctx),

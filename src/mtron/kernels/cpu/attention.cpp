@@ -19,7 +19,8 @@
 //   dS^T = P^T (dP^T - Delta) scale,  Delta_i = dO_i . O_i,
 //   dV_j += P^T dO_i,  dK_j += dS^T Q_i,  dQ_i^T += K_j^T dS^T.
 // Working in the transposed score layout makes every operand row-major without per-tile
-// transposes and vectorises the softmax over queries.
+// transposes and vectorises the softmax over queries. Q, K, dQ, dK are packed at the query/key
+// head dim D (Dp), V, O, dO, dV at the value head dim Dv (Dvp).
 // Dropout (attention.h): the forward multiplies each row of P by its mask after the online
 // softmax update (m and l stay undropped); the backward turns P^T into (P z)^T for dV and dP^T
 // into (dP z)^T before dS^T.
@@ -284,25 +285,25 @@ void attention_forward(float* out,
                        const AttnShape& s,
                        AttnMask mask) {
   const DF d;
-  const int64_t B = s.B, Sq = s.Sq, Sk = s.Sk, H = s.H, G = s.G, D = s.D, hpg = H / G;
-  const int64_t Dp = padded(d, D);
-  const int64_t qs = B * H * D, ks = B * G * D;  // row strides between sequence positions
+  const int64_t B = s.B, Sq = s.Sq, Sk = s.Sk, H = s.H, G = s.G, D = s.D, Dv = s.Dv, hpg = H / G;
+  const int64_t Dvp = padded(d, Dv), Dp = padded(d, D);
+  // row strides between sequence positions
+  const int64_t qs = B * H * D, ks = B * G * D, vs = B * G * Dv, os = B * H * Dv;
   const int64_t nkb = (Sk + kBk - 1) / kBk;
-  // Per (b, g): K^T in blocks [nkb][D][kBk] and V as [Sk][Dp].
+  // Per (b, g): K^T in blocks [nkb][D][kBk] and V as [Sk][Dvp].
   thread_local std::vector<float> buf;
-  float* ktp = scratch(buf, B * G * (nkb * D * kBk + Sk * Dp));
+  float* ktp = scratch(buf, B * G * (nkb * D * kBk + Sk * Dvp));
   float* vp = ktp + B * G * nkb * D * kBk;
-  const double flops = 4.0 * double(B * H * D) * double(Sq) * double(Sk);
+  const double flops = 2.0 * double(B * H * (D + Dv)) * double(Sq) * double(Sk);
   parallel_rows(B * G, attn_threads(B * G, flops), [&](int64_t bg) {
-    const int64_t off = (bg / G) * G * D + (bg % G) * D;
-    pack_t_blocks(ktp + bg * nkb * D * kBk, k + off, ks, Sk, D);
-    pack_rows(d, vp + bg * Sk * Dp, v + off, ks, Sk, D);
+    pack_t_blocks(ktp + bg * nkb * D * kBk, k + bg * D, ks, Sk, D);
+    pack_rows(d, vp + bg * Sk * Dvp, v + bg * Dv, vs, Sk, Dv);
   });
 
   const int64_t nqb = (Sq + kBq - 1) / kBq;
   std::atomic<int64_t> next_task{0};  // tasks are taken dynamically: causal blocks differ in work
   parallel_run(attn_threads(B * H * nqb, flops), [&](int, int) {
-    std::vector<float> Qbuf(size_t(kBq * Dp)), Sbuf(size_t(kBq * kBk)), Obuf(size_t(kBq * Dp)),
+    std::vector<float> Qbuf(size_t(kBq * Dp)), Sbuf(size_t(kBq * kBk)), Obuf(size_t(kBq * Dvp)),
         mbuf(static_cast<size_t>(kBq)), lbuf(static_cast<size_t>(kBq)),
         zbuf(static_cast<size_t>(kBk));
     const AttnDropout& drop = mask.dropout;
@@ -313,7 +314,7 @@ void attention_forward(float* out,
       const int64_t i0 = qb * kBq, nq = std::min(kBq, Sq - i0);
       pack_rows(d, Qbuf.data(), q + (i0 * B + b) * H * D + h * D, qs, nq, D);
       const float* KT = ktp + (b * G + g) * nkb * D * kBk;
-      const float* V = vp + (b * G + g) * Sk * Dp;
+      const float* V = vp + (b * G + g) * Sk * Dvp;
       for (int64_t r = 0; r < nq; ++r) mbuf[size_t(r)] = kNegInf, lbuf[size_t(r)] = 0;
       std::fill(Obuf.begin(), Obuf.end(), 0.0f);
       // keys past kend are masked for every query of the block
@@ -325,20 +326,20 @@ void attention_forward(float* out,
           const int64_t lim =
               mask.causal ? std::clamp<int64_t>(i0 + r + mask.offset - j0 + 1, 0, nk) : nk;
           softmax_row(d, S + r * kBk, nk, lim, s.scale, mbuf[size_t(r)], lbuf[size_t(r)],
-                      O + r * Dp, Dp);
+                      O + r * Dvp, Dvp);
           if (drop.p > 0 && lim > 0) {
             dropout_scales(zbuf.data(), drop.key, drop.row_index(b, h, i0 + r) + uint64_t(j0), 1,
                            lim, drop.p);
             for (int64_t c = 0; c < lim; ++c) S[r * kBk + c] *= zbuf[size_t(c)];
           }
         }
-        mm(d, nq, Dp, nk, S, kBk, V + j0 * Dp, Dp, O, Dp, true);
+        mm(d, nq, Dvp, nk, S, kBk, V + j0 * Dvp, Dvp, O, Dvp, true);
       }
       for (int64_t r = 0; r < nq; ++r) {
         const float l = lbuf[size_t(r)];
-        float* o = out + ((i0 + r) * B + b) * H * D + h * D;
+        float* o = out + (i0 + r) * os + (b * H + h) * Dv;
         const float inv = l > 0 ? 1.0f / l : 0.0f;
-        for (int64_t dd = 0; dd < D; ++dd) o[dd] = O[r * Dp + dd] * inv;
+        for (int64_t dd = 0; dd < Dv; ++dd) o[dd] = O[r * Dvp + dd] * inv;
         lse[(b * H + h) * Sq + i0 + r] = l > 0 ? mbuf[size_t(r)] + std::log(l) : kNegInf;
       }
     }
@@ -347,24 +348,28 @@ void attention_forward(float* out,
 
 namespace {
 
-// Per-thread working memory of the backward: the packed K of one (b, g) and the packed Q, dO of
-// one head, the dQ^T accumulator, Delta, lse, two score tiles and a row of dropout multipliers.
+// Per-thread working memory of the backward: the packed K, V of one (b, g) and the packed Q, dO
+// of one head, the dQ^T accumulator, Delta, lse, two score tiles and a row of dropout
+// multipliers.
 struct BwdWork {
   float *ktp, *kc, *vc, *qtp, *dotp, *dqtp, *qc, *doc, *delta, *lsev, *PT, *dST, *z;
 };
 
-BwdWork bwd_work(std::vector<float>& buf, int64_t Sq, int64_t Sk, int64_t D, int64_t Dp) {
-  const int64_t nkt = (Sk + kBk - 1) / kBk * D * kBk, nqt = (Sq + kBq - 1) / kBq * D * kBq;
+BwdWork bwd_work(DF d, std::vector<float>& buf, const AttnShape& s) {
+  const int64_t Sq = s.Sq, Sk = s.Sk, Dp = padded(d, s.D), Dvp = padded(d, s.Dv);
+  const int64_t nkt = (Sk + kBk - 1) / kBk * s.D * kBk, nqt = (Sq + kBq - 1) / kBq * s.D * kBq;
+  const int64_t nvt = (Sq + kBq - 1) / kBq * s.Dv * kBq;
   BwdWork w;
-  w.ktp = scratch(buf, nkt + 2 * Sk * Dp + 3 * nqt + 2 * Sq * Dp + 2 * Sq + 2 * kBk * kBq + kBq);
+  w.ktp = scratch(
+      buf, nkt + Sk * (Dp + Dvp) + 2 * nqt + nvt + Sq * (Dp + Dvp) + 2 * Sq + 2 * kBk * kBq + kBq);
   w.kc = w.ktp + nkt;
   w.vc = w.kc + Sk * Dp;
-  w.qtp = w.vc + Sk * Dp;
+  w.qtp = w.vc + Sk * Dvp;
   w.dotp = w.qtp + nqt;
-  w.dqtp = w.dotp + nqt;
+  w.dqtp = w.dotp + nvt;
   w.qc = w.dqtp + nqt;
   w.doc = w.qc + Sq * Dp;
-  w.delta = w.doc + Sq * Dp;
+  w.delta = w.doc + Sq * Dvp;
   w.lsev = w.delta + Sq;
   w.PT = w.lsev + Sq;
   w.dST = w.PT + kBk * kBq;
@@ -375,10 +380,10 @@ BwdWork bwd_work(std::vector<float>& buf, int64_t Sq, int64_t Sk, int64_t D, int
 // Packs K and V of (b, g) into w.
 void pack_kv(
     DF d, BwdWork& w, const float* k, const float* v, const AttnShape& s, int64_t b, int64_t g) {
-  const int64_t koff = (b * s.G + g) * s.D, ks = s.B * s.G * s.D;
-  pack_t_blocks(w.ktp, k + koff, ks, s.Sk, s.D);
-  pack_rows(d, w.kc, k + koff, ks, s.Sk, s.D);
-  pack_rows(d, w.vc, v + koff, ks, s.Sk, s.D);
+  const int64_t bg = b * s.G + g, ks = s.B * s.G * s.D;
+  pack_t_blocks(w.ktp, k + bg * s.D, ks, s.Sk, s.D);
+  pack_rows(d, w.kc, k + bg * s.D, ks, s.Sk, s.D);
+  pack_rows(d, w.vc, v + bg * s.Dv, s.B * s.G * s.Dv, s.Sk, s.Dv);
 }
 
 // P^T and dS^T of one key row jj of the (key block, query block) tile, over nq queries of which
@@ -413,7 +418,7 @@ void score_grads_row(DF d,
 }
 
 // The backward of head h of batch b, whose K and V are packed in w: adds into dq (in place) and
-// into dkc, dvc ([Sk][Dp], the head's group).
+// into dkc ([Sk][Dp]), dvc ([Sk][Dvp]) of the head's group.
 void backward_head(DF d,
                    BwdWork& w,
                    float* dkc,
@@ -427,22 +432,23 @@ void backward_head(DF d,
                    AttnMask mask,
                    int64_t b,
                    int64_t h) {
-  const int64_t Sq = s.Sq, Sk = s.Sk, H = s.H, D = s.D, qs = s.B * H * D, Dp = padded(d, D);
+  const int64_t Sq = s.Sq, Sk = s.Sk, H = s.H, D = s.D, Dv = s.Dv, qs = s.B * H * D;
+  const int64_t os = s.B * H * Dv, Dp = padded(d, D), Dvp = padded(d, Dv);
   const int64_t nkb = (Sk + kBk - 1) / kBk, nqb = (Sq + kBq - 1) / kBq, nqt = nqb * D * kBq;
   float *ktp = w.ktp, *kc = w.kc, *vc = w.vc, *qtp = w.qtp, *dotp = w.dotp, *dqtp = w.dqtp;
   float *qc = w.qc, *doc = w.doc, *delta = w.delta, *lsev = w.lsev, *PT = w.PT, *dST = w.dST;
-  const int64_t qoff = b * H * D + h * D;
+  const int64_t qoff = (b * H + h) * D, ooff = (b * H + h) * Dv;
   pack_rows(d, qc, q + qoff, qs, Sq, D);
-  pack_rows(d, doc, dout + qoff, qs, Sq, D);
+  pack_rows(d, doc, dout + ooff, os, Sq, Dv);
   pack_t_blocks(qtp, q + qoff, qs, Sq, D);
-  pack_t_blocks(dotp, dout + qoff, qs, Sq, D);
+  pack_t_blocks(dotp, dout + ooff, os, Sq, Dv);
   std::fill(dqtp, dqtp + nqt, 0.0f);
   for (int64_t i = 0; i < Sq; ++i) {
-    if (i + kAhead < Sq) prefetch_row(out + qoff + (i + kAhead) * qs, D);
-    const float* o = out + qoff + i * qs;
+    if (i + kAhead < Sq) prefetch_row(out + ooff + (i + kAhead) * os, Dv);
+    const float* o = out + ooff + i * os;
     VF acc = hn::Zero(d);
-    for_lanes(d, 0, D, [&](int64_t c, size_t k) {
-      acc = hn::MulAdd(load(d, doc + i * Dp + c, k), load(d, o + c, k), acc);
+    for_lanes(d, 0, Dv, [&](int64_t c, size_t k) {
+      acc = hn::MulAdd(load(d, doc + i * Dvp + c, k), load(d, o + c, k), acc);
     });
     delta[i] = hsum(d, acc);
     const float l = lse[(b * H + h) * Sq + i];
@@ -456,7 +462,7 @@ void backward_head(DF d,
     for (int64_t ib = ib0; ib < nqb; ++ib) {
       const int64_t i0 = ib * kBq, nq = std::min(kBq, Sq - i0);
       mm(d, nk, nq, D, kc + j0 * Dp, Dp, qtp + ib * D * kBq, kBq, PT, kBq, false);
-      mm(d, nk, nq, D, vc + j0 * Dp, Dp, dotp + ib * D * kBq, kBq, dST, kBq, false);
+      mm(d, nk, nq, Dv, vc + j0 * Dvp, Dvp, dotp + ib * Dv * kBq, kBq, dST, kBq, false);
       for (int64_t jj = 0; jj < nk; ++jj) {
         // queries i >= j - offset see key j
         const int64_t first =
@@ -469,7 +475,7 @@ void backward_head(DF d,
         score_grads_row(d, PT + jj * kBq, dST + jj * kBq, lsev + i0, delta + i0,
                         drop.p > 0 ? w.z : nullptr, nq, first, s.scale);
       }
-      mm(d, nk, Dp, nq, PT, kBq, doc + i0 * Dp, Dp, dvc + j0 * Dp, Dp, true);
+      mm(d, nk, Dvp, nq, PT, kBq, doc + i0 * Dvp, Dvp, dvc + j0 * Dvp, Dvp, true);
       mm(d, nk, Dp, nq, dST, kBq, qc + i0 * Dp, Dp, dkc + j0 * Dp, Dp, true);
       mm(d, D, nq, nk, ktp + jb * D * kBk, kBk, dST, kBq, dqtp + ib * D * kBq, kBq, true);
     }
@@ -494,26 +500,27 @@ void attention_backward(float* dq,
                         const AttnShape& s,
                         AttnMask mask) {
   const DF d;
-  const int64_t B = s.B, Sk = s.Sk, H = s.H, G = s.G, D = s.D, hpg = H / G;
-  const int64_t Dp = padded(d, D);
-  const int64_t ks = B * G * D, kv_size = B * G * Sk * Dp;
-  const int nt = attn_threads(B * H, 10.0 * double(B * H * D) * double(s.Sq) * double(Sk));
+  const int64_t B = s.B, Sk = s.Sk, H = s.H, G = s.G, D = s.D, Dv = s.Dv, hpg = H / G;
+  const int64_t Dp = padded(d, D), Dvp = padded(d, Dv);
+  const int64_t ks = B * G * D, vs = B * G * Dv, k_size = B * G * Sk * Dp;
+  const int64_t kv_size = k_size + B * G * Sk * Dvp;
+  const int nt = attn_threads(B * H, 5.0 * double(B * H * (D + Dv)) * double(s.Sq) * double(Sk));
   if (B * G >= nt) {
     // One task per (b, g): the task owns dK, dV of its group, so no thread shares a gradient.
     std::atomic<int64_t> next_task{0};
     parallel_run(nt, [&](int, int) {
       thread_local std::vector<float> buf, acc;
-      BwdWork w = bwd_work(buf, s.Sq, Sk, D, Dp);
-      float* dkc = scratch(acc, 2 * Sk * Dp);
+      BwdWork w = bwd_work(d, buf, s);
+      float* dkc = scratch(acc, Sk * (Dp + Dvp));
       float* dvc = dkc + Sk * Dp;
       for (int64_t task; (task = next_task++) < B * G;) {
-        const int64_t b = task / G, g = task % G, koff = (b * G + g) * D;
+        const int64_t b = task / G, g = task % G;
         pack_kv(d, w, k, v, s, b, g);
-        std::fill(dkc, dkc + 2 * Sk * Dp, 0.0f);
+        std::fill(dkc, dkc + Sk * (Dp + Dvp), 0.0f);
         for (int64_t h = g * hpg; h < (g + 1) * hpg; ++h)
           backward_head(d, w, dkc, dvc, dq, dout, q, out, lse, s, mask, b, h);
-        add_rows(d, dk + koff, ks, dkc, Sk, D);
-        add_rows(d, dv + koff, ks, dvc, Sk, D);
+        add_rows(d, dk + task * D, ks, dkc, Sk, D);
+        add_rows(d, dv + task * Dv, vs, dvc, Sk, Dv);
       }
     });
     return;
@@ -522,31 +529,33 @@ void attention_backward(float* dq,
   // each thread adding dK, dV into its own copy; the copies are summed in thread order, so the
   // result is deterministic for a given thread count.
   thread_local std::vector<float> priv_buf;
-  float* priv = scratch(priv_buf, int64_t(nt) * 2 * kv_size);
+  float* priv = scratch(priv_buf, int64_t(nt) * kv_size);
   parallel_run(nt, [&](int t, int) {
     thread_local std::vector<float> buf;
-    BwdWork w = bwd_work(buf, s.Sq, Sk, D, Dp);
-    float* pdk = priv + int64_t(t) * 2 * kv_size;
-    float* pdv = pdk + kv_size;
-    std::fill(pdk, pdk + 2 * kv_size, 0.0f);
+    BwdWork w = bwd_work(d, buf, s);
+    float* pdk = priv + int64_t(t) * kv_size;
+    float* pdv = pdk + k_size;
+    std::fill(pdk, pdk + kv_size, 0.0f);
     int64_t packed = -1;  // the (b, g) whose K, V are in w
     int64_t task0, task1;
     split_range(B * H, t, nt, 1, &task0, &task1);
     for (int64_t task = task0; task < task1; ++task) {
       const int64_t b = task / H, h = task % H, bg = b * G + h / hpg;
       if (bg != packed) pack_kv(d, w, k, v, s, b, h / hpg), packed = bg;
-      backward_head(d, w, pdk + bg * Sk * Dp, pdv + bg * Sk * Dp, dq, dout, q, out, lse, s, mask, b,
-                    h);
+      backward_head(d, w, pdk + bg * Sk * Dp, pdv + bg * Sk * Dvp, dq, dout, q, out, lse, s, mask,
+                    b, h);
     }
   });
   // every copy is complete
   parallel_rows(B * G * Sk, nt, [&](int64_t row) {
     const int64_t bg = row / Sk, j = row % Sk;
     float* dkr = dk + j * ks + bg * D;
-    float* dvr = dv + j * ks + bg * D;
+    float* dvr = dv + j * vs + bg * Dv;
     for (int t = 0; t < nt; ++t) {
-      const float* pk = priv + int64_t(t) * 2 * kv_size + (bg * Sk + j) * Dp;
-      for (int64_t dd = 0; dd < D; ++dd) dkr[dd] += pk[dd], dvr[dd] += pk[kv_size + dd];
+      const float* pk = priv + int64_t(t) * kv_size + (bg * Sk + j) * Dp;
+      const float* pv = priv + int64_t(t) * kv_size + k_size + (bg * Sk + j) * Dvp;
+      for (int64_t dd = 0; dd < D; ++dd) dkr[dd] += pk[dd];
+      for (int64_t dd = 0; dd < Dv; ++dd) dvr[dd] += pv[dd];
     }
   });
 }

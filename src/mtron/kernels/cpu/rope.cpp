@@ -1,4 +1,5 @@
-// CPU fused-QKV split/merge and rotary position embedding (rotate-half).
+// CPU fused-QKV split/merge, multi-latent attention's K/V split/merge and rotary position
+// embedding (rotate-half).
 //
 // RoPE angles follow Megatron-Core exactly in fp32: inv_freq_i = 1 / base^(float(2i)/R),
 // angle = float(pos) * inv_freq_i, cos/sin of the fp32 angle. They are computed once per token
@@ -11,6 +12,7 @@
 #include "mtron/kernels/cpu/simd-inl.h"
 // clang-format on
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <vector>
@@ -79,6 +81,33 @@ void qkv_merge_grad(MT_PARAMS(qkv_merge_grad)) {
       copy_rows(dst, dq + (n * H + g * hpg) * D, hpg * D);
       copy_rows(dst + hpg * D, dk + (n * G + g) * D, D);
       copy_rows(dst + (hpg + 1) * D, dv + (n * G + g) * D, D);
+    }
+  });
+}
+
+void mla_kv_split(MT_PARAMS(mla_kv_split)) {
+  const int64_t Dk = Dn + Dr;
+  parallel_rows(N, threads_for(N * H * (Dk + Dv) * 8), [&](int64_t n) {
+    for (int64_t h = 0; h < H; ++h) {
+      const float* src = kv + (n * H + h) * (Dn + Dv);
+      copy_rows(k + (n * H + h) * Dk, src, Dn);
+      copy_rows(k + (n * H + h) * Dk + Dn, kpe + n * Dr, Dr);
+      copy_rows(v + (n * H + h) * Dv, src + Dn, Dv);
+    }
+  });
+}
+
+void mla_kv_merge_grad(MT_PARAMS(mla_kv_merge_grad)) {
+  const int64_t Dk = Dn + Dr;
+  parallel_rows(N, threads_for(N * H * (Dk + Dv) * 8), [&](int64_t n) {
+    float* sum = dkpe + n * Dr;
+    std::fill(sum, sum + Dr, 0.0f);
+    for (int64_t h = 0; h < H; ++h) {
+      float* dst = dkv + (n * H + h) * (Dn + Dv);
+      copy_rows(dst, dk + (n * H + h) * Dk, Dn);
+      copy_rows(dst + Dn, dv + (n * H + h) * Dv, Dv);
+      const float* dr = dk + (n * H + h) * Dk + Dn;
+      for (int64_t d = 0; d < Dr; ++d) sum[d] += dr[d];
     }
   });
 }

@@ -1,16 +1,18 @@
 // CUDA flash attention in fp32, forward and backward (kernels/attention.h).
 //
-// Layouts as the header: q/out [Sq, B, H, D], k/v [Sk, B, G, D], lse [B, H, Sq]; query head h
-// reads key/value group h / (H / G). The S x S score matrix never exists.
+// Layouts as the header: q [Sq, B, H, D], out [Sq, B, H, Dv], k [Sk, B, G, D], v [Sk, B, G, Dv],
+// lse [B, H, Sq]; query head h reads key/value group h / (H / G). The S x S score matrix never
+// exists.
 //
 // Tiles of kT = 32 queries by kT = 32 keys; a block of 128 threads gives each query row (or, in
 // the dK/dV kernel, each key) 4 threads, `sub` = 0..3. A thread computes the scores of its row
 // against keys sub, sub + 4, ... of the tile, and owns the output columns 16 u + 4 sub + 0..3
-// of its row (kMaxD / 4 accumulators in registers; kMaxD is D rounded up to 32, 64, 128 or 256).
-// Tiles live in dynamic shared memory with D padded by zeros to a multiple of 16 (the owned
-// column chunks) and a row stride of padded D + 4 floats: every shared-memory read is a 16-byte
-// float4 (four FMAs per load in the dot products), within the written columns, and the rows a
-// warp reads at once fall on distinct banks.
+// of its row (kMaxD / 4 accumulators in registers; kMaxD is max(D, Dv) rounded up to 32, 64, 128
+// or 256). Tiles live in dynamic shared memory, each tensor's head dim (D for Q, K; Dv for V, dO)
+// padded by zeros to a multiple of 16 (the owned column chunks), with the row stride of
+// max(D, Dv) padded + 4 floats: every shared-memory read is a 16-byte float4 (four FMAs per load
+// in the dot products), within the written columns, and the rows a warp reads at once fall on
+// distinct banks. Loops run over each tensor's own padded width.
 // Arithmetic is plain fp32 FMA (no TF32): results agree with the CPU kernel to fp32 rounding.
 //
 // Forward: per block, one (batch, head, query tile); online softmax over the key tiles that the
@@ -62,11 +64,19 @@ __device__ __forceinline__ float elem(float4 v, int i) {
   return i == 0 ? v.x : (i == 1 ? v.y : (i == 2 ? v.z : v.w));
 }
 
-__device__ __forceinline__ int64_t q_row(const AttnShape& s, int64_t i, int64_t b, int64_t h) {
-  return ((i * s.B + b) * s.H + h) * s.D;
+// The tile row stride of a call: max(D, Dv) padded, + 4.
+__host__ __device__ __forceinline__ int tile_ld(const AttnShape& s) {
+  return tile_ld(s.D > s.Dv ? s.D : s.Dv);
 }
-__device__ __forceinline__ int64_t kv_row(const AttnShape& s, int64_t j, int64_t b, int64_t g) {
-  return ((j * s.B + b) * s.G + g) * s.D;
+// Offsets of query row i of head h (width D: q, dq; Dv: out, dout) and key row j of group g
+// (width D: k, dk; Dv: v, dv).
+__device__ __forceinline__ int64_t
+q_row(const AttnShape& s, int64_t i, int64_t b, int64_t h, int64_t D) {
+  return ((i * s.B + b) * s.H + h) * D;
+}
+__device__ __forceinline__ int64_t
+kv_row(const AttnShape& s, int64_t j, int64_t b, int64_t g, int64_t D) {
+  return ((j * s.B + b) * s.G + g) * D;
 }
 __device__ __forceinline__ bool visible(const AttnMask& m, int64_t i, int64_t j) {
   return !m.causal || j <= i + m.offset;
@@ -132,15 +142,27 @@ __device__ __forceinline__ void load_tile(float* tile,
     tile[t * ld + d] = (row < n_rows && d < D) ? src[row_offset(row) + d] : 0.0f;
   }
 }
-// The tile of query rows i0.. of head h, batch b of q, out or dout.
-__device__ __forceinline__ void load_q_tile(
-    float* tile, int ld, const float* src, int64_t i0, const AttnShape& s, int64_t b, int64_t h) {
-  load_tile(tile, ld, src, i0, s.Sq, int(s.D), [&](int64_t row) { return q_row(s, row, b, h); });
+// The tile of query rows i0.. of head h, batch b of a tensor of head dim D (q, out, dout).
+__device__ __forceinline__ void load_q_tile(float* tile,
+                                            int ld,
+                                            const float* src,
+                                            int64_t i0,
+                                            const AttnShape& s,
+                                            int64_t b,
+                                            int64_t h,
+                                            int64_t D) {
+  load_tile(tile, ld, src, i0, s.Sq, int(D), [&](int64_t row) { return q_row(s, row, b, h, D); });
 }
-// The tile of key rows j0.. of group g, batch b of k or v.
-__device__ __forceinline__ void load_kv_tile(
-    float* tile, int ld, const float* src, int64_t j0, const AttnShape& s, int64_t b, int64_t g) {
-  load_tile(tile, ld, src, j0, s.Sk, int(s.D), [&](int64_t row) { return kv_row(s, row, b, g); });
+// The tile of key rows j0.. of group g, batch b of a tensor of head dim D (k, v).
+__device__ __forceinline__ void load_kv_tile(float* tile,
+                                             int ld,
+                                             const float* src,
+                                             int64_t j0,
+                                             const AttnShape& s,
+                                             int64_t b,
+                                             int64_t g,
+                                             int64_t D) {
+  load_tile(tile, ld, src, j0, s.Sk, int(D), [&](int64_t row) { return kv_row(s, row, b, g, D); });
 }
 
 // sc[u] = a . A[sub + 4 u] over D4 float4 columns, a one tile row, A a tile of row stride ld:
@@ -195,7 +217,7 @@ __global__ void __launch_bounds__(kThreads) attention_forward_kernel(float* out,
                                                                      AttnShape s,
                                                                      AttnMask mask) {
   MT_DYNAMIC_SMEM(smem_raw);
-  const int D = int(s.D), Dp = padded_d(s.D), ld = tile_ld(s.D), D4 = Dp / 4;
+  const int Dv = int(s.Dv), Dvp = padded_d(s.Dv), ld = tile_ld(s), D4 = padded_d(s.D) / 4;
   float* Qs = reinterpret_cast<float*>(smem_raw);  // [kT][ld]
   float* KVs = Qs + kT * ld;                       // [kT][ld]: the K tile, then the V tile
   float* Ps = KVs + kT * ld;                       // [kT][kPs]
@@ -203,7 +225,7 @@ __global__ void __launch_bounds__(kThreads) attention_forward_kernel(float* out,
   const int64_t b = blockIdx.y / s.H, h = blockIdx.y % s.H, g = h / (s.H / s.G);
   const int64_t i0 = int64_t(blockIdx.x) * kT, i = i0 + r;
 
-  load_q_tile(Qs, ld, q, i0, s, b, h);
+  load_q_tile(Qs, ld, q, i0, s, b, h, s.D);
   const int64_t i1 = i0 + kT < s.Sq ? i0 + kT : s.Sq;
   const int64_t kv_end = key_end(s, mask, i1);
 
@@ -214,7 +236,7 @@ __global__ void __launch_bounds__(kThreads) attention_forward_kernel(float* out,
 
   for (int64_t j0 = 0; j0 < kv_end; j0 += kT) {
     __syncthreads();  // the previous tile's V and P are no longer read (and Q is loaded)
-    load_kv_tile(KVs, ld, k, j0, s, b, g);
+    load_kv_tile(KVs, ld, k, j0, s, b, g, s.D);
     __syncthreads();
     float sc[kPerThread];
     row_dots(sc, Qs + r * ld, KVs, ld, D4, sub);
@@ -244,15 +266,15 @@ __global__ void __launch_bounds__(kThreads) attention_forward_kernel(float* out,
     MT_UNROLL
     for (int u = 0; u < kMaxD / 4; ++u) acc[u] *= alpha;
     __syncthreads();  // K is no longer read; P is complete
-    load_kv_tile(KVs, ld, v, j0, s, b, g);
+    load_kv_tile(KVs, ld, v, j0, s, b, g, s.Dv);
     __syncthreads();
-    accumulate_rows<kMaxD>(acc, Ps + r * kPs, KVs, ld, Dp, sub);
+    accumulate_rows<kMaxD>(acc, Ps + r * kPs, KVs, ld, Dvp, sub);
   }
 
   if (i < s.Sq) {
-    float* o = out + q_row(s, i, b, h);
+    float* o = out + q_row(s, i, b, h, s.Dv);
     const float inv = l_i > 0 ? 1.0f / l_i : 0.0f;
-    for_owned_columns<kMaxD>(sub, D, [&](int c, int a) { o[c] = acc[a] * inv; });
+    for_owned_columns<kMaxD>(sub, Dv, [&](int c, int a) { o[c] = acc[a] * inv; });
     if (sub == 0) lse[stat_at(s, b, h, i)] = l_i > 0 ? m_i + logf(l_i) : kNegInf;
   }
 }
@@ -266,10 +288,10 @@ __global__ void attention_delta_kernel(float* delta,
   const int64_t warps = int64_t(gridDim.x) * (blockDim.x / 32);
   for (int64_t row = int64_t(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32; row < rows;
        row += warps) {
-    const float* a = dout + row * s.D;
-    const float* o = out + row * s.D;
+    const float* a = dout + row * s.Dv;
+    const float* o = out + row * s.Dv;
     float acc = 0;
-    for (int64_t d = threadIdx.x % 32; d < s.D; d += 32) acc = fmaf(a[d], o[d], acc);
+    for (int64_t d = threadIdx.x % 32; d < s.Dv; d += 32) acc = fmaf(a[d], o[d], acc);
     acc = warp_sum(acc);
     if (threadIdx.x % 32 == 0) {
       const int64_t h = row % s.H, b = (row / s.H) % s.B, i = row / (s.H * s.B);
@@ -282,7 +304,8 @@ template <int kMaxD>
 __global__ void __launch_bounds__(kThreads)
     attention_dkdv_kernel(BwdTensors t, AttnShape s, AttnMask mask) {
   MT_DYNAMIC_SMEM(smem_raw);
-  const int D = int(s.D), Dp = padded_d(s.D), ld = tile_ld(s.D), D4 = Dp / 4;
+  const int D = int(s.D), Dp = padded_d(s.D), Dv = int(s.Dv), Dvp = padded_d(s.Dv);
+  const int ld = tile_ld(s);
   float* Ks = reinterpret_cast<float*>(smem_raw);  // [kT][ld]
   float* Vs = Ks + kT * ld;                        // [kT][ld]
   float* Qs = Vs + kT * ld;                        // [kT][ld]
@@ -296,8 +319,8 @@ __global__ void __launch_bounds__(kThreads)
   const int64_t b = blockIdx.y / s.G, g = blockIdx.y % s.G;
   const int64_t j0 = int64_t(blockIdx.x) * kT, j = j0 + jj;
 
-  load_kv_tile(Ks, ld, t.k, j0, s, b, g);
-  load_kv_tile(Vs, ld, t.v, j0, s, b, g);
+  load_kv_tile(Ks, ld, t.k, j0, s, b, g, s.D);
+  load_kv_tile(Vs, ld, t.v, j0, s, b, g, s.Dv);
 
   float dk_acc[kMaxD / 4], dv_acc[kMaxD / 4];
   MT_UNROLL
@@ -311,8 +334,8 @@ __global__ void __launch_bounds__(kThreads)
     const int64_t h = g * hpg + hh;
     for (int64_t i0 = i_begin; i0 < s.Sq; i0 += kT) {
       __syncthreads();  // the previous tiles are no longer read (and K, V are loaded)
-      load_q_tile(Qs, ld, t.q, i0, s, b, h);
-      load_q_tile(dOs, ld, t.dout, i0, s, b, h);
+      load_q_tile(Qs, ld, t.q, i0, s, b, h, s.D);
+      load_q_tile(dOs, ld, t.dout, i0, s, b, h, s.Dv);
       if (threadIdx.x < kT) {
         const int64_t i = i0 + threadIdx.x;
         lse_s[threadIdx.x] = i < s.Sq ? t.lse[stat_at(s, b, h, i)] : kNegInf;
@@ -320,8 +343,8 @@ __global__ void __launch_bounds__(kThreads)
       }
       __syncthreads();
       float sc[kPerThread], dp[kPerThread];
-      row_dots(sc, Ks + jj * ld, Qs, ld, D4, sub);
-      row_dots(dp, Vs + jj * ld, dOs, ld, D4, sub);
+      row_dots(sc, Ks + jj * ld, Qs, ld, Dp / 4, sub);
+      row_dots(dp, Vs + jj * ld, dOs, ld, Dvp / 4, sub);
       MT_UNROLL
       for (int u = 0; u < kPerThread; ++u) {
         const int rr = sub + 4 * u;
@@ -337,11 +360,9 @@ __global__ void __launch_bounds__(kThreads)
           const float p = elem(p4, e), ds = elem(ds4, e);
           MT_UNROLL
           for (int u = 0; u < kMaxD / 16; ++u) {
-            if (16 * u < Dp) {
-              const int col = 16 * u + 4 * sub;
-              axpy4(dv_acc + 4 * u, p, ld4(dOs + (rr + e) * ld + col));
-              axpy4(dk_acc + 4 * u, ds, ld4(Qs + (rr + e) * ld + col));
-            }
+            const int col = 16 * u + 4 * sub;
+            if (16 * u < Dvp) axpy4(dv_acc + 4 * u, p, ld4(dOs + (rr + e) * ld + col));
+            if (16 * u < Dp) axpy4(dk_acc + 4 * u, ds, ld4(Qs + (rr + e) * ld + col));
           }
         }
       }
@@ -349,12 +370,10 @@ __global__ void __launch_bounds__(kThreads)
   }
 
   if (j < s.Sk) {
-    float* dkr = t.dk + kv_row(s, j, b, g);
-    float* dvr = t.dv + kv_row(s, j, b, g);
-    for_owned_columns<kMaxD>(sub, D, [&](int c, int a) {
-      dkr[c] += dk_acc[a] * s.scale;
-      dvr[c] += dv_acc[a];
-    });
+    float* dkr = t.dk + kv_row(s, j, b, g, s.D);
+    float* dvr = t.dv + kv_row(s, j, b, g, s.Dv);
+    for_owned_columns<kMaxD>(sub, D, [&](int c, int a) { dkr[c] += dk_acc[a] * s.scale; });
+    for_owned_columns<kMaxD>(sub, Dv, [&](int c, int a) { dvr[c] += dv_acc[a]; });
   }
 }
 
@@ -362,7 +381,7 @@ template <int kMaxD>
 __global__ void __launch_bounds__(kThreads)
     attention_dq_kernel(BwdTensors t, AttnShape s, AttnMask mask) {
   MT_DYNAMIC_SMEM(smem_raw);
-  const int D = int(s.D), Dp = padded_d(s.D), ld = tile_ld(s.D), D4 = Dp / 4;
+  const int D = int(s.D), Dp = padded_d(s.D), Dvp = padded_d(s.Dv), ld = tile_ld(s);
   float* Qs = reinterpret_cast<float*>(smem_raw);  // [kT][ld]
   float* dOs = Qs + kT * ld;                       // [kT][ld]
   float* Ks = dOs + kT * ld;                       // [kT][ld]
@@ -372,8 +391,8 @@ __global__ void __launch_bounds__(kThreads)
   const int64_t b = blockIdx.y / s.H, h = blockIdx.y % s.H, g = h / (s.H / s.G);
   const int64_t i0 = int64_t(blockIdx.x) * kT, i = i0 + r;
 
-  load_q_tile(Qs, ld, t.q, i0, s, b, h);
-  load_q_tile(dOs, ld, t.dout, i0, s, b, h);
+  load_q_tile(Qs, ld, t.q, i0, s, b, h, s.D);
+  load_q_tile(dOs, ld, t.dout, i0, s, b, h, s.Dv);
   const float l = i < s.Sq ? t.lse[stat_at(s, b, h, i)] : kNegInf;
   const float dlt = i < s.Sq ? t.delta[stat_at(s, b, h, i)] : 0.0f;
   const int64_t i1 = i0 + kT < s.Sq ? i0 + kT : s.Sq;
@@ -385,12 +404,12 @@ __global__ void __launch_bounds__(kThreads)
 
   for (int64_t j0 = 0; j0 < kv_end; j0 += kT) {
     __syncthreads();  // the previous K, V and dS are no longer read (and Q, dO are loaded)
-    load_kv_tile(Ks, ld, t.k, j0, s, b, g);
-    load_kv_tile(Vs, ld, t.v, j0, s, b, g);
+    load_kv_tile(Ks, ld, t.k, j0, s, b, g, s.D);
+    load_kv_tile(Vs, ld, t.v, j0, s, b, g, s.Dv);
     __syncthreads();
     float sc[kPerThread], dp[kPerThread];
-    row_dots(sc, Qs + r * ld, Ks, ld, D4, sub);
-    row_dots(dp, dOs + r * ld, Vs, ld, D4, sub);
+    row_dots(sc, Qs + r * ld, Ks, ld, Dp / 4, sub);
+    row_dots(dp, dOs + r * ld, Vs, ld, Dvp / 4, sub);
     MT_UNROLL
     for (int u = 0; u < kPerThread; ++u) {
       const int jj = sub + 4 * u;
@@ -401,20 +420,20 @@ __global__ void __launch_bounds__(kThreads)
   }
 
   if (i < s.Sq) {
-    float* dqr = t.dq + q_row(s, i, b, h);
+    float* dqr = t.dq + q_row(s, i, b, h, s.D);
     for_owned_columns<kMaxD>(sub, D, [&](int c, int a) { dqr[c] += dq_acc[a] * s.scale; });
   }
 }
 
 // Dynamic shared memory of each kernel, in bytes.
-size_t forward_smem(int64_t D) {
-  return sizeof(float) * size_t(2 * kT * tile_ld(D) + kT * kPs);
+size_t forward_smem(const AttnShape& s) {
+  return sizeof(float) * size_t(2 * kT * tile_ld(s) + kT * kPs);
 }
-size_t dkdv_smem(int64_t D) {
-  return sizeof(float) * size_t(4 * kT * tile_ld(D) + 2 * kT * kPs + 2 * kT);
+size_t dkdv_smem(const AttnShape& s) {
+  return sizeof(float) * size_t(4 * kT * tile_ld(s) + 2 * kT * kPs + 2 * kT);
 }
-size_t dq_smem(int64_t D) {
-  return sizeof(float) * size_t(4 * kT * tile_ld(D) + kT * kPs);
+size_t dq_smem(const AttnShape& s) {
+  return sizeof(float) * size_t(4 * kT * tile_ld(s) + kT * kPs);
 }
 
 // Lets `kernel` use `bytes` of dynamic shared memory (above the default 48 KB needs an opt-in).
@@ -430,9 +449,10 @@ void allow_smem(void (*kernel)(Params...), size_t bytes) {
 #endif
 }
 
-// f(std::integral_constant<int, kMaxD>) for the kernels' kMaxD of head dim D.
+// f(std::integral_constant<int, kMaxD>) for the kernels' kMaxD of the larger head dim.
 template <typename F>
-void with_max_d(int64_t D, F f) {
+void with_max_d(const AttnShape& s, F f) {
+  const int64_t D = s.D > s.Dv ? s.D : s.Dv;
   if (D <= 32) return f(std::integral_constant<int, 32>());
   if (D <= 64) return f(std::integral_constant<int, 64>());
   if (D <= 128) return f(std::integral_constant<int, 128>());
@@ -441,7 +461,8 @@ void with_max_d(int64_t D, F f) {
 
 void check_shape(const AttnShape& s, const AttnMask& mask) {
   MT_CHECK(mask.dropout.p == 0, "attention dropout has no CUDA kernel (--attention-dropout 0)");
-  MT_CHECK(s.D <= 256, "attention on CUDA: head dim ", s.D, " (at most 256)");
+  MT_CHECK(s.D <= 256 && s.Dv <= 256, "attention on CUDA: head dims ", s.D, ", ", s.Dv,
+           " (at most 256)");
   MT_CHECK(s.B * s.H <= 65535 && s.B * s.G <= 65535,
            "attention on CUDA: batch x heads = ", s.B * s.H, " (at most 65535)");
 }
@@ -452,9 +473,9 @@ void attention_forward(const Ctx& ctx, MT_PARAMS(attention_forward)) {
   if (s.B == 0 || s.Sq == 0) return;
   check_shape(s, mask);
   const cudaStream_t st = stream_of(ctx);
-  with_max_d(s.D, [&](auto max_d) {
+  with_max_d(s, [&](auto max_d) {
     constexpr int kMaxD = decltype(max_d)::value;
-    const size_t smem = forward_smem(s.D);
+    const size_t smem = forward_smem(s);
     allow_smem(attention_forward_kernel<kMaxD>, smem);
     launch("attention_forward", attention_forward_kernel<kMaxD>,
            dim3(unsigned((s.Sq + kT - 1) / kT), unsigned(s.B * s.H)), kThreads, smem, st, out, lse,
@@ -471,9 +492,9 @@ void attention_backward(const Ctx& ctx, MT_PARAMS(attention_backward)) {
   launch("attention_delta", attention_delta_kernel, grid_for(rows * 32, 256), 256, 0, st,
          delta.as<float>(), dout, out, s);
   const BwdTensors t{dq, dk, dv, dout, q, k, v, lse, delta.as<float>()};
-  with_max_d(s.D, [&](auto max_d) {
+  with_max_d(s, [&](auto max_d) {
     constexpr int kMaxD = decltype(max_d)::value;
-    const size_t smem_kv = dkdv_smem(s.D), smem_q = dq_smem(s.D);
+    const size_t smem_kv = dkdv_smem(s), smem_q = dq_smem(s);
     allow_smem(attention_dkdv_kernel<kMaxD>, smem_kv);
     allow_smem(attention_dq_kernel<kMaxD>, smem_q);
     launch("attention_dkdv", attention_dkdv_kernel<kMaxD>,

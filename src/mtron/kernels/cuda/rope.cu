@@ -1,4 +1,5 @@
-// CUDA fused-QKV split/merge and rotary position embedding (kernels/rope.h).
+// CUDA fused-QKV split/merge, multi-latent attention's K/V split/merge and rotary position
+// embedding (kernels/rope.h).
 //
 // Split and merge are pure gathers, one thread per element of the fused qkv[N, G, hpg + 2, D]
 // (reads and writes contiguous along D). RoPE follows the CPU kernel's arithmetic: fp32
@@ -50,6 +51,39 @@ __global__ void qkv_merge_kernel(MT_PARAMS(qkv_merge_grad)) {
   }
 }
 
+// mla_kv_split: one thread per element of k[N, H, Dn + Dr] and v[N, H, Dv] (k's first).
+__global__ void mla_kv_split_kernel(MT_PARAMS(mla_kv_split)) {
+  const int64_t Dk = Dn + Dr, nk = N * H * Dk, n = nk + N * H * Dv;
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    if (i < nk) {
+      const int64_t d = i % Dk, nh = i / Dk;
+      k[i] = d < Dn ? kv[nh * (Dn + Dv) + d] : kpe[nh / H * Dr + d - Dn];
+    } else {
+      const int64_t e = i - nk, d = e % Dv, nh = e / Dv;
+      v[e] = kv[nh * (Dn + Dv) + Dn + d];
+    }
+  }
+}
+
+// mla_kv_merge_grad: one thread per element of dkv[N, H, Dn + Dv] and of dkpe[N, Dr] (each
+// dkpe element sums its token's H heads in head order).
+__global__ void mla_kv_merge_kernel(MT_PARAMS(mla_kv_merge_grad)) {
+  const int64_t Dk = Dn + Dr, nkv = N * H * (Dn + Dv), n = nkv + N * Dr;
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    if (i < nkv) {
+      const int64_t d = i % (Dn + Dv), nh = i / (Dn + Dv);
+      dkv[i] = d < Dn ? dk[nh * Dk + d] : dv[nh * Dv + d - Dn];
+    } else {
+      const int64_t e = i - nkv, d = e % Dr, t = e / Dr;
+      float sum = 0;
+      for (int64_t h = 0; h < H; ++h) sum += dk[(t * H + h) * Dk + Dn + d];
+      dkpe[e] = sum;
+    }
+  }
+}
+
 // One thread per (token, head, i < R/2), R = rot_dim. sign = +1 rotates by +angle, -1 by -angle
 // (the adjoint).
 __global__ void rope_kernel(MT_PARAMS(rope_forward), float sign) {
@@ -83,6 +117,18 @@ void qkv_merge_grad(const Ctx& ctx, MT_PARAMS(qkv_merge_grad)) {
   const int64_t n = N * G * (hpg + 2) * D;
   launch("qkv_merge_grad", qkv_merge_kernel, grid_for(n, kThreads), kThreads, 0, stream_of(ctx),
          dqkv, dq, dk, dv, N, G, hpg, D);
+}
+
+void mla_kv_split(const Ctx& ctx, MT_PARAMS(mla_kv_split)) {
+  const int64_t n = N * H * (Dn + Dr + Dv);
+  launch("mla_kv_split", mla_kv_split_kernel, grid_for(n, kThreads), kThreads, 0, stream_of(ctx), k,
+         v, kv, kpe, N, H, Dn, Dr, Dv);
+}
+
+void mla_kv_merge_grad(const Ctx& ctx, MT_PARAMS(mla_kv_merge_grad)) {
+  const int64_t n = N * H * (Dn + Dv) + N * Dr;
+  launch("mla_kv_merge_grad", mla_kv_merge_kernel, grid_for(n, kThreads), kThreads, 0,
+         stream_of(ctx), dkv, dkpe, dk, dv, N, H, Dn, Dr, Dv);
 }
 
 void rope_forward(const Ctx& ctx, MT_PARAMS(rope_forward)) {

@@ -67,17 +67,17 @@ void attention_forward(
       for (int64_t i = 0; i < s.Sq; ++i) {
         const int64_t g = h / (s.H / s.G);
         dropout_row(z, s, mask, b, h, i);
-        T* o = out + ((i * s.B + b) * s.H + h) * s.D;
+        T* o = out + ((i * s.B + b) * s.H + h) * s.Dv;
         Acc<T> l = 0;
         if (!probs(p, &l, q, k, s, mask, b, h, i)) {
-          for (int64_t d = 0; d < s.D; ++d) o[d] = 0;
+          for (int64_t d = 0; d < s.Dv; ++d) o[d] = 0;
           lse[(b * s.H + h) * s.Sq + i] = -std::numeric_limits<T>::infinity();
           continue;
         }
-        for (int64_t d = 0; d < s.D; ++d) {
+        for (int64_t d = 0; d < s.Dv; ++d) {
           Acc<T> acc = 0;
           for (int64_t j = 0; j < s.Sk; ++j)
-            acc += p[size_t(j)] * z[size_t(j)] * v[((j * s.B + b) * s.G + g) * s.D + d];
+            acc += p[size_t(j)] * z[size_t(j)] * v[((j * s.B + b) * s.G + g) * s.Dv + d];
           o[d] = T(acc);
         }
         lse[(b * s.H + h) * s.Sq + i] = T(l);
@@ -106,23 +106,24 @@ void attention_backward(T* dq,
         Acc<T> l;
         if (!probs(p, &l, q, k, s, mask, b, h, i)) continue;
         dropout_row(z, s, mask, b, h, i);
-        const int64_t qi = ((i * s.B + b) * s.H + h) * s.D;
+        const int64_t qi = ((i * s.B + b) * s.H + h) * s.D, oi = qi / s.D * s.Dv;
         dp.assign(size_t(s.Sk), 0);
         Acc<T> delta = 0;
         for (int64_t j = 0; j < s.Sk; ++j) {
-          const int64_t kj = ((j * s.B + b) * s.G + g) * s.D;
-          for (int64_t d = 0; d < s.D; ++d) dp[size_t(j)] += Acc<T>(dout[qi + d]) * v[kj + d];
+          const int64_t vj = ((j * s.B + b) * s.G + g) * s.Dv;
+          for (int64_t d = 0; d < s.Dv; ++d) dp[size_t(j)] += Acc<T>(dout[oi + d]) * v[vj + d];
           dp[size_t(j)] *= z[size_t(j)];
           delta += p[size_t(j)] * dp[size_t(j)];
         }
         for (int64_t j = 0; j < s.Sk; ++j) {
-          const int64_t kj = ((j * s.B + b) * s.G + g) * s.D;
+          const int64_t kj = ((j * s.B + b) * s.G + g) * s.D, vj = kj / s.D * s.Dv;
           const Acc<T> ds = p[size_t(j)] * (dp[size_t(j)] - delta) * s.scale;
           for (int64_t d = 0; d < s.D; ++d) {
             dq[qi + d] = T(dq[qi + d] + ds * k[kj + d]);
             dk[kj + d] = T(dk[kj + d] + ds * q[qi + d]);
-            dv[kj + d] = T(dv[kj + d] + p[size_t(j)] * z[size_t(j)] * dout[qi + d]);
           }
+          for (int64_t d = 0; d < s.Dv; ++d)
+            dv[vj + d] = T(dv[vj + d] + p[size_t(j)] * z[size_t(j)] * dout[oi + d]);
         }
       }
 }

@@ -38,6 +38,49 @@ void qkv_merge_grad(
 }
 
 template <typename T>
+void mla_kv_split(T* k,
+                  T* v,
+                  const T* kv,
+                  const T* kpe,
+                  int64_t N,
+                  int64_t H,
+                  int64_t Dn,
+                  int64_t Dr,
+                  int64_t Dv) {
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t h = 0; h < H; ++h) {
+      const T* src = kv + (n * H + h) * (Dn + Dv);
+      for (int64_t d = 0; d < Dn; ++d) k[(n * H + h) * (Dn + Dr) + d] = src[d];
+      for (int64_t d = 0; d < Dr; ++d) k[(n * H + h) * (Dn + Dr) + Dn + d] = kpe[n * Dr + d];
+      for (int64_t d = 0; d < Dv; ++d) v[(n * H + h) * Dv + d] = src[Dn + d];
+    }
+}
+
+template <typename T>
+void mla_kv_merge_grad(T* dkv,
+                       T* dkpe,
+                       const T* dk,
+                       const T* dv,
+                       int64_t N,
+                       int64_t H,
+                       int64_t Dn,
+                       int64_t Dr,
+                       int64_t Dv) {
+  for (int64_t n = 0; n < N; ++n) {
+    for (int64_t d = 0; d < Dr; ++d) {
+      Acc<T> sum = 0;
+      for (int64_t h = 0; h < H; ++h) sum += dk[(n * H + h) * (Dn + Dr) + Dn + d];
+      dkpe[n * Dr + d] = T(sum);
+    }
+    for (int64_t h = 0; h < H; ++h) {
+      T* dst = dkv + (n * H + h) * (Dn + Dv);
+      for (int64_t d = 0; d < Dn; ++d) dst[d] = dk[(n * H + h) * (Dn + Dr) + d];
+      for (int64_t d = 0; d < Dv; ++d) dst[Dn + d] = dv[(n * H + h) * Dv + d];
+    }
+  }
+}
+
+template <typename T>
 void rotate(
     T* x, const int32_t* pos, int64_t N, int64_t nh, int64_t D, int64_t R, float base, int sign) {
   const int64_t half = R / 2;
