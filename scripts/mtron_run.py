@@ -26,6 +26,13 @@ TINY_ARCH = {
               "--normalization RMSNorm --position-embedding-type rope "
               "--untie-embeddings-and-output-weights --disable-bias-linear").split(),
 }
+# mla: llama's norms, MLP and embeddings with multi-latent attention (DeepSeek's MLA): 4 heads,
+# q through a rank-24 latent, keys and values from a rank-16 latent plus a shared RoPE key,
+# value head dim 10 != query/key head dim 12 + 8.
+TINY_ARCH["mla"] = ("--num-attention-heads 4 --multi-latent-attention --q-lora-rank 24 "
+                    "--kv-lora-rank 16 --qk-head-dim 12 --qk-pos-emb-head-dim 8 --v-head-dim 10 "
+                    "--swiglu --normalization RMSNorm --position-embedding-type rope "
+                    "--untie-embeddings-and-output-weights --disable-bias-linear").split()
 TINY_ARCH["moe"] = TINY_ARCH["llama"] + (
     "--num-experts 8 --moe-router-topk 2 --moe-ffn-hidden-size 96 --moe-aux-loss-coeff 1e-2 "
     "--moe-z-loss-coeff 1e-3").split()

@@ -36,6 +36,8 @@ truncate -s $((size - 1000)) "$shard"
 expect "rank_00000\.safetensors has [0-9]+ bytes; the manifest says [0-9]+ \(truncated"
 cp "$work/pristine" "$shard"
 expect "trained with --hidden-size 32 but this run has 64" --hidden-size 64
+expect "trained with --multi-latent-attention off but this run has on" --multi-latent-attention \
+  --position-embedding-type rope
 expect "trained with --seed 1234; pass --seed 1234" --seed 99
 expect "--lr 0.001 but this run has 0.002" --lr 2e-3
 

@@ -18,15 +18,26 @@ namespace mtron {
 namespace {
 
 // gpt2; llama; moe: llama with 8 experts, top-2 softmax routing, aux loss (Mixtral-like);
-// moe_mixed: MoE every 2nd layer (the others dense), sigmoid top-3 routing, a shared expert.
+// moe_mixed: MoE every 2nd layer (the others dense), sigmoid top-3 routing, a shared expert;
+// mla: llama's norms and MLP with multi-latent attention (value head dim 6 != 8 + 4).
 ModelConfig arch(const std::string& name) {
   const bool llama = name != "gpt2";
   ModelConfig m = tests::model_shape(3, 64, 8, 33, 131);  // vocabulary padded to 256
-  if (llama) {
+  if (llama && name != "mla") {
     m.group_query_attention = true;
     m.num_query_groups = 2;
+  }
+  if (llama) {
     tests::set_llama_architecture(m);
     m.untie_embeddings_and_output_weights = true;
+  }
+  if (name == "mla") {
+    m.mla.enabled = true;
+    m.mla.q_lora_rank = 16;
+    m.mla.kv_lora_rank = 12;
+    m.mla.qk_head_dim = 8;
+    m.mla.qk_pos_emb_head_dim = 4;
+    m.mla.v_head_dim = 6;
   }
   if (name == "moe" || name == "moe_mixed") {
     m.num_experts = 8;
@@ -111,7 +122,7 @@ TEST_P(KvCache, MatchesTrainingForwardAtEveryPosition) {
 
 INSTANTIATE_TEST_SUITE_P(Archs,
                          KvCache,
-                         ::testing::Values("gpt2", "llama", "moe", "moe_mixed"),
+                         ::testing::Values("gpt2", "llama", "moe", "moe_mixed", "mla"),
                          [](const auto& i) { return i.param; });
 
 // The probabilities sample_token must draw from, computed independently (double, full sort).

@@ -17,7 +17,8 @@ MTRON_EMULATOR (in the environment; a cross build's tests set it): a command lin
 MTRON to run it, e.g. qemu-aarch64 and its options.
 
 ARCH: gpt2 (LayerNorm, GELU, learned positions, tied embeddings, biases) or llama (RMSNorm,
-SwiGLU, RoPE, GQA with 4 query groups for 8 heads, untied, no biases); moe (llama with 8 experts
+SwiGLU, RoPE, GQA with 4 query groups for 8 heads, untied, no biases); mla (llama's norms, MLP
+and embeddings with multi-latent attention: 4 heads, q and kv latents); moe (llama with 8 experts
 per layer, top-2 softmax routing, dropless, aux loss and z-loss: Mixtral-like) or moe_cap (llama
 with MoE every 2nd layer, sigmoid top-2 routing, a shared expert, capacity factor 1 dropping
 by weight, seq_aux_loss and z-loss). These run without dropout; gpt2_dropout and llama_dropout

@@ -3,7 +3,10 @@
 // logits of micro-batch 0, the loss and every parameter gradient of iteration 1, and the loss
 // and learning rate of 10 training iterations.
 //
-//   ref_dump <gpt2|llama> <out.bin> [extra mtron train flags...]
+//   ref_dump <gpt2|llama|mla|mla_q> <out.bin> [extra mtron train flags...]
+//
+// mla: a Llama-style model with multi-latent attention, q projected directly; mla_q: with
+// --q-lora-rank (q_down, q_layernorm, q_up).
 //
 // Record format (little-endian): u32 name length, name, u8 dtype (0 f32, 1 i32, 2 f64, 3 u8),
 // u32 ndim, i64 dims[ndim], data.
@@ -58,8 +61,15 @@ std::vector<std::string> base_flags(const std::string& arch) {
         "--num-attention-heads 8 --group-query-attention --num-query-groups 2 --swiglu "
         "--normalization RMSNorm --position-embedding-type rope "
         "--untie-embeddings-and-output-weights --disable-bias-linear");
+  } else if (arch == "mla" || arch == "mla_q") {
+    extra = tests::words(
+        "--num-attention-heads 4 --multi-latent-attention --kv-lora-rank 16 --qk-head-dim 12 "
+        "--qk-pos-emb-head-dim 8 --v-head-dim 10 --swiglu --normalization RMSNorm "
+        "--position-embedding-type rope --untie-embeddings-and-output-weights "
+        "--disable-bias-linear");
+    if (arch == "mla_q") extra.insert(extra.end(), {"--q-lora-rank", "24"});
   } else {
-    throw Error("unknown arch " + arch + " (gpt2 or llama)");
+    throw Error("unknown arch " + arch + " (gpt2, llama, mla or mla_q)");
   }
   common.insert(common.end(), extra.begin(), extra.end());
   return common;
@@ -69,7 +79,7 @@ std::vector<std::string> base_flags(const std::string& arch) {
 
 int main(int argc, char** argv) {
   if (argc < 3) {
-    std::fprintf(stderr, "usage: ref_dump <gpt2|llama> <out.bin> [flags...]\n");
+    std::fprintf(stderr, "usage: ref_dump <gpt2|llama|mla|mla_q> <out.bin> [flags...]\n");
     return 2;
   }
   std::vector<std::string> flags = base_flags(argv[1]);

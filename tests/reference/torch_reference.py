@@ -1,5 +1,8 @@
 #!/usr/bin/python3
 """Independent PyTorch implementation of mtron's GPT/Llama model, used as the numerical oracle.
+With --multi-latent-attention the attention is DeepSeek's multi-latent attention, written here
+from Megatron-Core's MLASelfAttention (latent down/up projections, decoupled RoPE on a shared
+key, value head dim != query/key head dim).
 
 Reads the dump written by ref_dump (weights, micro-batches, mtron's logits/loss/gradients and
 10 training-step losses), rebuilds the model from the weights with torch autograd, and checks:
@@ -109,6 +112,13 @@ class Model:
         self.H = int(cfg["num_attention_heads"])
         self.G = int(cfg["num_query_groups"]) if "group_query_attention" in cfg else self.H
         self.D = self.h // self.H
+        self.mla = "multi_latent_attention" in cfg
+        if self.mla:
+            self.q_rank = int(cfg.get("q_lora_rank", 0))  # 0: None
+            self.kv_rank = int(cfg.get("kv_lora_rank", 32))
+            self.dn = int(cfg.get("qk_head_dim", 128))
+            self.dr = int(cfg.get("qk_pos_emb_head_dim", 64))
+            self.dv = int(cfg.get("v_head_dim", 128))
         self.swiglu = "swiglu" in cfg
         self.rms = cfg.get("normalization", "LayerNorm") == "RMSNorm"
         self.rope = cfg.get("position_embedding_type", "learned_absolute") == "rope"
@@ -148,7 +158,7 @@ class Model:
         w = self.p[prefix + ".weight"]
         if self.rms:
             return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * w
-        return F.layer_norm(x, (self.h,), w, self.p[prefix + ".bias"], self.eps)
+        return F.layer_norm(x, (x.shape[-1],), w, self.p[prefix + ".bias"], self.eps)
 
     def lin(self, x, name):
         y = x @ self.p[name + ".weight"].reshape(-1, x.shape[-1]).t()
@@ -156,8 +166,8 @@ class Model:
             y = y + self.p[name + ".bias"].reshape(-1)
         return y
 
-    def rotary(self, x, S):  # x [S, B, n, D]
-        R = self.D
+    def rotary(self, x, S):  # x [S, B, n, R]: every channel rotated
+        R = x.shape[-1]
         inv_freq = 1.0 / (10000.0 ** (torch.arange(0, R, 2, dtype=torch.float32) / R))
         freqs = torch.outer(torch.arange(S, dtype=torch.float32), inv_freq)
         emb = torch.cat([freqs, freqs], dim=-1)[:, None, None, :]
@@ -177,20 +187,24 @@ class Model:
         for l in range(self.L):
             pre = "decoder.layers.%d." % l
             a = self.norm(x, pre + "input_layernorm")
-            qkv = self.lin(a, pre + "self_attention.linear_qkv").view(S, B, self.G, hpg + 2, self.D)
-            q = qkv[:, :, :, :hpg, :].reshape(S, B, self.H, self.D)
-            k = qkv[:, :, :, hpg, :]
-            v = qkv[:, :, :, hpg + 1, :]
-            if self.rope:
-                q, k = self.rotary(q, S), self.rotary(k, S)
-            k = k.repeat_interleave(hpg, dim=2)
-            v = v.repeat_interleave(hpg, dim=2)
-            qb, kb, vb = (z.permute(1, 2, 0, 3) for z in (q, k, v))  # [B, H, S, D]
-            s = qb @ kb.transpose(-1, -2) / math.sqrt(self.D)
+            if self.mla:
+                q, k, v = self.mla_qkv(a, pre + "self_attention.", S, B)
+            else:
+                qkv = self.lin(a, pre + "self_attention.linear_qkv").view(S, B, self.G, hpg + 2,
+                                                                           self.D)
+                q = qkv[:, :, :, :hpg, :].reshape(S, B, self.H, self.D)
+                k = qkv[:, :, :, hpg, :]
+                v = qkv[:, :, :, hpg + 1, :]
+                if self.rope:
+                    q, k = self.rotary(q, S), self.rotary(k, S)
+                k = k.repeat_interleave(hpg, dim=2)
+                v = v.repeat_interleave(hpg, dim=2)
+            qb, kb, vb = (z.permute(1, 2, 0, 3) for z in (q, k, v))  # [B, H, S, D or Dv]
+            s = qb @ kb.transpose(-1, -2) / math.sqrt(q.shape[-1])
             mask = torch.triu(torch.ones(S, S, dtype=torch.bool), diagonal=1)
             s = s.masked_fill(mask, float("-inf"))
             probs = self.attn_drop(torch.softmax(s, dim=-1), it, sample0, l)
-            o = (probs @ vb).permute(2, 0, 1, 3).reshape(S, B, self.H * self.D)
+            o = (probs @ vb).permute(2, 0, 1, 3).reshape(S, B, -1)
             x = x + self.hidden_drop(self.lin(o, pre + "self_attention.linear_proj"), it, sample0,
                                      l, "attention_output")
             a = self.norm(x, pre + "pre_mlp_layernorm")
@@ -208,6 +222,23 @@ class Model:
         pad = torch.zeros(logits.shape[-1], dtype=torch.bool)
         pad[self.vocab:] = True
         return logits.masked_fill(pad, float("-inf"))
+
+    def mla_qkv(self, a, pre, S, B):
+        """Multi-latent attention's q, k [S, B, H, dn + dr] and v [S, B, H, dv] from a."""
+        H, dn, dr, dv = self.H, self.dn, self.dr, self.dv
+        if self.q_rank > 0:
+            cq = self.norm(self.lin(a, pre + "linear_q_down_proj"), pre + "q_layernorm")
+            q = self.lin(cq, pre + "linear_q_up_proj")
+        else:
+            q = self.lin(a, pre + "linear_q_proj")
+        q_nope, q_pe = q.view(S, B, H, dn + dr).split([dn, dr], dim=-1)
+        ckv, k_pe = self.lin(a, pre + "linear_kv_down_proj").split([self.kv_rank, dr], dim=-1)
+        kv = self.lin(self.norm(ckv, pre + "kv_layernorm"), pre + "linear_kv_up_proj")
+        k_nope, v = kv.view(S, B, H, dn + dv).split([dn, dv], dim=-1)
+        k_pe = self.rotary(k_pe[:, :, None, :], S).expand(S, B, H, dr)
+        q = torch.cat([q_nope, self.rotary(q_pe, S)], dim=-1)
+        k = torch.cat([k_nope, k_pe], dim=-1)
+        return q, k, v
 
     def loss_sum(self, tokens, labels, it, sample0):
         lg = self.logits(tokens, it, sample0)

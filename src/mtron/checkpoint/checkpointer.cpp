@@ -30,6 +30,17 @@ void check_model(const ModelConfig& ck, const ModelConfig& run, const std::strin
   same(ck.query_groups() == run.query_groups(), "query groups (--num-query-groups)",
        ck.query_groups(), run.query_groups());
   same(ck.kv_channels == run.kv_channels, "--kv-channels", ck.kv_channels, run.kv_channels);
+  const MlaConfig &a = ck.mla, &b = run.mla;
+  same(a.enabled == b.enabled, "--multi-latent-attention", a.enabled ? "on" : "off",
+       b.enabled ? "on" : "off");
+  if (b.enabled) {
+    same(a.q_lora_rank == b.q_lora_rank, "--q-lora-rank", a.q_lora_rank, b.q_lora_rank);
+    same(a.kv_lora_rank == b.kv_lora_rank, "--kv-lora-rank", a.kv_lora_rank, b.kv_lora_rank);
+    same(a.qk_head_dim == b.qk_head_dim, "--qk-head-dim", a.qk_head_dim, b.qk_head_dim);
+    same(a.qk_pos_emb_head_dim == b.qk_pos_emb_head_dim, "--qk-pos-emb-head-dim",
+         a.qk_pos_emb_head_dim, b.qk_pos_emb_head_dim);
+    same(a.v_head_dim == b.v_head_dim, "--v-head-dim", a.v_head_dim, b.v_head_dim);
+  }
   // (a model whose every layer is MoE has no dense MLP: --ffn-hidden-size shapes nothing)
   if (run.num_moe_layers() < run.num_layers) {
     same(ck.ffn_hidden_size == run.ffn_hidden_size, "--ffn-hidden-size", ck.ffn_hidden_size,

@@ -95,6 +95,7 @@ std::string mixtral_reason(const ModelConfig& c) {
 }
 
 std::string arch_reason(const ModelConfig& c) {
+  if (c.mla.enabled) return "no Hugging Face export for --multi-latent-attention (DeepSeek-V2/V3)";
   if (c.is_moe()) return mixtral_reason(c);
   const bool gpt2 = c.normalization == Normalization::kLayerNorm &&
                     c.position_embedding_type == PositionEmbedding::kLearnedAbsolute && !c.swiglu;

@@ -107,6 +107,15 @@ ordered_json model_config_to_json(const ModelConfig& m) {
     j["moe_expert_capacity_factor"] = tidy(m.moe_expert_capacity_factor);
     j["moe_token_drop_policy"] = name_of(kTokenDropPolicyNames, m.moe_token_drop_policy);
   }
+  if (m.mla.enabled) {  // Megatron's flag names; other manifests carry none of them
+    j["multi_latent_attention"] = true;
+    j["q_lora_rank"] = m.mla.q_lora_rank;
+    j["kv_lora_rank"] = m.mla.kv_lora_rank;
+    j["qk_head_dim"] = m.mla.qk_head_dim;
+    j["qk_pos_emb_head_dim"] = m.mla.qk_pos_emb_head_dim;
+    j["v_head_dim"] = m.mla.v_head_dim;
+    j["rotary_scaling_factor"] = tidy(m.mla.rotary_scaling_factor);
+  }
   return j;
 }
 
@@ -154,12 +163,36 @@ ModelConfig model_config_from_json(const json& j, const std::string& file) {
     m.moe_token_drop_policy =
         named_field(j, "moe_token_drop_policy", kTokenDropPolicyNames, "token drop policy", file);
   }
+  m.mla.enabled = field_or<bool>(j, "multi_latent_attention", false, file);
+  if (m.mla.enabled) {
+    m.mla.q_lora_rank = field<int64_t>(j, "q_lora_rank", file);
+    m.mla.kv_lora_rank = field<int64_t>(j, "kv_lora_rank", file);
+    m.mla.qk_head_dim = field<int64_t>(j, "qk_head_dim", file);
+    m.mla.qk_pos_emb_head_dim = field<int64_t>(j, "qk_pos_emb_head_dim", file);
+    m.mla.v_head_dim = field<int64_t>(j, "v_head_dim", file);
+    m.mla.rotary_scaling_factor = field<float>(j, "rotary_scaling_factor", file);
+  }
   // Bounds far beyond any real model keep derived sizes (4h, V x h, ...) from overflowing.
-  for (const int64_t v :
-       {m.num_layers, m.hidden_size, m.num_attention_heads, m.num_query_groups, m.kv_channels,
-        m.ffn_hidden_size, m.make_vocab_size_divisible_by, m.seq_length, m.max_position_embeddings,
-        m.vocab_size, m.num_experts, m.moe_ffn_hidden_size, m.moe_router_topk, m.moe_layer_freq,
-        m.moe_shared_expert_intermediate_size}) {
+  for (const int64_t v : {m.num_layers,
+                          m.hidden_size,
+                          m.num_attention_heads,
+                          m.num_query_groups,
+                          m.kv_channels,
+                          m.ffn_hidden_size,
+                          m.make_vocab_size_divisible_by,
+                          m.seq_length,
+                          m.max_position_embeddings,
+                          m.vocab_size,
+                          m.num_experts,
+                          m.moe_ffn_hidden_size,
+                          m.moe_router_topk,
+                          m.moe_layer_freq,
+                          m.moe_shared_expert_intermediate_size,
+                          m.mla.q_lora_rank,
+                          m.mla.kv_lora_rank,
+                          m.mla.qk_head_dim,
+                          m.mla.qk_pos_emb_head_dim,
+                          m.mla.v_head_dim}) {
     MT_CHECK(v >= 0 && v <= (int64_t(1) << 30), file, ": model size ", v, " out of range");
   }
   try {

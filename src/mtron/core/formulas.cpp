@@ -18,8 +18,10 @@ double flops_per_iteration(const ModelConfig& m, int64_t global_batch, int64_t p
                      (double(m.ffn()) * L_dense + (double(m.moe_ffn()) * double(m.moe_router_topk) +
                                                    double(m.moe_shared_expert_intermediate_size)) *
                                                       L_moe);
-  const double attn = L * (h * (q + 2 * kv) + q * h);
   const double logits = h * double(padded_vocab);
+  if (m.mla.enabled)  // Megatron's MLA branch: projections and core attention in one term
+    return 6.0 * B * s * (mlp + L * m.mla.attention_flops_term(m) + logits);
+  const double attn = L * (h * (q + 2 * kv) + q * h);
   return 6.0 * B * s * (mlp + attn + logits) + 6.0 * B * s * s * q * L;
 }
 

@@ -52,6 +52,7 @@ void ModelConfig::finalize() {
     MT_CHECK(rotary_dim() % 2 == 0 && rotary_dim() > 0, "rotary dimension (kv channels ",
              kv_channels, " x --rotary-percent ", rotary_percent, ") must be even and positive");
   }
+  mla.validate(*this);
   if (is_moe()) {
     MT_CHECK(num_experts > 0, "--num-experts must be positive (got ", num_experts, ")");
     if (moe_ffn_hidden_size == 0) moe_ffn_hidden_size = ffn_hidden_size;
@@ -84,7 +85,10 @@ int64_t ModelConfig::num_parameters(int64_t tp) const {
   const int64_t norm = normalization == Normalization::kLayerNorm ? 2 * h : h;
   const int64_t bias = add_bias_linear ? 1 : 0;
   const int64_t attn =
-      h * (q_size() + 2 * kv_size()) + bias * (q_size() + 2 * kv_size()) + q_size() * h + bias * h;
+      mla.enabled
+          ? mla.tp_sharded_attention_parameters(*this) + mla.replicated_attention_parameters(*this)
+          : h * (q_size() + 2 * kv_size()) + bias * (q_size() + 2 * kv_size()) + q_size() * h +
+                bias * h;
   auto mlp = [&](int64_t f) {
     const int64_t up = swiglu ? 2 * f : f;
     return h * up + bias * up + f * h + bias * h;
@@ -110,7 +114,7 @@ int64_t ModelConfig::num_parameters(int64_t tp) const {
 std::string ModelConfig::summary() const {
   return fmt::format(
       "{} layers, hidden {}, {} heads ({} query groups, head dim {}), ffn {}{}, {}, {}, vocab {} "
-      "(padded {}), seq {}{}",
+      "(padded {}), seq {}{}{}",
       num_layers, hidden_size, num_attention_heads, query_groups(), kv_channels, ffn_hidden_size,
       swiglu ? " SwiGLU" : " GELU",
       normalization == Normalization::kLayerNorm ? "LayerNorm" : "RMSNorm",
@@ -118,7 +122,11 @@ std::string ModelConfig::summary() const {
       : position_embedding_type == PositionEmbedding::kLearnedAbsolute ? "learned positions"
                                                                        : "no positions",
       vocab_size, padded_vocab_size(1), seq_length,
-      is_moe() ? fmt::format(", MoE {} experts top-{}", num_experts, moe_router_topk) : "");
+      is_moe() ? fmt::format(", MoE {} experts top-{}", num_experts, moe_router_topk) : "",
+      mla.enabled
+          ? fmt::format(", MLA (q rank {}, kv rank {}, qk {}+{}, v {})", mla.q_lora_rank,
+                        mla.kv_lora_rank, mla.qk_head_dim, mla.qk_pos_emb_head_dim, mla.v_head_dim)
+          : "");
 }
 
 }  // namespace mtron

@@ -8,6 +8,8 @@
 #include <cstdint>
 #include <string>
 
+#include "mtron/core/mla_config.h"
+
 namespace mtron {
 
 enum class Normalization { kLayerNorm, kRMSNorm };
@@ -59,6 +61,8 @@ struct ModelConfig {
   float moe_expert_capacity_factor = 0.0f;  // <= 0: dropless
   TokenDropPolicy moe_token_drop_policy = TokenDropPolicy::kProbs;
 
+  MlaConfig mla;  // multi-latent attention (mla.enabled), replacing the QKV projection
+
   // Fills defaults (ffn size, query groups, kv channels, max positions) and checks the shape,
   // throwing mtron::Error with a message naming the flag. Call once after parsing.
   void finalize();
@@ -67,6 +71,9 @@ struct ModelConfig {
     return group_query_attention ? num_query_groups : num_attention_heads;
   }
   int64_t head_dim() const { return kv_channels; }
+  // The attention kernel's query/key and value head dims: kv_channels, or MLA's.
+  int64_t qk_dim() const { return mla.enabled ? mla.q_head_dim() : kv_channels; }
+  int64_t v_dim() const { return mla.enabled ? mla.v_head_dim : kv_channels; }
   int64_t q_size() const { return num_attention_heads * kv_channels; }
   int64_t kv_size() const { return query_groups() * kv_channels; }
   int64_t ffn() const { return ffn_hidden_size; }

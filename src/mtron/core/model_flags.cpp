@@ -112,6 +112,8 @@ void add_model_flags(CLI::App& app, ModelConfig& m) {
              "Post attention dropout probability (on the softmax probabilities; training only; "
              "CPU only: --device cuda needs 0).");
 
+  add_mla_flags(app, m.mla);
+
   // Mixture of experts.
   opt<int64_t>(app, "--num-experts", m.num_experts, 0,
                "Number of Experts in MoE (None means no MoE). 0: dense.");
@@ -174,6 +176,7 @@ std::vector<std::string> model_flag_args(const ModelConfig& m) {
   add("--init-method-std", m.init_method_std);
   add("--hidden-dropout", m.hidden_dropout);
   add("--attention-dropout", m.attention_dropout);
+  mla_flag_args(m.mla, a);
   if (!m.is_moe()) return a;
   add("--num-experts", m.num_experts);
   add("--moe-ffn-hidden-size", m.moe_ffn_hidden_size);

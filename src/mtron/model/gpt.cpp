@@ -129,12 +129,13 @@ float* GPTChunk::embed(const RunCtx& rc,
 }
 
 KvCache GPTChunk::make_kv_cache(const RunCtx& rc, int64_t B, int64_t capacity) const {
-  const int64_t row = B * cfg_.query_groups() / rc.tp.size * cfg_.kv_channels;
+  const int64_t groups = B * cfg_.query_groups() / rc.tp.size;
+  const int64_t krow = groups * cfg_.qk_dim(), vrow = groups * cfg_.v_dim();
   KvCache c;
   c.storage = Arena(rc.k.device);
   for (size_t i = 0; i < layers_.size(); ++i) {
-    c.layers.push_back({c.storage.alloc<float>(capacity * row),
-                        c.storage.alloc<float>(capacity * row), capacity, 0});
+    c.layers.push_back({c.storage.alloc<float>(capacity * krow),
+                        c.storage.alloc<float>(capacity * vrow), capacity, 0});
   }
   return c;
 }

@@ -10,79 +10,6 @@
 
 namespace mtron::model {
 
-void Norm::add_params(const ModelConfig& cfg,
-                      const std::string& prefix,
-                      bool sequence_parallel,
-                      ParamBuffer& params) {
-  const Shape shape = {cfg.hidden_size};
-  ParamSpec ws{.name = prefix + ".weight",
-               .global_shape = shape,
-               .local_shape = shape,
-               .init = cfg.apply_layernorm_1p ? ParamInit::kZeros : ParamInit::kOnes,
-               .weight_decay = false,
-               .sequence_parallel = sequence_parallel};
-  w = params.add(ws);
-  if (cfg.normalization == Normalization::kLayerNorm) {
-    ParamSpec bs = ws;
-    bs.name = prefix + ".bias";
-    bs.init = ParamInit::kZeros;
-    b = params.add(bs);
-  }
-}
-
-namespace {
-
-// The weight a norm applies: its parameter, or 1 + parameter (zero-centred, --apply-layernorm-1p)
-// in `one_plus`.
-const float* applied_weight(
-    const RunCtx& rc, const ModelConfig& cfg, const ParamBuffer& p, int w, Tensor& one_plus) {
-  if (!cfg.apply_layernorm_1p) return p.master(w);
-  const int64_t H = cfg.hidden_size;
-  one_plus = Tensor::empty({H}, DType::kF32, rc.k.device);
-  kernels::fill(rc.k, one_plus.f32(), 1.0f, H);
-  kernels::add(rc.k, one_plus.f32(), one_plus.f32(), p.master(w), H);
-  return one_plus.f32();
-}
-
-}  // namespace
-
-void Norm::forward(const RunCtx& rc,
-                   const ModelConfig& cfg,
-                   const ParamBuffer& p,
-                   float* out,
-                   float* mean,
-                   float* rstd,
-                   const float* in,
-                   int64_t n) const {
-  Tensor one_plus;
-  const float* gamma = applied_weight(rc, cfg, p, w, one_plus);
-  if (cfg.normalization == Normalization::kLayerNorm) {
-    kernels::layernorm_forward(rc.k, out, mean, rstd, in, gamma, p.master(b), n, cfg.hidden_size,
-                               cfg.norm_epsilon);
-  } else {
-    kernels::rmsnorm_forward(rc.k, out, rstd, in, gamma, n, cfg.hidden_size, cfg.norm_epsilon);
-  }
-}
-
-void Norm::backward(const RunCtx& rc,
-                    const ModelConfig& cfg,
-                    const ParamBuffer& p,
-                    float* din,
-                    const float* dout,
-                    const float* in,
-                    const float* mean,
-                    const float* rstd,
-                    int64_t n) const {
-  Tensor one_plus;
-  const float* gamma = applied_weight(rc, cfg, p, w, one_plus);
-  if (cfg.normalization == Normalization::kLayerNorm) {
-    kernels::layernorm_backward(rc.k, din, p.grad(w), p.grad(b), dout, in, gamma, mean, rstd, n,
-                                cfg.hidden_size);
-  } else {
-    kernels::rmsnorm_backward(rc.k, din, p.grad(w), dout, in, gamma, rstd, n, cfg.hidden_size);
-  }
-}
-
 namespace {
 
 // A TP-sharded weight: global shape, sharded along `dim` in `tp.size` equal slices.
@@ -113,13 +40,14 @@ TransformerLayer::TransformerLayer(const ModelConfig& cfg,
                                    ParamBuffer& params,
                                    ParamBuffer& expert_params)
     : cfg_(cfg), p_(params), layer_(layer) {
-  const int64_t H = cfg.num_attention_heads, G = cfg.query_groups(), D = cfg.kv_channels;
+  const int64_t H = cfg.num_attention_heads, G = cfg.query_groups(), D = cfg.qk_dim();
   const bool moe = cfg.is_moe_layer(layer);
   const int64_t F = moe ? cfg.moe_shared_expert_intermediate_size : cfg.ffn();
   const int64_t h = cfg.hidden_size;
   Hl_ = H / tp.size;
   Gl_ = G / tp.size;
   D_ = D;
+  Dv_ = cfg.v_dim();
   Fl_ = F / tp.size;
   h_ = h;
   qkv_l_ = Gl_ * (H / G + 2) * D;
@@ -130,16 +58,20 @@ TransformerLayer::TransformerLayer(const ModelConfig& cfg,
   const std::string pre = "decoder.layers." + std::to_string(layer) + ".";
 
   ln1_.add_params(cfg, pre + "input_layernorm", sp, params);
-  // QKV rows are Megatron's interleaved [group][hpg q | k | v][D]: a TP shard is a contiguous
-  // block of whole groups.
-  qkv_w_ = params.add(
-      sharded(pre + "self_attention.linear_qkv.weight", {G * (H / G + 2) * D, h}, 0, tp, std));
-  if (bias) {
-    qkv_b_ = params.add(
-        sharded(pre + "self_attention.linear_qkv.bias", {G * (H / G + 2) * D}, 0, tp, 0, false));
+  if (cfg.mla.enabled) {
+    mla_ = std::make_unique<MlaProjection>(cfg, pre + "self_attention.", tp, params);
+  } else {
+    // QKV rows are Megatron's interleaved [group][hpg q | k | v][D]: a TP shard is a contiguous
+    // block of whole groups.
+    qkv_w_ = params.add(
+        sharded(pre + "self_attention.linear_qkv.weight", {G * (H / G + 2) * D, h}, 0, tp, std));
+    if (bias) {
+      qkv_b_ = params.add(
+          sharded(pre + "self_attention.linear_qkv.bias", {G * (H / G + 2) * D}, 0, tp, 0, false));
+    }
   }
   proj_w_ =
-      params.add(sharded(pre + "self_attention.linear_proj.weight", {h, H * D}, 1, tp, out_std));
+      params.add(sharded(pre + "self_attention.linear_proj.weight", {h, H * Dv_}, 1, tp, out_std));
   if (bias) proj_b_ = params.add(replicated_bias(pre + "self_attention.linear_proj.bias", h, sp));
 
   ln2_.add_params(cfg, pre + "pre_mlp_layernorm", sp, params);
@@ -172,17 +104,18 @@ void TransformerLayer::attention(
     const RunCtx& rc, const TokenLayout& tl, Stash& st, Arena& scratch, const LayerKv* kv) const {
   const float scale = 1.0f / std::sqrt(float(D_));
   if (!kv) {
-    const kernels::AttnShape as{tl.B, tl.S, tl.S, Hl_, Gl_, D_, scale};
+    const kernels::AttnShape as{tl.B, tl.S, tl.S, Hl_, Gl_, D_, Dv_, scale};
     parallel::ring_attention_forward(rc.k, rc.cp, scratch, st.att, st.lse, st.q, st.k, st.v, as,
                                      attention_dropout(rc, cfg_, tl.drop, layer_, Hl_));
     return;
   }
   MT_ASSERT(rc.tp.size == 1 && rc.cp.size == 1, "a KV cache holds a whole model's heads");
   MT_ASSERT(kv->length + tl.S <= kv->capacity, "the KV cache is full");
-  const int64_t row = tl.B * Gl_ * D_, bytes = int64_t(sizeof(float)) * tl.S * row;
-  kernels::copy(rc.k, kv->k + kv->length * row, st.k, bytes);
-  kernels::copy(rc.k, kv->v + kv->length * row, st.v, bytes);
-  const kernels::AttnShape as{tl.B, tl.S, kv->length + tl.S, Hl_, Gl_, D_, scale};
+  const int64_t krow = tl.B * Gl_ * D_, vrow = tl.B * Gl_ * Dv_;
+  const int64_t fl = int64_t(sizeof(float)) * tl.S;
+  kernels::copy(rc.k, kv->k + kv->length * krow, st.k, fl * krow);
+  kernels::copy(rc.k, kv->v + kv->length * vrow, st.v, fl * vrow);
+  const kernels::AttnShape as{tl.B, tl.S, kv->length + tl.S, Hl_, Gl_, D_, Dv_, scale};
   kernels::attention_forward(rc.k, st.att, st.lse, st.q, kv->k, kv->v, as,
                              kernels::AttnMask{true, kv->length});
 }
@@ -216,25 +149,28 @@ void TransformerLayer::forward(const RunCtx& rc,
   }
   st.ln1_in = as_gemm_input(rc, keep, ln1_full, N * h);
 
-  float* qkv = scratch.alloc<float>(N * qkv_l_);
-  linear_forward(rc, qkv, st.ln1_in, p_.weight(qkv_w_), opt(p_, qkv_b_), N, h, qkv_l_);
-  const int64_t hpg = Hl_ / Gl_;
   st.q = keep.alloc<float>(N * Hl_ * D_);
   st.k = keep.alloc<float>(N * Gl_ * D_);
-  st.v = keep.alloc<float>(N * Gl_ * D_);
-  kernels::qkv_split(rc.k, st.q, st.k, st.v, qkv, N, Gl_, hpg, D_);
-  if (cfg_.position_embedding_type == PositionEmbedding::kRope) {
-    kernels::rope_forward(rc.k, st.q, tl.pos, N, Hl_, D_, cfg_.rotary_dim(), cfg_.rotary_base);
-    kernels::rope_forward(rc.k, st.k, tl.pos, N, Gl_, D_, cfg_.rotary_dim(), cfg_.rotary_base);
+  st.v = keep.alloc<float>(N * Gl_ * Dv_);
+  if (mla_) {
+    mla_->forward(rc, tl.pos, N, st.mla, keep, scratch, st.ln1_in, st.q, st.k, st.v);
+  } else {
+    float* qkv = scratch.alloc<float>(N * qkv_l_);
+    linear_forward(rc, qkv, st.ln1_in, p_.weight(qkv_w_), opt(p_, qkv_b_), N, h, qkv_l_);
+    kernels::qkv_split(rc.k, st.q, st.k, st.v, qkv, N, Gl_, Hl_ / Gl_, D_);
+    if (cfg_.position_embedding_type == PositionEmbedding::kRope) {
+      kernels::rope_forward(rc.k, st.q, tl.pos, N, Hl_, D_, cfg_.rotary_dim(), cfg_.rotary_base);
+      kernels::rope_forward(rc.k, st.k, tl.pos, N, Gl_, D_, cfg_.rotary_dim(), cfg_.rotary_base);
+    }
   }
-  st.att = keep.alloc<float>(N * Hl_ * D_);
+  st.att = keep.alloc<float>(N * Hl_ * Dv_);
   st.lse = keep.alloc<float>(tl.B * Hl_ * tl.S);
   attention(rc, tl, st, scratch, kv);
-  st.att_in = as_gemm_input(rc, keep, st.att, N * Hl_ * D_);
+  st.att_in = as_gemm_input(rc, keep, st.att, N * Hl_ * Dv_);
 
   st.x2 = keep.alloc<float>(Nl * h);
   float* partial = sp ? scratch.alloc<float>(N * h) : st.x2;
-  linear_forward(rc, partial, st.att_in, p_.weight(proj_w_), nullptr, N, Hl_ * D_, h);
+  linear_forward(rc, partial, st.att_in, p_.weight(proj_w_), nullptr, N, Hl_ * Dv_, h);
   parallel::exit_tp_forward(tp, st.x2, partial, N, h);
   if (proj_b_ >= 0) kernels::bias_add(rc.k, st.x2, p_.master(proj_b_), Nl, h);
   hidden_dropout(rc, cfg_, tl, {layer_, "attention_output"}, st.x2);
@@ -346,28 +282,32 @@ void TransformerLayer::backward(
     dpartial = scratch.alloc<float>(N * h);
     parallel::exit_tp_backward(tp, dpartial, dattn, N, h);
   }
-  float* datt = scratch.alloc<float>(N * Hl_ * D_);
+  float* datt = scratch.alloc<float>(N * Hl_ * Dv_);
   linear_backward(rc, scratch, datt, p_.grad(proj_w_), nullptr, dpartial, st.att_in,
-                  p_.weight(proj_w_), N, Hl_ * D_, h);
+                  p_.weight(proj_w_), N, Hl_ * Dv_, h);
   float* dq = scratch.alloc<float>(N * Hl_ * D_);
   float* dk = scratch.alloc<float>(N * Gl_ * D_);
-  float* dv = scratch.alloc<float>(N * Gl_ * D_);
+  float* dv = scratch.alloc<float>(N * Gl_ * Dv_);
   kernels::fill_zero(rc.k, dq, int64_t(sizeof(float)) * N * Hl_ * D_);
   kernels::fill_zero(rc.k, dk, int64_t(sizeof(float)) * N * Gl_ * D_);
-  kernels::fill_zero(rc.k, dv, int64_t(sizeof(float)) * N * Gl_ * D_);
-  const kernels::AttnShape as{tl.B, tl.S, tl.S, Hl_, Gl_, D_, 1.0f / std::sqrt(float(D_))};
+  kernels::fill_zero(rc.k, dv, int64_t(sizeof(float)) * N * Gl_ * Dv_);
+  const kernels::AttnShape as{tl.B, tl.S, tl.S, Hl_, Gl_, D_, Dv_, 1.0f / std::sqrt(float(D_))};
   parallel::ring_attention_backward(rc.k, rc.cp, scratch, dq, dk, dv, datt, st.q, st.k, st.v,
                                     st.att, st.lse, as,
                                     attention_dropout(rc, cfg_, tl.drop, layer_, Hl_));
-  if (cfg_.position_embedding_type == PositionEmbedding::kRope) {
-    kernels::rope_backward(rc.k, dq, tl.pos, N, Hl_, D_, cfg_.rotary_dim(), cfg_.rotary_base);
-    kernels::rope_backward(rc.k, dk, tl.pos, N, Gl_, D_, cfg_.rotary_dim(), cfg_.rotary_base);
-  }
-  float* dqkv = scratch.alloc<float>(N * qkv_l_);
-  kernels::qkv_merge_grad(rc.k, dqkv, dq, dk, dv, N, Gl_, Hl_ / Gl_, D_);
   float* dln1_full = scratch.alloc<float>(N * h);
-  linear_backward(rc, scratch, dln1_full, p_.grad(qkv_w_), opt_grad(p_, qkv_b_), dqkv, st.ln1_in,
-                  p_.weight(qkv_w_), N, h, qkv_l_);
+  if (mla_) {
+    mla_->backward(rc, tl.pos, N, st.mla, scratch, st.ln1_in, dln1_full, dq, dk, dv);
+  } else {
+    if (cfg_.position_embedding_type == PositionEmbedding::kRope) {
+      kernels::rope_backward(rc.k, dq, tl.pos, N, Hl_, D_, cfg_.rotary_dim(), cfg_.rotary_base);
+      kernels::rope_backward(rc.k, dk, tl.pos, N, Gl_, D_, cfg_.rotary_dim(), cfg_.rotary_base);
+    }
+    float* dqkv = scratch.alloc<float>(N * qkv_l_);
+    kernels::qkv_merge_grad(rc.k, dqkv, dq, dk, dv, N, Gl_, Hl_ / Gl_, D_);
+    linear_backward(rc, scratch, dln1_full, p_.grad(qkv_w_), opt_grad(p_, qkv_b_), dqkv, st.ln1_in,
+                    p_.weight(qkv_w_), N, h, qkv_l_);
+  }
   float* dln1 = sp ? scratch.alloc<float>(Nl * h) : dln1_full;
   parallel::enter_tp_backward(tp, dln1, dln1_full, N, h);
   ln1_.backward(rc, cfg_, p_, dxy, dln1, st.x, st.ln1_mean, st.ln1_rstd, Nl);

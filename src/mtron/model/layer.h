@@ -2,6 +2,7 @@
 //
 // One pre-norm transformer layer (Megatron-Core's TransformerLayer with the local spec):
 //   x2 = x  + proj(attention(rope(qkv(norm1(x)))))       attention block
+// (with --multi-latent-attention, q, k, v come from MLA's latent projections instead: mla.h)
 //   y  = x2 + fc2(act(fc1(norm2(x2))))                    MLP block (GELU or SwiGLU)
 // on this rank's tensor-parallel shard: QKV and fc1 are column-parallel (by query group, and by
 // [gate|up] blocks), proj and fc2 row-parallel, with the TP/SP mappings of parallel/mappings.h
@@ -33,7 +34,9 @@
 #include "mtron/core/model_config.h"
 #include "mtron/model/dropout.h"
 #include "mtron/model/linear.h"
+#include "mtron/model/mla.h"
 #include "mtron/model/moe.h"
+#include "mtron/model/norm.h"
 #include "mtron/model/params.h"
 
 namespace mtron::model {
@@ -48,39 +51,10 @@ struct TokenLayout {
   int64_t rows() const { return S * B; }
 };
 
-// A LayerNorm or RMSNorm (cfg.normalization) with its parameter handles.
-struct Norm {
-  int w = -1, b = -1;  // b only for LayerNorm
-  // Registers weight (and bias) named prefix + ".weight"/".bias". With --apply-layernorm-1p the
-  // weight starts at 0 and the norm applies 1 + weight (the gradient is the same).
-  void add_params(const ModelConfig& cfg,
-                  const std::string& prefix,
-                  bool sequence_parallel,
-                  ParamBuffer& params);
-  // out[n, h]; mean (LayerNorm only) and rstd [n] saved.
-  void forward(const RunCtx& rc,
-               const ModelConfig& cfg,
-               const ParamBuffer& p,
-               float* out,
-               float* mean,
-               float* rstd,
-               const float* in,
-               int64_t n) const;
-  // din[n, h] += d(norm)/d(in) dout; parameter grads accumulate.
-  void backward(const RunCtx& rc,
-                const ModelConfig& cfg,
-                const ParamBuffer& p,
-                float* din,
-                const float* dout,
-                const float* in,
-                const float* mean,
-                const float* rstd,
-                int64_t n) const;
-};
-
 // One layer's keys and values (after RoPE) of the positions so far, on the run's device:
-// k, v [capacity, B, Gl, D] each (sequence-major, as attention reads them), of which the first
-// `length` positions are filled. TP 1 and CP 1 (generation runs one whole model).
+// k [capacity, B, Gl, D], v [capacity, B, Gl, Dv] (sequence-major, as attention reads them), of
+// which the first `length` positions are filled. TP 1 and CP 1 (generation runs one whole
+// model). Multi-latent attention caches its expanded per-head keys and values, not the latent.
 struct LayerKv {
   float* k = nullptr;
   float* v = nullptr;
@@ -93,8 +67,9 @@ class TransformerLayer {
     const float* x = nullptr;  // input [Nl, h] (owned by the caller)
     float *ln1_mean = nullptr, *ln1_rstd = nullptr;
     Act ln1_in;                                      // [N, h] QKV's GEMM input
-    float *q = nullptr, *k = nullptr, *v = nullptr;  // [N, Hl, D], [N, Gl, D] after RoPE
-    float *att = nullptr, *lse = nullptr;            // [N, Hl*D], [B, Hl, S]
+    float *q = nullptr, *k = nullptr, *v = nullptr;  // [N, Hl, D], [N, Gl, D], [N, Gl, Dv]
+    MlaProjection::Stash mla;                        // multi-latent attention's latents
+    float *att = nullptr, *lse = nullptr;            // [N, Hl*Dv], [B, Hl, S]
     Act att_in;                                      // proj's GEMM input
     float* x2 = nullptr;                             // [Nl, h]
     float *ln2_mean = nullptr, *ln2_rstd = nullptr;
@@ -145,14 +120,16 @@ class TransformerLayer {
 
   const ModelConfig& cfg_;
   ParamBuffer& p_;
-  int64_t layer_;                 // global layer index
-  int64_t Hl_, Gl_, D_, Fl_, h_;  // local heads, local groups, head dim, local ffn, hidden
-  int64_t qkv_l_;                 // local QKV width: Gl * (H/G + 2) * D
+  int64_t layer_;  // global layer index
+  // local heads, local groups, query/key and value head dims, local ffn, hidden
+  int64_t Hl_, Gl_, D_, Dv_, Fl_, h_;
+  int64_t qkv_l_;  // local QKV width: Gl * (H/G + 2) * D
   Norm ln1_, ln2_;
   // parameter handles (-1: absent)
   int qkv_w_ = -1, qkv_b_ = -1, proj_w_ = -1, proj_b_ = -1;
   int fc1_w_ = -1, fc1_b_ = -1, fc2_w_ = -1, fc2_b_ = -1;  // dense MLP or shared expert
   std::unique_ptr<MoELayer> moe_;
+  std::unique_ptr<MlaProjection> mla_;  // multi-latent attention, in place of linear_qkv
 };
 
 }  // namespace mtron::model

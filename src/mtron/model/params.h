@@ -33,12 +33,15 @@ struct ParamSpec {
   Shape local_shape;
   ParamInit init = ParamInit::kNormal;
   float init_std = 0.0f;
-  bool weight_decay = true;        // Megatron: none on biases and norm weights
-  bool sequence_parallel = false;  // replicated over TP, gradient partial per SP rank
-  bool tied_copy = false;          // last stage's replica of the word embeddings (PP > 1)
-  bool cross_stage = false;        // tied word embeddings split over two pipeline stages: its
-                                   // gradient is summed over the embedding group first
-  int64_t offset = 0;              // element offset in the flat buffers
+  bool weight_decay = true;  // Megatron: none on biases and norm weights
+  // Replicated over TP with a gradient partial per TP rank, summed over TP after backward
+  // (train/ddp.h): norms and row-parallel biases under SP (each rank saw its rows), and MLA's
+  // down projections and latent norms under TP (each rank's heads contribute their part).
+  bool sequence_parallel = false;
+  bool tied_copy = false;    // last stage's replica of the word embeddings (PP > 1)
+  bool cross_stage = false;  // tied word embeddings split over two pipeline stages: its
+                             // gradient is summed over the embedding group first
+  int64_t offset = 0;        // element offset in the flat buffers
   int64_t numel() const { return mtron::numel(local_shape); }
   bool tp_replicated() const { return shard_dim < 0; }
 };

@@ -51,9 +51,13 @@ StageParams stage_parameters(const ModelConfig& m, const ParallelConfig& p, int6
   StageParams s;
   const double layers = double(p.num_layers_in_stage(stage));
   const double moe = moe_layers_in_stage(m, p, stage), dense = layers - moe;
-  const double attention = h * (q + 2 * kv) + q * h + bias * (q + 2 * kv);
+  const double attention = m.mla.enabled ? double(m.mla.tp_sharded_attention_parameters(m))
+                                         : h * (q + 2 * kv) + q * h + bias * (q + 2 * kv);
   s.tp_sharded = (layers * attention + dense * mlp(double(m.ffn()))) / t;
-  s.replicated = layers * (2 * norm + bias * h) + dense * bias * h;
+  s.replicated =
+      layers * (2 * norm +
+                (m.mla.enabled ? double(m.mla.replicated_attention_parameters(m)) : bias * h)) +
+      dense * bias * h;
   if (m.is_moe()) {
     const double E = double(m.num_experts);
     s.expert = moe * E * mlp(double(m.moe_ffn())) / double(p.ep() * p.etp()) +
@@ -100,9 +104,15 @@ double layer_activation_bytes(const ModelConfig& m,
 
   // Inputs saved for the GEMMs' backward: in fp8 Transformer Engine keeps the fp8 cast.
   const double ei = l.precision == Precision::kFP8 ? 1.0 : e;
-  // Attention block: norm input, QKV input, Q/K/V, core attention, projection input, dropout.
-  double bytes =
-      (e + ei) * T * h / st + e * T * (q + 2 * kv) / t + ei * T * q / t + mask * T * h / st;
+  // Attention block: norm input, QKV input, Q/K/V, core attention, projection input, dropout;
+  // with multi-latent attention Q/K/V at their head dims and the latents (down projections'
+  // outputs and their norms' outputs, on every TP rank).
+  const MlaConfig& mla = m.mla;
+  const double qkv = mla.enabled ? a * double(2 * mla.q_head_dim() + mla.v_head_dim) : q + 2 * kv;
+  const double att = mla.enabled ? a * double(mla.v_head_dim) : q;
+  const double latents = mla.enabled ? 2.0 * double(mla.q_lora_rank + mla.kv_lora_rank) : 0.0;
+  double bytes = (e + ei) * T * h / st + e * T * qkv / t + ei * T * att / t + e * T * latents +
+                 mask * T * h / st;
   if (fused_attention) {
     bytes += 4 * T * a / t;  // softmax statistics (log-sum-exp, fp32)
   } else if (l.recompute != RecomputeGranularity::kSelective) {

@@ -1,0 +1,96 @@
+#include "mtron/core/mla_config.h"
+
+#include <fmt/core.h>
+
+#include <CLI/CLI.hpp>
+
+#include "mtron/core/error.h"
+#include "mtron/core/model_config.h"
+
+namespace mtron {
+
+void MlaConfig::validate(const ModelConfig& m) const {
+  if (!enabled) return;
+  MT_CHECK(!m.group_query_attention,
+           "--multi-latent-attention does not take --group-query-attention (MLA has one key and "
+           "value head per query head)");
+  MT_CHECK(m.position_embedding_type == PositionEmbedding::kRope,
+           "--multi-latent-attention applies its own decoupled RoPE: use "
+           "--position-embedding-type rope");
+  MT_CHECK(m.rotary_percent == 1.0f, "--rotary-percent ", m.rotary_percent,
+           " with --multi-latent-attention: only 1.0 (RoPE on all qk_pos_emb_head_dim channels)");
+  MT_CHECK(rotary_scaling_factor == 1.0f, "--rotary-scaling-factor ", rotary_scaling_factor,
+           ": YaRN RoPE scaling is not implemented; only 1.0 (plain RoPE) is accepted");
+  MT_CHECK(q_lora_rank >= 0, "--q-lora-rank must be positive (or 0: None; got ", q_lora_rank, ")");
+  MT_CHECK(kv_lora_rank > 0, "--kv-lora-rank must be positive (got ", kv_lora_rank, ")");
+  MT_CHECK(qk_head_dim > 0, "--qk-head-dim must be positive (got ", qk_head_dim, ")");
+  MT_CHECK(v_head_dim > 0, "--v-head-dim must be positive (got ", v_head_dim, ")");
+  MT_CHECK(qk_pos_emb_head_dim > 0 && qk_pos_emb_head_dim % 2 == 0,
+           "--qk-pos-emb-head-dim must be even and positive (RoPE rotates channel pairs; got ",
+           qk_pos_emb_head_dim, ")");
+}
+
+int64_t MlaConfig::tp_sharded_attention_parameters(const ModelConfig& m) const {
+  const int64_t H = m.num_attention_heads;
+  const int64_t q = H * q_head_dim() * (q_lora_rank > 0 ? q_lora_rank : m.hidden_size);
+  return q + kv_lora_rank * H * (qk_head_dim + v_head_dim) + H * v_head_dim * m.hidden_size;
+}
+
+int64_t MlaConfig::replicated_attention_parameters(const ModelConfig& m) const {
+  const int64_t h = m.hidden_size;
+  const int64_t norm = m.normalization == Normalization::kLayerNorm ? 2 : 1;
+  const int64_t q = q_lora_rank > 0 ? h * q_lora_rank + norm * q_lora_rank : 0;
+  return q + h * (kv_lora_rank + qk_pos_emb_head_dim) + norm * kv_lora_rank +
+         (m.add_bias_linear ? h : 0);
+}
+
+double MlaConfig::attention_flops_term(const ModelConfig& m) const {
+  const double h = double(m.hidden_size), H = double(m.num_attention_heads);
+  const double s = double(m.seq_length);
+  const double q = q_lora_rank > 0 ? double(q_lora_rank) * (h + H * double(q_head_dim()) + 1)
+                                   : h * H * double(q_head_dim());
+  return q + double(kv_lora_rank) * (h + H * double(qk_head_dim + v_head_dim) + 1) +
+         h * double(qk_pos_emb_head_dim) + H * double(v_head_dim) * h +
+         s * H * double(q_head_dim()) / 2 + s * H * double(v_head_dim) / 2;
+}
+
+void add_mla_flags(CLI::App& app, MlaConfig& c) {
+  auto opt = [&](const std::string& name, auto& var, auto dflt, const std::string& help) {
+    app.add_option(name, var, help)
+        ->default_val(dflt)
+        ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast)
+        ->group("Model");
+  };
+  c.enabled = false;
+  app.add_flag("--multi-latent-attention", c.enabled, "Use multi-latent attention for model.")
+      ->group("Model");
+  opt("--q-lora-rank", c.q_lora_rank, int64_t(0),
+      "Rank of Query tensor's low rank representation. 0 (None): q is projected directly.");
+  opt("--kv-lora-rank", c.kv_lora_rank, int64_t(32),
+      "Rank of Key and Value tensors' low rank representation.");
+  opt("--qk-head-dim", c.qk_head_dim, int64_t(128),
+      "Dimension of the head in the QK projection. q_head_dim = qk_head_dim + "
+      "qk_pos_emb_head_dim");
+  opt("--qk-pos-emb-head-dim", c.qk_pos_emb_head_dim, int64_t(64),
+      "Dimension of the position embedding in the QK projection.");
+  opt("--v-head-dim", c.v_head_dim, int64_t(128), "Dimension of the head in the V projection.");
+  opt("--rotary-scaling-factor", c.rotary_scaling_factor, 1.0f,
+      "Rotary scaling factor for the rotary embeddings (YaRN; only 1.0 is supported).");
+}
+
+void mla_flag_args(const MlaConfig& c, std::vector<std::string>& a) {
+  if (!c.enabled) return;
+  a.push_back("--multi-latent-attention");
+  auto add = [&](const char* flag, auto v) {
+    a.push_back(flag);
+    a.push_back(fmt::format("{}", v));
+  };
+  if (c.q_lora_rank > 0) add("--q-lora-rank", c.q_lora_rank);
+  add("--kv-lora-rank", c.kv_lora_rank);
+  add("--qk-head-dim", c.qk_head_dim);
+  add("--qk-pos-emb-head-dim", c.qk_pos_emb_head_dim);
+  add("--v-head-dim", c.v_head_dim);
+  add("--rotary-scaling-factor", c.rotary_scaling_factor);
+}
+
+}  // namespace mtron

@@ -1,0 +1,56 @@
+// defines: MlaConfig, add_mla_flags, mla_flag_args
+//
+// Multi-latent attention (DeepSeek-V2/V3, Megatron-Core's MLASelfAttention), with Megatron's
+// flags and defaults (arguments.py). Per token, with H heads:
+//   q   = q_up(norm(q_down(x)))  [H, qk_head_dim + qk_pos_emb_head_dim]   (q_lora_rank > 0)
+//         or linear_q_proj(x)                                              (q_lora_rank 0: None)
+//   ckv = kv_down(x)             [kv_lora_rank | qk_pos_emb_head_dim]
+//   kv  = kv_up(norm(ckv[:kv_lora_rank]))  [H, qk_head_dim + v_head_dim]
+//   k   = [kv[h, :qk_head_dim] | rope(ckv[kv_lora_rank:])] per head (the RoPE key is shared)
+//   v   = kv[h, qk_head_dim:]
+// RoPE acts on the last qk_pos_emb_head_dim channels of each query head and on the shared key.
+// The softmax scale is 1/sqrt(qk_head_dim + qk_pos_emb_head_dim); with --rotary-scaling-factor
+// 1 (the only value accepted: YaRN is not implemented) Megatron's YaRN mscale is 1.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace CLI {
+class App;
+}  // namespace CLI
+
+namespace mtron {
+
+struct ModelConfig;
+
+struct MlaConfig {
+  bool enabled = false;     // --multi-latent-attention
+  int64_t q_lora_rank = 0;  // 0: None (q projected directly)
+  int64_t kv_lora_rank = 32;
+  int64_t qk_head_dim = 128;  // the no-RoPE part of a query/key head
+  int64_t qk_pos_emb_head_dim = 64;
+  int64_t v_head_dim = 128;
+  float rotary_scaling_factor = 1.0f;
+
+  int64_t q_head_dim() const { return qk_head_dim + qk_pos_emb_head_dim; }
+  // Checks the MLA flags against the rest of the model (throws naming the flag); no-op when
+  // disabled.
+  void validate(const ModelConfig& m) const;
+  // Parameters of one layer's attention block, global: split over TP by head (q_up or
+  // linear_q_proj, kv_up, linear_proj) and replicated (the down projections, the latent norms,
+  // linear_proj's bias).
+  int64_t tp_sharded_attention_parameters(const ModelConfig& m) const;
+  int64_t replicated_attention_parameters(const ModelConfig& m) const;
+  // Megatron's per-token, per-layer attention term of num_floating_point_operations without the
+  // 6 (fwd + bwd, FMA): the projections plus the causal core attention at sequence length s.
+  double attention_flops_term(const ModelConfig& m) const;
+};
+
+// Registers the MLA flags in group "Model".
+void add_mla_flags(CLI::App& app, MlaConfig& c);
+// Appends the MLA flags of `c` (when enabled) to `args`.
+void mla_flag_args(const MlaConfig& c, std::vector<std::string>& args);
+
+}  // namespace mtron
