@@ -478,21 +478,38 @@ void moe_cases(Checker& ck, bool small) {
   struct Shape {
     int64_t T, E, k, h, nb;
     bool sigmoid;
+    int64_t groups = 0, group_topk = 0;  // DeepSeek's options: groups, expert bias, scaling
+    bool bias = false;
+    float scale = 0.0f;
   };
-  std::vector<Shape> shapes = {{1, 1, 1, 1, 1, false},    {7, 4, 2, 33, 1, false},
-                               {33, 8, 2, 17, 3, true},   {31, 16, 1, 8, 1, true},
-                               {65, 64, 8, 32, 4, false}, {40, 8, 3, 16, 2, true}};
+  std::vector<Shape> shapes = {{1, 1, 1, 1, 1, false},
+                               {7, 4, 2, 33, 1, false},
+                               {33, 8, 2, 17, 3, true},
+                               {31, 16, 1, 8, 1, true},
+                               {65, 64, 8, 32, 4, false},
+                               {40, 8, 3, 16, 2, true},
+                               {40, 16, 4, 16, 2, true, 4, 2, true, 2.5f},
+                               {33, 12, 3, 8, 1, false, 3, 1, false, 0.5f},
+                               {21, 8, 2, 8, 1, true, 0, 0, true, 0.0f}};
   if (!small) shapes.push_back({4096, 64, 8, 1024, 4, false});
   for (const Shape& s : shapes) {
-    const std::string shape = str("T", s.T, " E", s.E, " k", s.k, " h", s.h, " nb", s.nb,
-                                  s.sigmoid ? " sigmoid" : " softmax");
+    const std::string shape = str(
+        "T", s.T, " E", s.E, " k", s.k, " h", s.h, " nb", s.nb, s.sigmoid ? " sigmoid" : " softmax",
+        s.group_topk ? str(" groups ", s.groups, "/", s.group_topk) : "", s.bias ? " bias" : "",
+        s.scale > 0 ? str(" scale ", s.scale) : "");
     ck.run("moe", shape, [&] {
       const int64_t T = s.T, E = s.E, k = s.k, h = s.h, nb = s.nb, n = T * k, row0 = 5;
       Pair<float> logits(randn(T * E, 2.0f)), w(poison(n)), sc(poison(T * E)), lse(poison(T));
+      Pair<float> bias(randn(E, 0.1f));
       Pair<int32_t> idx(std::vector<int32_t>(size_t(n), -1));
-      const MoeRouting rt{T, E, k, s.sigmoid};
-      ref::moe_route(idx.host(), w.host(), logits.host(), rt);
-      moe_route(g_dev, idx.dev(), w.dev(), logits.dev(), rt);
+      const MoeRouting rt{T, E, k, s.sigmoid, s.groups, s.group_topk, nullptr, s.scale};
+      MoeRouting rt_host = rt, rt_dev = rt;
+      if (s.bias) {
+        rt_host.bias = bias.host();
+        rt_dev.bias = bias.dev();
+      }
+      ref::moe_route(idx.host(), w.host(), logits.host(), rt_host);
+      moe_route(g_dev, idx.dev(), w.dev(), logits.dev(), rt_dev);
       ck.check_exact("route experts", idx);
       ck.check("route weights", w, kTolF32);
       ref::moe_aux_scores(sc.host(), logits.host(), rt);
