@@ -13,8 +13,10 @@ namespace mtron::model {
 void Norm::add_params(const ModelConfig& cfg,
                       const std::string& prefix,
                       bool sequence_parallel,
-                      ParamBuffer& params) {
-  const Shape shape = {cfg.hidden_size};
+                      ParamBuffer& params,
+                      int64_t channels) {
+  dim = channels > 0 ? channels : cfg.hidden_size;
+  const Shape shape = {dim};
   ParamSpec ws{.name = prefix + ".weight",
                .global_shape = shape,
                .local_shape = shape,
@@ -34,10 +36,13 @@ namespace {
 
 // The weight a norm applies: its parameter, or 1 + parameter (zero-centred, --apply-layernorm-1p)
 // in `one_plus`.
-const float* applied_weight(
-    const RunCtx& rc, const ModelConfig& cfg, const ParamBuffer& p, int w, Tensor& one_plus) {
+const float* applied_weight(const RunCtx& rc,
+                            const ModelConfig& cfg,
+                            const ParamBuffer& p,
+                            int w,
+                            int64_t H,
+                            Tensor& one_plus) {
   if (!cfg.apply_layernorm_1p) return p.master(w);
-  const int64_t H = cfg.hidden_size;
   one_plus = Tensor::empty({H}, DType::kF32, rc.k.device);
   kernels::fill(rc.k, one_plus.f32(), 1.0f, H);
   kernels::add(rc.k, one_plus.f32(), one_plus.f32(), p.master(w), H);
@@ -55,12 +60,12 @@ void Norm::forward(const RunCtx& rc,
                    const float* in,
                    int64_t n) const {
   Tensor one_plus;
-  const float* gamma = applied_weight(rc, cfg, p, w, one_plus);
+  const float* gamma = applied_weight(rc, cfg, p, w, dim, one_plus);
   if (cfg.normalization == Normalization::kLayerNorm) {
-    kernels::layernorm_forward(rc.k, out, mean, rstd, in, gamma, p.master(b), n, cfg.hidden_size,
+    kernels::layernorm_forward(rc.k, out, mean, rstd, in, gamma, p.master(b), n, dim,
                                cfg.norm_epsilon);
   } else {
-    kernels::rmsnorm_forward(rc.k, out, rstd, in, gamma, n, cfg.hidden_size, cfg.norm_epsilon);
+    kernels::rmsnorm_forward(rc.k, out, rstd, in, gamma, n, dim, cfg.norm_epsilon);
   }
 }
 
@@ -74,12 +79,12 @@ void Norm::backward(const RunCtx& rc,
                     const float* rstd,
                     int64_t n) const {
   Tensor one_plus;
-  const float* gamma = applied_weight(rc, cfg, p, w, one_plus);
+  const float* gamma = applied_weight(rc, cfg, p, w, dim, one_plus);
   if (cfg.normalization == Normalization::kLayerNorm) {
     kernels::layernorm_backward(rc.k, din, p.grad(w), p.grad(b), dout, in, gamma, mean, rstd, n,
-                                cfg.hidden_size);
+                                dim);
   } else {
-    kernels::rmsnorm_backward(rc.k, din, p.grad(w), dout, in, gamma, rstd, n, cfg.hidden_size);
+    kernels::rmsnorm_backward(rc.k, din, p.grad(w), dout, in, gamma, rstd, n, dim);
   }
 }
 
@@ -141,6 +146,12 @@ TransformerLayer::TransformerLayer(const ModelConfig& cfg,
   proj_w_ =
       params.add(sharded(pre + "self_attention.linear_proj.weight", {h, H * D}, 1, tp, out_std));
   if (bias) proj_b_ = params.add(replicated_bias(pre + "self_attention.linear_proj.bias", h, sp));
+  if (cfg.qk_layernorm) {
+    // Replicated over TP, each rank's gradient from its own heads: summed over TP as the
+    // sequence-parallel parameters' are (train/ddp.h).
+    q_norm_.add_params(cfg, pre + "self_attention.q_layernorm", true, params, D);
+    k_norm_.add_params(cfg, pre + "self_attention.k_layernorm", true, params, D);
+  }
 
   ln2_.add_params(cfg, pre + "pre_mlp_layernorm", sp, params);
   if (moe) moe_ = std::make_unique<MoELayer>(cfg, layer, tp, ep, params, expert_params);
@@ -223,6 +234,18 @@ void TransformerLayer::forward(const RunCtx& rc,
   st.k = keep.alloc<float>(N * Gl_ * D_);
   st.v = keep.alloc<float>(N * Gl_ * D_);
   kernels::qkv_split(rc.k, st.q, st.k, st.v, qkv, N, Gl_, hpg, D_);
+  if (q_norm_.w >= 0) {  // per head row, before RoPE (Megatron's q_layernorm / k_layernorm)
+    st.q_in = st.q;
+    st.k_in = st.k;
+    st.q = keep.alloc<float>(N * Hl_ * D_);
+    st.k = keep.alloc<float>(N * Gl_ * D_);
+    st.qn_mean = ln ? keep.alloc<float>(N * Hl_) : nullptr;
+    st.kn_mean = ln ? keep.alloc<float>(N * Gl_) : nullptr;
+    st.qn_rstd = keep.alloc<float>(N * Hl_);
+    st.kn_rstd = keep.alloc<float>(N * Gl_);
+    q_norm_.forward(rc, cfg_, p_, st.q, st.qn_mean, st.qn_rstd, st.q_in, N * Hl_);
+    k_norm_.forward(rc, cfg_, p_, st.k, st.kn_mean, st.kn_rstd, st.k_in, N * Gl_);
+  }
   if (cfg_.position_embedding_type == PositionEmbedding::kRope) {
     kernels::rope_forward(rc.k, st.q, tl.pos, N, Hl_, D_, cfg_.rotary_dim(), cfg_.rotary_base);
     kernels::rope_forward(rc.k, st.k, tl.pos, N, Gl_, D_, cfg_.rotary_dim(), cfg_.rotary_base);
@@ -362,6 +385,16 @@ void TransformerLayer::backward(
   if (cfg_.position_embedding_type == PositionEmbedding::kRope) {
     kernels::rope_backward(rc.k, dq, tl.pos, N, Hl_, D_, cfg_.rotary_dim(), cfg_.rotary_base);
     kernels::rope_backward(rc.k, dk, tl.pos, N, Gl_, D_, cfg_.rotary_dim(), cfg_.rotary_base);
+  }
+  if (q_norm_.w >= 0) {
+    float* dq_in = scratch.alloc<float>(N * Hl_ * D_);
+    float* dk_in = scratch.alloc<float>(N * Gl_ * D_);
+    kernels::fill_zero(rc.k, dq_in, int64_t(sizeof(float)) * N * Hl_ * D_);
+    kernels::fill_zero(rc.k, dk_in, int64_t(sizeof(float)) * N * Gl_ * D_);
+    q_norm_.backward(rc, cfg_, p_, dq_in, dq, st.q_in, st.qn_mean, st.qn_rstd, N * Hl_);
+    k_norm_.backward(rc, cfg_, p_, dk_in, dk, st.k_in, st.kn_mean, st.kn_rstd, N * Gl_);
+    dq = dq_in;
+    dk = dk_in;
   }
   float* dqkv = scratch.alloc<float>(N * qkv_l_);
   kernels::qkv_merge_grad(rc.k, dqkv, dq, dk, dv, N, Gl_, Hl_ / Gl_, D_);

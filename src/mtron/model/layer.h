@@ -48,16 +48,19 @@ struct TokenLayout {
   int64_t rows() const { return S * B; }
 };
 
-// A LayerNorm or RMSNorm (cfg.normalization) with its parameter handles.
+// A LayerNorm or RMSNorm (cfg.normalization) over `dim` channels with its parameter handles.
 struct Norm {
   int w = -1, b = -1;  // b only for LayerNorm
-  // Registers weight (and bias) named prefix + ".weight"/".bias". With --apply-layernorm-1p the
-  // weight starts at 0 and the norm applies 1 + weight (the gradient is the same).
+  int64_t dim = 0;
+  // Registers weight (and bias) named prefix + ".weight"/".bias" of size dim (0: the hidden
+  // size). With --apply-layernorm-1p the weight starts at 0 and the norm applies 1 + weight (the
+  // gradient is the same). sequence_parallel: the gradient is partial per TP rank.
   void add_params(const ModelConfig& cfg,
                   const std::string& prefix,
                   bool sequence_parallel,
-                  ParamBuffer& params);
-  // out[n, h]; mean (LayerNorm only) and rstd [n] saved.
+                  ParamBuffer& params,
+                  int64_t channels = 0);
+  // out[n, dim]; mean (LayerNorm only) and rstd [n] saved.
   void forward(const RunCtx& rc,
                const ModelConfig& cfg,
                const ParamBuffer& p,
@@ -66,7 +69,7 @@ struct Norm {
                float* rstd,
                const float* in,
                int64_t n) const;
-  // din[n, h] += d(norm)/d(in) dout; parameter grads accumulate.
+  // din[n, dim] += d(norm)/d(in) dout; parameter grads accumulate.
   void backward(const RunCtx& rc,
                 const ModelConfig& cfg,
                 const ParamBuffer& p,
@@ -94,9 +97,12 @@ class TransformerLayer {
     float *ln1_mean = nullptr, *ln1_rstd = nullptr;
     Act ln1_in;                                      // [N, h] QKV's GEMM input
     float *q = nullptr, *k = nullptr, *v = nullptr;  // [N, Hl, D], [N, Gl, D] after RoPE
-    float *att = nullptr, *lse = nullptr;            // [N, Hl*D], [B, Hl, S]
-    Act att_in;                                      // proj's GEMM input
-    float* x2 = nullptr;                             // [Nl, h]
+    // --qk-layernorm: q and k before their norms, and the norms' statistics per head row.
+    float *q_in = nullptr, *k_in = nullptr;
+    float *qn_mean = nullptr, *qn_rstd = nullptr, *kn_mean = nullptr, *kn_rstd = nullptr;
+    float *att = nullptr, *lse = nullptr;  // [N, Hl*D], [B, Hl, S]
+    Act att_in;                            // proj's GEMM input
+    float* x2 = nullptr;                   // [Nl, h]
     float *ln2_mean = nullptr, *ln2_rstd = nullptr;
     Act ln2_in;            // [N, h]
     float* fc1 = nullptr;  // [N, Fl or 2 Fl] before the activation
@@ -128,6 +134,8 @@ class TransformerLayer {
   // In place: dxy holds dL/dy [Nl, h] on entry and dL/dx on exit. Accumulates parameter grads.
   void backward(
       const RunCtx& rc, const TokenLayout& tl, const Stash& st, Arena& scratch, float* dxy) const;
+  // The routed experts of an MoE layer, else null.
+  MoELayer* moe() { return moe_.get(); }
 
  private:
   bool dense_mlp() const { return fc1_w_ >= 0; }
@@ -149,6 +157,7 @@ class TransformerLayer {
   int64_t Hl_, Gl_, D_, Fl_, h_;  // local heads, local groups, head dim, local ffn, hidden
   int64_t qkv_l_;                 // local QKV width: Gl * (H/G + 2) * D
   Norm ln1_, ln2_;
+  Norm q_norm_, k_norm_;  // --qk-layernorm (w -1: none)
   // parameter handles (-1: absent)
   int qkv_w_ = -1, qkv_b_ = -1, proj_w_ = -1, proj_b_ = -1;
   int fc1_w_ = -1, fc1_b_ = -1, fc2_w_ = -1, fc2_b_ = -1;  // dense MLP or shared expert

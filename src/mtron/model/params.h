@@ -34,7 +34,8 @@ struct ParamSpec {
   ParamInit init = ParamInit::kNormal;
   float init_std = 0.0f;
   bool weight_decay = true;        // Megatron: none on biases and norm weights
-  bool sequence_parallel = false;  // replicated over TP, gradient partial per SP rank
+  bool sequence_parallel = false;  // replicated over TP, gradient partial per TP rank (its SP
+                                   // rows, or its heads for the qk norms): summed over TP
   bool tied_copy = false;          // last stage's replica of the word embeddings (PP > 1)
   bool cross_stage = false;        // tied word embeddings split over two pipeline stages: its
                                    // gradient is summed over the embedding group first

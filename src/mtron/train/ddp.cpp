@@ -72,13 +72,15 @@ void finalize_model_grads(const model::RunCtx& rc,
   }
   for (auto& g : grad_syncs) g->finish();
   for (auto& g : expert_syncs) g->finish();
-  // Sequence-parallel parameters (norms, row-parallel biases) saw only this rank's rows. With
-  // the distributed optimizer only the shard part of the sum is used; TP ranks share the layout.
-  if (rc.tp.sequence_parallel) {
+  // Sequence-parallel parameters (norms, row-parallel biases) saw only this rank's rows, the qk
+  // norms only its heads. With the distributed optimizer only the shard part of the sum is used;
+  // TP ranks share the layout.
+  if (rc.tp.size > 1) {
     for (auto& c : chunks) {
       model::ParamBuffer& p = c->params();
       int64_t total = 0;
       for (const model::ParamSpec& s : p.specs()) total += s.sequence_parallel ? s.numel() : 0;
+      if (total == 0) continue;
       const Tensor packed = Tensor::empty({total}, DType::kF32, rc.k.device);
       // Packs (to_packed) or unpacks the sequence-parallel gradients.
       auto move = [&](bool to_packed) {
