@@ -23,6 +23,9 @@ struct StepResult {
   // summed over the world (dropped pairs, routing checksums).
   double load_balancing_loss = 0, z_loss = 0;
   model::MoEStats moe;
+  // --moe-router-enable-expert-bias: a checksum of every layer's expert bias after the step,
+  // sum over layers L and experts e of (L + 1) (e + 1) bias[e] (tests compare layouts with it).
+  double expert_bias_hash = 0;
 };
 
 struct Interval {

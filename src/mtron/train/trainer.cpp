@@ -19,6 +19,7 @@
 #include "mtron/parallel/rank_map.h"
 #include "mtron/parallel/schedule.h"
 #include "mtron/train/ddp.h"
+#include "mtron/train/expert_bias.h"
 #include "mtron/train/fp8_state.h"
 #include "mtron/train/mock_data.h"
 #include "mtron/train/stages.h"
@@ -147,6 +148,7 @@ checkpoint::TrainView Trainer::checkpoint_view() {
   };
   for (auto& chunk : chunks_) {
     add(chunk->params(), false);
+    if (a_.model.moe_router_enable_expert_bias) add_expert_bias_states(v.chunks.back(), *chunk);
     if (!chunk->expert_params().specs().empty()) add(chunk->expert_params(), true);
   }
   return v;
@@ -251,6 +253,11 @@ StepResult Trainer::step() {
   for (auto& g : grad_syncs_) g->gather_params(par.overlap_param_gather);
   for (auto& g : expert_syncs_) g->gather_params(false);
   if (a_.model.is_moe()) moe_stats(r);
+  if (a_.model.moe_router_enable_expert_bias) {
+    // As Megatron, whether or not the step was skipped; one rank per stage adds its share.
+    const double h = update_expert_bias(chunks_, *ps_, a_.model.moe_router_bias_update_rate);
+    r.expert_bias_hash = world_.all_reduce_sum(ps_->group(GroupKind::kTPDPCP).rank() == 0 ? h : 0);
+  }
 
   // The loss lives on the last stage; sum it over DP x CP and share it along the pipeline.
   double loss = ps_->is_last_pp_stage() ? stages_->loss_sum() : 0.0;
