@@ -20,7 +20,12 @@ ARCH: gpt2 (LayerNorm, GELU, learned positions, tied embeddings, biases) or llam
 SwiGLU, RoPE, GQA with 4 query groups for 8 heads, untied, no biases); moe (llama with 8 experts
 per layer, top-2 softmax routing, dropless, aux loss and z-loss: Mixtral-like) or moe_cap (llama
 with MoE every 2nd layer, sigmoid top-2 routing, a shared expert, capacity factor 1 dropping
-by weight, seq_aux_loss and z-loss). These run without dropout; gpt2_dropout and llama_dropout
+by weight, seq_aux_loss and z-loss); qwen3moe (llama with --qk-layernorm, head dim 16, 8 experts
+top-2 in every layer (--moe-layer-freq "([1]*4)"), no shared expert, aux loss: Qwen3-MoE-like) or
+dsmoe (DeepSeek-V3-like: a dense first layer by --moe-layer-freq "[0,1,1,1]", 16 experts top-4
+in 4 groups of which 2 are chosen, sigmoid scores with the aux-loss-free expert bias, top-k
+scaling factor 2.5, a shared expert, seq_aux_loss), whose expert biases after every iteration
+must equal the 1-process run's (moe_expert_bias_hash). These run without dropout; gpt2_dropout and llama_dropout
 are gpt2 and llama with --hidden-dropout 0.1 --attention-dropout 0.1 (Megatron's default), whose
 masks every layout must reproduce. fp32, same seed and data; gpt2_fp16: gpt2 in fp16 with
 dynamic loss scaling (the same iterations must be skipped with the same loss scales); llama_fp8:
@@ -144,6 +149,10 @@ def main():
             same = r["moe_routing_hash"] == b["moe_routing_hash"]
             failed |= not same
             line += "  routing %s" % ("same" if same else "DIFFERENT")
+        if "moe_expert_bias_hash" in b:  # the same expert biases after the step
+            same = r["moe_expert_bias_hash"] == b["moe_expert_bias_hash"]
+            failed |= not same
+            line += "  expert bias %s" % ("same" if same else "DIFFERENT")
         if "moe_dropped_pairs" in b:
             same = (r["moe_dropped_pairs"], r["moe_dropped_hash"]) == (
                 b["moe_dropped_pairs"], b["moe_dropped_hash"])
@@ -151,7 +160,7 @@ def main():
             line += "  dropped %d (1 process %d)%s" % (
                 r["moe_dropped_pairs"], b["moe_dropped_pairs"], "" if same else " DIFFERENT PAIRS")
         print(line)
-    if arch.startswith("moe"):
+    if arch.startswith("moe") or arch in ("qwen3moe", "dsmoe"):
         with open(sys.argv[4] + ".log") as f:
             one = int(EXPERT_BYTES.search(f.read()).group(1))
         here = int(EXPERT_BYTES.search(out).group(1))
