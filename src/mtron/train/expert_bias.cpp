@@ -1,5 +1,7 @@
 #include "mtron/train/expert_bias.h"
 
+#include <algorithm>
+
 namespace mtron::train {
 
 double update_expert_bias(std::vector<std::unique_ptr<model::GPTChunk>>& chunks,
