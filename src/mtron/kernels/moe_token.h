@@ -159,7 +159,7 @@ MT_HD void router_backward(int64_t t,
   float* dl = dlogits + t * E;
   for (int64_t e = 0; e < E; ++e) dl[e] = 0.0f;
   // w = c p with c = r.scale (1 without), p the normalised scores: with gw = sum_j g_j w_j / c,
-  // softmax: dl_j = w_j (g_j - gw); sigmoid: ds_j = (c g_j - gw) / (sum s + eps) (k > 1).
+  // softmax: dl_j = w_j (g_j - gw); sigmoid: ds_j = c (g_j - gw) / (sum s + eps) (k > 1).
   const double c = r.scale > 0 ? double(r.scale) : 1.0;
   double gw = 0;
   for (int64_t j = 0; j < k; ++j) gw += double(g[j]) * w[j];
@@ -171,7 +171,7 @@ MT_HD void router_backward(int64_t t,
     for (int64_t j = 0; j < k; ++j) z += sigmoid(l[idx[j]]);
     for (int64_t j = 0; j < k; ++j) {
       const float sg = sigmoid(l[idx[j]]);
-      const double ds = k > 1 ? (c * g[j] - gw) / (z + 1e-20) : c * double(g[j]);
+      const double ds = k > 1 ? c * (g[j] - gw) / (z + 1e-20) : c * double(g[j]);
       dl[idx[j]] += float(ds) * sg * (1.0f - sg);
     }
   }
