@@ -332,7 +332,8 @@ void Trainer::run() {
            batch_size_);
     if (logger) {
       log_->step({iteration_, consumed_samples_, batch_size_, learning_rate(lr_samples_),
-                  decoupled_learning_rate(lr_samples_), r.lm_loss, r.loss_scale, r.grad_norm,
+                  decoupled_learning_rate(lr_samples_), r.lm_loss, r.loss_scale,
+                  r.logged_grad_norm(scaler_ != nullptr),
                   moe_losses(r.load_balancing_loss, r.z_loss)});
     }
     if (iteration_ % a_.log_interval == 0 || iteration_ == a_.train_iters) {
