@@ -318,12 +318,13 @@ void Trainer::run() {
   Interval in;
   double profiled_time = 0;
   int64_t profiled_iters = 0;
-  std::vector<int64_t> bytes_at_start;
+  ProfileStart profile_at_start;
   bool exiting = false;
   while (iteration_ < a_.train_iters) {
     // The first iteration warms caches and allocators; profile the rest.
     profile_enable(a_.profile && iteration_ >= 1);
-    if (profile_enabled() && profiled_iters++ == 0) bytes_at_start = comm_bytes(*ps_, world_);
+    if (profile_enabled() && profiled_iters++ == 0)
+      profile_at_start = profile_start(*ps_, world_, a_.device);
     const double t0 = now_seconds();
     const StepResult r = step();
     const double dt = now_seconds() - t0;
@@ -378,8 +379,8 @@ void Trainer::run() {
   profile_enable(false);
   if (a_.profile && profiled_iters > 0) {
     log_profile(*ps_, world_, iteration_,
-                {profiled_time, profiled_iters, pipeline_compute_s_, pipeline_wait_s_},
-                bytes_at_start);
+                {profiled_time, profiled_iters, pipeline_compute_s_, pipeline_wait_s_, a_.device},
+                profile_at_start);
   }
   if (exiting) return;
   // As Megatron: a last evaluation on the validation and test splits.
