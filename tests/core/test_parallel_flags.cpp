@@ -72,6 +72,9 @@ TEST(CudaSupport, NamesWhatStillRunsOnTheHost) {
   ParallelConfig p;
   EXPECT_EQ(cuda_unsupported(model(0), p, false), "");
   EXPECT_EQ(cuda_unsupported(model(4), p, false), "");  // MoE: the router runs on the device
+  ModelConfig dropout = model(0);
+  dropout.hidden_dropout = dropout.attention_dropout = 0.1f;
+  EXPECT_EQ(cuda_unsupported(dropout, p, false), "");  // dropout: the kernels draw the masks
   p.expert_model_parallel_size = 2;
   EXPECT_NE(cuda_unsupported(model(4), p, false).find("--expert-model-parallel-size"),
             std::string::npos);

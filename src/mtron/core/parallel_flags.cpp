@@ -131,13 +131,6 @@ std::string cuda_unsupported(const ModelConfig& m, const ParallelConfig& p, bool
   }
   if (p.cp() > 1) return "--context-parallel-size > 1 is not supported yet";
   if (checkpoints) return "--save/--load are not supported yet";
-  if (m.hidden_dropout > 0 || m.attention_dropout > 0) {
-    return fmt::format(
-        "dropout has no CUDA kernels yet (got --hidden-dropout {} --attention-dropout {}; both "
-        "default to 0.1 as in Megatron): pass --hidden-dropout 0 --attention-dropout 0, or train "
-        "on --device cpu",
-        m.hidden_dropout, m.attention_dropout);
-  }
   return "";
 }
 
