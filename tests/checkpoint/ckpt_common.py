@@ -9,3 +9,14 @@ from mtron_run import env, mpi_prefix, read_metrics, train  # noqa: E402,F401
 
 # What an MoE run logs besides the LM loss: auxiliary losses and the routing checksum.
 MOE_KEYS = ("load_balancing_loss", "z_loss", "moe_routing_hash")
+
+# The CUDA kernels have no dropout yet (docs/cuda.md): runs that involve --device cuda train
+# without it.
+NO_DROPOUT = ["--hidden-dropout", "0", "--attention-dropout", "0"]
+
+
+def device_flags(device):
+    """mtron train's flags for `device` (None: mtron's default, the CPU)."""
+    if device is None:
+        return []
+    return ["--device", device] + (NO_DROPOUT if device == "cuda" else [])
