@@ -9,3 +9,10 @@ from mtron_run import env, mpi_prefix, read_metrics, train  # noqa: E402,F401
 
 # What an MoE run logs besides the LM loss: auxiliary losses and the routing checksum.
 MOE_KEYS = ("load_balancing_loss", "z_loss", "moe_routing_hash")
+
+
+def device_flags(device):
+    """mtron train's flags for `device` (None: mtron's default, the CPU)."""
+    if device is None:
+        return []
+    return ["--device", device]
