@@ -11,3 +11,10 @@ from mtron_run import env, mpi_prefix, read_metrics, train  # noqa: E402,F401
 # expert biases' checksum.
 MOE_KEYS = ("load_balancing_loss", "seq_load_balancing_loss", "z_loss", "moe_routing_hash",
             "moe_expert_bias_hash")
+
+
+def device_flags(device):
+    """mtron train's flags for `device` (None: mtron's default, the CPU)."""
+    if device is None:
+        return []
+    return ["--device", device]

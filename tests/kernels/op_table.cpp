@@ -234,6 +234,43 @@ void elementwise_cases(Checker& ck, bool small) {
   }
 }
 
+// Hidden dropout: the multipliers bit for bit (the reference draws each element's on its own),
+// and the share of dropped elements within 4 standard deviations of p.
+void dropout_cases(Checker& ck, bool small) {
+  struct Case {
+    int64_t rows;
+    DropoutRows d;
+  };
+  const PhiloxKey key = rng_key(5, "op table dropout");
+  // d: p, key, width, B, row0 (with SP: the block's first row), sample0, S
+  std::vector<Case> cases = {
+      {1, {0.1f, key, 1, 1, 0, 0, 1}},
+      {33, {0.1f, key, 31, 3, 5, 2, 64}},  // widths off multiples of 4 and 8
+      {64, {0.1f, key, 96, 4, 64, 8, 128}},
+      {130, {0.5f, key, 101, 2, 0, 6, 512}},
+      {257, {0.1f, key, 768, 4, 3, 12, 1024}},
+  };
+  if (!small) cases.push_back({4096, {0.1f, key, 2048, 8, 0, 16, 2048}});
+  for (const Case& c : cases) {
+    const DropoutRows& d = c.d;
+    const int64_t n = c.rows * d.width;
+    const std::string shape = str("rows", c.rows, " width", d.width, " B", d.B, " row0", d.row0,
+                                  " sample0", d.sample0, " p", d.p);
+    ck.run("dropout", shape, [&] {
+      Pair<int32_t> pos(randint(c.rows, 0, int32_t(d.S)));
+      Pair<float> x(randn(n));
+      ref::dropout(x.host(), pos.host(), c.rows, d);
+      dropout(g_dev, x.dev(), pos.dev(), c.rows, d);
+      ck.check_exact("x (bits)", x);
+      if (n < 10000) return;
+      const std::vector<float> got = x.dev_result();
+      const double rate = double(std::count(got.begin(), got.end(), 0.0f)) / double(n);
+      const double sd = std::sqrt(double(d.p) * (1 - d.p) / double(n));
+      ck.check("dropped share", {float(rate)}, {d.p}, 4 * sd / d.p);
+    });
+  }
+}
+
 void norm_cases(Checker& ck, bool small) {
   std::vector<std::pair<int64_t, int64_t>> shapes = {{1, 1},   {7, 31},  {33, 96},  {65, 300},
                                                      {31, 32}, {32, 33}, {130, 768}};
@@ -391,6 +428,13 @@ void attention_cases(Checker& ck, bool small) {
   auto shape = [](int64_t B, int64_t Sq, int64_t Sk, int64_t H, int64_t G, int64_t D) {
     return AttnShape{B, Sq, Sk, H, G, D, 1.0f / std::sqrt(float(D))};
   };
+  // Attention dropout p = 0.1 of local heads, samples and positions that are global ones
+  // [h0, ..), [b0, ..), [q0, ..) and [k0, ..) of H heads and sequences of S (TP, DP, CP chunks).
+  auto dropped = [](AttnMask m, int64_t b0, int64_t h0, int64_t H, int64_t q0, int64_t k0,
+                    int64_t S) {
+    m.dropout = {0.1f, rng_key(9, "op table attention dropout"), b0, h0, H, q0, k0, S};
+    return m;
+  };
   std::vector<Case> cases = {
       {shape(1, 1, 1, 1, 1, 8), {true, 0}},
       {shape(2, 33, 33, 4, 2, 24), {true, 0}},
@@ -403,6 +447,14 @@ void attention_cases(Checker& ck, bool small) {
       {shape(2, 67, 130, 2, 1, 16), {false, 0}},
       {shape(2, 130, 67, 6, 3, 128), {true, 100}},  // the head dims of the 1.3B and larger models
       {shape(1, 70, 70, 2, 2, 256), {true, 0}},
+      {shape(2, 33, 33, 4, 2, 24), dropped({true, 0}, 0, 0, 4, 0, 0, 33)},
+      {shape(1, 70, 70, 4, 1, 64), dropped({true, 0}, 3, 4, 8, 0, 0, 70)},  // MQA, TP rank 1
+      // a context-parallel block: queries of chunk 3, keys of chunk 1 (offset 2 x 40)
+      {shape(2, 40, 40, 6, 3, 32), dropped({true, 80}, 1, 0, 6, 120, 40, 160)},
+      {shape(1, 40, 40, 2, 2, 16), dropped({true, 0}, 0, 2, 4, 40, 40, 80)},  // diagonal chunk
+      {shape(1, 17, 40, 4, 2, 64), dropped({true, 23}, 0, 0, 4, 23, 0, 40)},
+      {shape(2, 67, 130, 2, 1, 16), dropped({false, 0}, 5, 0, 2, 0, 0, 130)},
+      {shape(1, 70, 70, 2, 2, 256), dropped({true, 0}, 0, 0, 2, 0, 0, 70)},
   };
   if (!small) {
     cases.push_back({shape(4, 1024, 1024, 12, 12, 64), {true, 0}});   // GPT-2 124M
@@ -413,7 +465,9 @@ void attention_cases(Checker& ck, bool small) {
     const AttnShape& s = c.s;
     const std::string name =
         str("B", s.B, " Sq", s.Sq, " Sk", s.Sk, " H", s.H, " G", s.G, " D", s.D,
-            c.mask.causal ? str(" causal ", c.mask.offset) : std::string(" full"));
+            c.mask.causal ? str(" causal ", c.mask.offset) : std::string(" full"),
+            c.mask.dropout.p > 0 ? str(" drop q0 ", c.mask.dropout.q0, " k0 ", c.mask.dropout.k0)
+                                 : std::string());
     ck.run("attention", name, [&] {
       const int64_t nq = s.Sq * s.B * s.H * s.D, nk = s.Sk * s.B * s.G * s.D;
       Pair<float> q(randn(nq)), k(randn(nk)), v(randn(nk)), out(poison(nq)),
@@ -634,6 +688,7 @@ int run_op_table(const Ctx& device, const OpTableOptions& options) {
   Checker ck(options);
   gemm_cases(ck, options.small);
   elementwise_cases(ck, options.small);
+  dropout_cases(ck, options.small);
   norm_cases(ck, options.small);
   activation_cases(ck, options.small);
   rope_cases(ck, options.small);

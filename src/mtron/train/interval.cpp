@@ -28,7 +28,7 @@ void Interval::report(IterationLog& l,
   l.tflops_per_device = per_iter_flops / (per_iter * 1e12 * double(world));
   l.lm_loss = iters > skipped ? loss / double(iters - skipped) : skipped_loss / double(iters);
   l.loss_scale = last.loss_scale;
-  if (!(scaler && last.skipped)) l.grad_norm = last.grad_norm;
+  l.grad_norm = last.logged_grad_norm(scaler);
   l.skipped_iterations = skipped;
   l.nan_iterations = nans;
   l.tokens_per_s_per_device = double(samples * m.seq_length) / time / double(world);

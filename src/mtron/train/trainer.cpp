@@ -325,12 +325,13 @@ void Trainer::run() {
   Interval in;
   double profiled_time = 0;
   int64_t profiled_iters = 0;
-  std::vector<int64_t> bytes_at_start;
+  ProfileStart profile_at_start;
   bool exiting = false;
   while (iteration_ < a_.train_iters) {
     // The first iteration warms caches and allocators; profile the rest.
     profile_enable(a_.profile && iteration_ >= 1);
-    if (profile_enabled() && profiled_iters++ == 0) bytes_at_start = comm_bytes(*ps_, world_);
+    if (profile_enabled() && profiled_iters++ == 0)
+      profile_at_start = profile_start(*ps_, world_, a_.device);
     const double t0 = now_seconds();
     const StepResult r = step();
     const double dt = now_seconds() - t0;
@@ -339,7 +340,8 @@ void Trainer::run() {
            batch_size_);
     if (logger) {
       log_->step({iteration_, consumed_samples_, batch_size_, learning_rate(lr_samples_),
-                  decoupled_learning_rate(lr_samples_), r.lm_loss, r.loss_scale, r.grad_norm,
+                  decoupled_learning_rate(lr_samples_), r.lm_loss, r.loss_scale,
+                  r.logged_grad_norm(scaler_ != nullptr),
                   moe_losses(r.load_balancing_loss, r.z_loss)});
     }
     if (iteration_ % a_.log_interval == 0 || iteration_ == a_.train_iters) {
@@ -384,8 +386,8 @@ void Trainer::run() {
   profile_enable(false);
   if (a_.profile && profiled_iters > 0) {
     log_profile(*ps_, world_, iteration_,
-                {profiled_time, profiled_iters, pipeline_compute_s_, pipeline_wait_s_},
-                bytes_at_start);
+                {profiled_time, profiled_iters, pipeline_compute_s_, pipeline_wait_s_, a_.device},
+                profile_at_start);
   }
   if (exiting) return;
   // As Megatron: a last evaluation on the validation and test splits.
