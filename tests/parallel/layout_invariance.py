@@ -7,8 +7,8 @@
       trains the same model under `mpirun -np NP` with the layout FLAGS and requires every
       iteration's loss and gradient norm to match the baseline (rel <= 1e-5); for MoE models
       also the logged auxiliary losses (rel <= 1e-5), the routed and the dropped (token, expert)
-      pairs (exactly: counts and checksums), and each rank's expert weight bytes = the 1-process
-      bytes / (EP x expert TP x PP)
+      pairs (exactly: counts and checksums), and rank 0's expert weight bytes = the 1-process
+      bytes x (its stage's share of the MoE layers) / (EP x expert TP)
   layout_invariance.py seeds MTRON ARCH BASELINE.jsonl
       (a dropout model) trains the 1-process run again: the same losses, bit for bit; with
       another --seed, and without dropout: different losses
@@ -75,6 +75,15 @@ EXPERT_BYTES = re.compile(r"\[mtron r0/\d+\] .*expert weights on this rank: (\d+
 
 def flag(flags, name, default):
     return int(flags[flags.index(name) + 1]) if name in flags else default
+
+
+def moe_layers(args):
+    """Which layers of a run with `args` are MoE layers (--moe-layer-freq: k, or a list)."""
+    n = flag(args, "--num-layers", 1)
+    f = args[args.index("--moe-layer-freq") + 1] if "--moe-layer-freq" in args else "1"
+    if f.isdigit():
+        return [int(i % int(f) == 0) for i in range(n)]
+    return list(eval(f))  # the test models' own list expressions (scripts/mtron_run.py)
 
 
 def train(mtron, arch, np_, flags, metrics):
@@ -168,10 +177,12 @@ def main():
         pp = flag(flags, "--pipeline-model-parallel-size", 1)
         etp = flag(flags, "--expert-tensor-parallel-size",
                    flag(flags, "--tensor-model-parallel-size", 1))
-        ok = here * ep * etp * pp == one  # a pipeline stage holds 1/PP of the layers
+        layers = moe_layers(COMMON + ARCH[arch] + flags)
+        stage0 = sum(layers[:len(layers) // pp])  # rank 0's pipeline stage: the first 1/PP
+        ok = here * ep * etp * sum(layers) == one * stage0
         failed |= not ok
-        print("expert weight bytes on rank 0: %d = 1-process %d / %d (EP %d x expert TP %d x PP %d)%s" %
-              (here, one, one // here if here else 0, ep, etp, pp, "" if ok else "  WRONG"))
+        print("expert weight bytes on rank 0: %d = 1-process %d x %d/%d MoE layers / (EP %d x "
+              "expert TP %d)%s" % (here, one, stage0, sum(layers), ep, etp, "" if ok else "  WRONG"))
     print("%s np %d %s: worst rel %.2e (tol %.0e; gradient norm tol %.0e)" %
           (arch, np_, " ".join(flags), worst, tol, gtol))
     return 0 if worst <= tol and not failed else 1
