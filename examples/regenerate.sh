@@ -6,7 +6,6 @@ MTRON=$1
 cd "$(dirname "$0")"
 DATA=(--data-path /data/redpajama_text_document --tokenizer-type Llama2Tokenizer
       --tokenizer-model /data/tokenizer.model --split 99,1,0)
-# No --save/--load: mtron train --device cuda does not checkpoint yet (docs/cuda.md).
 RUN=(--train-iters 500000 --lr 1.5e-4 --min-lr 1.5e-5 --lr-warmup-iters 2000
      --eval-interval 1000 --eval-iters 10)
 "$MTRON" plan --model llama2-70b --gpus 64 "${DATA[@]}" "${RUN[@]}" --mtron mtron \

@@ -30,12 +30,25 @@ TINY_ARCH = {
 # q through a rank-24 latent, keys and values from a rank-16 latent plus a shared RoPE key,
 # value head dim 10 != query/key head dim 12 + 8.
 TINY_ARCH["mla"] = ("--num-attention-heads 4 --multi-latent-attention --q-lora-rank 24 "
-                    "--kv-lora-rank 16 --qk-head-dim 12 --qk-pos-emb-head-dim 8 --v-head-dim 10 "
+                    "--kv-lora-rank 16 --qk-head-dim 12 --qk-pos-emb-head-dim 8 --v-head-dim 10 --qk-layernorm "
                     "--swiglu --normalization RMSNorm --position-embedding-type rope "
                     "--untie-embeddings-and-output-weights --disable-bias-linear").split()
 TINY_ARCH["moe"] = TINY_ARCH["llama"] + (
     "--num-experts 8 --moe-router-topk 2 --moe-ffn-hidden-size 96 --moe-aux-loss-coeff 1e-2 "
     "--moe-z-loss-coeff 1e-3").split()
+# qwen3moe: llama with --qk-layernorm, head dim 16, 8 experts top-2 in every layer, no shared
+# expert, aux loss (Qwen3-MoE-like); dsmoe: a dense first layer (--moe-layer-freq list), 16
+# experts top-4 in 4 groups of which 2 are chosen, sigmoid scores with the aux-loss-free expert
+# bias, top-k scaling factor 2.5, a shared expert, seq_aux_loss (DeepSeek-V3-like).
+TINY_ARCH["qwen3moe"] = TINY_ARCH["llama"] + (
+    "--qk-layernorm --kv-channels 16 --norm-epsilon 1e-6 --num-experts 8 --moe-router-topk 2 "
+    "--moe-ffn-hidden-size 96 --moe-layer-freq ([1]*4) --moe-aux-loss-coeff 1e-2").split()
+TINY_ARCH["dsmoe"] = TINY_ARCH["llama"] + (
+    "--num-experts 16 --moe-router-topk 4 --moe-ffn-hidden-size 48 --moe-layer-freq [0,1,1,1] "
+    "--moe-router-score-function sigmoid --moe-router-enable-expert-bias "
+    "--moe-router-bias-update-rate 1e-2 --moe-router-num-groups 4 --moe-router-group-topk 2 "
+    "--moe-router-topk-scaling-factor 2.5 --moe-shared-expert-intermediate-size 64 "
+    "--moe-router-load-balancing-type seq_aux_loss --moe-aux-loss-coeff 1e-3").split()
 
 
 def mpi_prefix(np_):

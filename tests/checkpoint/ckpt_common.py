@@ -7,5 +7,14 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from mtron_run import TINY as COMMON, TINY_ARCH as ARCH  # noqa: E402,F401
 from mtron_run import env, mpi_prefix, read_metrics, train  # noqa: E402,F401
 
-# What an MoE run logs besides the LM loss: auxiliary losses and the routing checksum.
-MOE_KEYS = ("load_balancing_loss", "z_loss", "moe_routing_hash")
+# What an MoE run logs besides the LM loss: auxiliary losses, the routing checksum and the
+# expert biases' checksum.
+MOE_KEYS = ("load_balancing_loss", "seq_load_balancing_loss", "z_loss", "moe_routing_hash",
+            "moe_expert_bias_hash")
+
+
+def device_flags(device):
+    """mtron train's flags for `device` (None: mtron's default, the CPU)."""
+    if device is None:
+        return []
+    return ["--device", device]

@@ -1,12 +1,14 @@
 #!/usr/bin/python3
 """Megatron's exit flags, end to end:
 
-  exit_test.py signal MTRON WORKDIR NP SIGNAL
+  exit_test.py signal [--device D] MTRON WORKDIR NP SIGNAL
       trains with --exit-signal-handler and sends SIGNAL (TERM or INT) to ONE process (a
       random rank under mpirun): every rank must agree, save at the same iteration and exit 0;
       a run resumed from that checkpoint must then continue exactly as an uninterrupted run.
   exit_test.py duration MTRON WORKDIR NP
       --exit-duration-in-mins 0.03: exits 0 after ~2 s with a checkpoint of the last iteration.
+--device D trains on device D (mtron's --device; for cuda MTRON is mtron_cudasim, and it saves
+from the emulated device's memory).
 """
 import os
 import random
@@ -17,15 +19,19 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from crash_test import children, marker, rows_of  # noqa: E402
-from ckpt_common import env, mpi_prefix  # noqa: E402
+from ckpt_common import device_flags, env, mpi_prefix  # noqa: E402
 
 MODEL = ("--num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 16 "
          "--micro-batch-size 1 --lr 1e-3 --min-lr 1e-4 --lr-decay-style cosine "
          "--mock-data --vocab-size 300 --seed 5 --log-interval 1 --train-iters 100000").split()
 
 
+# The device's flags (device_flags), set by main.
+DEVICE = []
+
+
 def layout(np_):
-    return ["--global-batch-size", str(np_)] + (
+    return DEVICE + ["--global-batch-size", str(np_)] + (
         ["--tensor-model-parallel-size", "2"] if np_ >= 2 else []) + (
         ["--use-distributed-optimizer"] if np_ >= 4 else [])
 
@@ -65,13 +71,17 @@ def check_continuation(mtron, work, np_, it):
 
 
 def main():
-    mode, mtron, work, np_ = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+    args = sys.argv[1:]
+    if args[1] == "--device":
+        DEVICE.extend(device_flags(args[2]))
+        del args[1:3]
+    mode, mtron, work, np_ = args[0], args[1], args[2], int(args[3])
     subprocess.run(["rm", "-rf", work])
     os.makedirs(work)
     ck = os.path.join(work, "ck")
     log = work + "/run.jsonl.log"
     if mode == "signal":
-        sig = {"TERM": signal.SIGTERM, "INT": signal.SIGINT}[sys.argv[5]]
+        sig = {"TERM": signal.SIGTERM, "INT": signal.SIGINT}[args[4]]
         p = start(mtron, np_, ["--exit-signal-handler", "--save", ck, "--save-interval", "100000",
                                "--metrics-file", work + "/run.jsonl"], log)
         wait_rows(work + "/run.jsonl", 5, p)
@@ -81,12 +91,13 @@ def main():
         text = open(log).read()
         rows = rows_of(work + "/run.jsonl")
         assert rc == 0, "exit code %d:\n%s" % (rc, text)
-        assert "exiting program after receiving SIG%s." % sys.argv[5] in text, text
+        assert "exiting program after receiving SIG%s." % args[4] in text, text
         it = marker(ck)
         assert it == rows[-1]["iteration"], (it, rows[-1])
         assert text.count("saved checkpoint at iteration %d" % it) == 1, text
-        print("SIG%s to %s of %d: every rank saved iteration %d and exited 0" %
-              (sys.argv[5], "one rank" if np_ > 1 else "the process", np_, it))
+        print("SIG%s to %s of %d%s: every rank saved iteration %d and exited 0" %
+              (args[4], "one rank" if np_ > 1 else "the process", np_,
+               " ".join([""] + DEVICE[:2]), it))
         check_continuation(mtron, work, np_, it)
         return 0
     t0 = time.time()

@@ -1,15 +1,23 @@
 #!/usr/bin/python3
 """Exact resume and resharding, end to end with `mtron train` (docs/checkpoints.md).
 
-  resume_test.py exact MTRON TOOL WORKDIR NP ARCH [FLAGS...]
+  resume_test.py exact [--device D] MTRON TOOL WORKDIR NP ARCH [FLAGS...]
       20 iterations straight (saving at 20) versus 10 iterations + save + exit, then a new
       process that loads and trains 10 more (saving at 20), both under `mpirun -np NP` with the
       layout FLAGS. Requires every iteration's loss, grad norm, learning rate, loss scale and
       skipped count to be identical and the two final checkpoints (weights, Adam moments) to be
       bit-identical tensor by tensor.
-  resume_test.py reshard MTRON WORKDIR NP ARCH [FLAGS...]
+  resume_test.py reshard [--device D] MTRON WORKDIR NP ARCH [FLAGS...]
       loads the iteration-10 checkpoint an `exact` run left in WORKDIR under another layout and
       trains to 20: every loss must match that run's (un-resharded) continuation, rel <= 1e-5.
+  resume_test.py exchange MTRON WORKDIR NP ARCH [FLAGS...]
+      MTRON is mtron_cudasim (its CUDA device is the CPU emulation). 20 iterations on
+      --device cpu and on --device cuda, saving at 10; then the CUDA checkpoint continued on the
+      CPU and the CPU one on CUDA, to 20: every loss within rel 1e-5 of the all-CPU run (the
+      emulation's fp32 rounding differs from the CPU kernels'). (That a device's checkpoint
+      holds its buffers bit for bit is test_checkpoint_cudasim's.)
+exact and reshard with --device D train on device D (mtron's --device; for cuda MTRON is
+mtron_cudasim).
 MoE models (ARCH moe): exact also requires identical auxiliary losses and routing checksums;
 reshard requires the auxiliary losses within rel 1e-5 and the same routed (token, expert) pairs.
 """
@@ -20,7 +28,8 @@ import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from ckpt_common import ARCH, COMMON, MOE_KEYS, read_metrics, train  # noqa: E402
+from ckpt_common import (  # noqa: E402
+    ARCH, COMMON, MOE_KEYS, device_flags, read_metrics, train)
 
 TOL = 1e-5
 
@@ -34,10 +43,10 @@ def progress_state(root):
     return (m["optimizer"] or {}).get("grad_scaler"), m["lr_scheduler"]["num_samples"]
 
 
-def exact(mtron, tool, work, np_, arch, flags):
+def exact(mtron, tool, work, np_, arch, flags, device):
     shutil.rmtree(work, ignore_errors=True)
     os.makedirs(work)
-    base = COMMON + ARCH[arch] + ["--train-iters", "20"] + flags
+    base = COMMON + ARCH[arch] + ["--train-iters", "20"] + flags + device_flags(device)
     straight, _ = train(mtron, np_, base + ["--save", work + "/straight", "--save-interval", "20"],
                         work + "/straight.jsonl")
     first, out1 = train(mtron, np_, base + ["--save", work + "/split", "--save-interval", "10",
@@ -64,17 +73,19 @@ def exact(mtron, tool, work, np_, arch, flags):
     state = [progress_state(work + d) for d in ("/straight", "/split")]
     print("scaler and schedule at 20: straight %s, resumed %s" % tuple(state))
     bad += state[0] != state[1]
-    print("exact resume np %d %s %s: %d iterations differ; final checkpoints %s" %
-          (np_, arch, " ".join(flags), bad, "bit-identical" if p.returncode == 0 else "DIFFER"))
+    print("exact resume np %d %s %s%s: %d iterations differ; final checkpoints %s" %
+          (np_, arch, " ".join(flags), " on " + device if device else "", bad,
+           "bit-identical" if p.returncode == 0 else "DIFFER"))
     return 0 if bad == 0 and p.returncode == 0 else 1
 
 
-def reshard(mtron, work, np_, arch, flags):
+def reshard(mtron, work, np_, arch, flags, device):
     ref = read_metrics(work + "/second.jsonl")
     assert len(ref) == 10, "run the exact test first (fixture)"
     tag = "_".join(f.strip("-") for f in flags) or "np1"
     rows, out = train(mtron, np_, COMMON + ARCH[arch] + ["--train-iters", "20", "--load",
-                                                         work + "/split/iter_0000010"] + flags,
+                                                         work + "/split/iter_0000010"] + flags +
+                      device_flags(device),
                       work + "/reshard_%d_%s.jsonl" % (np_, tag))
     assert "(iteration 10, saved under" in out, out
     assert [r["iteration"] for r in rows] == list(range(11, 21)), rows
@@ -90,19 +101,56 @@ def reshard(mtron, work, np_, arch, flags):
               (r["iteration"], b["lm_loss"], np_, r["lm_loss"], rel,
                "" if "moe_routing_hash" not in b else "  routing " + (
                    "same" if r.get("moe_routing_hash") == b["moe_routing_hash"] else "DIFFERENT")))
-    print("reshard to np %d %s: worst rel %.2e (tol %.0e)%s" % (
-        np_, " ".join(flags), worst, TOL,
+    print("reshard to np %d %s%s: worst rel %.2e (tol %.0e)%s" % (
+        np_, " ".join(flags), " on " + device if device else "", worst, TOL,
         "; %d iterations routed other pairs" % routing if "moe_routing_hash" in ref[0] else ""))
     return 0 if worst <= TOL and routing == 0 else 1
 
 
+def exchange(mtron, work, np_, arch, flags):
+    shutil.rmtree(work, ignore_errors=True)
+    os.makedirs(work)
+    base = COMMON + ARCH[arch] + ["--train-iters", "20"] + flags
+
+    def run(name, device, extra):
+        rows, out = train(mtron, np_, base + ["--device", device, "--save", work + "/" + name,
+                                              "--save-interval", "10"] + extra,
+                          work + "/" + name + ".jsonl")
+        return [r["lm_loss"] for r in rows], out
+
+    cpu, _ = run("cpu", "cpu", [])
+    cuda, _ = run("cuda", "cuda", [])
+    cuda_cpu, out1 = run("cuda_to_cpu", "cpu", ["--load", work + "/cuda/iter_0000010"])
+    cpu_cuda, out2 = run("cpu_to_cuda", "cuda", ["--load", work + "/cpu/iter_0000010"])
+    for out in (out1, out2):
+        assert "(iteration 10, saved under" in out, out
+    assert len(cpu) == len(cuda) == 20 and len(cuda_cpu) == len(cpu_cuda) == 10
+    worst = 0.0
+    for i in range(20):
+        row = [cpu[i], cuda[i]] + ([cuda_cpu[i - 10], cpu_cuda[i - 10]] if i >= 10 else [])
+        rel = max(abs(x - cpu[i]) / abs(cpu[i]) for x in row)
+        worst = max(worst, rel)
+        print("iteration %2d  cpu %.9f  cuda %.9f%s  rel %.2e" % (
+            i + 1, cpu[i], cuda[i], "  cuda->cpu %.9f  cpu->cuda %.9f" % tuple(row[2:])
+            if i >= 10 else "", rel))
+    print("exchange np %d %s %s: cuda->cpu and cpu->cuda at iteration 10, worst rel %.2e against "
+          "the all-cpu run (tol %.0e)" % (np_, arch, " ".join(flags), worst, TOL))
+    return 0 if worst <= TOL else 1
+
+
 def main():
-    mode = sys.argv[1]
+    args = sys.argv[1:]
+    mode, device = args.pop(0), None
+    if args[0] == "--device":
+        device = args[1]
+        args = args[2:]
     if mode == "exact":
-        mtron, tool, work, np_, arch = sys.argv[2:7]
-        return exact(mtron, tool, work, int(np_), arch, sys.argv[7:])
-    mtron, work, np_, arch = sys.argv[2:6]
-    return reshard(mtron, work, int(np_), arch, sys.argv[6:])
+        mtron, tool, work, np_, arch = args[:5]
+        return exact(mtron, tool, work, int(np_), arch, args[5:], device)
+    mtron, work, np_, arch = args[:4]
+    if mode == "exchange":
+        return exchange(mtron, work, int(np_), arch, args[4:])
+    return reshard(mtron, work, int(np_), arch, args[4:], device)
 
 
 if __name__ == "__main__":

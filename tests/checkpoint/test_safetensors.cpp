@@ -4,6 +4,8 @@
 
 #include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <random>
 #include <string>
 #include <vector>
@@ -99,6 +101,29 @@ TEST(Safetensors, WriteThenReadRoundTrip) {
   EXPECT_EQ(bb[2], 0xbf80);
   ASSERT_TRUE(f.header().find("e"));
   EXPECT_EQ(f.header().find("e")->numel(), 0);
+}
+
+// Data reached through a DataSource (a device's memory) is written in chunks of at most
+// chunk_bytes, into the same bytes as host data.
+TEST(Safetensors, WritesThroughADataSourceInChunks) {
+  const std::string direct = testing::TempDir() + "/direct.safetensors";
+  const std::string chunked = testing::TempDir() + "/chunked.safetensors";
+  std::vector<float> a(31);
+  for (size_t i = 0; i < a.size(); ++i) a[i] = 0.25f * float(i) - 1;
+  std::vector<uint64_t> copies;
+  const DataSource source{[&](void* dst, const void* src, uint64_t n) {
+                            copies.push_back(n);
+                            std::memcpy(dst, src, n);
+                          },
+                          12};
+  write_safetensors(direct, {{"a", "F32", {31}, a.data()}}, {}, false);
+  write_safetensors(chunked, {{"a", "F32", {31}, a.data(), &source}}, {}, false);
+  EXPECT_EQ(copies, (std::vector<uint64_t>{12, 12, 12, 12, 12, 12, 12, 12, 12, 12, 4}));
+  auto bytes = [](const std::string& p) {
+    std::ifstream f(p, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(f), {});
+  };
+  EXPECT_EQ(bytes(direct), bytes(chunked));
 }
 
 TEST(Safetensors, RejectsEveryMalformation) {

@@ -70,17 +70,17 @@ TEST(PrecisionFlags, RoundTripAndBf16Reduction) {
 
 TEST(CudaSupport, NamesWhatStillRunsOnTheHost) {
   ParallelConfig p;
-  EXPECT_EQ(cuda_unsupported(model(0), p, false), "");
-  EXPECT_EQ(cuda_unsupported(model(4), p, false), "");  // MoE: the router runs on the device
+  EXPECT_EQ(cuda_unsupported(model(0), p), "");
+  EXPECT_EQ(cuda_unsupported(model(4), p), "");  // MoE: the router runs on the device
+  ModelConfig dropout = model(0);
+  dropout.hidden_dropout = dropout.attention_dropout = 0.1f;
+  EXPECT_EQ(cuda_unsupported(dropout, p), "");  // dropout: the kernels draw the masks
   p.expert_model_parallel_size = 2;
-  EXPECT_NE(cuda_unsupported(model(4), p, false).find("--expert-model-parallel-size"),
-            std::string::npos);
-  EXPECT_EQ(cuda_unsupported(model(0), p, false), "");  // expert sizes matter for MoE only
+  EXPECT_NE(cuda_unsupported(model(4), p).find("--expert-model-parallel-size"), std::string::npos);
+  EXPECT_EQ(cuda_unsupported(model(0), p), "");  // expert sizes matter for MoE only
   p.expert_model_parallel_size = 1;
-  EXPECT_NE(cuda_unsupported(model(0), p, true).find("--save/--load"), std::string::npos);
   p.context_parallel_size = 2;
-  EXPECT_NE(cuda_unsupported(model(0), p, false).find("--context-parallel-size"),
-            std::string::npos);
+  EXPECT_NE(cuda_unsupported(model(0), p).find("--context-parallel-size"), std::string::npos);
 }
 
 }  // namespace

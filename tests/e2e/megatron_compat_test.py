@@ -3,7 +3,8 @@
 
 Usage: megatron_compat_test.py MTRON CASE, one CASE per CTest test:
   tensorboard   event files (read by tfevents_reader.py, written independently of mtron) on the
-                last rank only, Megatron's tags and switches; `lm loss` per iteration equals the log
+                last rank only, Megatron's tags and switches; `lm loss` per iteration equals the log;
+                no grad-norm event on an iteration the fp16 loss scaler skipped
   samples       --train-samples / --lr-decay-samples / --lr-warmup-samples train exactly as their
                 iteration equivalents (same log line but for the timings)
   rampup        --rampup-batch-size and --step-batch-size-schedule: the batch size of every
@@ -104,6 +105,22 @@ def case_tensorboard(work):
     check(sorted(s2["lm loss"]) == [2, 4, 6], "--tensorboard-log-interval 2: %s" % s2["lm loss"])
     check("loss-scale" not in s2 and "iteration-time" not in s2 and "mem-allocated-bytes" not in s2,
           "switches off: %s" % sorted(s2))
+    # --fp16 from a loss scale of 2^24: the first iterations are skipped; as Megatron (whose grad
+    # norm is None there) they have no grad-norm event, the others have the log line's.
+    tb3 = os.path.join(work, "tb3")
+    out3 = run(TINY + ["--fp16", "--initial-loss-scale", "16777216", "--train-iters", "14",
+                       "--tensorboard-dir", tb3,
+                       "--metrics-file", "/dev/null"])
+    s3 = tfevents_reader.scalars(glob.glob(os.path.join(tb3, "events.out.tfevents.*"))[0])
+    skipped = [int(i) for i in re.findall(
+        r"iteration +(\d+)/ *\d+ \|[^\n]*number of skipped iterations: +1 ", out3)]
+    taken = {r[0]: float(r[6]) for r in iterations(out3)}
+    check(skipped and taken and sorted(skipped + list(taken)) == list(range(1, 15)),
+          "fp16: skipped %s, taken %s" % (skipped, sorted(taken)))
+    check(sorted(s3["grad-norm"]) == sorted(taken) and sorted(s3["lm loss"]) == list(range(1, 15)),
+          "fp16 grad-norm events at %s, taken iterations %s" % (sorted(s3["grad-norm"]), sorted(taken)))
+    check(all(abs(s3["grad-norm"][i] - g) <= 1e-3 * max(1.0, g) for i, g in taken.items()),
+          "fp16 grad-norm values")
 
 
 def strip_timing(out):

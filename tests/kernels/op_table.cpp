@@ -234,6 +234,43 @@ void elementwise_cases(Checker& ck, bool small) {
   }
 }
 
+// Hidden dropout: the multipliers bit for bit (the reference draws each element's on its own),
+// and the share of dropped elements within 4 standard deviations of p.
+void dropout_cases(Checker& ck, bool small) {
+  struct Case {
+    int64_t rows;
+    DropoutRows d;
+  };
+  const PhiloxKey key = rng_key(5, "op table dropout");
+  // d: p, key, width, B, row0 (with SP: the block's first row), sample0, S
+  std::vector<Case> cases = {
+      {1, {0.1f, key, 1, 1, 0, 0, 1}},
+      {33, {0.1f, key, 31, 3, 5, 2, 64}},  // widths off multiples of 4 and 8
+      {64, {0.1f, key, 96, 4, 64, 8, 128}},
+      {130, {0.5f, key, 101, 2, 0, 6, 512}},
+      {257, {0.1f, key, 768, 4, 3, 12, 1024}},
+  };
+  if (!small) cases.push_back({4096, {0.1f, key, 2048, 8, 0, 16, 2048}});
+  for (const Case& c : cases) {
+    const DropoutRows& d = c.d;
+    const int64_t n = c.rows * d.width;
+    const std::string shape = str("rows", c.rows, " width", d.width, " B", d.B, " row0", d.row0,
+                                  " sample0", d.sample0, " p", d.p);
+    ck.run("dropout", shape, [&] {
+      Pair<int32_t> pos(randint(c.rows, 0, int32_t(d.S)));
+      Pair<float> x(randn(n));
+      ref::dropout(x.host(), pos.host(), c.rows, d);
+      dropout(g_dev, x.dev(), pos.dev(), c.rows, d);
+      ck.check_exact("x (bits)", x);
+      if (n < 10000) return;
+      const std::vector<float> got = x.dev_result();
+      const double rate = double(std::count(got.begin(), got.end(), 0.0f)) / double(n);
+      const double sd = std::sqrt(double(d.p) * (1 - d.p) / double(n));
+      ck.check("dropped share", {float(rate)}, {d.p}, 4 * sd / d.p);
+    });
+  }
+}
+
 void norm_cases(Checker& ck, bool small) {
   std::vector<std::pair<int64_t, int64_t>> shapes = {{1, 1},   {7, 31},  {33, 96},  {65, 300},
                                                      {31, 32}, {32, 33}, {130, 768}};
@@ -429,6 +466,13 @@ void attention_cases(Checker& ck, bool small) {
                   int64_t Dv = 0) {
     return AttnShape{B, Sq, Sk, H, G, D, Dv ? Dv : D, 1.0f / std::sqrt(float(D))};
   };
+  // Attention dropout p = 0.1 of local heads, samples and positions that are global ones
+  // [h0, ..), [b0, ..), [q0, ..) and [k0, ..) of H heads and sequences of S (TP, DP, CP chunks).
+  auto dropped = [](AttnMask m, int64_t b0, int64_t h0, int64_t H, int64_t q0, int64_t k0,
+                    int64_t S) {
+    m.dropout = {0.1f, rng_key(9, "op table attention dropout"), b0, h0, H, q0, k0, S};
+    return m;
+  };
   std::vector<Case> cases = {
       {shape(1, 1, 1, 1, 1, 8), {true, 0}},
       {shape(2, 33, 33, 4, 2, 24), {true, 0}},
@@ -447,6 +491,14 @@ void attention_cases(Checker& ck, bool small) {
       {shape(1, 20, 20, 2, 1, 40, 8), {true, -7}},
       {shape(2, 130, 67, 4, 4, 192, 128), {true, 100}},
       {shape(1, 67, 130, 2, 2, 100, 256), {false, 0}},
+      {shape(2, 33, 33, 4, 2, 24), dropped({true, 0}, 0, 0, 4, 0, 0, 33)},
+      {shape(1, 70, 70, 4, 1, 64), dropped({true, 0}, 3, 4, 8, 0, 0, 70)},  // MQA, TP rank 1
+      // a context-parallel block: queries of chunk 3, keys of chunk 1 (offset 2 x 40)
+      {shape(2, 40, 40, 6, 3, 32), dropped({true, 80}, 1, 0, 6, 120, 40, 160)},
+      {shape(1, 40, 40, 2, 2, 16), dropped({true, 0}, 0, 2, 4, 40, 40, 80)},  // diagonal chunk
+      {shape(1, 17, 40, 4, 2, 64), dropped({true, 23}, 0, 0, 4, 23, 0, 40)},
+      {shape(2, 67, 130, 2, 1, 16), dropped({false, 0}, 5, 0, 2, 0, 0, 130)},
+      {shape(1, 70, 70, 2, 2, 256), dropped({true, 0}, 0, 0, 2, 0, 0, 70)},
   };
   if (!small) {
     cases.push_back({shape(4, 1024, 1024, 12, 12, 64), {true, 0}});   // GPT-2 124M
@@ -458,7 +510,9 @@ void attention_cases(Checker& ck, bool small) {
     const std::string name =
         str("B", s.B, " Sq", s.Sq, " Sk", s.Sk, " H", s.H, " G", s.G, " D", s.D,
             s.Dv != s.D ? str(" Dv", s.Dv) : std::string(),
-            c.mask.causal ? str(" causal ", c.mask.offset) : std::string(" full"));
+            c.mask.causal ? str(" causal ", c.mask.offset) : std::string(" full"),
+            c.mask.dropout.p > 0 ? str(" drop q0 ", c.mask.dropout.q0, " k0 ", c.mask.dropout.k0)
+                                 : std::string());
     ck.run("attention", name, [&] {
       const int64_t nq = s.Sq * s.B * s.H * s.D, nk = s.Sk * s.B * s.G * s.D;
       const int64_t no = s.Sq * s.B * s.H * s.Dv, nv = s.Sk * s.B * s.G * s.Dv;
@@ -524,21 +578,38 @@ void moe_cases(Checker& ck, bool small) {
   struct Shape {
     int64_t T, E, k, h, nb;
     bool sigmoid;
+    int64_t groups = 0, group_topk = 0;  // DeepSeek's options: groups, expert bias, scaling
+    bool bias = false;
+    float scale = 0.0f;
   };
-  std::vector<Shape> shapes = {{1, 1, 1, 1, 1, false},    {7, 4, 2, 33, 1, false},
-                               {33, 8, 2, 17, 3, true},   {31, 16, 1, 8, 1, true},
-                               {65, 64, 8, 32, 4, false}, {40, 8, 3, 16, 2, true}};
+  std::vector<Shape> shapes = {{1, 1, 1, 1, 1, false},
+                               {7, 4, 2, 33, 1, false},
+                               {33, 8, 2, 17, 3, true},
+                               {31, 16, 1, 8, 1, true},
+                               {65, 64, 8, 32, 4, false},
+                               {40, 8, 3, 16, 2, true},
+                               {40, 16, 4, 16, 2, true, 4, 2, true, 2.5f},
+                               {33, 12, 3, 8, 1, false, 3, 1, false, 0.5f},
+                               {21, 8, 2, 8, 1, true, 0, 0, true, 0.0f}};
   if (!small) shapes.push_back({4096, 64, 8, 1024, 4, false});
   for (const Shape& s : shapes) {
-    const std::string shape = str("T", s.T, " E", s.E, " k", s.k, " h", s.h, " nb", s.nb,
-                                  s.sigmoid ? " sigmoid" : " softmax");
+    const std::string shape = str(
+        "T", s.T, " E", s.E, " k", s.k, " h", s.h, " nb", s.nb, s.sigmoid ? " sigmoid" : " softmax",
+        s.group_topk ? str(" groups ", s.groups, "/", s.group_topk) : "", s.bias ? " bias" : "",
+        s.scale > 0 ? str(" scale ", s.scale) : "");
     ck.run("moe", shape, [&] {
       const int64_t T = s.T, E = s.E, k = s.k, h = s.h, nb = s.nb, n = T * k, row0 = 5;
       Pair<float> logits(randn(T * E, 2.0f)), w(poison(n)), sc(poison(T * E)), lse(poison(T));
+      Pair<float> bias(randn(E, 0.1f));
       Pair<int32_t> idx(std::vector<int32_t>(size_t(n), -1));
-      const MoeRouting rt{T, E, k, s.sigmoid};
-      ref::moe_route(idx.host(), w.host(), logits.host(), rt);
-      moe_route(g_dev, idx.dev(), w.dev(), logits.dev(), rt);
+      const MoeRouting rt{T, E, k, s.sigmoid, s.groups, s.group_topk, nullptr, s.scale};
+      MoeRouting rt_host = rt, rt_dev = rt;
+      if (s.bias) {
+        rt_host.bias = bias.host();
+        rt_dev.bias = bias.dev();
+      }
+      ref::moe_route(idx.host(), w.host(), logits.host(), rt_host);
+      moe_route(g_dev, idx.dev(), w.dev(), logits.dev(), rt_dev);
       ck.check_exact("route experts", idx);
       ck.check("route weights", w, kTolF32);
       ref::moe_aux_scores(sc.host(), logits.host(), rt);
@@ -663,6 +734,7 @@ int run_op_table(const Ctx& device, const OpTableOptions& options) {
   Checker ck(options);
   gemm_cases(ck, options.small);
   elementwise_cases(ck, options.small);
+  dropout_cases(ck, options.small);
   norm_cases(ck, options.small);
   activation_cases(ck, options.small);
   rope_cases(ck, options.small);

@@ -7,8 +7,8 @@
       trains the same model under `mpirun -np NP` with the layout FLAGS and requires every
       iteration's loss and gradient norm to match the baseline (rel <= 1e-5); for MoE models
       also the logged auxiliary losses (rel <= 1e-5), the routed and the dropped (token, expert)
-      pairs (exactly: counts and checksums), and each rank's expert weight bytes = the 1-process
-      bytes / (EP x expert TP x PP)
+      pairs (exactly: counts and checksums), and rank 0's expert weight bytes = the 1-process
+      bytes x (its stage's share of the MoE layers) / (EP x expert TP)
   layout_invariance.py seeds MTRON ARCH BASELINE.jsonl
       (a dropout model) trains the 1-process run again: the same losses, bit for bit; with
       another --seed, and without dropout: different losses
@@ -21,7 +21,12 @@ SwiGLU, RoPE, GQA with 4 query groups for 8 heads, untied, no biases); mla (llam
 and embeddings with multi-latent attention: 4 heads, q and kv latents); moe (llama with 8 experts
 per layer, top-2 softmax routing, dropless, aux loss and z-loss: Mixtral-like) or moe_cap (llama
 with MoE every 2nd layer, sigmoid top-2 routing, a shared expert, capacity factor 1 dropping
-by weight, seq_aux_loss and z-loss). These run without dropout; gpt2_dropout and llama_dropout
+by weight, seq_aux_loss and z-loss); qwen3moe (llama with --qk-layernorm, head dim 16, 8 experts
+top-2 in every layer (--moe-layer-freq "([1]*4)"), no shared expert, aux loss: Qwen3-MoE-like) or
+dsmoe (DeepSeek-V3-like: a dense first layer by --moe-layer-freq "[0,1,1,1]", 16 experts top-4
+in 4 groups of which 2 are chosen, sigmoid scores with the aux-loss-free expert bias, top-k
+scaling factor 2.5, a shared expert, seq_aux_loss), whose expert biases after every iteration
+must equal the 1-process run's (moe_expert_bias_hash). These run without dropout; gpt2_dropout and llama_dropout
 are gpt2 and llama with --hidden-dropout 0.1 --attention-dropout 0.1 (Megatron's default), whose
 masks every layout must reproduce. fp32, same seed and data; gpt2_fp16: gpt2 in fp16 with
 dynamic loss scaling (the same iterations must be skipped with the same loss scales); llama_fp8:
@@ -71,6 +76,15 @@ EXPERT_BYTES = re.compile(r"\[mtron r0/\d+\] .*expert weights on this rank: (\d+
 
 def flag(flags, name, default):
     return int(flags[flags.index(name) + 1]) if name in flags else default
+
+
+def moe_layers(args):
+    """Which layers of a run with `args` are MoE layers (--moe-layer-freq: k, or a list)."""
+    n = flag(args, "--num-layers", 1)
+    f = args[args.index("--moe-layer-freq") + 1] if "--moe-layer-freq" in args else "1"
+    if f.isdigit():
+        return [int(i % int(f) == 0) for i in range(n)]
+    return list(eval(f))  # the test models' own list expressions (scripts/mtron_run.py)
 
 
 def train(mtron, arch, np_, flags, metrics):
@@ -145,6 +159,10 @@ def main():
             same = r["moe_routing_hash"] == b["moe_routing_hash"]
             failed |= not same
             line += "  routing %s" % ("same" if same else "DIFFERENT")
+        if "moe_expert_bias_hash" in b:  # the same expert biases after the step
+            same = r["moe_expert_bias_hash"] == b["moe_expert_bias_hash"]
+            failed |= not same
+            line += "  expert bias %s" % ("same" if same else "DIFFERENT")
         if "moe_dropped_pairs" in b:
             same = (r["moe_dropped_pairs"], r["moe_dropped_hash"]) == (
                 b["moe_dropped_pairs"], b["moe_dropped_hash"])
@@ -152,7 +170,7 @@ def main():
             line += "  dropped %d (1 process %d)%s" % (
                 r["moe_dropped_pairs"], b["moe_dropped_pairs"], "" if same else " DIFFERENT PAIRS")
         print(line)
-    if arch.startswith("moe"):
+    if arch.startswith("moe") or arch in ("qwen3moe", "dsmoe"):
         with open(sys.argv[4] + ".log") as f:
             one = int(EXPERT_BYTES.search(f.read()).group(1))
         here = int(EXPERT_BYTES.search(out).group(1))
@@ -160,10 +178,12 @@ def main():
         pp = flag(flags, "--pipeline-model-parallel-size", 1)
         etp = flag(flags, "--expert-tensor-parallel-size",
                    flag(flags, "--tensor-model-parallel-size", 1))
-        ok = here * ep * etp * pp == one  # a pipeline stage holds 1/PP of the layers
+        layers = moe_layers(COMMON + ARCH[arch] + flags)
+        stage0 = sum(layers[:len(layers) // pp])  # rank 0's pipeline stage: the first 1/PP
+        ok = here * ep * etp * sum(layers) == one * stage0
         failed |= not ok
-        print("expert weight bytes on rank 0: %d = 1-process %d / %d (EP %d x expert TP %d x PP %d)%s" %
-              (here, one, one // here if here else 0, ep, etp, pp, "" if ok else "  WRONG"))
+        print("expert weight bytes on rank 0: %d = 1-process %d x %d/%d MoE layers / (EP %d x "
+              "expert TP %d)%s" % (here, one, stage0, sum(layers), ep, etp, "" if ok else "  WRONG"))
     print("%s np %d %s: worst rel %.2e (tol %.0e; gradient norm tol %.0e)" %
           (arch, np_, " ".join(flags), worst, tol, gtol))
     return 0 if worst <= tol and not failed else 1

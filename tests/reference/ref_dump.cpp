@@ -3,13 +3,19 @@
 // logits of micro-batch 0, the loss and every parameter gradient of iteration 1, and the loss
 // and learning rate of 10 training iterations.
 //
-//   ref_dump <gpt2|llama|mla|mla_q> <out.bin> [extra mtron train flags...]
+//   ref_dump <gpt2|llama|mla|mla_q|qwen3moe|dsmoe> <out.bin> [extra mtron train flags...]
+//
+// qwen3moe: a tiny Qwen3-MoE (--qk-layernorm, 8 experts top-2, no shared expert, aux loss);
+// dsmoe: a tiny DeepSeek-V3-style MoE (a dense first layer by a --moe-layer-freq list, sigmoid
+// scores with the expert bias, group-limited routing, a top-k scaling factor, a shared expert,
+// seq_aux_loss). MoE dumps add every layer's expert bias after the 10 iterations.
 //
 // mla: a Llama-style model with multi-latent attention, q projected directly; mla_q: with
-// --q-lora-rank (q_down, q_layernorm, q_up).
+// --q-lora-rank and --qk-layernorm (q_down, q_layernorm, q_up; kv_layernorm).
 //
 // Record format (little-endian): u32 name length, name, u8 dtype (0 f32, 1 i32, 2 f64, 3 u8),
 // u32 ndim, i64 dims[ndim], data.
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -56,7 +62,7 @@ std::vector<std::string> base_flags(const std::string& arch) {
   std::vector<std::string> extra;
   if (arch == "gpt2") {
     extra = {"--num-attention-heads", "4"};
-  } else if (arch == "llama") {
+  } else if (arch == "llama" || arch == "qwen3moe" || arch == "dsmoe") {
     extra = tests::words(
         "--num-attention-heads 8 --group-query-attention --num-query-groups 2 --swiglu "
         "--normalization RMSNorm --position-embedding-type rope "
@@ -67,9 +73,24 @@ std::vector<std::string> base_flags(const std::string& arch) {
         "--qk-pos-emb-head-dim 8 --v-head-dim 10 --swiglu --normalization RMSNorm "
         "--position-embedding-type rope --untie-embeddings-and-output-weights "
         "--disable-bias-linear");
-    if (arch == "mla_q") extra.insert(extra.end(), {"--q-lora-rank", "24"});
+    if (arch == "mla_q") extra.insert(extra.end(), {"--q-lora-rank", "24", "--qk-layernorm"});
   } else {
-    throw Error("unknown arch " + arch + " (gpt2, llama, mla or mla_q)");
+    throw Error("unknown arch " + arch + " (gpt2, llama, mla, mla_q, qwen3moe or dsmoe)");
+  }
+  if (arch == "qwen3moe") {
+    const auto moe = tests::words(
+        "--qk-layernorm --kv-channels 16 --norm-epsilon 1e-6 --num-experts 8 --moe-router-topk 2 "
+        "--moe-ffn-hidden-size 32 --moe-layer-freq ([1]*2) --moe-aux-loss-coeff 1e-2");
+    extra.insert(extra.end(), moe.begin(), moe.end());
+  } else if (arch == "dsmoe") {
+    const auto moe = tests::words(
+        "--num-layers 4 --num-experts 16 --moe-router-topk 4 --moe-ffn-hidden-size 32 "
+        "--moe-layer-freq ([0]*1+[1]*3) --moe-router-score-function sigmoid "
+        "--moe-router-enable-expert-bias --moe-router-bias-update-rate 1e-2 "
+        "--moe-router-num-groups 4 --moe-router-group-topk 2 --moe-router-topk-scaling-factor 2.5 "
+        "--moe-shared-expert-intermediate-size 32 --moe-router-load-balancing-type seq_aux_loss "
+        "--moe-aux-loss-coeff 1e-3");
+    extra.insert(extra.end(), moe.begin(), moe.end());
   }
   common.insert(common.end(), extra.begin(), extra.end());
   return common;
@@ -79,7 +100,8 @@ std::vector<std::string> base_flags(const std::string& arch) {
 
 int main(int argc, char** argv) {
   if (argc < 3) {
-    std::fprintf(stderr, "usage: ref_dump <gpt2|llama|mla|mla_q> <out.bin> [flags...]\n");
+    std::fprintf(stderr,
+                 "usage: ref_dump <gpt2|llama|mla|mla_q|qwen3moe|dsmoe> <out.bin> [flags...]\n");
     return 2;
   }
   std::vector<std::string> flags = base_flags(argv[1]);
@@ -103,8 +125,11 @@ int main(int argc, char** argv) {
 
   auto& chunk = *t.chunks().front();
   const auto& params = chunk.params();
-  for (const auto& s : params.specs()) {
-    record("param/" + s.name, 0, s.global_shape, params.master(int(&s - &params.specs()[0])), 4);
+  const auto& experts = chunk.expert_params();
+  for (const model::ParamBuffer* b : {&params, &experts}) {
+    for (size_t i = 0; i < b->specs().size(); ++i)
+      record("param/" + b->spec(int(i)).name, 0, b->spec(int(i)).global_shape, b->master(int(i)),
+             4);
   }
 
   // Iteration 1 by hand: logits of micro-batch 0, loss and gradients over the global batch.
@@ -114,6 +139,7 @@ int main(int argc, char** argv) {
   std::vector<float> logits(size_t(N * V));
   model::GPTChunk::Stash st;
   chunk.params().zero_grad();
+  if (!experts.specs().empty()) chunk.expert_params().zero_grad();
   double loss_sum = 0;
   for (int64_t j = 0; j < M; ++j) {
     model::MicroBatch mb = t.microbatch(j);
@@ -125,10 +151,13 @@ int main(int argc, char** argv) {
   record("step0/logits", 0, {N, V}, logits.data(), 4);
   double loss = loss_sum / double(a.parallel.global_batch_size * a.model.seq_length);
   record("step0/loss", 2, {1}, &loss, 8);
-  for (size_t i = 0; i < params.specs().size(); ++i) {
-    record("grad/" + params.specs()[i].name, 0, params.specs()[i].global_shape, params.grad(int(i)),
-           4);
+  for (const model::ParamBuffer* b : {&params, &experts}) {
+    for (size_t i = 0; i < b->specs().size(); ++i)
+      record("grad/" + b->spec(int(i)).name, 0, b->spec(int(i)).global_shape, b->grad(int(i)), 4);
   }
+  // The hand-made iteration routed tokens too: the expert bias counts start from the training.
+  for (model::MoELayer* l : chunk.moe_layers())
+    std::fill(l->tokens_per_expert().begin(), l->tokens_per_expert().end(), 0.0);
 
   std::vector<double> losses, lrs, norms;
   for (int64_t it = 0; it < a.train_iters; ++it) {
@@ -146,6 +175,10 @@ int main(int argc, char** argv) {
   record("losses", 2, {int64_t(losses.size())}, losses.data(), 8);
   record("lrs", 2, {int64_t(lrs.size())}, lrs.data(), 8);
   record("grad_norms", 2, {int64_t(norms.size())}, norms.data(), 8);
+  for (model::MoELayer* l : chunk.moe_layers()) {
+    record("expert_bias/" + l->prefix() + "router.expert_bias", 0,
+           {int64_t(l->expert_bias().size())}, l->expert_bias().data(), 4);
+  }
   std::fclose(g_out);
   return 0;
 }

@@ -11,6 +11,12 @@ Reads the dump written by ref_dump (weights, micro-batches, mtron's logits/loss/
   - every parameter gradient (rel-norm error <= 1e-4),
   - 10 AdamW steps (torch.optim.AdamW, clip_grad_norm_, Megatron's sample-based LR schedule
     written here independently): each loss rel <= 1e-4.
+MoE models (--num-experts) are Megatron-Core's MoE layer written here from its definitions:
+the router (softmax or sigmoid scores, group-limited top-k, top-k scaling factor, the
+aux-loss-free expert bias for the choice only, updated after each global batch from the routed
+tokens per expert), the experts and the shared expert, and the aux_loss / seq_aux_loss terms of
+the gradient; the final expert biases are compared too. --qk-layernorm normalises each head's
+queries and keys before RoPE.
 With --hidden-dropout / --attention-dropout > 0 (mtron's default, Megatron's 0.1) every
 training forward applies dropout with masks regenerated here by an independent Philox4x32-10
 (keyed and indexed as mtron's model/dropout.h documents), so the checks cover dropout too.
@@ -111,7 +117,28 @@ class Model:
         self.h = int(cfg["hidden_size"])
         self.H = int(cfg["num_attention_heads"])
         self.G = int(cfg["num_query_groups"]) if "group_query_attention" in cfg else self.H
-        self.D = self.h // self.H
+        self.D = int(cfg.get("kv_channels", self.h // self.H))
+        self.qk_norm = "qk_layernorm" in cfg
+        self.aux = 0.0
+        self.E = int(cfg.get("num_experts", 0))
+        if self.E:
+            self.topk = int(cfg.get("moe_router_topk", 2))
+            freq = cfg.get("moe_layer_freq", "1")
+            # Megatron's moe_freq_type: an integer, or a list expression (digits, [](),+* only)
+            assert all(c in "0123456789,[]()+*" for c in freq)
+            self.moe_layers = (eval(freq) if "[" in freq else
+                               [int(l % int(freq) == 0) for l in range(int(cfg["num_layers"]))])
+            self.sigmoid = cfg.get("moe_router_score_function", "softmax") == "sigmoid"
+            self.groups = int(cfg.get("moe_router_num_groups", 0))
+            self.group_topk = int(cfg.get("moe_router_group_topk", 0))
+            self.scale = float(cfg.get("moe_router_topk_scaling_factor", 0))
+            self.aux_coeff = float(cfg.get("moe_aux_loss_coeff", 0))
+            self.seq_aux = cfg.get("moe_router_load_balancing_type", "aux_loss") == "seq_aux_loss"
+            self.rate = (float(cfg.get("moe_router_bias_update_rate", 1e-3))
+                         if "moe_router_enable_expert_bias" in cfg else None)
+            self.bias = {l: torch.zeros(self.E) for l in range(int(cfg["num_layers"]))
+                         if self.moe_layers[l]}
+            self.counts = {l: torch.zeros(self.E) for l in self.bias}
         self.mla = "multi_latent_attention" in cfg
         if self.mla:
             self.q_rank = int(cfg.get("q_lora_rank", 0))  # 0: None
@@ -122,8 +149,9 @@ class Model:
         self.swiglu = "swiglu" in cfg
         self.rms = cfg.get("normalization", "LayerNorm") == "RMSNorm"
         self.rope = cfg.get("position_embedding_type", "learned_absolute") == "rope"
+        self.rotary_base = cfg.get("rotary_base", "10000")
         self.vocab = int(cfg["vocab_size"])
-        self.eps = 1e-5
+        self.eps = float(cfg.get("norm_epsilon", 1e-5))
         self.p = {k[len("param/"):]: torch.tensor(v.copy(), dtype=torch.float32,
                                                    requires_grad=True)
                   for k, v in weights.items() if k.startswith("param/")}
@@ -160,6 +188,86 @@ class Model:
             return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * w
         return F.layer_norm(x, (x.shape[-1],), w, self.p[prefix + ".bias"], self.eps)
 
+    def mlp(self, x, pre):
+        f = self.lin(x, pre + "linear_fc1")
+        if self.swiglu:
+            gate, up = f.chunk(2, dim=-1)
+            act = F.silu(gate) * up
+        else:
+            act = F.gelu(f, approximate="tanh")
+        return self.lin(act, pre + "linear_fc2")
+
+    def route(self, logits, layer):
+        """Megatron's topk_routing_with_score_function: (experts [T, k], weights [T, k])."""
+        T, E, k = logits.shape[0], self.E, self.topk
+        scores = torch.sigmoid(logits) if self.sigmoid else logits
+        sel = scores.detach() + (self.bias[layer] if self.rate is not None else 0)
+        if self.group_topk:
+            per = E // self.groups
+            grouped = sel.view(T, self.groups, per).sort(dim=-1, descending=True, stable=True)[0]
+            gscore = grouped[:, :, : k // self.group_topk].sum(-1)
+            chosen = gscore.sort(dim=-1, descending=True, stable=True)[1][:, : self.group_topk]
+            keep = torch.zeros(T, self.groups, dtype=torch.bool)
+            keep.scatter_(1, chosen, True)
+            sel = sel.masked_fill(~keep.repeat_interleave(per, dim=1), float("-inf"))
+        idx = sel.sort(dim=-1, descending=True, stable=True)[1][:, :k]
+        s = scores.gather(1, idx)
+        if self.sigmoid:
+            w = s / (s.sum(-1, keepdim=True) + 1e-20) if k > 1 else s
+        else:
+            w = torch.softmax(s, dim=-1)
+        if self.scale:
+            w = w * self.scale
+        return idx, w
+
+    def aux_loss(self, logits, B):
+        """aux_loss / seq_aux_loss of one micro-batch (with its coefficient), Megatron's:
+        coeff E / (k T^2) sum_i (sum_t p[t, i]) count_i, count_i from the plain top-k of the
+        aux scores p, per sequence and averaged over them for seq_aux_loss."""
+        if not self.aux_coeff:
+            return 0.0
+        T, E, k = logits.shape[0], self.E, self.topk
+        p = torch.sigmoid(logits) if self.sigmoid else torch.softmax(logits, -1)
+        if self.sigmoid:
+            p = p / (p.sum(-1, keepdim=True) + 1e-20)
+        top = p.detach().sort(dim=-1, descending=True, stable=True)[1][:, :k]
+        cnt = torch.zeros(T, E).scatter_(1, top, 1.0)
+        nb = B if self.seq_aux else 1
+        Ts = T // nb
+        rows = torch.arange(T) % nb  # sequence-major rows: token row n = s B + b
+        total = 0.0
+        for b in range(nb):
+            m = rows == b
+            total = total + (p[m].sum(0) * cnt[m].sum(0)).sum()
+        return self.aux_coeff * E / (k * Ts * Ts * nb) * total
+
+    def moe(self, x, pre, layer, count):
+        """The MoE MLP of x [S, B, h]: routed experts (+ shared expert); adds the micro-batch's
+        aux loss to self.aux."""
+        S, B, h = x.shape
+        t = x.reshape(S * B, h)
+        logits = t @ self.p[pre + "router.weight"].t()
+        idx, w = self.route(logits, layer)
+        if count:
+            self.counts[layer] += torch.zeros(self.E).scatter_add_(
+                0, idx.reshape(-1), torch.ones(idx.numel()))
+        self.aux = self.aux + self.aux_loss(logits, B)
+        outs = torch.stack([self.mlp(t, pre + "experts.local_experts.%d." % e)
+                            for e in range(self.E)])  # [E, T, h]
+        rows = torch.arange(t.shape[0])
+        y = sum(w[:, j:j + 1] * outs[idx[:, j], rows] for j in range(self.topk))
+        if pre + "shared_experts.linear_fc1.weight" in self.p:
+            y = y + self.mlp(t, pre + "shared_experts.")
+        return y.reshape(S, B, h)
+
+    def update_expert_bias(self):
+        """Megatron's get_updated_expert_bias, after each global batch."""
+        if not self.E or self.rate is None:
+            return
+        for l, c in self.counts.items():
+            self.bias[l] = self.bias[l] + torch.sign(c.mean() - c) * self.rate
+            self.counts[l] = torch.zeros(self.E)
+
     def lin(self, x, name):
         y = x @ self.p[name + ".weight"].reshape(-1, x.shape[-1]).t()
         if name + ".bias" in self.p:
@@ -168,15 +276,17 @@ class Model:
 
     def rotary(self, x, S):  # x [S, B, n, R]: every channel rotated
         R = x.shape[-1]
-        inv_freq = 1.0 / (10000.0 ** (torch.arange(0, R, 2, dtype=torch.float32) / R))
+        base = float(self.rotary_base)
+        inv_freq = 1.0 / (base ** (torch.arange(0, R, 2, dtype=torch.float32) / R))
         freqs = torch.outer(torch.arange(S, dtype=torch.float32), inv_freq)
         emb = torch.cat([freqs, freqs], dim=-1)[:, None, None, :]
         x1, x2 = x[..., : R // 2], x[..., R // 2:]
         return x * emb.cos() + torch.cat([-x2, x1], dim=-1) * emb.sin()
 
-    def logits(self, tokens, it=None, sample0=0):
+    def logits(self, tokens, it=None, sample0=0, count=False):
         """tokens [S, B] (sequence-major, as mtron); it: the training iteration (dropout on),
-        sample0: the global-batch index of sequence 0; it None: no dropout."""
+        sample0: the global-batch index of sequence 0; it None: no dropout; count: add the
+        routed pairs to the expert bias counts."""
         S, B = tokens.shape
         t = torch.tensor(tokens, dtype=torch.long)
         x = self.p["embedding.word_embeddings.weight"][t]
@@ -195,6 +305,9 @@ class Model:
                 q = qkv[:, :, :, :hpg, :].reshape(S, B, self.H, self.D)
                 k = qkv[:, :, :, hpg, :]
                 v = qkv[:, :, :, hpg + 1, :]
+                if self.qk_norm:
+                    q = self.norm(q, pre + "self_attention.q_layernorm")
+                    k = self.norm(k, pre + "self_attention.k_layernorm")
                 if self.rope:
                     q, k = self.rotary(q, S), self.rotary(k, S)
                 k = k.repeat_interleave(hpg, dim=2)
@@ -208,14 +321,11 @@ class Model:
             x = x + self.hidden_drop(self.lin(o, pre + "self_attention.linear_proj"), it, sample0,
                                      l, "attention_output")
             a = self.norm(x, pre + "pre_mlp_layernorm")
-            f = self.lin(a, pre + "mlp.linear_fc1")
-            if self.swiglu:
-                gate, up = f.chunk(2, dim=-1)
-                act = F.silu(gate) * up
+            if self.E and self.moe_layers[l]:
+                out = self.moe(a, pre + "mlp.", l, count)
             else:
-                act = F.gelu(f, approximate="tanh")
-            x = x + self.hidden_drop(self.lin(act, pre + "mlp.linear_fc2"), it, sample0, l,
-                                     "mlp_output")
+                out = self.mlp(a, pre + "mlp.")
+            x = x + self.hidden_drop(out, it, sample0, l, "mlp_output")
         x = self.norm(x, "decoder.final_layernorm")
         w = self.p["embedding.word_embeddings.weight" if self.tied else "output_layer.weight"]
         logits = x @ w.t()
@@ -223,27 +333,40 @@ class Model:
         pad[self.vocab:] = True
         return logits.masked_fill(pad, float("-inf"))
 
+    def latent_norm(self, c, prefix):
+        """MLA's q_layernorm / kv_layernorm: present with --qk-layernorm (Megatron's MLA spec)."""
+        return self.norm(c, prefix) if self.qk_norm else c
+
     def mla_qkv(self, a, pre, S, B):
         """Multi-latent attention's q, k [S, B, H, dn + dr] and v [S, B, H, dv] from a."""
         H, dn, dr, dv = self.H, self.dn, self.dr, self.dv
         if self.q_rank > 0:
-            cq = self.norm(self.lin(a, pre + "linear_q_down_proj"), pre + "q_layernorm")
+            cq = self.latent_norm(self.lin(a, pre + "linear_q_down_proj"), pre + "q_layernorm")
             q = self.lin(cq, pre + "linear_q_up_proj")
         else:
             q = self.lin(a, pre + "linear_q_proj")
         q_nope, q_pe = q.view(S, B, H, dn + dr).split([dn, dr], dim=-1)
         ckv, k_pe = self.lin(a, pre + "linear_kv_down_proj").split([self.kv_rank, dr], dim=-1)
-        kv = self.lin(self.norm(ckv, pre + "kv_layernorm"), pre + "linear_kv_up_proj")
+        kv = self.lin(self.latent_norm(ckv, pre + "kv_layernorm"), pre + "linear_kv_up_proj")
         k_nope, v = kv.view(S, B, H, dn + dv).split([dn, dv], dim=-1)
         k_pe = self.rotary(k_pe[:, :, None, :], S).expand(S, B, H, dr)
         q = torch.cat([q_nope, self.rotary(q_pe, S)], dim=-1)
         k = torch.cat([k_nope, k_pe], dim=-1)
         return q, k, v
 
-    def loss_sum(self, tokens, labels, it, sample0):
-        lg = self.logits(tokens, it, sample0)
+    def loss_sum(self, tokens, labels, it, sample0, count=False):
+        """The micro-batch's summed token losses; its aux losses go to self.aux."""
+        lg = self.logits(tokens, it, sample0, count)
         return F.cross_entropy(lg.reshape(-1, lg.shape[-1]),
                                torch.tensor(labels, dtype=torch.long).reshape(-1), reduction="sum")
+
+    def objective(self, d, it, M, B, ntok, count=False):
+        """(lm loss, the loss differentiated: lm loss + each micro-batch's aux losses / M) of
+        iteration it's global batch."""
+        self.aux = 0.0
+        lm = sum(self.loss_sum(d["tokens/it%d/mb%d" % (it, j)], d["labels/it%d/mb%d" % (it, j)],
+                               it, j * B, count) for j in range(M)) / ntok
+        return lm, lm + self.aux / M
 
 
 def megatron_lr(cfg, iteration):
@@ -295,9 +418,8 @@ def main():
     ref_logits = d["step0/logits"].reshape(lg.shape[0], lg.shape[1], -1)
     check("logits (micro-batch 0)", rel_norm(ref_logits[:, :, :V], lg[:, :, :V]), 1e-5)
 
-    loss = sum(m.loss_sum(d["tokens/it0/mb%d" % j], d["labels/it0/mb%d" % j], 0, j * B)
-               for j in range(M)) / ntok
-    loss.backward()
+    loss, total = m.objective(d, 0, M, B, ntok)
+    total.backward()
     check("loss (iteration 1)", abs(float(d["step0/loss"][0]) - loss.item()) / loss.item(), 1e-5)
     worst = 0.0
     for name, p in m.p.items():
@@ -318,13 +440,18 @@ def main():
         for g in opt.param_groups:
             g["lr"] = lr
         opt.zero_grad()
-        loss = sum(m.loss_sum(d["tokens/it%d/mb%d" % (it, j)], d["labels/it%d/mb%d" % (it, j)],
-                              it, j * B) for j in range(M)) / ntok
-        loss.backward()
+        loss, total = m.objective(d, it, M, B, ntok, count=True)
+        total.backward()
         torch.nn.utils.clip_grad_norm_(list(m.p.values()), float(cfg["clip_grad"]))
         opt.step()
+        m.update_expert_bias()
         check("loss (training iteration %d)" % (it + 1),
               abs(float(d["losses"][it]) - loss.item()) / loss.item(), 1e-4)
+
+    for name in [k for k in d if k.startswith("expert_bias/")]:
+        l = int(name.split(".")[2])
+        check("expert bias " + name[len("expert_bias/"):] + " (after 10 iterations)",
+              float(np.abs(d[name] - m.bias[l].numpy()).max()), 1e-7)
 
     print("worst gradient rel-norm error %.3e" % worst)
     if failures:

@@ -100,6 +100,20 @@ TEST(TrainCudaSim, LlamaFp32RecomputeMatchesCpu) {
       1e-5);
 }
 
+// Dropout 0.1 (Megatron's default): the hidden-dropout kernel and the attention's dropout draw
+// the CPU's masks; Llama's GQA and full recompute (the masks drawn again) too.
+TEST(TrainCudaSim, Gpt2DropoutMatchesCpu) {
+  expect_same_training({"--hidden-dropout", "0.1", "--attention-dropout", "0.1"}, 1e-5);
+}
+TEST(TrainCudaSim, LlamaDropoutRecomputeMatchesCpu) {
+  expect_same_training(
+      {"--position-embedding-type", "rope", "--normalization", "RMSNorm", "--swiglu",
+       "--disable-bias-linear", "--group-query-attention", "--num-query-groups", "2",
+       "--recompute-granularity", "full", "--recompute-method", "uniform", "--recompute-num-layers",
+       "1", "--hidden-dropout", "0.1", "--attention-dropout", "0.1"},
+      1e-5);
+}
+
 // Mixture of experts on the device: the router's kernels (top-k softmax, auxiliary and z losses),
 // the routing plan with a capacity limit that drops pairs, the permutation and the combine, a
 // shared expert; Mixtral-like otherwise.

@@ -15,7 +15,12 @@
 #include "mtron/core/log.h"
 #include "mtron/core/timer.h"
 #include "mtron/core/version.h"
+#include "mtron/kernels/device.h"
 
+// The weights and moments live on the parameter buffer's device (ParamBuffer::ctx()) and reach
+// the host through kernels/device.h only: a save copies each piece in chunks of
+// kernels::chunk_elems floats, a load one parameter's range at a time. So the files, and what
+// loads, do not depend on the device.
 namespace mtron::checkpoint {
 
 namespace fs = std::filesystem;
@@ -85,6 +90,15 @@ void for_each_param_in(const model::ParamBuffer& p, int64_t b, int64_t e, F f) {
     const int64_t lo = std::max(b, s.offset), hi = std::min(e, s.offset + s.numel());
     if (lo < hi) f(s, lo, hi);
   }
+}
+
+// How a save reaches the buffers of a chunk on its device: host copies of
+// kernels::chunk_elems floats.
+DataSource device_source(const kernels::Ctx& k) {
+  return {[k](void* dst, const void* src, uint64_t n) {
+            kernels::copy_to_host(k, dst, src, int64_t(n));
+          },
+          uint64_t(kernels::chunk_elems(k.device)) * sizeof(float)};
 }
 
 void check_ec(const std::error_code& ec, const std::string& what) {
@@ -204,35 +218,45 @@ std::string save_checkpoint(const std::string& save_dir,
   }
   world.barrier();
 
-  // This rank's pieces: its share of each chunk's buffer, weights then moments.
+  // This rank's pieces: its share of each chunk's buffer, weights then moments. They live on the
+  // chunk's device and reach the host in chunks (once for the checksums the header holds, once
+  // for the file); the FP8 states are host memory.
   std::vector<SafetensorsTensor> tensors;
   std::vector<PieceInfo> pieces;
+  std::vector<DataSource> sources;
+  sources.reserve(chunks.size());  // the tensors point at them
+  std::vector<uint8_t> buf;
   const bool with_optimizer = !chunks.empty() && chunks.front().exp_avg != nullptr;
-  auto add = [&](const std::string& key, const Region& r, const float* data) {
-    tensors.push_back({key, "F32", r.whole_block() ? r.block : Shape{r.size()}, data});
-    pieces.push_back({key, r, crc32c(data, size_t(r.size()) * sizeof(float))});
+  auto add = [&](const std::string& key, const Region& r, const float* data,
+                 const DataSource* source) {
+    tensors.push_back({key, "F32", r.whole_block() ? r.block : Shape{r.size()}, data, source});
+    uint32_t crc = 0;
+    for_each_host_chunk(source, data, uint64_t(r.size()) * sizeof(float), buf,
+                        [&](const void* h, uint64_t n) { crc = crc32c(h, size_t(n), crc); });
+    pieces.push_back({key, r, crc});
   };
   for (const ChunkState& c : chunks) {
     const model::ParamBuffer& p = *c.params;
+    const DataSource* dev = &sources.emplace_back(device_source(p.ctx()));
     MT_ASSERT(!c.experts || g.edp, "expert buffer without an EDP group");
     const int tp_rank = c.experts ? g.etp_rank : g.tp_rank;
     for (const FlatRange& w : write_ranges(c, c.experts ? *g.edp : *g.dp_cp)) {
       for_each_param_in(p, w.begin, w.end, [&](const model::ParamSpec& s, int64_t lo, int64_t hi) {
         if (s.tied_copy || (s.tp_replicated() && tp_rank != 0)) return;
         const Region r = param_region(s, lo, hi);
-        add(s.name, r, p.master_flat().f32() + lo);
+        add(s.name, r, p.master_flat().f32() + lo, dev);
         if (with_optimizer) {
           // A write range lies inside one optimizer shard: its moments are contiguous.
           const int64_t m = moment_index(c.opt_shards, lo);
           MT_ASSERT(moment_index(c.opt_shards, hi - 1) == m + (hi - 1 - lo),
                     "write range crosses optimizer shards");
-          add(kExpAvg + s.name, r, c.exp_avg + m);
-          add(kExpAvgSq + s.name, r, c.exp_avg_sq + m);
+          add(kExpAvg + s.name, r, c.exp_avg + m, dev);
+          add(kExpAvgSq + s.name, r, c.exp_avg_sq + m, dev);
         }
       });
     }
     if ((c.experts ? g.edp : g.dp_cp)->rank() == 0 && tp_rank == 0) {
-      for (const StateTensor& t : c.states) add(t.name, Region::whole(t.shape), t.data);
+      for (const StateTensor& t : c.states) add(t.name, Region::whole(t.shape), t.data, nullptr);
     }
   }
   int64_t rec[4] = {0, 0, 0, 0};  // has a file, bytes, header CRC, tensors
@@ -291,12 +315,23 @@ Manifest load_checkpoint(const std::string& dir,
   const Manifest& m = reader.manifest();
   MT_CHECK(!load_optimizer || m.has_optimizer, dir, " holds no optimizer state");
   int64_t bytes = 0;
+  // Each parameter's range is read into host memory, then copied to the chunk's device.
+  std::vector<float> staging;
   for (const ChunkState& c : chunks) {
     model::ParamBuffer& p = *c.params;
+    const kernels::Ctx& k = p.ctx();
+    auto read = [&](const std::string& key, const Region& r, float* dst, bool pad) {
+      const int64_t n = r.size();
+      staging.resize(size_t(n));
+      // Padding rows the checkpoint lacks keep their values.
+      if (pad) kernels::copy_to_host(k, staging.data(), dst, n * 4);
+      reader.read(key, r, staging.data(), pad);
+      kernels::copy_from_host(k, dst, staging.data(), n * 4);
+      bytes += n * 4;
+    };
     float* master = p.master_flat().f32();
     for_each_param_in(p, 0, p.size(), [&](const model::ParamSpec& s, int64_t lo, int64_t hi) {
-      reader.read(s.name, param_region(s, lo, hi), master + lo, is_vocab_parameter(s.name));
-      bytes += (hi - lo) * 4;
+      read(s.name, param_region(s, lo, hi), master + lo, is_vocab_parameter(s.name));
     });
     p.refresh_compute();
     for (const StateTensor& t : c.states) {
@@ -310,9 +345,8 @@ Manifest load_checkpoint(const std::string& dir,
                           const Region r = param_region(s, lo, hi);
                           const bool pad = is_vocab_parameter(s.name);
                           const int64_t m = moment_index(c.opt_shards, lo);
-                          reader.read(kExpAvg + s.name, r, c.exp_avg + m, pad);
-                          reader.read(kExpAvgSq + s.name, r, c.exp_avg_sq + m, pad);
-                          bytes += (hi - lo) * 8;
+                          read(kExpAvg + s.name, r, c.exp_avg + m, pad);
+                          read(kExpAvgSq + s.name, r, c.exp_avg_sq + m, pad);
                         });
     }
   }

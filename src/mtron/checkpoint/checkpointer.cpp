@@ -11,6 +11,7 @@
 
 #include "mtron/checkpoint/file_io.h"
 #include "mtron/core/log.h"
+#include "mtron/core/moe_layer_freq.h"
 #include "mtron/core/timer.h"
 
 namespace mtron::checkpoint {
@@ -58,6 +59,8 @@ void check_model(const ModelConfig& ck, const ModelConfig& run, const std::strin
        run.untie_embeddings_and_output_weights ? "on" : "off");
   same(ck.apply_layernorm_1p == run.apply_layernorm_1p, "--apply-layernorm-1p",
        ck.apply_layernorm_1p ? "on" : "off", run.apply_layernorm_1p ? "on" : "off");
+  same(ck.qk_layernorm == run.qk_layernorm, "--qk-layernorm", ck.qk_layernorm ? "on" : "off",
+       run.qk_layernorm ? "on" : "off");
   same(ck.add_bias_linear == run.add_bias_linear, "biases (--disable-bias-linear)",
        ck.add_bias_linear ? "on" : "off", run.add_bias_linear ? "on" : "off");
   same(ck.vocab_size == run.vocab_size, "a vocabulary of", ck.vocab_size, run.vocab_size);
@@ -76,8 +79,20 @@ void check_model(const ModelConfig& ck, const ModelConfig& run, const std::strin
   same(ck.num_experts == run.num_experts, "--num-experts", ck.num_experts, run.num_experts);
   if (run.is_moe()) {
     same(ck.moe_ffn() == run.moe_ffn(), "--moe-ffn-hidden-size", ck.moe_ffn(), run.moe_ffn());
-    same(ck.moe_layer_freq == run.moe_layer_freq, "--moe-layer-freq", ck.moe_layer_freq,
-         run.moe_layer_freq);
+    same(ck.moe_layer_freq == run.moe_layer_freq && ck.moe_layer_pattern == run.moe_layer_pattern,
+         "--moe-layer-freq", moe_layer_freq_string(ck.moe_layer_freq, ck.moe_layer_pattern),
+         moe_layer_freq_string(run.moe_layer_freq, run.moe_layer_pattern));
+    same(ck.moe_router_num_groups == run.moe_router_num_groups &&
+             ck.moe_router_group_topk == run.moe_router_group_topk,
+         "--moe-router-num-groups / --moe-router-group-topk",
+         fmt::format("{} / {}", ck.moe_router_num_groups, ck.moe_router_group_topk),
+         fmt::format("{} / {}", run.moe_router_num_groups, run.moe_router_group_topk));
+    same(ck.moe_router_topk_scaling_factor == run.moe_router_topk_scaling_factor,
+         "--moe-router-topk-scaling-factor", ck.moe_router_topk_scaling_factor,
+         run.moe_router_topk_scaling_factor);
+    same(ck.moe_router_enable_expert_bias == run.moe_router_enable_expert_bias,
+         "--moe-router-enable-expert-bias", ck.moe_router_enable_expert_bias ? "on" : "off",
+         run.moe_router_enable_expert_bias ? "on" : "off");
     same(ck.moe_shared_expert_intermediate_size == run.moe_shared_expert_intermediate_size,
          "--moe-shared-expert-intermediate-size", ck.moe_shared_expert_intermediate_size,
          run.moe_shared_expert_intermediate_size);

@@ -89,13 +89,17 @@ std::string mixtral_reason(const ModelConfig& c) {
     return std::string(no) + "routes by softmax (not --moe-router-score-function sigmoid)";
   if (c.moe_shared_expert_intermediate_size > 0)
     return std::string(no) + "has no shared experts (--moe-shared-expert-intermediate-size)";
-  if (c.moe_layer_freq != 1)
+  if (c.num_moe_layers() != c.num_layers)
     return std::string(no) + "has experts in every layer (--moe-layer-freq 1)";
+  if (c.moe_router_group_topk > 0 || c.moe_router_topk_scaling_factor > 0 ||
+      c.moe_router_enable_expert_bias)
+    return std::string(no) + "routes without groups, scaling factor or expert bias";
   return "";
 }
 
 std::string arch_reason(const ModelConfig& c) {
   if (c.mla.enabled) return "no Hugging Face export for --multi-latent-attention (DeepSeek-V2/V3)";
+  if (c.qk_layernorm) return "mtron's Hugging Face conversion has no --qk-layernorm (Qwen3) yet";
   if (c.is_moe()) return mixtral_reason(c);
   const bool gpt2 = c.normalization == Normalization::kLayerNorm &&
                     c.position_embedding_type == PositionEmbedding::kLearnedAbsolute && !c.swiglu;

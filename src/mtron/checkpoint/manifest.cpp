@@ -9,6 +9,7 @@
 #include "mtron/checkpoint/safetensors.h"
 #include "mtron/core/error.h"
 #include "mtron/core/model_names.h"
+#include "mtron/core/moe_layer_freq.h"
 
 namespace mtron::checkpoint {
 
@@ -83,6 +84,7 @@ ordered_json model_config_to_json(const ModelConfig& m) {
   j["normalization"] = name_of(kNormalizationNames, m.normalization);
   j["norm_epsilon"] = tidy(m.norm_epsilon);
   j["apply_layernorm_1p"] = m.apply_layernorm_1p;
+  j["qk_layernorm"] = m.qk_layernorm;
   j["position_embedding_type"] = name_of(kPositionEmbeddingNames, m.position_embedding_type);
   j["rotary_base"] = tidy(m.rotary_base);
   j["rotary_percent"] = tidy(m.rotary_percent);
@@ -98,6 +100,13 @@ ordered_json model_config_to_json(const ModelConfig& m) {
     j["moe_ffn_hidden_size"] = m.moe_ffn_hidden_size;
     j["moe_router_topk"] = m.moe_router_topk;
     j["moe_layer_freq"] = m.moe_layer_freq;
+    if (!m.moe_layer_pattern.empty())
+      j["moe_layer_pattern"] = moe_layer_freq_string(m.moe_layer_freq, m.moe_layer_pattern);
+    j["moe_router_num_groups"] = m.moe_router_num_groups;
+    j["moe_router_group_topk"] = m.moe_router_group_topk;
+    j["moe_router_topk_scaling_factor"] = tidy(m.moe_router_topk_scaling_factor);
+    j["moe_router_enable_expert_bias"] = m.moe_router_enable_expert_bias;
+    j["moe_router_bias_update_rate"] = tidy(m.moe_router_bias_update_rate);
     j["moe_shared_expert_intermediate_size"] = m.moe_shared_expert_intermediate_size;
     j["moe_router_score_function"] = name_of(kRouterScoreNames, m.moe_router_score_function);
     j["moe_router_load_balancing_type"] =
@@ -133,6 +142,7 @@ ModelConfig model_config_from_json(const json& j, const std::string& file) {
   m.normalization = named_field(j, "normalization", kNormalizationNames, "normalization", file);
   m.norm_epsilon = field<float>(j, "norm_epsilon", file);
   m.apply_layernorm_1p = field_or<bool>(j, "apply_layernorm_1p", false, file);
+  m.qk_layernorm = field_or<bool>(j, "qk_layernorm", false, file);
   m.position_embedding_type = named_field(j, "position_embedding_type", kPositionEmbeddingNames,
                                           "position_embedding_type", file);
   m.rotary_base = field<float>(j, "rotary_base", file);
@@ -150,6 +160,15 @@ ModelConfig model_config_from_json(const json& j, const std::string& file) {
     m.moe_ffn_hidden_size = field<int64_t>(j, "moe_ffn_hidden_size", file);
     m.moe_router_topk = field<int64_t>(j, "moe_router_topk", file);
     m.moe_layer_freq = field<int64_t>(j, "moe_layer_freq", file);
+    const std::string pattern = field_or<std::string>(j, "moe_layer_pattern", "", file);
+    if (!pattern.empty()) parse_moe_layer_freq(pattern, m.moe_layer_freq, m.moe_layer_pattern);
+    m.moe_router_num_groups = field_or<int64_t>(j, "moe_router_num_groups", 0, file);
+    m.moe_router_group_topk = field_or<int64_t>(j, "moe_router_group_topk", 0, file);
+    m.moe_router_topk_scaling_factor =
+        field_or<float>(j, "moe_router_topk_scaling_factor", 0.0f, file);
+    m.moe_router_enable_expert_bias =
+        field_or<bool>(j, "moe_router_enable_expert_bias", false, file);
+    m.moe_router_bias_update_rate = field_or<float>(j, "moe_router_bias_update_rate", 1e-3f, file);
     m.moe_shared_expert_intermediate_size =
         field<int64_t>(j, "moe_shared_expert_intermediate_size", file);
     m.moe_router_score_function = named_field(j, "moe_router_score_function", kRouterScoreNames,

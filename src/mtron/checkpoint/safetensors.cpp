@@ -146,6 +146,25 @@ SafetensorsHeader parse_safetensors_header(std::span<const uint8_t> prefix,
   return h;
 }
 
+void for_each_host_chunk(const DataSource* source,
+                         const void* data,
+                         uint64_t bytes,
+                         std::vector<uint8_t>& buf,
+                         const std::function<void(const void*, uint64_t)>& f) {
+  if (!source) {
+    f(data, bytes);
+    return;
+  }
+  MT_ASSERT(source->chunk_bytes > 0, "a data source without a chunk size");
+  buf.resize(size_t(std::min(bytes, source->chunk_bytes)));
+  const auto* p = static_cast<const uint8_t*>(data);
+  for (uint64_t at = 0; at < bytes; at += source->chunk_bytes) {
+    const uint64_t n = std::min(source->chunk_bytes, bytes - at);
+    source->copy(buf.data(), p + at, n);
+    f(buf.data(), n);
+  }
+}
+
 SafetensorsWritten write_safetensors(const std::string& path,
                                      const std::vector<SafetensorsTensor>& tensors,
                                      const std::map<std::string, std::string>& metadata,
@@ -174,7 +193,11 @@ SafetensorsWritten write_safetensors(const std::string& path,
   try {
     write_all(fd, len, 8, path);
     write_all(fd, header.data(), header.size(), path);
-    for (size_t i = 0; i < tensors.size(); ++i) write_all(fd, tensors[i].data, sizes[i], path);
+    std::vector<uint8_t> buf;
+    for (size_t i = 0; i < tensors.size(); ++i) {
+      for_each_host_chunk(tensors[i].source, tensors[i].data, sizes[i], buf,
+                          [&](const void* p, uint64_t n) { write_all(fd, p, n, path); });
+    }
     MT_CHECK(!sync || ::fsync(fd) == 0, "cannot fsync ", path, ": ", std::strerror(errno));
   } catch (...) {
     ::close(fd);

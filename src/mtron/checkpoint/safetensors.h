@@ -1,5 +1,5 @@
 // defines: SafetensorsEntry, SafetensorsHeader, parse_safetensors_header, json_depth_ok,
-//          SafetensorsTensor, write_safetensors, SafetensorsFile
+//          DataSource, for_each_host_chunk, SafetensorsTensor, write_safetensors, SafetensorsFile
 //
 // The safetensors format (Hugging Face's): a little-endian u64 N, N bytes of
 // UTF-8 JSON, then the data buffer. The JSON maps each tensor name to
@@ -16,6 +16,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <span>
 #include <string>
@@ -55,11 +56,29 @@ SafetensorsHeader parse_safetensors_header(std::span<const uint8_t> prefix,
                                            uint64_t file_size,
                                            const std::string& file);
 
+// How a writer reaches data that is not host memory (a device buffer): copy(host_dst, src, n)
+// brings n bytes at src to the host; a writer copies at most chunk_bytes at a time, through one
+// host buffer, so it never holds a whole tensor on the host.
+struct DataSource {
+  std::function<void(void* host_dst, const void* src, uint64_t n)> copy;
+  uint64_t chunk_bytes = 0;
+};
+
+// Calls f(host_bytes, n) on consecutive parts of the `bytes` bytes at `data`, in order: one call
+// on the data itself when `source` is null (host memory), else chunks of source->chunk_bytes
+// copied into `buf`.
+void for_each_host_chunk(const DataSource* source,
+                         const void* data,
+                         uint64_t bytes,
+                         std::vector<uint8_t>& buf,
+                         const std::function<void(const void*, uint64_t)>& f);
+
 struct SafetensorsTensor {
   std::string name;
   std::string dtype;  // "F32", "BF16", ...
   Shape shape;
-  const void* data = nullptr;  // numel(shape) * dtype size bytes
+  const void* data = nullptr;          // numel(shape) * dtype size bytes
+  const DataSource* source = nullptr;  // null: `data` is host memory
 };
 
 struct SafetensorsWritten {
@@ -67,8 +86,9 @@ struct SafetensorsWritten {
   std::string header;  // the JSON header as written (padding included)
 };
 
-// Writes a safetensors file (tensors in the given order, header padded with spaces to a
-// multiple of 8). With `sync`, the file's data reaches the disk before the call returns.
+// Writes a safetensors file (tensors in the given order, each read through its source, header
+// padded with spaces to a multiple of 8). With `sync`, the file's data reaches the disk before the
+// call returns.
 SafetensorsWritten write_safetensors(const std::string& path,
                                      const std::vector<SafetensorsTensor>& tensors,
                                      const std::map<std::string, std::string>& metadata,

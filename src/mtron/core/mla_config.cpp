@@ -38,7 +38,8 @@ int64_t MlaConfig::tp_sharded_attention_parameters(const ModelConfig& m) const {
 
 int64_t MlaConfig::replicated_attention_parameters(const ModelConfig& m) const {
   const int64_t h = m.hidden_size;
-  const int64_t norm = m.normalization == Normalization::kLayerNorm ? 2 : 1;
+  // The latent norms q_layernorm and kv_layernorm exist with --qk-layernorm (Megatron's MLA spec).
+  const int64_t norm = !m.qk_layernorm ? 0 : m.normalization == Normalization::kLayerNorm ? 2 : 1;
   const int64_t q = q_lora_rank > 0 ? h * q_lora_rank + norm * q_lora_rank : 0;
   return q + h * (kv_lora_rank + qk_pos_emb_head_dim) + norm * kv_lora_rank +
          (m.add_bias_linear ? h : 0);

@@ -59,6 +59,46 @@ void ModelConfig::finalize() {
     MT_CHECK(moe_router_topk >= 1 && moe_router_topk <= num_experts, "--moe-router-topk (",
              moe_router_topk, ") must be in [1, --num-experts (", num_experts, ")]");
     MT_CHECK(moe_layer_freq >= 1, "--moe-layer-freq must be >= 1 (got ", moe_layer_freq, ")");
+    if (!moe_layer_pattern.empty()) {
+      std::string p = "[";  // as Python prints a list
+      for (const int64_t v : moe_layer_pattern) {
+        if (p.size() > 1) p += ", ";
+        p += std::to_string(v);
+      }
+      // Megatron's messages (gpt_layer_specs.py); it takes any non-zero entry as MoE.
+      MT_CHECK(int64_t(moe_layer_pattern.size()) == num_layers,
+               "Invalid length of moe_layer_pattern: ", moe_layer_pattern.size(), ", expected ",
+               num_layers, ", current moe layer pattern: ", p, "]");
+      for (const int64_t v : moe_layer_pattern)
+        MT_CHECK(v == 0 || v == 1,
+                 "--moe-layer-freq: a layer pattern holds 0 (dense) and 1 (MoE) "
+                 "only, got ",
+                 p, "]");
+    }
+    // Megatron's TransformerConfig checks.
+    if (moe_router_group_topk > 0) {
+      MT_CHECK(moe_router_num_groups > 0,
+               "When using group limited routing, moe_router_num_groups must be specified.");
+      MT_CHECK(num_experts % moe_router_num_groups == 0, "num_moe_experts (", num_experts,
+               ") should be divisible by moe_router_num_groups (", moe_router_num_groups, ").");
+      MT_CHECK(moe_router_group_topk <= moe_router_num_groups, "moe_router_group_topk (",
+               moe_router_group_topk, ") should be smaller than moe_router_num_groups (",
+               moe_router_num_groups, ").");
+      // (group scores sum each group's top topk / group_topk; the chosen groups must hold
+      // topk experts)
+      MT_CHECK(moe_router_topk >= moe_router_group_topk &&
+                   moe_router_topk <= moe_router_group_topk * (num_experts / moe_router_num_groups),
+               "--moe-router-topk (", moe_router_topk, ") must be in [--moe-router-group-topk (",
+               moe_router_group_topk, "), --moe-router-group-topk x experts per group (",
+               moe_router_group_topk * (num_experts / moe_router_num_groups), ")]");
+    }
+    MT_CHECK(moe_router_num_groups >= 0, "--moe-router-num-groups must be positive");
+    MT_CHECK(moe_router_topk_scaling_factor >= 0,
+             "--moe-router-topk-scaling-factor must be positive");
+    MT_CHECK(!moe_router_enable_expert_bias || moe_router_score_function == RouterScore::kSigmoid,
+             "Expert bias for aux-loss-free routing only supports 'sigmoid' and 'sqrtsoftplus' "
+             "score functions. Please set --moe-router-score-function to 'sigmoid' or "
+             "'sqrtsoftplus', or unset --moe-router-enable-expert-bias.");
     MT_CHECK(moe_aux_loss_coeff >= 0, "--moe-aux-loss-coeff must be >= 0");
     MT_CHECK(moe_z_loss_coeff >= 0, "--moe-z-loss-coeff must be >= 0");
   }
@@ -83,6 +123,9 @@ int64_t ModelConfig::padded_vocab_size(int64_t tp) const {
 int64_t ModelConfig::num_parameters(int64_t tp) const {
   const int64_t h = hidden_size;
   const int64_t norm = normalization == Normalization::kLayerNorm ? 2 * h : h;
+  const int64_t qk_norm = qk_layernorm && !mla.enabled
+                              ? (normalization == Normalization::kLayerNorm ? 4 : 2) * kv_channels
+                              : 0;
   const int64_t bias = add_bias_linear ? 1 : 0;
   const int64_t attn =
       mla.enabled
@@ -95,7 +138,7 @@ int64_t ModelConfig::num_parameters(int64_t tp) const {
   };
   int64_t layers = 0;
   for (int64_t l = 0; l < num_layers; ++l) {
-    layers += 2 * norm + attn;
+    layers += 2 * norm + attn + qk_norm;
     if (is_moe_layer(l)) {
       layers += num_experts * mlp(moe_ffn()) + h * num_experts;
       if (moe_shared_expert_intermediate_size > 0)

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "mtron/core/mla_config.h"
 
@@ -32,6 +33,9 @@ struct ModelConfig {
   // --apply-layernorm-1p: norm weights are stored zero-centred (initialised to 0) and applied as
   // 1 + weight (Megatron's LayerNorm1P, TransformerConfig.layernorm_zero_centered_gamma).
   bool apply_layernorm_1p = false;
+  // --qk-layernorm: each head's query and key rows normalised over head_dim (the model's
+  // normalization, weights of size head_dim shared by all heads) before RoPE.
+  bool qk_layernorm = false;
   PositionEmbedding position_embedding_type = PositionEmbedding::kLearnedAbsolute;
   float rotary_base = 10000.0f;
   float rotary_percent = 1.0f;
@@ -53,6 +57,9 @@ struct ModelConfig {
   int64_t moe_ffn_hidden_size = 0;  // 0: ffn_hidden_size
   int64_t moe_router_topk = 2;
   int64_t moe_layer_freq = 1;  // every k-th layer is MoE
+  // --moe-layer-freq as a list (core/moe_layer_freq.h): 1 MoE, 0 dense, per layer; empty: the
+  // integer form.
+  std::vector<int64_t> moe_layer_pattern;
   int64_t moe_shared_expert_intermediate_size = 0;
   RouterLoadBalancing moe_router_load_balancing_type = RouterLoadBalancing::kAuxLoss;
   RouterScore moe_router_score_function = RouterScore::kSoftmax;
@@ -60,6 +67,13 @@ struct ModelConfig {
   float moe_z_loss_coeff = 0.0f;
   float moe_expert_capacity_factor = 0.0f;  // <= 0: dropless
   TokenDropPolicy moe_token_drop_policy = TokenDropPolicy::kProbs;
+  // DeepSeek-style routing (Megatron's TopKRouter): group-limited top-k (0: off), a factor on
+  // the routing weights (0: none), the aux-loss-free expert bias and its update rate.
+  int64_t moe_router_num_groups = 0;
+  int64_t moe_router_group_topk = 0;
+  float moe_router_topk_scaling_factor = 0.0f;
+  bool moe_router_enable_expert_bias = false;
+  float moe_router_bias_update_rate = 1e-3f;
 
   MlaConfig mla;  // multi-latent attention (mla.enabled), replacing the QKV projection
 
@@ -79,7 +93,11 @@ struct ModelConfig {
   int64_t ffn() const { return ffn_hidden_size; }
   int64_t moe_ffn() const { return moe_ffn_hidden_size; }
   bool is_moe() const { return num_experts > 0; }
-  bool is_moe_layer(int64_t layer) const { return is_moe() && layer % moe_layer_freq == 0; }
+  bool is_moe_layer(int64_t layer) const {
+    if (!is_moe()) return false;
+    return moe_layer_pattern.empty() ? layer % moe_layer_freq == 0
+                                     : moe_layer_pattern[size_t(layer)] == 1;
+  }
   int64_t num_moe_layers() const;
   int64_t rotary_dim() const;
   // Megatron pads the vocabulary to a multiple of make_vocab_size_divisible_by * TP.

@@ -5,6 +5,7 @@
 #include <map>
 
 #include "mtron/core/model_names.h"
+#include "mtron/core/moe_layer_freq.h"
 
 namespace mtron {
 namespace {
@@ -92,6 +93,8 @@ void add_model_flags(CLI::App& app, ModelConfig& m) {
   flag(app, "--apply-layernorm-1p", m.apply_layernorm_1p,
        "Adjust LayerNorm weights such that they are centered around zero. This improves "
        "numerical stability.");
+  flag(app, "--qk-layernorm", m.qk_layernorm,
+       "Whether to layer normalize the q and k attention embeddings.");
   flag(app, "--swiglu", m.swiglu, "Use gated linear units and SiLU activation instead of GeLU.");
   flag(app, "--untie-embeddings-and-output-weights", m.untie_embeddings_and_output_weights,
        "Untie embeddings and output weights.");
@@ -121,8 +124,20 @@ void add_model_flags(CLI::App& app, ModelConfig& m) {
                "The hidden size of each expert. 0: --ffn-hidden-size.");
   opt<int64_t>(app, "--moe-router-topk", m.moe_router_topk, 2,
                "Number of experts to route to for each token.");
-  opt<int64_t>(app, "--moe-layer-freq", m.moe_layer_freq, 1,
-               "Frequency between MoE layers and Dense layers: every k-th layer is MoE.");
+  m.moe_layer_freq = 1;
+  m.moe_layer_pattern.clear();
+  app.add_option_function<std::string>(
+         "--moe-layer-freq",
+         [&m](const std::string& s) {
+           parse_moe_layer_freq(s, m.moe_layer_freq, m.moe_layer_pattern);
+         },
+         "Frequency between MoE layers and Dense layers. Accepts either: an integer N: one expert "
+         "layer every N layers (from layer 0), or a Python list expression of 1 (MoE) and 0 "
+         "(dense) per layer, e.g. \"([0]*3+[1]*58)\" or \"[0,1,1]\".")
+      ->default_str("1")
+      ->type_name("TEXT")
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast)
+      ->group(group("--moe-layer-freq"));
   opt<int64_t>(app, "--moe-shared-expert-intermediate-size", m.moe_shared_expert_intermediate_size,
                0, "Shared expert total ffn hidden size. 0: no shared experts.");
   choice(app, "--moe-router-load-balancing-type", m.moe_router_load_balancing_type,
@@ -140,6 +155,18 @@ void add_model_flags(CLI::App& app, ModelConfig& m) {
          kTokenDropPolicyNames,
          "The policy to drop tokens: 'probs' drops those with the lowest probabilities, "
          "'position' those at the end of each batch.");
+  opt<int64_t>(app, "--moe-router-num-groups", m.moe_router_num_groups, 0,
+               "Number of groups to divide experts into for group-limited routing. 0: None.");
+  opt<int64_t>(app, "--moe-router-group-topk", m.moe_router_group_topk, 0,
+               "Number of selected groups for group-limited routing. 0: None.");
+  opt<float>(app, "--moe-router-topk-scaling-factor", m.moe_router_topk_scaling_factor, 0.0f,
+             "Scaling factor for routing score in top-k selection. 0: None (no scaling).");
+  flag(app, "--moe-router-enable-expert-bias", m.moe_router_enable_expert_bias,
+       "TopK routing with dynamic per-expert bias in the aux-loss-free load balancing strategy "
+       "(sigmoid scores only).");
+  opt<float>(app, "--moe-router-bias-update-rate", m.moe_router_bias_update_rate, 1e-3f,
+             "The expert bias update rate: after each global batch the bias of each expert moves "
+             "by this much towards the mean load.");
 }
 
 std::vector<std::string> model_flag_args(const ModelConfig& m) {
@@ -168,6 +195,7 @@ std::vector<std::string> model_flag_args(const ModelConfig& m) {
   add("--normalization", name_of(kNormalizationNames, m.normalization));
   add("--norm-epsilon", m.norm_epsilon);
   on("--apply-layernorm-1p", m.apply_layernorm_1p);
+  on("--qk-layernorm", m.qk_layernorm);
   on("--swiglu", m.swiglu);
   on("--untie-embeddings-and-output-weights", m.untie_embeddings_and_output_weights);
   on("--disable-bias-linear", !m.add_bias_linear);
@@ -181,7 +209,7 @@ std::vector<std::string> model_flag_args(const ModelConfig& m) {
   add("--num-experts", m.num_experts);
   add("--moe-ffn-hidden-size", m.moe_ffn_hidden_size);
   add("--moe-router-topk", m.moe_router_topk);
-  add("--moe-layer-freq", m.moe_layer_freq);
+  add("--moe-layer-freq", moe_layer_freq_string(m.moe_layer_freq, m.moe_layer_pattern));
   if (m.moe_shared_expert_intermediate_size > 0)
     add("--moe-shared-expert-intermediate-size", m.moe_shared_expert_intermediate_size);
   add("--moe-router-load-balancing-type",
@@ -192,6 +220,16 @@ std::vector<std::string> model_flag_args(const ModelConfig& m) {
   if (m.moe_expert_capacity_factor > 0) {
     add("--moe-expert-capacity-factor", m.moe_expert_capacity_factor);
     add("--moe-token-drop-policy", name_of(kTokenDropPolicyNames, m.moe_token_drop_policy));
+  }
+  if (m.moe_router_group_topk > 0) {
+    add("--moe-router-num-groups", m.moe_router_num_groups);
+    add("--moe-router-group-topk", m.moe_router_group_topk);
+  }
+  if (m.moe_router_topk_scaling_factor > 0)
+    add("--moe-router-topk-scaling-factor", m.moe_router_topk_scaling_factor);
+  if (m.moe_router_enable_expert_bias) {
+    a.push_back("--moe-router-enable-expert-bias");
+    add("--moe-router-bias-update-rate", m.moe_router_bias_update_rate);
   }
   return a;
 }

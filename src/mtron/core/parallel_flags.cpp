@@ -123,21 +123,13 @@ std::vector<std::string> precision_flag_args(const PrecisionFlags& f) {
   return a;
 }
 
-std::string cuda_unsupported(const ModelConfig& m, const ParallelConfig& p, bool checkpoints) {
+std::string cuda_unsupported(const ModelConfig& m, const ParallelConfig& p) {
   if (m.is_moe() && (p.ep() > 1 || p.etp() > 1)) {
     return "--expert-model-parallel-size and --expert-tensor-parallel-size > 1 are not supported "
            "yet (the expert dispatch exchanges its counts on the host; the latter defaults to "
            "--tensor-model-parallel-size: with TP > 1 pass --expert-tensor-parallel-size 1)";
   }
   if (p.cp() > 1) return "--context-parallel-size > 1 is not supported yet";
-  if (checkpoints) return "--save/--load are not supported yet";
-  if (m.hidden_dropout > 0 || m.attention_dropout > 0) {
-    return fmt::format(
-        "dropout has no CUDA kernels yet (got --hidden-dropout {} --attention-dropout {}; both "
-        "default to 0.1 as in Megatron): pass --hidden-dropout 0 --attention-dropout 0, or train "
-        "on --device cpu",
-        m.hidden_dropout, m.attention_dropout);
-  }
   return "";
 }
 

@@ -43,7 +43,7 @@ void add_precision_flags(CLI::App& app, PrecisionFlags& f, const char* group);
 std::vector<std::string> precision_flag_args(const PrecisionFlags& f);
 
 // Why `mtron train --device cuda` cannot run this job yet (the parts that still run on the host,
-// docs/cuda.md), or "" when it can. `checkpoints`: the job saves or loads checkpoints.
-std::string cuda_unsupported(const ModelConfig& m, const ParallelConfig& p, bool checkpoints);
+// docs/cuda.md), or "" when it can.
+std::string cuda_unsupported(const ModelConfig& m, const ParallelConfig& p);
 
 }  // namespace mtron

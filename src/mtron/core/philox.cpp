@@ -6,21 +6,6 @@
 
 namespace mtron {
 
-std::array<uint32_t, 4> philox4x32(PhiloxKey key, std::array<uint32_t, 4> c) {
-  constexpr uint32_t kM0 = 0xD2511F53u, kM1 = 0xCD9E8D57u;
-  constexpr uint32_t kW0 = 0x9E3779B9u, kW1 = 0xBB67AE85u;
-  uint32_t k0 = key.k0, k1 = key.k1;
-  for (int r = 0; r < 10; ++r) {
-    uint64_t p0 = uint64_t(kM0) * c[0];
-    uint64_t p1 = uint64_t(kM1) * c[2];
-    c = {uint32_t(p1 >> 32) ^ c[1] ^ k0, uint32_t(p1), uint32_t(p0 >> 32) ^ c[3] ^ k1,
-         uint32_t(p0)};
-    k0 += kW0;
-    k1 += kW1;
-  }
-  return c;
-}
-
 PhiloxKey rng_key(uint64_t seed, std::string_view name) {
   uint64_t z = seed + 0x9E3779B97F4A7C15ull;  // splitmix64
   z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
@@ -33,9 +18,6 @@ PhiloxKey rng_key(uint64_t seed, std::string_view name) {
 }
 
 namespace {
-inline std::array<uint32_t, 4> draw(PhiloxKey key, uint64_t ctr) {
-  return philox4x32(key, {uint32_t(ctr), uint32_t(ctr >> 32), 0u, 0u});
-}
 // (0, 1]: never 0, so log() below is finite.
 inline double unit_open0(uint32_t a, uint32_t b) {
   uint64_t bits = (uint64_t(a) << 21) ^ uint64_t(b);  // 53 bits
@@ -45,7 +27,7 @@ inline double unit_open0(uint32_t a, uint32_t b) {
 }  // namespace
 
 float normal_at(PhiloxKey key, uint64_t index) {
-  auto r = draw(key, index >> 1);
+  auto r = philox_block(key, index >> 1);
   double u1 = unit_open0(r[0], r[1]);
   double u2 = unit_open0(r[2], r[3]);
   double rad = std::sqrt(-2.0 * std::log(u1));
@@ -54,25 +36,13 @@ float normal_at(PhiloxKey key, uint64_t index) {
 }
 
 float uniform_at(PhiloxKey key, uint64_t index) {
-  auto r = draw(key, index);
+  auto r = philox_block(key, index);
   return float(r[0] >> 8) * (1.0f / 16777216.0f);
 }
 
 uint64_t u64_at(PhiloxKey key, uint64_t index) {
-  auto r = draw(key, index);
+  auto r = philox_block(key, index);
   return (uint64_t(r[1]) << 32) | r[0];
-}
-
-void dropout_scales(float* z, PhiloxKey key, uint64_t index0, uint64_t stride, int64_t n, float p) {
-  const float keep = 1.0f / (1.0f - p);
-  uint64_t block = ~uint64_t(0);
-  std::array<uint32_t, 4> r{};
-  for (int64_t i = 0; i < n; ++i) {
-    const uint64_t e = index0 + uint64_t(i) * stride;
-    if (e >> 2 != block) block = e >> 2, r = draw(key, block);  // consecutive elements share one
-    const float u = float(r[e & 3] >> 8) * (1.0f / 16777216.0f);
-    z[i] = u >= p ? keep : 0.0f;
-  }
 }
 
 void fill_normal_shard(float* out,

@@ -12,7 +12,7 @@
 // ACCUMULATES into dq, dk, dv
 // (+=), so ring attention (context parallelism) can sum contributions of several K/V blocks.
 //
-// Attention dropout (mask.dropout.p > 0, CPU only): the probabilities P_ij = exp(s_ij - lse_i)
+// Attention dropout (mask.dropout.p > 0): the probabilities P_ij = exp(s_ij - lse_i)
 // are multiplied by z_ij (0 or 1/(1-p), core/philox.h dropout_scales) before P V; the softmax
 // statistics (m, l, lse) are those of the undropped P. z_ij is element
 //   ((b0 + b) H + h0 + h) S + q0 + i) S + k0 + j
@@ -36,7 +36,7 @@ struct AttnDropout {
   PhiloxKey key{0, 0};
   int64_t b0 = 0, h0 = 0, H = 0, q0 = 0, k0 = 0, S = 0;
   // Element index of (b, h, i, j = 0) in the key's stream.
-  uint64_t row_index(int64_t b, int64_t h, int64_t i) const {
+  MT_HOST_DEVICE uint64_t row_index(int64_t b, int64_t h, int64_t i) const {
     return uint64_t((((b0 + b) * H + h0 + h) * S + q0 + i) * S + k0);
   }
 };

@@ -191,6 +191,11 @@ void synchronize(const Ctx& ctx) {
       ctx.device, [] {}, [&] { cuda::synchronize(ctx); });
 }
 
+DeviceWork device_work(Device d) {
+  return by_device(
+      d, [] { return DeviceWork{}; }, [] { return cuda::device_work(); });
+}
+
 namespace {
 
 // A copy between host and device memory (`what`: its name in the profile and the error).

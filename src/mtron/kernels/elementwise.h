@@ -33,7 +33,7 @@ struct DropoutRows {
 // fill:          x[i] = value
 // copy:          dst[0, bytes) = src[0, bytes), both on ctx's device; the ranges must not overlap
 // dropout:       x[r, f] *= z (0 or 1/(1-p)) for rows r < rows of width d.width (DropoutRows);
-//                pos [rows] on ctx's device. Forward and backward alike (the same mask). CPU only.
+//                pos [rows] on ctx's device. Forward and backward alike (the same mask).
 #define MTRON_ELEMENTWISE_OPS(OP)                                                                  \
   OP(void, add, add, no_contract, (float* out, const float* a, const float* b, int64_t n),         \
      (out, a, b, n))                                                                               \

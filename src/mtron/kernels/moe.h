@@ -8,11 +8,16 @@
 //
 //   moe_route            idx: the k experts of the largest logits, best first (ties: the lower
 //                        index); weight: softmax over the k chosen logits, or (sigmoid) their
-//                        sigmoids, normalised to sum 1 when k > 1. Both score functions are
-//                        monotonic, so the top-k of the scores is the top-k of the logits;
-//                        choosing on the logits avoids the exact ties that rounding sigmoid(l)
-//                        to fp32 creates between close logits (which would make the choice
-//                        depend on the last bit of the logits, and so on the layout).
+//                        sigmoids, normalised to sum 1 when k > 1; times scale when set. Both
+//                        score functions are monotonic, so the top-k of the scores is the top-k
+//                        of the logits; choosing on the logits avoids the exact ties that
+//                        rounding sigmoid(l) to fp32 creates between close logits (which would
+//                        make the choice depend on the last bit of the logits, and so on the
+//                        layout). With a bias or groups (Megatron's topk_routing_with_score_
+//                        function) the choice is on the selection scores: the logits (softmax),
+//                        sigmoid(l) + bias (sigmoid); with groups, the group_topk groups of the
+//                        largest sums of their k / group_topk best selection scores (ties: the
+//                        lower group), then the top k of the experts in those groups.
 //   moe_aux_scores       the auxiliary loss's scores: softmax over all E logits, or the sigmoids
 //                        normalised to sum 1.
 //   moe_aux_sums         psum[b, e] = sum of scores[t, e], counts[b, e] = number of pairs of
@@ -38,10 +43,16 @@
 
 namespace mtron::kernels {
 
-// The router's shape: T tokens, E experts, top k, and the score function (softmax or sigmoid).
+// The router's shape: T tokens, E experts, top k, and the score function (softmax or sigmoid);
+// Megatron's DeepSeek options: group-limited routing (group_topk of `groups` equal groups of
+// experts, 0: off), the per-expert bias added to the sigmoid scores for the choice only (bias
+// [E] on the device, null: none) and the factor on the weights (scale, 0: none).
 struct MoeRouting {
   int64_t T = 0, E = 0, k = 0;
   bool sigmoid = false;
+  int64_t groups = 0, group_topk = 0;
+  const float* bias = nullptr;
+  float scale = 0.0f;
 };
 
 // The router backward's terms besides the routing weights: the auxiliary loss (scores [T, E] and

@@ -39,27 +39,89 @@ MT_HD float logsumexp(const float* l, int64_t E) {
   return m + float(log(sum));
 }
 
-// idx[k]: the k largest logits (ties: lower expert first), best first; w[k]: their weights.
-MT_HD void route(const float* l, int64_t E, int64_t k, bool use_sigmoid, int32_t* idx, float* w) {
-  for (int64_t j = 0; j < k; ++j) {
-    int32_t best = -1;
-    for (int64_t e = 0; e < E; ++e) {
-      bool taken = false;
-      for (int64_t i = 0; i < j; ++i) taken |= idx[i] == e;
-      if (!taken && (best < 0 || l[e] > l[best])) best = int32_t(e);
+// The selection score of expert e (kernels/moe.h, moe_route).
+MT_HD float select_score(const float* l, const MoeRouting& r, int64_t e) {
+  const bool on_logits = !r.bias && r.group_topk == 0;
+  if (on_logits || !r.sigmoid) return l[e];
+  return sigmoid(l[e]) + (r.bias ? r.bias[e] : 0.0f);
+}
+
+// Is (va, a) before (vb, b) in the order of the choice: larger score first, then lower index?
+MT_HD bool before(float va, int64_t a, float vb, int64_t b) {
+  return va > vb || (va == vb && a < b);
+}
+
+// The best expert of [lo, hi) after `prev` in that order (prev < 0: the best), among those whose
+// group is one of the n groups in `groups` (n 0: any); -1 when none is left.
+MT_HD int64_t next_best(const float* l,
+                        const MoeRouting& r,
+                        int64_t lo,
+                        int64_t hi,
+                        int64_t prev,
+                        const float* groups,
+                        int64_t n) {
+  const float pv = prev >= 0 ? select_score(l, r, prev) : 0.0f;
+  const int64_t per_group = n > 0 ? r.E / r.groups : 1;
+  int64_t best = -1;
+  float bv = 0.0f;
+  for (int64_t e = lo; e < hi; ++e) {
+    bool allowed = n == 0;
+    for (int64_t i = 0; i < n; ++i) allowed |= int64_t(groups[i]) == e / per_group;
+    if (!allowed) continue;
+    const float v = select_score(l, r, e);
+    if (prev >= 0 && !before(pv, prev, v, e)) continue;
+    if (best < 0 || before(v, e, bv, best)) {
+      best = e;
+      bv = v;
     }
-    idx[j] = best;
+  }
+  return best;
+}
+
+// idx[k]: the chosen experts, best first; w[k]: their weights (kernels/moe.h, moe_route). With
+// groups, w holds the chosen groups while the experts are chosen.
+MT_HD void route(const float* l, const MoeRouting& r, int32_t* idx, float* w) {
+  const int64_t E = r.E, k = r.k;
+  int64_t ng = 0;
+  if (r.group_topk > 0) {  // the groups, by the sums of their k / group_topk best scores
+    const int64_t per_group = E / r.groups, m = k / r.group_topk;
+    for (int64_t j = 0; j < r.group_topk; ++j) {
+      int64_t best = -1;
+      float bv = 0.0f;
+      for (int64_t g = 0; g < r.groups; ++g) {
+        bool taken = false;
+        for (int64_t i = 0; i < j; ++i) taken |= int64_t(w[i]) == g;
+        if (taken) continue;
+        float sum = 0.0f;
+        for (int64_t i = 0, e = -1; i < m; ++i) {
+          e = next_best(l, r, g * per_group, (g + 1) * per_group, e, nullptr, 0);
+          sum += select_score(l, r, e);
+        }
+        if (best < 0 || sum > bv) {
+          best = g;
+          bv = sum;
+        }
+      }
+      w[j] = float(best);
+    }
+    ng = r.group_topk;
+  }
+  for (int64_t j = 0, e = -1; j < k; ++j) {
+    e = next_best(l, r, 0, E, e, w, ng);
+    idx[j] = int32_t(e);
   }
   double sum = 0;
-  if (!use_sigmoid) {  // softmax over the chosen logits
-    const float m = l[idx[0]];
-    for (int64_t j = 0; j < k; ++j) sum += (w[j] = expf(l[idx[j]] - m));
+  if (!r.sigmoid) {  // softmax over the chosen logits
+    const float mx = l[idx[0]];
+    for (int64_t j = 0; j < k; ++j) sum += (w[j] = expf(l[idx[j]] - mx));
     for (int64_t j = 0; j < k; ++j) w[j] = float(w[j] / sum);
   } else {  // sigmoids, normalised to sum 1 when k > 1
     for (int64_t j = 0; j < k; ++j) sum += (w[j] = sigmoid(l[idx[j]]));
     if (k > 1)
       for (int64_t j = 0; j < k; ++j) w[j] = float(w[j] / (sum + 1e-20));
   }
+  if (r.scale > 0)
+    for (int64_t j = 0; j < k; ++j) w[j] *= r.scale;
 }
 
 // s[E]: softmax of the logits, or their sigmoids normalised to sum 1.
@@ -96,16 +158,20 @@ MT_HD void router_backward(int64_t t,
   const double aux_grad = loss.aux_grad, z_grad = loss.z_grad;
   float* dl = dlogits + t * E;
   for (int64_t e = 0; e < E; ++e) dl[e] = 0.0f;
+  // w = c p with c = r.scale (1 without), p the normalised scores: with gw = sum_j g_j w_j / c,
+  // softmax: dl_j = w_j (g_j - gw); sigmoid: ds_j = c (g_j - gw) / (sum s + eps) (k > 1).
+  const double c = r.scale > 0 ? double(r.scale) : 1.0;
   double gw = 0;
   for (int64_t j = 0; j < k; ++j) gw += double(g[j]) * w[j];
-  if (!use_sigmoid) {  // w = softmax over the chosen logits
+  gw /= c;
+  if (!use_sigmoid) {  // p = softmax over the chosen logits
     for (int64_t j = 0; j < k; ++j) dl[idx[j]] += w[j] * (g[j] - float(gw));
-  } else {  // w = s / (sum s + eps) over the chosen s = sigmoid(l) (k > 1), or w = s
+  } else {  // p = s / (sum s + eps) over the chosen s = sigmoid(l) (k > 1), or p = s
     double z = 0;
     for (int64_t j = 0; j < k; ++j) z += sigmoid(l[idx[j]]);
     for (int64_t j = 0; j < k; ++j) {
       const float sg = sigmoid(l[idx[j]]);
-      const double ds = k > 1 ? (g[j] - gw) / (z + 1e-20) : double(g[j]);
+      const double ds = k > 1 ? c * (g[j] - gw) / (z + 1e-20) : c * double(g[j]);
       dl[idx[j]] += float(ds) * sg * (1.0f - sg);
     }
   }

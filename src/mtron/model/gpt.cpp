@@ -169,6 +169,13 @@ void GPTChunk::forward_cached(
                  nullptr, rows, h, vocab_local_);
 }
 
+std::vector<MoELayer*> GPTChunk::moe_layers() {
+  std::vector<MoELayer*> v;
+  for (TransformerLayer& l : layers_)
+    if (l.moe()) v.push_back(l.moe());
+  return v;
+}
+
 const float* GPTChunk::forward(const RunCtx& rc,
                                const MicroBatch& mb,
                                Stash& st,
@@ -226,10 +233,13 @@ const float* GPTChunk::forward(const RunCtx& rc,
       TransformerLayer::Stash tmp;
       layers_[size_t(i)].forward(rc, tl, &tmp, recompute_arena_, scratch_, x, y);
       st.moe.add(tmp.moe.stats);
+      if (train && layers_[size_t(i)].moe()) layers_[size_t(i)].moe()->count_tokens(tmp.moe);
     } else {
       y = st.keep.alloc<float>(Nl * h);
       layers_[size_t(i)].forward(rc, tl, &st.layers[size_t(i)], st.keep, scratch_, x, y);
       st.moe.add(st.layers[size_t(i)].moe.stats);
+      if (train && layers_[size_t(i)].moe())
+        layers_[size_t(i)].moe()->count_tokens(st.layers[size_t(i)].moe);
     }
     x = y;
   }

@@ -99,6 +99,8 @@ class GPTChunk {
   const ChunkPlacement& placement() const { return place_; }
   // The word-embedding handle (first chunk, or the last with tied embeddings), else -1.
   int word_embedding() const { return wte_; }
+  // The routed parts of this chunk's MoE layers, in layer order.
+  std::vector<MoELayer*> moe_layers();
 
   // input: [Nl, h] from the previous stage (null on the first chunk). Returns the output
   // [Nl, h] (null on the head chunk, which instead fills st.loss_sum and, when `train`, the

@@ -73,6 +73,12 @@ TransformerLayer::TransformerLayer(const ModelConfig& cfg,
   proj_w_ =
       params.add(sharded(pre + "self_attention.linear_proj.weight", {h, H * Dv_}, 1, tp, out_std));
   if (bias) proj_b_ = params.add(replicated_bias(pre + "self_attention.linear_proj.bias", h, sp));
+  if (cfg.qk_layernorm && !cfg.mla.enabled) {  // with MLA: the latent norms (model/mla.h)
+    // Replicated over TP, each rank's gradient from its own heads: summed over TP as the
+    // sequence-parallel parameters' are (train/ddp.h).
+    q_norm_.add_params(cfg, pre + "self_attention.q_layernorm", true, params, D);
+    k_norm_.add_params(cfg, pre + "self_attention.k_layernorm", true, params, D);
+  }
 
   ln2_.add_params(cfg, pre + "pre_mlp_layernorm", sp, params);
   if (moe) moe_ = std::make_unique<MoELayer>(cfg, layer, tp, ep, params, expert_params);
@@ -158,6 +164,18 @@ void TransformerLayer::forward(const RunCtx& rc,
     float* qkv = scratch.alloc<float>(N * qkv_l_);
     linear_forward(rc, qkv, st.ln1_in, p_.weight(qkv_w_), opt(p_, qkv_b_), N, h, qkv_l_);
     kernels::qkv_split(rc.k, st.q, st.k, st.v, qkv, N, Gl_, Hl_ / Gl_, D_);
+    if (q_norm_.w >= 0) {  // per head row, before RoPE (Megatron's q_layernorm / k_layernorm)
+      st.q_in = st.q;
+      st.k_in = st.k;
+      st.q = keep.alloc<float>(N * Hl_ * D_);
+      st.k = keep.alloc<float>(N * Gl_ * D_);
+      st.qn_mean = ln ? keep.alloc<float>(N * Hl_) : nullptr;
+      st.kn_mean = ln ? keep.alloc<float>(N * Gl_) : nullptr;
+      st.qn_rstd = keep.alloc<float>(N * Hl_);
+      st.kn_rstd = keep.alloc<float>(N * Gl_);
+      q_norm_.forward(rc, cfg_, p_, st.q, st.qn_mean, st.qn_rstd, st.q_in, N * Hl_);
+      k_norm_.forward(rc, cfg_, p_, st.k, st.kn_mean, st.kn_rstd, st.k_in, N * Gl_);
+    }
     if (cfg_.position_embedding_type == PositionEmbedding::kRope) {
       kernels::rope_forward(rc.k, st.q, tl.pos, N, Hl_, D_, cfg_.rotary_dim(), cfg_.rotary_base);
       kernels::rope_forward(rc.k, st.k, tl.pos, N, Gl_, D_, cfg_.rotary_dim(), cfg_.rotary_base);
@@ -302,6 +320,16 @@ void TransformerLayer::backward(
     if (cfg_.position_embedding_type == PositionEmbedding::kRope) {
       kernels::rope_backward(rc.k, dq, tl.pos, N, Hl_, D_, cfg_.rotary_dim(), cfg_.rotary_base);
       kernels::rope_backward(rc.k, dk, tl.pos, N, Gl_, D_, cfg_.rotary_dim(), cfg_.rotary_base);
+    }
+    if (q_norm_.w >= 0) {
+      float* dq_in = scratch.alloc<float>(N * Hl_ * D_);
+      float* dk_in = scratch.alloc<float>(N * Gl_ * D_);
+      kernels::fill_zero(rc.k, dq_in, int64_t(sizeof(float)) * N * Hl_ * D_);
+      kernels::fill_zero(rc.k, dk_in, int64_t(sizeof(float)) * N * Gl_ * D_);
+      q_norm_.backward(rc, cfg_, p_, dq_in, dq, st.q_in, st.qn_mean, st.qn_rstd, N * Hl_);
+      k_norm_.backward(rc, cfg_, p_, dk_in, dk, st.k_in, st.kn_mean, st.kn_rstd, N * Gl_);
+      dq = dq_in;
+      dk = dk_in;
     }
     float* dqkv = scratch.alloc<float>(N * qkv_l_);
     kernels::qkv_merge_grad(rc.k, dqkv, dq, dk, dv, N, Gl_, Hl_ / Gl_, D_);

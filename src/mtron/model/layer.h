@@ -66,12 +66,16 @@ class TransformerLayer {
   struct Stash {
     const float* x = nullptr;  // input [Nl, h] (owned by the caller)
     float *ln1_mean = nullptr, *ln1_rstd = nullptr;
-    Act ln1_in;                                      // [N, h] QKV's GEMM input
-    float *q = nullptr, *k = nullptr, *v = nullptr;  // [N, Hl, D], [N, Gl, D], [N, Gl, Dv]
-    MlaProjection::Stash mla;                        // multi-latent attention's latents
-    float *att = nullptr, *lse = nullptr;            // [N, Hl*Dv], [B, Hl, S]
-    Act att_in;                                      // proj's GEMM input
-    float* x2 = nullptr;                             // [Nl, h]
+    Act ln1_in;  // [N, h] QKV's GEMM input
+    float *q = nullptr, *k = nullptr,
+          *v = nullptr;        // [N, Hl, D], [N, Gl, D] after RoPE, [N, Gl, Dv]
+    MlaProjection::Stash mla;  // multi-latent attention's latents
+    // --qk-layernorm (without MLA): q and k before their norms, the norms' statistics per head row.
+    float *q_in = nullptr, *k_in = nullptr;
+    float *qn_mean = nullptr, *qn_rstd = nullptr, *kn_mean = nullptr, *kn_rstd = nullptr;
+    float *att = nullptr, *lse = nullptr;  // [N, Hl*Dv], [B, Hl, S]
+    Act att_in;                            // proj's GEMM input
+    float* x2 = nullptr;                   // [Nl, h]
     float *ln2_mean = nullptr, *ln2_rstd = nullptr;
     Act ln2_in;            // [N, h]
     float* fc1 = nullptr;  // [N, Fl or 2 Fl] before the activation
@@ -103,6 +107,8 @@ class TransformerLayer {
   // In place: dxy holds dL/dy [Nl, h] on entry and dL/dx on exit. Accumulates parameter grads.
   void backward(
       const RunCtx& rc, const TokenLayout& tl, const Stash& st, Arena& scratch, float* dxy) const;
+  // The routed experts of an MoE layer, else null.
+  MoELayer* moe() { return moe_.get(); }
 
  private:
   bool dense_mlp() const { return fc1_w_ >= 0; }
@@ -125,6 +131,7 @@ class TransformerLayer {
   int64_t Hl_, Gl_, D_, Dv_, Fl_, h_;
   int64_t qkv_l_;  // local QKV width: Gl * (H/G + 2) * D
   Norm ln1_, ln2_;
+  Norm q_norm_, k_norm_;  // --qk-layernorm (w -1: none)
   // parameter handles (-1: absent)
   int qkv_w_ = -1, qkv_b_ = -1, proj_w_ = -1, proj_b_ = -1;
   int fc1_w_ = -1, fc1_b_ = -1, fc2_w_ = -1, fc2_b_ = -1;  // dense MLP or shared expert

@@ -37,7 +37,9 @@ MlaProjection::MlaProjection(const ModelConfig& cfg,
         replicated_weight(prefix + "linear_q_down_proj.weight", {m_.q_lora_rank, h}, std, tp));
     q_up_ = params.add(sharded_spec(prefix + "linear_q_up_proj.weight", {H * Dq, m_.q_lora_rank}, 0,
                                     tp.rank, tp.size, std));
-    q_norm_.add_params(cfg, prefix + "q_layernorm", partial, params, m_.q_lora_rank);
+    if (cfg.qk_layernorm) {
+      q_norm_.add_params(cfg, prefix + "q_layernorm", partial, params, m_.q_lora_rank);
+    }
   } else {
     q_up_ = params.add(
         sharded_spec(prefix + "linear_q_proj.weight", {H * Dq, h}, 0, tp.rank, tp.size, std));
@@ -47,7 +49,9 @@ MlaProjection::MlaProjection(const ModelConfig& cfg,
   kv_up_ = params.add(sharded_spec(prefix + "linear_kv_up_proj.weight",
                                    {H * (m_.qk_head_dim + m_.v_head_dim), m_.kv_lora_rank}, 0,
                                    tp.rank, tp.size, std));
-  kv_norm_.add_params(cfg, prefix + "kv_layernorm", partial, params, m_.kv_lora_rank);
+  if (cfg.qk_layernorm) {
+    kv_norm_.add_params(cfg, prefix + "kv_layernorm", partial, params, m_.kv_lora_rank);
+  }
 }
 
 void MlaProjection::forward(const RunCtx& rc,
@@ -67,10 +71,13 @@ void MlaProjection::forward(const RunCtx& rc,
   if (q_down_ >= 0) {
     st.qc = keep.alloc<float>(N * qr);
     linear_forward(rc, st.qc, x, p_.weight(q_down_), nullptr, N, h, qr);
-    st.q_mean = ln ? keep.alloc<float>(N) : nullptr;
-    st.q_rstd = keep.alloc<float>(N);
-    float* qn = gemm_input_buffer(rc, keep, scratch, N * qr);
-    q_norm_.forward(rc, cfg_, p_, qn, st.q_mean, st.q_rstd, st.qc, N);
+    float* qn = st.qc;
+    if (q_norm_.w >= 0) {
+      st.q_mean = ln ? keep.alloc<float>(N) : nullptr;
+      st.q_rstd = keep.alloc<float>(N);
+      qn = gemm_input_buffer(rc, keep, scratch, N * qr);
+      q_norm_.forward(rc, cfg_, p_, qn, st.q_mean, st.q_rstd, st.qc, N);
+    }
     st.qn_in = as_gemm_input(rc, keep, qn, N * qr);
     linear_forward(rc, q, st.qn_in, p_.weight(q_up_), nullptr, N, qr, Hl_ * Dq);
   } else {
@@ -85,10 +92,13 @@ void MlaProjection::forward(const RunCtx& rc,
   float* kpe = scratch.alloc<float>(N * Dr);
   linear_forward(rc, kpe, x, w_down.at(kvr * h), nullptr, N, h, Dr);
   kernels::rope_forward(rc.k, kpe, pos, N, 1, Dr, Dr, cfg_.rotary_base);
-  st.kv_mean = ln ? keep.alloc<float>(N) : nullptr;
-  st.kv_rstd = keep.alloc<float>(N);
-  float* kvn = gemm_input_buffer(rc, keep, scratch, N * kvr);
-  kv_norm_.forward(rc, cfg_, p_, kvn, st.kv_mean, st.kv_rstd, st.ckv, N);
+  float* kvn = st.ckv;
+  if (kv_norm_.w >= 0) {
+    st.kv_mean = ln ? keep.alloc<float>(N) : nullptr;
+    st.kv_rstd = keep.alloc<float>(N);
+    kvn = gemm_input_buffer(rc, keep, scratch, N * kvr);
+    kv_norm_.forward(rc, cfg_, p_, kvn, st.kv_mean, st.kv_rstd, st.ckv, N);
+  }
   st.kvn_in = as_gemm_input(rc, keep, kvn, N * kvr);
   float* kv = scratch.alloc<float>(N * Hl_ * (Dn + Dv));
   linear_forward(rc, kv, st.kvn_in, p_.weight(kv_up_), nullptr, N, kvr, Hl_ * (Dn + Dv));
@@ -116,9 +126,12 @@ void MlaProjection::backward(const RunCtx& rc,
   float* dkvn = scratch.alloc<float>(N * kvr);
   linear_backward(rc, scratch, dkvn, p_.grad(kv_up_), nullptr, dkv, st.kvn_in, p_.weight(kv_up_), N,
                   kvr, Hl_ * (Dn + Dv));
-  float* dckv = scratch.alloc<float>(N * kvr);
-  kernels::fill_zero(rc.k, dckv, int64_t(sizeof(float)) * N * kvr);
-  kv_norm_.backward(rc, cfg_, p_, dckv, dkvn, st.ckv, st.kv_mean, st.kv_rstd, N);
+  float* dckv = dkvn;
+  if (kv_norm_.w >= 0) {
+    dckv = scratch.alloc<float>(N * kvr);
+    kernels::fill_zero(rc.k, dckv, int64_t(sizeof(float)) * N * kvr);
+    kv_norm_.backward(rc, cfg_, p_, dckv, dkvn, st.ckv, st.kv_mean, st.kv_rstd, N);
+  }
   const Act w_down = p_.weight(kv_down_);
   linear_backward(rc, scratch, dx, p_.grad(kv_down_), nullptr, dckv, x, w_down, N, h, kvr);
   linear_backward(rc, scratch, part, p_.grad(kv_down_) + kvr * h, nullptr, dkpe, x,
@@ -130,9 +143,12 @@ void MlaProjection::backward(const RunCtx& rc,
     float* dqn = scratch.alloc<float>(N * qr);
     linear_backward(rc, scratch, dqn, p_.grad(q_up_), nullptr, dq, st.qn_in, p_.weight(q_up_), N,
                     qr, Hl_ * Dq);
-    float* dqc = scratch.alloc<float>(N * qr);
-    kernels::fill_zero(rc.k, dqc, int64_t(sizeof(float)) * N * qr);
-    q_norm_.backward(rc, cfg_, p_, dqc, dqn, st.qc, st.q_mean, st.q_rstd, N);
+    float* dqc = dqn;
+    if (q_norm_.w >= 0) {
+      dqc = scratch.alloc<float>(N * qr);
+      kernels::fill_zero(rc.k, dqc, int64_t(sizeof(float)) * N * qr);
+      q_norm_.backward(rc, cfg_, p_, dqc, dqn, st.qc, st.q_mean, st.q_rstd, N);
+    }
     linear_backward(rc, scratch, part, p_.grad(q_down_), nullptr, dqc, x, p_.weight(q_down_), N, h,
                     qr);
   } else {

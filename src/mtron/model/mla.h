@@ -2,12 +2,13 @@
 //
 // Multi-latent attention's query, key and value projections (core/mla_config.h), on this
 // rank's tensor-parallel shard: q_up (or linear_q_proj) and kv_up are column-parallel by head,
-// linear_q_down_proj, linear_kv_down_proj and the two latent norms (q_layernorm, kv_layernorm)
-// are replicated over TP (Megatron's "duplicated" linears). They read the attention block's
-// normed input on all N rows (gathered under sequence parallelism, as the QKV projection reads
-// it), so each rank computes the same latents, and its heads contribute a part of their
-// gradients: those parameters are TP-partial (ParamSpec::sequence_parallel, summed over TP after
-// backward) and the input gradient is partial too (the caller's enter_tp_backward sums it).
+// linear_q_down_proj, linear_kv_down_proj and the two latent norms (q_layernorm, kv_layernorm:
+// only with --qk-layernorm, as in Megatron's MLA layer spec) are replicated over TP (Megatron's
+// "duplicated" linears). They read the attention block's normed input on all N rows (gathered under
+// sequence parallelism, as the QKV projection reads it), so each rank computes the same latents,
+// and its heads contribute a part of their gradients: those parameters are TP-partial
+// (ParamSpec::sequence_parallel, summed over TP after backward) and the input gradient is partial
+// too (the caller's enter_tp_backward sums it).
 //
 // RoPE (rotate-half, kernels/rope.h) rotates the last qk_pos_emb_head_dim channels of each query
 // head and the shared key kpe. Megatron's MLA first de-interleaves those channels (DeepSeek's
@@ -73,7 +74,7 @@ class MlaProjection {
   const MlaConfig& m_;
   ParamBuffer& p_;
   int64_t Hl_, h_;
-  Norm q_norm_, kv_norm_;
+  Norm q_norm_, kv_norm_;        // w -1: none (no --qk-layernorm)
   int q_down_ = -1, q_up_ = -1;  // q_up_: linear_q_up_proj, or linear_q_proj without q_down_
   int kv_down_ = -1, kv_up_ = -1;
 };

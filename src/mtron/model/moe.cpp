@@ -75,10 +75,28 @@ MoELayer::MoELayer(const ModelConfig& cfg,
     fc2_w_.push_back(experts.add(
         sharded_spec(e + "linear_fc2.weight", {h, F}, 1, ep.etp_rank, ep.etp_size, out_std)));
   }
+  expert_bias_.assign(size_t(E_), 0.0f);
+  tokens_per_expert_.assign(size_t(E_), 0.0);
 }
 
-kernels::MoeRouting MoELayer::routing(int64_t T) const {
-  return {T, E_, k_, cfg_.moe_router_score_function == RouterScore::kSigmoid};
+kernels::MoeRouting MoELayer::routing(int64_t T, const float* bias) const {
+  const bool groups = cfg_.moe_router_group_topk > 0;
+  return {.T = T,
+          .E = E_,
+          .k = k_,
+          .sigmoid = cfg_.moe_router_score_function == RouterScore::kSigmoid,
+          .groups = groups ? cfg_.moe_router_num_groups : 0,
+          .group_topk = groups ? cfg_.moe_router_group_topk : 0,
+          .bias = bias,
+          .scale = cfg_.moe_router_topk_scaling_factor};
+}
+
+std::string MoELayer::prefix() const {
+  return mlp_prefix(layer_);
+}
+
+void MoELayer::count_tokens(const Stash& st) {
+  for (int64_t e = 0; e < E_; ++e) tokens_per_expert_[size_t(e)] += double(st.kept[size_t(e)]);
 }
 
 void MoELayer::apply_capacity(const RunCtx& rc, Routing& r, MoEStats& stats, int64_t T) const {
@@ -149,8 +167,17 @@ void MoELayer::router_statistics(const RunCtx& rc,
     const int64_t nb = lb == RouterLoadBalancing::kSeqAuxLoss ? tl.B : 1;  // count vectors
     st.scores = keep.alloc<float>(T * E);
     kernels::moe_aux_scores(rc.k, st.scores, st.logits, routing(T));
+    // Megatron counts the aux loss's selections on the plain top-k of the scores (no bias, no
+    // groups): the routed experts, unless the routing has either.
+    const int32_t* aux_idx = st.idx;
+    if (cfg_.moe_router_enable_expert_bias || cfg_.moe_router_group_topk > 0) {
+      int32_t* idx = scratch.alloc<int32_t>(T * k);
+      const kernels::MoeRouting plain{.T = T, .E = E, .k = k, .sigmoid = routing(T).sigmoid};
+      kernels::moe_route(rc.k, idx, scratch.alloc<float>(T * k), st.logits, plain);
+      aux_idx = idx;
+    }
     double* sums = scratch.alloc<double>(2 * nb * E);  // psum | counts
-    kernels::moe_aux_sums(rc.k, sums, sums + nb * E, st.scores, st.idx, routing(T), nb, row0);
+    kernels::moe_aux_sums(rc.k, sums, sums + nb * E, st.scores, aux_idx, routing(T), nb, row0);
     const std::vector<double> psum = to_host(rc.k, sums, nb * E);
     std::vector<double> counts = to_host(rc.k, sums + nb * E, nb * E);
     parallel::sum_over_tokens(rc.ep, counts.data(), nb * E);
@@ -199,7 +226,12 @@ void MoELayer::forward(const RunCtx& rc,
   st.idx = keep.alloc<int32_t>(T * k);
   st.weight = keep.alloc<float>(T * k);
   st.row = keep.alloc<int64_t>(T * k);
-  kernels::moe_route(rc.k, st.idx, st.weight, st.logits, routing(T));
+  float* bias = nullptr;
+  if (cfg_.moe_router_enable_expert_bias) {
+    bias = scratch.alloc<float>(E);
+    kernels::copy_from_host(rc.k, bias, expert_bias_.data(), int64_t(sizeof(float)) * E);
+  }
+  kernels::moe_route(rc.k, st.idx, st.weight, st.logits, routing(T, bias));
 
   // The routing plan is made on the host from the pairs' experts (T k integers): the auxiliary
   // statistics and the capacity limit (training only), then each kept pair's row in the order
@@ -217,6 +249,7 @@ void MoELayer::forward(const RunCtx& rc,
   for (int64_t i = 0; i < T * k; ++i)
     if (r.row[size_t(i)] >= 0) r.row[size_t(i)] = next[size_t(r.idx[size_t(i)])]++;
   kernels::copy_from_host(rc.k, st.row, r.row.data(), int64_t(sizeof(int64_t)) * T * k);
+  if (stash) st.kept = counts;
 
   // Permute, dispatch, run the experts, combine.
   float* perm = scratch.alloc<float>(P * h);

@@ -14,6 +14,12 @@
 //            earlier token). Megatron decides per rank over its local tokens; mtron decides over
 //            the whole micro-batch (gathered across TP x CP), so the dropped pairs are the same
 //            for every layout.
+//   DeepSeek (Megatron's TopKRouter options) group-limited routing, the top-k scaling factor
+//            and, with --moe-router-enable-expert-bias, a per-expert bias [E] added to the
+//            sigmoid scores for the choice only (kernels/moe.h): a non-trained fp32 buffer,
+//            decoder.layers.L.mlp.router.expert_bias in checkpoints, updated after each global
+//            batch from the kept pairs per expert that training forwards count here
+//            (Megatron's local_tokens_per_expert; train/expert_bias.h updates it).
 //   experts  pairs dispatched to their experts (parallel/expert_dispatch.h), fc1 -> act -> fc2
 //            per local expert, combined back: y[t] = sum over kept pairs of weight * expert(x[t])
 //
@@ -86,6 +92,7 @@ class MoELayer {
     Act act_in;                 // [R, Fl]
     float* combined = nullptr;  // [P, h] expert outputs back in local order
     MoEStats stats;             // this micro-batch, this layer
+    std::vector<int64_t> kept;  // [E] this rank's kept pairs per expert, on the host
   };
 
   // Registers the router (in `dense`, replicated, sequence-parallel) and this EP rank's experts
@@ -107,6 +114,15 @@ class MoELayer {
                Arena& scratch,
                const float* x,
                float* y) const;
+  // Adds a training forward's kept pairs per expert to tokens_per_expert().
+  void count_tokens(const Stash& st);
+  // The expert bias [E] (zeros without --moe-router-enable-expert-bias) and the kept pairs per
+  // expert counted since the last update, on the host.
+  std::vector<float>& expert_bias() { return expert_bias_; }
+  std::vector<double>& tokens_per_expert() { return tokens_per_expert_; }
+  // The layer's MLP prefix, Megatron's "decoder.layers.L.mlp.", and its global index L.
+  std::string prefix() const;
+  int64_t layer() const { return layer_; }
   // dx[T, h] (written) from dy[T, h]; accumulates parameter gradients.
   void backward(const RunCtx& rc,
                 const TokenLayout& tl,
@@ -116,7 +132,8 @@ class MoELayer {
                 float* dx) const;
 
  private:
-  kernels::MoeRouting routing(int64_t T) const;  // the router's kernels' shape for T tokens
+  // The router's kernels' shape for T tokens; bias: the expert bias on the device.
+  kernels::MoeRouting routing(int64_t T, const float* bias = nullptr) const;
   // The routing decisions on the host: each pair's expert (and weight, for the capacity limit),
   // each token's index in the micro-batch's 1-process row order, each pair's permuted row.
   struct Routing {
@@ -143,6 +160,8 @@ class MoELayer {
   int64_t E_, k_, h_, El_, Fl_;  // experts, top-k, hidden, local experts, local expert ffn
   int router_w_ = -1;
   std::vector<int> fc1_w_, fc2_w_;  // per local expert
+  std::vector<float> expert_bias_;
+  std::vector<double> tokens_per_expert_;
 };
 
 }  // namespace mtron::model

@@ -35,8 +35,9 @@ struct ParamSpec {
   float init_std = 0.0f;
   bool weight_decay = true;  // Megatron: none on biases and norm weights
   // Replicated over TP with a gradient partial per TP rank, summed over TP after backward
-  // (train/ddp.h): norms and row-parallel biases under SP (each rank saw its rows), and MLA's
-  // down projections and latent norms under TP (each rank's heads contribute their part).
+  // (train/ddp.h): norms and row-parallel biases under SP (each rank saw its rows), the qk norms
+  // (each rank's heads), and MLA's down projections and latent norms under TP (each rank's heads
+  // contribute their part).
   bool sequence_parallel = false;
   bool tied_copy = false;    // last stage's replica of the word embeddings (PP > 1)
   bool cross_stage = false;  // tied word embeddings split over two pipeline stages: its

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <utility>
+#include <vector>
 
 #include "mtron/kernels/elementwise.h"
 #include "mtron/kernels/gemm_operand.h"
@@ -40,12 +42,35 @@ AdamW::AdamW(std::vector<OptimBuffer> buffers, AdamWConfig cfg, const kernels::C
   }
 }
 
+// One sum_squares (on a GPU, one host synchronisation) per run of counted parameters rather than
+// one per parameter: a shard's pieces in buffer order, counted ones joined across the padding
+// between them (zero: ParamBuffer::zero_grad clears the whole buffer), a run ending at a piece
+// that is not counted.
 double AdamW::grad_norm(Comm& norm_group) const {
   double sumsq = 0;
   for (const OptimBuffer& b : buffers_) {
-    for_each_piece(b, [&](int64_t lo, int64_t hi, const OptimRange& r, int64_t) {
-      if (r.count_in_norm) sumsq += kernels::sum_squares(k_, b.grad + lo, hi - lo);
-    });
+    for (const OptimBuffer::Shard& s : b.shards) {
+      std::vector<std::pair<int64_t, const OptimRange*>> pieces;  // (first element, range)
+      for (const OptimRange& r : b.ranges) {
+        if (std::max(r.begin, s.begin) < std::min(r.end, s.end))
+          pieces.emplace_back(std::max(r.begin, s.begin), &r);
+      }
+      std::sort(pieces.begin(), pieces.end());
+      int64_t lo = 0, hi = 0;  // the run
+      const auto flush = [&] {
+        if (hi > lo) sumsq += kernels::sum_squares(k_, b.grad + lo, hi - lo);
+        lo = hi = 0;
+      };
+      for (const auto& [begin, r] : pieces) {
+        if (!r->count_in_norm) {
+          flush();
+          continue;
+        }
+        if (hi == lo) lo = begin;
+        hi = std::min(r->end, s.end);
+      }
+      flush();
+    }
   }
   if (norm_group.size() > 1) sumsq = norm_group.all_reduce_sum(sumsq);
   return std::sqrt(sumsq);

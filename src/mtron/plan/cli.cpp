@@ -454,9 +454,7 @@ int run_plan(std::vector<std::string> args) {
   }
   std::string notes = fmt::format("\n(time model constants: {})\n", perf_source);
   const std::string cuda_why =
-      c.hardware.is_cpu
-          ? ""
-          : cuda_unsupported(m, r.plans[0].layout.parallel, !t.save.empty() || !t.load.empty());
+      c.hardware.is_cpu ? "" : cuda_unsupported(m, r.plans[0].layout.parallel);
   if (!cuda_why.empty())
     notes += fmt::format(
         "(mtron train --device cuda cannot run this plan yet: {}; --emit says so)\n", cuda_why);

@@ -76,7 +76,7 @@ std::vector<std::string> train_args(const ModelConfig& m,
   MT_CHECK(l.precision != Precision::kFP8, "no launch script: mtron train has no ",
            precision_name(l.precision), " training yet (plan with --bf16, --fp16 or --fp32)");
   if (gpu) {
-    const std::string why = cuda_unsupported(m, p, !t.save.empty() || !t.load.empty());
+    const std::string why = cuda_unsupported(m, p);
     MT_CHECK(why.empty(), "no launch script: mtron train --device cuda: ", why,
              " (the parts that still run on the host, docs/cuda.md); --hardware local-cpu plans a "
              "CPU run");

@@ -423,8 +423,7 @@ bool parse_train_args(int argc, char** argv, int64_t world_size, TrainArgs& a) {
   checkpoint::validate_checkpoint_args(a.checkpoint);
   if (a.device == Device::kCUDA) {
     // What still runs on the host in these features (see docs/cuda.md).
-    const std::string why =
-        cuda_unsupported(a.model, par, !a.checkpoint.save.empty() || !a.checkpoint.load.empty());
+    const std::string why = cuda_unsupported(a.model, par);
     MT_CHECK(why.empty(), "--device cuda: ", why);
   }
   return true;

@@ -73,8 +73,9 @@ void finalize_model_grads(const model::RunCtx& rc,
   for (auto& g : grad_syncs) g->finish();
   for (auto& g : expert_syncs) g->finish();
   // TP-partial parameters (ParamSpec::sequence_parallel: under SP the norms and row-parallel
-  // biases, which saw only this rank's rows; MLA's down projections) are summed over TP. With
-  // the distributed optimizer only the shard part of the sum is used; TP ranks share the layout.
+  // biases, which saw only this rank's rows; the qk norms, only its heads; MLA's down projections)
+  // are summed over TP. With the distributed optimizer only the shard part of the sum is used; TP
+  // ranks share the layout.
   if (rc.tp.size > 1) {
     for (auto& c : chunks) {
       model::ParamBuffer& p = c->params();

@@ -28,12 +28,14 @@ void Interval::report(IterationLog& l,
   l.tflops_per_device = per_iter_flops / (per_iter * 1e12 * double(world));
   l.lm_loss = iters > skipped ? loss / double(iters - skipped) : skipped_loss / double(iters);
   l.loss_scale = last.loss_scale;
-  if (!(scaler && last.skipped)) l.grad_norm = last.grad_norm;
+  l.grad_norm = last.logged_grad_norm(scaler);
   l.skipped_iterations = skipped;
   l.nan_iterations = nans;
   l.tokens_per_s_per_device = double(samples * m.seq_length) / time / double(world);
   l.mfu = peak > 0 ? per_iter_flops / per_iter / double(world) / peak : 0.0;
   if (m.is_moe()) l.extra.emplace_back("moe_routing_hash", moe.routed_hash);
+  if (m.is_moe() && m.moe_router_enable_expert_bias)
+    l.extra.emplace_back("moe_expert_bias_hash", last.expert_bias_hash);
   if (m.is_moe() && m.moe_expert_capacity_factor > 0) {
     l.extra.emplace_back("moe_dropped_pairs", moe.dropped);
     l.extra.emplace_back("moe_dropped_hash", moe.dropped_hash);

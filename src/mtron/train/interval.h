@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 
 #include "mtron/core/model_config.h"
 #include "mtron/model/moe.h"
@@ -23,6 +24,16 @@ struct StepResult {
   // summed over the world (dropped pairs, routing checksums).
   double load_balancing_loss = 0, z_loss = 0;
   model::MoEStats moe;
+  // --moe-router-enable-expert-bias: a checksum of every layer's expert bias after the step,
+  // sum over layers L and experts e of (L + 1) (e + 1) bias[e] (tests compare layouts with it).
+  double expert_bias_hash = 0;
+
+  // The gradient norm the logs show: none on a step the loss scaler skipped (Megatron logs its
+  // None there), the norm otherwise.
+  std::optional<double> logged_grad_norm(bool scaler) const {
+    if (scaler && skipped) return std::nullopt;
+    return grad_norm;
+  }
 };
 
 struct Interval {

@@ -86,8 +86,7 @@ constexpr GroupKind kProfiledGroups[] = {GroupKind::kTP, GroupKind::kCP,   Group
                                          GroupKind::kPP, GroupKind::kTPPP, GroupKind::kEmbedding,
                                          GroupKind::kEP, GroupKind::kETP,  GroupKind::kEDP};
 
-}  // namespace
-
+// The bytes each profiled group's Comm has sent, then the world's.
 std::vector<int64_t> comm_bytes(const ParallelState& ps, const Comm& world) {
   std::vector<int64_t> b;
   for (GroupKind k : kProfiledGroups) {
@@ -98,11 +97,17 @@ std::vector<int64_t> comm_bytes(const ParallelState& ps, const Comm& world) {
   return b;
 }
 
+}  // namespace
+
+ProfileStart profile_start(const ParallelState& ps, const Comm& world, Device d) {
+  return {comm_bytes(ps, world), kernels::device_work(d)};
+}
+
 void log_profile(const ParallelState& ps,
                  const Comm& world,
                  int64_t iteration,
                  const ProfileTimes& t,
-                 const std::vector<int64_t>& bytes0) {
+                 const ProfileStart& start) {
   const ParallelConfig& par = ps.config();
   const bool logger = world.rank() == world.size() - 1;
   if (world.rank() == 0 || logger) {
@@ -115,7 +120,7 @@ void log_profile(const ParallelState& ps,
   for (size_t i = 0; i < bytes1.size(); ++i) {
     const char* name =
         i < std::size(kProfiledGroups) ? group_name(kProfiledGroups[i]).data() : "world";
-    line += fmt::format(" {} {}", name, (bytes1[i] - bytes0[i]) / t.iters);
+    line += fmt::format(" {} {}", name, (bytes1[i] - start.bytes[i]) / t.iters);
   }
   log_info("bytes sent per step:{}", line);
   const double ideal = double(par.pp() - 1) / double(par.vpp() * par.num_microbatches());
@@ -123,6 +128,14 @@ void log_profile(const ParallelState& ps,
       "pipeline per step: compute {:.4f} s, waiting {:.4f} s, bubble {:.3f} (ideal "
       "(p-1)/(v m) = {:.3f})",
       t.compute_s / double(t.iters), t.wait_s / double(t.iters), t.wait_s / t.compute_s, ideal);
+  if (t.device != Device::kCPU) {
+    const kernels::DeviceWork w = kernels::device_work(t.device) - start.work;
+    const auto per = [&](int64_t n) { return double(n) / double(t.iters); };
+    log_info(
+        "device work per step: {:.1f} kernel launches, {:.1f} GEMMs, {:.1f} copies, {:.1f} host "
+        "synchronisations",
+        per(w.launches), per(w.gemms), per(w.copies), per(w.host_syncs));
+  }
 }
 
 }  // namespace mtron::train

@@ -1,4 +1,5 @@
-// defines: RunLog, RunHeader, log_run_header, comm_bytes, ProfileTimes, log_profile
+// defines: RunLog, RunHeader, log_run_header, ProfileStart, profile_start, ProfileTimes,
+//          log_profile
 //
 // Where the last rank's training log goes, as Megatron's training_log and
 // evaluate_and_print_results send it: the per-iteration line and the evaluation blocks on
@@ -10,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "mtron/kernels/device.h"
 #include "mtron/parallel/parallel_state.h"
 #include "mtron/train/args.h"
 #include "mtron/train/metrics.h"
@@ -49,9 +51,14 @@ struct RunHeader {
 // (`logger`) the optimizer state and, for MoE, the expert weights this rank holds.
 void log_run_header(const TrainArgs& a, int rank, bool logger, const RunHeader& h);
 
-// --profile: the bytes each of the ParallelState's groups' Comm has sent (TP, CP, DP x CP, PP,
-// TP x PP, embedding, EP, ETP, EDP), then the world's.
-std::vector<int64_t> comm_bytes(const ParallelState& ps, const Comm& world);
+// --profile's counters at the first profiled iteration: the bytes each of the ParallelState's
+// groups' Comm has sent (TP, CP, DP x CP, PP, TP x PP, embedding, EP, ETP, EDP), then the
+// world's; the work queued on device d so far.
+struct ProfileStart {
+  std::vector<int64_t> bytes;
+  kernels::DeviceWork work;
+};
+ProfileStart profile_start(const ParallelState& ps, const Comm& world, Device d);
 
 // The profiled iterations (all but the first): wall time, count, and the pipeline schedule's
 // compute and waiting time over them.
@@ -59,15 +66,17 @@ struct ProfileTimes {
   double seconds = 0;
   int64_t iters = 0;
   double compute_s = 0, wait_s = 0;
+  Device device = Device::kCPU;
 };
 
 // --profile's report at the end of a run (`iteration`: the last): on rank 0 and the logging rank
-// the profile table; on every rank the bytes it sent per step by group (from `bytes0`,
-// comm_bytes at the first profiled iteration) and its pipeline compute/wait split.
+// the profile table; on every rank the bytes it sent per step by group (since `start`) and its
+// pipeline compute/wait split; on a GPU, the device work per step (kernel launches, GEMMs,
+// copies, host synchronisations).
 void log_profile(const ParallelState& ps,
                  const Comm& world,
                  int64_t iteration,
                  const ProfileTimes& t,
-                 const std::vector<int64_t>& bytes0);
+                 const ProfileStart& start);
 
 }  // namespace mtron::train

@@ -153,7 +153,7 @@ void TensorBoard::iteration(const TensorBoardStep& s) {
   both("lm loss", s.lm_loss);
   if (a_.log_loss_scale) both("loss-scale", s.loss_scale);
   if (a_.log_world_size) both("world-size", double(world_size_));
-  both("grad-norm", s.grad_norm);
+  if (s.grad_norm) both("grad-norm", *s.grad_norm);
   for (const auto& [name, v] : s.moe_losses) file_.scalar(name, v, s.iteration);
   if (a_.log_memory) {
     const kernels::DeviceMemory m = kernels::device_memory(device_);

@@ -69,7 +69,8 @@ struct TensorBoardStep {
   int64_t iteration = 0, consumed_samples = 0, batch_size = 0;
   double learning_rate = 0;
   std::optional<double> decoupled_learning_rate;
-  double lm_loss = 0, loss_scale = 1, grad_norm = 0;
+  double lm_loss = 0, loss_scale = 1;
+  std::optional<double> grad_norm;  // none on a step the loss scaler skipped
   std::vector<std::pair<std::string, double>> moe_losses;
 };
 

@@ -19,6 +19,7 @@
 #include "mtron/parallel/rank_map.h"
 #include "mtron/parallel/schedule.h"
 #include "mtron/train/ddp.h"
+#include "mtron/train/expert_bias.h"
 #include "mtron/train/fp8_state.h"
 #include "mtron/train/mock_data.h"
 #include "mtron/train/stages.h"
@@ -147,6 +148,7 @@ checkpoint::TrainView Trainer::checkpoint_view() {
   };
   for (auto& chunk : chunks_) {
     add(chunk->params(), false);
+    if (a_.model.moe_router_enable_expert_bias) add_expert_bias_states(v.chunks.back(), *chunk);
     if (!chunk->expert_params().specs().empty()) add(chunk->expert_params(), true);
   }
   return v;
@@ -251,6 +253,11 @@ StepResult Trainer::step() {
   for (auto& g : grad_syncs_) g->gather_params(par.overlap_param_gather);
   for (auto& g : expert_syncs_) g->gather_params(false);
   if (a_.model.is_moe()) moe_stats(r);
+  if (a_.model.moe_router_enable_expert_bias) {
+    // As Megatron, whether or not the step was skipped; one rank per stage adds its share.
+    const double h = update_expert_bias(chunks_, *ps_, a_.model.moe_router_bias_update_rate);
+    r.expert_bias_hash = world_.all_reduce_sum(ps_->group(GroupKind::kTPDPCP).rank() == 0 ? h : 0);
+  }
 
   // The loss lives on the last stage; sum it over DP x CP and share it along the pipeline.
   double loss = ps_->is_last_pp_stage() ? stages_->loss_sum() : 0.0;
@@ -318,12 +325,13 @@ void Trainer::run() {
   Interval in;
   double profiled_time = 0;
   int64_t profiled_iters = 0;
-  std::vector<int64_t> bytes_at_start;
+  ProfileStart profile_at_start;
   bool exiting = false;
   while (iteration_ < a_.train_iters) {
     // The first iteration warms caches and allocators; profile the rest.
     profile_enable(a_.profile && iteration_ >= 1);
-    if (profile_enabled() && profiled_iters++ == 0) bytes_at_start = comm_bytes(*ps_, world_);
+    if (profile_enabled() && profiled_iters++ == 0)
+      profile_at_start = profile_start(*ps_, world_, a_.device);
     const double t0 = now_seconds();
     const StepResult r = step();
     const double dt = now_seconds() - t0;
@@ -332,7 +340,8 @@ void Trainer::run() {
            batch_size_);
     if (logger) {
       log_->step({iteration_, consumed_samples_, batch_size_, learning_rate(lr_samples_),
-                  decoupled_learning_rate(lr_samples_), r.lm_loss, r.loss_scale, r.grad_norm,
+                  decoupled_learning_rate(lr_samples_), r.lm_loss, r.loss_scale,
+                  r.logged_grad_norm(scaler_ != nullptr),
                   moe_losses(r.load_balancing_loss, r.z_loss)});
     }
     if (iteration_ % a_.log_interval == 0 || iteration_ == a_.train_iters) {
@@ -377,8 +386,8 @@ void Trainer::run() {
   profile_enable(false);
   if (a_.profile && profiled_iters > 0) {
     log_profile(*ps_, world_, iteration_,
-                {profiled_time, profiled_iters, pipeline_compute_s_, pipeline_wait_s_},
-                bytes_at_start);
+                {profiled_time, profiled_iters, pipeline_compute_s_, pipeline_wait_s_, a_.device},
+                profile_at_start);
   }
   if (exiting) return;
   // As Megatron: a last evaluation on the validation and test splits.

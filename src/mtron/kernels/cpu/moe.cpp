@@ -21,7 +21,7 @@ namespace mtron::kernels::cpu::HWY_NAMESPACE {
 
 void moe_route(int32_t* idx, float* weight, const float* logits, const MoeRouting& r) {
   parallel_rows(r.T, threads_for(r.T * r.E * 4), [&](int64_t t) {
-    moe_token::route(logits + t * r.E, r.E, r.k, r.sigmoid, idx + t * r.k, weight + t * r.k);
+    moe_token::route(logits + t * r.E, r, idx + t * r.k, weight + t * r.k);
   });
 }
 

@@ -24,6 +24,10 @@
 //          and dK += dS^T Q in registers, then adds them into dk/dv;
 //   dQ:    per block, one (batch, head, query tile); loops over key tiles, dQ += dS K.
 // dS = P (dP - delta) with dP = dO V^T; the softmax scale is applied to dQ and dK at the end.
+// Dropout (mask.dropout.p > 0, kernels/attention.h): each kernel draws the multipliers z of its
+// (query tile, key tile) into a shared tile beside the loads (dropout_tile); the forward adds
+// the undropped P to l and multiplies P by z before P V; the backward takes P z for dV and
+// dP z for dS = P (dP z - delta).
 #include <cstdint>
 #include <type_traits>
 
@@ -114,6 +118,16 @@ struct BwdTensors {
       f(p);
   }
 };
+
+// Zs[r][c] (row stride kPs) = the dropout multiplier of query i0 + r and key j0 + c of head h,
+// batch b (core/philox_inline.h, the CPU's function): each thread draws one run of kPerThread
+// consecutive keys of one row (two or three Philox blocks).
+__device__ __forceinline__ void dropout_tile(
+    float* Zs, const AttnDropout& d, int64_t b, int64_t h, int64_t i0, int64_t j0) {
+  const int r = int(threadIdx.x) / 4, c0 = int(threadIdx.x) % 4 * kPerThread;
+  dropout_scales(Zs + r * kPs + c0, d.key, d.row_index(b, h, i0 + r) + uint64_t(j0 + c0), 1,
+                 kPerThread, d.p);
+}
 
 // End (exclusive) of the keys visible to query rows [i0, i1).
 __host__ __device__ __forceinline__ int64_t key_end(const AttnShape& s,
@@ -221,6 +235,8 @@ __global__ void __launch_bounds__(kThreads) attention_forward_kernel(float* out,
   float* Qs = reinterpret_cast<float*>(smem_raw);  // [kT][ld]
   float* KVs = Qs + kT * ld;                       // [kT][ld]: the K tile, then the V tile
   float* Ps = KVs + kT * ld;                       // [kT][kPs]
+  float* Zs = Ps + kT * kPs;                       // [kT][kPs], with dropout
+  const bool drop = mask.dropout.p > 0;
   const int r = int(threadIdx.x) / 4, sub = int(threadIdx.x) % 4;
   const int64_t b = blockIdx.y / s.H, h = blockIdx.y % s.H, g = h / (s.H / s.G);
   const int64_t i0 = int64_t(blockIdx.x) * kT, i = i0 + r;
@@ -235,8 +251,9 @@ __global__ void __launch_bounds__(kThreads) attention_forward_kernel(float* out,
   for (int u = 0; u < kMaxD / 4; ++u) acc[u] = 0;
 
   for (int64_t j0 = 0; j0 < kv_end; j0 += kT) {
-    __syncthreads();  // the previous tile's V and P are no longer read (and Q is loaded)
+    __syncthreads();  // the previous tile's V, P and z are no longer read (and Q is loaded)
     load_kv_tile(KVs, ld, k, j0, s, b, g, s.D);
+    if (drop) dropout_tile(Zs, mask.dropout, b, h, i0, j0);
     __syncthreads();
     float sc[kPerThread];
     row_dots(sc, Qs + r * ld, KVs, ld, D4, sub);
@@ -255,8 +272,9 @@ __global__ void __launch_bounds__(kThreads) attention_forward_kernel(float* out,
     float psum = 0;
     MT_UNROLL
     for (int u = 0; u < kPerThread; ++u) {
+      const int jj = sub + 4 * u;
       const float p = sc[u] == kNegInf ? 0.0f : expf(sc[u] - m_new);
-      Ps[r * kPs + sub + 4 * u] = p;
+      Ps[r * kPs + jj] = drop ? p * Zs[r * kPs + jj] : p;
       psum += p;
     }
     psum += __shfl_xor_sync(0xffffffffu, psum, 1);
@@ -314,6 +332,8 @@ __global__ void __launch_bounds__(kThreads)
   float* dSs = Ps + kT * kPs;                      // [kT keys][kPs]: dS^T
   float* lse_s = dSs + kT * kPs;                   // [kT]
   float* delta_s = lse_s + kT;                     // [kT]
+  float* Zs = delta_s + kT;                        // [kT queries][kPs], with dropout
+  const bool drop = mask.dropout.p > 0;
   const int jj = int(threadIdx.x) / 4, sub = int(threadIdx.x) % 4;
   const int64_t hpg = s.H / s.G;
   const int64_t b = blockIdx.y / s.G, g = blockIdx.y % s.G;
@@ -341,6 +361,7 @@ __global__ void __launch_bounds__(kThreads)
         lse_s[threadIdx.x] = i < s.Sq ? t.lse[stat_at(s, b, h, i)] : kNegInf;
         delta_s[threadIdx.x] = i < s.Sq ? t.delta[stat_at(s, b, h, i)] : 0.0f;
       }
+      if (drop) dropout_tile(Zs, mask.dropout, b, h, i0, j0);
       __syncthreads();
       float sc[kPerThread], dp[kPerThread];
       row_dots(sc, Ks + jj * ld, Qs, ld, Dp / 4, sub);
@@ -349,8 +370,9 @@ __global__ void __launch_bounds__(kThreads)
       for (int u = 0; u < kPerThread; ++u) {
         const int rr = sub + 4 * u;
         const float p = prob(s, mask, i0 + rr, j, sc[u], lse_s[rr]);
-        Ps[jj * kPs + rr] = p;
-        dSs[jj * kPs + rr] = p * (dp[u] - delta_s[rr]);
+        const float z = drop ? Zs[rr * kPs + jj] : 1.0f;
+        Ps[jj * kPs + rr] = p * z;
+        dSs[jj * kPs + rr] = p * (dp[u] * z - delta_s[rr]);
       }
       __syncwarp();  // a key's P and dS rows are written and read by its 4 threads (one warp)
       for (int rr = 0; rr < kT; rr += 4) {
@@ -387,6 +409,8 @@ __global__ void __launch_bounds__(kThreads)
   float* Ks = dOs + kT * ld;                       // [kT][ld]
   float* Vs = Ks + kT * ld;                        // [kT][ld]
   float* dSs = Vs + kT * ld;                       // [kT][kPs]
+  float* Zs = dSs + kT * kPs;                      // [kT][kPs], with dropout
+  const bool drop = mask.dropout.p > 0;
   const int r = int(threadIdx.x) / 4, sub = int(threadIdx.x) % 4;
   const int64_t b = blockIdx.y / s.H, h = blockIdx.y % s.H, g = h / (s.H / s.G);
   const int64_t i0 = int64_t(blockIdx.x) * kT, i = i0 + r;
@@ -403,9 +427,10 @@ __global__ void __launch_bounds__(kThreads)
   for (int u = 0; u < kMaxD / 4; ++u) dq_acc[u] = 0;
 
   for (int64_t j0 = 0; j0 < kv_end; j0 += kT) {
-    __syncthreads();  // the previous K, V and dS are no longer read (and Q, dO are loaded)
+    __syncthreads();  // the previous K, V, dS and z are no longer read (and Q, dO are loaded)
     load_kv_tile(Ks, ld, t.k, j0, s, b, g, s.D);
     load_kv_tile(Vs, ld, t.v, j0, s, b, g, s.Dv);
+    if (drop) dropout_tile(Zs, mask.dropout, b, h, i0, j0);
     __syncthreads();
     float sc[kPerThread], dp[kPerThread];
     row_dots(sc, Qs + r * ld, Ks, ld, Dp / 4, sub);
@@ -413,7 +438,8 @@ __global__ void __launch_bounds__(kThreads)
     MT_UNROLL
     for (int u = 0; u < kPerThread; ++u) {
       const int jj = sub + 4 * u;
-      dSs[r * kPs + jj] = prob(s, mask, i, j0 + jj, sc[u], l) * (dp[u] - dlt);
+      const float z = drop ? Zs[r * kPs + jj] : 1.0f;
+      dSs[r * kPs + jj] = prob(s, mask, i, j0 + jj, sc[u], l) * (dp[u] * z - dlt);
     }
     __syncwarp();  // a row's dS is written and read by its 4 threads (one warp)
     accumulate_rows<kMaxD>(dq_acc, dSs + r * kPs, Ks, ld, Dp, sub);
@@ -425,15 +451,18 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-// Dynamic shared memory of each kernel, in bytes.
-size_t forward_smem(const AttnShape& s) {
-  return sizeof(float) * size_t(2 * kT * tile_ld(s) + kT * kPs);
+// Dynamic shared memory of each kernel, in bytes (the last kT x kPs floats: z, with dropout).
+int z_tile(const AttnMask& m) {
+  return m.dropout.p > 0 ? kT * kPs : 0;
 }
-size_t dkdv_smem(const AttnShape& s) {
-  return sizeof(float) * size_t(4 * kT * tile_ld(s) + 2 * kT * kPs + 2 * kT);
+size_t forward_smem(const AttnShape& s, const AttnMask& m) {
+  return sizeof(float) * size_t(2 * kT * tile_ld(s) + kT * kPs + z_tile(m));
 }
-size_t dq_smem(const AttnShape& s) {
-  return sizeof(float) * size_t(4 * kT * tile_ld(s) + kT * kPs);
+size_t dkdv_smem(const AttnShape& s, const AttnMask& m) {
+  return sizeof(float) * size_t(4 * kT * tile_ld(s) + 2 * kT * kPs + 2 * kT + z_tile(m));
+}
+size_t dq_smem(const AttnShape& s, const AttnMask& m) {
+  return sizeof(float) * size_t(4 * kT * tile_ld(s) + kT * kPs + z_tile(m));
 }
 
 // Lets `kernel` use `bytes` of dynamic shared memory (above the default 48 KB needs an opt-in).
@@ -459,8 +488,7 @@ void with_max_d(const AttnShape& s, F f) {
   f(std::integral_constant<int, 256>());
 }
 
-void check_shape(const AttnShape& s, const AttnMask& mask) {
-  MT_CHECK(mask.dropout.p == 0, "attention dropout has no CUDA kernel (--attention-dropout 0)");
+void check_shape(const AttnShape& s) {
   MT_CHECK(s.D <= 256 && s.Dv <= 256, "attention on CUDA: head dims ", s.D, ", ", s.Dv,
            " (at most 256)");
   MT_CHECK(s.B * s.H <= 65535 && s.B * s.G <= 65535,
@@ -471,11 +499,11 @@ void check_shape(const AttnShape& s, const AttnMask& mask) {
 
 void attention_forward(const Ctx& ctx, MT_PARAMS(attention_forward)) {
   if (s.B == 0 || s.Sq == 0) return;
-  check_shape(s, mask);
+  check_shape(s);
   const cudaStream_t st = stream_of(ctx);
   with_max_d(s, [&](auto max_d) {
     constexpr int kMaxD = decltype(max_d)::value;
-    const size_t smem = forward_smem(s);
+    const size_t smem = forward_smem(s, mask);
     allow_smem(attention_forward_kernel<kMaxD>, smem);
     launch("attention_forward", attention_forward_kernel<kMaxD>,
            dim3(unsigned((s.Sq + kT - 1) / kT), unsigned(s.B * s.H)), kThreads, smem, st, out, lse,
@@ -485,7 +513,7 @@ void attention_forward(const Ctx& ctx, MT_PARAMS(attention_forward)) {
 
 void attention_backward(const Ctx& ctx, MT_PARAMS(attention_backward)) {
   if (s.B == 0 || s.Sq == 0 || s.Sk == 0) return;
-  check_shape(s, mask);
+  check_shape(s);
   const cudaStream_t st = stream_of(ctx);
   Scratch delta(sizeof(float) * size_t(s.B * s.H * s.Sq), st);
   const int64_t rows = s.Sq * s.B * s.H;
@@ -494,7 +522,7 @@ void attention_backward(const Ctx& ctx, MT_PARAMS(attention_backward)) {
   const BwdTensors t{dq, dk, dv, dout, q, k, v, lse, delta.as<float>()};
   with_max_d(s, [&](auto max_d) {
     constexpr int kMaxD = decltype(max_d)::value;
-    const size_t smem_kv = dkdv_smem(s), smem_q = dq_smem(s);
+    const size_t smem_kv = dkdv_smem(s, mask), smem_q = dq_smem(s, mask);
     allow_smem(attention_dkdv_kernel<kMaxD>, smem_kv);
     allow_smem(attention_dq_kernel<kMaxD>, smem_q);
     launch("attention_dkdv", attention_dkdv_kernel<kMaxD>,

@@ -42,6 +42,7 @@ void launch(const char* name,
             cudaStream_t stream,
             Args... args) {
   if (grid.x == 0 || grid.y == 0 || grid.z == 0) return;
+  ++work().launches;
 #ifdef MTRON_CUDA_SIM
   (void)stream;
   (sim::check_device_arg(name, args), ...);

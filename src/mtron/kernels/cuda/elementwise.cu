@@ -1,6 +1,6 @@
 // CUDA elementwise ops (kernels/elementwise.h): add, scale, f32<->bf16 and f32<->f16 conversion,
-// bias add and backward, sum of squares, fill; and the column-sum and matrix-scale helpers of
-// runtime.h. Dropout has no CUDA kernel: the trainer refuses --device cuda with dropout > 0.
+// bias add and backward, sum of squares, fill, hidden dropout; and the column-sum and
+// matrix-scale helpers of runtime.h.
 //
 // All memory-bound grid-stride loops with 64-bit indices. The reductions (bias_backward,
 // sum_squares) use a fixed partition that depends on the sizes only, so results are
@@ -68,6 +68,26 @@ __global__ void scale_matrix_kernel(float* C, int64_t M, int64_t N, int64_t ldc,
        i += int64_t(gridDim.x) * blockDim.x) {
     float* c = C + (i / N) * ldc + i % N;
     *c = beta == 0.0f ? 0.0f : *c * beta;
+  }
+}
+
+// Hidden dropout (DropoutRows): each thread takes runs of kDropRun features of one row, whose
+// multipliers core/philox_inline.h's dropout_scales draws (two or three Philox blocks a run), so
+// the mask is the CPU's bit for bit.
+constexpr int kDropRun = 8;
+
+__global__ void dropout_kernel(float* x, const int32_t* pos, int64_t rows, DropoutRows d) {
+  const int64_t runs = (d.width + kDropRun - 1) / kDropRun, n = rows * runs;
+  for (int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; t < n;
+       t += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t r = t / runs, f0 = t % runs * kDropRun;
+    const int64_t len = d.width - f0 < kDropRun ? d.width - f0 : kDropRun;
+    const int64_t b = (d.row0 + r) % d.B;
+    float z[kDropRun];
+    dropout_scales(z, d.key, uint64_t(((d.sample0 + b) * d.S + pos[r]) * d.width + f0), 1, len,
+                   d.p);
+    float* row = x + r * d.width + f0;
+    for (int64_t f = 0; f < len; ++f) row[f] *= z[f];
   }
 }
 
@@ -163,8 +183,10 @@ void bias_backward(const Ctx& ctx, float* dbias, const float* dout, int64_t N, i
   add_column_sums(stream_of(ctx), dbias, dout, N, C);
 }
 
-void dropout(const Ctx&, float*, const int32_t*, int64_t, const DropoutRows&) {
-  MT_CHECK(false, "dropout has no CUDA kernel (pass --hidden-dropout 0 --attention-dropout 0)");
+void dropout(const Ctx& ctx, float* x, const int32_t* pos, int64_t rows, const DropoutRows& d) {
+  const int64_t n = rows * ((d.width + kDropRun - 1) / kDropRun);
+  launch("dropout", dropout_kernel, grid_for(n, kThreads), kThreads, 0, stream_of(ctx), x, pos,
+         rows, d);
 }
 
 double sum_squares(const Ctx& ctx, const float* x, int64_t n) {

@@ -211,6 +211,7 @@ void run(const Ctx& ctx,
   MT_CUDA_CHECK(cudaGetDevice(&device));
   const PlanKey key = make_key(device, in_type, g, C);
   const Library::Ready r = Library::get().prepare(key, g, stream);
+  ++work().gemms;
   MT_CUBLAS_CHECK(cublasLtMatmul(r.handle, r.plan->desc, &alpha, g.a, r.plan->a, g.b, r.plan->b,
                                  &beta, C, r.plan->c, C, r.plan->c, &r.plan->algo, r.workspace,
                                  kWorkspaceBytes, stream));

@@ -18,7 +18,7 @@ constexpr int kThreads = 256;
 __global__ void route_kernel(int32_t* idx, float* weight, const float* logits, MoeRouting r) {
   for (int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; t < r.T;
        t += int64_t(gridDim.x) * blockDim.x) {
-    moe_token::route(logits + t * r.E, r.E, r.k, r.sigmoid, idx + t * r.k, weight + t * r.k);
+    moe_token::route(logits + t * r.E, r, idx + t * r.k, weight + t * r.k);
   }
 }
 

@@ -56,5 +56,8 @@ void copy_to_host(const Ctx&, void*, const void*, int64_t) {
 void copy_from_host(const Ctx&, void*, const void*, int64_t) {
   no_cuda("copy_from_host");
 }
+DeviceWork device_work() {
+  no_cuda("device_work");
+}
 
 }  // namespace mtron::kernels::cuda

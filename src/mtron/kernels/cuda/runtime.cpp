@@ -60,18 +60,21 @@ Scratch::~Scratch() {
 
 void copy_to_host_sync(void* host, const void* dev, size_t bytes, cudaStream_t stream) {
   if (bytes == 0) return;
+  ++work().host_syncs;
   MT_CUDA_CHECK(cudaMemcpyAsync(host, dev, bytes, cudaMemcpyDeviceToHost, stream));
   MT_CUDA_CHECK(cudaStreamSynchronize(stream));
 }
 
 void fill_zero(const Ctx& ctx, void* x, int64_t bytes) {
-  if (bytes > 0) MT_CUDA_CHECK(cudaMemsetAsync(x, 0, size_t(bytes), stream_of(ctx)));
+  if (bytes <= 0) return;
+  ++work().copies;
+  MT_CUDA_CHECK(cudaMemsetAsync(x, 0, size_t(bytes), stream_of(ctx)));
 }
 
 void copy(const Ctx& ctx, void* dst, const void* src, int64_t bytes) {
-  if (bytes > 0)
-    MT_CUDA_CHECK(
-        cudaMemcpyAsync(dst, src, size_t(bytes), cudaMemcpyDeviceToDevice, stream_of(ctx)));
+  if (bytes <= 0) return;
+  ++work().copies;
+  MT_CUDA_CHECK(cudaMemcpyAsync(dst, src, size_t(bytes), cudaMemcpyDeviceToDevice, stream_of(ctx)));
 }
 
 void copy_to_host(const Ctx& ctx, void* host_dst, const void* src, int64_t bytes) {
@@ -80,6 +83,7 @@ void copy_to_host(const Ctx& ctx, void* host_dst, const void* src, int64_t bytes
 
 void copy_from_host(const Ctx& ctx, void* dst, const void* host_src, int64_t bytes) {
   if (bytes <= 0) return;
+  ++work().host_syncs;
   // Synchronised so the host buffer may be reused at once, pinned or not.
   MT_CUDA_CHECK(
       cudaMemcpyAsync(dst, host_src, size_t(bytes), cudaMemcpyHostToDevice, stream_of(ctx)));
@@ -87,7 +91,13 @@ void copy_from_host(const Ctx& ctx, void* dst, const void* host_src, int64_t byt
 }
 
 void synchronize(const Ctx& ctx) {
+  ++work().host_syncs;
   MT_CUDA_CHECK(cudaStreamSynchronize(stream_of(ctx)));
+}
+
+DeviceWork device_work() {
+  const Work& w = work();
+  return DeviceWork{w.launches, w.gemms, w.copies, w.host_syncs};
 }
 
 int device_count() {

@@ -1,12 +1,13 @@
 // defines: the CUDA dialect switch (the real runtime, or the CPU emulation of sim/sim.h when
 //          MTRON_CUDA_SIM is defined), MT_CUDA_CHECK, cuda_fail, check_launch, stream_of, Scratch,
-//          copy_to_host_sync, scale_matrix
+//          copy_to_host_sync, scale_matrix, Work, work
 //
 // Host-side helpers shared by the CUDA kernels (.cu) and the host-only CUDA code (runtime.cpp,
 // allocator.cpp, gemm.cpp). The sim build replaces runtime.cpp and allocator.cpp by
 // sim/runtime_sim.cpp and gemm.cpp by sim/gemm_sim.cpp.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 
@@ -58,6 +59,16 @@ class Scratch {
   void* ptr_ = nullptr;
   [[maybe_unused]] cudaStream_t stream_;  // the emulation runs kernels in order: it needs none
 };
+
+// The counts behind device_work() (kernels/device.h), kept by launch(), the GEMMs, the copies and
+// the synchronisations of the CUDA runtime and of its emulation alike.
+struct Work {
+  std::atomic<int64_t> launches{0}, gemms{0}, copies{0}, host_syncs{0};
+};
+inline Work& work() {
+  static Work w;
+  return w;
+}
 
 // Copies device memory to the host and waits for it (and for the work queued before it).
 void copy_to_host_sync(void* host, const void* dev, size_t bytes, cudaStream_t stream);

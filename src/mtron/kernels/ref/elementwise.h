@@ -104,4 +104,17 @@ double sum_squares(const T* x, int64_t n) {
   return double(acc);
 }
 
+// Each element's multiplier drawn on its own (its own Philox block), at its global index.
+template <typename T>
+void dropout(T* x, const int32_t* pos, int64_t rows, const DropoutRows& d) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t sample = d.sample0 + (d.row0 + r) % d.B;
+    for (int64_t f = 0; f < d.width; ++f) {
+      float z;
+      dropout_scales(&z, d.key, uint64_t((sample * d.S + pos[r]) * d.width + f), 1, 1, d.p);
+      x[r * d.width + f] = T(x[r * d.width + f] * z);
+    }
+  }
+}
+
 }  // namespace mtron::kernels::ref

@@ -28,15 +28,45 @@ std::vector<Acc<T>> moe_scores(const T* l, int64_t E, bool sigmoid) {
   return s;
 }
 
+// Megatron's topk_routing_with_score_function (kernels/moe.h): the choice on the logits, or
+// with a bias or groups on the selection scores (softmax: the logits; sigmoid: sigmoid + bias).
 template <typename T>
 void moe_route(int32_t* idx, T* weight, const T* logits, const MoeRouting& r) {
   const int64_t E = r.E, k = r.k;
-  const bool sigmoid = r.sigmoid;
+  const bool sigmoid = r.sigmoid, plain = !r.bias && r.group_topk == 0;
   for (int64_t t = 0; t < r.T; ++t) {
     const T* l = logits + t * E;
-    std::vector<int32_t> order(static_cast<size_t>(E));
-    std::iota(order.begin(), order.end(), 0);
-    std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return l[a] > l[b]; });
+    std::vector<T> sel(static_cast<size_t>(E));
+    for (int64_t e = 0; e < E; ++e)
+      sel[size_t(e)] =
+          plain || !sigmoid ? l[e] : T(moe_sigmoid<T>(l[e]) + (r.bias ? r.bias[e] : 0));
+    auto by_score = [&](std::vector<int32_t>& v) {
+      std::stable_sort(v.begin(), v.end(), [&](int32_t a, int32_t b) { return sel[a] > sel[b]; });
+    };
+    std::vector<int32_t> order;
+    if (r.group_topk > 0) {  // groups by the sum of their top k / group_topk scores
+      const int64_t per = E / r.groups, m = k / r.group_topk;
+      std::vector<T> gscore(static_cast<size_t>(r.groups));
+      for (int64_t g = 0; g < r.groups; ++g) {
+        std::vector<int32_t> in(static_cast<size_t>(per));
+        std::iota(in.begin(), in.end(), int32_t(g * per));
+        by_score(in);
+        T sum = 0;
+        for (int64_t i = 0; i < m; ++i) sum += sel[size_t(in[size_t(i)])];
+        gscore[size_t(g)] = sum;
+      }
+      std::vector<int32_t> groups(static_cast<size_t>(r.groups));
+      std::iota(groups.begin(), groups.end(), 0);
+      std::stable_sort(groups.begin(), groups.end(),
+                       [&](int32_t a, int32_t b) { return gscore[a] > gscore[b]; });
+      for (int64_t j = 0; j < r.group_topk; ++j)
+        for (int64_t i = 0; i < per; ++i) order.push_back(int32_t(groups[size_t(j)] * per + i));
+    } else {
+      order.resize(static_cast<size_t>(E));
+      std::iota(order.begin(), order.end(), 0);
+    }
+    std::sort(order.begin(), order.end());
+    by_score(order);
     std::vector<T> chosen(static_cast<size_t>(k));
     for (int64_t j = 0; j < k; ++j) {
       idx[t * k + j] = order[size_t(j)];
@@ -45,7 +75,8 @@ void moe_route(int32_t* idx, T* weight, const T* logits, const MoeRouting& r) {
     const std::vector<Acc<T>> w = sigmoid && k == 1
                                       ? std::vector<Acc<T>>{moe_sigmoid<Acc<T>>(chosen[0])}
                                       : moe_scores(chosen.data(), k, sigmoid);
-    for (int64_t j = 0; j < k; ++j) weight[t * k + j] = T(w[size_t(j)]);
+    const Acc<T> c = r.scale > 0 ? Acc<T>(r.scale) : Acc<T>(1);
+    for (int64_t j = 0; j < k; ++j) weight[t * k + j] = T(w[size_t(j)] * c);
   }
 }
 
@@ -159,11 +190,13 @@ void moe_router_backward(T* dlogits,
   for (int64_t t = 0; t < T_; ++t) {
     const T* l = logits + t * E;
     std::vector<Acc<T>> dl(static_cast<size_t>(E), 0);
+    // weight = c p (c the scaling factor): p's gradient is c dweight.
+    const Acc<T> c = r.scale > 0 ? Acc<T>(r.scale) : Acc<T>(1);
     Acc<T> gw = 0;
     for (int64_t j = 0; j < k; ++j) gw += Acc<T>(dweight[t * k + j]) * weight[t * k + j];
     for (int64_t j = 0; j < k; ++j) {
       const int32_t e = idx[t * k + j];
-      const Acc<T> g = dweight[t * k + j], w = weight[t * k + j];
+      const Acc<T> g = c * Acc<T>(dweight[t * k + j]), w = weight[t * k + j] / c;
       if (!sigmoid) {
         dl[size_t(e)] += w * (g - gw);
       } else {

@@ -5,7 +5,7 @@
 
 #include "mtron/kernels/cuda/cuda_ops.h"
 #include "mtron/kernels/cuda/gemm_layout.h"
-#include "mtron/kernels/cuda/sim/sim.h"
+#include "mtron/kernels/cuda/runtime.h"
 
 namespace mtron::kernels::cuda {
 namespace {
@@ -40,6 +40,7 @@ void run(Trans ta,
        {static_cast<const void*>(A), static_cast<const void*>(B), static_cast<const void*>(C)}) {
     sim::check_device_pointer("gemm", p);
   }
+  ++work().gemms;
   const sim::DeviceAccess access;
   const ColMajorGemm g = to_col_major(ta, tb, M, N, K, A, lda, B, ldb, ldc);
   const T* a = static_cast<const T*>(g.a);

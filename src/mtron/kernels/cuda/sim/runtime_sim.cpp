@@ -173,34 +173,47 @@ Scratch::~Scratch() {
   sim_free(ptr_, 0);
 }
 
+// Counted as runtime.cpp counts them: the same calls wait or queue work on a GPU.
 void copy_to_host_sync(void* host, const void* dev, size_t bytes, cudaStream_t) {
-  sim::check_device_pointer("copy_to_host_sync", dev);
+  sim::check_device_pointer("copy_to_host (source)", dev);
+  if (bytes == 0) return;
+  ++work().host_syncs;
   const sim::DeviceAccess access;
-  if (bytes > 0) std::memcpy(host, dev, bytes);
+  std::memcpy(host, dev, bytes);
 }
 
 void fill_zero(const Ctx&, void* x, int64_t bytes) {
   sim::check_device_pointer("fill_zero", x);
+  if (bytes <= 0) return;
+  ++work().copies;
   const sim::DeviceAccess access;
-  if (bytes > 0) std::memset(x, 0, size_t(bytes));
+  std::memset(x, 0, size_t(bytes));
 }
 void copy(const Ctx&, void* dst, const void* src, int64_t bytes) {
   sim::check_device_pointer("copy (destination)", dst);
   sim::check_device_pointer("copy (source)", src);
+  if (bytes <= 0) return;
+  ++work().copies;
   const sim::DeviceAccess access;
-  if (bytes > 0) std::memcpy(dst, src, size_t(bytes));
+  std::memcpy(dst, src, size_t(bytes));
 }
 void copy_to_host(const Ctx&, void* host_dst, const void* src, int64_t bytes) {
-  sim::check_device_pointer("copy_to_host (source)", src);
-  const sim::DeviceAccess access;
-  if (bytes > 0) std::memcpy(host_dst, src, size_t(bytes));
+  copy_to_host_sync(host_dst, src, size_t(bytes), nullptr);
 }
 void copy_from_host(const Ctx&, void* dst, const void* host_src, int64_t bytes) {
   sim::check_device_pointer("copy_from_host (destination)", dst);
+  if (bytes <= 0) return;
+  ++work().host_syncs;
   const sim::DeviceAccess access;
-  if (bytes > 0) std::memcpy(dst, host_src, size_t(bytes));
+  std::memcpy(dst, host_src, size_t(bytes));
 }
-void synchronize(const Ctx&) {}
+void synchronize(const Ctx&) {
+  ++work().host_syncs;
+}
+DeviceWork device_work() {
+  const Work& w = work();
+  return DeviceWork{w.launches, w.gemms, w.copies, w.host_syncs};
+}
 
 // Emulated GPUs per node: enough for the ranks of a test under mpirun (each process has its own
 // emulated device memory; the ordinal changes nothing).

@@ -1,0 +1,140 @@
+// Checkpoints of buffers in device memory, on the CPU emulation of CUDA (mtron_kernels_cudasim,
+// whose device memory the host cannot touch): a checkpoint saved from host buffers loads into
+// device buffers bit for bit, saving from the device writes the same tensors, and padding rows
+// of another vocabulary padding keep the device's values.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <filesystem>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "mtron/checkpoint/checkpoint.h"
+#include "mtron/checkpoint/reader.h"
+#include "mtron/comm/single.h"
+#include "mtron/kernels/device.h"
+#include "mtron/model/gpt.h"
+#include "test_helpers.h"
+
+namespace mtron::checkpoint {
+namespace {
+
+namespace fs = std::filesystem;
+
+ModelConfig tiny(int64_t divisible_by = 128) {
+  ModelConfig m = tests::model_shape(2, 32, 4, 8, 100);
+  m.make_vocab_size_divisible_by = divisible_by;
+  m.finalize();
+  return m;
+}
+
+// A single-process model with its optimizer moments, all on device d.
+struct Model {
+  ModelConfig cfg;
+  kernels::Ctx k;
+  model::GPTChunk chunk;
+  Tensor m, v;
+  Model(const ModelConfig& c, uint64_t seed, Device d)
+      : cfg(c), k{d}, chunk(cfg, {0, c.num_layers, true, true}, parallel::TensorParallel{}, {}) {
+    model::ParamBuffer& p = chunk.params();
+    p.allocate(Precision::kFP32, 1, 0, k);
+    p.init(seed);
+    std::mt19937 rng{unsigned(seed)};
+    std::normal_distribution<float> n;
+    std::vector<float> hm(size_t(p.size())), hv(hm.size());
+    for (auto& x : hm) x = n(rng);
+    for (auto& x : hv) x = std::abs(n(rng));
+    m = Tensor::empty({p.size()}, DType::kF32, d);
+    v = Tensor::empty({p.size()}, DType::kF32, d);
+    kernels::copy_from_host(k, m.f32(), hm.data(), p.size() * 4);
+    kernels::copy_from_host(k, v.f32(), hv.data(), p.size() * 4);
+  }
+  std::vector<ChunkState> state() {
+    return {{&chunk.params(), m.f32(), v.f32(), {{0, chunk.params().size()}}, false, {}}};
+  }
+  std::vector<float> host(const Tensor& t) const {
+    std::vector<float> h(size_t(t.numel()));
+    kernels::copy_to_host(k, h.data(), t.f32(), t.numel() * 4);
+    return h;
+  }
+};
+
+class CheckpointCudaSim : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    kernels::init_device(Device::kCUDA, 0);
+    dir_ = testing::TempDir() + "/ckcudasim_" +
+           ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    fs::remove_all(dir_);
+    world_ = make_single_comm();
+    g_ = RankGroups{world_.get(), world_.get(), 0};
+  }
+  std::string save(Model& m, const std::string& sub, int64_t it) {
+    RunInfo info;
+    info.model = m.cfg;
+    info.seed = 1;
+    return save_checkpoint(dir_ + "/" + sub, m.state(), info, Progress{it, it * 4, it, it * 4, {}},
+                           g_, 0);
+  }
+  std::string dir_;
+  std::unique_ptr<Comm> world_;
+  RankGroups g_;
+};
+
+// Every tensor of the two checkpoints, bit for bit; returns how many were compared.
+int expect_same_tensors(const std::string& a, const std::string& b) {
+  const CheckpointReader ra(a), rb(b);
+  EXPECT_EQ(ra.keys(), rb.keys());
+  int n = 0;
+  for (const std::string& key : ra.keys()) {
+    const Tensor ta = ra.read_global(key), tb = rb.read_global(key);
+    EXPECT_EQ(ta.shape(), tb.shape()) << key;
+    EXPECT_EQ(std::memcmp(ta.f32(), tb.f32(), size_t(ta.numel()) * 4), 0) << key;
+    ++n;
+  }
+  return n;
+}
+
+TEST_F(CheckpointCudaSim, HostToDeviceToHostIsBitExact) {
+  Model cpu(tiny(), 1, Device::kCPU), gpu(tiny(), 2, Device::kCUDA);
+  const std::string a = save(cpu, "cpu", 3);
+  load_checkpoint(a, gpu.state(), g_, true);
+  const std::vector<float> wm = gpu.host(gpu.chunk.params().master_flat());
+  const std::vector<float> mm = gpu.host(gpu.m), mv = gpu.host(gpu.v);
+  for (const model::ParamSpec& s : cpu.chunk.params().specs()) {  // (not the alignment padding)
+    const size_t b = size_t(s.offset), n = size_t(s.numel()) * 4;
+    EXPECT_EQ(std::memcmp(cpu.chunk.params().master_flat().f32() + b, wm.data() + b, n), 0)
+        << s.name;
+    EXPECT_EQ(std::memcmp(cpu.m.f32() + b, mm.data() + b, n), 0) << s.name;
+    EXPECT_EQ(std::memcmp(cpu.v.f32() + b, mv.data() + b, n), 0) << s.name;
+  }
+  // Saved again from the device, and loaded back on the host.
+  const std::string b = save(gpu, "gpu", 3);
+  EXPECT_GT(expect_same_tensors(a, b), 30);
+  Model back(tiny(), 3, Device::kCPU);
+  load_checkpoint(b, back.state(), g_, true);
+  EXPECT_EQ(std::memcmp(back.chunk.params().master_flat().f32(),
+                        cpu.chunk.params().master_flat().f32(), size_t(cpu.m.numel()) * 4),
+            0);
+}
+
+TEST_F(CheckpointCudaSim, PaddingRowsKeepTheDeviceValues) {
+  Model cpu(tiny(128), 1, Device::kCPU);
+  save(cpu, "cpu", 1);
+  Model gpu(tiny(1024), 2, Device::kCUDA);  // 1024 rows where the checkpoint has 128
+  const int h = gpu.chunk.word_embedding();
+  const model::ParamSpec& s = gpu.chunk.params().spec(h);
+  const std::vector<float> before = gpu.host(gpu.chunk.params().master_flat());
+  load_checkpoint(dir_ + "/cpu/iter_0000001", gpu.state(), g_, true);
+  const std::vector<float> after = gpu.host(gpu.chunk.params().master_flat());
+  const int64_t hidden = 32, stored = 128 * hidden;
+  const float* w = cpu.chunk.params().master(cpu.chunk.word_embedding());
+  EXPECT_EQ(std::memcmp(w, after.data() + s.offset, size_t(stored) * 4), 0);
+  EXPECT_EQ(std::memcmp(before.data() + s.offset + stored, after.data() + s.offset + stored,
+                        size_t(s.numel() - stored) * 4),
+            0);
+}
+
+}  // namespace
+}  // namespace mtron::checkpoint

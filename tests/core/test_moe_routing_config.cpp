@@ -1,0 +1,102 @@
+// --moe-layer-freq's list expressions (core/moe_layer_freq.h) and the DeepSeek routing options'
+// checks, with Megatron's messages.
+#include <gtest/gtest.h>
+
+#include "mtron/core/model_config.h"
+#include "mtron/core/moe_layer_freq.h"
+#include "test_helpers.h"
+
+namespace mtron {
+namespace {
+
+using tests::error_of;
+
+std::vector<int64_t> pattern(const std::string& s) {
+  int64_t freq = 0;
+  std::vector<int64_t> p;
+  parse_moe_layer_freq(s, freq, p);
+  return p;
+}
+
+TEST(MoeLayerFreq, IntegersAndListExpressions) {
+  int64_t freq = 0;
+  std::vector<int64_t> p;
+  parse_moe_layer_freq("3", freq, p);
+  EXPECT_EQ(freq, 3);
+  EXPECT_TRUE(p.empty());
+  EXPECT_EQ(pattern("[0,1,1]"), (std::vector<int64_t>{0, 1, 1}));
+  EXPECT_EQ(pattern("([0]*3+[1]*2)"), (std::vector<int64_t>{0, 0, 0, 1, 1}));
+  EXPECT_EQ(pattern("([1]*2+[0]*1)*2"), (std::vector<int64_t>{1, 1, 0, 1, 1, 0}));
+  EXPECT_EQ(pattern("2*[1,0]"), (std::vector<int64_t>{1, 0, 1, 0}));
+  EXPECT_EQ(pattern("[0]+[1]*(2+1)"), (std::vector<int64_t>{0, 1, 1, 1}));
+  EXPECT_EQ(moe_layer_freq_string(1, {0, 1, 1}), "[0,1,1]");
+  EXPECT_EQ(moe_layer_freq_string(2, {}), "2");
+}
+
+TEST(MoeLayerFreq, MalformedIsMegatronsError) {
+  int64_t freq = 0;
+  std::vector<int64_t> p;
+  for (const char* bad : {"[0,1", "[0]*[1]", "[0] 1", "[a]", "([0]*2", "[0]+2", "[]"}) {
+    EXPECT_EQ(error_of([&] { parse_moe_layer_freq(bad, freq, p); }),
+              std::string("Invalid pattern: ") + bad)
+        << bad;
+  }
+  EXPECT_NE(error_of([&] { parse_moe_layer_freq("x", freq, p); }).find("invalid int value"),
+            std::string::npos);
+}
+
+ModelConfig moe() {
+  ModelConfig m = tests::model_shape(4, 64, 8, 32, 500);
+  m.num_experts = 16;
+  m.moe_router_topk = 4;
+  return m;
+}
+
+TEST(MoeRouting, LayerPatternLength) {
+  ModelConfig m = moe();
+  m.moe_layer_pattern = {0, 1, 1};
+  EXPECT_EQ(error_of([&] { m.finalize(); }),
+            "Invalid length of moe_layer_pattern: 3, expected 4, current moe layer pattern: "
+            "[0, 1, 1]");
+  m.moe_layer_pattern = {0, 1, 1, 1};
+  m.finalize();
+  EXPECT_EQ(m.num_moe_layers(), 3);
+  EXPECT_FALSE(m.is_moe_layer(0));
+  EXPECT_TRUE(m.is_moe_layer(3));
+}
+
+TEST(MoeRouting, GroupLimitedChecks) {
+  ModelConfig m = moe();
+  m.moe_router_group_topk = 2;
+  EXPECT_EQ(error_of([&] { m.finalize(); }),
+            "When using group limited routing, moe_router_num_groups must be specified.");
+  m = moe();
+  m.moe_router_group_topk = 2;
+  m.moe_router_num_groups = 3;
+  EXPECT_EQ(error_of([&] { m.finalize(); }),
+            "num_moe_experts (16) should be divisible by moe_router_num_groups (3).");
+  m.moe_router_num_groups = 4;
+  m.moe_router_group_topk = 8;
+  EXPECT_EQ(error_of([&] { m.finalize(); }),
+            "moe_router_group_topk (8) should be smaller than moe_router_num_groups (4).");
+  m.moe_router_group_topk = 1;
+  m.moe_router_topk = 8;  // one group of 4 experts cannot hold 8
+  EXPECT_NE(error_of([&] { m.finalize(); }).find("--moe-router-topk (8) must be in"),
+            std::string::npos);
+  m.moe_router_group_topk = 2;
+  m.finalize();
+}
+
+TEST(MoeRouting, ExpertBiasNeedsSigmoid) {
+  ModelConfig m = moe();
+  m.moe_router_enable_expert_bias = true;
+  EXPECT_NE(error_of([&] {
+              m.finalize();
+            }).find("Expert bias for aux-loss-free routing only supports 'sigmoid'"),
+            std::string::npos);
+  m.moe_router_score_function = RouterScore::kSigmoid;
+  m.finalize();
+}
+
+}  // namespace
+}  // namespace mtron
