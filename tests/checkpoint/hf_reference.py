@@ -1,14 +1,16 @@
 #!/usr/bin/python3
 """Hugging Face export/import against an independent PyTorch implementation.
 
-  hf_reference.py MTRON TOOL WORKDIR ARCH       (ARCH: gpt2, llama or moe)
+  hf_reference.py MTRON TOOL WORKDIR ARCH   (ARCH: gpt2, llama, moe, qwen3 or qwen3moe_mixed)
 
 1. trains a tiny ARCH model a few iterations (`mtron train --save`), exports it
    (`mtron export`), and checks that GPT2LMHeadModel / LlamaForCausalLM / MixtralForCausalLM
-   (moe) written here from the transformers equations (torch, float64; the folder read with
-   numpy only: transformers and safetensors are not installed) computes mtron's logits
-   (rel <= 1e-5), and that greedy generation (`mtron generate --temperature 0`) picks the
-   reference's argmax tokens; for moe, that MoE models Mixtral cannot express are refused;
+   (moe) / Qwen3ForCausalLM (qwen3: llama with --qk-layernorm) / Qwen3MoeForCausalLM
+   (qwen3moe_mixed: a dense first layer, then experts, as mlp_only_layers [0]) written here from
+   the transformers equations (torch, float64; the folder read with numpy only: transformers and
+   safetensors are not installed) computes mtron's logits (rel <= 1e-5), and that greedy
+   generation (`mtron generate --temperature 0`) picks the reference's argmax tokens; for the MoE
+   models, that configurations the class cannot express are refused;
 2. the same for a sharded export (model.safetensors.index.json) and a bfloat16 export;
 3. `mtron import` of the export gives back the checkpoint's tensors bit for bit (the real
    vocabulary rows), exporting that again gives byte-identical files, and `mtron train --load`
@@ -116,7 +118,36 @@ def mixtral_moe(cfg, w, p, m):
     return out
 
 
+def qwen3_moe(cfg, w, p, m):
+    """Qwen3MoeSparseMoeBlock: the router mlp.gate, softmax over all logits, top-k, the k weights
+    renormalised (norm_topk_prob), each expert down_proj(silu(gate_proj x) * up_proj x)."""
+    assert cfg["norm_topk_prob"]
+    probs = torch.softmax(m @ w[p + "mlp.gate.weight"].T, -1)
+    top, idx = torch.topk(probs, cfg["num_experts_per_tok"], -1)
+    top = top / top.sum(-1, keepdim=True)
+    out = torch.zeros_like(m)
+    for e in range(cfg["num_experts"]):
+        x = p + "mlp.experts.%d." % e
+        f = lambda n: m @ w[x + n + ".weight"].T
+        y = (torch.nn.functional.silu(f("gate_proj")) * f("up_proj")) @ w[x + "down_proj.weight"].T
+        out = out + (top * (idx == e)).sum(-1, keepdim=True) * y
+    return out
+
+
+def mlp_of(cfg, layer):
+    """The MLP of `layer`: Mixtral's experts everywhere; Qwen3-MoE's where the layer is not in
+    mlp_only_layers and (layer + 1) is a multiple of decoder_sparse_step; else the dense MLP."""
+    if cfg["model_type"] == "mixtral":
+        return mixtral_moe
+    if cfg["model_type"] == "qwen3_moe" and layer not in cfg.get("mlp_only_layers", []) and \
+            (layer + 1) % cfg.get("decoder_sparse_step", 1) == 0:
+        return qwen3_moe
+    return llama_mlp
+
+
 def llama_logits(cfg, w, ids):
+    """LlamaForCausalLM, MixtralForCausalLM, Qwen3ForCausalLM and Qwen3MoeForCausalLM (Qwen3:
+    RMSNorm q_norm/k_norm over each head's head_dim, before RoPE)."""
     h, H, G = cfg["hidden_size"], cfg["num_attention_heads"], cfg["num_key_value_heads"]
     D, eps, S = cfg["head_dim"], cfg["rms_norm_eps"], len(ids)
     bias = lambda name: w.get(name, 0.0)
@@ -134,14 +165,17 @@ def llama_logits(cfg, w, ids):
         p = "model.layers.%d." % i
         a = rms(x, p + "input_layernorm")
         proj = lambda n: a @ w[p + "self_attn.%s.weight" % n].T + bias(p + "self_attn.%s.bias" % n)
-        q = rope(proj("q_proj").reshape(S, H, D).transpose(0, 1))
-        k = rope(proj("k_proj").reshape(S, G, D).transpose(0, 1))
+        q = proj("q_proj").reshape(S, H, D).transpose(0, 1)
+        k = proj("k_proj").reshape(S, G, D).transpose(0, 1)
+        if cfg["model_type"] in ("qwen3", "qwen3_moe"):
+            q, k = rms(q, p + "self_attn.q_norm"), rms(k, p + "self_attn.k_norm")
+        q, k = rope(q), rope(k)
         v = proj("v_proj").reshape(S, G, D).transpose(0, 1)
         k, v = k.repeat_interleave(H // G, 0), v.repeat_interleave(H // G, 0)  # repeat_kv
         o = attention(q, k, v).transpose(0, 1).reshape(S, H * D)
         x = x + o @ w[p + "self_attn.o_proj.weight"].T + bias(p + "self_attn.o_proj.bias")
         m = rms(x, p + "post_attention_layernorm")
-        x = x + (mixtral_moe if cfg["model_type"] == "mixtral" else llama_mlp)(cfg, w, p, m)
+        x = x + mlp_of(cfg, i)(cfg, w, p, m)
     x = rms(x, "model.norm")
     head = w["model.embed_tokens.weight"] if cfg["tie_word_embeddings"] else w["lm_head.weight"]
     return x @ head.T
@@ -241,20 +275,31 @@ def main():
     ok &= same and len(a) == 3
     print("%s train --load import == train --load original --finetune: %s (losses %s)" %
           (arch, same, " ".join("%.6f" % r["lm_loss"] for r in b)))
-    if arch == "moe":
-        ok &= mixtral_refusals(mtron, work)
+    if arch in REFUSALS:
+        ok &= moe_refusals(mtron, work, arch)
     return 0 if ok else 1
 
 
-def mixtral_refusals(mtron, work):
-    """MoE models Mixtral cannot express: export exits 2 with the reason."""
+# MoE models the exported class cannot express, and the reason export names.
+REFUSALS = {
+    "moe": (("--moe-router-score-function sigmoid", "MixtralForCausalLM routes by softmax"),
+            ("--moe-shared-expert-intermediate-size 64",
+             "MixtralForCausalLM has no shared experts"),
+            ("--moe-layer-freq 2", "MixtralForCausalLM has experts in every layer")),
+    "qwen3moe_mixed": (("--moe-router-score-function sigmoid",
+                        "Qwen3MoeForCausalLM routes by softmax"),
+                       ("--moe-shared-expert-intermediate-size 64",
+                        "Qwen3MoeForCausalLM has no shared experts")),
+}
+
+
+def moe_refusals(mtron, work, arch):
+    """MoE models the architecture cannot express: export exits 2 with the reason."""
     ok = True
-    for flags, why in (("--moe-router-score-function sigmoid", "routes by softmax"),
-                       ("--moe-shared-expert-intermediate-size 64", "has no shared experts"),
-                       ("--moe-layer-freq 2", "has experts in every layer")):
+    for flags, why in REFUSALS[arch]:
         ck = os.path.join(work, "refuse_" + flags.split()[0].strip("-"))
-        run([mtron, "train"] + COMMON + ARCH["moe"] + flags.split() +
-            ["--num-layers", "2", "--train-iters", "1", "--save", ck, "--save-interval", "1",
+        run([mtron, "train"] + COMMON + ARCH[arch] + flags.split() +
+            ["--train-iters", "1", "--save", ck, "--save-interval", "1",
              "--metrics-file", ck + ".jsonl"])
         p = subprocess.run([mtron, "export", "--load", ck, "--output", ck + "_hf"], env=env(),
                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)

@@ -12,10 +12,12 @@
 
 #include "mtron/checkpoint/checkpoint.h"
 #include "mtron/checkpoint/file_io.h"
+#include "mtron/checkpoint/hf_config.h"
 #include "mtron/checkpoint/reader.h"
 #include "mtron/checkpoint/safetensors.h"
 #include "mtron/comm/single.h"
 #include "mtron/core/log.h"
+#include "mtron/core/moe_layer_freq.h"
 #include "mtron/model/gpt.h"
 
 namespace mtron::checkpoint {
@@ -74,60 +76,6 @@ int64_t link_index(const Link& l, const Qkv& q, int64_t e) {
     }
   }
   return 0;
-}
-
-// Why Mixtral cannot express this MoE model ("" if it can).
-std::string mixtral_reason(const ModelConfig& c) {
-  const char* no = "MixtralForCausalLM ";
-  if (c.normalization != Normalization::kRMSNorm ||
-      c.position_embedding_type != PositionEmbedding::kRope || !c.swiglu)
-    return std::string(no) + "is RMSNorm, RoPE and SwiGLU experts";
-  if (c.rotary_percent != 1.0f)
-    return std::string(no) + "rotates every channel (--rotary-percent 1)";
-  if (c.add_bias_linear) return std::string(no) + "has no biases (--disable-bias-linear)";
-  if (c.moe_router_score_function != RouterScore::kSoftmax)
-    return std::string(no) + "routes by softmax (not --moe-router-score-function sigmoid)";
-  if (c.moe_shared_expert_intermediate_size > 0)
-    return std::string(no) + "has no shared experts (--moe-shared-expert-intermediate-size)";
-  if (c.num_moe_layers() != c.num_layers)
-    return std::string(no) + "has experts in every layer (--moe-layer-freq 1)";
-  if (c.moe_router_group_topk > 0 || c.moe_router_topk_scaling_factor > 0 ||
-      c.moe_router_enable_expert_bias)
-    return std::string(no) + "routes without groups, scaling factor or expert bias";
-  return "";
-}
-
-std::string arch_reason(const ModelConfig& c) {
-  if (c.mla.enabled) return "no Hugging Face export for --multi-latent-attention (DeepSeek-V2/V3)";
-  if (c.qk_layernorm) return "mtron's Hugging Face conversion has no --qk-layernorm (Qwen3) yet";
-  if (c.is_moe()) return mixtral_reason(c);
-  const bool gpt2 = c.normalization == Normalization::kLayerNorm &&
-                    c.position_embedding_type == PositionEmbedding::kLearnedAbsolute && !c.swiglu;
-  const bool llama = c.normalization == Normalization::kRMSNorm &&
-                     c.position_embedding_type == PositionEmbedding::kRope && c.swiglu;
-  if (gpt2) {
-    if (!c.add_bias_linear) return "GPT2LMHeadModel needs biases (no --disable-bias-linear)";
-    if (c.query_groups() != c.num_attention_heads)
-      return "GPT2LMHeadModel has no grouped-query attention";
-    if (c.kv_channels * c.num_attention_heads != c.hidden_size) {
-      return "GPT2LMHeadModel needs --kv-channels = hidden / heads";
-    }
-    return "";
-  }
-  if (llama) {
-    if (c.rotary_percent != 1.0f)
-      return "LlamaForCausalLM rotates every channel (--rotary-percent 1)";
-    return "";
-  }
-  return "neither GPT2LMHeadModel (LayerNorm, learned positions, GELU) nor LlamaForCausalLM "
-         "(RMSNorm, RoPE, SwiGLU)";
-}
-
-HfArch arch_of(const ModelConfig& c) {
-  const std::string why = arch_reason(c);
-  MT_CHECK(why.empty(), "cannot convert this model to Hugging Face: ", why);
-  if (c.is_moe()) return HfArch::kMixtral;
-  return c.normalization == Normalization::kLayerNorm ? HfArch::kGPT2 : HfArch::kLlama;
 }
 
 // Every HF tensor of the model and where it lives in the Megatron-Core tensors.
@@ -197,18 +145,27 @@ std::vector<Link> links(const ModelConfig& c, HfArch arch) {
         qkv_rows(t + "self_attn." + names[p] + ".weight", qkv + "weight", p, h);
         if (bias) qkv_rows(t + "self_attn." + names[p] + ".bias", qkv + "bias", p, 1);
       }
+      if (c.qk_layernorm) {
+        copy(t + "self_attn.q_norm.weight", m + "self_attention.q_layernorm.weight", {D});
+        copy(t + "self_attn.k_norm.weight", m + "self_attention.k_layernorm.weight", {D});
+      }
       copy(t + "self_attn.o_proj.weight", m + "self_attention.linear_proj.weight", {h, H * D});
       if (bias) copy(t + "self_attn.o_proj.bias", m + "self_attention.linear_proj.bias", {h});
       copy(t + "post_attention_layernorm.weight", m + "pre_mlp_layernorm.weight", {h});
-      if (arch == HfArch::kMixtral) {
+      if (c.is_moe_layer(i)) {  // Mixtral's block_sparse_moe or Qwen3-MoE's mlp
         const int64_t E = c.num_experts, Fm = c.moe_ffn();
-        copy(t + "block_sparse_moe.gate.weight", m + "mlp.router.weight", {E, h});
+        const bool mixtral = arch == HfArch::kMixtral;
+        const std::string moe = t + (mixtral ? "block_sparse_moe." : "mlp.");
+        const char* gate = mixtral ? "w1" : "gate_proj";
+        const char* up = mixtral ? "w3" : "up_proj";
+        const char* down = mixtral ? "w2" : "down_proj";
+        copy(moe + "gate.weight", m + "mlp.router.weight", {E, h});
         for (int64_t e = 0; e < E; ++e) {
-          const std::string x = fmt::format("{}block_sparse_moe.experts.{}.", t, e),
+          const std::string x = fmt::format("{}experts.{}.", moe, e),
                             y = fmt::format("{}mlp.experts.local_experts.{}.", m, e);
-          copy(x + "w1.weight", y + "linear_fc1.weight", {Fm, h}, 0);       // gate
-          copy(x + "w3.weight", y + "linear_fc1.weight", {Fm, h}, Fm * h);  // up
-          copy(x + "w2.weight", y + "linear_fc2.weight", {h, Fm});          // down
+          copy(x + gate + ".weight", y + "linear_fc1.weight", {Fm, h}, 0);
+          copy(x + up + ".weight", y + "linear_fc1.weight", {Fm, h}, Fm * h);
+          copy(x + down + ".weight", y + "linear_fc2.weight", {h, Fm});
         }
         continue;
       }
@@ -225,55 +182,6 @@ std::vector<Link> links(const ModelConfig& c, HfArch arch) {
   }
   if (c.untie_embeddings_and_output_weights) copy("lm_head.weight", "output_layer.weight", {V, h});
   return ls;
-}
-
-ordered_json hf_config(const ModelConfig& c, HfArch arch, const std::string& dtype) {
-  ordered_json j;
-  if (arch == HfArch::kGPT2) {
-    j["architectures"] = {"GPT2LMHeadModel"};
-    j["model_type"] = "gpt2";
-    j["vocab_size"] = c.vocab_size;
-    j["n_positions"] = c.max_position_embeddings;
-    j["n_embd"] = c.hidden_size;
-    j["n_layer"] = c.num_layers;
-    j["n_head"] = c.num_attention_heads;
-    j["n_inner"] = c.ffn() == 4 * c.hidden_size ? json(nullptr) : json(c.ffn());
-    j["activation_function"] = "gelu_new";
-    j["layer_norm_epsilon"] = std::stod(fmt::format("{}", c.norm_epsilon));
-    j["tie_word_embeddings"] = !c.untie_embeddings_and_output_weights;
-  } else {
-    const bool mixtral = arch == HfArch::kMixtral;
-    j["architectures"] = {hf_arch_name(arch)};
-    j["model_type"] = mixtral ? "mixtral" : "llama";
-    j["vocab_size"] = c.vocab_size;
-    j["hidden_size"] = c.hidden_size;
-    j["intermediate_size"] = mixtral ? c.moe_ffn() : c.ffn();
-    j["num_hidden_layers"] = c.num_layers;
-    j["num_attention_heads"] = c.num_attention_heads;
-    j["num_key_value_heads"] = c.query_groups();
-    j["head_dim"] = c.kv_channels;
-    j["hidden_act"] = "silu";
-    j["max_position_embeddings"] = c.max_position_embeddings;
-    j["rms_norm_eps"] = std::stod(fmt::format("{}", c.norm_epsilon));
-    j["rope_theta"] = std::stod(fmt::format("{}", c.rotary_base));
-    if (mixtral) {
-      j["sliding_window"] = nullptr;
-      j["num_local_experts"] = c.num_experts;
-      j["num_experts_per_tok"] = c.moe_router_topk;
-      j["router_aux_loss_coef"] = c.moe_router_load_balancing_type == RouterLoadBalancing::kNone
-                                      ? 0.0
-                                      : std::stod(fmt::format("{}", c.moe_aux_loss_coeff));
-      j["output_router_logits"] = false;
-      j["router_jitter_noise"] = 0.0;
-    } else {
-      j["rope_scaling"] = nullptr;
-      j["attention_bias"] = c.add_bias_linear;
-      j["mlp_bias"] = c.add_bias_linear;
-    }
-    j["tie_word_embeddings"] = !c.untie_embeddings_and_output_weights;
-  }
-  j["torch_dtype"] = dtype;
-  return j;
 }
 
 // Copies the tokenizer files the run named into the exported folder (what transformers loads).
@@ -315,104 +223,6 @@ std::vector<uint16_t> to_bf16(const std::vector<float>& x) {
   std::vector<uint16_t> y(x.size());
   for (size_t i = 0; i < x.size(); ++i) y[i] = float_to_bf16(x[i]).bits;
   return y;
-}
-
-json read_json_file(const fs::path& p) {
-  const std::string text = read_small_file(p.string(), 64 << 20);
-  MT_CHECK(json_depth_ok(text, 16), p.string(), " nests too deeply");
-  json j = json::parse(text, nullptr, false);
-  MT_CHECK(!j.is_discarded() && j.is_object(), p.string(), " is not a JSON object");
-  return j;
-}
-
-template <typename T>
-T cfg_get(const json& j, const char* key, const std::string& file) {
-  MT_CHECK(j.contains(key) && !j[key].is_null(), file, ": missing '", key, "'");
-  if constexpr (std::is_same_v<T, bool>) {
-    MT_CHECK(j[key].is_boolean(), file, ": '", key, "' is not a boolean");
-  } else if constexpr (std::is_integral_v<T>) {  // get<int>() of a float is UB when out of range
-    MT_CHECK(j[key].is_number_integer(), file, ": '", key, "' is not an integer");
-  }
-  try {
-    return j[key].get<T>();
-  } catch (const json::exception&) {
-    MT_CHECK(false, file, ": '", key, "' has the wrong type");
-  }
-  return T{};
-}
-template <typename T>
-T cfg_or(const json& j, const char* key, T fallback, const std::string& file) {
-  return j.contains(key) && !j[key].is_null() ? cfg_get<T>(j, key, file) : fallback;
-}
-
-std::pair<ModelConfig, HfArch> config_from_hf(const fs::path& dir, const HfImportOptions& o) {
-  const std::string file = (dir / "config.json").string();
-  const json j = read_json_file(dir / "config.json");
-  const std::string type = cfg_or<std::string>(j, "model_type", "", file);
-  ModelConfig m;
-  HfArch arch;
-  if (type == "gpt2") {
-    arch = HfArch::kGPT2;
-    m.hidden_size = cfg_get<int64_t>(j, "n_embd", file);
-    m.num_layers = cfg_get<int64_t>(j, "n_layer", file);
-    m.num_attention_heads = cfg_get<int64_t>(j, "n_head", file);
-    m.max_position_embeddings = cfg_get<int64_t>(j, "n_positions", file);
-    m.ffn_hidden_size = cfg_or<int64_t>(j, "n_inner", 4 * m.hidden_size, file);
-    const auto act = cfg_or<std::string>(j, "activation_function", "gelu_new", file);
-    MT_CHECK(act == "gelu_new" || act == "gelu_pytorch_tanh", file, ": activation_function '", act,
-             "' is not supported (mtron's GELU is the tanh approximation, gelu_new)");
-    m.norm_epsilon = float(cfg_or<double>(j, "layer_norm_epsilon", 1e-5, file));
-    m.untie_embeddings_and_output_weights = !cfg_or<bool>(j, "tie_word_embeddings", true, file);
-  } else if (type == "llama" || type == "mixtral") {
-    arch = type == "llama" ? HfArch::kLlama : HfArch::kMixtral;
-    m.hidden_size = cfg_get<int64_t>(j, "hidden_size", file);
-    m.num_layers = cfg_get<int64_t>(j, "num_hidden_layers", file);
-    m.num_attention_heads = cfg_get<int64_t>(j, "num_attention_heads", file);
-    const auto kv = cfg_or<int64_t>(j, "num_key_value_heads", m.num_attention_heads, file);
-    m.group_query_attention = kv != m.num_attention_heads;
-    m.num_query_groups = kv;
-    m.kv_channels = cfg_or<int64_t>(j, "head_dim", 0, file);
-    m.ffn_hidden_size = cfg_get<int64_t>(j, "intermediate_size", file);
-    m.max_position_embeddings = cfg_get<int64_t>(j, "max_position_embeddings", file);
-    const auto act = cfg_or<std::string>(j, "hidden_act", "silu", file);
-    MT_CHECK(act == "silu", file, ": hidden_act '", act, "' is not supported (SwiGLU uses silu)");
-    MT_CHECK(!j.contains("rope_scaling") || j["rope_scaling"].is_null(), file,
-             ": rope_scaling is not supported");
-    m.swiglu = true;
-    m.normalization = Normalization::kRMSNorm;
-    m.position_embedding_type = PositionEmbedding::kRope;
-    m.norm_epsilon = float(cfg_or<double>(j, "rms_norm_eps", 1e-6, file));
-    m.rotary_base = float(cfg_or<double>(j, "rope_theta", 10000.0, file));
-    m.untie_embeddings_and_output_weights = !cfg_or<bool>(j, "tie_word_embeddings", false, file);
-    const bool ab = cfg_or<bool>(j, "attention_bias", false, file);
-    const bool mb = cfg_or<bool>(j, "mlp_bias", false, file);
-    MT_CHECK(ab == mb, file,
-             ": attention_bias and mlp_bias differ (Megatron has one switch, "
-             "--disable-bias-linear)");
-    m.add_bias_linear = ab;
-    if (arch == HfArch::kMixtral) {
-      m.num_experts = cfg_get<int64_t>(j, "num_local_experts", file);
-      m.moe_router_topk = cfg_get<int64_t>(j, "num_experts_per_tok", file);
-      m.moe_ffn_hidden_size = m.ffn_hidden_size;
-      m.moe_aux_loss_coeff = float(cfg_or<double>(j, "router_aux_loss_coef", 0.0, file));
-      MT_CHECK(cfg_or<double>(j, "router_jitter_noise", 0.0, file) == 0.0, file,
-               ": router_jitter_noise is not supported (mtron's router has no jitter)");
-      const auto window = cfg_or<int64_t>(j, "sliding_window", 0, file);
-      MT_CHECK(window == 0 || window >= m.max_position_embeddings, file, ": sliding_window ",
-               window, " is not supported (mtron's attention is full causal)");
-    }
-  } else {
-    MT_CHECK(false, file, ": model_type '", type, "' is not supported (gpt2, llama, mixtral)");
-  }
-  m.vocab_size = cfg_get<int64_t>(j, "vocab_size", file);
-  m.make_vocab_size_divisible_by = o.make_vocab_size_divisible_by;
-  m.seq_length = o.seq_length > 0 ? o.seq_length : m.max_position_embeddings;
-  try {
-    m.finalize();
-  } catch (const Error& e) {
-    throw Error(file + ": " + e.what());
-  }
-  return {m, arch};
 }
 
 // The weight files of an HF folder: name -> (file, entry).
@@ -524,7 +334,11 @@ std::string model_flags(const ModelConfig& c) {
     f += fmt::format(
         " --num-experts {} --moe-ffn-hidden-size {} --moe-router-topk {} --moe-aux-loss-coeff {}",
         c.num_experts, c.moe_ffn(), c.moe_router_topk, c.moe_aux_loss_coeff);
+    if (c.num_moe_layers() != c.num_layers) {
+      f += " --moe-layer-freq " + moe_layer_freq_string(c.moe_layer_freq, c.moe_layer_pattern);
+    }
   }
+  if (c.qk_layernorm) f += " --qk-layernorm";
   return f;
 }
 
@@ -547,6 +361,10 @@ const char* hf_arch_name(HfArch a) {
       return "LlamaForCausalLM";
     case HfArch::kMixtral:
       return "MixtralForCausalLM";
+    case HfArch::kQwen3:
+      return "Qwen3ForCausalLM";
+    case HfArch::kQwen3Moe:
+      return "Qwen3MoeForCausalLM";
   }
   return "";
 }
@@ -574,7 +392,7 @@ HfArch export_hf(const std::string& load_dir, const std::string& out, const HfEx
   MT_CHECK(dir, "no checkpoint in --load ", load_dir);
   const CheckpointReader reader(*dir);
   const ModelConfig& c = reader.manifest().model;
-  const HfArch arch = arch_of(c);
+  const HfArch arch = hf_arch_of(c);
   // "hf/" names the folder hf: the temporary folder goes beside it, not into it.
   std::string name = out;
   while (name.size() > 1 && name.back() == '/') name.pop_back();
@@ -648,7 +466,8 @@ HfArch export_hf(const std::string& load_dir, const std::string& out, const HfEx
     const json index = {{"metadata", {{"total_size", total}}}, {"weight_map", weight_map}};
     write_file_atomic((tmp / "model.safetensors.index.json").string(), index.dump(2) + "\n");
   }
-  write_file_atomic((tmp / "config.json").string(), hf_config(c, arch, o.dtype).dump(2) + "\n");
+  write_file_atomic((tmp / "config.json").string(),
+                    hf_config_json(c, arch, o.dtype).dump(2) + "\n");
   export_tokenizer(reader.manifest().tokenizer, tmp, c);
   fs::remove(dst);  // empty or absent
   fs::rename(tmp, dst);
@@ -662,8 +481,8 @@ HfArch export_hf(const std::string& load_dir, const std::string& out, const HfEx
 HfArch import_hf(const std::string& hf_dir, const std::string& out, const HfImportOptions& o) {
   const fs::path src(hf_dir);
   MT_CHECK(fs::is_directory(src), "--input ", hf_dir, " is not a directory");
-  auto [cfg, arch] = config_from_hf(src, o);
-  MT_CHECK(arch_of(cfg) == arch, "internal: architecture mismatch");
+  auto [cfg, arch] = hf_model_config(src, o);
+  MT_CHECK(hf_arch_of(cfg) == arch, "internal: architecture mismatch");
   const HfWeights w(src);
   model::GPTChunk chunk(cfg, {0, cfg.num_layers, true, true}, parallel::TensorParallel{}, {});
   model::ParamBuffer& p = chunk.params();

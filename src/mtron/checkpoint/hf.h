@@ -1,8 +1,9 @@
 // defines: HfArch, HfExportOptions, export_hf, HfImportOptions, import_hf, parse_byte_size
 //
 // Hugging Face interchange (transformers' config.json and safetensors weights):
-//   mtron export --load DIR --output OUT   checkpoint -> GPT2LMHeadModel, LlamaForCausalLM or
-//                                          (mixture of experts) MixtralForCausalLM
+//   mtron export --load DIR --output OUT   checkpoint -> GPT2LMHeadModel, LlamaForCausalLM,
+//                                          Qwen3ForCausalLM (--qk-layernorm) or (mixture of
+//                                          experts) MixtralForCausalLM, Qwen3MoeForCausalLM
 //   mtron import --input HF --output DIR   the reverse: a checkpoint `mtron train --load` continues
 //
 // OUT holds model.safetensors (or model-0000i-of-0000N.safetensors and
@@ -13,9 +14,12 @@
 // - Megatron's fused QKV is interleaved per query group ([q heads of g | k_g | v_g] rows); GPT-2's
 //   c_attn wants [Q | K | V] columns and Llama separate q/k/v_proj: the rows are regrouped.
 // - SwiGLU's fc1 is [gate; up]: split into gate_proj and up_proj (Mixtral: each expert's w1 and
-//   w3; fc2 is w2; the router is block_sparse_moe.gate). Mixtral's router (softmax over all
-//   logits, top-k, the k weights renormalised) is mtron's softmax router (top-k of the logits,
-//   softmax over the k), exactly; other MoE configurations are refused with the reason.
+//   w3; fc2 is w2; the router is block_sparse_moe.gate; Qwen3-MoE: mlp.gate and each expert's
+//   gate_proj, up_proj, down_proj). Mixtral's router and Qwen3-MoE's with norm_topk_prob
+//   (softmax over all logits, top-k, the k weights renormalised) are mtron's softmax router
+//   (top-k of the logits, softmax over the k), exactly; other MoE configurations are refused with
+//   the reason (hf_config.h says which class expresses which model).
+// - --qk-layernorm's q_layernorm/k_layernorm are Qwen3's self_attn.q_norm/k_norm.
 // - The vocabulary padding (Megatron pads to a multiple of 128 x TP) is sliced off; import pads
 //   with zero rows (padding never affects the loss).
 // Both RoPEs rotate halves (Megatron-Core's default, HF Llama's rotate_half), so q and k need no
@@ -28,9 +32,10 @@
 
 namespace mtron::checkpoint {
 
-enum class HfArch { kGPT2, kLlama, kMixtral };
+enum class HfArch { kGPT2, kLlama, kMixtral, kQwen3, kQwen3Moe };
 
-// "GPT2LMHeadModel", "LlamaForCausalLM", "MixtralForCausalLM"
+// "GPT2LMHeadModel", "LlamaForCausalLM", "MixtralForCausalLM", "Qwen3ForCausalLM",
+// "Qwen3MoeForCausalLM"
 const char* hf_arch_name(HfArch a);
 
 struct HfExportOptions {
