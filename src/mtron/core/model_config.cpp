@@ -155,17 +155,23 @@ int64_t ModelConfig::num_parameters(int64_t tp) const {
 }
 
 std::string ModelConfig::summary() const {
+  const std::string heads = mla.enabled
+                                ? fmt::format("{} heads", num_attention_heads)
+                                : fmt::format("{} heads ({} query groups, head dim {})",
+                                              num_attention_heads, query_groups(), kv_channels);
   return fmt::format(
-      "{} layers, hidden {}, {} heads ({} query groups, head dim {}), ffn {}{}, {}, {}, vocab {} "
-      "(padded {}), seq {}{}{}",
-      num_layers, hidden_size, num_attention_heads, query_groups(), kv_channels, ffn_hidden_size,
-      swiglu ? " SwiGLU" : " GELU",
+      "{} layers, hidden {}, {}, ffn {}{}, {}, {}, vocab {} (padded {}), seq {}{}{}", num_layers,
+      hidden_size, heads, ffn_hidden_size, swiglu ? " SwiGLU" : " GELU",
       normalization == Normalization::kLayerNorm ? "LayerNorm" : "RMSNorm",
       position_embedding_type == PositionEmbedding::kRope              ? "RoPE"
       : position_embedding_type == PositionEmbedding::kLearnedAbsolute ? "learned positions"
                                                                        : "no positions",
       vocab_size, padded_vocab_size(1), seq_length,
-      is_moe() ? fmt::format(", MoE {} experts top-{}", num_experts, moe_router_topk) : "",
+      !is_moe() ? ""
+      : num_moe_layers() < num_layers
+          ? fmt::format(", MoE {} experts top-{} in {} layers", num_experts, moe_router_topk,
+                        num_moe_layers())
+          : fmt::format(", MoE {} experts top-{}", num_experts, moe_router_topk),
       mla.enabled
           ? fmt::format(", MLA (q rank {}, kv rank {}, qk {}+{}, v {})", mla.q_lora_rank,
                         mla.kv_lora_rank, mla.qk_head_dim, mla.qk_pos_emb_head_dim, mla.v_head_dim)
