@@ -138,7 +138,13 @@ StepTime estimate_step_time(const ModelConfig& m, const Layout& l, const PerfPar
   const double b = double(p.micro_batch_size), s = double(m.seq_length);
   const double T = s * b / double(p.cp());  // tokens of one micro-batch on this rank
   const double q = double(m.q_size()), kv = double(m.kv_size());
-  const double a = double(m.num_attention_heads), hd = double(m.kv_channels);
+  const double a = double(m.num_attention_heads);
+  // The attention kernel's widths: QK^T over heads x qk_dim, PV into heads x v_dim (multi-latent
+  // attention: qk_head_dim + qk_pos_emb_head_dim and v_head_dim, else kv_channels); the K and V
+  // a CP ring passes: GQA's key/value widths, or MLA's per-head expanded K and V.
+  const double qk_dim = double(m.qk_dim()), v_dim = double(m.v_dim());
+  const double q_att = a * qk_dim, o_att = a * v_dim;
+  const double k_ring = m.mla.enabled ? q_att : kv, v_ring = m.mla.enabled ? o_att : kv;
   const double up = m.swiglu ? 2.0 : 1.0;
   const double F = double(m.ffn());
   const double V = double(m.padded_vocab_size(p.tp()));
@@ -190,19 +196,37 @@ StepTime estimate_step_time(const ModelConfig& m, const Layout& l, const PerfPar
         x.tp_b += overlapped(ar, cw, interf);
       }
     };
-    block({T, (q + 2 * kv) / t, h}, {T, h, q / t});
+    if (!m.mla.enabled) {
+      block({T, (q + 2 * kv) / t, h}, {T, h, q / t});
+    } else {
+      // Multi-latent attention: the column-parallel up projection of q (or linear_q_proj)
+      // pairs with linear_proj; kv_up is column-parallel too; the down projections are
+      // replicated over TP (every rank computes them on all T rows, no communication).
+      const MlaConfig& ml = m.mla;
+      const double qr = double(ml.q_lora_rank), kvr = double(ml.kv_lora_rank);
+      block({T, q_att / t, qr > 0 ? qr : h}, {T, h, o_att / t});
+      auto replicated = [&](LinearShape g) {
+        fwd_bwd(g, &f, &dg, &wg);
+        x.gemm_f += f;
+        x.gemm_b += dg + wg;
+      };
+      replicated({T, a * double(ml.qk_head_dim + ml.v_head_dim) / t, kvr});  // kv_up
+      replicated({T, kvr + double(ml.qk_pos_emb_head_dim), h});              // kv_down
+      if (qr > 0) replicated({T, qr, h});                                    // q_down
+    }
     // Core attention (causal): QK^T and PV over the whole sequence for this rank's queries.
     if (pp.fused_attention && l.fused_attention) {
       // Fused kernels lose efficiency on short blocks: with CP each ring step works on chunks
       // of s/(2 cp) tokens (Megatron's load-balanced split).
       const double chunk = p.cp() > 1 ? s / double(2 * p.cp()) : s;
       std::tie(x.attn_f, x.attn_b) =
-          fused_attention_seconds(pp.attention_flops, T, s, q / t, chunk);
+          fused_attention_seconds(pp.attention_flops, T, s, (q_att + o_att) / (2 * t), chunk);
     } else {
       // Materialised scores: batched GEMMs over every (sequence, head) over the full square,
       // and a softmax pass over the scores.
       const double batches = b * a / t, sq = s / double(p.cp());
-      const double qk = gemm_seconds(pp, sq, s, hd, prec), pv = gemm_seconds(pp, sq, hd, s, prec);
+      const double qk = gemm_seconds(pp, sq, s, qk_dim, prec);
+      const double pv = gemm_seconds(pp, sq, v_dim, s, prec);
       // GPUs launch one batched GEMM for all of them; mtron's CPU kernels one GEMM each.
       const double launches = pp.gemm_overlaps_memory ? 1 : batches;
       x.attn_f = batches * (qk + pv - 2 * pp.gemm_overhead) + launches * 2 * pp.gemm_overhead;
@@ -214,7 +238,7 @@ StepTime estimate_step_time(const ModelConfig& m, const Layout& l, const PerfPar
     // CP ring: cp-1 steps passing this rank's K and V (and dK, dV backward), each behind the
     // attention of the chunk it brings.
     if (p.cp() > 1) {
-      const double kv_bytes = 2 * e * T * kv / t;
+      const double kv_bytes = e * T * (k_ring + v_ring) / t;
       const double ring =
           double(p.cp() - 1) * collective_seconds(Collective::kSendRecv, kv_bytes, 2, cp_link);
       x.cp_f = overlapped(ring, x.attn_f, interf);
@@ -263,7 +287,12 @@ StepTime estimate_step_time(const ModelConfig& m, const Layout& l, const PerfPar
     if (m.add_bias_linear && !pp.fused_bias)
       bytes += 1.5 * e * T * ((q + 2 * kv) / t + h / st + F * up / t + h / st);
     if (m.hidden_dropout > 0) bytes += 2 * T * h / st;
-    if (m.position_embedding_type == PositionEmbedding::kRope) bytes += 2 * e * T * (q + kv) / t;
+    if (!m.mla.enabled && m.position_embedding_type == PositionEmbedding::kRope)
+      bytes += 2 * e * T * (q + kv) / t;
+    if (m.mla.enabled) {  // RoPE on each head's rope part and the shared key, the K/V expansion
+      const double dr = double(m.mla.qk_pos_emb_head_dim);
+      bytes += 2 * e * T * (a * dr / t + dr) + 2 * e * T * (q_att + o_att) / t;
+    }
     x.elem_f += bytes / pp.memory_bandwidth;
     x.elem_b += 2 * bytes / pp.memory_bandwidth;
     return x;
