@@ -98,6 +98,8 @@ std::string mixtral_reason(const ModelConfig& c) {
 }
 
 std::string arch_reason(const ModelConfig& c) {
+  if (c.mtp_num_layers > 0)
+    return "mtron's Hugging Face conversion has no multi-token prediction (--mtp-num-layers) yet";
   if (c.qk_layernorm) return "mtron's Hugging Face conversion has no --qk-layernorm (Qwen3) yet";
   if (c.is_moe()) return mixtral_reason(c);
   const bool gpt2 = c.normalization == Normalization::kLayerNorm &&
