@@ -107,8 +107,6 @@ void ParallelConfig::finalize(const ModelConfig& m) {
   }
 
   if (cp() > 1) {
-    MT_CHECK(m.mtp_num_layers == 0,
-             "--mtp-num-layers is not supported with --context-parallel-size > 1");
     MT_CHECK(m.seq_length % (2 * cp()) == 0, "seq-length (", m.seq_length,
              ") should be a multiple of 2 * context-parallel-size (", 2 * cp(),
              ") if context-parallel-size > 1");

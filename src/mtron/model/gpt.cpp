@@ -157,20 +157,28 @@ void GPTChunk::mtp_forward(const RunCtx& rc,
                            Stash& st,
                            const TokenLayout& tl) {
   const auto& tp = rc.tp;
-  const int64_t N = tl.rows(), Nl = tp.sp_rows(N), h = cfg_.hidden_size;
+  const int64_t N = tl.rows(), Nl = tp.sp_rows(N), h = cfg_.hidden_size, S = cfg_.seq_length;
   const size_t D = mtp_.size();
+  MT_ASSERT(mb.mtp_tokens.size() == D * size_t(N) && mb.mtp_labels.size() == D * size_t(N),
+            "a micro-batch without the tokens ahead for multi-token prediction");
   st.mtp_tokens.assign(D, nullptr);
   st.mtp.assign(D, {});
   st.mtp_dhead.assign(D, nullptr);
-  std::vector<int32_t> rolled(size_t(N), 0);
   const float* hid = st.lnf_out;
   for (size_t k = 0; k < D; ++k) {
-    const int64_t depth = int64_t(k) + 1, shift = depth * tl.B, rows = N - shift;
-    std::copy(mb.tokens.begin() + shift, mb.tokens.end(), rolled.begin());
-    std::fill(rolled.begin() + rows, rolled.end(), 0);
-    st.mtp_tokens[k] = ids_on_device(rc, st.keep, rolled);
-    const int64_t layer = cfg_.num_layers + int64_t(k);
-    const float* e = embed(rc, st.keep, tl, st.mtp_tokens[k], layer);
+    const int64_t depth = int64_t(k) + 1;
+    // The rows with a target `depth` positions further lead: only the sequence's last chunk
+    // (with CP, the last of CP rank 0's two) ends in positions without one.
+    int64_t rows = 0;
+    while (rows < N && mb.pos[size_t(rows)] + depth < S) ++rows;
+    for (int64_t n = rows; n < N; ++n)
+      MT_ASSERT(mb.pos[size_t(n)] + depth >= S, "rows with an MTP target after rows without");
+    const auto part = [&](const std::vector<int32_t>& v) {
+      return std::vector<int32_t>(v.begin() + int64_t(k) * N, v.begin() + (int64_t(k) + 1) * N);
+    };
+    st.mtp_tokens[k] = ids_on_device(rc, st.keep, part(mb.mtp_tokens));
+    const int32_t* labels = ids_on_device(rc, st.keep, part(mb.mtp_labels));
+    const float* e = embed(rc, st.keep, tl, st.mtp_tokens[k], cfg_.num_layers + int64_t(k));
     float* out = st.keep.alloc<float>(Nl * h);
     scratch_.reset();
     mtp_[k].forward(rc, tl, st.mtp[k], st.keep, scratch_, e, hid, out);
@@ -179,16 +187,17 @@ void GPTChunk::mtp_forward(const RunCtx& rc,
       full = scratch_.alloc<float>(N * h);
       parallel::enter_tp_forward(tp, full, out, N, h);
     }
-    // The shared output layer on the rows with a target `depth` tokens further.
+    // The shared output layer on those rows; each of the global batch's (S - depth) B targets
+    // weighs the scaling factor / D / their number.
     float* dh = st.keep.alloc<float>(N * h);
-    kernels::fill_zero(rc.k, dh + rows * h, int64_t(sizeof(float)) * shift * h);
+    kernels::fill_zero(rc.k, dh + rows * h, int64_t(sizeof(float)) * (N - rows) * h);
     const double weight =
-        double(cfg_.mtp_loss_scaling_factor) / double(D) * double(tl.S) / double(tl.S - depth);
+        double(cfg_.mtp_loss_scaling_factor) / double(D) * double(S) / double(S - depth);
     LmHeadArgs a{.h = as_gemm_input(rc, scratch_, full, rows * h),
                  .w = params_.weight(out_w_),
                  .dw = params_.grad(out_w_),
                  .dh = dh,
-                 .targets = st.labels + shift,
+                 .targets = labels,
                  .N = rows,
                  .hidden = h,
                  .Vl = vocab_local_,

@@ -7,13 +7,15 @@
 // With --mtp-num-layers D the last chunk also holds the D multi-token prediction depths
 // (mtp.h) and, on a pipeline of several stages, a replica of the word embeddings (their
 // gradient summed with the first stage's, as tied embeddings'). In a training forward depth k
-// (1-based) embeds the tokens rolled left by k positions (token 0 rolled in) and feeds the
-// shared output layer and cross-entropy with the labels rolled left by k. In sequence-major rows
-// the positions with a target k tokens further are the first (S - k) B rows, so the loss runs
-// on those rows only: the rolled-in positions carry no loss, and by causality no gradient. Each
-// depth's token losses weigh mtp_loss_scaling_factor / D / (tokens with a target in the global
-// batch) in the gradient (Megatron's MTPLossAutoScaler: the reported lm loss stays the main
-// model's); evaluation runs no MTP. Context parallelism is refused with MTP.
+// (1-based) embeds the tokens k positions further (MicroBatch::mtp_tokens: Megatron's roll of the
+// input ids, token 0 rolled in past the sequence's end, across context-parallel chunks) and feeds
+// the shared output layer and cross-entropy with the labels k positions further. In
+// sequence-major rows the positions with such a target lead (without CP the first (S - k) B
+// rows; with CP all of a rank's rows but the last k B of CP rank 0), so the loss runs on those
+// rows only: the rolled-in positions carry no loss, and by causality no gradient. Each depth's
+// token losses weigh mtp_loss_scaling_factor / D / (tokens with a target in the global batch) in
+// the gradient (Megatron's MTPLossAutoScaler: the reported lm loss stays the main model's);
+// evaluation runs no MTP.
 //
 // Contract (docs/architecture.md): forward() stashes what backward() needs into the caller's
 // per-micro- batch Stash, so a pipeline schedule can keep several micro-batches in flight; with
@@ -43,6 +45,9 @@ namespace mtron::model {
 struct MicroBatch {
   int64_t B = 0, S = 0;                      // S: tokens per sequence on this rank
   std::vector<int32_t> tokens, labels, pos;  // [S*B]
+  // --mtp-num-layers D: the tokens and labels k = 1..D positions further, [D, S*B] (0 past the
+  // sequence's end; data::TokenRows::ahead_tokens/ahead_labels).
+  std::vector<int32_t> mtp_tokens, mtp_labels;
   float dloss = 1.0f;       // d(loss)/d(token loss): 1 / number of tokens in the global batch
   float aux_weight = 1.0f;  // weight of per-micro-batch auxiliary losses (MoE): 1 / micro-batches
                             // in the global batch

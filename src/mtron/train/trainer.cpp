@@ -182,9 +182,16 @@ model::MicroBatch Trainer::microbatch(data::Split split, int64_t base, int64_t j
   const int64_t S = a_.model.seq_length, Sl = S / par.cp();
   std::vector<int64_t> positions(static_cast<size_t>(Sl));
   for (int64_t s = 0; s < Sl; ++s) positions[size_t(s)] = rc_.cp.position(s, Sl);
-  data::TokenRows t = data::sample_rows(*datasets_[split], split, base, j, par.micro_batch_size,
-                                        par.dp(), ps_->dp_rank(), positions);
-  model::MicroBatch mb{t.B, t.S, std::move(t.tokens), std::move(t.labels), std::move(t.pos)};
+  data::TokenRows t =
+      data::sample_rows(*datasets_[split], split, base, j, par.micro_batch_size, par.dp(),
+                        ps_->dp_rank(), positions, a_.model.mtp_num_layers);
+  model::MicroBatch mb{t.B,
+                       t.S,
+                       std::move(t.tokens),
+                       std::move(t.labels),
+                       std::move(t.pos),
+                       std::move(t.ahead_tokens),
+                       std::move(t.ahead_labels)};
   // Dropout masks by (seed, iteration) and the sequences' indices in the global batch.
   mb.drop = {
       .on = true, .seed = uint64_t(a_.seed), .iteration = iteration_, .sample0 = t.first - base};
