@@ -130,6 +130,8 @@ def main():
     with tempfile.TemporaryDirectory() as d:
         rows, out = train(mtron, arch, np_, flags, os.path.join(d, "m.jsonl"))
     assert len(rows) == len(base) == 10, "expected 10 logged iterations"
+    if arch.startswith("mtp"):  # the two depths' losses are logged
+        assert all("mtp_1 loss" in r and "mtp_2 loss" in r for r in base + rows), "no mtp losses"
     worst, failed = 0.0, False
     tol = ARCH_TOL.get(arch, TOL)
     gtol = GRAD_TOL.get(arch, tol)
