@@ -10,7 +10,10 @@ namespace mtron {
 
 double flops_per_iteration(const ModelConfig& m, int64_t global_batch, int64_t padded_vocab) {
   const double B = double(global_batch), s = double(m.seq_length), h = double(m.hidden_size);
-  const double L = double(m.num_layers);
+  // Megatron's count: each MTP depth adds a layer of the last layer's kind (dense here), its
+  // norms and eh_proj (3h + 2h^2 per token) and a pass of the output layer.
+  const double D = double(m.mtp_num_layers);
+  const double L = double(m.num_layers) + D;
   const double q = double(m.q_size()), kv = double(m.kv_size());
   const double f = m.swiglu ? 3.0 : 2.0;
   const double L_moe = double(m.num_moe_layers()), L_dense = L - L_moe;
@@ -19,7 +22,7 @@ double flops_per_iteration(const ModelConfig& m, int64_t global_batch, int64_t p
                                                    double(m.moe_shared_expert_intermediate_size)) *
                                                       L_moe);
   const double attn = L * (h * (q + 2 * kv) + q * h);
-  const double logits = h * double(padded_vocab);
+  const double logits = h * double(padded_vocab) * (D + 1) + D * (3 * h + 2 * h * h);
   return 6.0 * B * s * (mlp + attn + logits) + 6.0 * B * s * s * q * L;
 }
 
