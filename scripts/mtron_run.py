@@ -39,7 +39,8 @@ TINY_ARCH["moe"] = TINY_ARCH["llama"] + (
 # qwen3moe: llama with --qk-layernorm, head dim 16, 8 experts top-2 in every layer, no shared
 # expert, aux loss (Qwen3-MoE-like); dsmoe: a dense first layer (--moe-layer-freq list), 16
 # experts top-4 in 4 groups of which 2 are chosen, sigmoid scores with the aux-loss-free expert
-# bias, top-k scaling factor 2.5, a shared expert, seq_aux_loss (DeepSeek-V3-like).
+# bias, top-k scaling factor 2.5, a shared expert, seq_aux_loss (DeepSeek-V3-like). mtp: llama
+# with two multi-token prediction depths; mtp_tied: the same with tied embeddings.
 TINY_ARCH["qwen3moe"] = TINY_ARCH["llama"] + (
     "--qk-layernorm --kv-channels 16 --norm-epsilon 1e-6 --num-experts 8 --moe-router-topk 2 "
     "--moe-ffn-hidden-size 96 --moe-layer-freq ([1]*4) --moe-aux-loss-coeff 1e-2").split()
@@ -49,6 +50,8 @@ TINY_ARCH["dsmoe"] = TINY_ARCH["llama"] + (
     "--moe-router-bias-update-rate 1e-2 --moe-router-num-groups 4 --moe-router-group-topk 2 "
     "--moe-router-topk-scaling-factor 2.5 --moe-shared-expert-intermediate-size 64 "
     "--moe-router-load-balancing-type seq_aux_loss --moe-aux-loss-coeff 1e-3").split()
+TINY_ARCH["mtp"] = TINY_ARCH["llama"] + "--mtp-num-layers 2".split()
+TINY_ARCH["mtp_tied"] = [f for f in TINY_ARCH["mtp"] if f != "--untie-embeddings-and-output-weights"]
 
 
 def mpi_prefix(np_):

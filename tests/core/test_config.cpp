@@ -78,5 +78,17 @@ TEST(Formulas, MegatronFlopsMatchesClosedForm) {
   EXPECT_NEAR(flops_per_iteration(m, 8, 50304) / closed, 1.0, 1e-12);
 }
 
+TEST(Formulas, MegatronFlopsCountsMtpDepths) {
+  // Megatron's: each depth adds a dense layer (attention 4h^2 + MLP 8h^2 and attention's s h per
+  // token), its norms and eh_proj (3h + 2h^2) and the logits (h V), times 6 (forward + backward,
+  // multiply-add).
+  ModelConfig m = gpt2_124m();
+  const double B = 8, s = 1024, h = 768, V = 50304;
+  const double base = flops_per_iteration(m, 8, 50304);
+  m.mtp_num_layers = 2;
+  const double depth = 6 * B * s * (12 * h * h + s * h + 3 * h + 2 * h * h + h * V);
+  EXPECT_NEAR((flops_per_iteration(m, 8, 50304) - base) / (2 * depth), 1.0, 1e-12);
+}
+
 }  // namespace
 }  // namespace mtron

@@ -60,4 +60,6 @@ check 2 "During training, performance may degrade if MoE and tensor parallelism 
 check 4 "moe_ffn_hidden_size \(90\) must be a multiple of expert_tensor_parallel_size \(4\)" \
   --num-experts 4 --moe-ffn-hidden-size 90 --expert-tensor-parallel-size 4 --disable-bias-linear
 check 1 "--num-experts: experts with biases are not supported yet" --num-experts 4
+check 1 "--mtp-num-layers with --position-embedding-type learned_absolute is not supported" \
+  --mtp-num-layers 1
 [ $fails -eq 0 ] && echo "all bad layouts rejected" || { echo "$fails failures"; exit 1; }

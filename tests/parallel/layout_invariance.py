@@ -26,7 +26,9 @@ top-2 in every layer (--moe-layer-freq "([1]*4)"), no shared expert, aux loss: Q
 dsmoe (DeepSeek-V3-like: a dense first layer by --moe-layer-freq "[0,1,1,1]", 16 experts top-4
 in 4 groups of which 2 are chosen, sigmoid scores with the aux-loss-free expert bias, top-k
 scaling factor 2.5, a shared expert, seq_aux_loss), whose expert biases after every iteration
-must equal the 1-process run's (moe_expert_bias_hash). These run without dropout; gpt2_dropout and llama_dropout
+must equal the 1-process run's (moe_expert_bias_hash); mtp (llama with two multi-token
+prediction depths, whose logged losses must match too) and mtp_tied (with tied embeddings).
+These run without dropout; gpt2_dropout and llama_dropout
 are gpt2 and llama with --hidden-dropout 0.1 --attention-dropout 0.1 (Megatron's default), whose
 masks every layout must reproduce. fp32, same seed and data; gpt2_fp16: gpt2 in fp16 with
 dynamic loss scaling (the same iterations must be skipped with the same loss scales); llama_fp8:
@@ -70,7 +72,7 @@ TOL = 1e-5
 ARCH_TOL = {"gpt2_fp16": 3e-4, "llama_fp8": 1e-4}
 GRAD_TOL = {"llama_fp8": 5e-3}  # the gradient norm's, where it differs
 EARLY = {"llama_fp8": (3, 1e-6)}  # the loss of the first N iterations within rel
-AUX = ("load_balancing_loss", "seq_load_balancing_loss", "z_loss")
+AUX = ("load_balancing_loss", "seq_load_balancing_loss", "z_loss", "mtp_1 loss", "mtp_2 loss")
 EXPERT_BYTES = re.compile(r"\[mtron r0/\d+\] .*expert weights on this rank: (\d+) bytes")
 
 
@@ -129,6 +131,8 @@ def main():
     with tempfile.TemporaryDirectory() as d:
         rows, out = train(mtron, arch, np_, flags, os.path.join(d, "m.jsonl"))
     assert len(rows) == len(base) == 10, "expected 10 logged iterations"
+    if arch.startswith("mtp"):  # the two depths' losses are logged
+        assert all("mtp_1 loss" in r and "mtp_2 loss" in r for r in base + rows), "no mtp losses"
     worst, failed = 0.0, False
     tol = ARCH_TOL.get(arch, TOL)
     gtol = GRAD_TOL.get(arch, tol)

@@ -1,7 +1,8 @@
 // Dumps everything the PyTorch reference (torch_reference.py) needs to check the model tensor
 // by tensor: the configuration, the initial weights, the micro-batches of 10 iterations, the
 // logits of micro-batch 0, the loss and every parameter gradient of iteration 1, and the loss
-// and learning rate of 10 training iterations.
+// and learning rate of 10 training iterations. With --mtp-num-layers, the mean loss of each MTP
+// depth too (iteration 1 and the 10 training iterations).
 //
 //   ref_dump <gpt2|llama|mla|mla_q|qwen3moe|dsmoe> <out.bin> [extra mtron train flags...]
 //
@@ -141,16 +142,22 @@ int main(int argc, char** argv) {
   chunk.params().zero_grad();
   if (!experts.specs().empty()) chunk.expert_params().zero_grad();
   double loss_sum = 0;
+  const int64_t D = a.model.mtp_num_layers;
+  std::vector<double> mtp(size_t(D), 0.0);
   for (int64_t j = 0; j < M; ++j) {
     model::MicroBatch mb = t.microbatch(j);
     st.logits_out = j == 0 ? logits.data() : nullptr;
     chunk.forward(t.run_ctx(), mb, st, nullptr, true);
     loss_sum += st.loss_sum;
+    for (int64_t k = 0; k < D; ++k) mtp[size_t(k)] += st.mtp_loss_sum[size_t(k)];
     chunk.backward(t.run_ctx(), mb, st, nullptr);
   }
   record("step0/logits", 0, {N, V}, logits.data(), 4);
   double loss = loss_sum / double(a.parallel.global_batch_size * a.model.seq_length);
   record("step0/loss", 2, {1}, &loss, 8);
+  for (int64_t k = 0; k < D; ++k)
+    mtp[size_t(k)] /= double(a.parallel.global_batch_size * (a.model.seq_length - k - 1));
+  if (D > 0) record("step0/mtp_losses", 2, {D}, mtp.data(), 8);
   for (const model::ParamBuffer* b : {&params, &experts}) {
     for (size_t i = 0; i < b->specs().size(); ++i)
       record("grad/" + b->spec(int(i)).name, 0, b->spec(int(i)).global_shape, b->grad(int(i)), 4);
@@ -159,7 +166,7 @@ int main(int argc, char** argv) {
   for (model::MoELayer* l : chunk.moe_layers())
     std::fill(l->tokens_per_expert().begin(), l->tokens_per_expert().end(), 0.0);
 
-  std::vector<double> losses, lrs, norms;
+  std::vector<double> losses, lrs, norms, mtp_losses;
   for (int64_t it = 0; it < a.train_iters; ++it) {
     for (int64_t j = 0; j < M; ++j) {
       model::MicroBatch mb = t.microbatch(j);
@@ -171,10 +178,12 @@ int main(int argc, char** argv) {
     losses.push_back(r.lm_loss);
     lrs.push_back(r.lr);
     norms.push_back(r.grad_norm);
+    mtp_losses.insert(mtp_losses.end(), r.mtp_losses.begin(), r.mtp_losses.end());
   }
   record("losses", 2, {int64_t(losses.size())}, losses.data(), 8);
   record("lrs", 2, {int64_t(lrs.size())}, lrs.data(), 8);
   record("grad_norms", 2, {int64_t(norms.size())}, norms.data(), 8);
+  if (D > 0) record("mtp_losses", 2, {a.train_iters, D}, mtp_losses.data(), 8);
   for (model::MoELayer* l : chunk.moe_layers()) {
     record("expert_bias/" + l->prefix() + "router.expert_bias", 0,
            {int64_t(l->expert_bias().size())}, l->expert_bias().data(), 4);

@@ -17,6 +17,13 @@ aux-loss-free expert bias for the choice only, updated after each global batch f
 tokens per expert), the experts and the shared expert, and the aux_loss / seq_aux_loss terms of
 the gradient; the final expert biases are compared too. --qk-layernorm normalises each head's
 queries and keys before RoPE.
+--mtp-num-layers D adds Megatron-Core's multi-token prediction (DeepSeek-V3), written here from
+its definition: depth k embeds the input tokens rolled left by k positions, concatenates
+enorm(embedding) and hnorm(previous depth's output; depth 1: the decoder's output after its
+final norm), projects them with eh_proj, runs one transformer layer and its final_layernorm,
+then the shared output layer against the labels rolled left by k (the rolled-in last positions
+carry no loss); the gradient adds mtp_loss_scaling_factor / D times the depths' mean losses,
+while the reported loss stays the main model's; each depth's mean loss is compared too.
 With --hidden-dropout / --attention-dropout > 0 (mtron's default, Megatron's 0.1) every
 training forward applies dropout with masks regenerated here by an independent Philox4x32-10
 (keyed and indexed as mtron's model/dropout.h documents), so the checks cover dropout too.
@@ -146,6 +153,10 @@ class Model:
             self.dn = int(cfg.get("qk_head_dim", 128))
             self.dr = int(cfg.get("qk_pos_emb_head_dim", 64))
             self.dv = int(cfg.get("v_head_dim", 128))
+        self.mtp = int(cfg.get("mtp_num_layers", 0))
+        self.mtp_factor = float(cfg.get("mtp_loss_scaling_factor", 0.1))
+        if self.E:
+            self.moe_layers = self.moe_layers + [0] * self.mtp  # the MTP layers are dense
         self.swiglu = "swiglu" in cfg
         self.rms = cfg.get("normalization", "LayerNorm") == "RMSNorm"
         self.rope = cfg.get("position_embedding_type", "learned_absolute") == "rope"
@@ -287,15 +298,25 @@ class Model:
         """tokens [S, B] (sequence-major, as mtron); it: the training iteration (dropout on),
         sample0: the global-batch index of sequence 0; it None: no dropout; count: add the
         routed pairs to the expert bias counts."""
+        return self.head(self.decoder(tokens, it, sample0, count))
+
+    def decoder(self, tokens, it, sample0, count):
+        """The decoder's output [S, B, h] after its final norm (arguments as logits')."""
         S, B = tokens.shape
         t = torch.tensor(tokens, dtype=torch.long)
         x = self.p["embedding.word_embeddings.weight"][t]
         if not self.rope:
             x = x + self.p["embedding.position_embeddings.weight"][:S][:, None, :]
         x = self.hidden_drop(x, it, sample0, -1, "embedding")
+        x = self.block(x, [(l, "decoder.layers.%d." % l) for l in range(self.L)], it, sample0,
+                       count)
+        return self.norm(x, "decoder.final_layernorm")
+
+    def block(self, x, layers, it, sample0, count):
+        """Transformer layers (layer index, parameter prefix) over x [S, B, h]."""
+        S, B = x.shape[:2]
         hpg = self.H // self.G
-        for l in range(self.L):
-            pre = "decoder.layers.%d." % l
+        for l, pre in layers:
             a = self.norm(x, pre + "input_layernorm")
             if self.mla:
                 q, k, v = self.mla_qkv(a, pre + "self_attention.", S, B)
@@ -326,7 +347,10 @@ class Model:
             else:
                 out = self.mlp(a, pre + "mlp.")
             x = x + self.hidden_drop(out, it, sample0, l, "mlp_output")
-        x = self.norm(x, "decoder.final_layernorm")
+        return x
+
+    def head(self, x):
+        """The output layer's logits of x [S, B, h], padded columns -inf."""
         w = self.p["embedding.word_embeddings.weight" if self.tied else "output_layer.weight"]
         logits = x @ w.t()
         pad = torch.zeros(logits.shape[-1], dtype=torch.bool)
@@ -354,19 +378,52 @@ class Model:
         k = torch.cat([k_nope, k_pe], dim=-1)
         return q, k, v
 
+    def mtp_loss_sums(self, tokens, labels, hidden, it, sample0):
+        """Per MTP depth, the summed token losses of the micro-batch's positions that have a
+        target that many tokens further; hidden: the decoder's output after its final norm."""
+        S = tokens.shape[0]
+        t = torch.tensor(tokens, dtype=torch.long)
+        y = torch.tensor(labels, dtype=torch.long)
+        sums = []
+        for k in range(self.mtp):
+            t = torch.roll(t, -1, 0)
+            t[-1] = 0
+            y = torch.roll(y, -1, 0)
+            pre = "mtp.layers.%d." % k
+            e = self.hidden_drop(self.p["embedding.word_embeddings.weight"][t], it, sample0,
+                                 self.L + k, "embedding")
+            x = torch.cat([self.norm(e, pre + "enorm"), self.norm(hidden, pre + "hnorm")], -1)
+            x = self.block(self.lin(x, pre + "eh_proj"), [(self.L + k, pre + "transformer_layer.")],
+                           it, sample0, False)
+            hidden = self.norm(x, pre + "final_layernorm")
+            keep = S - k - 1  # positions with a target k + 1 tokens further
+            lg = self.head(hidden)[:keep]
+            sums.append(F.cross_entropy(lg.reshape(-1, lg.shape[-1]), y[:keep].reshape(-1),
+                                        reduction="sum"))
+        return sums
+
     def loss_sum(self, tokens, labels, it, sample0, count=False):
-        """The micro-batch's summed token losses; its aux losses go to self.aux."""
-        lg = self.logits(tokens, it, sample0, count)
+        """The micro-batch's summed token losses; its aux losses go to self.aux, its MTP
+        depths' summed token losses to self.mtp_sums."""
+        hidden = self.decoder(tokens, it, sample0, count)
+        lg = self.head(hidden)
+        if self.mtp:
+            sums = self.mtp_loss_sums(tokens, labels, hidden, it, sample0)
+            self.mtp_sums = [a + b for a, b in zip(self.mtp_sums, sums)]
         return F.cross_entropy(lg.reshape(-1, lg.shape[-1]),
                                torch.tensor(labels, dtype=torch.long).reshape(-1), reduction="sum")
 
     def objective(self, d, it, M, B, ntok, count=False):
-        """(lm loss, the loss differentiated: lm loss + each micro-batch's aux losses / M) of
-        iteration it's global batch."""
+        """(lm loss, the loss differentiated: lm loss + each micro-batch's aux losses / M + the
+        MTP loss) of iteration it's global batch; each MTP depth's mean loss in self.mtp_means."""
         self.aux = 0.0
+        self.mtp_sums = [0.0] * self.mtp
         lm = sum(self.loss_sum(d["tokens/it%d/mb%d" % (it, j)], d["labels/it%d/mb%d" % (it, j)],
                                it, j * B, count) for j in range(M)) / ntok
-        return lm, lm + self.aux / M
+        samples = ntok // self.S
+        self.mtp_means = [s / (samples * (self.S - k - 1)) for k, s in enumerate(self.mtp_sums)]
+        mtp = self.mtp_factor / self.mtp * sum(self.mtp_means) if self.mtp else 0.0
+        return lm, lm + self.aux / M + mtp
 
 
 def megatron_lr(cfg, iteration):
@@ -421,6 +478,9 @@ def main():
     loss, total = m.objective(d, 0, M, B, ntok)
     total.backward()
     check("loss (iteration 1)", abs(float(d["step0/loss"][0]) - loss.item()) / loss.item(), 1e-5)
+    for k, v in enumerate(m.mtp_means):
+        check("mtp_%d loss (iteration 1)" % (k + 1),
+              abs(float(d["step0/mtp_losses"][k]) - v.item()) / v.item(), 1e-5)
     worst = 0.0
     for name, p in m.p.items():
         err = rel_norm(d["grad/" + name], p.grad.numpy())
@@ -447,6 +507,9 @@ def main():
         m.update_expert_bias()
         check("loss (training iteration %d)" % (it + 1),
               abs(float(d["losses"][it]) - loss.item()) / loss.item(), 1e-4)
+        for k, v in enumerate(m.mtp_means):
+            check("mtp_%d loss (training iteration %d)" % (k + 1, it + 1),
+                  abs(float(d["mtp_losses"][it, k]) - v.item()) / v.item(), 1e-4)
 
     for name in [k for k in d if k.startswith("expert_bias/")]:
         l = int(name.split(".")[2])

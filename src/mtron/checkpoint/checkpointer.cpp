@@ -76,6 +76,8 @@ void check_model(const ModelConfig& ck, const ModelConfig& run, const std::strin
                run.rotary_base);
     }
   }
+  same(ck.mtp_num_layers == run.mtp_num_layers, "--mtp-num-layers", ck.mtp_num_layers,
+       run.mtp_num_layers);
   same(ck.num_experts == run.num_experts, "--num-experts", ck.num_experts, run.num_experts);
   if (run.is_moe()) {
     same(ck.moe_ffn() == run.moe_ffn(), "--moe-ffn-hidden-size", ck.moe_ffn(), run.moe_ffn());

@@ -171,6 +171,9 @@ void read_qwen3_moe(const json& j, const std::string& file, ModelConfig& m) {
 }  // namespace
 
 HfArch hf_arch_of(const ModelConfig& c) {
+  MT_CHECK(c.mtp_num_layers == 0,
+           "cannot convert this model to Hugging Face: mtron's Hugging Face conversion has no "
+           "multi-token prediction (--mtp-num-layers) yet");
   MT_CHECK(!c.mla.enabled,
            "cannot convert this model to Hugging Face: no Hugging Face export for "
            "--multi-latent-attention (DeepSeek-V2/V3)");

@@ -95,6 +95,10 @@ ordered_json model_config_to_json(const ModelConfig& m) {
   j["seq_length"] = m.seq_length;
   j["max_position_embeddings"] = m.max_position_embeddings;
   j["vocab_size"] = m.vocab_size;
+  if (m.mtp_num_layers > 0) {  // manifests without MTP carry neither
+    j["mtp_num_layers"] = m.mtp_num_layers;
+    j["mtp_loss_scaling_factor"] = tidy(m.mtp_loss_scaling_factor);
+  }
   j["num_experts"] = m.num_experts;
   if (m.is_moe()) {  // Megatron's flag names; dense manifests carry num_experts 0 only
     j["moe_ffn_hidden_size"] = m.moe_ffn_hidden_size;
@@ -155,6 +159,8 @@ ModelConfig model_config_from_json(const json& j, const std::string& file) {
   m.seq_length = field<int64_t>(j, "seq_length", file);
   m.max_position_embeddings = field<int64_t>(j, "max_position_embeddings", file);
   m.vocab_size = field<int64_t>(j, "vocab_size", file);
+  m.mtp_num_layers = field_or<int64_t>(j, "mtp_num_layers", 0, file);
+  m.mtp_loss_scaling_factor = field_or<float>(j, "mtp_loss_scaling_factor", 0.1f, file);
   m.num_experts = field_or<int64_t>(j, "num_experts", 0, file);
   if (m.is_moe()) {
     m.moe_ffn_hidden_size = field<int64_t>(j, "moe_ffn_hidden_size", file);

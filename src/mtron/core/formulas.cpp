@@ -10,15 +10,19 @@ namespace mtron {
 
 double flops_per_iteration(const ModelConfig& m, int64_t global_batch, int64_t padded_vocab) {
   const double B = double(global_batch), s = double(m.seq_length), h = double(m.hidden_size);
-  const double L = double(m.num_layers);
+  // Megatron's count: each MTP depth adds a layer of the last layer's kind, its
+  // norms and eh_proj (3h + 2h^2 per token) and a pass of the output layer.
+  const double D = double(m.mtp_num_layers);
+  const double L = double(m.num_layers) + D;
   const double q = double(m.q_size()), kv = double(m.kv_size());
   const double f = m.swiglu ? 3.0 : 2.0;
-  const double L_moe = double(m.num_moe_layers()), L_dense = L - L_moe;
+  const double L_moe = double(m.num_moe_layers()) + (m.is_moe_layer(m.num_layers - 1) ? D : 0.0);
+  const double L_dense = L - L_moe;
   const double mlp = h * f *
                      (double(m.ffn()) * L_dense + (double(m.moe_ffn()) * double(m.moe_router_topk) +
                                                    double(m.moe_shared_expert_intermediate_size)) *
                                                       L_moe);
-  const double logits = h * double(padded_vocab);
+  const double logits = h * double(padded_vocab) * (D + 1) + D * (3 * h + 2 * h * h);
   if (m.mla.enabled)  // Megatron's MLA branch: projections and core attention in one term
     return 6.0 * B * s * (mlp + L * m.mla.attention_flops_term(m) + logits);
   const double attn = L * (h * (q + 2 * kv) + q * h);

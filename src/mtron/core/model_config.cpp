@@ -102,6 +102,18 @@ void ModelConfig::finalize() {
     MT_CHECK(moe_aux_loss_coeff >= 0, "--moe-aux-loss-coeff must be >= 0");
     MT_CHECK(moe_z_loss_coeff >= 0, "--moe-z-loss-coeff must be >= 0");
   }
+  MT_CHECK(mtp_num_layers >= 0, "--mtp-num-layers must be positive (got ", mtp_num_layers, ")");
+  if (mtp_num_layers > 0) {
+    MT_CHECK(mtp_num_layers < seq_length, "--mtp-num-layers (", mtp_num_layers,
+             ") must be below --seq-length (", seq_length, ")");
+    MT_CHECK(position_embedding_type != PositionEmbedding::kLearnedAbsolute,
+             "--mtp-num-layers with --position-embedding-type learned_absolute is not supported "
+             "(use rope or none)");
+    // Megatron builds the MTP layers from the last decoder layer's spec.
+    MT_CHECK(!is_moe_layer(num_layers - 1),
+             "--mtp-num-layers with an MoE last layer (the MTP layers take the last layer's "
+             "spec) is not supported; make the last layer dense with --moe-layer-freq");
+  }
 }
 
 int64_t ModelConfig::num_moe_layers() const {

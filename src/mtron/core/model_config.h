@@ -77,6 +77,12 @@ struct ModelConfig {
 
   MlaConfig mla;  // multi-latent attention (mla.enabled), replacing the QKV projection
 
+  // Multi-token prediction (DeepSeek-V3; Megatron-Core's MultiTokenPredictionBlock): this many
+  // extra depths on the last pipeline stage, each predicting one token further (0: none,
+  // Megatron's None). Their mean loss times mtp_loss_scaling_factor joins the gradient only.
+  int64_t mtp_num_layers = 0;
+  float mtp_loss_scaling_factor = 0.1f;
+
   // Fills defaults (ffn size, query groups, kv channels, max positions) and checks the shape,
   // throwing mtron::Error with a message naming the flag. Call once after parsing.
   void finalize();
@@ -93,8 +99,10 @@ struct ModelConfig {
   int64_t ffn() const { return ffn_hidden_size; }
   int64_t moe_ffn() const { return moe_ffn_hidden_size; }
   bool is_moe() const { return num_experts > 0; }
+  // Layers from num_layers up are the MTP depths' layers: dense (finalize refuses an MoE last
+  // layer with --mtp-num-layers).
   bool is_moe_layer(int64_t layer) const {
-    if (!is_moe()) return false;
+    if (!is_moe() || layer >= num_layers) return false;
     return moe_layer_pattern.empty() ? layer % moe_layer_freq == 0
                                      : moe_layer_pattern[size_t(layer)] == 1;
   }

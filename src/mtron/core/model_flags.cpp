@@ -167,6 +167,13 @@ void add_model_flags(CLI::App& app, ModelConfig& m) {
   opt<float>(app, "--moe-router-bias-update-rate", m.moe_router_bias_update_rate, 1e-3f,
              "The expert bias update rate: after each global batch the bias of each expert moves "
              "by this much towards the mean load.");
+  opt<int64_t>(app, "--mtp-num-layers", m.mtp_num_layers, 0,
+               "Number of Multi-Token Prediction (MTP) Layers. MTP extends the prediction scope "
+               "to multiple future tokens at each position. 0: None (no MTP).");
+  opt<float>(app, "--mtp-loss-scaling-factor", m.mtp_loss_scaling_factor, 0.1f,
+             "Scaling factor of Multi-Token Prediction (MTP) loss. We compute the average of the "
+             "MTP losses across all depths, and multiply it the scaling factor to obtain the "
+             "overall MTP loss, which serves as an additional training objective.");
 }
 
 std::vector<std::string> model_flag_args(const ModelConfig& m) {
@@ -205,6 +212,10 @@ std::vector<std::string> model_flag_args(const ModelConfig& m) {
   add("--hidden-dropout", m.hidden_dropout);
   add("--attention-dropout", m.attention_dropout);
   mla_flag_args(m.mla, a);
+  if (m.mtp_num_layers > 0) {
+    add("--mtp-num-layers", m.mtp_num_layers);
+    add("--mtp-loss-scaling-factor", m.mtp_loss_scaling_factor);
+  }
   if (!m.is_moe()) return a;
   add("--num-experts", m.num_experts);
   add("--moe-ffn-hidden-size", m.moe_ffn_hidden_size);

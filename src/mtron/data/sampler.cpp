@@ -11,7 +11,8 @@ TokenRows sample_rows(const SampleDataset& ds,
                       int64_t B,
                       int64_t dp,
                       int64_t dp_rank,
-                      const std::vector<int64_t>& positions) {
+                      const std::vector<int64_t>& positions,
+                      int64_t ahead) {
   const int64_t first = base + j * B * dp + dp_rank * B;
   const int64_t Sl = int64_t(positions.size());
   TokenRows t;
@@ -21,6 +22,9 @@ TokenRows sample_rows(const SampleDataset& ds,
   t.tokens.resize(size_t(Sl * B));
   t.labels.resize(size_t(Sl * B));
   t.pos.resize(size_t(Sl * B));
+  t.ahead_tokens.resize(size_t(ahead * Sl * B));
+  t.ahead_labels.resize(size_t(ahead * Sl * B));
+  const int64_t S = ds.sample_length() - 1;  // a sample holds S + 1 tokens
   std::vector<int32_t> sample(size_t(ds.sample_length()));
   for (int64_t b = 0; b < B; ++b) {
     MT_CHECK(first + b < ds.size(), "the ", split_name(split), " split has ", ds.size(),
@@ -31,6 +35,11 @@ TokenRows sample_rows(const SampleDataset& ds,
       t.tokens[size_t(s * B + b)] = sample[size_t(g)];
       t.labels[size_t(s * B + b)] = sample[size_t(g + 1)];
       t.pos[size_t(s * B + b)] = int32_t(g);
+      for (int64_t d = 1; d <= ahead; ++d) {
+        const size_t at = size_t(((d - 1) * Sl + s) * B + b);
+        t.ahead_tokens[at] = g + d < S ? sample[size_t(g + d)] : 0;
+        t.ahead_labels[at] = g + d < S ? sample[size_t(g + d + 1)] : 0;
+      }
     }
   }
   return t;

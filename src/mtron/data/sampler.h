@@ -16,13 +16,18 @@ struct TokenRows {
   int64_t B = 0, S = 0;
   int64_t first = 0;  // sample index of sequence 0 (sequence b is sample first + b)
   std::vector<int32_t> tokens, labels, pos;  // [S * B]; pos: the global sequence positions
+  // With `ahead` > 0 (multi-token prediction), for d = 1..ahead: the tokens and labels d
+  // positions further, [ahead, S * B] (depth d at (d - 1) S B); 0 where that position is past the
+  // sequence (Megatron's roll fills 0 there).
+  std::vector<int32_t> ahead_tokens, ahead_labels;
 };
 
 // Micro-batch j of the global batch that starts at sample `base` of `split` (dataset `ds`), for
 // data-parallel rank dp_rank of dp: it takes samples [dp_rank B, (dp_rank + 1) B) of the j-th
 // block of B dp samples. Local token s of each sequence is the sample's token at global position
 // positions[s] (the context-parallel rank's chunks; 0, 1, ... without context parallelism), its
-// label the token after it. Throws mtron::Error when the split has too few samples.
+// label the token after it; `ahead`: TokenRows::ahead_tokens/ahead_labels. Throws mtron::Error
+// when the split has too few samples.
 TokenRows sample_rows(const SampleDataset& ds,
                       Split split,
                       int64_t base,
@@ -30,6 +35,7 @@ TokenRows sample_rows(const SampleDataset& ds,
                       int64_t B,
                       int64_t dp,
                       int64_t dp_rank,
-                      const std::vector<int64_t>& positions);
+                      const std::vector<int64_t>& positions,
+                      int64_t ahead = 0);
 
 }  // namespace mtron::data

@@ -44,9 +44,10 @@ GPTChunk::GPTChunk(const ModelConfig& cfg,
                      .init = ParamInit::kNormal,
                      .init_std = cfg.init_method_std};
   };
-  // Tied embeddings whose two uses sit on different pipeline stages.
-  const bool cross_stage =
-      !cfg.untie_embeddings_and_output_weights && place.has_embedding != place.has_head;
+  // Word embeddings used on two pipeline stages: tied to the output layer, or read by the MTP
+  // depths.
+  const bool second_use = !cfg.untie_embeddings_and_output_weights || cfg.mtp_num_layers > 0;
+  const bool cross_stage = second_use && place.has_embedding != place.has_head;
   if (place.has_embedding) {
     ParamSpec s = word_embedding_spec();
     s.cross_stage = cross_stage;
@@ -72,17 +73,20 @@ GPTChunk::GPTChunk(const ModelConfig& cfg,
       ParamSpec s = word_embedding_spec();
       s.name = "output_layer.weight";
       out_w_ = params_.add(s);
-    } else if (wte_ < 0) {
-      // Tied embeddings across pipeline stages: the last stage holds a replica, initialised
-      // identically (same name, same key) and kept equal by summing the two gradients.
+    }
+    if (wte_ < 0 && second_use) {
+      // The word embeddings' second use across pipeline stages: the last stage holds a replica,
+      // initialised identically (same name, same key) and kept equal by summing the two
+      // gradients.
       ParamSpec s = word_embedding_spec();
       s.tied_copy = true;
       s.cross_stage = true;
       wte_ = params_.add(s);
-      out_w_ = wte_;
-    } else {
-      out_w_ = wte_;
     }
+    if (!cfg.untie_embeddings_and_output_weights) out_w_ = wte_;
+    mtp_.reserve(size_t(cfg.mtp_num_layers));
+    for (int64_t k = 0; k < cfg.mtp_num_layers; ++k)
+      mtp_.emplace_back(cfg, k, tp, ep, params_, expert_params_);
   }
 }
 
@@ -105,7 +109,8 @@ std::pair<int64_t, int64_t> GPTChunk::param_range(int first, int next_first) con
 float* GPTChunk::embed(const RunCtx& rc,
                        Arena& out_arena,
                        const TokenLayout& tl,
-                       const int32_t* tokens) {
+                       const int32_t* tokens,
+                       int64_t layer) {
   const auto& tp = rc.tp;
   const int64_t h = cfg_.hidden_size, N = tl.rows();
   const int32_t* pos = tl.pos;
@@ -124,8 +129,109 @@ float* GPTChunk::embed(const RunCtx& rc,
     mine = out_arena.alloc<float>(tp.sp_rows(N) * h);
     parallel::scatter_to_sp(rc.k, tp, mine, emb, N, h);
   }
-  hidden_dropout(rc, cfg_, tl, {-1, "embedding"}, mine);
+  hidden_dropout(rc, cfg_, tl, {layer, "embedding"}, mine);
   return mine;
+}
+
+void GPTChunk::embed_backward(
+    const RunCtx& rc, const TokenLayout& tl, float* g, const int32_t* tokens, int64_t layer) {
+  const auto& tp = rc.tp;
+  const int64_t h = cfg_.hidden_size, N = tl.rows();
+  scratch_.reset();
+  hidden_dropout(rc, cfg_, tl, {layer, "embedding"}, g);
+  float* dfull = g;
+  if (tp.sequence_parallel) {  // conjugate of the scatter: gather the sequence back
+    dfull = scratch_.alloc<float>(N * h);
+    parallel::gather_from_sp(tp, dfull, g, N, h);
+  }
+  if (wpe_ >= 0) {
+    kernels::embedding_backward(rc.k, params_.grad(wpe_), dfull, tl.pos, N, h, 0,
+                                cfg_.max_position_embeddings);
+  }
+  kernels::embedding_backward(rc.k, params_.grad(wte_), dfull, tokens, N, h, vocab_start_,
+                              vocab_local_);
+}
+
+void GPTChunk::mtp_forward(const RunCtx& rc,
+                           const MicroBatch& mb,
+                           Stash& st,
+                           const TokenLayout& tl) {
+  const auto& tp = rc.tp;
+  const int64_t N = tl.rows(), Nl = tp.sp_rows(N), h = cfg_.hidden_size, S = cfg_.seq_length;
+  const size_t D = mtp_.size();
+  MT_ASSERT(mb.mtp_tokens.size() == D * size_t(N) && mb.mtp_labels.size() == D * size_t(N),
+            "a micro-batch without the tokens ahead for multi-token prediction");
+  st.mtp_tokens.assign(D, nullptr);
+  st.mtp.assign(D, {});
+  st.mtp_dhead.assign(D, nullptr);
+  const float* hid = st.lnf_out;
+  for (size_t k = 0; k < D; ++k) {
+    const int64_t depth = int64_t(k) + 1;
+    // The rows with a target `depth` positions further lead: only the sequence's last chunk
+    // (with CP, the last of CP rank 0's two) ends in positions without one.
+    int64_t rows = 0;
+    while (rows < N && mb.pos[size_t(rows)] + depth < S) ++rows;
+    for (int64_t n = rows; n < N; ++n)
+      MT_ASSERT(mb.pos[size_t(n)] + depth >= S, "rows with an MTP target after rows without");
+    const auto part = [&](const std::vector<int32_t>& v) {
+      return std::vector<int32_t>(v.begin() + int64_t(k) * N, v.begin() + (int64_t(k) + 1) * N);
+    };
+    st.mtp_tokens[k] = ids_on_device(rc, st.keep, part(mb.mtp_tokens));
+    const int32_t* labels = ids_on_device(rc, st.keep, part(mb.mtp_labels));
+    const float* e = embed(rc, st.keep, tl, st.mtp_tokens[k], cfg_.num_layers + int64_t(k));
+    float* out = st.keep.alloc<float>(Nl * h);
+    scratch_.reset();
+    mtp_[k].forward(rc, tl, st.mtp[k], st.keep, scratch_, e, hid, out);
+    float* full = out;
+    if (tp.sequence_parallel) {
+      full = scratch_.alloc<float>(N * h);
+      parallel::enter_tp_forward(tp, full, out, N, h);
+    }
+    // The shared output layer on those rows; each of the global batch's (S - depth) B targets
+    // weighs the scaling factor / D / their number.
+    float* dh = st.keep.alloc<float>(N * h);
+    kernels::fill_zero(rc.k, dh + rows * h, int64_t(sizeof(float)) * (N - rows) * h);
+    const double weight =
+        double(cfg_.mtp_loss_scaling_factor) / double(D) * double(S) / double(S - depth);
+    LmHeadArgs a{.h = as_gemm_input(rc, scratch_, full, rows * h),
+                 .w = params_.weight(out_w_),
+                 .dw = params_.grad(out_w_),
+                 .dh = dh,
+                 .targets = labels,
+                 .N = rows,
+                 .hidden = h,
+                 .Vl = vocab_local_,
+                 .col_start = vocab_start_,
+                 .vocab_valid = cfg_.vocab_size,
+                 .dloss = float(double(mb.dloss) * weight)};
+    st.mtp_loss_sum[k] = lm_head_loss(rc, scratch_, a);
+    st.mtp_dhead[k] = dh;
+    hid = out;
+  }
+}
+
+void GPTChunk::mtp_backward(const RunCtx& rc, Stash& st, const TokenLayout& tl, float* dhidden) {
+  const auto& tp = rc.tp;
+  const int64_t N = tl.rows(), Nl = tp.sp_rows(N), h = cfg_.hidden_size;
+  const int64_t bytes = int64_t(sizeof(float)) * Nl * h;
+  float* from_next = nullptr;  // d(loss)/d(this depth's output) through the next depth
+  for (int64_t k = int64_t(mtp_.size()) - 1; k >= 0; --k) {
+    scratch_.reset();
+    float* dout = st.keep.alloc<float>(Nl * h);
+    float* dhead = tp.sequence_parallel ? dout : st.mtp_dhead[size_t(k)];
+    parallel::enter_tp_backward(tp, dhead, st.mtp_dhead[size_t(k)], N, h);
+    if (dhead != dout) kernels::copy(rc.k, dout, dhead, bytes);
+    if (from_next) kernels::add(rc.k, dout, dout, from_next, Nl * h);
+    float* de = st.keep.alloc<float>(Nl * h);
+    float* dhid = dhidden;
+    if (k > 0) {
+      dhid = st.keep.alloc<float>(Nl * h);
+      kernels::fill_zero(rc.k, dhid, bytes);
+    }
+    mtp_[size_t(k)].backward(rc, tl, st.mtp[size_t(k)], scratch_, dout, de, dhid);
+    embed_backward(rc, tl, de, st.mtp_tokens[size_t(k)], cfg_.num_layers + k);
+    from_next = dhid;
+  }
 }
 
 KvCache GPTChunk::make_kv_cache(const RunCtx& rc, int64_t B, int64_t capacity) const {
@@ -209,6 +315,7 @@ const float* GPTChunk::forward(const RunCtx& rc,
   st.moe = MoEStats{};
   st.num_tokens = N;
   st.dhead = nullptr;
+  st.mtp_loss_sum.assign(place_.has_head ? mtp_.size() : 0, 0.0);
 
   const float* x = input;
   if (place_.has_embedding) {
@@ -248,7 +355,9 @@ const float* GPTChunk::forward(const RunCtx& rc,
 
   scratch_.reset();
   need(head_first_, -1);
-  float* lnf = scratch_.alloc<float>(Nl * h);
+  // (kept as the MTP depths' input)
+  float* lnf = mtp_.empty() ? scratch_.alloc<float>(Nl * h) : st.keep.alloc<float>(Nl * h);
+  st.lnf_out = lnf;
   st.lnf_mean =
       cfg_.normalization == Normalization::kLayerNorm ? st.keep.alloc<float>(Nl) : nullptr;
   st.lnf_rstd = st.keep.alloc<float>(Nl);
@@ -273,6 +382,7 @@ const float* GPTChunk::forward(const RunCtx& rc,
                .vocab_valid = cfg_.vocab_size,
                .dloss = mb.dloss};
   st.loss_sum = lm_head_loss(rc, scratch_, a);
+  if (train && !mtp_.empty()) mtp_forward(rc, mb, st, tl);
   return nullptr;
 }
 
@@ -293,8 +403,11 @@ const float* GPTChunk::backward(const RunCtx& rc,
   if (place_.has_head) {
     MT_ASSERT(st.dhead, "backward of the head chunk needs a training forward");
     scratch_.reset();
-    float* dlnf = tp.sequence_parallel ? scratch_.alloc<float>(Nl * h) : st.dhead;
+    float* dlnf = !tp.sequence_parallel ? st.dhead
+                  : mtp_.empty()        ? scratch_.alloc<float>(Nl * h)
+                                        : st.keep.alloc<float>(Nl * h);
     parallel::enter_tp_backward(tp, dlnf, st.dhead, N, h);
+    if (!mtp_.empty()) mtp_backward(rc, st, tl, dlnf);
     kernels::fill_zero(rc.k, g, int64_t(sizeof(float)) * Nl * h);
     lnf_.backward(rc, cfg_, params_, g, dlnf, st.out, st.lnf_mean, st.lnf_rstd, Nl);
     ready(head_first_);
@@ -325,19 +438,7 @@ const float* GPTChunk::backward(const RunCtx& rc,
   }
 
   if (!place_.has_embedding) return g;
-  scratch_.reset();
-  hidden_dropout(rc, cfg_, tl, {-1, "embedding"}, g);
-  float* dfull = g;
-  if (tp.sequence_parallel) {  // conjugate of the scatter: gather the sequence back
-    dfull = scratch_.alloc<float>(N * h);
-    parallel::gather_from_sp(tp, dfull, g, N, h);
-  }
-  if (wpe_ >= 0) {
-    kernels::embedding_backward(rc.k, params_.grad(wpe_), dfull, st.pos, N, h, 0,
-                                cfg_.max_position_embeddings);
-  }
-  kernels::embedding_backward(rc.k, params_.grad(wte_), dfull, st.tokens, N, h, vocab_start_,
-                              vocab_local_);
+  embed_backward(rc, tl, g, st.tokens);
   if (grads_ready) grads_ready(0);
   return nullptr;
 }

@@ -4,6 +4,19 @@
 // runs. The first chunk holds the embeddings, the last the final norm and the output layer
 // fused with the loss; a 1-stage model is one chunk with both. Each chunk owns one ParamBuffer.
 //
+// With --mtp-num-layers D the last chunk also holds the D multi-token prediction depths
+// (mtp.h) and, on a pipeline of several stages, a replica of the word embeddings (their
+// gradient summed with the first stage's, as tied embeddings'). In a training forward depth k
+// (1-based) embeds the tokens k positions further (MicroBatch::mtp_tokens: Megatron's roll of the
+// input ids, token 0 rolled in past the sequence's end, across context-parallel chunks) and feeds
+// the shared output layer and cross-entropy with the labels k positions further. In
+// sequence-major rows the positions with such a target lead (without CP the first (S - k) B
+// rows; with CP all of a rank's rows but the last k B of CP rank 0), so the loss runs on those
+// rows only: the rolled-in positions carry no loss, and by causality no gradient. Each depth's
+// token losses weigh mtp_loss_scaling_factor / D / (tokens with a target in the global batch) in
+// the gradient (Megatron's MTPLossAutoScaler: the reported lm loss stays the main model's);
+// evaluation runs no MTP.
+//
 // Contract (docs/architecture.md): forward() stashes what backward() needs into the caller's
 // per-micro- batch Stash, so a pipeline schedule can keep several micro-batches in flight; with
 // --recompute-granularity full the stash keeps only layer-group inputs and backward rebuilds
@@ -23,6 +36,7 @@
 #include "mtron/core/model_config.h"
 #include "mtron/model/layer.h"
 #include "mtron/model/linear.h"
+#include "mtron/model/mtp.h"
 #include "mtron/model/params.h"
 
 namespace mtron::model {
@@ -31,6 +45,9 @@ namespace mtron::model {
 struct MicroBatch {
   int64_t B = 0, S = 0;                      // S: tokens per sequence on this rank
   std::vector<int32_t> tokens, labels, pos;  // [S*B]
+  // --mtp-num-layers D: the tokens and labels k = 1..D positions further, [D, S*B] (0 past the
+  // sequence's end; data::TokenRows::ahead_tokens/ahead_labels).
+  std::vector<int32_t> mtp_tokens, mtp_labels;
   float dloss = 1.0f;       // d(loss)/d(token loss): 1 / number of tokens in the global batch
   float aux_weight = 1.0f;  // weight of per-micro-batch auxiliary losses (MoE): 1 / micro-batches
                             // in the global batch
@@ -72,7 +89,15 @@ class GPTChunk {
     float *lnf_mean = nullptr, *lnf_rstd = nullptr;
     float* dhead = nullptr;  // [N, h] d(loss)/d(LM-head input), from the fused loss pass
     double loss_sum = 0;     // sum of this micro-batch's token losses on this rank
-    MoEStats moe;            // this rank's share of the MoE statistics, summed over layers
+    // Multi-token prediction, per depth (training forwards of the head chunk): the rolled
+    // tokens on the device, the stashes, d(loss)/d(head input) [N, h] and the sum of the
+    // token losses on this rank (zeros when the forward ran no MTP).
+    const float* lnf_out = nullptr;  // [Nl, h] the decoder's output after its final norm
+    std::vector<const int32_t*> mtp_tokens;
+    std::vector<MtpLayer::Stash> mtp;
+    std::vector<float*> mtp_dhead;
+    std::vector<double> mtp_loss_sum;
+    MoEStats moe;  // this rank's share of the MoE statistics, summed over layers
     // Optional outputs the caller points somewhere before forward (tests, generation, eval):
     float* logits_out = nullptr;  // [N, Vl] this rank's vocabulary shard of the logits (device)
     float* losses_out = nullptr;  // [N] per-token losses (host)
@@ -137,8 +162,21 @@ class GPTChunk {
 
  private:
   // The embeddings of this rank's rows [Nl, h] (SP: its block of the sequence) in `out_arena`,
-  // after hidden dropout (tl.drop).
-  float* embed(const RunCtx& rc, Arena& out_arena, const TokenLayout& tl, const int32_t* tokens);
+  // after hidden dropout (tl.drop) keyed by layer index `layer` (-1: the decoder's input, an
+  // MTP depth's layer index for its embeddings).
+  float* embed(const RunCtx& rc,
+               Arena& out_arena,
+               const TokenLayout& tl,
+               const int32_t* tokens,
+               int64_t layer = -1);
+  // Conjugate of embed: g [Nl, h] = d(loss)/d(embeddings) (consumed) into the embeddings'
+  // gradients.
+  void embed_backward(
+      const RunCtx& rc, const TokenLayout& tl, float* g, const int32_t* tokens, int64_t layer = -1);
+  // The MTP depths of a training forward, from the decoder's normed output st.lnf_out.
+  void mtp_forward(const RunCtx& rc, const MicroBatch& mb, Stash& st, const TokenLayout& tl);
+  // Their backward: adds d(MTP losses)/d(hidden) to dhidden [Nl, h].
+  void mtp_backward(const RunCtx& rc, Stash& st, const TokenLayout& tl, float* dhidden);
   bool recomputed(int64_t i) const;  // is local layer i in a recompute group?
   // Buffer range of parameter handles [first, next_first) (next_first < 0: to the end).
   std::pair<int64_t, int64_t> param_range(int first, int next_first) const;
@@ -150,6 +188,7 @@ class GPTChunk {
   ParamBuffer params_, expert_params_;
   std::vector<TransformerLayer> layers_;
   Norm lnf_;
+  std::vector<MtpLayer> mtp_;  // head chunk only
   int wte_ = -1, wpe_ = -1, out_w_ = -1;
   std::vector<int> layer_first_;  // first parameter handle of each layer
   int head_first_ = -1;           // first parameter handle of the head (final norm)

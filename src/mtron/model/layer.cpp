@@ -38,7 +38,8 @@ TransformerLayer::TransformerLayer(const ModelConfig& cfg,
                                    const parallel::TensorParallel& tp,
                                    const parallel::ExpertParallel& ep,
                                    ParamBuffer& params,
-                                   ParamBuffer& expert_params)
+                                   ParamBuffer& expert_params,
+                                   const std::string& prefix)
     : cfg_(cfg), p_(params), layer_(layer) {
   const int64_t H = cfg.num_attention_heads, G = cfg.query_groups(), D = cfg.qk_dim();
   const bool moe = cfg.is_moe_layer(layer);
@@ -55,7 +56,7 @@ TransformerLayer::TransformerLayer(const ModelConfig& cfg,
   const float out_std = std / std::sqrt(2.0f * float(cfg.num_layers));
   const bool sp = tp.sequence_parallel;
   const bool bias = cfg.add_bias_linear;
-  const std::string pre = "decoder.layers." + std::to_string(layer) + ".";
+  const std::string pre = prefix.empty() ? "decoder.layers." + std::to_string(layer) + "." : prefix;
 
   ln1_.add_params(cfg, pre + "input_layernorm", sp, params);
   if (cfg.mla.enabled) {

@@ -84,13 +84,16 @@ class TransformerLayer {
   };
 
   // Registers this layer's parameters (global layer index `layer`) for TP rank/size of tp; an
-  // MoE layer's experts go to `expert_params` (this EP rank's experts, ETP shards).
+  // MoE layer's experts go to `expert_params` (this EP rank's experts, ETP shards). Parameter
+  // names start with `prefix` (empty: "decoder.layers.<layer>."); the layer index keys the
+  // dropout masks.
   TransformerLayer(const ModelConfig& cfg,
                    int64_t layer,
                    const parallel::TensorParallel& tp,
                    const parallel::ExpertParallel& ep,
                    ParamBuffer& params,
-                   ParamBuffer& expert_params);
+                   ParamBuffer& expert_params,
+                   const std::string& prefix = {});
 
   // y[Nl, h] from x[Nl, h]; stash buffers from `keep`, temporaries from `scratch`. st null: no
   // stash (nothing kept, `keep` unused). kv: the rows are the next tl.S positions of each of the

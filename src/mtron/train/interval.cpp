@@ -9,6 +9,8 @@ void Interval::add(const StepResult& r, double dt, double step_flops, int64_t st
   load_balancing += r.load_balancing_loss;
   z += r.z_loss;
   moe.add(r.moe);
+  mtp.resize(r.mtp_losses.size());
+  for (size_t k = 0; k < mtp.size(); ++k) mtp[k] += r.mtp_losses[k];
   time += dt;
   flops += step_flops;
   samples += step_samples;

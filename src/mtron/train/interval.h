@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <vector>
 
 #include "mtron/core/model_config.h"
 #include "mtron/model/moe.h"
@@ -24,6 +25,9 @@ struct StepResult {
   // summed over the world (dropped pairs, routing checksums).
   double load_balancing_loss = 0, z_loss = 0;
   model::MoEStats moe;
+  // --mtp-num-layers: Megatron's mtp_<k> loss per depth (the token-weighted mean over the global
+  // batch's positions with a target k tokens further, without the scaling factor).
+  std::vector<double> mtp_losses;
   // --moe-router-enable-expert-bias: a checksum of every layer's expert bias after the step,
   // sum over layers L and experts e of (L + 1) (e + 1) bias[e] (tests compare layouts with it).
   double expert_bias_hash = 0;
@@ -39,6 +43,7 @@ struct StepResult {
 struct Interval {
   double loss = 0, skipped_loss = 0, time = 0, flops = 0, load_balancing = 0, z = 0;
   model::MoEStats moe;
+  std::vector<double> mtp;  // sums of StepResult::mtp_losses
   int64_t iters = 0, samples = 0, skipped = 0, nans = 0;
 
   // A step of dt seconds, `flops` FLOPs and `samples` samples.

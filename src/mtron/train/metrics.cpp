@@ -19,8 +19,8 @@ std::string format_iteration_line(const IterationLog& l) {
   // Megatron prints {:.1f}; CPU throughputs are far below 1 TFLOP/s: keep 3 significant digits.
   const std::string tflops = l.tflops_per_device >= 10 ? fmt::format("{:.1f}", l.tflops_per_device)
                                                        : fmt::format("{:.3g}", l.tflops_per_device);
-  std::string moe;  // Megatron: each MoE loss as " name: {:.6E} |" after lm loss
-  for (const auto& [name, value] : l.moe_losses) moe += fmt::format(" {}: {:.6E} |", name, value);
+  std::string aux;  // Megatron: each MoE and MTP loss as " name: {:.6E} |" after lm loss
+  for (const auto& [name, value] : l.aux_losses) aux += fmt::format(" {}: {:.6E} |", name, value);
   const std::string decoupled =  // Megatron: after the learning rate, with --decoupled-lr
       l.decoupled_learning_rate
           ? fmt::format(" decoupled learning rate: {:.6E} |", *l.decoupled_learning_rate)
@@ -35,7 +35,7 @@ std::string format_iteration_line(const IterationLog& l) {
       "of skipped iterations: {:3d} | number of nan iterations: {:3d} | tokens "
       "per second per GPU: {:.1f} | MFU: {:.2f}% | peak memory (MB): {:.1f} |",
       fmt::localtime(now), l.iteration, l.train_iters, l.consumed_samples, l.elapsed_ms, tflops,
-      l.learning_rate, decoupled, l.global_batch_size, l.lm_loss, moe, l.loss_scale, grad_norm,
+      l.learning_rate, decoupled, l.global_batch_size, l.lm_loss, aux, l.loss_scale, grad_norm,
       l.skipped_iterations, l.nan_iterations, l.tokens_per_s_per_device, 100.0 * l.mfu,
       l.peak_memory_mb);
 }
@@ -90,7 +90,7 @@ void MetricsWriter::write(const IterationLog& l) {
       l.skipped_iterations, l.nan_iterations, l.loss_scale);
   if (l.decoupled_learning_rate)
     fmt::print(f, ", \"decoupled_learning_rate\": {:.9g}", *l.decoupled_learning_rate);
-  for (const auto& [name, value] : l.moe_losses) fmt::print(f, ", \"{}\": {:.9g}", name, value);
+  for (const auto& [name, value] : l.aux_losses) fmt::print(f, ", \"{}\": {:.9g}", name, value);
   for (const auto& [name, value] : l.extra) fmt::print(f, ", \"{}\": {:.17g}", name, value);
   fmt::print(f, "}}\n");
   std::fflush(f);

@@ -24,9 +24,9 @@ struct IterationLog {
   double learning_rate = 0;
   std::optional<double> decoupled_learning_rate;  // --decoupled-lr
   double lm_loss = 0;                             // averaged over the interval
-  // Megatron's MoE loss fields, printed after lm loss ("load_balancing_loss", "z_loss"),
-  // averaged over the interval.
-  std::vector<std::pair<std::string, double>> moe_losses;
+  // Megatron's MoE and MTP loss fields, printed after lm loss ("load_balancing_loss", "z_loss",
+  // "mtp_1 loss", ...), averaged over the interval.
+  std::vector<std::pair<std::string, double>> aux_losses;
   double loss_scale = 1.0;  // the loss scaler's (after the last iteration's update); 1 without
   // The last iteration's; none when the loss scaler skipped it (Megatron prints none). JSONL:
   // null when none or not finite.

@@ -30,10 +30,13 @@ class Trainer::Stages : public parallel::StageModel {
     split_ = split;
     base_ = base;
     loss_sum_ = 0;
+    mtp_loss_sum_.assign(size_t(t_.a_.model.mtp_num_layers), 0.0);
     moe_ = model::MoEStats{};
     mbs_.clear();
   }
   double loss_sum() const { return loss_sum_; }
+  // Per MTP depth, this rank's sum of the token losses (the last stage's; zeros elsewhere).
+  const std::vector<double>& mtp_loss_sum() const { return mtp_loss_sum_; }
   const model::MoEStats& moe() const { return moe_; }
 
   const float* forward(int chunk, int64_t m, const float* input) override {
@@ -46,7 +49,10 @@ class Trainer::Stages : public parallel::StageModel {
     if (sync->params_pending())
       need = [sync](int64_t lo, int64_t hi) { sync->wait_params(lo, hi); };
     const float* out = c.forward(t_.rc_, mb(m), st, input, train_, need);
-    if (c.placement().has_head) loss_sum_ += st.loss_sum;
+    if (c.placement().has_head) {
+      loss_sum_ += st.loss_sum;
+      for (size_t k = 0; k < st.mtp_loss_sum.size(); ++k) mtp_loss_sum_[k] += st.mtp_loss_sum[k];
+    }
     moe_.add(st.moe);
     if (!train_) pending_ = {chunk, m};
     return out;
@@ -106,6 +112,7 @@ class Trainer::Stages : public parallel::StageModel {
   data::Split split_ = data::Split::kTrain;
   int64_t base_ = 0;
   double loss_sum_ = 0;
+  std::vector<double> mtp_loss_sum_;
   model::MoEStats moe_;  // this rank's share, over the step's micro-batches
   std::map<int64_t, model::MicroBatch> mbs_;
   std::map<Key, std::unique_ptr<model::GPTChunk::Stash>> in_use_;

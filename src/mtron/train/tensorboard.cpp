@@ -154,7 +154,7 @@ void TensorBoard::iteration(const TensorBoardStep& s) {
   if (a_.log_loss_scale) both("loss-scale", s.loss_scale);
   if (a_.log_world_size) both("world-size", double(world_size_));
   if (s.grad_norm) both("grad-norm", *s.grad_norm);
-  for (const auto& [name, v] : s.moe_losses) file_.scalar(name, v, s.iteration);
+  for (const auto& [name, v] : s.aux_losses) file_.scalar(name, v, s.iteration);
   if (a_.log_memory) {
     const kernels::DeviceMemory m = kernels::device_memory(device_);
     file_.scalar("mem-reserved-bytes", double(m.reserved), s.iteration);

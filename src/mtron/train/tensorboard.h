@@ -71,7 +71,7 @@ struct TensorBoardStep {
   std::optional<double> decoupled_learning_rate;
   double lm_loss = 0, loss_scale = 1;
   std::optional<double> grad_norm;  // none on a step the loss scaler skipped
-  std::vector<std::pair<std::string, double>> moe_losses;
+  std::vector<std::pair<std::string, double>> aux_losses;
 };
 
 class TensorBoard {

@@ -182,9 +182,16 @@ model::MicroBatch Trainer::microbatch(data::Split split, int64_t base, int64_t j
   const int64_t S = a_.model.seq_length, Sl = S / par.cp();
   std::vector<int64_t> positions(static_cast<size_t>(Sl));
   for (int64_t s = 0; s < Sl; ++s) positions[size_t(s)] = rc_.cp.position(s, Sl);
-  data::TokenRows t = data::sample_rows(*datasets_[split], split, base, j, par.micro_batch_size,
-                                        par.dp(), ps_->dp_rank(), positions);
-  model::MicroBatch mb{t.B, t.S, std::move(t.tokens), std::move(t.labels), std::move(t.pos)};
+  data::TokenRows t =
+      data::sample_rows(*datasets_[split], split, base, j, par.micro_batch_size, par.dp(),
+                        ps_->dp_rank(), positions, a_.model.mtp_num_layers);
+  model::MicroBatch mb{t.B,
+                       t.S,
+                       std::move(t.tokens),
+                       std::move(t.labels),
+                       std::move(t.pos),
+                       std::move(t.ahead_tokens),
+                       std::move(t.ahead_labels)};
   // Dropout masks by (seed, iteration) and the sequences' indices in the global batch.
   mb.drop = {
       .on = true, .seed = uint64_t(a_.seed), .iteration = iteration_, .sample0 = t.first - base};
@@ -264,13 +271,25 @@ StepResult Trainer::step() {
   loss = ps_->dp_cp().size() > 1 ? ps_->dp_cp().all_reduce_sum(loss) : loss;
   loss = ps_->pp().size() > 1 ? ps_->pp().all_reduce_sum(loss) : loss;
   r.lm_loss = loss / double(batch_size_ * a_.model.seq_length);
+  // The MTP losses likewise (the last stage's sums; zeros elsewhere).
+  r.mtp_losses = stages_->mtp_loss_sum();
+  if (!r.mtp_losses.empty()) {
+    for (auto* g : {&ps_->dp_cp(), &ps_->pp()})
+      if (g->size() > 1)
+        g->all_reduce(r.mtp_losses.data(), int64_t(r.mtp_losses.size()), DType::kF64,
+                      ReduceOp::kSum);
+    for (size_t k = 0; k < r.mtp_losses.size(); ++k)
+      r.mtp_losses[k] /= double(batch_size_ * (a_.model.seq_length - int64_t(k) - 1));
+  }
   consumed_samples_ += batch_size_;
   ++iteration_;
   return r;
 }
 
-std::vector<std::pair<std::string, double>> Trainer::moe_losses(double lb, double z) const {
-  // Megatron's names: the balancing loss of the configured type, the z-loss when weighted.
+std::vector<std::pair<std::string, double>> Trainer::aux_losses(
+    double lb, double z, const std::vector<double>& mtp) const {
+  // Megatron's names: the balancing loss of the configured type, the z-loss when weighted, then
+  // each MTP depth's loss.
   const auto& mc = a_.model;
   std::vector<std::pair<std::string, double>> v;
   if (mc.moe_aux_loss_coeff > 0 &&
@@ -279,6 +298,7 @@ std::vector<std::pair<std::string, double>> Trainer::moe_losses(double lb, doubl
     v.emplace_back(seq ? "seq_load_balancing_loss" : "load_balancing_loss", lb);
   }
   if (mc.moe_z_loss_coeff > 0) v.emplace_back("z_loss", z);
+  for (size_t k = 0; k < mtp.size(); ++k) v.emplace_back(fmt::format("mtp_{} loss", k + 1), mtp[k]);
   return v;
 }
 
@@ -342,7 +362,7 @@ void Trainer::run() {
       log_->step({iteration_, consumed_samples_, batch_size_, learning_rate(lr_samples_),
                   decoupled_learning_rate(lr_samples_), r.lm_loss, r.loss_scale,
                   r.logged_grad_norm(scaler_ != nullptr),
-                  moe_losses(r.load_balancing_loss, r.z_loss)});
+                  aux_losses(r.load_balancing_loss, r.z_loss, r.mtp_losses)});
     }
     if (iteration_ % a_.log_interval == 0 || iteration_ == a_.train_iters) {
       IterationLog l;
@@ -357,7 +377,9 @@ void Trainer::run() {
       l.peak_memory_mb =
           double(cuda ? kernels::device_memory(Device::kCUDA).max_allocated : process_peak_rss()) /
           1048576.0;
-      l.moe_losses = moe_losses(in.load_balancing / double(in.iters), in.z / double(in.iters));
+      std::vector<double> mtp = in.mtp;
+      for (double& v : mtp) v /= double(in.iters);
+      l.aux_losses = aux_losses(in.load_balancing / double(in.iters), in.z / double(in.iters), mtp);
       if (logger) log_->interval(l);
       // Megatron's memory report, once, after the first logged iterations.
       if (cuda && iteration_ == a_.log_interval && (world_.rank() == 0 || logger)) {

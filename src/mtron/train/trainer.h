@@ -80,8 +80,11 @@ class Trainer {
   // After an iteration's micro-batches: the FP8 amaxes reduced (MAX) over the ranks holding each
   // layer's shards and replicas (TP and DP x CP; the experts' ETP and EDP), then every delayed
   // scale updated, as Transformer Engine's amax reduction and scale update.
-  // The MoE loss fields Megatron logs for this model, with the given values.
-  std::vector<std::pair<std::string, double>> moe_losses(double load_balancing, double z) const;
+  // The MoE and MTP loss fields Megatron logs for this model, with the given values (mtp: one
+  // per depth).
+  std::vector<std::pair<std::string, double>> aux_losses(double load_balancing,
+                                                         double z,
+                                                         const std::vector<double>& mtp) const;
 
   TrainArgs a_;
   Comm& world_;
