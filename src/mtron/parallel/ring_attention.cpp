@@ -1,6 +1,5 @@
 #include "mtron/parallel/ring_attention.h"
 
-#include <algorithm>
 #include <memory>
 #include <utility>
 #include <vector>
