@@ -80,7 +80,9 @@ TEST(CudaSupport, NamesWhatStillRunsOnTheHost) {
   EXPECT_EQ(cuda_unsupported(model(0), p), "");  // expert sizes matter for MoE only
   p.expert_model_parallel_size = 1;
   p.context_parallel_size = 2;
-  EXPECT_NE(cuda_unsupported(model(0), p).find("--context-parallel-size"), std::string::npos);
+  EXPECT_EQ(cuda_unsupported(model(4), p), "");  // CP: ring attention runs on the device
+  p.expert_model_parallel_size = 2;
+  EXPECT_NE(cuda_unsupported(model(4), p).find("--expert-model-parallel-size"), std::string::npos);
 }
 
 }  // namespace

@@ -534,6 +534,22 @@ void attention_cases(Checker& ck, bool small) {
       ck.check("dv (+=)", dv, kTolF32);
     });
   }
+  // Merges of partial results (ring attention's blocks); lse of some rows -inf in one or both.
+  for (const AttnShape& s : {shape(1, 1, 1, 1, 1, 8), shape(2, 33, 33, 4, 2, 24),
+                             shape(2, 40, 40, 6, 3, 32, 16), shape(1, 70, 70, 2, 2, 256)}) {
+    ck.run("attention_merge", str("B", s.B, " Sq", s.Sq, " H", s.H, " Dv", s.Dv), [&] {
+      const int64_t no = s.Sq * s.B * s.H * s.Dv, nl = s.B * s.H * s.Sq;
+      const float inf = std::numeric_limits<float>::infinity();
+      std::vector<float> l1 = randn(nl, 3.0f), l2 = randn(nl, 3.0f);
+      for (int64_t r = 0; r < nl; r += 3) (r % 2 ? l1 : l2)[size_t(r)] = -inf;
+      for (int64_t r = 0; r < nl; r += 5) l1[size_t(r)] = l2[size_t(r)] = -inf;
+      Pair<float> out(randn(no)), lse(l1), ob(randn(no)), lb(l2);
+      ref::attention_merge(out.host(), lse.host(), ob.host(), lb.host(), s);
+      attention_merge(g_dev, out.dev(), lse.dev(), ob.dev(), lb.dev(), s);
+      ck.check("out", out, kTolF32);
+      ck.check("lse", lse, kTolF32);
+    });
+  }
 }
 
 void xent_cases(Checker& ck, bool small) {

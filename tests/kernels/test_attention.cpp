@@ -2,7 +2,8 @@
 // over awkward sequence lengths, GQA ratios, head dims (also a value head dim other than the
 // query/key one), causal/non-causal and offsets; fully
 // masked rows; attention dropout (kernel against reference, the mask's rate and its global
-// indexing); and the reference backward against float64 finite differences.
+// indexing); the merge of partial results against the attention over all keys; and the reference
+// backward against float64 finite differences.
 #include <omp.h>
 
 #include <cmath>
@@ -182,6 +183,76 @@ TEST(Attention, ValueHeadDimDiffersFromQueryKeyHeadDim) {
       run_case(s, {true, 0}, seed++);
       run_case(s, {false, 0}, seed++);
       run_case(s, with_dropout({true, 0}, 0.2f, 67), seed++);
+    }
+}
+
+// out and lse of q against the keys [0, Sk) of k, v, computed as the merge of the results
+// against [0, split) and [split, Sk) (the second with the causal offset and the dropout's key
+// offset moved by split). fwd(out, lse, q, k, v, s, mask) and merge(out, lse, ob, lb, s) are the
+// backend's ops.
+template <typename T, typename Fwd, typename Merge>
+void forward_by_halves(std::vector<T>& out,
+                       std::vector<T>& lse,
+                       const std::vector<T>& q,
+                       const std::vector<T>& k,
+                       const std::vector<T>& v,
+                       const AttnShape& s,
+                       const AttnMask& mask,
+                       int64_t split,
+                       Fwd fwd,
+                       Merge merge) {
+  AttnShape s1 = s, s2 = s;
+  s1.Sk = split;
+  s2.Sk = s.Sk - split;
+  AttnMask m2 = mask;
+  m2.offset -= split;
+  m2.dropout.k0 += split;
+  std::vector<T> ob(out.size()), lb(lse.size());
+  fwd(out.data(), lse.data(), q.data(), k.data(), v.data(), s1, mask);
+  fwd(ob.data(), lb.data(), q.data(), k.data() + split * s.B * s.G * s.D,
+      v.data() + split * s.B * s.G * s.Dv, s2, m2);
+  merge(out.data(), lse.data(), ob.data(), lb.data(), s);
+}
+
+// Merging the results against two halves of the keys is attention against all of them: the
+// CPU kernel (fp32 rounding) and the reference in double (to 1e-12); rows that see no key of the
+// second half (causal offsets) or of either (offset -3: rows 0-2 keep out 0, lse -inf), dropout.
+TEST(Attention, MergeOfKeyHalvesIsAttentionOverAllKeys) {
+  const AttnShape s{2, 20, 30, 4, 2, 16, 8, 0.25f};
+  const int64_t nq = s.Sq * s.B * s.H * s.D, nk = s.Sk * s.B * s.G * s.D;
+  const int64_t no = s.Sq * s.B * s.H * s.Dv, nv = s.Sk * s.B * s.G * s.Dv, nl = s.B * s.H * s.Sq;
+  const auto q = randn(nq, 1), k = randn(nk, 2), v = randn(nv, 3);
+  const auto cpu_fwd = [](auto... a) { attention_forward(kCpu, a...); };
+  const auto cpu_merge = [](auto... a) { attention_merge(kCpu, a...); };
+  const auto ref_fwd = [](auto... a) { ref::attention_forward<double>(a...); };
+  const auto ref_merge = [](auto... a) { ref::attention_merge<double>(a...); };
+  for (AttnMask mask : {AttnMask{false, 0}, AttnMask{true, 10}, AttnMask{true, -3},
+                        with_dropout({true, 10}, 0.2f, 30, 0, 0)})
+    for (int64_t split : {12, 1, 29}) {
+      const std::string what = str("split ", split, mask.causal ? " causal " : " full ",
+                                   mask.offset, mask.dropout.p > 0 ? " dropout" : "");
+      std::vector<float> out(static_cast<size_t>(no)), lse(static_cast<size_t>(nl)), want = out,
+                                                                                     want_lse = lse;
+      attention_forward(kCpu, want.data(), want_lse.data(), q.data(), k.data(), v.data(), s, mask);
+      forward_by_halves(out, lse, q, k, v, s, mask, split, cpu_fwd, cpu_merge);
+      expect_close(out, want, 1e-5, 1e-5, "merged out " + what);
+      expect_close(lse, want_lse, 1e-5, 1e-5, "merged lse " + what);
+      const auto qd = to_double(q), kd = to_double(k), vd = to_double(v);
+      std::vector<double> outd(static_cast<size_t>(no)), lsed(static_cast<size_t>(nl)),
+          wantd = outd, want_lsed = lsed;
+      ref::attention_forward(wantd.data(), want_lsed.data(), qd.data(), kd.data(), vd.data(), s,
+                             mask);
+      forward_by_halves(outd, lsed, qd, kd, vd, s, mask, split, ref_fwd, ref_merge);
+      for (size_t i = 0; i < outd.size(); ++i)
+        ASSERT_NEAR(outd[i], wantd[i], 1e-12) << "reference merged out " << what << " at " << i;
+      for (size_t i = 0; i < lsed.size(); ++i) {
+        if (std::isinf(want_lsed[i])) {
+          ASSERT_EQ(lsed[i], want_lsed[i]) << "reference merged lse " << what << " at " << i;
+        } else {
+          ASSERT_NEAR(lsed[i], want_lsed[i], 1e-12)
+              << "reference merged lse " << what << " at " << i;
+        }
+      }
     }
 }
 

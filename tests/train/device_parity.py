@@ -1,11 +1,11 @@
 #!/usr/bin/python3
 """--device cuda against --device cpu, the same flags, under mpirun (or one process).
 
-  device_parity.py MTRON NP FLAGS...
+  device_parity.py MTRON NP FLAGS... [--tol T] [FLAGS...]
 
 Trains with `mpirun -np NP MTRON train FLAGS --device cpu` and again with `--device cuda`
 (MTRON: mtron_cudasim, whose CUDA device is the CPU emulation), and requires every iteration's
-loss and gradient norm to agree (rel <= 1e-5; 3e-4 with --fp16), and with --fp16 the same
+loss and gradient norm to agree (rel <= T, default 1e-5; 3e-4 with --fp16), and with --fp16 the same
 iterations to be skipped with the same loss scales.
 """
 import os
@@ -27,6 +27,9 @@ def train(mtron, np_, flags, device, metrics):
 def main():
     mtron, np_, flags = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
     tol = FP16_TOL if "--fp16" in flags else TOL
+    if "--tol" in flags:  # device_parity's own option, not mtron's
+        i = flags.index("--tol")
+        tol, flags = float(flags[i + 1]), flags[:i] + flags[i + 2:]
     with tempfile.TemporaryDirectory() as d:
         cpu = train(mtron, np_, flags, "cpu", os.path.join(d, "cpu.jsonl"))
         gpu = train(mtron, np_, flags, "cuda", os.path.join(d, "cuda.jsonl"))

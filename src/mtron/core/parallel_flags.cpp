@@ -129,7 +129,6 @@ std::string cuda_unsupported(const ModelConfig& m, const ParallelConfig& p) {
            "yet (the expert dispatch exchanges its counts on the host; the latter defaults to "
            "--tensor-model-parallel-size: with TP > 1 pass --expert-tensor-parallel-size 1)";
   }
-  if (p.cp() > 1) return "--context-parallel-size > 1 is not supported yet";
   return "";
 }
 

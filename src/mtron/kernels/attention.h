@@ -1,4 +1,5 @@
-// defines: AttnDropout, AttnMask, attention_forward, attention_backward
+// defines: AttnDropout, AttnMask, attention_forward, attention_backward, merge_weights,
+//          attention_merge
 //
 // Scaled dot-product attention with grouped query heads, tiled with an online softmax, so the
 // memory per head is O(S) (the S x S score matrix never exists). Layout, sequence-major as
@@ -19,8 +20,14 @@
 // of the key's stream: indexed by global sample, head, query and key position, so every
 // layout (TP heads, CP chunks, DP samples) drops what the 1-process run drops. Backward as
 // FlashAttention's: dV += (P z)^T dO, dP = (dO V^T) z, dS = P (dP - Delta) with Delta = dO . O.
+//
+// attention_merge combines two results of the same queries against disjoint sets of keys (ring
+// attention's blocks, parallel/ring_attention.h) into the result against their union, per query
+// row: lse' = log(e^lse + e^lse_blk), out = e^(lse - lse') out + e^(lse_blk - lse') out_blk, the
+// online-softmax step. A row that sees no key in either (both lse -inf) keeps out = 0, lse = -inf.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 
 #include "mtron/core/philox.h"
@@ -53,6 +60,18 @@ struct AttnShape {
   float scale;                     // usually 1/sqrt(D)
 };
 
+// attention_merge's weights of a query row with log-sum-exps l1 (accumulated) and l2 (block):
+// *w1, *w2 and the merged *l; false (nothing written) when both are -inf. The one formula of
+// the CPU and CUDA kernels.
+MT_HOST_DEVICE inline bool merge_weights(float l1, float l2, float* w1, float* w2, float* l) {
+  const float m = fmaxf(l1, l2);
+  if (m == -INFINITY) return false;
+  *l = m + logf(expf(l1 - m) + expf(l2 - m));
+  *w1 = expf(l1 - *l);
+  *w2 = expf(l2 - *l);
+  return true;
+}
+
 // attention_backward: out and lse are the forward's (for ring attention: the final merged ones).
 #define MT_PARAMS_attention_forward                                                            \
   (float* out, float* lse, const float* q, const float* k, const float* v, const AttnShape& s, \
@@ -60,11 +79,16 @@ struct AttnShape {
 #define MT_PARAMS_attention_backward                                                   \
   (float* dq, float* dk, float* dv, const float* dout, const float* q, const float* k, \
    const float* v, const float* out, const float* lse, const AttnShape& s, AttnMask mask)
-#define MTRON_ATTENTION_OPS(OP)                                                 \
-  OP(void, attention_forward, attention_forward, attention_forward_contract,    \
-     MT_PARAMS_attention_forward, (out, lse, q, k, v, s, mask))                 \
-  OP(void, attention_backward, attention_backward, attention_backward_contract, \
-     MT_PARAMS_attention_backward, (dq, dk, dv, dout, q, k, v, out, lse, s, mask))
+// attention_merge: out[Sq, B, H, Dv], lse[B, H, Sq] merged with out_blk, lse_blk of the same
+// shapes (s.Sk, s.G, s.D are not read).
+#define MTRON_ATTENTION_OPS(OP)                                                                \
+  OP(void, attention_forward, attention_forward, attention_forward_contract,                   \
+     MT_PARAMS_attention_forward, (out, lse, q, k, v, s, mask))                                \
+  OP(void, attention_backward, attention_backward, attention_backward_contract,                \
+     MT_PARAMS_attention_backward, (dq, dk, dv, dout, q, k, v, out, lse, s, mask))             \
+  OP(void, attention_merge, attention_merge, attention_merge_contract,                         \
+     (float* out, float* lse, const float* out_blk, const float* lse_blk, const AttnShape& s), \
+     (out, lse, out_blk, lse_blk, s))
 MTRON_ATTENTION_OPS(MT_OP_DECLARE)
 
 }  // namespace mtron::kernels

@@ -89,6 +89,13 @@ template <typename... A>
 double attention_backward_contract(const A&... args) {
   return attention_contract(2.0, std::tie(args...));
 }
+// Per query row: two multiply-adds per output element.
+double attention_merge_contract(
+    const float*, const float*, const float*, const float*, const AttnShape& s) {
+  MT_CHECK(s.B >= 0 && s.Sq >= 0 && s.H >= 0 && s.Dv >= 0, "attention_merge: bad shape B=", s.B,
+           " Sq=", s.Sq, " H=", s.H, " Dv=", s.Dv);
+  return 4.0 * double(s.B) * double(s.H) * double(s.Sq) * double(s.Dv);
+}
 
 double rope_contract(
     const float*, const int32_t*, int64_t, int64_t, int64_t D, int64_t rot_dim, float) {

@@ -1,14 +1,12 @@
 #include "mtron/parallel/ring_attention.h"
 
-#include <algorithm>
-#include <cmath>
-#include <cstring>
-#include <limits>
 #include <memory>
 #include <utility>
+#include <vector>
 
 #include "mtron/core/error.h"
 #include "mtron/core/profile.h"
+#include "mtron/kernels/elementwise.h"
 
 namespace mtron::parallel {
 
@@ -55,36 +53,11 @@ bool chunk_mask(
   return true;
 }
 
-// Online-softmax merge of a block's partial result into the accumulated one, per query row:
-// lse = log(e^lse_acc + e^lse_blk), out = e^(lse_acc - lse) out_acc + e^(lse_blk - lse) out_blk.
-// out_*[c, B, H, Dv], lse_*[B, H, c].
-void merge_block(float* out_acc,
-                 float* lse_acc,
-                 const float* out_blk,
-                 const float* lse_blk,
-                 int64_t c,
-                 int64_t B,
-                 int64_t H,
-                 int64_t Dv) {
-  MT_PROFILE("cp.merge");
-  constexpr float kNegInf = -std::numeric_limits<float>::infinity();
-#pragma omp parallel for collapse(2) schedule(static)
-  for (int64_t b = 0; b < B; ++b) {
-    for (int64_t h = 0; h < H; ++h) {
-      for (int64_t s = 0; s < c; ++s) {
-        const int64_t li = (b * H + h) * c + s;
-        const float l1 = lse_acc[li], l2 = lse_blk[li];
-        const float m = std::max(l1, l2);
-        if (m == kNegInf) continue;  // both fully masked: out stays 0
-        const float l = m + std::log(std::exp(l1 - m) + std::exp(l2 - m));
-        const float w1 = std::exp(l1 - l), w2 = std::exp(l2 - l);
-        float* o = out_acc + ((s * B + b) * H + h) * Dv;
-        const float* ob = out_blk + ((s * B + b) * H + h) * Dv;
-        for (int64_t d = 0; d < Dv; ++d) o[d] = w1 * o[d] + w2 * ob[d];
-        lse_acc[li] = l;
-      }
-    }
-  }
+// Copies this rank's K and V into a ring block.
+void load_block(
+    const kernels::Ctx& ctx, float* blk, const float* k, const float* v, const Half& hf) {
+  kernels::copy(ctx, blk, k, int64_t(sizeof(float)) * 2 * hf.k);
+  kernels::copy(ctx, blk + 2 * hf.k, v, int64_t(sizeof(float)) * 2 * hf.v);
 }
 
 int64_t ring_next(const ContextParallel& cp) {
@@ -92,6 +65,19 @@ int64_t ring_next(const ContextParallel& cp) {
 }
 int64_t ring_prev(const ContextParallel& cp) {
   return (cp.rank + cp.size - 1) % cp.size;
+}
+
+// Posts this step's K/V exchange (`cur` to the successor, the predecessor's block into `nxt`) to
+// `reqs` and starts it: NCCL defers posted sends and receives to the first wait or test, and
+// started now, the exchange runs beside the step's attention.
+void post_kv(const ContextParallel& cp,
+             float* nxt,
+             const float* cur,
+             int64_t block,
+             std::vector<std::unique_ptr<Request>>* reqs) {
+  reqs->push_back(cp.comm->irecv(nxt, block, DType::kF32, int(ring_prev(cp)), kTagKV));
+  reqs->push_back(cp.comm->isend(cur, block, DType::kF32, int(ring_next(cp)), kTagKV));
+  reqs->back()->test();
 }
 
 }  // namespace
@@ -114,19 +100,15 @@ void ring_attention_forward(const kernels::Ctx& ctx,
   const int64_t block = hf.block();
   float* cur = scratch.alloc<float>(block);
   float* nxt = scratch.alloc<float>(block);
-  std::memcpy(cur, k, sizeof(float) * 2 * hf.k);
-  std::memcpy(cur + 2 * hf.k, v, sizeof(float) * 2 * hf.v);
+  load_block(ctx, cur, k, v, hf);
   float* blk_out = scratch.alloc<float>(hf.o);
   float* blk_lse = scratch.alloc<float>(hf.lse);
   bool have[2] = {false, false};
 
   for (int64_t step = 0; step < cp.size; ++step) {
     const int64_t src = (cp.rank - step + cp.size) % cp.size;  // owner of the block in `cur`
-    std::unique_ptr<Request> rq, sq;
-    if (step + 1 < cp.size) {  // pass the block on while computing with it
-      rq = cp.comm->irecv(nxt, block, DType::kF32, int(ring_prev(cp)), kTagKV);
-      sq = cp.comm->isend(cur, block, DType::kF32, int(ring_next(cp)), kTagKV);
-    }
+    std::vector<std::unique_ptr<Request>> reqs;
+    if (step + 1 < cp.size) post_kv(cp, nxt, cur, block, &reqs);  // passed on while in use
     for (int64_t a = 0; a < 2; ++a) {
       for (int64_t b = 0; b < 2; ++b) {
         kernels::AttnMask mask;
@@ -141,16 +123,13 @@ void ring_attention_forward(const kernels::Ctx& ctx,
           have[a] = true;
         } else {
           kernels::attention_forward(ctx, blk_out, blk_lse, q + a * hf.q, kb, vb, hf.shape, mask);
-          merge_block(o, l, blk_out, blk_lse, hf.c, s.B, s.H, s.Dv);
+          kernels::attention_merge(ctx, o, l, blk_out, blk_lse, hf.shape);
         }
       }
     }
-    if (rq) {
-      MT_PROFILE("cp.ring_wait");
-      rq->wait();
-      sq->wait();
-      std::swap(cur, nxt);
-    }
+    MT_PROFILE("cp.ring_wait");
+    for (auto& r : reqs) r->wait();
+    if (step + 1 < cp.size) std::swap(cur, nxt);
   }
   MT_ASSERT(have[0] && have[1], "ring attention: a local chunk saw no keys");
 }
@@ -178,37 +157,23 @@ void ring_attention_backward(const kernels::Ctx& ctx,
   const int64_t block = hf.block();
   float* cur = scratch.alloc<float>(block);
   float* nxt = scratch.alloc<float>(block);
-  std::memcpy(cur, k, sizeof(float) * 2 * hf.k);
-  std::memcpy(cur + 2 * hf.k, v, sizeof(float) * 2 * hf.v);
-  // dK/dV partials of the block in `cur` ([dk chunk 0 | dk chunk 1 | dv 0 | dv 1]); two buffers,
-  // since the one just sent stays untouched until its send completes.
-  float* dkv[2] = {scratch.alloc<float>(block), scratch.alloc<float>(block)};
-  std::unique_ptr<Request> dkv_send[2];
+  load_block(ctx, cur, k, v, hf);
+  // dK/dV partials ([dk chunk 0 | dk chunk 1 | dv 0 | dv 1]) of the block in `cur`, from step 1
+  // on: part[step % 2]; the partial of the next step's block arrives in the other one.
+  float* part[2] = {scratch.alloc<float>(block), scratch.alloc<float>(block)};
+  kernels::fill_zero(ctx, part[1], int64_t(sizeof(float)) * block);
 
   for (int64_t step = 0; step < cp.size; ++step) {
     const int64_t src = (cp.rank - step + cp.size) % cp.size;
-    std::unique_ptr<Request> rq, sq;
-    if (step + 1 < cp.size) {
-      rq = cp.comm->irecv(nxt, block, DType::kF32, int(ring_prev(cp)), kTagKV);
-      sq = cp.comm->isend(cur, block, DType::kF32, int(ring_next(cp)), kTagKV);
-    }
-    // Where this step's dK/dV go: our own gradients for our own block; else the block's partial,
-    // which starts (zero) here at step 1 and otherwise arrives from the predecessor.
-    float* dkb = dk;
-    float* dvb = dv;
-    float* part = nullptr;
-    if (step > 0) {
-      part = dkv[step % 2];
-      if (dkv_send[step % 2]) dkv_send[step % 2]->wait();
-      if (step == 1) {
-        std::memset(part, 0, sizeof(float) * block);
-      } else {
-        MT_PROFILE("cp.ring_wait");
-        cp.comm->recv(part, block, DType::kF32, int(ring_prev(cp)), kTagDKV);
-      }
-      dkb = part;
-      dvb = part + 2 * hf.k;
-    }
+    // Each step posts, to the successor and from the predecessor alike, the K/V block and then
+    // the dK/dV partial, and waits for all of them at its end: every pair of ranks matches its
+    // messages in the order they were posted (as NCCL does, which has no tags).
+    std::vector<std::unique_ptr<Request>> reqs;
+    if (step + 1 < cp.size) post_kv(cp, nxt, cur, block, &reqs);
+    // Where this step's dK/dV go: our own gradients for our own block, else the block's partial
+    // (zero at step 1, from the predecessor after that).
+    float* dkb = step == 0 ? dk : part[step % 2];
+    float* dvb = step == 0 ? dv : part[step % 2] + 2 * hf.k;
     for (int64_t a = 0; a < 2; ++a) {
       for (int64_t b = 0; b < 2; ++b) {
         kernels::AttnMask mask;
@@ -220,24 +185,22 @@ void ring_attention_backward(const kernels::Ctx& ctx,
                                     hf.shape, mask);
       }
     }
-    if (part) {
-      dkv_send[step % 2] = cp.comm->isend(part, block, DType::kF32, int(ring_next(cp)), kTagDKV);
+    if (step > 0) {
+      // Our partial goes on; the predecessor's is the next step's block's (after the last step:
+      // our own block's, which has been round the ring).
+      float* next = part[(step + 1) % 2];
+      reqs.push_back(
+          cp.comm->isend(part[step % 2], block, DType::kF32, int(ring_next(cp)), kTagDKV));
+      reqs.push_back(cp.comm->irecv(next, block, DType::kF32, int(ring_prev(cp)), kTagDKV));
     }
-    if (rq) {
-      MT_PROFILE("cp.ring_wait");
-      rq->wait();
-      sq->wait();
-      std::swap(cur, nxt);
-    }
+    MT_PROFILE("cp.ring_wait");
+    for (auto& r : reqs) r->wait();
+    if (step + 1 < cp.size) std::swap(cur, nxt);
   }
-  // Our own block's partial has been round the ring: add it to our gradients.
-  float* home = nxt;  // free: the K/V ring is done
-  cp.comm->recv(home, block, DType::kF32, int(ring_prev(cp)), kTagDKV);
-  for (int64_t i = 0; i < 2 * hf.k; ++i) dk[i] += home[i];
-  for (int64_t i = 0; i < 2 * hf.v; ++i) dv[i] += home[2 * hf.k + i];
-  for (auto& r : dkv_send) {
-    if (r) r->wait();
-  }
+  // Our own block's partial, home after the last step: add it to our gradients.
+  const float* home = part[cp.size % 2];
+  kernels::add(ctx, dk, dk, home, 2 * hf.k);
+  kernels::add(ctx, dv, dv, home + 2 * hf.k, 2 * hf.v);
 }
 
 }  // namespace mtron::parallel

@@ -15,6 +15,10 @@
 // Bytes each rank sends per attention call (fp32, KV = S_local * B * G * (D + Dv) * 4, the
 // rank's K and V): forward (CP-1) * KV, backward 2 * (CP-1) * KV.
 //
+// Every buffer is on ctx's device: the blocks are loaded with kernels::copy and travel through
+// the Comm, a block's partial result joins the accumulated one by kernels::attention_merge, and
+// a partial that has come home is added with kernels::add.
+//
 // lse is saved as two [B, H, c] halves (one per local chunk), not as one [B, H, 2c] array.
 //
 // Attention dropout (`drop`, kernels/attention.h): each chunk pair's call gets the global

@@ -24,6 +24,7 @@
 // Dropout (attention.h): the forward multiplies each row of P by its mask after the online
 // softmax update (m and l stay undropped); the backward turns P^T into (P z)^T for dV and dP^T
 // into (dP z)^T before dS^T.
+// Merge (attention_merge): one task per (b, h), the rows of merge_weights.
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "mtron/kernels/cpu/attention.cpp"
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
@@ -558,6 +559,24 @@ void attention_backward(float* dq,
       for (int64_t dd = 0; dd < Dv; ++dd) dvr[dd] += pv[dd];
     }
   });
+}
+
+void attention_merge(
+    float* out, float* lse, const float* out_blk, const float* lse_blk, const AttnShape& s) {
+  const int64_t B = s.B, Sq = s.Sq, H = s.H, Dv = s.Dv;
+  parallel_rows(B * H, threads_for(int64_t(sizeof(float)) * 2 * B * H * Sq * (Dv + 1)),
+                [&](int64_t bh) {
+                  const int64_t b = bh / H, h = bh % H;
+                  for (int64_t i = 0; i < Sq; ++i) {
+                    float w1, w2, l;
+                    if (!merge_weights(lse[bh * Sq + i], lse_blk[bh * Sq + i], &w1, &w2, &l))
+                      continue;
+                    float* o = out + ((i * B + b) * H + h) * Dv;
+                    const float* ob = out_blk + ((i * B + b) * H + h) * Dv;
+                    for (int64_t dd = 0; dd < Dv; ++dd) o[dd] = w1 * o[dd] + w2 * ob[dd];
+                    lse[bh * Sq + i] = l;
+                  }
+                });
 }
 
 }  // namespace mtron::kernels::cpu::HWY_NAMESPACE

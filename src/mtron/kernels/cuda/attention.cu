@@ -28,6 +28,7 @@
 // (query tile, key tile) into a shared tile beside the loads (dropout_tile); the forward adds
 // the undropped P to l and multiplies P by z before P V; the backward takes P z for dV and
 // dP z for dS = P (dP z - delta).
+// Merge (attention_merge): a grid-stride pass over out, then one over lse (merge_weights).
 #include <cstdint>
 #include <type_traits>
 
@@ -488,6 +489,29 @@ void with_max_d(const AttnShape& s, F f) {
   f(std::integral_constant<int, 256>());
 }
 
+// attention_merge in two grid-stride passes, so that no thread writes an lse another still reads:
+// out first (each element from its row's two lse), then lse.
+__global__ void attention_merge_out_kernel(
+    float* out, const float* lse, const float* out_blk, const float* lse_blk, AttnShape s) {
+  const int64_t n = s.Sq * s.B * s.H * s.Dv;
+  for (int64_t e = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; e < n;
+       e += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t row = e / s.Dv, i = row / (s.B * s.H), bh = row % (s.B * s.H);
+    float w1, w2, l;
+    if (merge_weights(lse[bh * s.Sq + i], lse_blk[bh * s.Sq + i], &w1, &w2, &l))
+      out[e] = w1 * out[e] + w2 * out_blk[e];
+  }
+}
+
+__global__ void attention_merge_lse_kernel(float* lse, const float* lse_blk, AttnShape s) {
+  const int64_t n = s.B * s.H * s.Sq;
+  for (int64_t r = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; r < n;
+       r += int64_t(gridDim.x) * blockDim.x) {
+    float w1, w2, l;
+    if (merge_weights(lse[r], lse_blk[r], &w1, &w2, &l)) lse[r] = l;
+  }
+}
+
 void check_shape(const AttnShape& s) {
   MT_CHECK(s.D <= 256 && s.Dv <= 256, "attention on CUDA: head dims ", s.D, ", ", s.Dv,
            " (at most 256)");
@@ -532,6 +556,20 @@ void attention_backward(const Ctx& ctx, MT_PARAMS(attention_backward)) {
            dim3(unsigned((s.Sq + kT - 1) / kT), unsigned(s.B * s.H)), kThreads, smem_q, st, t, s,
            mask);
   });
+}
+
+void attention_merge(const Ctx& ctx,
+                     float* out,
+                     float* lse,
+                     const float* out_blk,
+                     const float* lse_blk,
+                     const AttnShape& s) {
+  if (s.B * s.H * s.Sq == 0) return;
+  const cudaStream_t st = stream_of(ctx);
+  launch("attention_merge_out", attention_merge_out_kernel, grid_for(s.Sq * s.B * s.H * s.Dv, 256),
+         256, 0, st, out, lse, out_blk, lse_blk, s);
+  launch("attention_merge_lse", attention_merge_lse_kernel, grid_for(s.B * s.H * s.Sq, 256), 256, 0,
+         st, lse, lse_blk, s);
 }
 
 }  // namespace mtron::kernels::cuda

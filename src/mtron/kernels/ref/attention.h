@@ -1,6 +1,7 @@
 // The reference kernels of kernels/attention.h (ref_ops.h).
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <vector>
@@ -125,6 +126,25 @@ void attention_backward(T* dq,
           for (int64_t d = 0; d < s.Dv; ++d)
             dv[vj + d] = T(dv[vj + d] + p[size_t(j)] * z[size_t(j)] * dout[oi + d]);
         }
+      }
+}
+
+// Per query row: lse' = log(e^lse + e^lse_blk), out = e^(lse - lse') out + e^(lse_blk - lse')
+// out_blk, in Acc<T>; rows with both lse -inf untouched.
+template <typename T>
+void attention_merge(T* out, T* lse, const T* out_blk, const T* lse_blk, const AttnShape& s) {
+  for (int64_t b = 0; b < s.B; ++b)
+    for (int64_t h = 0; h < s.H; ++h)
+      for (int64_t i = 0; i < s.Sq; ++i) {
+        const int64_t li = (b * s.H + h) * s.Sq + i;
+        const Acc<T> l1 = lse[li], l2 = lse_blk[li], m = std::max(l1, l2);
+        if (m == -std::numeric_limits<Acc<T>>::infinity()) continue;
+        const Acc<T> l = m + std::log(std::exp(l1 - m) + std::exp(l2 - m));
+        const Acc<T> w1 = std::exp(l1 - l), w2 = std::exp(l2 - l);
+        T* o = out + ((i * s.B + b) * s.H + h) * s.Dv;
+        const T* ob = out_blk + ((i * s.B + b) * s.H + h) * s.Dv;
+        for (int64_t d = 0; d < s.Dv; ++d) o[d] = T(w1 * o[d] + w2 * ob[d]);
+        lse[li] = T(l);
       }
 }
 
