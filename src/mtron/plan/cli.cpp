@@ -344,8 +344,6 @@ int run_plan(std::vector<std::string> args) {
            "give a model: --model NAME (see --list) or Megatron's model flags (--num-layers "
            "--hidden-size --num-attention-heads --seq-length --vocab-size ...)");
   m.finalize();
-  // The memory and time models have no multi-token prediction layers.
-  MT_CHECK(m.mtp_num_layers == 0, "mtron plan does not model --mtp-num-layers yet");
   MT_CHECK(gpus > 0, "--gpus is required (the number of GPUs, or MPI ranks with local-cpu)");
   const bool bf16 = prec.compute == Precision::kBF16, fp16 = prec.compute == Precision::kFP16;
   MT_CHECK(int(bf16) + int(fp16) + int(fp32) + int(!fp8_format.empty()) <= 1 ||

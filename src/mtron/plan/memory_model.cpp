@@ -21,17 +21,29 @@ double activation_elem_bytes(Precision p) {
   return p == Precision::kFP32 ? 4.0 : 2.0;
 }
 
-// Transformer layers of stage `stage` that are MoE layers (exact for --moe-layer-freq 1;
-// proportional otherwise, since interleaving scatters a rank's layers).
-double moe_layers_in_stage(const ModelConfig& m, const ParallelConfig& p, int64_t stage) {
-  if (!m.is_moe()) return 0;
-  return double(m.num_moe_layers()) * double(p.num_layers_in_stage(stage)) / double(m.num_layers);
+// Multi-token prediction depths on stage `stage`: all on the last stage (Megatron's placement).
+double mtp_depths_in_stage(const ModelConfig& m, const ParallelConfig& p, int64_t stage) {
+  return stage == p.pp() - 1 ? double(m.mtp_num_layers) : 0.0;
 }
 
-// Micro-batch-layers stage `stage` holds at the peak of the 1F1B (or interleaved) schedule:
-// the warm-up forwards plus the one in the steady state.
-double in_flight_layers(const ParallelConfig& p, int64_t stage) {
-  const double layers = double(p.num_layers_in_stage(stage));
+// Transformer layers of stage `stage`: its decoder layers and its MTP depths' layers.
+double layers_in_stage(const ModelConfig& m, const ParallelConfig& p, int64_t stage) {
+  return double(p.num_layers_in_stage(stage)) + mtp_depths_in_stage(m, p, stage);
+}
+
+// Transformer layers of stage `stage` that are MoE layers (exact for --moe-layer-freq 1;
+// proportional otherwise, since interleaving scatters a rank's layers); an MTP depth's layer
+// is of the last decoder layer's kind.
+double moe_layers_in_stage(const ModelConfig& m, const ParallelConfig& p, int64_t stage) {
+  if (!m.is_moe()) return 0;
+  const double mtp = m.is_moe_layer(m.num_layers - 1) ? mtp_depths_in_stage(m, p, stage) : 0.0;
+  return double(m.num_moe_layers()) * double(p.num_layers_in_stage(stage)) / double(m.num_layers) +
+         mtp;
+}
+
+// Micro-batch-layers stage `stage` (of `layers` layers) holds at the peak of the 1F1B (or
+// interleaved) schedule: the warm-up forwards plus the one in the steady state.
+double in_flight_layers(const ParallelConfig& p, int64_t stage, double layers) {
   const int64_t pp = p.pp(), v = p.vpp(), m = p.num_microbatches();
   if (v == 1) return layers * double(std::min<int64_t>(m, pp - stage));
   const int64_t chunks = std::min<int64_t>(m * v, 2 * (pp - stage - 1) + (v - 1) * pp + 1);
@@ -49,7 +61,7 @@ StageParams stage_parameters(const ModelConfig& m, const ParallelConfig& p, int6
   auto mlp = [&](double f) { return h * f * up + f * h + bias * f * up; };  // column-split part
 
   StageParams s;
-  const double layers = double(p.num_layers_in_stage(stage));
+  const double layers = layers_in_stage(m, p, stage);
   const double moe = moe_layers_in_stage(m, p, stage), dense = layers - moe;
   const double attention = m.mla.enabled ? double(m.mla.tp_sharded_attention_parameters(m))
                                          : h * (q + 2 * kv) + q * h + bias * (q + 2 * kv);
@@ -74,6 +86,14 @@ StageParams stage_parameters(const ModelConfig& m, const ParallelConfig& p, int6
     s.tp_sharded += vocab;
     if (m.position_embedding_type == PositionEmbedding::kLearnedAbsolute)
       s.replicated += double(m.max_position_embeddings) * h;
+  }
+  if (const double mtp = mtp_depths_in_stage(m, p, stage); mtp > 0) {
+    // Each depth's enorm, hnorm, final_layernorm and column-parallel eh_proj [h, 2h]; the stage
+    // holds the word embeddings for the depths' inputs (a replica unless it is the first stage
+    // or, tied, the output layer's copy below is that replica).
+    s.replicated += mtp * 3 * norm;
+    s.tp_sharded += mtp * 2 * h * h / t;
+    if (!first && m.untie_embeddings_and_output_weights) s.tp_sharded += vocab;
   }
   if (last) {
     s.replicated += norm;  // final norm
@@ -178,7 +198,7 @@ MemoryBreakdown estimate_memory(const ModelConfig& m, const Layout& l, const Clu
       // backward ones (output and input gradients), each an amax history and a scale and its
       // inverse, fp32. GEMM modules: attention's 2 per layer, a dense MLP's 2, an MoE layer's
       // 2 per local expert (and a shared expert's 2).
-      const double layers = double(p.num_layers_in_stage(stage));
+      const double layers = layers_in_stage(m, p, stage);
       const double moe = moe_layers_in_stage(m, p, stage);
       const double shared = m.moe_shared_expert_intermediate_size > 0 ? 2.0 : 0.0;
       const double modules = 2 * layers + 2 * (layers - moe) +
@@ -186,13 +206,13 @@ MemoryBreakdown estimate_memory(const ModelConfig& m, const Layout& l, const Clu
       b.fp8_state = modules * 5 * (double(l.fp8_amax_history_len) + 2) * 4;
     }
 
-    const double layers = double(p.num_layers_in_stage(stage));
+    const double layers = layers_in_stage(m, p, stage);
     const double moe_fraction = layers > 0 ? moe_layers_in_stage(m, p, stage) / layers : 0;
     auto per_layer = [&](const Layout& x) {
       return (1 - moe_fraction) * layer_activation_bytes(m, x, fused_attention, false) +
              moe_fraction * layer_activation_bytes(m, x, fused_attention, true);
     };
-    b.in_flight = in_flight_layers(p, stage);
+    b.in_flight = in_flight_layers(p, stage, layers);
     b.activations = b.in_flight * per_layer(l);
     const double microbatches_in_flight = layers > 0 ? b.in_flight / layers : 1;
     if (stage == 0) {  // token ids (int64) and the embedding dropout mask
@@ -205,12 +225,17 @@ MemoryBreakdown estimate_memory(const ModelConfig& m, const Layout& l, const Clu
       // trainer): the fused output layer + cross-entropy holds one chunk of rows' fp32 logits
       // (and their bf16 gradient) at a time.
       b.activations += 2 * e * T * h / st;
+      // Each MTP depth: its norms' inputs, eh_proj's input [T, 2h], the final norm's and the
+      // output layer's inputs (and on GPUs its fp32 logits, below).
+      const double mtp = mtp_depths_in_stage(m, p, stage);
+      const double ei = l.precision == Precision::kFP8 ? 1.0 : e;
+      b.activations += mtp * (ei * T * 2 * h + 4 * e * T * h / st);
       if (dev.is_cpu) {
         // A CPU's chunk (kernels::chunk_elems): 2^22 floats.
         const double rows = double(lm_head_rows_per_chunk(int64_t(V / t), int64_t(1) << 22));
         b.working = std::max(b.working, (4 + (e == 2 ? 2 : 0)) * std::min(rows, T) * V / t);
       } else {
-        b.activations += 4 * T * V / t;
+        b.activations += (1 + mtp) * 4 * T * V / t;
         b.working = std::max(b.working, (e + 4) * T * V / t);
       }
     }

@@ -308,10 +308,14 @@ StepTime estimate_step_time(const ModelConfig& m, const Layout& l, const PerfPar
   std::vector<StageTimes> stages(size_t(p.pp()));
   for (int64_t r = 0; r < p.pp(); ++r) {
     StageTimes& x = stages[size_t(r)];
+    // The last stage also runs the MTP depths: a layer of the last decoder layer's kind, the
+    // depth's norms and eh_proj, and a pass of the output layer and cross-entropy each.
+    const double mtp = r == p.pp() - 1 ? double(m.mtp_num_layers) : 0.0;
     const double layers = double(p.num_layers_in_stage(r));
     const double moe =
-        m.is_moe() ? double(m.num_moe_layers()) * layers / double(m.num_layers) : 0.0;
-    const double dense = layers - moe;
+        (m.is_moe() ? double(m.num_moe_layers()) * layers / double(m.num_layers) : 0.0) +
+        (m.is_moe() && m.is_moe_layer(m.num_layers - 1) ? mtp : 0.0);
+    const double dense = layers + mtp - moe;
     auto sum = [&](double LayerTimes::*f, double LayerTimes::*g) {
       return dense * (dense_layer.*f + dense_layer.*g) + moe * (moe_layer.*f + moe_layer.*g);
     };
@@ -331,15 +335,24 @@ StepTime estimate_step_time(const ModelConfig& m, const Layout& l, const PerfPar
     }
     if (r == 0) x.elementwise += 6 * e * T * h / pp.memory_bandwidth;  // embedding lookup
     if (r == p.pp() - 1) {
-      // Final norm, output layer, cross-entropy over the (TP-split) vocabulary.
+      // Final norm, output layer, cross-entropy over the (TP-split) vocabulary, once for the
+      // model and once per MTP depth, with each depth's eh_proj (column-parallel [h, 2h]) and
+      // norms.
       double f, dg, wg;
       fwd_bwd({T, V / t, h}, &f, &dg, &wg);
-      x.gemm += f + dg + wg;
-      x.fwd += f;
+      const double heads = 1 + mtp;
+      x.gemm += heads * (f + dg + wg);
+      x.fwd += heads * f;
       x.elementwise +=
-          (4 * e * T * h / st + (e + 4 + 8 + 4 + 4 + e) * T * V / t) / pp.memory_bandwidth;
+          heads * (4 * e * T * h / st + (e + 4 + 8 + 4 + 4 + e) * T * V / t) / pp.memory_bandwidth;
       if (p.tp() > 1)
-        x.tp += 2 * collective_seconds(Collective::kAllGather, e * T * h, p.tp(), tp_link);
+        x.tp += heads * 2 * collective_seconds(Collective::kAllGather, e * T * h, p.tp(), tp_link);
+      if (mtp > 0) {
+        fwd_bwd({T, h / t, 2 * h}, &f, &dg, &wg);
+        x.gemm += mtp * (f + dg + wg);
+        x.fwd += mtp * f;
+        x.elementwise += mtp * 12 * e * T * h / st / pp.memory_bandwidth;
+      }
     }
     x.bwd = x.total() - x.fwd;
     if (p.pp() > 1) {
