@@ -42,6 +42,29 @@ TEST(Memory, StageParametersAddUpToTheModel) {
   EXPECT_DOUBLE_EQ(total, full + copy);
 }
 
+// An MTP depth on the last stage: a layer's parameters (as one of the decoder's), three norms,
+// eh_proj [h, 2h] split over TP and, with untied embeddings under PP, the word embeddings'
+// replica; the first stage is unchanged, and the last stage's memory and step time grow.
+TEST(Memory, MtpDepthsSitOnTheLastStage) {
+  const ModelConfig m = test::model("llama3-8b");
+  const ModelConfig d = test::model("llama3-8b", {"--mtp-num-layers", "1"});
+  const Layout l = make(m, 16, 2, 4, 1, 64), ld = make(d, 16, 2, 4, 1, 64);
+  const double h = double(m.hidden_size), t = 2;
+  const StageParams first = stage_parameters(m, l.parallel, 0),
+                    first_d = stage_parameters(d, ld.parallel, 0);
+  EXPECT_DOUBLE_EQ(first_d.total(), first.total());
+  // A middle stage's 8 layers give one layer's parameters.
+  const StageParams mid = stage_parameters(m, l.parallel, 1);
+  const double layer_tp = (mid.tp_sharded) / 8, layer_rep = mid.replicated / 8;
+  const StageParams last = stage_parameters(m, l.parallel, 3),
+                    last_d = stage_parameters(d, ld.parallel, 3);
+  const double vocab = double(m.padded_vocab_size(2)) * h / t;
+  EXPECT_DOUBLE_EQ(last_d.tp_sharded - last.tp_sharded, layer_tp + 2 * h * h / t + vocab);
+  EXPECT_DOUBLE_EQ(last_d.replicated - last.replicated, layer_rep + 3 * h);
+  const Cluster c = test::gpus("h100-sxm", 16);
+  EXPECT_GT(estimate_memory(d, ld, c).total(), estimate_memory(m, l, c).total());
+}
+
 TEST(Memory, MixtralExpertWeightsFallFourFoldFromEP1ToEP4) {
   const ModelConfig m = test::model("mixtral-8x7b");
   const Layout ep1 = make(m, 8, 1, 1, 1, 8, 1), ep4 = make(m, 8, 1, 1, 1, 8, 4);

@@ -54,6 +54,19 @@ Layout make(const ModelConfig& m, int64_t world, int64_t tp, int64_t pp, int64_t
   return test::layout(m, {.world = world, .tp = tp, .pp = pp, .vpp = vpp, .mbs = 1, .gbs = gbs});
 }
 
+// An MTP depth runs on the last stage (a layer, eh_proj, a pass of the output layer): the step
+// gets slower and its GEMM time grows.
+TEST(Time, MtpDepthSlowsTheLastStage) {
+  const ModelConfig m = test::model("llama3-8b");
+  const ModelConfig d = test::model("llama3-8b", {"--mtp-num-layers", "1"});
+  const Cluster c = test::gpus("h100-sxm", 8);
+  const PerfParams perf = perf_from_hardware(c, Precision::kBF16);
+  const StepTime a = estimate_step_time(m, make(m, 8, 1, 8, 0, 64), perf);
+  const StepTime b = estimate_step_time(d, make(d, 8, 1, 8, 0, 64), perf);
+  EXPECT_GT(b.total, a.total);
+  EXPECT_GT(b.gemm, a.gemm);
+}
+
 TEST(Time, PipelineBubbleIsPMinus1OverVM) {
   // Balanced stages: a tiny vocabulary so the first/last stage extras vanish.
   const ModelConfig m = test::model("gpt3-6.7b", {"--vocab-size", "128"});
