@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "ckpt_model.h"
 #include "mtron/checkpoint/checkpoint.h"
 #include "mtron/checkpoint/file_io.h"
 #include "mtron/checkpoint/manifest.h"
@@ -15,41 +16,11 @@
 #include "mtron/comm/single.h"
 #include "mtron/core/error.h"
 #include "mtron/model/gpt.h"
-#include "test_helpers.h"
 
 namespace mtron::checkpoint {
 namespace {
 
 namespace fs = std::filesystem;
-
-ModelConfig tiny(int64_t divisible_by = 128) {
-  ModelConfig m = tests::model_shape(2, 32, 4, 8, 100);
-  m.make_vocab_size_divisible_by = divisible_by;
-  m.finalize();
-  return m;
-}
-
-// A whole single-process model with its optimizer moments.
-struct Model {
-  ModelConfig cfg;
-  model::GPTChunk chunk;
-  std::vector<float> m, v;
-  Model(const ModelConfig& c, uint64_t seed)
-      : cfg(c), chunk(cfg, {0, c.num_layers, true, true}, parallel::TensorParallel{}, {}) {
-    chunk.params().allocate(Precision::kFP32, 1);
-    chunk.params().init(seed);
-    std::mt19937 rng{unsigned(seed)};
-    std::normal_distribution<float> n;
-    m.resize(size_t(chunk.params().size()));
-    v.resize(m.size());
-    for (auto& x : m) x = n(rng);
-    for (auto& x : v) x = std::abs(n(rng));
-  }
-  std::vector<ChunkState> state() {
-    return {{&chunk.params(), m.data(), v.data(), {{0, chunk.params().size()}}, false, {}}};
-  }
-  const float* master() const { return chunk.params().master_flat().f32(); }
-};
 
 class CheckpointIO : public ::testing::Test {
  protected:
@@ -90,11 +61,13 @@ TEST_F(CheckpointIO, RoundTripIsBitExact) {
   EXPECT_EQ(man.consumed_samples, 28);
   EXPECT_EQ(man.optimizer_steps, 7);
   const int64_t n = a.chunk.params().size();
-  EXPECT_EQ(std::memcmp(a.master(), b.master(), size_t(n) * 4), 0);
+  EXPECT_EQ(std::memcmp(a.chunk.params().master_flat().f32(), b.chunk.params().master_flat().f32(),
+                        size_t(n) * 4),
+            0);
   for (const model::ParamSpec& s : a.chunk.params().specs()) {  // (not the alignment padding)
     for (int64_t i = s.offset; i < s.offset + s.numel(); ++i) {
-      ASSERT_EQ(a.m[size_t(i)], b.m[size_t(i)]) << s.name;
-      ASSERT_EQ(a.v[size_t(i)], b.v[size_t(i)]) << s.name;
+      ASSERT_EQ(a.m.f32()[i], b.m.f32()[i]) << s.name;
+      ASSERT_EQ(a.v.f32()[i], b.v.f32()[i]) << s.name;
     }
   }
   // Keys: Megatron-Core names, optimizer moments beside them.
