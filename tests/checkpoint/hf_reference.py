@@ -1,12 +1,15 @@
 #!/usr/bin/python3
 """Hugging Face export/import against an independent PyTorch implementation.
 
-  hf_reference.py MTRON TOOL WORKDIR ARCH   (ARCH: gpt2, llama, moe, qwen3 or qwen3moe_mixed)
+  hf_reference.py MTRON TOOL WORKDIR ARCH
+      (ARCH: gpt2, llama, moe, qwen3, qwen3moe_mixed or deepseek_v3)
 
 1. trains a tiny ARCH model a few iterations (`mtron train --save`), exports it
    (`mtron export`), and checks that GPT2LMHeadModel / LlamaForCausalLM / MixtralForCausalLM
    (moe) / Qwen3ForCausalLM (qwen3: llama with --qk-layernorm) / Qwen3MoeForCausalLM
-   (qwen3moe_mixed: a dense first layer, then experts, as mlp_only_layers [0]) written here from
+   (qwen3moe_mixed: a dense first layer, then experts, as mlp_only_layers [0]) /
+   DeepseekV3ForCausalLM (deepseek_v3: multi-latent attention, a dense first layer, sigmoid
+   routing with the expert bias, groups, a scaling factor, a shared expert) written here from
    the transformers equations (torch, float64; the folder read with numpy only: transformers and
    safetensors are not installed) computes mtron's logits (rel <= 1e-5), and that greedy
    generation (`mtron generate --temperature 0`) picks the reference's argmax tokens; for the MoE
@@ -96,8 +99,8 @@ def gpt2_logits(cfg, w, ids):
     return x @ head.T
 
 
-def llama_mlp(cfg, w, p, m):
-    lin = lambda n, t: t @ w[p + "mlp.%s.weight" % n].T + w.get(p + "mlp.%s.bias" % n, 0.0)
+def llama_mlp(cfg, w, p, m, prefix="mlp."):
+    lin = lambda n, t: t @ w[p + prefix + "%s.weight" % n].T + w.get(p + prefix + "%s.bias" % n, 0.0)
     return lin("down_proj", torch.nn.functional.silu(lin("gate_proj", m)) * lin("up_proj", m))
 
 
@@ -181,9 +184,79 @@ def llama_logits(cfg, w, ids):
     return x @ head.T
 
 
+def deepseek_moe(cfg, w, p, m):
+    """DeepseekV3MoE: sigmoid scores; the choice by scores + e_score_correction_bias within the
+    topk_group groups of the highest sums of their top 2; the chosen experts' sigmoid scores
+    renormalised (norm_topk_prob) times routed_scaling_factor; plus the shared experts' MLP."""
+    T, E, k = m.shape[0], cfg["n_routed_experts"], cfg["num_experts_per_tok"]
+    scores = torch.sigmoid(m @ w[p + "mlp.gate.weight"].T)
+    choice = scores + w[p + "mlp.gate.e_score_correction_bias"]
+    g = cfg["n_group"]
+    group_scores = choice.view(T, g, -1).topk(2, dim=-1)[0].sum(-1)
+    keep = torch.zeros(T, g, dtype=torch.bool)
+    keep.scatter_(1, group_scores.topk(cfg["topk_group"], dim=-1)[1], True)
+    choice = choice.masked_fill(~keep.repeat_interleave(E // g, dim=1), 0.0)
+    idx = choice.topk(k, dim=-1)[1]
+    top = scores.gather(1, idx)
+    top = top / (top.sum(-1, keepdim=True) + 1e-20) * cfg["routed_scaling_factor"]
+    out = torch.zeros_like(m)
+    for e in range(E):
+        x = p + "mlp.experts.%d." % e
+        f = lambda n: m @ w[x + n + ".weight"].T
+        y = (torch.nn.functional.silu(f("gate_proj")) * f("up_proj")) @ w[x + "down_proj.weight"].T
+        out = out + (top * (idx == e)).sum(-1, keepdim=True) * y
+    if cfg["n_shared_experts"]:
+        out = out + llama_mlp(cfg, w, p + "mlp.shared_experts.", m, prefix="")
+    return out
+
+
+def deepseek_logits(cfg, w, ids):
+    """DeepseekV3ForCausalLM (transformers' modeling_deepseek_v3 equations, rope_interleave):
+    multi-latent attention, dense layers below first_k_dense_replace, DeepseekV3MoE above; the
+    MTP layers (model.layers.N + k) are not part of the causal LM."""
+    h, H, S, eps = cfg["hidden_size"], cfg["num_attention_heads"], len(ids), cfg["rms_norm_eps"]
+    dn, dr, dv = cfg["qk_nope_head_dim"], cfg["qk_rope_head_dim"], cfg["v_head_dim"]
+    kvr = cfg["kv_lora_rank"]
+
+    def rms(x, p):
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * w[p + ".weight"]
+
+    inv = 1.0 / (cfg["rope_theta"] ** (torch.arange(0, dr, 2) / dr))
+    ang = torch.arange(S)[:, None] * inv[None, :]
+    cos, sin = torch.cat([ang.cos()] * 2, -1)[:, None], torch.cat([ang.sin()] * 2, -1)[:, None]
+
+    def rope(t):  # t [S, n, dr], interleaved pairs: de-interleave, then rotate_half
+        t = t.reshape(S, t.shape[1], dr // 2, 2).transpose(-1, -2).reshape(S, t.shape[1], dr)
+        return t * cos + torch.cat([-t[..., dr // 2:], t[..., :dr // 2]], -1) * sin
+
+    x = w["model.embed_tokens.weight"][ids]
+    for i in range(cfg["num_hidden_layers"]):
+        p = "model.layers.%d." % i
+        a = rms(x, p + "input_layernorm")
+        lin = lambda n, t: t @ w[p + "self_attn.%s.weight" % n].T
+        if cfg["q_lora_rank"]:
+            q = lin("q_b_proj", rms(lin("q_a_proj", a), p + "self_attn.q_a_layernorm"))
+        else:
+            q = lin("q_proj", a)
+        q_nope, q_pe = q.reshape(S, H, dn + dr).split([dn, dr], -1)
+        ckv, k_pe = lin("kv_a_proj_with_mqa", a).split([kvr, dr], -1)
+        kv = lin("kv_b_proj", rms(ckv, p + "self_attn.kv_a_layernorm")).reshape(S, H, dn + dv)
+        k_nope, v = kv.split([dn, dv], -1)
+        q = torch.cat([q_nope, rope(q_pe)], -1).transpose(0, 1)
+        k = torch.cat([k_nope, rope(k_pe[:, None, :]).expand(S, H, dr)], -1).transpose(0, 1)
+        o = attention(q, k, v.transpose(0, 1)).transpose(0, 1).reshape(S, H * dv)
+        x = x + lin("o_proj", o)
+        m = rms(x, p + "post_attention_layernorm")
+        moe = i >= cfg["first_k_dense_replace"]
+        x = x + (deepseek_moe(cfg, w, p, m) if moe else llama_mlp(cfg, w, p, m))
+    x = rms(x, "model.norm")
+    head = w["model.embed_tokens.weight"] if cfg["tie_word_embeddings"] else w["lm_head.weight"]
+    return x @ head.T
+
+
 def reference_logits(folder, ids):
     cfg, w = load_hf(folder)
-    f = gpt2_logits if cfg["model_type"] == "gpt2" else llama_logits
+    f = {"gpt2": gpt2_logits, "deepseek_v3": deepseek_logits}.get(cfg["model_type"], llama_logits)
     return f(cfg, w, torch.tensor(ids))
 
 
@@ -290,6 +363,10 @@ REFUSALS = {
                         "Qwen3MoeForCausalLM routes by softmax"),
                        ("--moe-shared-expert-intermediate-size 64",
                         "Qwen3MoeForCausalLM has no shared experts")),
+    "deepseek_v3": (("--moe-layer-freq ([1]+[0]+[1]*2)",
+                     "DeepseekV3ForCausalLM has its dense layers first"),
+                    ("--moe-router-group-topk 2",
+                     "DeepseekV3ForCausalLM scores a group by its top 2 experts")),
 }
 
 

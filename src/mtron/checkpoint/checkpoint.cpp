@@ -380,4 +380,12 @@ std::optional<std::string> find_checkpoint(const std::string& load_dir) {
   return dir.string();
 }
 
+void add_expert_bias_states(ChunkState& c, model::GPTChunk& chunk) {
+  for (model::MoELayer* l : chunk.moe_layers()) {
+    c.states.push_back({l->prefix() + "router.expert_bias",
+                        {int64_t(l->expert_bias().size())},
+                        l->expert_bias().data()});
+  }
+}
+
 }  // namespace mtron::checkpoint

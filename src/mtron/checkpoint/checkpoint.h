@@ -1,6 +1,6 @@
 // defines: FlatRange, ChunkState, RunInfo, Progress, RankGroups, iteration_dir_name,
 // save_checkpoint,
-//          load_checkpoint, find_checkpoint, is_vocab_parameter
+//          load_checkpoint, find_checkpoint, is_vocab_parameter, add_expert_bias_states
 //
 // Sharded, reshardable checkpoints (docs/checkpoints.md):
 //
@@ -37,6 +37,7 @@
 
 #include "mtron/checkpoint/manifest.h"
 #include "mtron/comm/comm.h"
+#include "mtron/model/gpt.h"
 #include "mtron/model/params.h"
 
 namespace mtron::checkpoint {
@@ -127,5 +128,10 @@ Manifest load_checkpoint(const std::string& dir,
 // iteration named by its latest_checkpointed_iteration.txt; nullopt when it has no marker.
 // Throws when the marker names a missing or incomplete directory.
 std::optional<std::string> find_checkpoint(const std::string& load_dir);
+
+// The chunk's expert biases (--moe-router-enable-expert-bias) into c.states (its dense buffer's
+// state, replicated over TP and DP x CP): "<layer>.mlp.router.expert_bias", Megatron's name,
+// shape [E].
+void add_expert_bias_states(ChunkState& c, model::GPTChunk& chunk);
 
 }  // namespace mtron::checkpoint

@@ -17,7 +17,7 @@
 #include "mtron/checkpoint/safetensors.h"
 #include "mtron/comm/single.h"
 #include "mtron/core/log.h"
-#include "mtron/core/moe_layer_freq.h"
+#include "mtron/core/model_flags.h"
 #include "mtron/model/gpt.h"
 
 namespace mtron::checkpoint {
@@ -35,6 +35,9 @@ enum class LinkKind {
   kTranspose,   // HF [a, b] = Megatron [b, a]^T
   kQkvRows,     // HF rows are the `part` (0 q, 1 k, 2 v) rows of the fused QKV; `cols` per row
   kQkvColumns,  // HF [cols, q|k|v] (GPT-2's Conv1D c_attn and its bias with cols = 1)
+  kRopeRows,    // rows in blocks of `a`; a block's rows from `b` on are RoPE channels, `part` of
+                // them, interleaved pairs in HF (rope_interleave) and rotate-half halves here
+  kZeros,       // no Megatron tensor: zeros (export only)
 };
 
 struct Link {
@@ -42,6 +45,7 @@ struct Link {
   Shape hf_shape;
   LinkKind kind = LinkKind::kCopy;
   int64_t offset = 0, a = 0, b = 0, part = 0, cols = 0;
+  bool export_only = false;  // a copy of a tensor another link reads back
 };
 
 struct Qkv {
@@ -74,6 +78,17 @@ int64_t link_index(const Link& l, const Qkv& q, int64_t e) {
       while (c >= q.width(p)) c -= q.width(p++);
       return q.row(p, c) * l.cols + r;
     }
+    case LinkKind::kRopeRows: {
+      const int64_t row = e / l.cols, block = row / l.a, w = row % l.a;
+      int64_t here = w;
+      if (w >= l.b) {  // HF's interleaved channel j: pair j / 2, member j % 2
+        const int64_t j = w - l.b;
+        here = l.b + (j % 2 == 0 ? j / 2 : l.part / 2 + j / 2);
+      }
+      return (block * l.a + here) * l.cols + e % l.cols;
+    }
+    case LinkKind::kZeros:
+      return 0;
   }
   return 0;
 }
@@ -94,6 +109,101 @@ std::vector<Link> links(const ModelConfig& c, HfArch arch) {
     const int64_t rows = part == 0 ? H * D : G * D;
     Shape s = cols == 1 ? Shape{rows} : Shape{rows, cols};
     ls.push_back({std::move(hf), std::move(key), s, LinkKind::kQkvRows, 0, 0, 0, part, cols});
+  };
+  auto rope_rows = [&](std::string hf, std::string key, int64_t rows, int64_t block,
+                       int64_t rope_at, int64_t cols) {
+    ls.push_back({std::move(hf),
+                  std::move(key),
+                  {rows, cols},
+                  LinkKind::kRopeRows,
+                  0,
+                  block,
+                  rope_at,
+                  c.mla.qk_pos_emb_head_dim,
+                  cols});
+  };
+  // Multi-latent attention as DeepSeek-V3 names it (t: "<layer>.self_attn.", m: mtron's
+  // "<layer>.self_attention."): RoPE rows interleaved (rope_interleave), the latent norms.
+  auto mla = [&](const std::string& t, const std::string& m) {
+    const MlaConfig& a = c.mla;
+    const int64_t Dq = a.q_head_dim(), qr = a.q_lora_rank, kvr = a.kv_lora_rank;
+    if (qr > 0) {
+      copy(t + "q_a_proj.weight", m + "linear_q_down_proj.weight", {qr, h});
+      copy(t + "q_a_layernorm.weight", m + "q_layernorm.weight", {qr});
+      rope_rows(t + "q_b_proj.weight", m + "linear_q_up_proj.weight", H * Dq, Dq, a.qk_head_dim,
+                qr);
+    } else {
+      rope_rows(t + "q_proj.weight", m + "linear_q_proj.weight", H * Dq, Dq, a.qk_head_dim, h);
+    }
+    rope_rows(t + "kv_a_proj_with_mqa.weight", m + "linear_kv_down_proj.weight",
+              kvr + a.qk_pos_emb_head_dim, kvr + a.qk_pos_emb_head_dim, kvr, h);
+    copy(t + "kv_a_layernorm.weight", m + "kv_layernorm.weight", {kvr});
+    copy(t + "kv_b_proj.weight", m + "linear_kv_up_proj.weight",
+         {H * (a.qk_head_dim + a.v_head_dim), kvr});
+    copy(t + "o_proj.weight", m + "linear_proj.weight", {h, H * a.v_head_dim});
+  };
+  // SwiGLU MLP [gate; up] fc1 of width f as gate_proj/up_proj, fc2 as down_proj.
+  auto swiglu = [&](const std::string& t, const std::string& m, int64_t f, const char* gate,
+                    const char* up, const char* down) {
+    copy(t + gate + ".weight", m + "linear_fc1.weight", {f, h}, 0);
+    copy(t + up + ".weight", m + "linear_fc1.weight", {f, h}, f * h);
+    copy(t + down + ".weight", m + "linear_fc2.weight", {h, f});
+  };
+  // One Llama-family layer (t: HF prefix, m: mtron's).
+  auto llama_layer = [&](const std::string& t, const std::string& m, bool moe_layer) {
+    copy(t + "input_layernorm.weight", m + "input_layernorm.weight", {h});
+    if (c.mla.enabled) {
+      mla(t + "self_attn.", m + "self_attention.");
+    } else {
+      const std::string qkv = m + "self_attention.linear_qkv.";
+      const char* names[3] = {"q_proj", "k_proj", "v_proj"};
+      for (int64_t p = 0; p < 3; ++p) {
+        qkv_rows(t + "self_attn." + names[p] + ".weight", qkv + "weight", p, h);
+        if (bias) qkv_rows(t + "self_attn." + names[p] + ".bias", qkv + "bias", p, 1);
+      }
+      if (c.qk_layernorm) {
+        copy(t + "self_attn.q_norm.weight", m + "self_attention.q_layernorm.weight", {D});
+        copy(t + "self_attn.k_norm.weight", m + "self_attention.k_layernorm.weight", {D});
+      }
+      copy(t + "self_attn.o_proj.weight", m + "self_attention.linear_proj.weight", {h, H * D});
+      if (bias) copy(t + "self_attn.o_proj.bias", m + "self_attention.linear_proj.bias", {h});
+    }
+    copy(t + "post_attention_layernorm.weight", m + "pre_mlp_layernorm.weight", {h});
+    if (!moe_layer) {
+      swiglu(t + "mlp.", m + "mlp.", F, "gate_proj", "up_proj", "down_proj");
+      if (bias) {
+        copy(t + "mlp.gate_proj.bias", m + "mlp.linear_fc1.bias", {F}, 0);
+        copy(t + "mlp.up_proj.bias", m + "mlp.linear_fc1.bias", {F}, F);
+        copy(t + "mlp.down_proj.bias", m + "mlp.linear_fc2.bias", {h});
+      }
+      return;
+    }
+    // Mixtral's block_sparse_moe; Qwen3-MoE's and DeepSeek-V3's mlp (DeepSeek-V3 also: the
+    // expert bias as mlp.gate.e_score_correction_bias, zeros without --moe-router-enable-
+    // expert-bias, and the shared experts as one MLP).
+    const int64_t E = c.num_experts, Fm = c.moe_ffn();
+    const bool mixtral = arch == HfArch::kMixtral;
+    const std::string moe = t + (mixtral ? "block_sparse_moe." : "mlp.");
+    copy(moe + "gate.weight", m + "mlp.router.weight", {E, h});
+    for (int64_t e = 0; e < E; ++e) {
+      const std::string x = fmt::format("{}experts.{}.", moe, e),
+                        y = fmt::format("{}mlp.experts.local_experts.{}.", m, e);
+      if (mixtral) {
+        swiglu(x, y, Fm, "w1", "w3", "w2");
+      } else {
+        swiglu(x, y, Fm, "gate_proj", "up_proj", "down_proj");
+      }
+    }
+    if (arch != HfArch::kDeepseekV3) return;
+    if (c.moe_router_enable_expert_bias) {
+      copy(moe + "gate.e_score_correction_bias", m + "mlp.router.expert_bias", {E});
+    } else {
+      ls.push_back({moe + "gate.e_score_correction_bias", "", {E}, LinkKind::kZeros});
+      ls.back().export_only = true;
+    }
+    if (const int64_t Fs = c.moe_shared_expert_intermediate_size; Fs > 0)
+      swiglu(moe + "shared_experts.", m + "mlp.shared_experts.", Fs, "gate_proj", "up_proj",
+             "down_proj");
   };
   if (arch == HfArch::kGPT2) {
     copy("transformer.wte.weight", "embedding.word_embeddings.weight", {V, h});
@@ -136,49 +246,28 @@ std::vector<Link> links(const ModelConfig& c, HfArch arch) {
   } else {
     copy("model.embed_tokens.weight", "embedding.word_embeddings.weight", {V, h});
     for (int64_t i = 0; i < L; ++i) {
-      const std::string m = fmt::format("decoder.layers.{}.", i),
-                        t = fmt::format("model.layers.{}.", i);
-      copy(t + "input_layernorm.weight", m + "input_layernorm.weight", {h});
-      const std::string qkv = m + "self_attention.linear_qkv.";
-      const char* names[3] = {"q_proj", "k_proj", "v_proj"};
-      for (int64_t p = 0; p < 3; ++p) {
-        qkv_rows(t + "self_attn." + names[p] + ".weight", qkv + "weight", p, h);
-        if (bias) qkv_rows(t + "self_attn." + names[p] + ".bias", qkv + "bias", p, 1);
-      }
-      if (c.qk_layernorm) {
-        copy(t + "self_attn.q_norm.weight", m + "self_attention.q_layernorm.weight", {D});
-        copy(t + "self_attn.k_norm.weight", m + "self_attention.k_layernorm.weight", {D});
-      }
-      copy(t + "self_attn.o_proj.weight", m + "self_attention.linear_proj.weight", {h, H * D});
-      if (bias) copy(t + "self_attn.o_proj.bias", m + "self_attention.linear_proj.bias", {h});
-      copy(t + "post_attention_layernorm.weight", m + "pre_mlp_layernorm.weight", {h});
-      if (c.is_moe_layer(i)) {  // Mixtral's block_sparse_moe or Qwen3-MoE's mlp
-        const int64_t E = c.num_experts, Fm = c.moe_ffn();
-        const bool mixtral = arch == HfArch::kMixtral;
-        const std::string moe = t + (mixtral ? "block_sparse_moe." : "mlp.");
-        const char* gate = mixtral ? "w1" : "gate_proj";
-        const char* up = mixtral ? "w3" : "up_proj";
-        const char* down = mixtral ? "w2" : "down_proj";
-        copy(moe + "gate.weight", m + "mlp.router.weight", {E, h});
-        for (int64_t e = 0; e < E; ++e) {
-          const std::string x = fmt::format("{}experts.{}.", moe, e),
-                            y = fmt::format("{}mlp.experts.local_experts.{}.", m, e);
-          copy(x + gate + ".weight", y + "linear_fc1.weight", {Fm, h}, 0);
-          copy(x + up + ".weight", y + "linear_fc1.weight", {Fm, h}, Fm * h);
-          copy(x + down + ".weight", y + "linear_fc2.weight", {h, Fm});
-        }
-        continue;
-      }
-      copy(t + "mlp.gate_proj.weight", m + "mlp.linear_fc1.weight", {F, h}, 0);
-      copy(t + "mlp.up_proj.weight", m + "mlp.linear_fc1.weight", {F, h}, F * h);
-      copy(t + "mlp.down_proj.weight", m + "mlp.linear_fc2.weight", {h, F});
-      if (bias) {
-        copy(t + "mlp.gate_proj.bias", m + "mlp.linear_fc1.bias", {F}, 0);
-        copy(t + "mlp.up_proj.bias", m + "mlp.linear_fc1.bias", {F}, F);
-        copy(t + "mlp.down_proj.bias", m + "mlp.linear_fc2.bias", {h});
-      }
+      llama_layer(fmt::format("model.layers.{}.", i), fmt::format("decoder.layers.{}.", i),
+                  c.is_moe_layer(i));
     }
     copy("model.norm.weight", "decoder.final_layernorm.weight", {h});
+    // DeepSeek-V3's checkpoints hold MTP depth k as layer L + k: its transformer layer, enorm,
+    // hnorm, eh_proj, shared_head.norm (the depth's final norm), and copies of the word
+    // embeddings and the output layer (written, not read back).
+    for (int64_t k = 0; k < c.mtp_num_layers; ++k) {
+      const std::string t = fmt::format("model.layers.{}.", L + k),
+                        m = fmt::format("mtp.layers.{}.", k);
+      llama_layer(t, m + "transformer_layer.", c.is_moe_layer(L - 1));
+      copy(t + "enorm.weight", m + "enorm.weight", {h});
+      copy(t + "hnorm.weight", m + "hnorm.weight", {h});
+      copy(t + "eh_proj.weight", m + "eh_proj.weight", {h, 2 * h});
+      copy(t + "shared_head.norm.weight", m + "final_layernorm.weight", {h});
+      copy(t + "embed_tokens.weight", "embedding.word_embeddings.weight", {V, h});
+      copy(t + "shared_head.head.weight",
+           c.untie_embeddings_and_output_weights ? "output_layer.weight"
+                                                 : "embedding.word_embeddings.weight",
+           {V, h});
+      ls[ls.size() - 2].export_only = ls.back().export_only = true;
+    }
   }
   if (c.untie_embeddings_and_output_weights) copy("lm_head.weight", "output_layer.weight", {V, h});
   return ls;
@@ -309,36 +398,8 @@ TokenizerRecord import_tokenizer(const fs::path& hf) {
 
 // The `mtron train` flags that build this model.
 std::string model_flags(const ModelConfig& c) {
-  std::string f = fmt::format(
-      "--num-layers {} --hidden-size {} --num-attention-heads {} --ffn-hidden-size {} "
-      "--max-position-embeddings {} --seq-length {} --norm-epsilon {}",
-      c.num_layers, c.hidden_size, c.num_attention_heads, c.ffn(), c.max_position_embeddings,
-      c.seq_length, c.norm_epsilon);
-  if (c.kv_channels * c.num_attention_heads != c.hidden_size) {
-    f += fmt::format(" --kv-channels {}", c.kv_channels);
-  }
-  if (c.group_query_attention) {
-    f += fmt::format(" --group-query-attention --num-query-groups {}", c.num_query_groups);
-  }
-  if (c.swiglu) f += " --swiglu";
-  if (c.normalization == Normalization::kRMSNorm) f += " --normalization RMSNorm";
-  if (c.position_embedding_type == PositionEmbedding::kRope) {
-    f += fmt::format(" --position-embedding-type rope --rotary-base {}", c.rotary_base);
-  }
-  if (c.untie_embeddings_and_output_weights) f += " --untie-embeddings-and-output-weights";
-  if (!c.add_bias_linear) f += " --disable-bias-linear";
-  if (c.make_vocab_size_divisible_by != 128) {
-    f += fmt::format(" --make-vocab-size-divisible-by {}", c.make_vocab_size_divisible_by);
-  }
-  if (c.is_moe()) {
-    f += fmt::format(
-        " --num-experts {} --moe-ffn-hidden-size {} --moe-router-topk {} --moe-aux-loss-coeff {}",
-        c.num_experts, c.moe_ffn(), c.moe_router_topk, c.moe_aux_loss_coeff);
-    if (c.num_moe_layers() != c.num_layers) {
-      f += " --moe-layer-freq " + moe_layer_freq_string(c.moe_layer_freq, c.moe_layer_pattern);
-    }
-  }
-  if (c.qk_layernorm) f += " --qk-layernorm";
+  std::string f;
+  for (const std::string& a : model_flag_args(c)) f += (f.empty() ? "" : " ") + a;
   return f;
 }
 
@@ -365,6 +426,8 @@ const char* hf_arch_name(HfArch a) {
       return "Qwen3ForCausalLM";
     case HfArch::kQwen3Moe:
       return "Qwen3MoeForCausalLM";
+    case HfArch::kDeepseekV3:
+      return "DeepseekV3ForCausalLM";
   }
   return "";
 }
@@ -440,14 +503,16 @@ HfArch export_hf(const std::string& load_dir, const std::string& out, const HfEx
     std::vector<SafetensorsTensor> ts;
     for (size_t k = 0; k < shards[s].size(); ++k) {
       const Link& l = ls[shards[s][k]];
-      if (l.key != cached_key) {
+      if (l.kind != LinkKind::kZeros && l.key != cached_key) {
         cached = reader.read_global(l.key);
         cached_key = l.key;
       }
       std::vector<float>& x = f32[k];
-      x.resize(size_t(numel(l.hf_shape)));
-      for (int64_t e = 0; e < int64_t(x.size()); ++e)
-        x[size_t(e)] = cached.f32()[link_index(l, q, e)];
+      x.assign(size_t(numel(l.hf_shape)), 0.0f);
+      if (l.kind != LinkKind::kZeros) {
+        for (int64_t e = 0; e < int64_t(x.size()); ++e)
+          x[size_t(e)] = cached.f32()[link_index(l, q, e)];
+      }
       // Zero-centred norm weights (--apply-layernorm-1p): Hugging Face applies the weight itself.
       if (c.apply_layernorm_1p && l.key.ends_with("layernorm.weight")) {
         for (float& v : x) v += 1.0f;
@@ -489,24 +554,31 @@ HfArch import_hf(const std::string& hf_dir, const std::string& out, const HfImpo
   model::ParamBuffer& experts = chunk.expert_params();
   p.allocate(Precision::kFP32, 1);  // zeros: the vocabulary padding rows stay 0
   if (cfg.is_moe()) experts.allocate(Precision::kFP32, 1);
-  std::map<std::string, std::pair<model::ParamBuffer*, int>> handle;
+  // Where each Megatron tensor goes: parameters, and the expert biases (states of the dense
+  // buffer).
+  std::map<std::string, std::pair<float*, int64_t>> dest;
   for (model::ParamBuffer* b : {&p, &experts}) {
-    for (size_t i = 0; i < b->specs().size(); ++i) handle[b->spec(int(i)).name] = {b, int(i)};
+    for (size_t i = 0; i < b->specs().size(); ++i)
+      dest[b->spec(int(i)).name] = {b->master(int(i)), b->spec(int(i)).numel()};
   }
+  ChunkState dense{&p, nullptr, nullptr, {{0, p.size()}}, false, {}};
+  if (cfg.moe_router_enable_expert_bias) add_expert_bias_states(dense, chunk);
+  for (const StateTensor& t : dense.states) dest[t.name] = {t.data, numel(t.shape)};
 
   const std::vector<Link> ls = links(cfg, arch);
   const Qkv q{cfg.num_attention_heads, cfg.query_groups(), cfg.kv_channels};
   std::map<std::string, int64_t> covered;
   for (const Link& l : ls) {
-    const auto it = handle.find(l.key);
-    MT_ASSERT(it != handle.end(), "no parameter ", l.key);
-    float* dst = it->second.first->master(it->second.second);
+    if (l.export_only) continue;
+    const auto it = dest.find(l.key);
+    MT_ASSERT(it != dest.end(), "no parameter ", l.key);
+    float* dst = it->second.first;
     const std::vector<float> x = w.read(l.hf, l.hf_shape);
     for (int64_t e = 0; e < int64_t(x.size()); ++e) dst[link_index(l, q, e)] = x[size_t(e)];
     covered[l.key] += int64_t(x.size());
   }
-  for (const auto& [name, where] : handle) {
-    const int64_t n = where.first->spec(where.second).numel();
+  for (const auto& [name, where] : dest) {
+    const int64_t n = where.second;
     const int64_t want = is_vocab_parameter(name) ? cfg.vocab_size * cfg.hidden_size : n;
     MT_ASSERT(covered[name] == want, "parameter ", name, " filled ", covered[name], " of ", want);
   }
@@ -524,7 +596,7 @@ HfArch import_hf(const std::string& hf_dir, const std::string& out, const HfImpo
   info.model = cfg;
   info.tokenizer = import_tokenizer(src);
   auto world = make_single_comm();
-  std::vector<ChunkState> bufs = {{&p, nullptr, nullptr, {{0, p.size()}}, false, {}}};
+  std::vector<ChunkState> bufs = {dense};
   if (cfg.is_moe()) bufs.push_back({&experts, nullptr, nullptr, {{0, experts.size()}}, true, {}});
   const std::string d = save_checkpoint(out, bufs, info, Progress{},
                                         RankGroups{world.get(), world.get(), 0, world.get(), 0}, 0);

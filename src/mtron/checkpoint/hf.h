@@ -32,10 +32,10 @@
 
 namespace mtron::checkpoint {
 
-enum class HfArch { kGPT2, kLlama, kMixtral, kQwen3, kQwen3Moe };
+enum class HfArch { kGPT2, kLlama, kMixtral, kQwen3, kQwen3Moe, kDeepseekV3 };
 
 // "GPT2LMHeadModel", "LlamaForCausalLM", "MixtralForCausalLM", "Qwen3ForCausalLM",
-// "Qwen3MoeForCausalLM"
+// "Qwen3MoeForCausalLM", "DeepseekV3ForCausalLM"
 const char* hf_arch_name(HfArch a);
 
 struct HfExportOptions {

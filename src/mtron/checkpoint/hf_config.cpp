@@ -39,9 +39,43 @@ std::string softmax_router_reason(const ModelConfig& c, const std::string& name)
   return "";
 }
 
+// DeepSeek-V3's layer pattern: first_k_dense_replace dense layers, then experts in every layer
+// (-1 when the model has another pattern).
+int64_t first_k_dense(const ModelConfig& c) {
+  int64_t k = 0;
+  while (k < c.num_layers && !c.is_moe_layer(k)) ++k;
+  for (int64_t l = k; l < c.num_layers; ++l)
+    if (!c.is_moe_layer(l)) return -1;
+  return k;
+}
+
+std::string deepseek_reason(const ModelConfig& c, const std::string& name) {
+  std::string why = llama_family_reason(c, name);
+  if (!why.empty()) return why;
+  if (c.add_bias_linear) return name + "has no biases (--disable-bias-linear)";
+  if (!c.qk_layernorm)
+    return name + "has the latent norms q_a_layernorm/kv_a_layernorm (--qk-layernorm)";
+  if (!c.is_moe()) return name + "has routed experts (--num-experts)";
+  if (c.moe_router_score_function != RouterScore::kSigmoid)
+    return name + "routes by sigmoid scores (--moe-router-score-function sigmoid)";
+  if (first_k_dense(c) < 0)
+    return name + "has its dense layers first, then experts in every layer (--moe-layer-freq)";
+  if (c.moe_shared_expert_intermediate_size % c.moe_ffn() != 0)
+    return name +
+           "has shared experts of --moe-ffn-hidden-size each "
+           "(--moe-shared-expert-intermediate-size a multiple of it)";
+  if (c.moe_router_group_topk > 0 && c.moe_router_topk != 2 * c.moe_router_group_topk)
+    return name +
+           "scores a group by its top 2 experts (--moe-router-topk = 2 x "
+           "--moe-router-group-topk)";
+  return "";
+}
+
 std::string arch_reason(const ModelConfig& c, HfArch arch) {
   const std::string name = std::string(hf_arch_name(arch)) + " ";
   switch (arch) {
+    case HfArch::kDeepseekV3:
+      return deepseek_reason(c, name);
     case HfArch::kGPT2:
       if (!c.add_bias_linear) return name + "needs biases (no --disable-bias-linear)";
       if (c.query_groups() != c.num_attention_heads) return name + "has no grouped-query attention";
@@ -168,19 +202,128 @@ void read_qwen3_moe(const json& j, const std::string& file, ModelConfig& m) {
   }
 }
 
+// DeepseekV3Config's fields (transformers' configuration_deepseek_v3.py and DeepSeek-V3's
+// config.json): no group-limited routing is one group of all experts; no scaling factor is 1.
+ordered_json deepseek_config_json(const ModelConfig& c, const std::string& dtype) {
+  const MlaConfig& a = c.mla;
+  ordered_json j;
+  j["architectures"] = {hf_arch_name(HfArch::kDeepseekV3)};
+  j["model_type"] = "deepseek_v3";
+  j["vocab_size"] = c.vocab_size;
+  j["hidden_size"] = c.hidden_size;
+  j["intermediate_size"] = c.ffn();
+  j["moe_intermediate_size"] = c.moe_ffn();
+  j["num_hidden_layers"] = c.num_layers;
+  j["num_nextn_predict_layers"] = c.mtp_num_layers;
+  j["num_attention_heads"] = c.num_attention_heads;
+  j["num_key_value_heads"] = c.num_attention_heads;
+  j["n_shared_experts"] = c.moe_shared_expert_intermediate_size / c.moe_ffn();
+  j["n_routed_experts"] = c.num_experts;
+  j["routed_scaling_factor"] =
+      c.moe_router_topk_scaling_factor > 0 ? as_double(c.moe_router_topk_scaling_factor) : 1.0;
+  j["kv_lora_rank"] = a.kv_lora_rank;
+  j["q_lora_rank"] = a.q_lora_rank > 0 ? json(a.q_lora_rank) : json(nullptr);
+  j["qk_rope_head_dim"] = a.qk_pos_emb_head_dim;
+  j["v_head_dim"] = a.v_head_dim;
+  j["qk_nope_head_dim"] = a.qk_head_dim;
+  j["topk_method"] = "noaux_tc";
+  j["n_group"] = c.moe_router_num_groups > 0 ? c.moe_router_num_groups : 1;
+  j["topk_group"] = c.moe_router_group_topk > 0 ? c.moe_router_group_topk : 1;
+  j["num_experts_per_tok"] = c.moe_router_topk;
+  j["moe_layer_freq"] = 1;
+  j["first_k_dense_replace"] = first_k_dense(c);
+  j["norm_topk_prob"] = true;
+  j["scoring_func"] = "sigmoid";
+  j["hidden_act"] = "silu";
+  j["max_position_embeddings"] = c.max_position_embeddings;
+  j["rms_norm_eps"] = as_double(c.norm_epsilon);
+  j["rope_theta"] = as_double(c.rotary_base);
+  j["rope_scaling"] = nullptr;
+  j["rope_interleave"] = true;
+  j["attention_bias"] = false;
+  j["attention_dropout"] = 0.0;
+  j["tie_word_embeddings"] = !c.untie_embeddings_and_output_weights;
+  j["torch_dtype"] = dtype;
+  return j;
+}
+
+// The reverse of deepseek_config_json; what mtron cannot express is refused by name.
+void read_deepseek_v3(const json& j, const std::string& file, ModelConfig& m) {
+  m.hidden_size = cfg_get<int64_t>(j, "hidden_size", file);
+  m.num_layers = cfg_get<int64_t>(j, "num_hidden_layers", file);
+  m.num_attention_heads = cfg_get<int64_t>(j, "num_attention_heads", file);
+  MT_CHECK(cfg_or<int64_t>(j, "num_key_value_heads", m.num_attention_heads, file) ==
+               m.num_attention_heads,
+           file, ": num_key_value_heads must equal num_attention_heads (multi-latent attention)");
+  m.ffn_hidden_size = cfg_get<int64_t>(j, "intermediate_size", file);
+  m.max_position_embeddings = cfg_get<int64_t>(j, "max_position_embeddings", file);
+  m.mtp_num_layers = cfg_or<int64_t>(j, "num_nextn_predict_layers", 0, file);
+  MlaConfig& a = m.mla;
+  a.enabled = true;
+  a.q_lora_rank = cfg_or<int64_t>(j, "q_lora_rank", 0, file);
+  a.kv_lora_rank = cfg_get<int64_t>(j, "kv_lora_rank", file);
+  a.qk_head_dim = cfg_get<int64_t>(j, "qk_nope_head_dim", file);
+  a.qk_pos_emb_head_dim = cfg_get<int64_t>(j, "qk_rope_head_dim", file);
+  a.v_head_dim = cfg_get<int64_t>(j, "v_head_dim", file);
+  m.qk_layernorm = true;  // q_a_layernorm and kv_a_layernorm
+  const auto act = cfg_or<std::string>(j, "hidden_act", "silu", file);
+  MT_CHECK(act == "silu", file, ": hidden_act '", act, "' is not supported (SwiGLU uses silu)");
+  MT_CHECK(!j.contains("rope_scaling") || j["rope_scaling"].is_null(), file,
+           ": rope_scaling (YaRN) is not supported");
+  MT_CHECK(cfg_or<bool>(j, "rope_interleave", true, file), file,
+           ": rope_interleave false is not supported");
+  MT_CHECK(!cfg_or<bool>(j, "attention_bias", false, file), file,
+           ": attention_bias is not supported (--disable-bias-linear)");
+  m.swiglu = true;
+  m.normalization = Normalization::kRMSNorm;
+  m.position_embedding_type = PositionEmbedding::kRope;
+  m.add_bias_linear = false;
+  m.norm_epsilon = float(cfg_or<double>(j, "rms_norm_eps", 1e-6, file));
+  m.rotary_base = float(cfg_or<double>(j, "rope_theta", 10000.0, file));
+  m.untie_embeddings_and_output_weights = !cfg_or<bool>(j, "tie_word_embeddings", false, file);
+  // Routing: sigmoid scores with the expert bias (noaux_tc), groups, the normalised top k.
+  MT_CHECK(cfg_or<std::string>(j, "scoring_func", "sigmoid", file) == "sigmoid", file,
+           ": scoring_func must be sigmoid");
+  MT_CHECK(cfg_or<std::string>(j, "topk_method", "noaux_tc", file) == "noaux_tc", file,
+           ": topk_method must be noaux_tc (the expert bias)");
+  MT_CHECK(cfg_or<bool>(j, "norm_topk_prob", true, file), file,
+           ": norm_topk_prob false is not supported");
+  MT_CHECK(cfg_or<int64_t>(j, "moe_layer_freq", 1, file) == 1, file,
+           ": moe_layer_freq other than 1 is not supported");
+  m.num_experts = cfg_get<int64_t>(j, "n_routed_experts", file);
+  m.moe_router_topk = cfg_get<int64_t>(j, "num_experts_per_tok", file);
+  m.moe_ffn_hidden_size = cfg_get<int64_t>(j, "moe_intermediate_size", file);
+  m.moe_shared_expert_intermediate_size =
+      cfg_or<int64_t>(j, "n_shared_experts", 0, file) * m.moe_ffn_hidden_size;
+  m.moe_router_score_function = RouterScore::kSigmoid;
+  m.moe_router_enable_expert_bias = true;
+  const auto groups = cfg_or<int64_t>(j, "n_group", 1, file);
+  const auto group_topk = cfg_or<int64_t>(j, "topk_group", 1, file);
+  if (groups > 1) {
+    m.moe_router_num_groups = groups;
+    m.moe_router_group_topk = group_topk;
+  }
+  const double scale = cfg_or<double>(j, "routed_scaling_factor", 1.0, file);
+  m.moe_router_topk_scaling_factor = scale == 1.0 ? 0.0f : float(scale);
+  const auto k = cfg_or<int64_t>(j, "first_k_dense_replace", 0, file);
+  MT_CHECK(k >= 0 && k <= m.num_layers, file, ": first_k_dense_replace ", k,
+           " is not a layer count");
+  m.moe_layer_pattern.assign(size_t(m.num_layers), 1);
+  for (int64_t l = 0; l < k; ++l) m.moe_layer_pattern[size_t(l)] = 0;
+}
+
 }  // namespace
 
 HfArch hf_arch_of(const ModelConfig& c) {
-  MT_CHECK(c.mtp_num_layers == 0,
-           "cannot convert this model to Hugging Face: mtron's Hugging Face conversion has no "
-           "multi-token prediction (--mtp-num-layers) yet");
-  MT_CHECK(!c.mla.enabled,
-           "cannot convert this model to Hugging Face: no Hugging Face export for "
-           "--multi-latent-attention (DeepSeek-V2/V3)");
+  MT_CHECK(c.mtp_num_layers == 0 || c.mla.enabled,
+           "cannot convert this model to Hugging Face: only DeepseekV3ForCausalLM "
+           "(--multi-latent-attention) holds multi-token prediction layers (--mtp-num-layers)");
   const bool gpt2 = c.normalization == Normalization::kLayerNorm &&
                     c.position_embedding_type == PositionEmbedding::kLearnedAbsolute && !c.swiglu;
   HfArch arch = HfArch::kLlama;
-  if (c.qk_layernorm) {
+  if (c.mla.enabled) {
+    arch = HfArch::kDeepseekV3;
+  } else if (c.qk_layernorm) {
     arch = c.is_moe() ? HfArch::kQwen3Moe : HfArch::kQwen3;
   } else if (c.is_moe()) {
     arch = HfArch::kMixtral;
@@ -215,6 +358,7 @@ ordered_json hf_config_json(const ModelConfig& c, HfArch arch, const std::string
     j["torch_dtype"] = dtype;
     return j;
   }
+  if (arch == HfArch::kDeepseekV3) return deepseek_config_json(c, dtype);
   const bool mixtral = arch == HfArch::kMixtral, qwen3_moe = arch == HfArch::kQwen3Moe;
   j["model_type"] = mixtral                  ? "mixtral"
                     : qwen3_moe              ? "qwen3_moe"
@@ -285,6 +429,9 @@ std::pair<ModelConfig, HfArch> hf_model_config(const fs::path& dir, const HfImpo
   if (type == "gpt2") {
     arch = HfArch::kGPT2;
     read_gpt2(j, file, m);
+  } else if (type == "deepseek_v3") {
+    arch = HfArch::kDeepseekV3;
+    read_deepseek_v3(j, file, m);
   } else if (type == "llama" || type == "mixtral" || type == "qwen3" || type == "qwen3_moe") {
     arch = type == "mixtral"     ? HfArch::kMixtral
            : type == "qwen3"     ? HfArch::kQwen3
@@ -296,7 +443,7 @@ std::pair<ModelConfig, HfArch> hf_model_config(const fs::path& dir, const HfImpo
     if (arch == HfArch::kQwen3Moe) read_qwen3_moe(j, file, m);
   } else {
     MT_CHECK(false, file, ": model_type '", type,
-             "' is not supported (gpt2, llama, mixtral, qwen3, qwen3_moe)");
+             "' is not supported (gpt2, llama, mixtral, qwen3, qwen3_moe, deepseek_v3)");
   }
   m.vocab_size = cfg_get<int64_t>(j, "vocab_size", file);
   m.make_vocab_size_divisible_by = o.make_vocab_size_divisible_by;

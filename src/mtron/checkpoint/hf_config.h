@@ -8,6 +8,10 @@
 //   Qwen3ForCausalLM     Llama with --qk-layernorm (q_norm/k_norm per head, before RoPE)
 //   MixtralForCausalLM   Llama with experts in every layer, softmax top-k routing
 //   Qwen3MoeForCausalLM  Qwen3 with experts; dense layers (--moe-layer-freq) as mlp_only_layers
+//   DeepseekV3ForCausalLM  multi-latent attention with its latent norms (--qk-layernorm),
+//                        dense layers first, sigmoid routing with the expert bias
+//                        (e_score_correction_bias), groups, a scaling factor, shared experts;
+//                        the MTP depths as DeepSeek's checkpoints store them (layers N + k)
 #pragma once
 
 #include <filesystem>

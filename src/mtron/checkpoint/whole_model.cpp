@@ -24,6 +24,8 @@ std::unique_ptr<WholeModel> load_whole_model(const std::string& load_dir) {
   model::ParamBuffer& x = m->chunk->expert_params();
   p.allocate(Precision::kFP32, 1);
   std::vector<ChunkState> bufs = {{&p, nullptr, nullptr, {{0, p.size()}}, false, {}}};
+  // The trained expert biases route tokens at inference too.
+  if (m->cfg.moe_router_enable_expert_bias) add_expert_bias_states(bufs.front(), *m->chunk);
   if (!x.specs().empty()) {
     x.allocate(Precision::kFP32, 1);
     bufs.push_back({&x, nullptr, nullptr, {{0, x.size()}}, /*experts=*/true, {}});

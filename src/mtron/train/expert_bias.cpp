@@ -35,12 +35,4 @@ double update_expert_bias(std::vector<std::unique_ptr<model::GPTChunk>>& chunks,
   return hash;
 }
 
-void add_expert_bias_states(checkpoint::ChunkState& c, model::GPTChunk& chunk) {
-  for (model::MoELayer* l : chunk.moe_layers()) {
-    c.states.push_back({l->prefix() + "router.expert_bias",
-                        {int64_t(l->expert_bias().size())},
-                        l->expert_bias().data()});
-  }
-}
-
 }  // namespace mtron::train

@@ -1,4 +1,4 @@
-// defines: update_expert_bias, add_expert_bias_states
+// defines: update_expert_bias
 //
 // The trainer's side of the aux-loss-free expert bias (--moe-router-enable-expert-bias,
 // model/moe.h), as Megatron's finalize_model_grads does it (_update_router_expert_bias,
@@ -23,9 +23,5 @@ namespace mtron::train {
 double update_expert_bias(std::vector<std::unique_ptr<model::GPTChunk>>& chunks,
                           const ParallelState& ps,
                           float rate);
-
-// The chunk's expert biases into c.states (its dense buffer's state, replicated over TP and
-// DP x CP): "decoder.layers.L.mlp.router.expert_bias", Megatron's name, shape [E].
-void add_expert_bias_states(checkpoint::ChunkState& c, model::GPTChunk& chunk);
 
 }  // namespace mtron::train

@@ -148,7 +148,8 @@ checkpoint::TrainView Trainer::checkpoint_view() {
   };
   for (auto& chunk : chunks_) {
     add(chunk->params(), false);
-    if (a_.model.moe_router_enable_expert_bias) add_expert_bias_states(v.chunks.back(), *chunk);
+    if (a_.model.moe_router_enable_expert_bias)
+      checkpoint::add_expert_bias_states(v.chunks.back(), *chunk);
     if (!chunk->expert_params().specs().empty()) add(chunk->expert_params(), true);
   }
   return v;
