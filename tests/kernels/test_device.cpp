@@ -50,6 +50,9 @@ TEST(Device, FillZeroFillAndCopyOnTheCpu) {
     copy_from_host(kCpu, x.data(), y.data(), n * 4);
     copy_to_host(kCpu, host.data(), x.data(), n * 4);
     EXPECT_EQ(host, y);
+    fill_zero(kCpu, x.data(), n * 4);
+    copy_from_host_async(kCpu, x.data(), y.data(), n * 4);
+    EXPECT_EQ(0, n ? std::memcmp(x.data(), y.data(), size_t(n) * 4) : 0);
   }
 }
 

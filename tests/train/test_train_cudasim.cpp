@@ -227,6 +227,23 @@ TEST(TrainCudaSim, LogsDeviceMemory) {
   EXPECT_GT(m.max_allocated, 0);
 }
 
+// copy_from_host_async queues the upload as a copy, not a host synchronisation, and the host
+// buffer may be overwritten as soon as it returns.
+TEST(TrainCudaSim, AsyncUploadIsACopyAndFreesTheHostBuffer) {
+  kernels::init_device(Device::kCUDA, 0);
+  const kernels::Ctx k{Device::kCUDA, nullptr};
+  const Tensor t = Tensor::empty({4}, DType::kI32, Device::kCUDA);
+  std::vector<int32_t> host = {1, 2, 3, 4};
+  const kernels::DeviceWork before = kernels::device_work(Device::kCUDA);
+  kernels::copy_from_host_async(k, t.raw(), host.data(), 16);
+  const kernels::DeviceWork w = kernels::device_work(Device::kCUDA) - before;
+  EXPECT_EQ(w.copies, 1);
+  EXPECT_EQ(w.host_syncs, 0);
+  host.assign(4, 0);
+  kernels::copy_to_host(k, host.data(), t.raw(), 16);
+  EXPECT_EQ(host, (std::vector<int32_t>{1, 2, 3, 4}));
+}
+
 // The check the other tests rely on: host code touching emulated device memory dies.
 TEST(TrainCudaSimDeathTest, HostAccessToDeviceMemoryFaults) {
   GTEST_FLAG_SET(death_test_style, "threadsafe");

@@ -1,7 +1,7 @@
 // defines: device_count, device_unavailable, chunk_elems, init_device, DeviceProperties,
 // device_properties, DeviceMemory,
 //          device_memory, reset_peak_memory, create_stream, destroy_stream, synchronize,
-//          copy_to_host, copy_from_host, DeviceWork, device_work
+//          copy_to_host, copy_from_host, copy_from_host_async, DeviceWork, device_work
 //
 // Device management behind the same per-device dispatch as the ops, so that code above kernels
 // never names CUDA. On the CPU these are trivial (one device, no streams, memcpy).
@@ -63,11 +63,17 @@ void synchronize(const Ctx& ctx);
 // buffer may be reused.
 void copy_to_host(const Ctx& ctx, void* host_dst, const void* src, int64_t bytes);
 void copy_from_host(const Ctx& ctx, void* dst, const void* host_src, int64_t bytes);
+// Queues a copy of host memory to ctx's device and returns without waiting for it: the bytes are
+// first copied into page-locked staging memory, so host_src may be reused at once, and a staging
+// slot is reused only once the copy queued from it has completed (CUDA: an event per slot).
+// Counted as a copy, not a host synchronisation. On the CPU: memcpy.
+void copy_from_host_async(const Ctx& ctx, void* dst, const void* host_src, int64_t bytes);
 
 // What this process has queued on devices of kind d since it started, and how often the host
 // waited for one: kernel launches, GEMMs (cuBLASLt calls), device-side copies and memsets, and
 // host synchronisations (copy_to_host, copy_from_host, synchronize and the ops that return a
-// value to the host). Collectives are not counted. All zero on the CPU, where nothing is queued.
+// value to the host; copy_from_host_async is a copy). Collectives are not counted. All zero on the
+// CPU, where nothing is queued.
 struct DeviceWork {
   int64_t launches = 0, gemms = 0, copies = 0, host_syncs = 0;
   DeviceWork operator-(const DeviceWork& o) const {

@@ -230,4 +230,8 @@ void copy_from_host(const Ctx& ctx, void* dst, const void* host_src, int64_t byt
   host_device_copy("copy_from_host", ctx, dst, host_src, bytes, cuda::copy_from_host);
 }
 
+void copy_from_host_async(const Ctx& ctx, void* dst, const void* host_src, int64_t bytes) {
+  host_device_copy("copy_from_host_async", ctx, dst, host_src, bytes, cuda::copy_from_host_async);
+}
+
 }  // namespace mtron::kernels

@@ -15,10 +15,10 @@ void use_device(Arena& a, Device d) {
   if (a.device() != d) a = Arena(d);
 }
 
-// A copy of ids on rc's device, in `arena`.
+// A copy of ids on rc's device, in `arena`, queued without waiting for it.
 const int32_t* ids_on_device(const RunCtx& rc, Arena& arena, const std::vector<int32_t>& ids) {
   int32_t* d = arena.alloc<int32_t>(int64_t(ids.size()));
-  kernels::copy_from_host(rc.k, d, ids.data(), int64_t(sizeof(int32_t) * ids.size()));
+  kernels::copy_from_host_async(rc.k, d, ids.data(), int64_t(sizeof(int32_t) * ids.size()));
   return d;
 }
 

@@ -28,6 +28,7 @@ void destroy_stream(void* stream);
 void synchronize(const Ctx& ctx);
 void copy_to_host(const Ctx& ctx, void* host_dst, const void* src, int64_t bytes);
 void copy_from_host(const Ctx& ctx, void* dst, const void* host_src, int64_t bytes);
+void copy_from_host_async(const Ctx& ctx, void* dst, const void* host_src, int64_t bytes);
 DeviceWork device_work();
 
 }  // namespace mtron::kernels::cuda

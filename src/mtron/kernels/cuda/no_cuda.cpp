@@ -56,6 +56,9 @@ void copy_to_host(const Ctx&, void*, const void*, int64_t) {
 void copy_from_host(const Ctx&, void*, const void*, int64_t) {
   no_cuda("copy_from_host");
 }
+void copy_from_host_async(const Ctx&, void*, const void*, int64_t) {
+  no_cuda("copy_from_host_async");
+}
 DeviceWork device_work() {
   no_cuda("device_work");
 }

@@ -7,6 +7,9 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <vector>
 
 #include "mtron/core/error.h"
 #include "mtron/kernels/cuda/cuda_ops.h"
@@ -20,6 +23,46 @@ bool sync_after_launch() {
     return v != nullptr && v[0] == '1';
   }();
   return on;
+}
+
+// Page-locked host memory for copy_from_host_async, one slot per copy in flight: a slot is taken
+// again once its event (recorded after the copy from it) has been reached. Capacities are powers
+// of two so that slots are reused across copies of nearby sizes. Never freed: cudaFreeHost
+// synchronises the device, and the driver releases the memory at exit.
+struct StagingSlot {
+  void* host = nullptr;
+  size_t capacity = 0;
+  cudaEvent_t done = nullptr;
+};
+
+class Staging {
+ public:
+  // A free slot of at least `bytes`, allocating one when every slot is busy or too small.
+  StagingSlot& take(size_t bytes) {
+    for (StagingSlot& s : slots_) {
+      if (s.capacity < bytes) continue;
+      const cudaError_t e = cudaEventQuery(s.done);
+      if (e == cudaSuccess) return s;
+      if (e != cudaErrorNotReady) MT_CUDA_CHECK(e);
+    }
+    StagingSlot s;
+    s.capacity = 4096;
+    while (s.capacity < bytes) s.capacity *= 2;
+    MT_CUDA_CHECK(cudaHostAlloc(&s.host, s.capacity, cudaHostAllocDefault));
+    MT_CUDA_CHECK(cudaEventCreateWithFlags(&s.done, cudaEventDisableTiming));
+    slots_.push_back(s);
+    return slots_.back();
+  }
+  std::mutex& mutex() { return mu_; }
+
+ private:
+  std::mutex mu_;
+  std::vector<StagingSlot> slots_;
+};
+
+Staging& staging() {
+  static Staging* s = new Staging;  // outlives the static destructors, like the CUDA runtime
+  return *s;
 }
 
 }  // namespace
@@ -88,6 +131,18 @@ void copy_from_host(const Ctx& ctx, void* dst, const void* host_src, int64_t byt
   MT_CUDA_CHECK(
       cudaMemcpyAsync(dst, host_src, size_t(bytes), cudaMemcpyHostToDevice, stream_of(ctx)));
   MT_CUDA_CHECK(cudaStreamSynchronize(stream_of(ctx)));
+}
+
+void copy_from_host_async(const Ctx& ctx, void* dst, const void* host_src, int64_t bytes) {
+  if (bytes <= 0) return;
+  ++work().copies;
+  Staging& st = staging();
+  const std::lock_guard<std::mutex> lock(st.mutex());
+  StagingSlot& slot = st.take(size_t(bytes));
+  std::memcpy(slot.host, host_src, size_t(bytes));
+  MT_CUDA_CHECK(
+      cudaMemcpyAsync(dst, slot.host, size_t(bytes), cudaMemcpyHostToDevice, stream_of(ctx)));
+  MT_CUDA_CHECK(cudaEventRecord(slot.done, stream_of(ctx)));
 }
 
 void synchronize(const Ctx& ctx) {
