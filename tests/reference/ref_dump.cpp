@@ -9,7 +9,8 @@
 // qwen3moe: a tiny Qwen3-MoE (--qk-layernorm, 8 experts top-2, no shared expert, aux loss);
 // dsmoe: a tiny DeepSeek-V3-style MoE (a dense first layer by a --moe-layer-freq list, sigmoid
 // scores with the expert bias, group-limited routing, a top-k scaling factor, a shared expert,
-// seq_aux_loss). MoE dumps add every layer's expert bias after the 10 iterations.
+// seq_aux_loss). MoE dumps add every MoE layer's expert bias (the MTP depths' too) after the 10
+// iterations.
 //
 // mla: a Llama-style model with multi-latent attention, q projected directly; mla_q: with
 // --q-lora-rank and --qk-layernorm (q_down, q_layernorm, q_up; kv_layernorm).
