@@ -50,6 +50,16 @@ TINY_ARCH["dsmoe"] = TINY_ARCH["llama"] + (
     "--moe-router-bias-update-rate 1e-2 --moe-router-num-groups 4 --moe-router-group-topk 2 "
     "--moe-router-topk-scaling-factor 2.5 --moe-shared-expert-intermediate-size 64 "
     "--moe-router-load-balancing-type seq_aux_loss --moe-aux-loss-coeff 1e-3").split()
+# dsv3: DeepSeek-V3-shaped: mla's attention, a dense first layer, 8 experts top-2 in 4 groups of
+# which 2 are chosen, sigmoid scores with the expert bias, a shared expert, seq_aux_loss and one
+# multi-token prediction depth (an MoE layer: the last layer's kind).
+TINY_ARCH["dsv3"] = TINY_ARCH["mla"] + (
+    "--num-experts 8 --moe-router-topk 2 --moe-ffn-hidden-size 48 --moe-layer-freq [0,1,1,1] "
+    "--moe-router-score-function sigmoid --moe-router-enable-expert-bias "
+    "--moe-router-bias-update-rate 1e-2 --moe-router-num-groups 4 --moe-router-group-topk 2 "
+    "--moe-router-topk-scaling-factor 2.5 --moe-shared-expert-intermediate-size 64 "
+    "--moe-router-load-balancing-type seq_aux_loss --moe-aux-loss-coeff 1e-3 "
+    "--mtp-num-layers 1").split()
 TINY_ARCH["mtp"] = TINY_ARCH["llama"] + "--mtp-num-layers 2".split()
 TINY_ARCH["mtp_tied"] = [f for f in TINY_ARCH["mtp"] if f != "--untie-embeddings-and-output-weights"]
 

@@ -65,6 +65,33 @@ TEST(MoeRouting, LayerPatternLength) {
   EXPECT_TRUE(m.is_moe_layer(3));
 }
 
+TEST(MoeRouting, MtpDepthsTakeTheLastLayersKind) {
+  ModelConfig m = moe();
+  m.position_embedding_type = PositionEmbedding::kRope;
+  ModelConfig base = m, five = m;
+  m.moe_layer_pattern = base.moe_layer_pattern = {0, 1, 1, 1};
+  m.mtp_num_layers = 2;
+  five.num_layers = 5;
+  five.moe_layer_pattern = {0, 1, 1, 1, 1};
+  for (ModelConfig* c : {&m, &base, &five}) c->finalize();
+  EXPECT_TRUE(m.is_moe_layer(4));
+  EXPECT_TRUE(m.is_moe_layer(5));
+  EXPECT_EQ(m.num_moe_layers(), 3);
+  EXPECT_EQ(m.num_mtp_moe_layers(), 2);
+  // Each depth: an MoE layer (what a fifth decoder layer adds), enorm, hnorm, final_layernorm
+  // (LayerNorm: weight and bias) and eh_proj [h, 2h].
+  const int64_t h = m.hidden_size;
+  EXPECT_EQ(m.num_parameters(1) - base.num_parameters(1),
+            2 * (five.num_parameters(1) - base.num_parameters(1) + 3 * 2 * h + 2 * h * h));
+  ModelConfig dense_last = moe();
+  dense_last.position_embedding_type = PositionEmbedding::kRope;
+  dense_last.moe_layer_pattern = {1, 1, 1, 0};
+  dense_last.mtp_num_layers = 1;
+  dense_last.finalize();
+  EXPECT_FALSE(dense_last.is_moe_layer(4));
+  EXPECT_EQ(dense_last.num_mtp_moe_layers(), 0);
+}
+
 TEST(MoeRouting, GroupLimitedChecks) {
   ModelConfig m = moe();
   m.moe_router_group_topk = 2;

@@ -67,7 +67,7 @@ struct Layer {
   std::vector<int32_t> pos;
   TokenLayout tl;
   explicit Layer(const Case& c) : cfg(config(c)) {
-    moe = std::make_unique<MoELayer>(cfg, 0, rc.tp, rc.ep, dense, experts);
+    moe = std::make_unique<MoELayer>(cfg, 0, "decoder.layers.0.mlp.", rc.tp, rc.ep, dense, experts);
     dense.allocate(Precision::kFP32, 1);
     experts.allocate(Precision::kFP32, 1);
     dense.init(7);

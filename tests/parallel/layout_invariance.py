@@ -26,7 +26,9 @@ top-2 in every layer (--moe-layer-freq "([1]*4)"), no shared expert, aux loss: Q
 dsmoe (DeepSeek-V3-like: a dense first layer by --moe-layer-freq "[0,1,1,1]", 16 experts top-4
 in 4 groups of which 2 are chosen, sigmoid scores with the aux-loss-free expert bias, top-k
 scaling factor 2.5, a shared expert, seq_aux_loss), whose expert biases after every iteration
-must equal the 1-process run's (moe_expert_bias_hash); mtp (llama with two multi-token
+must equal the 1-process run's (moe_expert_bias_hash), or dsv3 (DeepSeek-V3-shaped: multi-latent
+attention, a dense first layer, 8 experts top-2 in 4 groups of which 2 are chosen, sigmoid scores
+with the expert bias, a shared expert, seq_aux_loss and one MTP depth, an MoE layer); mtp (llama with two multi-token
 prediction depths, whose logged losses must match too) and mtp_tied (with tied embeddings).
 These run without dropout; gpt2_dropout and llama_dropout
 are gpt2 and llama with --hidden-dropout 0.1 --attention-dropout 0.1 (Megatron's default), whose
@@ -81,12 +83,15 @@ def flag(flags, name, default):
 
 
 def moe_layers(args):
-    """Which layers of a run with `args` are MoE layers (--moe-layer-freq: k, or a list)."""
+    """Which layers of a run with `args` are MoE layers (--moe-layer-freq: k, or a list), then
+    the --mtp-num-layers depths' (of the last layer's kind)."""
     n = flag(args, "--num-layers", 1)
     f = args[args.index("--moe-layer-freq") + 1] if "--moe-layer-freq" in args else "1"
     if f.isdigit():
-        return [int(i % int(f) == 0) for i in range(n)]
-    return list(eval(f))  # the test models' own list expressions (scripts/mtron_run.py)
+        layers = [int(i % int(f) == 0) for i in range(n)]
+    else:
+        layers = list(eval(f))  # the test models' own list expressions (scripts/mtron_run.py)
+    return layers + layers[-1:] * flag(args, "--mtp-num-layers", 0)
 
 
 def train(mtron, arch, np_, flags, metrics):
@@ -174,7 +179,7 @@ def main():
             line += "  dropped %d (1 process %d)%s" % (
                 r["moe_dropped_pairs"], b["moe_dropped_pairs"], "" if same else " DIFFERENT PAIRS")
         print(line)
-    if arch.startswith("moe") or arch in ("qwen3moe", "dsmoe"):
+    if arch.startswith("moe") or arch in ("qwen3moe", "dsmoe", "dsv3"):
         with open(sys.argv[4] + ".log") as f:
             one = int(EXPERT_BYTES.search(f.read()).group(1))
         here = int(EXPERT_BYTES.search(out).group(1))
@@ -182,8 +187,10 @@ def main():
         pp = flag(flags, "--pipeline-model-parallel-size", 1)
         etp = flag(flags, "--expert-tensor-parallel-size",
                    flag(flags, "--tensor-model-parallel-size", 1))
-        layers = moe_layers(COMMON + ARCH[arch] + flags)
-        stage0 = sum(layers[:len(layers) // pp])  # rank 0's pipeline stage: the first 1/PP
+        args = COMMON + ARCH[arch] + flags
+        layers = moe_layers(args)
+        # rank 0's pipeline stage: the first 1/PP of the decoder; the MTP depths on the last
+        stage0 = sum(layers[:flag(args, "--num-layers", 1) // pp]) if pp > 1 else sum(layers)
         ok = here * ep * etp * sum(layers) == one * stage0
         failed |= not ok
         print("expert weight bytes on rank 0: %d = 1-process %d x %d/%d MoE layers / (EP %d x "

@@ -4,12 +4,14 @@
 // and learning rate of 10 training iterations. With --mtp-num-layers, the mean loss of each MTP
 // depth too (iteration 1 and the 10 training iterations).
 //
-//   ref_dump <gpt2|llama|mla|mla_q|qwen3moe|dsmoe> <out.bin> [extra mtron train flags...]
+//   ref_dump <gpt2|llama|mla|mla_q|qwen3moe|dsmoe|dsv3> <out.bin> [extra mtron train flags...]
 //
 // qwen3moe: a tiny Qwen3-MoE (--qk-layernorm, 8 experts top-2, no shared expert, aux loss);
 // dsmoe: a tiny DeepSeek-V3-style MoE (a dense first layer by a --moe-layer-freq list, sigmoid
 // scores with the expert bias, group-limited routing, a top-k scaling factor, a shared expert,
-// seq_aux_loss). MoE dumps add every layer's expert bias after the 10 iterations.
+// seq_aux_loss); dsv3: dsmoe's MoE with mla's attention and one MTP depth (an MoE layer, the
+// last layer's kind): a tiny DeepSeek-V3-shaped model. MoE dumps add every MoE layer's expert
+// bias (the MTP depths' too) after the 10 iterations.
 //
 // mla: a Llama-style model with multi-latent attention, q projected directly; mla_q: with
 // --q-lora-rank and --qk-layernorm (q_down, q_layernorm, q_up; kv_layernorm).
@@ -68,7 +70,7 @@ std::vector<std::string> base_flags(const std::string& arch) {
         "--num-attention-heads 8 --group-query-attention --num-query-groups 2 --swiglu "
         "--normalization RMSNorm --position-embedding-type rope "
         "--untie-embeddings-and-output-weights --disable-bias-linear");
-  } else if (arch == "mla" || arch == "mla_q") {
+  } else if (arch == "mla" || arch == "mla_q" || arch == "dsv3") {
     extra = tests::words(
         "--num-attention-heads 4 --multi-latent-attention --kv-lora-rank 16 --qk-head-dim 12 "
         "--qk-pos-emb-head-dim 8 --v-head-dim 10 --swiglu --normalization RMSNorm "
@@ -76,14 +78,14 @@ std::vector<std::string> base_flags(const std::string& arch) {
         "--disable-bias-linear");
     if (arch == "mla_q") extra.insert(extra.end(), {"--q-lora-rank", "24", "--qk-layernorm"});
   } else {
-    throw Error("unknown arch " + arch + " (gpt2, llama, mla, mla_q, qwen3moe or dsmoe)");
+    throw Error("unknown arch " + arch + " (gpt2, llama, mla, mla_q, qwen3moe, dsmoe or dsv3)");
   }
   if (arch == "qwen3moe") {
     const auto moe = tests::words(
         "--qk-layernorm --kv-channels 16 --norm-epsilon 1e-6 --num-experts 8 --moe-router-topk 2 "
         "--moe-ffn-hidden-size 32 --moe-layer-freq ([1]*2) --moe-aux-loss-coeff 1e-2");
     extra.insert(extra.end(), moe.begin(), moe.end());
-  } else if (arch == "dsmoe") {
+  } else if (arch == "dsmoe" || arch == "dsv3") {
     const auto moe = tests::words(
         "--num-layers 4 --num-experts 16 --moe-router-topk 4 --moe-ffn-hidden-size 32 "
         "--moe-layer-freq ([0]*1+[1]*3) --moe-router-score-function sigmoid "
@@ -92,6 +94,7 @@ std::vector<std::string> base_flags(const std::string& arch) {
         "--moe-shared-expert-intermediate-size 32 --moe-router-load-balancing-type seq_aux_loss "
         "--moe-aux-loss-coeff 1e-3");
     extra.insert(extra.end(), moe.begin(), moe.end());
+    if (arch == "dsv3") extra.insert(extra.end(), {"--mtp-num-layers", "1"});
   }
   common.insert(common.end(), extra.begin(), extra.end());
   return common;
@@ -101,8 +104,9 @@ std::vector<std::string> base_flags(const std::string& arch) {
 
 int main(int argc, char** argv) {
   if (argc < 3) {
-    std::fprintf(stderr,
-                 "usage: ref_dump <gpt2|llama|mla|mla_q|qwen3moe|dsmoe> <out.bin> [flags...]\n");
+    std::fprintf(
+        stderr,
+        "usage: ref_dump <gpt2|llama|mla|mla_q|qwen3moe|dsmoe|dsv3> <out.bin> [flags...]\n");
     return 2;
   }
   std::vector<std::string> flags = base_flags(argv[1]);

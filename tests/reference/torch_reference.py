@@ -143,9 +143,6 @@ class Model:
             self.seq_aux = cfg.get("moe_router_load_balancing_type", "aux_loss") == "seq_aux_loss"
             self.rate = (float(cfg.get("moe_router_bias_update_rate", 1e-3))
                          if "moe_router_enable_expert_bias" in cfg else None)
-            self.bias = {l: torch.zeros(self.E) for l in range(int(cfg["num_layers"]))
-                         if self.moe_layers[l]}
-            self.counts = {l: torch.zeros(self.E) for l in self.bias}
         self.mla = "multi_latent_attention" in cfg
         if self.mla:
             self.q_rank = int(cfg.get("q_lora_rank", 0))  # 0: None
@@ -155,8 +152,11 @@ class Model:
             self.dv = int(cfg.get("v_head_dim", 128))
         self.mtp = int(cfg.get("mtp_num_layers", 0))
         self.mtp_factor = float(cfg.get("mtp_loss_scaling_factor", 0.1))
-        if self.E:
-            self.moe_layers = self.moe_layers + [0] * self.mtp  # the MTP layers are dense
+        if self.E:  # the MTP layers (indices L + k) are of the last layer's kind, as Megatron's
+            self.moe_layers = self.moe_layers + self.moe_layers[-1:] * self.mtp
+            self.bias = {l: torch.zeros(self.E) for l in range(len(self.moe_layers))
+                         if self.moe_layers[l]}
+            self.counts = {l: torch.zeros(self.E) for l in self.bias}
         self.swiglu = "swiglu" in cfg
         self.rms = cfg.get("normalization", "LayerNorm") == "RMSNorm"
         self.rope = cfg.get("position_embedding_type", "learned_absolute") == "rope"
@@ -378,9 +378,10 @@ class Model:
         k = torch.cat([k_nope, k_pe], dim=-1)
         return q, k, v
 
-    def mtp_loss_sums(self, tokens, labels, hidden, it, sample0):
+    def mtp_loss_sums(self, tokens, labels, hidden, it, sample0, count):
         """Per MTP depth, the summed token losses of the micro-batch's positions that have a
-        target that many tokens further; hidden: the decoder's output after its final norm."""
+        target that many tokens further; hidden: the decoder's output after its final norm;
+        count: add an MoE depth's routed pairs to the expert bias counts."""
         S = tokens.shape[0]
         t = torch.tensor(tokens, dtype=torch.long)
         y = torch.tensor(labels, dtype=torch.long)
@@ -394,7 +395,7 @@ class Model:
                                  self.L + k, "embedding")
             x = torch.cat([self.norm(e, pre + "enorm"), self.norm(hidden, pre + "hnorm")], -1)
             x = self.block(self.lin(x, pre + "eh_proj"), [(self.L + k, pre + "transformer_layer.")],
-                           it, sample0, False)
+                           it, sample0, count)
             hidden = self.norm(x, pre + "final_layernorm")
             keep = S - k - 1  # positions with a target k + 1 tokens further
             lg = self.head(hidden)[:keep]
@@ -408,7 +409,7 @@ class Model:
         hidden = self.decoder(tokens, it, sample0, count)
         lg = self.head(hidden)
         if self.mtp:
-            sums = self.mtp_loss_sums(tokens, labels, hidden, it, sample0)
+            sums = self.mtp_loss_sums(tokens, labels, hidden, it, sample0, count)
             self.mtp_sums = [a + b for a, b in zip(self.mtp_sums, sums)]
         return F.cross_entropy(lg.reshape(-1, lg.shape[-1]),
                                torch.tensor(labels, dtype=torch.long).reshape(-1), reduction="sum")
@@ -512,7 +513,9 @@ def main():
                   abs(float(d["mtp_losses"][it, k]) - v.item()) / v.item(), 1e-4)
 
     for name in [k for k in d if k.startswith("expert_bias/")]:
-        l = int(name.split(".")[2])
+        # decoder.layers.<l>.mlp.* or mtp.layers.<k>.transformer_layer.mlp.* (layer L + k)
+        part = name[len("expert_bias/"):].split(".")
+        l = int(part[2]) + (m.L if part[0] == "mtp" else 0)
         check("expert bias " + name[len("expert_bias/"):] + " (after 10 iterations)",
               float(np.abs(d[name] - m.bias[l].numpy()).max()), 1e-7)
 

@@ -16,7 +16,7 @@ double flops_per_iteration(const ModelConfig& m, int64_t global_batch, int64_t p
   const double L = double(m.num_layers) + D;
   const double q = double(m.q_size()), kv = double(m.kv_size());
   const double f = m.swiglu ? 3.0 : 2.0;
-  const double L_moe = double(m.num_moe_layers()) + (m.is_moe_layer(m.num_layers - 1) ? D : 0.0);
+  const double L_moe = double(m.num_moe_layers() + m.num_mtp_moe_layers());
   const double L_dense = L - L_moe;
   const double mlp = h * f *
                      (double(m.ffn()) * L_dense + (double(m.moe_ffn()) * double(m.moe_router_topk) +

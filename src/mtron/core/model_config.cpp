@@ -109,10 +109,6 @@ void ModelConfig::finalize() {
     MT_CHECK(position_embedding_type != PositionEmbedding::kLearnedAbsolute,
              "--mtp-num-layers with --position-embedding-type learned_absolute is not supported "
              "(use rope or none)");
-    // Megatron builds the MTP layers from the last decoder layer's spec.
-    MT_CHECK(!is_moe_layer(num_layers - 1),
-             "--mtp-num-layers with an MoE last layer (the MTP layers take the last layer's "
-             "spec) is not supported; make the last layer dense with --moe-layer-freq");
   }
 }
 
@@ -148,8 +144,10 @@ int64_t ModelConfig::num_parameters(int64_t tp) const {
     const int64_t up = swiglu ? 2 * f : f;
     return h * up + bias * up + f * h + bias * h;
   };
-  int64_t layers = 0;
-  for (int64_t l = 0; l < num_layers; ++l) {
+  // The decoder's layers, then each MTP depth's: a layer of the last layer's kind (is_moe_layer),
+  // enorm, hnorm, eh_proj [h, 2h] and the final norm.
+  int64_t layers = mtp_num_layers * (3 * norm + 2 * h * h);
+  for (int64_t l = 0; l < num_layers + mtp_num_layers; ++l) {
     layers += 2 * norm + attn + qk_norm;
     if (is_moe_layer(l)) {
       layers += num_experts * mlp(moe_ffn()) + h * num_experts;

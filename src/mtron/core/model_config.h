@@ -5,6 +5,7 @@
 // one set of formulas (core/formulas.h). Fields named as Megatron's flags, minus the dashes.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -99,14 +100,17 @@ struct ModelConfig {
   int64_t ffn() const { return ffn_hidden_size; }
   int64_t moe_ffn() const { return moe_ffn_hidden_size; }
   bool is_moe() const { return num_experts > 0; }
-  // Layers from num_layers up are the MTP depths' layers: dense (finalize refuses an MoE last
-  // layer with --mtp-num-layers).
+  // Layers from num_layers up are the MTP depths' layers: of the last decoder layer's kind
+  // (Megatron builds them from the last layer's spec).
   bool is_moe_layer(int64_t layer) const {
-    if (!is_moe() || layer >= num_layers) return false;
+    if (!is_moe()) return false;
+    layer = std::min(layer, num_layers - 1);
     return moe_layer_pattern.empty() ? layer % moe_layer_freq == 0
                                      : moe_layer_pattern[size_t(layer)] == 1;
   }
+  // MoE layers of the decoder, and of the MTP depths (0 or mtp_num_layers).
   int64_t num_moe_layers() const;
+  int64_t num_mtp_moe_layers() const { return is_moe_layer(num_layers) ? mtp_num_layers : 0; }
   int64_t rotary_dim() const;
   // Megatron pads the vocabulary to a multiple of make_vocab_size_divisible_by * TP.
   int64_t padded_vocab_size(int64_t tp) const;

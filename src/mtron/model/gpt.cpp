@@ -182,6 +182,10 @@ void GPTChunk::mtp_forward(const RunCtx& rc,
     float* out = st.keep.alloc<float>(Nl * h);
     scratch_.reset();
     mtp_[k].forward(rc, tl, st.mtp[k], st.keep, scratch_, e, hid, out);
+    if (MoELayer* moe = mtp_[k].layer().moe()) {  // (a training forward)
+      st.moe.add(st.mtp[k].layer.moe.stats);
+      moe->count_tokens(st.mtp[k].layer.moe);
+    }
     float* full = out;
     if (tp.sequence_parallel) {
       full = scratch_.alloc<float>(N * h);
@@ -279,6 +283,8 @@ std::vector<MoELayer*> GPTChunk::moe_layers() {
   std::vector<MoELayer*> v;
   for (TransformerLayer& l : layers_)
     if (l.moe()) v.push_back(l.moe());
+  for (MtpLayer& d : mtp_)
+    if (d.layer().moe()) v.push_back(d.layer().moe());
   return v;
 }
 

@@ -124,7 +124,7 @@ class GPTChunk {
   const ChunkPlacement& placement() const { return place_; }
   // The word-embedding handle (first chunk, or the last with tied embeddings), else -1.
   int word_embedding() const { return wte_; }
-  // The routed parts of this chunk's MoE layers, in layer order.
+  // The routed parts of this chunk's MoE layers, in layer order, then its MTP depths'.
   std::vector<MoELayer*> moe_layers();
 
   // input: [Nl, h] from the previous stage (null on the first chunk). Returns the output

@@ -82,7 +82,8 @@ TransformerLayer::TransformerLayer(const ModelConfig& cfg,
   }
 
   ln2_.add_params(cfg, pre + "pre_mlp_layernorm", sp, params);
-  if (moe) moe_ = std::make_unique<MoELayer>(cfg, layer, tp, ep, params, expert_params);
+  if (moe)
+    moe_ = std::make_unique<MoELayer>(cfg, layer, pre + "mlp.", tp, ep, params, expert_params);
   if (F == 0) return;  // an MoE layer without a shared expert
   // SwiGLU's fc1 is [gate; up]: as a [2, F, h] tensor sharded along F, each rank holds
   // [gate_r; up_r], which is Megatron's local layout and one GEMM.

@@ -25,14 +25,6 @@ double pair_hash(int64_t layer, int64_t token, int64_t expert) {
   return double((x ^ (x >> 31)) >> 44);
 }
 
-// Megatron-Core's names: the layer's MLP prefix, and expert e's within it.
-std::string mlp_prefix(int64_t layer) {
-  return "decoder.layers." + std::to_string(layer) + ".mlp.";
-}
-std::string expert_prefix(int64_t layer, int64_t e) {
-  return mlp_prefix(layer) + "experts.local_experts." + std::to_string(e) + ".";
-}
-
 // n elements of a device buffer, on the host.
 template <typename T>
 std::vector<T> to_host(const kernels::Ctx& k, const T* src, int64_t n) {
@@ -45,11 +37,12 @@ std::vector<T> to_host(const kernels::Ctx& k, const T* src, int64_t n) {
 
 MoELayer::MoELayer(const ModelConfig& cfg,
                    int64_t layer,
+                   const std::string& prefix,
                    const parallel::TensorParallel& tp,
                    const parallel::ExpertParallel& ep,
                    ParamBuffer& dense,
                    ParamBuffer& experts)
-    : cfg_(cfg), dense_(dense), experts_(experts), layer_(layer) {
+    : cfg_(cfg), dense_(dense), experts_(experts), layer_(layer), prefix_(prefix) {
   E_ = cfg.num_experts;
   k_ = cfg.moe_router_topk;
   h_ = cfg.hidden_size;
@@ -58,14 +51,15 @@ MoELayer::MoELayer(const ModelConfig& cfg,
   const int64_t F = cfg.moe_ffn(), h = h_;
   const float std = cfg.init_method_std;
   const float out_std = std / std::sqrt(2.0f * float(cfg.num_layers));
-  router_w_ = dense.add(ParamSpec{.name = mlp_prefix(layer) + "router.weight",
+  router_w_ = dense.add(ParamSpec{.name = prefix + "router.weight",
                                   .global_shape = {E_, h},
                                   .local_shape = {E_, h},
                                   .init = ParamInit::kNormal,
                                   .init_std = std,
                                   .sequence_parallel = tp.sequence_parallel});
   for (int64_t le = 0; le < El_; ++le) {
-    const std::string e = expert_prefix(layer, ep.ep_rank * El_ + le);
+    const std::string e =
+        prefix + "experts.local_experts." + std::to_string(ep.ep_rank * El_ + le) + ".";
     // As the dense MLP (layer.cpp): fc1 column-parallel ([gate; up] as [2, F, h] with SwiGLU),
     // fc2 row-parallel, here over the ETP group.
     fc1_w_.push_back(experts.add(
@@ -89,10 +83,6 @@ kernels::MoeRouting MoELayer::routing(int64_t T, const float* bias) const {
           .group_topk = groups ? cfg_.moe_router_group_topk : 0,
           .bias = bias,
           .scale = cfg_.moe_router_topk_scaling_factor};
-}
-
-std::string MoELayer::prefix() const {
-  return mlp_prefix(layer_);
 }
 
 void MoELayer::count_tokens(const Stash& st) {

@@ -96,9 +96,12 @@ class MoELayer {
   };
 
   // Registers the router (in `dense`, replicated, sequence-parallel) and this EP rank's experts
-  // (in `experts`, sharded over ETP; named by global expert index) for global layer `layer`.
+  // (in `experts`, sharded over ETP; named by global expert index) for global layer `layer`
+  // (num_layers + depth for an MTP depth's), under the MLP prefix `prefix` (Megatron's
+  // "decoder.layers.L.mlp." or "mtp.layers.<depth>.transformer_layer.mlp.").
   MoELayer(const ModelConfig& cfg,
            int64_t layer,
+           const std::string& prefix,
            const parallel::TensorParallel& tp,
            const parallel::ExpertParallel& ep,
            ParamBuffer& dense,
@@ -120,8 +123,8 @@ class MoELayer {
   // expert counted since the last update, on the host.
   std::vector<float>& expert_bias() { return expert_bias_; }
   std::vector<double>& tokens_per_expert() { return tokens_per_expert_; }
-  // The layer's MLP prefix, Megatron's "decoder.layers.L.mlp.", and its global index L.
-  std::string prefix() const;
+  // The layer's MLP prefix and its global index.
+  const std::string& prefix() const { return prefix_; }
   int64_t layer() const { return layer_; }
   // dx[T, h] (written) from dy[T, h]; accumulates parameter gradients.
   void backward(const RunCtx& rc,
@@ -157,6 +160,7 @@ class MoELayer {
   const ParamBuffer& dense_;
   const ParamBuffer& experts_;
   int64_t layer_;
+  std::string prefix_;
   int64_t E_, k_, h_, El_, Fl_;  // experts, top-k, hidden, local experts, local expert ffn
   int router_w_ = -1;
   std::vector<int> fc1_w_, fc2_w_;  // per local expert

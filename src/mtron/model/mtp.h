@@ -13,7 +13,10 @@
 // rows, and the channels are put together with a sum over TP of each rank's channels placed in
 // zeros (exact), which is Megatron's gather of the channels followed by, with SP, its scatter to
 // the sequence-parallel region. The transformer layer is a TransformerLayer (global layer index
-// num_layers + depth, which keys its dropout masks), named mtp.layers.<depth>.transformer_layer.*.
+// num_layers + depth, which keys its dropout masks and routing checksum), named
+// mtp.layers.<depth>.transformer_layer.*, of the last decoder layer's kind as in Megatron: with an
+// MoE last layer its MLP is routed experts (sharded over EP/ETP as the decoder's, their auxiliary
+// losses in the gradient, their expert bias updated with the decoder's).
 #pragma once
 
 #include <cstdint>
@@ -62,6 +65,8 @@ class MtpLayer {
                 float* dout,
                 float* de,
                 float* dhid) const;
+  // The depth's transformer layer (MoE when the decoder's last layer is).
+  TransformerLayer& layer() { return *layer_; }
 
  private:
   // norm(x) of this rank's rows as eh_proj's GEMM input [N, h] (gathered with SP).

@@ -308,9 +308,10 @@ void Trainer::moe_stats(StepResult& r) const {
   double v[5] = {m.load_balancing, m.z_loss, m.dropped, m.routed_hash, m.dropped_hash};
   if (world_.size() > 1) world_.all_reduce(v, 5, DType::kF64, ReduceOp::kSum);
   // Shares summed over the world: over TP x CP they make each micro-batch's value; then
-  // Megatron's mean over micro-batches (of every DP rank) and MoE layers.
+  // Megatron's mean over micro-batches (of every DP rank) and MoE layers, the MTP depths' too.
   const auto& par = a_.parallel;
-  const double n = double(par.dp() * num_microbatches_ * a_.model.num_moe_layers());
+  const double n = double(par.dp() * num_microbatches_ *
+                          (a_.model.num_moe_layers() + a_.model.num_mtp_moe_layers()));
   r.load_balancing_loss = v[0] / n;
   r.z_loss = v[1] / n;
   r.moe = model::MoEStats{v[0], v[1], v[2], v[3], v[4]};
