@@ -9,7 +9,9 @@
 #include <cstdio>
 #include <map>
 
+#include "mtron/core/formulas.h"
 #include "mtron/plan/published.h"
+#include "util.h"
 
 namespace mtron::plan {
 namespace {
@@ -94,6 +96,20 @@ TEST(Published, SameGenerationSharesConstants) {
   same("h200", "h100-sxm");
   EXPECT_EQ(find_hardware("gb200").achievable.attention,
             find_hardware("b200").achievable.attention);
+}
+
+// DeepSeek-V3 with its MTP depth: Megatron's FLOPs formula (multi-latent attention, 3 dense + 58
+// MoE layers, the MTP layer, causal attention counted half) gives 259.99 GFLOP per token
+// (Megatron-LM's num_floating_point_operations evaluated by hand for this model), and
+// Megatron-Bridge's published DGX-H100 row (NeMo 25.09, 1024
+// GPUs, 1297 tokens/s and 338 model TFLOP/s per GPU: 260.6 GFLOP per token) agrees within the
+// rounding of its figures.
+TEST(Published, DeepSeekV3FlopsPerTokenAreTheMegatronBridgeRows) {
+  const ModelConfig m = test::model("deepseek-v3");
+  ASSERT_EQ(m.mtp_num_layers, 1);
+  const double per_token = flops_per_iteration(m, 1, m.padded_vocab_size(1)) / double(m.seq_length);
+  EXPECT_NEAR(per_token / 259.993e9, 1.0, 1e-5);
+  EXPECT_NEAR(per_token / (338e12 / 1297), 1.0, 0.005);
 }
 
 }  // namespace
