@@ -14,13 +14,15 @@ ARCH["qwen3moe_mixed"] = [("([0]+[1]*3)" if v == "([1]*4)" else v) for v in ARCH
 assert ARCH["qwen3moe_mixed"] != ARCH["qwen3moe"]
 # Hugging Face's DeepSeek-V3: the mla arch's attention (with its latent norms) and a dense first
 # layer, then 8 experts top-2 in 4 groups of which 1 is chosen (a group scored by its top 2),
-# sigmoid scores with the expert bias, scaling factor 2.5, a shared expert.
+# sigmoid scores with the expert bias, scaling factor 2.5, a shared expert, one MTP depth (its
+# layer MoE, exported as layer N).
 ARCH["deepseek_v3"] = ARCH["mla"] + (
     "--num-experts 8 --moe-router-topk 2 --moe-ffn-hidden-size 32 --moe-layer-freq ([0]+[1]*3) "
     "--moe-router-score-function sigmoid --moe-router-enable-expert-bias "
     "--moe-router-bias-update-rate 1e-2 --moe-router-num-groups 4 --moe-router-group-topk 1 "
     "--moe-router-topk-scaling-factor 2.5 --moe-shared-expert-intermediate-size 32 "
-    "--moe-router-load-balancing-type seq_aux_loss --moe-aux-loss-coeff 1e-3").split()
+    "--moe-router-load-balancing-type seq_aux_loss --moe-aux-loss-coeff 1e-3 "
+    "--mtp-num-layers 1").split()
 
 # What an MoE run logs besides the LM loss: auxiliary losses, the routing checksum and the
 # expert biases' checksum.
