@@ -67,6 +67,17 @@ configs = {
         pipeline_model_parallel_size=1, world_size=8, micro_batch_size=1, num_experts=8,
         moe_ffn_hidden_size=14336, expert_model_parallel_size=4, use_distributed_optimizer=True,
         sequence_parallel=True, num_microbatches=8),
+    "deepseek_v3_tp2_ep64_distopt_sp_selective": args(
+        num_layers=61, hidden_size=7168, num_attention_heads=128, ffn_hidden_size=18432,
+        swiglu=True, normalization="RMSNorm", untie_embeddings_and_output_weights=True,
+        add_bias_linear=False, seq_length=4096, padded_vocab_size=pad(129280, 2),
+        tensor_model_parallel_size=2, pipeline_model_parallel_size=1, world_size=128,
+        micro_batch_size=1, num_experts=256, moe_ffn_hidden_size=2048, moe_router_topk=8,
+        moe_shared_expert_intermediate_size=2048, moe_layer_freq=[0] * 3 + [1] * 58,
+        mtp_num_layers=1, multi_latent_attention=True, q_lora_rank=1536, kv_lora_rank=512,
+        qk_head_dim=128, qk_pos_emb_head_dim=64, v_head_dim=128, expert_model_parallel_size=64,
+        expert_tensor_parallel_size=1, use_distributed_optimizer=True, sequence_parallel=True,
+        recompute_granularity="selective", num_microbatches=128),
     "gpt2_124m_pp2_mbs2": args(
         num_layers=12, hidden_size=768, num_attention_heads=12, ffn_hidden_size=3072,
         seq_length=1024, padded_vocab_size=pad(50257, 1), tensor_model_parallel_size=1,

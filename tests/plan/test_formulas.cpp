@@ -54,11 +54,18 @@ TEST(Formulas, TheoreticalMemoryEqualsMegatronsCode) {
   mixtral.use_distributed_optimizer = true;
   mixtral.sequence_parallel = true;  // MoE with TP > 1 needs it
   const ParallelConfig gpt2 = layout(2, 1, 2, 2, 8);
+  ParallelConfig deepseek = layout(128, 2, 1, 1, 8192);
+  deepseek.expert_model_parallel_size = 64;
+  deepseek.expert_tensor_parallel_size = 1;
+  deepseek.use_distributed_optimizer = true;
+  deepseek.sequence_parallel = true;
   const MegatronCase cases[] = {
       {"llama2-70b", llama, RecomputeGranularity::kSelective, 39101220864.0, 21508423680.0},
       {"gpt3-175b", gpt3, RecomputeGranularity::kSelective, 50348611584.0, 14795955200.0},
       {"mixtral-8x7b", mixtral, RecomputeGranularity::kNone, 108699881472.0, 12592226304.0},
       {"gpt2-124m", gpt2, RecomputeGranularity::kNone, 1460160000.0, 677152358.4},
+      // multi-latent attention, 3 dense + 58 MoE layers, one MoE MTP depth
+      {"deepseek-v3", deepseek, RecomputeGranularity::kSelective, 178738054848.0, 26461880320.0},
   };
   for (MegatronCase c : cases) {
     const ModelConfig m = plan::test::model(c.model);

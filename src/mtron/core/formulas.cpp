@@ -65,9 +65,21 @@ TheoreticalMemory megatron_theoretical_memory(const ModelConfig& m,
   const double norm = m.normalization == Normalization::kRMSNorm ? 1.0 : 2.0;
   const double V = double(m.padded_vocab_size(p.tp()));
 
-  // Parameters, split as Megatron holds them: TP-sharded, replicated, expert-sharded.
+  // Parameters, split as Megatron holds them: TP-sharded, replicated, expert-sharded; the MTP
+  // depths' layers (of the last layer's kind) as their own block, on the most loaded shard.
   const double L_moe = double(m.num_moe_layers()), L_dense = L - L_moe;
-  const double attention = 2 * h * h * ((1 + g / n) * (double(m.q_size()) / h));
+  const double mtp_moe = double(m.num_mtp_moe_layers());
+  const double mtp_dense = double(m.mtp_num_layers) - mtp_moe;
+  const MlaConfig& a = m.mla;
+  // Multi-latent attention: Megatron's term counts the latent norms with the projections.
+  const double mla_q = a.q_lora_rank > 0
+                           ? double(a.q_lora_rank) * (h + n * double(a.q_head_dim()) + norm)
+                           : h * n * double(a.q_head_dim());
+  const double attention =
+      a.enabled
+          ? mla_q + double(a.kv_lora_rank) * (h + n * double(a.qk_head_dim + a.v_head_dim) + norm) +
+                h * double(a.qk_pos_emb_head_dim) + n * double(a.v_head_dim) * h
+          : 2 * h * h * ((1 + g / n) * (double(m.q_size()) / h));
   const double dense_mlp = 2 * h * double(m.ffn()) * gated;
   const double shared_expert = 2 * h * double(m.moe_shared_expert_intermediate_size) * gated;
   const double routed_experts =
@@ -82,10 +94,13 @@ TheoreticalMemory megatron_theoretical_memory(const ModelConfig& m,
   const double tp_sharded = (attention + dense_mlp) * L_dense + (attention + shared_expert) * L_moe;
   const double replicated = layernorms * L_dense + (layernorms + router) * L_moe + final_norm;
   const double expert_sharded = routed_experts * L_moe;
+  const double tp_mtp = (attention + dense_mlp) * mtp_dense + (attention + shared_expert) * mtp_moe;
+  const double replicated_mtp = layernorms * mtp_dense + (layernorms + router) * mtp_moe;
 
-  double tp_on_shard = (tp_sharded / pp + embedding) / tp;
-  const double replicated_on_shard = replicated / pp;
-  const double expert_on_shard = (expert_sharded / pp) / double(p.etp() * p.ep());
+  double tp_on_shard = (tp_sharded / pp + tp_mtp + embedding) / tp;
+  const double replicated_on_shard = replicated / pp + replicated_mtp;
+  const double expert_on_shard =
+      (expert_sharded / pp + routed_experts * mtp_moe) / double(p.etp() * p.ep());
   if (m.untie_embeddings_and_output_weights && p.pp() == 1) tp_on_shard += embedding / tp;
 
   auto bytes_per_param = [&](double dp) {
