@@ -19,11 +19,13 @@ namespace {
 
 // gpt2; llama; moe: llama with 8 experts, top-2 softmax routing, aux loss (Mixtral-like);
 // moe_mixed: MoE every 2nd layer (the others dense), sigmoid top-3 routing, a shared expert;
-// mla: llama's norms and MLP with multi-latent attention (value head dim 6 != 8 + 4).
+// mla: llama's norms and MLP with multi-latent attention (value head dim 6 != 8 + 4);
+// mla_q_proj: the query through linear_q_proj (no q latent), the kv latent normed (--qk-layernorm).
 ModelConfig arch(const std::string& name) {
   const bool llama = name != "gpt2";
   ModelConfig m = tests::model_shape(3, 64, 8, 33, 131);  // vocabulary padded to 256
-  if (llama && name != "mla") {
+  const bool mla = name.rfind("mla", 0) == 0;
+  if (llama && !mla) {
     m.group_query_attention = true;
     m.num_query_groups = 2;
   }
@@ -31,9 +33,10 @@ ModelConfig arch(const std::string& name) {
     tests::set_llama_architecture(m);
     m.untie_embeddings_and_output_weights = true;
   }
-  if (name == "mla") {
+  if (mla) {
     m.mla.enabled = true;
-    m.mla.q_lora_rank = 16;
+    m.mla.q_lora_rank = name == "mla" ? 16 : 0;
+    m.qk_layernorm = name == "mla_q_proj";
     m.mla.kv_lora_rank = 12;
     m.mla.qk_head_dim = 8;
     m.mla.qk_pos_emb_head_dim = 4;
@@ -101,6 +104,12 @@ TEST_P(KvCache, MatchesTrainingForwardAtEveryPosition) {
 
   model::InferenceModel m(cfg, c, S);
   ASSERT_EQ(m.padded_vocab(), Vp);
+  // Floats per position and layer: multi-latent attention's latent and RoPE key, else K and V.
+  const int64_t per_position =
+      cfg.mla.enabled ? cfg.mla.latent_width() : cfg.query_groups() * (cfg.qk_dim() + cfg.v_dim());
+  const int64_t cache_bytes = cfg.num_layers * S * per_position * 4;
+  EXPECT_GE(m.cache_bytes(), cache_bytes);
+  EXPECT_LE(m.cache_bytes(), cache_bytes + 2 * cfg.num_layers * 256);  // allocation alignment
   // Prefill of everything at once, all rows.
   std::vector<float> all(static_cast<size_t>(S * Vp));
   m.forward(ids.data(), S, all.data(), true);
@@ -120,10 +129,11 @@ TEST_P(KvCache, MatchesTrainingForwardAtEveryPosition) {
   EXPECT_THROW(m.forward(ids.data(), 1, all.data(), false), Error);  // cache full
 }
 
-INSTANTIATE_TEST_SUITE_P(Archs,
-                         KvCache,
-                         ::testing::Values("gpt2", "llama", "moe", "moe_mixed", "mla"),
-                         [](const auto& i) { return i.param; });
+INSTANTIATE_TEST_SUITE_P(
+    Archs,
+    KvCache,
+    ::testing::Values("gpt2", "llama", "moe", "moe_mixed", "mla", "mla_q_proj"),
+    [](const auto& i) { return i.param; });
 
 // The probabilities sample_token must draw from, computed independently (double, full sort).
 std::vector<double> expected(const std::vector<float>& z, const train::SamplingOptions& o) {

@@ -197,7 +197,7 @@ void elementwise_cases(Checker& ck, bool small) {
         ck.check("amax", amax, 0.0);
       }
     });
-    ck.run("fill/fill_zero/copy", shape, [&] {
+    ck.run("fill/fill_zero/copy/copy_rows", shape, [&] {
       Pair<float> x(poison(n)), y(poison(n)), z(randn(n));
       std::fill(x.host(), x.host() + n, 2.5f);
       fill(g_dev, x.dev(), 2.5f, n);
@@ -208,6 +208,11 @@ void elementwise_cases(Checker& ck, bool small) {
       std::copy(z.host(), z.host() + n, y.host());
       copy(g_dev, y.dev(), z.dev(), n * 4);
       ck.check("copy", y, 0.0);
+      // rows of 3 floats from a pitch of 5 to a pitch of 4 (the 4th float of each row kept)
+      const int64_t rows = n / 5;
+      for (int64_t r = 0; r < rows; ++r) std::copy_n(z.host() + 5 * r, 3, x.host() + 4 * r);
+      copy_rows(g_dev, x.dev(), 16, z.dev(), 20, 12, rows);
+      ck.check("copy_rows", x, 0.0);
     });
   }
   std::vector<std::pair<int64_t, int64_t>> mats = {

@@ -56,6 +56,19 @@ TEST(Device, FillZeroFillAndCopyOnTheCpu) {
   }
 }
 
+TEST(Device, CopyRowsCopiesEachRowBetweenPitches) {
+  const std::vector<float> src = randn(4 * 7, 3);
+  std::vector<float> dst(3 * 5, -1.0f);
+  copy_rows(kCpu, dst.data(), 5 * 4, src.data(), 7 * 4, 2 * 4, 3);  // 2 floats of 3 rows
+  for (int64_t r = 0; r < 3; ++r) {
+    for (int64_t c = 0; c < 5; ++c) {
+      EXPECT_EQ(dst[size_t(5 * r + c)], c < 2 ? src[size_t(7 * r + c)] : -1.0f) << r << " " << c;
+    }
+  }
+  copy_rows(kCpu, nullptr, 0, nullptr, 0, 0, 5);  // nothing to copy
+  EXPECT_THROW(copy_rows(kCpu, dst.data(), 4, src.data(), 8, 8, 1), InternalError);  // pitch < row
+}
+
 TEST(Device, FillZeroTouchesExactlyTheGivenBytes) {
   std::vector<float> x(10, 1.0f);
   fill_zero(kCpu, x.data() + 2, 3 * 4);

@@ -11,6 +11,7 @@
 
 #include "mtron/comm/single.h"
 #include "mtron/core/tensor.h"
+#include "mtron/kernels/attention.h"
 #include "mtron/kernels/device.h"
 #include "mtron/model/inference.h"
 #include "mtron/train/trainer.h"
@@ -173,14 +174,7 @@ TEST(TrainCudaSim, Gpt2Bf16MatchesCpu) {
 
 // Generation (the training layers without a stash, with a KV cache) on the device: the logits of
 // a prefill and of each decoded token are the CPU's.
-TEST(TrainCudaSim, KvCacheGenerationMatchesCpu) {
-  ModelConfig m = tests::model_shape(2, 64, 4, 16, 100);
-  m.group_query_attention = true;
-  m.num_query_groups = 2;
-  tests::set_llama_architecture(m);
-  m.num_experts = 4;
-  m.moe_shared_expert_intermediate_size = 32;
-  m.finalize();
+double generation_diff_cuda_vs_cpu(const ModelConfig& m) {
   std::vector<std::vector<float>> logits;
   for (const Device d : {Device::kCPU, Device::kCUDA}) {
     if (d == Device::kCUDA) kernels::init_device(d, 0);
@@ -189,8 +183,10 @@ TEST(TrainCudaSim, KvCacheGenerationMatchesCpu) {
     model::GPTChunk c(m, {0, m.num_layers, true, true}, parallel::TensorParallel{}, {});
     c.params().allocate(Precision::kFP32, 1, 0, rc.k);
     c.params().init(5);
-    c.expert_params().allocate(Precision::kFP32, 1, 0, rc.k);
-    c.expert_params().init(6);
+    if (m.is_moe()) {
+      c.expert_params().allocate(Precision::kFP32, 1, 0, rc.k);
+      c.expert_params().init(6);
+    }
     model::InferenceModel im(m, c, 16, rc);
     std::vector<float> row(static_cast<size_t>(im.padded_vocab())), all;
     const std::vector<int32_t> prompt = {3, 1, 4, 1, 5};
@@ -208,7 +204,40 @@ TEST(TrainCudaSim, KvCacheGenerationMatchesCpu) {
     norm += std::pow(double(logits[0][i]), 2);
   }
   EXPECT_GT(norm, 0);
-  EXPECT_LE(std::sqrt(diff / norm), 1e-5);
+  return std::sqrt(diff / norm);
+}
+
+TEST(TrainCudaSim, KvCacheGenerationMatchesCpu) {
+  ModelConfig m = tests::model_shape(2, 64, 4, 16, 100);
+  m.group_query_attention = true;
+  m.num_query_groups = 2;
+  tests::set_llama_architecture(m);
+  m.num_experts = 4;
+  m.moe_shared_expert_intermediate_size = 32;
+  m.finalize();
+  EXPECT_LE(generation_diff_cuda_vs_cpu(m), 1e-5);
+}
+
+// Multi-latent attention caches the compressed latent (model/mla.h). With kv_lora_rank 12 both
+// devices run the absorbed form; with 260 the latent rows (264 floats) exceed the CUDA attention
+// kernel's head dim, so the device expands the cached latents while the CPU absorbs.
+TEST(TrainCudaSim, MlaLatentCacheGenerationMatchesCpu) {
+  for (const int64_t kv_lora_rank : {12, 260}) {
+    ModelConfig m = tests::model_shape(2, 64, 4, 16, 100);
+    tests::set_llama_architecture(m);
+    m.mla.enabled = true;
+    m.mla.q_lora_rank = 24;
+    m.mla.kv_lora_rank = kv_lora_rank;
+    m.mla.qk_head_dim = 8;
+    m.mla.qk_pos_emb_head_dim = 4;
+    m.mla.v_head_dim = 6;
+    m.qk_layernorm = true;
+    m.finalize();
+    if (kv_lora_rank == 260) {
+      EXPECT_GT(m.mla.latent_width(), kernels::attention_max_head_dim(Device::kCUDA));
+    }
+    EXPECT_LE(generation_diff_cuda_vs_cpu(m), 1e-5) << "kv_lora_rank " << kv_lora_rank;
+  }
 }
 
 // The log of a --device cuda run: Megatron's memory report and the iteration lines.

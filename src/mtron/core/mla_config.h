@@ -35,6 +35,8 @@ struct MlaConfig {
   float rotary_scaling_factor = 1.0f;
 
   int64_t q_head_dim() const { return qk_head_dim + qk_pos_emb_head_dim; }
+  // Floats per token of the compressed latent a generation cache keeps (model/mla.h).
+  int64_t latent_width() const { return kv_lora_rank + qk_pos_emb_head_dim; }
   // Checks the MLA flags against the rest of the model (throws naming the flag); no-op when
   // disabled.
   void validate(const ModelConfig& m) const;

@@ -1,5 +1,5 @@
 // defines: AttnDropout, AttnMask, attention_forward, attention_backward, merge_weights,
-//          attention_merge
+//          attention_merge, attention_max_head_dim
 //
 // Scaled dot-product attention with grouped query heads, tiled with an online softmax, so the
 // memory per head is O(S) (the S x S score matrix never exists). Layout, sequence-major as
@@ -90,5 +90,9 @@ MT_HOST_DEVICE inline bool merge_weights(float l1, float l2, float* w1, float* w
      (float* out, float* lse, const float* out_blk, const float* lse_blk, const AttnShape& s), \
      (out, lse, out_blk, lse_blk, s))
 MTRON_ATTENTION_OPS(MT_OP_DECLARE)
+
+// The largest head dim (D and Dv) the attention kernels of device d take: no limit on the CPU
+// (INT64_MAX), 256 on CUDA (its tiles live in shared memory).
+int64_t attention_max_head_dim(Device d);
 
 }  // namespace mtron::kernels

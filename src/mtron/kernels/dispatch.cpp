@@ -3,6 +3,7 @@
 // on ctx.device to the CPU (cpu/) or CUDA (cuda/) implementation. Also the device functions of
 // kernels/device.h.
 #include <algorithm>
+#include <limits>
 #include <tuple>
 
 #include "mtron/core/error.h"
@@ -29,6 +30,18 @@ double bytes_contract(const void*, int64_t bytes) {
 }
 double bytes_contract(const void*, const void*, int64_t bytes) {
   return bytes_contract(nullptr, bytes);
+}
+
+double copy_rows_contract(const void*,
+                          int64_t dst_pitch,
+                          const void*,
+                          int64_t src_pitch,
+                          int64_t row_bytes,
+                          int64_t rows) {
+  MT_ASSERT(rows >= 0 && row_bytes >= 0 && dst_pitch >= row_bytes && src_pitch >= row_bytes,
+            "copy_rows: ", rows, " rows of ", row_bytes, " bytes, pitches ", dst_pitch, " and ",
+            src_pitch);
+  return 0;
 }
 
 double dropout_contract(const float*, const int32_t*, int64_t rows, const DropoutRows& d) {
@@ -148,6 +161,12 @@ int device_count(Device d) {
 std::string device_unavailable(Device d) {
   return by_device(
       d, [] { return std::string(); }, [] { return cuda::device_unavailable(); });
+}
+
+int64_t attention_max_head_dim(Device d) {
+  return by_device(
+      d, [] { return std::numeric_limits<int64_t>::max(); },
+      [] { return cuda::attention_max_head_dim(); });
 }
 
 int64_t chunk_elems(Device d) {

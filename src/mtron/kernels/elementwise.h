@@ -1,8 +1,8 @@
 // defines: add, scale_inplace, convert (f32<->bf16, f32<->f16), bias_add, bias_backward,
-//          sum_squares, fill_zero, fill, copy, DropoutRows, dropout
+//          sum_squares, fill_zero, fill, copy, copy_rows, DropoutRows, dropout
 //
-// fill_zero, fill and copy are the device-generic forms of memset, std::fill and memcpy: code
-// above kernels uses them on memory that may live on a GPU.
+// fill_zero, fill, copy and copy_rows are the device-generic forms of memset, std::fill, memcpy
+// and cudaMemcpy2D: code above kernels uses them on memory that may live on a GPU.
 #pragma once
 
 #include <cstdint>
@@ -32,6 +32,8 @@ struct DropoutRows {
 // fill_zero:     x[0, bytes) = 0
 // fill:          x[i] = value
 // copy:          dst[0, bytes) = src[0, bytes), both on ctx's device; the ranges must not overlap
+// copy_rows:     for r < rows: dst + r * dst_pitch [0, row_bytes) = src + r * src_pitch
+//                [0, row_bytes) (pitches in bytes, each >= row_bytes); no row may overlap another
 // dropout:       x[r, f] *= z (0 or 1/(1-p)) for rows r < rows of width d.width (DropoutRows);
 //                pos [rows] on ctx's device. Forward and backward alike (the same mask).
 #define MTRON_ELEMENTWISE_OPS(OP)                                                                  \
@@ -55,6 +57,10 @@ struct DropoutRows {
   OP(void, fill, fill, no_contract, (float* x, float value, int64_t n), (x, value, n))             \
   OP(void, copy, copy, bytes_contract, (void* dst, const void* src, int64_t bytes),                \
      (dst, src, bytes))                                                                            \
+  OP(void, copy_rows, copy_rows, copy_rows_contract,                                               \
+     (void* dst, int64_t dst_pitch, const void* src, int64_t src_pitch, int64_t row_bytes,         \
+      int64_t rows),                                                                               \
+     (dst, dst_pitch, src, src_pitch, row_bytes, rows))                                            \
   OP(void, dropout, dropout, dropout_contract,                                                     \
      (float* x, const int32_t* pos, int64_t rows, const DropoutRows& d), (x, pos, rows, d))
 MTRON_ELEMENTWISE_OPS(MT_OP_DECLARE)

@@ -240,12 +240,14 @@ void GPTChunk::mtp_backward(const RunCtx& rc, Stash& st, const TokenLayout& tl, 
 
 KvCache GPTChunk::make_kv_cache(const RunCtx& rc, int64_t B, int64_t capacity) const {
   const int64_t groups = B * cfg_.query_groups() / rc.tp.size;
-  const int64_t krow = groups * cfg_.qk_dim(), vrow = groups * cfg_.v_dim();
+  const bool mla = cfg_.mla.enabled;  // the compressed latent only (model/mla.h)
+  const int64_t krow = mla ? B * cfg_.mla.latent_width() : groups * cfg_.qk_dim();
+  const int64_t vrow = mla ? 0 : groups * cfg_.v_dim();
   KvCache c;
   c.storage = Arena(rc.k.device);
   for (size_t i = 0; i < layers_.size(); ++i) {
     c.layers.push_back({c.storage.alloc<float>(capacity * krow),
-                        c.storage.alloc<float>(capacity * vrow), capacity, 0});
+                        mla ? nullptr : c.storage.alloc<float>(capacity * vrow), capacity, 0});
   }
   return c;
 }

@@ -3,7 +3,8 @@
 // Autoregressive inference of a whole GPT/Llama model in one process (`mtron generate`): the
 // training layers' forward (GPTChunk::forward_cached) without a stash and with a KV cache that
 // keeps each layer's keys and values (after RoPE) for every position so far. A call processes n
-// new tokens at positions length() .. length() + n - 1 against the cache: the prompt in one call
+// new tokens at positions length() .. length() + n - 1 against the cache (multi-latent attention
+// keeps its compressed latent there, mla.h): the prompt in one call
 // (prefill), then one token per call (decode); attention's causal mask with offset length() lets
 // the new queries see every cached key. Batch size 1, fp32 (whatever precision trained it).
 //
@@ -34,6 +35,7 @@ class InferenceModel {
   int64_t length() const { return cache_.length(); }
   int64_t capacity() const { return cache_.capacity(); }
   int64_t padded_vocab() const { return V_; }  // logits width; ids >= cfg.vocab_size are padding
+  int64_t cache_bytes() const { return int64_t(cache_.storage.used()); }
   void reset() { cache_.reset(); }
 
   // Appends tokens[n] to the sequence. Writes the logits [n, padded_vocab()] of every new

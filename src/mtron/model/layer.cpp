@@ -117,8 +117,6 @@ void TransformerLayer::attention(
                                      attention_dropout(rc, cfg_, tl.drop, layer_, Hl_));
     return;
   }
-  MT_ASSERT(rc.tp.size == 1 && rc.cp.size == 1, "a KV cache holds a whole model's heads");
-  MT_ASSERT(kv->length + tl.S <= kv->capacity, "the KV cache is full");
   const int64_t krow = tl.B * Gl_ * D_, vrow = tl.B * Gl_ * Dv_;
   const int64_t fl = int64_t(sizeof(float)) * tl.S;
   kernels::copy(rc.k, kv->k + kv->length * krow, st.k, fl * krow);
@@ -126,6 +124,43 @@ void TransformerLayer::attention(
   const kernels::AttnShape as{tl.B, tl.S, kv->length + tl.S, Hl_, Gl_, D_, Dv_, scale};
   kernels::attention_forward(rc.k, st.att, st.lse, st.q, kv->k, kv->v, as,
                              kernels::AttnMask{true, kv->length});
+}
+
+void TransformerLayer::qkv_attention(const RunCtx& rc,
+                                     const TokenLayout& tl,
+                                     Stash& st,
+                                     Arena& keep,
+                                     Arena& scratch,
+                                     const LayerKv* kv) const {
+  const int64_t N = tl.rows(), h = h_;
+  const bool ln = cfg_.normalization == Normalization::kLayerNorm;
+  st.q = keep.alloc<float>(N * Hl_ * D_);
+  st.k = keep.alloc<float>(N * Gl_ * D_);
+  st.v = keep.alloc<float>(N * Gl_ * Dv_);
+  if (mla_) {
+    mla_->forward(rc, tl.pos, N, st.mla, keep, scratch, st.ln1_in, st.q, st.k, st.v);
+  } else {
+    float* qkv = scratch.alloc<float>(N * qkv_l_);
+    linear_forward(rc, qkv, st.ln1_in, p_.weight(qkv_w_), opt(p_, qkv_b_), N, h, qkv_l_);
+    kernels::qkv_split(rc.k, st.q, st.k, st.v, qkv, N, Gl_, Hl_ / Gl_, D_);
+    if (q_norm_.w >= 0) {  // per head row, before RoPE (Megatron's q_layernorm / k_layernorm)
+      st.q_in = st.q;
+      st.k_in = st.k;
+      st.q = keep.alloc<float>(N * Hl_ * D_);
+      st.k = keep.alloc<float>(N * Gl_ * D_);
+      st.qn_mean = ln ? keep.alloc<float>(N * Hl_) : nullptr;
+      st.kn_mean = ln ? keep.alloc<float>(N * Gl_) : nullptr;
+      st.qn_rstd = keep.alloc<float>(N * Hl_);
+      st.kn_rstd = keep.alloc<float>(N * Gl_);
+      q_norm_.forward(rc, cfg_, p_, st.q, st.qn_mean, st.qn_rstd, st.q_in, N * Hl_);
+      k_norm_.forward(rc, cfg_, p_, st.k, st.kn_mean, st.kn_rstd, st.k_in, N * Gl_);
+    }
+    if (cfg_.position_embedding_type == PositionEmbedding::kRope) {
+      kernels::rope_forward(rc.k, st.q, tl.pos, N, Hl_, D_, cfg_.rotary_dim(), cfg_.rotary_base);
+      kernels::rope_forward(rc.k, st.k, tl.pos, N, Gl_, D_, cfg_.rotary_dim(), cfg_.rotary_base);
+    }
+  }
+  attention(rc, tl, st, scratch, kv);
 }
 
 void TransformerLayer::forward(const RunCtx& rc,
@@ -157,35 +192,17 @@ void TransformerLayer::forward(const RunCtx& rc,
   }
   st.ln1_in = as_gemm_input(rc, keep, ln1_full, N * h);
 
-  st.q = keep.alloc<float>(N * Hl_ * D_);
-  st.k = keep.alloc<float>(N * Gl_ * D_);
-  st.v = keep.alloc<float>(N * Gl_ * Dv_);
-  if (mla_) {
-    mla_->forward(rc, tl.pos, N, st.mla, keep, scratch, st.ln1_in, st.q, st.k, st.v);
-  } else {
-    float* qkv = scratch.alloc<float>(N * qkv_l_);
-    linear_forward(rc, qkv, st.ln1_in, p_.weight(qkv_w_), opt(p_, qkv_b_), N, h, qkv_l_);
-    kernels::qkv_split(rc.k, st.q, st.k, st.v, qkv, N, Gl_, Hl_ / Gl_, D_);
-    if (q_norm_.w >= 0) {  // per head row, before RoPE (Megatron's q_layernorm / k_layernorm)
-      st.q_in = st.q;
-      st.k_in = st.k;
-      st.q = keep.alloc<float>(N * Hl_ * D_);
-      st.k = keep.alloc<float>(N * Gl_ * D_);
-      st.qn_mean = ln ? keep.alloc<float>(N * Hl_) : nullptr;
-      st.kn_mean = ln ? keep.alloc<float>(N * Gl_) : nullptr;
-      st.qn_rstd = keep.alloc<float>(N * Hl_);
-      st.kn_rstd = keep.alloc<float>(N * Gl_);
-      q_norm_.forward(rc, cfg_, p_, st.q, st.qn_mean, st.qn_rstd, st.q_in, N * Hl_);
-      k_norm_.forward(rc, cfg_, p_, st.k, st.kn_mean, st.kn_rstd, st.k_in, N * Gl_);
-    }
-    if (cfg_.position_embedding_type == PositionEmbedding::kRope) {
-      kernels::rope_forward(rc.k, st.q, tl.pos, N, Hl_, D_, cfg_.rotary_dim(), cfg_.rotary_base);
-      kernels::rope_forward(rc.k, st.k, tl.pos, N, Gl_, D_, cfg_.rotary_dim(), cfg_.rotary_base);
-    }
+  if (kv) {
+    MT_ASSERT(rc.tp.size == 1 && rc.cp.size == 1, "a KV cache holds a whole model's heads");
+    MT_ASSERT(kv->length + tl.S <= kv->capacity, "the KV cache is full");
   }
   st.att = keep.alloc<float>(N * Hl_ * Dv_);
   st.lse = keep.alloc<float>(tl.B * Hl_ * tl.S);
-  attention(rc, tl, st, scratch, kv);
+  if (mla_ && kv) {  // the cache holds the compressed latent (mla.h)
+    mla_->attend_cached(rc, tl.pos, tl.B, tl.S, scratch, st.ln1_in, kv->k, kv->length, st.att);
+  } else {
+    qkv_attention(rc, tl, st, keep, scratch, kv);
+  }
   st.att_in = as_gemm_input(rc, keep, st.att, N * Hl_ * Dv_);
 
   st.x2 = keep.alloc<float>(Nl * h);

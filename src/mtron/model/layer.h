@@ -54,7 +54,8 @@ struct TokenLayout {
 // One layer's keys and values (after RoPE) of the positions so far, on the run's device:
 // k [capacity, B, Gl, D], v [capacity, B, Gl, Dv] (sequence-major, as attention reads them), of
 // which the first `length` positions are filled. TP 1 and CP 1 (generation runs one whole
-// model). Multi-latent attention caches its expanded per-head keys and values, not the latent.
+// model). Multi-latent attention caches its compressed latent instead (mla.h attend_cached):
+// k [capacity, B, kv_lora_rank + qk_pos_emb_head_dim], v null.
 struct LayerKv {
   float* k = nullptr;
   float* v = nullptr;
@@ -115,6 +116,14 @@ class TransformerLayer {
 
  private:
   bool dense_mlp() const { return fc1_w_ >= 0; }
+  // st.att from the normed input st.ln1_in: q, k and v (QKV or MLA's projections, norms, RoPE;
+  // in st), then attention().
+  void qkv_attention(const RunCtx& rc,
+                     const TokenLayout& tl,
+                     Stash& st,
+                     Arena& keep,
+                     Arena& scratch,
+                     const LayerKv* kv) const;
   // Attention of the new rows: over themselves (training, with ring attention over CP) or over
   // the cache they are appended to.
   void attention(

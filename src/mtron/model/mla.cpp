@@ -1,6 +1,10 @@
 #include "mtron/model/mla.h"
 
+#include <cmath>
+
+#include "mtron/kernels/attention.h"
 #include "mtron/kernels/elementwise.h"
+#include "mtron/kernels/gemm_operand.h"
 #include "mtron/kernels/rope.h"
 
 namespace mtron::model {
@@ -54,6 +58,85 @@ MlaProjection::MlaProjection(const ModelConfig& cfg,
   }
 }
 
+Act MlaProjection::normed_input(const RunCtx& rc,
+                                const Norm& norm,
+                                Arena& keep,
+                                Arena& scratch,
+                                float* in,
+                                int64_t N,
+                                int64_t width,
+                                float** mean,
+                                float** rstd,
+                                float** normed) const {
+  float* out = in;
+  if (norm.w >= 0) {
+    *mean = cfg_.normalization == Normalization::kLayerNorm ? keep.alloc<float>(N) : nullptr;
+    *rstd = keep.alloc<float>(N);
+    out = gemm_input_buffer(rc, keep, scratch, N * width);
+    norm.forward(rc, cfg_, p_, out, *mean, *rstd, in, N);
+  }
+  if (normed) *normed = out;
+  return as_gemm_input(rc, keep, out, N * width);
+}
+
+const float* MlaProjection::norm_backward(const RunCtx& rc,
+                                          Arena& scratch,
+                                          const Norm& norm,
+                                          const float* dout,
+                                          const float* in,
+                                          const float* mean,
+                                          const float* rstd,
+                                          int64_t N,
+                                          int64_t width) const {
+  if (norm.w < 0) return dout;
+  float* din = scratch.alloc<float>(N * width);
+  kernels::fill_zero(rc.k, din, int64_t(sizeof(float)) * N * width);
+  norm.backward(rc, cfg_, p_, din, dout, in, mean, rstd, N);
+  return din;
+}
+
+void MlaProjection::query(const RunCtx& rc,
+                          const int32_t* pos,
+                          int64_t N,
+                          Stash& st,
+                          Arena& keep,
+                          Arena& scratch,
+                          Act x,
+                          float* q) const {
+  const int64_t Dq = m_.q_head_dim(), qr = m_.q_lora_rank;
+  if (q_down_ >= 0) {
+    st.qc = keep.alloc<float>(N * qr);
+    linear_forward(rc, st.qc, x, p_.weight(q_down_), nullptr, N, h_, qr);
+    st.qn_in = normed_input(rc, q_norm_, keep, scratch, st.qc, N, qr, &st.q_mean, &st.q_rstd);
+    linear_forward(rc, q, st.qn_in, p_.weight(q_up_), nullptr, N, qr, Hl_ * Dq);
+  } else {
+    linear_forward(rc, q, x, p_.weight(q_up_), nullptr, N, h_, Hl_ * Dq);
+  }
+  kernels::rope_forward(rc.k, q + m_.qk_head_dim, pos, N, Hl_, Dq, m_.qk_pos_emb_head_dim,
+                        cfg_.rotary_base);
+}
+
+const float* MlaProjection::latent(const RunCtx& rc,
+                                   const int32_t* pos,
+                                   int64_t N,
+                                   Stash& st,
+                                   Arena& keep,
+                                   Arena& scratch,
+                                   Act x,
+                                   float* kpe) const {
+  const int64_t h = h_, Dr = m_.qk_pos_emb_head_dim, kvr = m_.kv_lora_rank;
+  // linear_kv_down_proj's rows [0, kvr) make the latent, rows [kvr, kvr + Dr) the shared RoPE key.
+  const Act w_down = p_.weight(kv_down_);
+  st.ckv = keep.alloc<float>(N * kvr);
+  linear_forward(rc, st.ckv, x, w_down, nullptr, N, h, kvr);
+  linear_forward(rc, kpe, x, w_down.at(kvr * h), nullptr, N, h, Dr);
+  kernels::rope_forward(rc.k, kpe, pos, N, 1, Dr, Dr, cfg_.rotary_base);
+  float* kvn = nullptr;
+  st.kvn_in =
+      normed_input(rc, kv_norm_, keep, scratch, st.ckv, N, kvr, &st.kv_mean, &st.kv_rstd, &kvn);
+  return kvn;
+}
+
 void MlaProjection::forward(const RunCtx& rc,
                             const int32_t* pos,
                             int64_t N,
@@ -64,45 +147,72 @@ void MlaProjection::forward(const RunCtx& rc,
                             float* q,
                             float* k,
                             float* v) const {
-  const int64_t h = h_, Dn = m_.qk_head_dim, Dr = m_.qk_pos_emb_head_dim, Dv = m_.v_head_dim;
-  const int64_t Dq = Dn + Dr, qr = m_.q_lora_rank, kvr = m_.kv_lora_rank;
-  const bool ln = cfg_.normalization == Normalization::kLayerNorm;
-  // Query: q_up(q_layernorm(q_down(x))) or linear_q_proj(x), RoPE on each head's last Dr.
-  if (q_down_ >= 0) {
-    st.qc = keep.alloc<float>(N * qr);
-    linear_forward(rc, st.qc, x, p_.weight(q_down_), nullptr, N, h, qr);
-    float* qn = st.qc;
-    if (q_norm_.w >= 0) {
-      st.q_mean = ln ? keep.alloc<float>(N) : nullptr;
-      st.q_rstd = keep.alloc<float>(N);
-      qn = gemm_input_buffer(rc, keep, scratch, N * qr);
-      q_norm_.forward(rc, cfg_, p_, qn, st.q_mean, st.q_rstd, st.qc, N);
-    }
-    st.qn_in = as_gemm_input(rc, keep, qn, N * qr);
-    linear_forward(rc, q, st.qn_in, p_.weight(q_up_), nullptr, N, qr, Hl_ * Dq);
-  } else {
-    linear_forward(rc, q, x, p_.weight(q_up_), nullptr, N, h, Hl_ * Dq);
-  }
-  kernels::rope_forward(rc.k, q + Dn, pos, N, Hl_, Dq, Dr, cfg_.rotary_base);
-  // Keys and values: linear_kv_down_proj's rows [0, kvr) make the latent, rows [kvr, kvr + Dr)
-  // the shared RoPE key.
-  const Act w_down = p_.weight(kv_down_);
-  st.ckv = keep.alloc<float>(N * kvr);
-  linear_forward(rc, st.ckv, x, w_down, nullptr, N, h, kvr);
+  const int64_t Dn = m_.qk_head_dim, Dr = m_.qk_pos_emb_head_dim, Dv = m_.v_head_dim;
+  query(rc, pos, N, st, keep, scratch, x, q);
   float* kpe = scratch.alloc<float>(N * Dr);
-  linear_forward(rc, kpe, x, w_down.at(kvr * h), nullptr, N, h, Dr);
-  kernels::rope_forward(rc.k, kpe, pos, N, 1, Dr, Dr, cfg_.rotary_base);
-  float* kvn = st.ckv;
-  if (kv_norm_.w >= 0) {
-    st.kv_mean = ln ? keep.alloc<float>(N) : nullptr;
-    st.kv_rstd = keep.alloc<float>(N);
-    kvn = gemm_input_buffer(rc, keep, scratch, N * kvr);
-    kv_norm_.forward(rc, cfg_, p_, kvn, st.kv_mean, st.kv_rstd, st.ckv, N);
-  }
-  st.kvn_in = as_gemm_input(rc, keep, kvn, N * kvr);
+  latent(rc, pos, N, st, keep, scratch, x, kpe);
   float* kv = scratch.alloc<float>(N * Hl_ * (Dn + Dv));
-  linear_forward(rc, kv, st.kvn_in, p_.weight(kv_up_), nullptr, N, kvr, Hl_ * (Dn + Dv));
+  linear_forward(rc, kv, st.kvn_in, p_.weight(kv_up_), nullptr, N, m_.kv_lora_rank,
+                 Hl_ * (Dn + Dv));
   kernels::mla_kv_split(rc.k, k, v, kv, kpe, N, Hl_, Dn, Dr, Dv);
+}
+
+void MlaProjection::attend_cached(const RunCtx& rc,
+                                  const int32_t* pos,
+                                  int64_t B,
+                                  int64_t S,
+                                  Arena& scratch,
+                                  Act x,
+                                  float* cache,
+                                  int64_t cached,
+                                  float* att) const {
+  const int64_t Dn = m_.qk_head_dim, Dr = m_.qk_pos_emb_head_dim, Dv = m_.v_head_dim;
+  const int64_t Dq = Dn + Dr, kvr = m_.kv_lora_rank, W = m_.latent_width(), N = S * B;
+  const int64_t L = cached + S, f = int64_t(sizeof(float));
+  const float scale = 1.0f / std::sqrt(float(Dq));
+  const kernels::AttnMask causal{true, cached};
+  Stash st;
+  float* q = scratch.alloc<float>(N * Hl_ * Dq);
+  query(rc, pos, N, st, scratch, scratch, x, q);
+  float* kpe = scratch.alloc<float>(N * Dr);
+  const float* kvn = latent(rc, pos, N, st, scratch, scratch, x, kpe);
+  float* rows = cache + cached * B * W;  // the new rows n = s*B + b, after the cached ones
+  kernels::copy_rows(rc.k, rows, W * f, kvn, kvr * f, kvr * f, N);
+  kernels::copy_rows(rc.k, rows + kvr, W * f, kpe, Dr * f, Dr * f, N);
+  const Act w_up = p_.weight(kv_up_);  // per head: Dn rows of W_UK, then Dv rows of W_UV
+  float* lse = scratch.alloc<float>(B * Hl_ * S);
+  if (W > kernels::attention_max_head_dim(rc.k.device)) {
+    float* lat = scratch.alloc<float>(L * B * kvr);
+    float* kpe_all = scratch.alloc<float>(L * B * Dr);
+    kernels::copy_rows(rc.k, lat, kvr * f, cache, W * f, kvr * f, L * B);
+    kernels::copy_rows(rc.k, kpe_all, Dr * f, cache + kvr, W * f, Dr * f, L * B);
+    float* kv = scratch.alloc<float>(L * B * Hl_ * (Dn + Dv));
+    linear_forward(rc, kv, as_gemm_input(rc, scratch, lat, L * B * kvr), w_up, nullptr, L * B, kvr,
+                   Hl_ * (Dn + Dv));
+    float* k = scratch.alloc<float>(L * B * Hl_ * Dq);
+    float* v = scratch.alloc<float>(L * B * Hl_ * Dv);
+    kernels::mla_kv_split(rc.k, k, v, kv, kpe_all, L * B, Hl_, Dn, Dr, Dv);
+    kernels::attention_forward(rc.k, att, lse, q, k, v, {B, S, L, Hl_, Hl_, Dq, Dv, scale}, causal);
+    return;
+  }
+  // The absorbed query [N, Hl, W]: q_nope W_UK per head, then q_pe.
+  float* qa = scratch.alloc<float>(N * Hl_ * W);
+  const Act qin = as_gemm_input(rc, scratch, q, N * Hl_ * Dq);
+  for (int64_t hd = 0; hd < Hl_; ++hd) {
+    kernels::gemm(rc.k, kernels::Trans::kN, kernels::Trans::kN, N, kvr, Dn, 1.0f, qin.at(hd * Dq),
+                  Hl_ * Dq, w_up.at(hd * (Dn + Dv) * kvr), kvr, 0.0f, qa + hd * W, Hl_ * W);
+  }
+  kernels::copy_rows(rc.k, qa + kvr, W * f, q + Dn, Dq * f, Dr * f, N * Hl_);
+  float* o = scratch.alloc<float>(N * Hl_ * W);
+  kernels::attention_forward(rc.k, o, lse, qa, cache, cache, {B, S, L, Hl_, 1, W, W, scale},
+                             causal);
+  // att per head: the output's latent part [N, kvr] through W_UV [Dv, kvr].
+  const Act oin = as_gemm_input(rc, scratch, o, N * Hl_ * W);
+  for (int64_t hd = 0; hd < Hl_; ++hd) {
+    kernels::gemm(rc.k, kernels::Trans::kN, kernels::Trans::kT, N, Dv, kvr, 1.0f, oin.at(hd * W),
+                  Hl_ * W, w_up.at((hd * (Dn + Dv) + Dn) * kvr), kvr, 0.0f, att + hd * Dv,
+                  Hl_ * Dv);
+  }
 }
 
 void MlaProjection::backward(const RunCtx& rc,
@@ -126,12 +236,8 @@ void MlaProjection::backward(const RunCtx& rc,
   float* dkvn = scratch.alloc<float>(N * kvr);
   linear_backward(rc, scratch, dkvn, p_.grad(kv_up_), nullptr, dkv, st.kvn_in, p_.weight(kv_up_), N,
                   kvr, Hl_ * (Dn + Dv));
-  float* dckv = dkvn;
-  if (kv_norm_.w >= 0) {
-    dckv = scratch.alloc<float>(N * kvr);
-    kernels::fill_zero(rc.k, dckv, int64_t(sizeof(float)) * N * kvr);
-    kv_norm_.backward(rc, cfg_, p_, dckv, dkvn, st.ckv, st.kv_mean, st.kv_rstd, N);
-  }
+  const float* dckv =
+      norm_backward(rc, scratch, kv_norm_, dkvn, st.ckv, st.kv_mean, st.kv_rstd, N, kvr);
   const Act w_down = p_.weight(kv_down_);
   linear_backward(rc, scratch, dx, p_.grad(kv_down_), nullptr, dckv, x, w_down, N, h, kvr);
   linear_backward(rc, scratch, part, p_.grad(kv_down_) + kvr * h, nullptr, dkpe, x,
@@ -143,12 +249,7 @@ void MlaProjection::backward(const RunCtx& rc,
     float* dqn = scratch.alloc<float>(N * qr);
     linear_backward(rc, scratch, dqn, p_.grad(q_up_), nullptr, dq, st.qn_in, p_.weight(q_up_), N,
                     qr, Hl_ * Dq);
-    float* dqc = dqn;
-    if (q_norm_.w >= 0) {
-      dqc = scratch.alloc<float>(N * qr);
-      kernels::fill_zero(rc.k, dqc, int64_t(sizeof(float)) * N * qr);
-      q_norm_.backward(rc, cfg_, p_, dqc, dqn, st.qc, st.q_mean, st.q_rstd, N);
-    }
+    const float* dqc = norm_backward(rc, scratch, q_norm_, dqn, st.qc, st.q_mean, st.q_rstd, N, qr);
     linear_backward(rc, scratch, part, p_.grad(q_down_), nullptr, dqc, x, p_.weight(q_down_), N, h,
                     qr);
   } else {

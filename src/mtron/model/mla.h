@@ -15,6 +15,10 @@
 // interleaved pairs); that is a fixed permutation of the RoPE rows of linear_q_up_proj (or
 // linear_q_proj) and linear_kv_down_proj, so the model family is the same, but a Megatron
 // checkpoint's RoPE rows would need that permutation to load here.
+//
+// Generation (attend_cached) caches the compressed latent, not the expanded keys and values:
+// per position kv_layernorm(ckv) and the rotated RoPE key, kv_lora_rank + Dr floats shared by
+// all heads, against H (Dq + Dv) for the expanded form (DeepSeek-V3: 576 against 40960).
 #pragma once
 
 #include <cstdint>
@@ -56,6 +60,27 @@ class MlaProjection {
                float* q,
                float* k,
                float* v) const;
+  // Generation over the cache [capacity, B, MlaConfig::latent_width()] (sequence-major,
+  // [kv_layernorm(ckv) | rope(kpe)] per row) whose first `cached` positions are filled: appends the
+  // N = S*B new rows x [N, h] (positions cached .. cached + S - 1, pos[N]) and writes att [N,
+  // Hl*Dv], their attention over every cached position. Where the device's attention kernel takes
+  // head dim latent_width(), kv_up is absorbed (DeepSeek-V2's inference form): per head the query
+  // becomes [q_nope W_UK | q_pe] and attention runs with one key/value group whose keys and
+  // values are the cache rows themselves (softmax scale 1/sqrt(Dq)); the output's latent part
+  // then goes through W_UV. That is the same function (q.k = (q_nope W_UK).c + q_pe.kpe,
+  // sum p v = W_UV sum p c), reading latent_width() floats per cached position for all heads at
+  // once. Otherwise kv_up expands the cached latents into keys and values and attention runs as
+  // in training. Temporaries from `scratch`.
+  void attend_cached(const RunCtx& rc,
+                     const int32_t* pos,
+                     int64_t B,
+                     int64_t S,
+                     Arena& scratch,
+                     Act x,
+                     float* cache,
+                     int64_t cached,
+                     float* att) const;
+
   // dx [N, h] (written: this rank's part) from dq, dk (in place: RoPE is undone there) and dv.
   // Parameter grads accumulate.
   void backward(const RunCtx& rc,
@@ -70,6 +95,48 @@ class MlaProjection {
                 const float* dv) const;
 
  private:
+  // q [N, Hl, Dq] after RoPE from x (q_down, q_layernorm and q_up, or linear_q_proj).
+  void query(const RunCtx& rc,
+             const int32_t* pos,
+             int64_t N,
+             Stash& st,
+             Arena& keep,
+             Arena& scratch,
+             Act x,
+             float* q) const;
+  // The latent kv_layernorm(ckv) [N, kv_lora_rank] (returned, fp32; its GEMM input in
+  // st.kvn_in) and kpe [N, Dr] after RoPE from x.
+  const float* latent(const RunCtx& rc,
+                      const int32_t* pos,
+                      int64_t N,
+                      Stash& st,
+                      Arena& keep,
+                      Arena& scratch,
+                      Act x,
+                      float* kpe) const;
+  // The GEMM input of norm(in) [N, width], its statistics in *mean and *rstd, or of `in` itself
+  // when the norm is absent (no --qk-layernorm); *normed: the fp32 tensor the input is of.
+  Act normed_input(const RunCtx& rc,
+                   const Norm& norm,
+                   Arena& keep,
+                   Arena& scratch,
+                   float* in,
+                   int64_t N,
+                   int64_t width,
+                   float** mean,
+                   float** rstd,
+                   float** normed = nullptr) const;
+  // d(norm input) [N, width] from d(norm output) dout: dout itself when the norm is absent.
+  const float* norm_backward(const RunCtx& rc,
+                             Arena& scratch,
+                             const Norm& norm,
+                             const float* dout,
+                             const float* in,
+                             const float* mean,
+                             const float* rstd,
+                             int64_t N,
+                             int64_t width) const;
+
   const ModelConfig& cfg_;
   const MlaConfig& m_;
   ParamBuffer& p_;

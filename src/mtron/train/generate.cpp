@@ -185,9 +185,11 @@ int generate_main(int argc, char** argv) {
     std::fputs((text + "\n").c_str(), stdout);
     std::fflush(stdout);
     log_info(
-        "generated {} tokens after a {}-token prompt in {:.2f} s ({:.1f} tokens/s), {} from {}",
+        "generated {} tokens after a {}-token prompt in {:.2f} s ({:.1f} tokens/s), {} from {}; "
+        "KV cache {:.2f} MiB for {} positions{}",
         out.size(), ids.size(), dt, double(out.size()) / std::max(dt, 1e-9),
-        codec.tokenizer->type(), m->dir);
+        codec.tokenizer->type(), m->dir, double(im.cache_bytes()) / (1 << 20), cap,
+        m->cfg.mla.enabled ? " (the compressed latent of multi-latent attention)" : "");
     return 0;
   });
 }

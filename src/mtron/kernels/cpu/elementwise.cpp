@@ -130,6 +130,19 @@ void copy(void* dst, const void* src, int64_t bytes) {
   if (bytes > 0) std::memcpy(dst, src, size_t(bytes));
 }
 
+void copy_rows(void* dst,
+               int64_t dst_pitch,
+               const void* src,
+               int64_t src_pitch,
+               int64_t row_bytes,
+               int64_t rows) {
+  if (row_bytes <= 0) return;
+  for (int64_t r = 0; r < rows; ++r) {
+    std::memcpy(static_cast<char*>(dst) + r * dst_pitch,
+                static_cast<const char*>(src) + r * src_pitch, size_t(row_bytes));
+  }
+}
+
 void dropout(float* x, const int32_t* pos, int64_t rows, const DropoutRows& d) {
   // a Philox block per 4 elements costs about what streaming 32 bytes per element does
   parallel_rows(rows, threads_for(rows * d.width * 32), [&](int64_t r) {

@@ -512,14 +512,20 @@ __global__ void attention_merge_lse_kernel(float* lse, const float* lse_blk, Att
   }
 }
 
+constexpr int64_t kMaxHeadDim = 256;  // with_max_d's largest kMaxD
+
 void check_shape(const AttnShape& s) {
-  MT_CHECK(s.D <= 256 && s.Dv <= 256, "attention on CUDA: head dims ", s.D, ", ", s.Dv,
-           " (at most 256)");
+  MT_CHECK(s.D <= kMaxHeadDim && s.Dv <= kMaxHeadDim, "attention on CUDA: head dims ", s.D, ", ",
+           s.Dv, " (at most ", kMaxHeadDim, ")");
   MT_CHECK(s.B * s.H <= 65535 && s.B * s.G <= 65535,
            "attention on CUDA: batch x heads = ", s.B * s.H, " (at most 65535)");
 }
 
 }  // namespace
+
+int64_t attention_max_head_dim() {
+  return kMaxHeadDim;
+}
 
 void attention_forward(const Ctx& ctx, MT_PARAMS(attention_forward)) {
   if (s.B == 0 || s.Sq == 0) return;

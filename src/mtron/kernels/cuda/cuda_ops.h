@@ -16,6 +16,9 @@ namespace mtron::kernels::cuda {
 
 MTRON_KERNEL_OPS(MT_OP_DECLARE)
 
+// attention.h's attention_max_head_dim
+int64_t attention_max_head_dim();
+
 // device.h
 int device_count();
 std::string device_unavailable();

@@ -29,6 +29,9 @@ std::string device_unavailable() {
   return "this mtron was built without CUDA (configure with -DMTRON_CUDA=ON, the cuda-release "
          "preset)";
 }
+int64_t attention_max_head_dim() {
+  no_cuda("attention_max_head_dim");
+}
 void init_device(int) {
   no_cuda("init_device");
 }

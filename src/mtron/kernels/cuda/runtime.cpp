@@ -120,6 +120,19 @@ void copy(const Ctx& ctx, void* dst, const void* src, int64_t bytes) {
   MT_CUDA_CHECK(cudaMemcpyAsync(dst, src, size_t(bytes), cudaMemcpyDeviceToDevice, stream_of(ctx)));
 }
 
+void copy_rows(const Ctx& ctx,
+               void* dst,
+               int64_t dst_pitch,
+               const void* src,
+               int64_t src_pitch,
+               int64_t row_bytes,
+               int64_t rows) {
+  if (row_bytes <= 0 || rows <= 0) return;
+  ++work().copies;
+  MT_CUDA_CHECK(cudaMemcpy2DAsync(dst, size_t(dst_pitch), src, size_t(src_pitch), size_t(row_bytes),
+                                  size_t(rows), cudaMemcpyDeviceToDevice, stream_of(ctx)));
+}
+
 void copy_to_host(const Ctx& ctx, void* host_dst, const void* src, int64_t bytes) {
   copy_to_host_sync(host_dst, src, size_t(bytes), stream_of(ctx));
 }

@@ -197,6 +197,23 @@ void copy(const Ctx&, void* dst, const void* src, int64_t bytes) {
   const sim::DeviceAccess access;
   std::memcpy(dst, src, size_t(bytes));
 }
+void copy_rows(const Ctx&,
+               void* dst,
+               int64_t dst_pitch,
+               const void* src,
+               int64_t src_pitch,
+               int64_t row_bytes,
+               int64_t rows) {
+  sim::check_device_pointer("copy_rows (destination)", dst);
+  sim::check_device_pointer("copy_rows (source)", src);
+  if (row_bytes <= 0 || rows <= 0) return;
+  ++work().copies;
+  const sim::DeviceAccess access;
+  for (int64_t r = 0; r < rows; ++r) {
+    std::memcpy(static_cast<char*>(dst) + r * dst_pitch,
+                static_cast<const char*>(src) + r * src_pitch, size_t(row_bytes));
+  }
+}
 void copy_to_host(const Ctx&, void* host_dst, const void* src, int64_t bytes) {
   copy_to_host_sync(host_dst, src, size_t(bytes), nullptr);
 }
