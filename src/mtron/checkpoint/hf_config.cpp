@@ -137,28 +137,34 @@ void read_gpt2(const json& j, const std::string& file, ModelConfig& m) {
 }
 
 // The Llama family's shared fields (attention, dense MLP, norms, RoPE, embeddings).
-void read_llama_family(const json& j, const std::string& file, ModelConfig& m) {
+// The fields Llama-style configs share (the Llama family and DeepSeek-V3): sizes, SwiGLU, RMSNorm,
+// RoPE, embeddings.
+void read_llama_common(const json& j, const std::string& file, ModelConfig& m) {
   m.hidden_size = cfg_get<int64_t>(j, "hidden_size", file);
   m.num_layers = cfg_get<int64_t>(j, "num_hidden_layers", file);
   m.num_attention_heads = cfg_get<int64_t>(j, "num_attention_heads", file);
-  const auto kv = cfg_or<int64_t>(j, "num_key_value_heads", m.num_attention_heads, file);
-  m.group_query_attention = kv != m.num_attention_heads;
-  m.num_query_groups = kv;
-  m.kv_channels = cfg_or<int64_t>(j, "head_dim", 0, file);
   m.ffn_hidden_size = cfg_get<int64_t>(j, "intermediate_size", file);
   m.max_position_embeddings = cfg_get<int64_t>(j, "max_position_embeddings", file);
   const auto act = cfg_or<std::string>(j, "hidden_act", "silu", file);
   MT_CHECK(act == "silu", file, ": hidden_act '", act, "' is not supported (SwiGLU uses silu)");
   MT_CHECK(!j.contains("rope_scaling") || j["rope_scaling"].is_null(), file,
-           ": rope_scaling is not supported");
-  MT_CHECK(!cfg_or<bool>(j, "use_sliding_window", false, file), file,
-           ": use_sliding_window is not supported (mtron's attention is full causal)");
+           ": rope_scaling is not supported (mtron's RoPE has no scaling, YaRN included)");
   m.swiglu = true;
   m.normalization = Normalization::kRMSNorm;
   m.position_embedding_type = PositionEmbedding::kRope;
   m.norm_epsilon = float(cfg_or<double>(j, "rms_norm_eps", 1e-6, file));
   m.rotary_base = float(cfg_or<double>(j, "rope_theta", 10000.0, file));
   m.untie_embeddings_and_output_weights = !cfg_or<bool>(j, "tie_word_embeddings", false, file);
+}
+
+void read_llama_family(const json& j, const std::string& file, ModelConfig& m) {
+  read_llama_common(j, file, m);
+  const auto kv = cfg_or<int64_t>(j, "num_key_value_heads", m.num_attention_heads, file);
+  m.group_query_attention = kv != m.num_attention_heads;
+  m.num_query_groups = kv;
+  m.kv_channels = cfg_or<int64_t>(j, "head_dim", 0, file);
+  MT_CHECK(!cfg_or<bool>(j, "use_sliding_window", false, file), file,
+           ": use_sliding_window is not supported (mtron's attention is full causal)");
   const bool ab = cfg_or<bool>(j, "attention_bias", false, file);
   const bool mb = cfg_or<bool>(j, "mlp_bias", false, file);
   MT_CHECK(ab == mb, file,
@@ -249,14 +255,10 @@ ordered_json deepseek_config_json(const ModelConfig& c, const std::string& dtype
 
 // The reverse of deepseek_config_json; what mtron cannot express is refused by name.
 void read_deepseek_v3(const json& j, const std::string& file, ModelConfig& m) {
-  m.hidden_size = cfg_get<int64_t>(j, "hidden_size", file);
-  m.num_layers = cfg_get<int64_t>(j, "num_hidden_layers", file);
-  m.num_attention_heads = cfg_get<int64_t>(j, "num_attention_heads", file);
+  read_llama_common(j, file, m);
   MT_CHECK(cfg_or<int64_t>(j, "num_key_value_heads", m.num_attention_heads, file) ==
                m.num_attention_heads,
            file, ": num_key_value_heads must equal num_attention_heads (multi-latent attention)");
-  m.ffn_hidden_size = cfg_get<int64_t>(j, "intermediate_size", file);
-  m.max_position_embeddings = cfg_get<int64_t>(j, "max_position_embeddings", file);
   m.mtp_num_layers = cfg_or<int64_t>(j, "num_nextn_predict_layers", 0, file);
   MlaConfig& a = m.mla;
   a.enabled = true;
@@ -266,21 +268,11 @@ void read_deepseek_v3(const json& j, const std::string& file, ModelConfig& m) {
   a.qk_pos_emb_head_dim = cfg_get<int64_t>(j, "qk_rope_head_dim", file);
   a.v_head_dim = cfg_get<int64_t>(j, "v_head_dim", file);
   m.qk_layernorm = true;  // q_a_layernorm and kv_a_layernorm
-  const auto act = cfg_or<std::string>(j, "hidden_act", "silu", file);
-  MT_CHECK(act == "silu", file, ": hidden_act '", act, "' is not supported (SwiGLU uses silu)");
-  MT_CHECK(!j.contains("rope_scaling") || j["rope_scaling"].is_null(), file,
-           ": rope_scaling (YaRN) is not supported");
   MT_CHECK(cfg_or<bool>(j, "rope_interleave", true, file), file,
            ": rope_interleave false is not supported");
   MT_CHECK(!cfg_or<bool>(j, "attention_bias", false, file), file,
            ": attention_bias is not supported (--disable-bias-linear)");
-  m.swiglu = true;
-  m.normalization = Normalization::kRMSNorm;
-  m.position_embedding_type = PositionEmbedding::kRope;
   m.add_bias_linear = false;
-  m.norm_epsilon = float(cfg_or<double>(j, "rms_norm_eps", 1e-6, file));
-  m.rotary_base = float(cfg_or<double>(j, "rope_theta", 10000.0, file));
-  m.untie_embeddings_and_output_weights = !cfg_or<bool>(j, "tie_word_embeddings", false, file);
   // Routing: sigmoid scores with the expert bias (noaux_tc), groups, the normalised top k.
   MT_CHECK(cfg_or<std::string>(j, "scoring_func", "sigmoid", file) == "sigmoid", file,
            ": scoring_func must be sigmoid");
