@@ -51,9 +51,11 @@ TINY_ARCH["dsmoe"] = TINY_ARCH["llama"] + (
     "--moe-router-topk-scaling-factor 2.5 --moe-shared-expert-intermediate-size 64 "
     "--moe-router-load-balancing-type seq_aux_loss --moe-aux-loss-coeff 1e-3").split()
 # dsv3: DeepSeek-V3-shaped: mla's attention, a dense first layer, 8 experts top-2 in 4 groups of
-# which 2 are chosen, sigmoid scores with the expert bias, a shared expert, seq_aux_loss and one
-# multi-token prediction depth (an MoE layer: the last layer's kind).
+# which 2 are chosen, sigmoid scores with the expert bias, a shared expert, seq_aux_loss, one
+# multi-token prediction depth (an MoE layer: the last layer's kind) and DeepSeek-V3's YaRN RoPE
+# (factor 40, mscale and mscale_all_dim 1).
 TINY_ARCH["dsv3"] = TINY_ARCH["mla"] + (
+    "--rotary-scaling-factor 40 --mscale 1.0 --mscale-all-dim 1.0 "
     "--num-experts 8 --moe-router-topk 2 --moe-ffn-hidden-size 48 --moe-layer-freq [0,1,1,1] "
     "--moe-router-score-function sigmoid --moe-router-enable-expert-bias "
     "--moe-router-bias-update-rate 1e-2 --moe-router-num-groups 4 --moe-router-group-topk 2 "

@@ -15,8 +15,10 @@ assert ARCH["qwen3moe_mixed"] != ARCH["qwen3moe"]
 # Hugging Face's DeepSeek-V3: the mla arch's attention (with its latent norms) and a dense first
 # layer, then 8 experts top-2 in 4 groups of which 1 is chosen (a group scored by its top 2),
 # sigmoid scores with the expert bias, scaling factor 2.5, a shared expert, one MTP depth (its
-# layer MoE, exported as layer N).
+# layer MoE, exported as layer N), YaRN RoPE (rope_scaling: factor 40, mscale 0.9, mscale_all_dim
+# 0.7, so that both YaRN factors differ from 1).
 ARCH["deepseek_v3"] = ARCH["mla"] + (
+    "--rotary-scaling-factor 40 --mscale 0.9 --mscale-all-dim 0.7 "
     "--num-experts 8 --moe-router-topk 2 --moe-ffn-hidden-size 32 --moe-layer-freq ([0]+[1]*3) "
     "--moe-router-score-function sigmoid --moe-router-enable-expert-bias "
     "--moe-router-bias-update-rate 1e-2 --moe-router-num-groups 4 --moe-router-group-topk 1 "

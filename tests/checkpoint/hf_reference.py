@@ -71,10 +71,10 @@ def load_hf(folder):
     return cfg, w
 
 
-def attention(q, k, v):
-    """q [H, S, D], k/v [H, S, D]: causal softmax attention."""
+def attention(q, k, v, scale=None):
+    """q [H, S, D], k/v [H, S, D]: causal softmax attention (scale: 1/sqrt(D) unless given)."""
     S = q.shape[1]
-    s = q @ k.transpose(1, 2) / math.sqrt(q.shape[-1])
+    s = q @ k.transpose(1, 2) * (scale or 1 / math.sqrt(q.shape[-1]))
     mask = torch.triu(torch.ones(S, S, dtype=torch.bool), 1)
     return torch.softmax(s.masked_fill(mask, float("-inf")), -1) @ v
 
@@ -222,8 +222,24 @@ def deepseek_logits(cfg, w, ids):
         return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * w[p + ".weight"]
 
     inv = 1.0 / (cfg["rope_theta"] ** (torch.arange(0, dr, 2) / dr))
+    scale, attn = 1 / math.sqrt(dn + dr), 1.0
+    ys = cfg.get("rope_scaling")
+    if ys:  # transformers' "yarn" rope_scaling and DeepseekV3Attention's softmax scale
+        assert ys["rope_type"] == "yarn", ys
+        f, base = ys["factor"], cfg["rope_theta"]
+        mscale = lambda m: 1.0 if f <= 1 else 0.1 * m * math.log(f) + 1.0
+        turns = lambda r: dr * math.log(ys["original_max_position_embeddings"] /
+                                        (r * 2 * math.pi)) / (2 * math.log(base))
+        lo = max(math.floor(turns(ys["beta_fast"])), 0)
+        hi = min(math.ceil(turns(ys["beta_slow"])), dr - 1)
+        ramp = ((torch.arange(dr // 2, dtype=torch.float32) - lo) / max(hi - lo, 1e-3)).clamp(0, 1)
+        extrapolate = 1 - ramp
+        inv = inv / f * (1 - extrapolate) + inv * extrapolate
+        attn = mscale(ys["mscale"]) / mscale(ys["mscale_all_dim"])
+        scale = scale * mscale(ys["mscale_all_dim"]) ** 2
     ang = torch.arange(S)[:, None] * inv[None, :]
-    cos, sin = torch.cat([ang.cos()] * 2, -1)[:, None], torch.cat([ang.sin()] * 2, -1)[:, None]
+    cos = torch.cat([ang.cos()] * 2, -1)[:, None] * attn
+    sin = torch.cat([ang.sin()] * 2, -1)[:, None] * attn
 
     def rope(t):  # t [S, n, dr], interleaved pairs: de-interleave, then rotate_half
         t = t.reshape(S, t.shape[1], dr // 2, 2).transpose(-1, -2).reshape(S, t.shape[1], dr)
@@ -244,7 +260,7 @@ def deepseek_logits(cfg, w, ids):
         k_nope, v = kv.split([dn, dv], -1)
         q = torch.cat([q_nope, rope(q_pe)], -1).transpose(0, 1)
         k = torch.cat([k_nope, rope(k_pe[:, None, :]).expand(S, H, dr)], -1).transpose(0, 1)
-        o = attention(q, k, v.transpose(0, 1)).transpose(0, 1).reshape(S, H * dv)
+        o = attention(q, k, v.transpose(0, 1), scale).transpose(0, 1).reshape(S, H * dv)
         x = x + lin("o_proj", o)
         m = rms(x, p + "post_attention_layernorm")
         moe = i >= cfg["first_k_dense_replace"]

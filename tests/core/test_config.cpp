@@ -1,5 +1,7 @@
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include "mtron/core/formulas.h"
 #include "mtron/core/parallel_config.h"
 #include "test_helpers.h"
@@ -43,6 +45,35 @@ TEST(ModelConfig, BadShapesNameTheFlag) {
   ModelConfig n = gpt2_124m();
   n.hidden_size = -3;
   EXPECT_NE(error_of([&] { n.finalize(); }).find("--hidden-size"), std::string::npos);
+}
+
+// YaRN of multi-latent attention at DeepSeek-V3's values (qk_rope_head_dim 64, rope_theta 10000,
+// factor 40, mscale = mscale_all_dim = 1): the correction range [10, 23] and softmax scale
+// 0.1352 that Megatron's yarn_rotary_pos_embedding.py and MLASelfAttention compute
+// (_yarn_find_correction_range: 10.47 -> 10, 22.50 -> 23; (0.1 ln 40 + 1)^2 / sqrt(192)).
+TEST(MlaConfig, YarnAtDeepSeekV3Values) {
+  MlaConfig a;
+  a.enabled = true;
+  a.qk_head_dim = 128;
+  a.qk_pos_emb_head_dim = 64;
+  a.rotary_scaling_factor = 40;
+  a.mscale = a.mscale_all_dim = 1;
+  double low = 0, high = 0;
+  a.yarn_ramp(10000, &low, &high);
+  EXPECT_EQ(low, 10);
+  EXPECT_EQ(high, 23);
+  EXPECT_DOUBLE_EQ(a.yarn_concentration(), 1.0);
+  const double m = 0.1 * std::log(40.0) + 1;
+  EXPECT_NEAR(a.softmax_scale(), m * m / std::sqrt(192.0), 1e-7);
+  a.mscale_all_dim = 0;  // Megatron's default: concentration get_mscale(40, 1) / 1, scale plain
+  EXPECT_NEAR(a.yarn_concentration(), m, 1e-12);
+  EXPECT_EQ(a.softmax_scale(), 1.0f / std::sqrt(192.0f));
+  a.rotary_scaling_factor = 1;  // factor 1: plain RoPE
+  EXPECT_DOUBLE_EQ(a.yarn_concentration(), 1.0);
+  ModelConfig c = tests::model_shape(2, 64, 4, 8, 100);
+  c.mla.rope_type = "yarn";
+  EXPECT_NE(error_of([&] { c.finalize(); }).find("--rope-type yarn needs --multi-latent-attention"),
+            std::string::npos);
 }
 
 TEST(ParallelConfig, MegatronRules) {

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# A tiny DeepSeek-V3-shaped model (multi-latent attention with its latent norms, a dense first
-# layer, 8 experts top-2 in 4 groups with sigmoid scores and the expert bias, a shared expert,
-# one MTP depth) trained on the demo corpus, exported to Hugging Face's DeepseekV3ForCausalLM,
-# imported back: greedy generation from the import equals the original's, token for token.
+# A tiny DeepSeek-V3-shaped model (multi-latent attention with its latent norms and DeepSeek-V3's
+# YaRN RoPE: factor 40, mscale and mscale_all_dim 1; a dense first layer, 8 experts top-2 in 4
+# groups with sigmoid scores and the expert bias, a shared expert, one MTP depth) trained on the
+# demo corpus, exported to Hugging Face's DeepseekV3ForCausalLM, imported back: greedy
+# generation from the import equals the original's, token for token.
 #   deepseek_demo_corpus.sh MTRON DATA_DIR WORKDIR
 set -euo pipefail
 mt=$1; data=$2; work=$3
@@ -12,6 +13,7 @@ rm -rf "$work"; mkdir -p "$work"
   --lr-decay-style cosine --lr-warmup-iters 2 --seed 1234 \
   --multi-latent-attention --q-lora-rank 24 --kv-lora-rank 16 --qk-head-dim 12 \
   --qk-pos-emb-head-dim 8 --v-head-dim 10 --qk-layernorm --swiglu --normalization RMSNorm \
+  --rotary-scaling-factor 40 --mscale 1.0 --mscale-all-dim 1.0 \
   --position-embedding-type rope --untie-embeddings-and-output-weights --disable-bias-linear \
   --num-experts 8 --moe-router-topk 2 --moe-ffn-hidden-size 32 --moe-layer-freq "([0]+[1]*3)" \
   --moe-router-score-function sigmoid --moe-router-enable-expert-bias \

@@ -380,12 +380,19 @@ void rope_cases(Checker& ck, bool small) {
     ck.run("rope", shape, [&] {
       Pair<float> x(randn(nq));
       Pair<int32_t> pos(randint(s.N, 0, 8192));
-      ref::rope_forward(x.host(), pos.host(), s.N, H, s.D, s.R, 10000.0f);
-      rope_forward(g_dev, x.dev(), pos.dev(), s.N, H, s.D, s.R, 10000.0f);
+      ref::rope_forward(x.host(), pos.host(), s.N, H, s.D, s.R, RopeFreq{10000.0f});
+      rope_forward(g_dev, x.dev(), pos.dev(), s.N, H, s.D, s.R, RopeFreq{10000.0f});
       ck.check("forward", x, kTolF32);
-      ref::rope_backward(x.host(), pos.host(), s.N, H, s.D, s.R, 500000.0f);
-      rope_backward(g_dev, x.dev(), pos.dev(), s.N, H, s.D, s.R, 500000.0f);
+      ref::rope_backward(x.host(), pos.host(), s.N, H, s.D, s.R, RopeFreq{500000.0f});
+      rope_backward(g_dev, x.dev(), pos.dev(), s.N, H, s.D, s.R, RopeFreq{500000.0f});
       ck.check("backward", x, kTolF32);
+      const RopeFreq yarn{10000.0f, 40.0f, 1.0f, float(s.R / 2 - 1), 1.25f};  // YaRN
+      ref::rope_forward(x.host(), pos.host(), s.N, H, s.D, s.R, yarn);
+      rope_forward(g_dev, x.dev(), pos.dev(), s.N, H, s.D, s.R, yarn);
+      ck.check("forward (YaRN)", x, kTolF32);
+      ref::rope_backward(x.host(), pos.host(), s.N, H, s.D, s.R, yarn);
+      rope_backward(g_dev, x.dev(), pos.dev(), s.N, H, s.D, s.R, yarn);
+      ck.check("backward (YaRN)", x, kTolF32);
     });
   }
   // Multi-latent attention: K/V split and merge, and RoPE on the last Dr channels of each head
@@ -416,11 +423,11 @@ void rope_cases(Checker& ck, bool small) {
     ck.run("rope (channel offset)", shape, [&] {
       Pair<float> x(randn(nk));
       Pair<int32_t> pos(randint(s.N, 0, 8192));
-      ref::rope_forward(x.host() + s.Dn, pos.host(), s.N, s.H, Dk, s.Dr, 10000.0f);
-      rope_forward(g_dev, x.dev() + s.Dn, pos.dev(), s.N, s.H, Dk, s.Dr, 10000.0f);
+      ref::rope_forward(x.host() + s.Dn, pos.host(), s.N, s.H, Dk, s.Dr, RopeFreq{10000.0f});
+      rope_forward(g_dev, x.dev() + s.Dn, pos.dev(), s.N, s.H, Dk, s.Dr, RopeFreq{10000.0f});
       ck.check("forward", x, kTolF32);
-      ref::rope_backward(x.host() + s.Dn, pos.host(), s.N, s.H, Dk, s.Dr, 10000.0f);
-      rope_backward(g_dev, x.dev() + s.Dn, pos.dev(), s.N, s.H, Dk, s.Dr, 10000.0f);
+      ref::rope_backward(x.host() + s.Dn, pos.host(), s.N, s.H, Dk, s.Dr, RopeFreq{10000.0f});
+      rope_backward(g_dev, x.dev() + s.Dn, pos.dev(), s.N, s.H, Dk, s.Dr, RopeFreq{10000.0f});
       ck.check("backward", x, kTolF32);
     });
   }

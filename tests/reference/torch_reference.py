@@ -150,6 +150,13 @@ class Model:
             self.dn = int(cfg.get("qk_head_dim", 128))
             self.dr = int(cfg.get("qk_pos_emb_head_dim", 64))
             self.dv = int(cfg.get("v_head_dim", 128))
+            # YaRN (MLA's default rope type): the paper's frequency ramp and attention factor,
+            # DeepSeek's original length 4096 and betas 32 and 1
+            self.yarn_factor = float(cfg.get("rotary_scaling_factor", 1))
+            if cfg.get("rope_type", "yarn") == "rope":
+                self.yarn_factor = 1.0
+            self.yarn_mscale = float(cfg.get("mscale", 1))
+            self.yarn_mscale_all_dim = float(cfg.get("mscale_all_dim", 0))
         self.mtp = int(cfg.get("mtp_num_layers", 0))
         self.mtp_factor = float(cfg.get("mtp_loss_scaling_factor", 0.1))
         if self.E:  # the MTP layers (indices L + k) are of the last layer's kind, as Megatron's
@@ -285,14 +292,36 @@ class Model:
             y = y + self.p[name + ".bias"].reshape(-1)
         return y
 
-    def rotary(self, x, S):  # x [S, B, n, R]: every channel rotated
+    @staticmethod
+    def yarn_attention_factor(factor, m):
+        return 1.0 if factor <= 1 else 0.1 * m * math.log(factor) + 1.0
+
+    def mla_softmax_scale(self):
+        m = self.yarn_attention_factor(self.yarn_factor, self.yarn_mscale_all_dim)
+        return m * m / math.sqrt(self.dn + self.dr)
+
+    def rotary(self, x, S, yarn=False):  # x [S, B, n, R]: every channel rotated
         R = x.shape[-1]
         base = float(self.rotary_base)
-        inv_freq = 1.0 / (base ** (torch.arange(0, R, 2, dtype=torch.float32) / R))
+        pos_freq = base ** (torch.arange(0, R, 2, dtype=torch.float32) / R)
+        inv_freq, attn = 1.0 / pos_freq, 1.0
+        if yarn and self.yarn_factor != 1:
+            f = self.yarn_factor
+
+            def dim_of(rotations):  # the pair index that turns `rotations` times over 4096
+                return R * math.log(4096 / (rotations * 2 * math.pi)) / (2 * math.log(base))
+
+            lo, hi = max(math.floor(dim_of(32)), 0), min(math.ceil(dim_of(1)), R - 1)
+            if lo == hi:
+                hi += 0.001
+            ramp = ((torch.arange(R // 2, dtype=torch.float32) - lo) / (hi - lo)).clamp(0, 1)
+            inv_freq = inv_freq / f * ramp + inv_freq * (1 - ramp)
+            attn = (self.yarn_attention_factor(f, self.yarn_mscale) /
+                    self.yarn_attention_factor(f, self.yarn_mscale_all_dim))
         freqs = torch.outer(torch.arange(S, dtype=torch.float32), inv_freq)
         emb = torch.cat([freqs, freqs], dim=-1)[:, None, None, :]
         x1, x2 = x[..., : R // 2], x[..., R // 2:]
-        return x * emb.cos() + torch.cat([-x2, x1], dim=-1) * emb.sin()
+        return (x * emb.cos() + torch.cat([-x2, x1], dim=-1) * emb.sin()) * attn
 
     def logits(self, tokens, it=None, sample0=0, count=False):
         """tokens [S, B] (sequence-major, as mtron); it: the training iteration (dropout on),
@@ -334,7 +363,8 @@ class Model:
                 k = k.repeat_interleave(hpg, dim=2)
                 v = v.repeat_interleave(hpg, dim=2)
             qb, kb, vb = (z.permute(1, 2, 0, 3) for z in (q, k, v))  # [B, H, S, D or Dv]
-            s = qb @ kb.transpose(-1, -2) / math.sqrt(q.shape[-1])
+            scale = self.mla_softmax_scale() if self.mla else 1 / math.sqrt(q.shape[-1])
+            s = qb @ kb.transpose(-1, -2) * scale
             mask = torch.triu(torch.ones(S, S, dtype=torch.bool), diagonal=1)
             s = s.masked_fill(mask, float("-inf"))
             probs = self.attn_drop(torch.softmax(s, dim=-1), it, sample0, l)
@@ -373,8 +403,8 @@ class Model:
         ckv, k_pe = self.lin(a, pre + "linear_kv_down_proj").split([self.kv_rank, dr], dim=-1)
         kv = self.lin(self.latent_norm(ckv, pre + "kv_layernorm"), pre + "linear_kv_up_proj")
         k_nope, v = kv.view(S, B, H, dn + dv).split([dn, dv], dim=-1)
-        k_pe = self.rotary(k_pe[:, :, None, :], S).expand(S, B, H, dr)
-        q = torch.cat([q_nope, self.rotary(q_pe, S)], dim=-1)
+        k_pe = self.rotary(k_pe[:, :, None, :], S, yarn=True).expand(S, B, H, dr)
+        q = torch.cat([q_nope, self.rotary(q_pe, S, yarn=True)], dim=-1)
         k = torch.cat([k_nope, k_pe], dim=-1)
         return q, k, v
 

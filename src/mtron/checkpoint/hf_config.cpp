@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <cmath>
 #include <type_traits>
 
 #include "mtron/checkpoint/file_io.h"
@@ -147,8 +148,6 @@ void read_llama_common(const json& j, const std::string& file, ModelConfig& m) {
   m.max_position_embeddings = cfg_get<int64_t>(j, "max_position_embeddings", file);
   const auto act = cfg_or<std::string>(j, "hidden_act", "silu", file);
   MT_CHECK(act == "silu", file, ": hidden_act '", act, "' is not supported (SwiGLU uses silu)");
-  MT_CHECK(!j.contains("rope_scaling") || j["rope_scaling"].is_null(), file,
-           ": rope_scaling is not supported (mtron's RoPE has no scaling, YaRN included)");
   m.swiglu = true;
   m.normalization = Normalization::kRMSNorm;
   m.position_embedding_type = PositionEmbedding::kRope;
@@ -159,6 +158,8 @@ void read_llama_common(const json& j, const std::string& file, ModelConfig& m) {
 
 void read_llama_family(const json& j, const std::string& file, ModelConfig& m) {
   read_llama_common(j, file, m);
+  MT_CHECK(!j.contains("rope_scaling") || j["rope_scaling"].is_null(), file,
+           ": rope_scaling is not supported (mtron's standard attention has plain RoPE)");
   const auto kv = cfg_or<int64_t>(j, "num_key_value_heads", m.num_attention_heads, file);
   m.group_query_attention = kv != m.num_attention_heads;
   m.num_query_groups = kv;
@@ -208,6 +209,71 @@ void read_qwen3_moe(const json& j, const std::string& file, ModelConfig& m) {
   }
 }
 
+// MLA's YaRN (core/mla_config.h) as DeepseekV3Config's rope_scaling (transformers' "yarn"):
+// null at factor 1. transformers takes the cos/sin factor from mscale / mscale_all_dim only when
+// both are non-zero, so attention_factor is written where Megatron's differs from that rule.
+ordered_json deepseek_rope_scaling(const MlaConfig& a) {
+  const double f = as_double(a.rotary_scaling_factor);
+  if (f == 1.0) return nullptr;
+  MT_CHECK(a.yarn(), "--rope-type rope with --rotary-scaling-factor ", f,
+           " (Megatron scales MLA's softmax by YaRN's mscale without rotating by YaRN) has no "
+           "Hugging Face form");
+  ordered_json r;
+  r["type"] = "yarn";
+  r["rope_type"] = "yarn";
+  r["factor"] = f;
+  r["original_max_position_embeddings"] = MlaConfig::kYarnOriginalMaxPositions;
+  r["beta_fast"] = MlaConfig::kYarnBetaFast;
+  r["beta_slow"] = MlaConfig::kYarnBetaSlow;
+  r["mscale"] = as_double(a.mscale);
+  r["mscale_all_dim"] = as_double(a.mscale_all_dim);
+  if ((a.mscale == 0 || a.mscale_all_dim == 0) && a.mscale != 1) {
+    r["attention_factor"] = a.yarn_concentration();
+  }
+  return r;
+}
+
+// The reverse of deepseek_rope_scaling: HF's cos/sin factor (attention_factor, else
+// get_mscale(factor, mscale) / get_mscale(factor, mscale_all_dim) when both are non-zero, else
+// get_mscale(factor, 1)) and softmax factor (get_mscale(factor, mscale_all_dim)^2, 1 without
+// mscale_all_dim) expressed as Megatron's --mscale and --mscale-all-dim.
+void read_deepseek_rope_scaling(const json& j, const std::string& file, MlaConfig& a) {
+  if (!j.contains("rope_scaling") || j["rope_scaling"].is_null()) return;
+  const json& r = j["rope_scaling"];
+  MT_CHECK(r.is_object(), file, ": rope_scaling is not an object");
+  const auto type =
+      cfg_or<std::string>(r, "rope_type", cfg_or<std::string>(r, "type", "", file), file);
+  MT_CHECK(type == "yarn", file, ": rope_scaling type '", type,
+           "' is not supported (multi-latent attention takes yarn)");
+  const double f = cfg_get<double>(r, "factor", file);
+  MT_CHECK(f > 0, file, ": rope_scaling factor ", f, " must be positive");
+  const auto orig = cfg_or<int64_t>(r, "original_max_position_embeddings",
+                                    MlaConfig::kYarnOriginalMaxPositions, file);
+  MT_CHECK(orig == MlaConfig::kYarnOriginalMaxPositions &&
+               cfg_or<double>(r, "beta_fast", MlaConfig::kYarnBetaFast, file) ==
+                   MlaConfig::kYarnBetaFast &&
+               cfg_or<double>(r, "beta_slow", MlaConfig::kYarnBetaSlow, file) ==
+                   MlaConfig::kYarnBetaSlow &&
+               cfg_or<bool>(r, "truncate", true, file),
+           file,
+           ": rope_scaling needs original_max_position_embeddings 4096, beta_fast 32, beta_slow 1 "
+           "and truncate true (Megatron's multi-latent attention fixes them)");
+  const double ms = cfg_or<double>(r, "mscale", 1.0, file);
+  const double mall = cfg_or<double>(r, "mscale_all_dim", 0.0, file);
+  const double g_all = MlaConfig::yarn_get_mscale(f, mall);
+  double conc = ms != 0 && mall != 0 ? MlaConfig::yarn_get_mscale(f, ms) / g_all
+                                     : MlaConfig::yarn_get_mscale(f, 1.0);
+  conc = cfg_or<double>(r, "attention_factor", conc, file);
+  a.rotary_scaling_factor = float(f);
+  a.mscale_all_dim = float(mall);
+  a.mscale = float(ms);
+  if (std::abs(MlaConfig::yarn_get_mscale(f, ms) / g_all - conc) > 1e-6 * conc) {
+    MT_CHECK(f > 1, file, ": rope_scaling attention_factor ", conc, " at factor ", f,
+             " has no Megatron form (get_mscale is 1 at factors <= 1)");
+    a.mscale = float((conc * g_all - 1.0) / (0.1 * std::log(f)));
+  }
+}
+
 // DeepseekV3Config's fields (transformers' configuration_deepseek_v3.py and DeepSeek-V3's
 // config.json): no group-limited routing is one group of all experts; no scaling factor is 1.
 ordered_json deepseek_config_json(const ModelConfig& c, const std::string& dtype) {
@@ -244,7 +310,7 @@ ordered_json deepseek_config_json(const ModelConfig& c, const std::string& dtype
   j["max_position_embeddings"] = c.max_position_embeddings;
   j["rms_norm_eps"] = as_double(c.norm_epsilon);
   j["rope_theta"] = as_double(c.rotary_base);
-  j["rope_scaling"] = nullptr;
+  j["rope_scaling"] = deepseek_rope_scaling(a);
   j["rope_interleave"] = true;
   j["attention_bias"] = false;
   j["attention_dropout"] = 0.0;
@@ -267,6 +333,7 @@ void read_deepseek_v3(const json& j, const std::string& file, ModelConfig& m) {
   a.qk_head_dim = cfg_get<int64_t>(j, "qk_nope_head_dim", file);
   a.qk_pos_emb_head_dim = cfg_get<int64_t>(j, "qk_rope_head_dim", file);
   a.v_head_dim = cfg_get<int64_t>(j, "v_head_dim", file);
+  read_deepseek_rope_scaling(j, file, a);
   m.qk_layernorm = true;  // q_a_layernorm and kv_a_layernorm
   MT_CHECK(cfg_or<bool>(j, "rope_interleave", true, file), file,
            ": rope_interleave false is not supported");

@@ -128,6 +128,9 @@ ordered_json model_config_to_json(const ModelConfig& m) {
     j["qk_pos_emb_head_dim"] = m.mla.qk_pos_emb_head_dim;
     j["v_head_dim"] = m.mla.v_head_dim;
     j["rotary_scaling_factor"] = tidy(m.mla.rotary_scaling_factor);
+    j["rope_type"] = m.mla.yarn() ? "yarn" : "rope";
+    j["mscale"] = tidy(m.mla.mscale);
+    j["mscale_all_dim"] = tidy(m.mla.mscale_all_dim);
   }
   return j;
 }
@@ -196,6 +199,10 @@ ModelConfig model_config_from_json(const json& j, const std::string& file) {
     m.mla.qk_pos_emb_head_dim = field<int64_t>(j, "qk_pos_emb_head_dim", file);
     m.mla.v_head_dim = field<int64_t>(j, "v_head_dim", file);
     m.mla.rotary_scaling_factor = field<float>(j, "rotary_scaling_factor", file);
+    // manifests written before YaRN: plain RoPE (factor 1), Megatron's defaults
+    m.mla.rope_type = field_or<std::string>(j, "rope_type", "yarn", file);
+    m.mla.mscale = field_or<float>(j, "mscale", 1.0f, file);
+    m.mla.mscale_all_dim = field_or<float>(j, "mscale_all_dim", 0.0f, file);
   }
   // Bounds far beyond any real model keep derived sizes (4h, V x h, ...) from overflowing.
   for (const int64_t v : {m.num_layers,

@@ -2,6 +2,9 @@
 
 #include <fmt/core.h>
 
+#include <algorithm>
+#include <cmath>
+
 #include <CLI/CLI.hpp>
 
 #include "mtron/core/error.h"
@@ -9,7 +12,36 @@
 
 namespace mtron {
 
+double MlaConfig::yarn_get_mscale(double f, double m) {
+  return f <= 1 ? 1.0 : 0.1 * m * std::log(f) + 1.0;
+}
+
+void MlaConfig::yarn_ramp(double base, double* low, double* high) const {
+  const double dim = double(qk_pos_emb_head_dim);
+  auto correction_dim = [&](double rotations) {
+    return dim * std::log(double(kYarnOriginalMaxPositions) / (rotations * 2 * M_PI)) /
+           (2 * std::log(base));
+  };
+  *low = std::max(std::floor(correction_dim(kYarnBetaFast)), 0.0);
+  *high = std::min(std::ceil(correction_dim(kYarnBetaSlow)), dim - 1);
+}
+
+double MlaConfig::yarn_concentration() const {
+  return yarn_get_mscale(rotary_scaling_factor, mscale) /
+         yarn_get_mscale(rotary_scaling_factor, mscale_all_dim);
+}
+
+float MlaConfig::softmax_scale() const {
+  const float m = float(yarn_get_mscale(rotary_scaling_factor, mscale_all_dim));
+  return m * m / std::sqrt(float(q_head_dim()));
+}
+
 void MlaConfig::validate(const ModelConfig& m) const {
+  MT_CHECK(rope_type.empty() || rope_type == "rope" || rope_type == "yarn", "--rope-type '",
+           rope_type, "': rope or yarn");
+  MT_CHECK(enabled || rope_type != "yarn",
+           "--rope-type yarn needs --multi-latent-attention (Megatron's common attention takes "
+           "only rope)");
   if (!enabled) return;
   MT_CHECK(!m.group_query_attention,
            "--multi-latent-attention does not take --group-query-attention (MLA has one key and "
@@ -19,8 +51,8 @@ void MlaConfig::validate(const ModelConfig& m) const {
            "--position-embedding-type rope");
   MT_CHECK(m.rotary_percent == 1.0f, "--rotary-percent ", m.rotary_percent,
            " with --multi-latent-attention: only 1.0 (RoPE on all qk_pos_emb_head_dim channels)");
-  MT_CHECK(rotary_scaling_factor == 1.0f, "--rotary-scaling-factor ", rotary_scaling_factor,
-           ": YaRN RoPE scaling is not implemented; only 1.0 (plain RoPE) is accepted");
+  MT_CHECK(rotary_scaling_factor > 0, "--rotary-scaling-factor must be positive (got ",
+           rotary_scaling_factor, ")");
   MT_CHECK(q_lora_rank >= 0, "--q-lora-rank must be positive (or 0: None; got ", q_lora_rank, ")");
   MT_CHECK(kv_lora_rank > 0, "--kv-lora-rank must be positive (got ", kv_lora_rank, ")");
   MT_CHECK(qk_head_dim > 0, "--qk-head-dim must be positive (got ", qk_head_dim, ")");
@@ -76,7 +108,13 @@ void add_mla_flags(CLI::App& app, MlaConfig& c) {
       "Dimension of the position embedding in the QK projection.");
   opt("--v-head-dim", c.v_head_dim, int64_t(128), "Dimension of the head in the V projection.");
   opt("--rotary-scaling-factor", c.rotary_scaling_factor, 1.0f,
-      "Rotary scaling factor for the rotary embeddings (YaRN; only 1.0 is supported).");
+      "Rotary scaling factor for the rotary embeddings.");
+  opt("--rope-type", c.rope_type, std::string(),
+      "Type of rope to use (rope or yarn). Multi-latent attention takes yarn by default, "
+      "common attention rope.");
+  opt("--mscale", c.mscale, 1.0f, "Mscale for YaRN RoPE in multi-latent attention.");
+  opt("--mscale-all-dim", c.mscale_all_dim, 0.0f,
+      "Mscale all dimensions for YaRN RoPE in multi-latent attention.");
 }
 
 void mla_flag_args(const MlaConfig& c, std::vector<std::string>& a) {
@@ -92,6 +130,9 @@ void mla_flag_args(const MlaConfig& c, std::vector<std::string>& a) {
   add("--qk-pos-emb-head-dim", c.qk_pos_emb_head_dim);
   add("--v-head-dim", c.v_head_dim);
   add("--rotary-scaling-factor", c.rotary_scaling_factor);
+  if (!c.rope_type.empty()) add("--rope-type", c.rope_type);
+  add("--mscale", c.mscale);
+  add("--mscale-all-dim", c.mscale_all_dim);
 }
 
 }  // namespace mtron

@@ -9,8 +9,17 @@
 //   k   = [kv[h, :qk_head_dim] | rope(ckv[kv_lora_rank:])] per head (the RoPE key is shared)
 //   v   = kv[h, qk_head_dim:]
 // RoPE acts on the last qk_pos_emb_head_dim channels of each query head and on the shared key.
-// The softmax scale is 1/sqrt(qk_head_dim + qk_pos_emb_head_dim); with --rotary-scaling-factor
-// 1 (the only value accepted: YaRN is not implemented) Megatron's YaRN mscale is 1.
+// Its type is Megatron's: --rope-type yarn (MLA's default) or rope. YaRN (Megatron's
+// YarnRotaryEmbedding over dim = qk_pos_emb_head_dim) with factor f = --rotary-scaling-factor,
+// original_max_position_embeddings 4096, beta_fast 32, beta_slow 1 and integer-rounded
+// correction range (MLATransformerConfig's values, which no Megatron flag sets for MLA):
+//   correction dim d(r) = dim ln(4096 / (2 pi r)) / (2 ln base),
+//   [low, high] = [max(floor(d(32)), 0), min(ceil(d(1)), dim - 1)],
+//   get_mscale(f, m) = 1 if f <= 1 else 0.1 m ln f + 1,
+//   cos/sin factor (concentration) = get_mscale(f, --mscale) / get_mscale(f, --mscale-all-dim),
+// the frequencies of kernels/rope.h's RopeFreq. Whatever the type, the softmax scale is
+// get_mscale(f, --mscale-all-dim)^2 / sqrt(qk_head_dim + qk_pos_emb_head_dim), as Megatron's
+// MLASelfAttention sets it. At f = 1 YaRN is plain RoPE.
 #pragma once
 
 #include <cstdint>
@@ -33,6 +42,16 @@ struct MlaConfig {
   int64_t qk_pos_emb_head_dim = 64;
   int64_t v_head_dim = 128;
   float rotary_scaling_factor = 1.0f;
+  std::string rope_type;  // --rope-type: "" (None: yarn with MLA), "rope" or "yarn"
+  float mscale = 1.0f, mscale_all_dim = 0.0f;
+  static constexpr int64_t kYarnOriginalMaxPositions = 4096;
+  static constexpr double kYarnBetaFast = 32, kYarnBetaSlow = 1;
+  bool yarn() const { return rope_type != "rope"; }
+  static double yarn_get_mscale(double factor, double m);  // the header's get_mscale
+  // YaRN's correction range [*low, *high] (pair indices) and cos/sin factor for base `base`.
+  void yarn_ramp(double base, double* low, double* high) const;
+  double yarn_concentration() const;
+  float softmax_scale() const;  // in fp32: 1/sqrt(Dq) exactly as standard attention's at f <= 1
 
   int64_t q_head_dim() const { return qk_head_dim + qk_pos_emb_head_dim; }
   // Floats per token of the compressed latent a generation cache keeps (model/mla.h).

@@ -111,9 +111,11 @@ double attention_merge_contract(
 }
 
 double rope_contract(
-    const float*, const int32_t*, int64_t, int64_t, int64_t D, int64_t rot_dim, float) {
+    const float*, const int32_t*, int64_t, int64_t, int64_t D, int64_t rot_dim, RopeFreq f) {
   MT_CHECK(rot_dim > 0 && rot_dim % 2 == 0 && rot_dim <= D, "rope: rot_dim=", rot_dim,
            " must be even and in (0, head dim ", D, "]");
+  MT_CHECK(f.base > 0 && f.yarn_factor > 0, "rope: base ", f.base, " and YaRN factor ",
+           f.yarn_factor, " must be positive");
   return 0;
 }
 

@@ -14,17 +14,42 @@
 // and dv, and dkpe[N, Dr] = the sum over heads of dk's last Dr channels (both written).
 //
 // RoPE (rotate-half pairing as Megatron-Core's default and Hugging Face): for i < R/2 with
-// R = rot_dim, inv_freq_i = base^(-2i/R), angle = pos * inv_freq_i (fp32),
-//   x[i]       <- x[i] cos - x[i + R/2] sin
-//   x[i + R/2] <- x[i + R/2] cos + x[i] sin
+// R = rot_dim, inv_freq_i = RopeFreq::inv_freq(i, R), angle = pos * inv_freq_i (fp32),
+// c = cos(angle) * mscale, s = sin(angle) * mscale,
+//   x[i]       <- x[i] c - x[i + R/2] s
+//   x[i + R/2] <- x[i + R/2] c + x[i] s
 // Channels >= R pass unchanged. In place over x[N, nh, D]; pos[N] is each token's position.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 
+#include "mtron/core/philox_inline.h"  // MT_HOST_DEVICE
 #include "mtron/kernels/op.h"
 
 namespace mtron::kernels {
+
+// RoPE's frequencies. Plain RoPE (yarn_factor 1): inv_freq_i = 1 / base^(float(2i)/R) in fp32,
+// as Megatron computes it, and mscale 1. YaRN (Megatron's YarnRotaryEmbedding, Hugging Face's
+// "yarn" rope_scaling) blends that extrapolated frequency e_i with the interpolated one
+// 1 / (factor base^(2i/R)) by the linear ramp r_i = clamp((i - low) / (high - low), 0, 1) over
+// the correction range [low, high] (high + 0.001 when equal): with m_i = 1 - r_i,
+// inv_freq_i = interpolated (1 - m_i) + e_i m_i, Megatron's expression; cos and sin are
+// multiplied by mscale (YaRN's concentration factor). The one formula of every backend.
+struct RopeFreq {
+  float base = 10000.0f;
+  float yarn_factor = 1.0f;  // 1: plain RoPE
+  float ramp_low = 0.0f, ramp_high = 0.0f;
+  float mscale = 1.0f;
+  MT_HOST_DEVICE float inv_freq(int64_t i, int64_t R) const {
+    const float p = powf(base, float(2 * i) / float(R));
+    if (yarn_factor == 1.0f) return 1.0f / p;
+    const float high = ramp_high == ramp_low ? ramp_high + 0.001f : ramp_high;
+    const float ramp = fminf(fmaxf((float(i) - ramp_low) / (high - ramp_low), 0.0f), 1.0f);
+    const float m = 1.0f - ramp;
+    return 1.0f / (yarn_factor * p) * (1.0f - m) + 1.0f / p * m;
+  }
+};
 
 // rope_backward: the adjoint (rotation by -angle), in place over dx.
 #define MT_PARAMS_qkv_split \
@@ -39,9 +64,9 @@ namespace mtron::kernels {
   (float* dkv, float* dkpe, const float* dk, const float* dv, int64_t N, int64_t H, int64_t Dn, \
    int64_t Dr, int64_t Dv)
 #define MT_PARAMS_rope_forward \
-  (float* x, const int32_t* pos, int64_t N, int64_t nh, int64_t D, int64_t rot_dim, float base)
+  (float* x, const int32_t* pos, int64_t N, int64_t nh, int64_t D, int64_t rot_dim, RopeFreq f)
 #define MT_PARAMS_rope_backward \
-  (float* dx, const int32_t* pos, int64_t N, int64_t nh, int64_t D, int64_t rot_dim, float base)
+  (float* dx, const int32_t* pos, int64_t N, int64_t nh, int64_t D, int64_t rot_dim, RopeFreq f)
 #define MTRON_ROPE_OPS(OP)                                                                       \
   OP(void, qkv_split, qkv_split, no_contract, MT_PARAMS_qkv_split, (q, k, v, qkv, N, G, hpg, D)) \
   OP(void, qkv_merge_grad, qkv_merge_grad, no_contract, MT_PARAMS_qkv_merge_grad,                \
@@ -51,9 +76,9 @@ namespace mtron::kernels {
   OP(void, mla_kv_merge_grad, mla_kv_merge_grad, no_contract, MT_PARAMS_mla_kv_merge_grad,       \
      (dkv, dkpe, dk, dv, N, H, Dn, Dr, Dv))                                                      \
   OP(void, rope_forward, rope_forward, rope_contract, MT_PARAMS_rope_forward,                    \
-     (x, pos, N, nh, D, rot_dim, base))                                                          \
+     (x, pos, N, nh, D, rot_dim, f))                                                             \
   OP(void, rope_backward, rope_backward, rope_contract, MT_PARAMS_rope_backward,                 \
-     (dx, pos, N, nh, D, rot_dim, base))
+     (dx, pos, N, nh, D, rot_dim, f))
 MTRON_ROPE_OPS(MT_OP_DECLARE)
 
 }  // namespace mtron::kernels

@@ -49,6 +49,8 @@ TransformerLayer::TransformerLayer(const ModelConfig& cfg,
   Gl_ = G / tp.size;
   D_ = D;
   Dv_ = cfg.v_dim();
+  softmax_scale_ = cfg.mla.enabled ? cfg.mla.softmax_scale() : 1.0f / std::sqrt(float(D));
+  rope_.base = cfg.rotary_base;
   Fl_ = F / tp.size;
   h_ = h;
   qkv_l_ = Gl_ * (H / G + 2) * D;
@@ -110,7 +112,7 @@ float* opt_grad(const ParamBuffer& p, int handle) {
 
 void TransformerLayer::attention(
     const RunCtx& rc, const TokenLayout& tl, Stash& st, Arena& scratch, const LayerKv* kv) const {
-  const float scale = 1.0f / std::sqrt(float(D_));
+  const float scale = softmax_scale_;
   if (!kv) {
     const kernels::AttnShape as{tl.B, tl.S, tl.S, Hl_, Gl_, D_, Dv_, scale};
     parallel::ring_attention_forward(rc.k, rc.cp, scratch, st.att, st.lse, st.q, st.k, st.v, as,
@@ -156,8 +158,8 @@ void TransformerLayer::qkv_attention(const RunCtx& rc,
       k_norm_.forward(rc, cfg_, p_, st.k, st.kn_mean, st.kn_rstd, st.k_in, N * Gl_);
     }
     if (cfg_.position_embedding_type == PositionEmbedding::kRope) {
-      kernels::rope_forward(rc.k, st.q, tl.pos, N, Hl_, D_, cfg_.rotary_dim(), cfg_.rotary_base);
-      kernels::rope_forward(rc.k, st.k, tl.pos, N, Gl_, D_, cfg_.rotary_dim(), cfg_.rotary_base);
+      kernels::rope_forward(rc.k, st.q, tl.pos, N, Hl_, D_, cfg_.rotary_dim(), rope_);
+      kernels::rope_forward(rc.k, st.k, tl.pos, N, Gl_, D_, cfg_.rotary_dim(), rope_);
     }
   }
   attention(rc, tl, st, scratch, kv);
@@ -328,7 +330,7 @@ void TransformerLayer::backward(
   kernels::fill_zero(rc.k, dq, int64_t(sizeof(float)) * N * Hl_ * D_);
   kernels::fill_zero(rc.k, dk, int64_t(sizeof(float)) * N * Gl_ * D_);
   kernels::fill_zero(rc.k, dv, int64_t(sizeof(float)) * N * Gl_ * Dv_);
-  const kernels::AttnShape as{tl.B, tl.S, tl.S, Hl_, Gl_, D_, Dv_, 1.0f / std::sqrt(float(D_))};
+  const kernels::AttnShape as{tl.B, tl.S, tl.S, Hl_, Gl_, D_, Dv_, softmax_scale_};
   parallel::ring_attention_backward(rc.k, rc.cp, scratch, dq, dk, dv, datt, st.q, st.k, st.v,
                                     st.att, st.lse, as,
                                     attention_dropout(rc, cfg_, tl.drop, layer_, Hl_));
@@ -337,8 +339,8 @@ void TransformerLayer::backward(
     mla_->backward(rc, tl.pos, N, st.mla, scratch, st.ln1_in, dln1_full, dq, dk, dv);
   } else {
     if (cfg_.position_embedding_type == PositionEmbedding::kRope) {
-      kernels::rope_backward(rc.k, dq, tl.pos, N, Hl_, D_, cfg_.rotary_dim(), cfg_.rotary_base);
-      kernels::rope_backward(rc.k, dk, tl.pos, N, Gl_, D_, cfg_.rotary_dim(), cfg_.rotary_base);
+      kernels::rope_backward(rc.k, dq, tl.pos, N, Hl_, D_, cfg_.rotary_dim(), rope_);
+      kernels::rope_backward(rc.k, dk, tl.pos, N, Gl_, D_, cfg_.rotary_dim(), rope_);
     }
     if (q_norm_.w >= 0) {
       float* dq_in = scratch.alloc<float>(N * Hl_ * D_);

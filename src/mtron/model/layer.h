@@ -141,7 +141,9 @@ class TransformerLayer {
   int64_t layer_;  // global layer index
   // local heads, local groups, query/key and value head dims, local ffn, hidden
   int64_t Hl_, Gl_, D_, Dv_, Fl_, h_;
-  int64_t qkv_l_;  // local QKV width: Gl * (H/G + 2) * D
+  float softmax_scale_;     // 1/sqrt(D), or MLA's (core/mla_config.h)
+  kernels::RopeFreq rope_;  // standard attention's RoPE
+  int64_t qkv_l_;           // local QKV width: Gl * (H/G + 2) * D
   Norm ln1_, ln2_;
   Norm q_norm_, k_norm_;  // --qk-layernorm (w -1: none)
   // parameter handles (-1: absent)

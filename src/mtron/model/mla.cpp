@@ -34,6 +34,15 @@ MlaProjection::MlaProjection(const ModelConfig& cfg,
   const int64_t H = cfg.num_attention_heads, h = cfg.hidden_size, Dq = m_.q_head_dim();
   Hl_ = H / tp.size;
   h_ = h;
+  rope_.base = cfg.rotary_base;
+  if (m_.yarn() && m_.rotary_scaling_factor != 1.0f) {
+    double low = 0, high = 0;
+    m_.yarn_ramp(cfg.rotary_base, &low, &high);
+    rope_.yarn_factor = m_.rotary_scaling_factor;
+    rope_.ramp_low = float(low);
+    rope_.ramp_high = float(high);
+    rope_.mscale = float(m_.yarn_concentration());
+  }
   const float std = cfg.init_method_std;
   const bool partial = tp.size > 1;
   if (m_.q_lora_rank > 0) {
@@ -112,8 +121,7 @@ void MlaProjection::query(const RunCtx& rc,
   } else {
     linear_forward(rc, q, x, p_.weight(q_up_), nullptr, N, h_, Hl_ * Dq);
   }
-  kernels::rope_forward(rc.k, q + m_.qk_head_dim, pos, N, Hl_, Dq, m_.qk_pos_emb_head_dim,
-                        cfg_.rotary_base);
+  kernels::rope_forward(rc.k, q + m_.qk_head_dim, pos, N, Hl_, Dq, m_.qk_pos_emb_head_dim, rope_);
 }
 
 const float* MlaProjection::latent(const RunCtx& rc,
@@ -130,7 +138,7 @@ const float* MlaProjection::latent(const RunCtx& rc,
   st.ckv = keep.alloc<float>(N * kvr);
   linear_forward(rc, st.ckv, x, w_down, nullptr, N, h, kvr);
   linear_forward(rc, kpe, x, w_down.at(kvr * h), nullptr, N, h, Dr);
-  kernels::rope_forward(rc.k, kpe, pos, N, 1, Dr, Dr, cfg_.rotary_base);
+  kernels::rope_forward(rc.k, kpe, pos, N, 1, Dr, Dr, rope_);
   float* kvn = nullptr;
   st.kvn_in =
       normed_input(rc, kv_norm_, keep, scratch, st.ckv, N, kvr, &st.kv_mean, &st.kv_rstd, &kvn);
@@ -169,7 +177,7 @@ void MlaProjection::attend_cached(const RunCtx& rc,
   const int64_t Dn = m_.qk_head_dim, Dr = m_.qk_pos_emb_head_dim, Dv = m_.v_head_dim;
   const int64_t Dq = Dn + Dr, kvr = m_.kv_lora_rank, W = m_.latent_width(), N = S * B;
   const int64_t L = cached + S, f = int64_t(sizeof(float));
-  const float scale = 1.0f / std::sqrt(float(Dq));
+  const float scale = m_.softmax_scale();
   const kernels::AttnMask causal{true, cached};
   Stash st;
   float* q = scratch.alloc<float>(N * Hl_ * Dq);
@@ -232,7 +240,7 @@ void MlaProjection::backward(const RunCtx& rc,
   float* dkv = scratch.alloc<float>(N * Hl_ * (Dn + Dv));
   float* dkpe = scratch.alloc<float>(N * Dr);
   kernels::mla_kv_merge_grad(rc.k, dkv, dkpe, dk, dv, N, Hl_, Dn, Dr, Dv);
-  kernels::rope_backward(rc.k, dkpe, pos, N, 1, Dr, Dr, cfg_.rotary_base);
+  kernels::rope_backward(rc.k, dkpe, pos, N, 1, Dr, Dr, rope_);
   float* dkvn = scratch.alloc<float>(N * kvr);
   linear_backward(rc, scratch, dkvn, p_.grad(kv_up_), nullptr, dkv, st.kvn_in, p_.weight(kv_up_), N,
                   kvr, Hl_ * (Dn + Dv));
@@ -244,7 +252,7 @@ void MlaProjection::backward(const RunCtx& rc,
                   w_down.at(kvr * h), N, h, Dr);
   kernels::add(rc.k, dx, dx, part, N * h);
   // Query.
-  kernels::rope_backward(rc.k, dq + Dn, pos, N, Hl_, Dq, Dr, cfg_.rotary_base);
+  kernels::rope_backward(rc.k, dq + Dn, pos, N, Hl_, Dq, Dr, rope_);
   if (q_down_ >= 0) {
     float* dqn = scratch.alloc<float>(N * qr);
     linear_backward(rc, scratch, dqn, p_.grad(q_up_), nullptr, dq, st.qn_in, p_.weight(q_up_), N,

@@ -26,6 +26,7 @@
 
 #include "mtron/core/arena.h"
 #include "mtron/core/model_config.h"
+#include "mtron/kernels/rope.h"
 #include "mtron/model/linear.h"
 #include "mtron/model/norm.h"
 #include "mtron/model/params.h"
@@ -142,6 +143,7 @@ class MlaProjection {
   ParamBuffer& p_;
   int64_t Hl_, h_;
   Norm q_norm_, kv_norm_;        // w -1: none (no --qk-layernorm)
+  kernels::RopeFreq rope_;       // plain RoPE or YaRN (core/mla_config.h)
   int q_down_ = -1, q_up_ = -1;  // q_up_: linear_q_up_proj, or linear_q_proj without q_down_
   int kv_down_ = -1, kv_up_ = -1;
 };

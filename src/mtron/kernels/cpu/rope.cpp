@@ -33,8 +33,7 @@ void rope_apply(MT_PARAMS(rope_forward), float sign) {
   const DF d;
   const int64_t R = rot_dim, half = R / 2;
   std::vector<float> inv_freq(static_cast<size_t>(half));
-  for (int64_t i = 0; i < half; ++i)
-    inv_freq[size_t(i)] = 1.0f / std::pow(base, float(2 * i) / float(R));
+  for (int64_t i = 0; i < half; ++i) inv_freq[size_t(i)] = f.inv_freq(i, R);
   parallel_ranges(N, threads_for(N * nh * D * 8), 1, [&](int64_t n0, int64_t n1) {
     std::vector<float> cs(size_t(2 * half));
     float* cosv = cs.data();
@@ -42,8 +41,8 @@ void rope_apply(MT_PARAMS(rope_forward), float sign) {
     for (int64_t n = n0; n < n1; ++n) {
       for (int64_t i = 0; i < half; ++i) {
         const float a = float(pos[n]) * inv_freq[size_t(i)];
-        cosv[i] = std::cos(a);
-        sinv[i] = sign * std::sin(a);
+        cosv[i] = std::cos(a) * f.mscale;
+        sinv[i] = sign * std::sin(a) * f.mscale;
       }
       for (int64_t h = 0; h < nh; ++h) {
         float* x1 = x + (n * nh + h) * D;
@@ -113,11 +112,11 @@ void mla_kv_merge_grad(MT_PARAMS(mla_kv_merge_grad)) {
 }
 
 void rope_forward(MT_PARAMS(rope_forward)) {
-  rope_apply(x, pos, N, nh, D, rot_dim, base, 1.0f);
+  rope_apply(x, pos, N, nh, D, rot_dim, f, 1.0f);
 }
 
 void rope_backward(MT_PARAMS(rope_backward)) {
-  rope_apply(dx, pos, N, nh, D, rot_dim, base, -1.0f);
+  rope_apply(dx, pos, N, nh, D, rot_dim, f, -1.0f);
 }
 
 }  // namespace mtron::kernels::cpu::HWY_NAMESPACE

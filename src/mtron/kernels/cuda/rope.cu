@@ -3,8 +3,8 @@
 //
 // Split and merge are pure gathers, one thread per element of the fused qkv[N, G, hpg + 2, D]
 // (reads and writes contiguous along D). RoPE follows the CPU kernel's arithmetic: fp32
-// inv_freq_i = 1 / base^(float(2i)/R), angle = float(pos) * inv_freq_i, cos/sin of the fp32
-// angle, the rotation written with the same fused multiply-adds.
+// inv_freq_i (RopeFreq::inv_freq), angle = float(pos) * inv_freq_i, cos/sin of the fp32 angle
+// times mscale, the rotation written with the same fused multiply-adds.
 #include "mtron/kernels/cuda/common.cuh"
 #include "mtron/kernels/cuda/cuda_ops.h"
 
@@ -94,9 +94,8 @@ __global__ void rope_kernel(MT_PARAMS(rope_forward), float sign) {
     const int64_t i = t % half;
     const int64_t row = t / half;  // n * nh + h
     const int64_t n = row / nh;
-    const float inv_freq = 1.0f / powf(base, float(2 * i) / float(R));
-    const float angle = float(pos[n]) * inv_freq;
-    const float c = cosf(angle), s = sign * sinf(angle);
+    const float angle = float(pos[n]) * f.inv_freq(i, R);
+    const float c = cosf(angle) * f.mscale, s = sign * sinf(angle) * f.mscale;
     float* x1 = x + row * D + i;
     float* x2 = x1 + half;
     const float a = *x1, b = *x2;
@@ -133,12 +132,12 @@ void mla_kv_merge_grad(const Ctx& ctx, MT_PARAMS(mla_kv_merge_grad)) {
 
 void rope_forward(const Ctx& ctx, MT_PARAMS(rope_forward)) {
   launch("rope_forward", rope_kernel, grid_for(N * nh * (rot_dim / 2), kThreads), kThreads, 0,
-         stream_of(ctx), x, pos, N, nh, D, rot_dim, base, 1.0f);
+         stream_of(ctx), x, pos, N, nh, D, rot_dim, f, 1.0f);
 }
 
 void rope_backward(const Ctx& ctx, MT_PARAMS(rope_backward)) {
   launch("rope_backward", rope_kernel, grid_for(N * nh * (rot_dim / 2), kThreads), kThreads, 0,
-         stream_of(ctx), dx, pos, N, nh, D, rot_dim, base, -1.0f);
+         stream_of(ctx), dx, pos, N, nh, D, rot_dim, f, -1.0f);
 }
 
 }  // namespace mtron::kernels::cuda

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "mtron/kernels/ref/common.h"
+#include "mtron/kernels/rope.h"
 
 namespace mtron::kernels::ref {
 
@@ -81,15 +82,21 @@ void mla_kv_merge_grad(T* dkv,
 }
 
 template <typename T>
-void rotate(
-    T* x, const int32_t* pos, int64_t N, int64_t nh, int64_t D, int64_t R, float base, int sign) {
+void rotate(T* x,
+            const int32_t* pos,
+            int64_t N,
+            int64_t nh,
+            int64_t D,
+            int64_t R,
+            const RopeFreq& f,
+            int sign) {
   const int64_t half = R / 2;
   for (int64_t n = 0; n < N; ++n)
     for (int64_t i = 0; i < half; ++i) {
-      // Megatron: inv_freq = 1.0 / (base ** (arange(0, R, 2, fp32) / R)), freqs = pos * inv_freq
-      const float inv_freq = 1.0f / std::pow(base, float(2 * i) / float(R));
-      const float angle = float(pos[n]) * inv_freq;
-      const Acc<T> c = std::cos(double(angle)), s = sign * std::sin(double(angle));
+      // Megatron: freqs = pos * inv_freq (fp32), cos/sin (times YaRN's mscale)
+      const float angle = float(pos[n]) * f.inv_freq(i, R);
+      const Acc<T> c = std::cos(double(angle)) * f.mscale,
+                   s = sign * std::sin(double(angle)) * f.mscale;
       for (int64_t h = 0; h < nh; ++h) {
         T* row = x + (n * nh + h) * D;
         const Acc<T> a = row[i], b = row[i + half];
@@ -100,15 +107,25 @@ void rotate(
 }
 
 template <typename T>
-void rope_forward(
-    T* x, const int32_t* pos, int64_t N, int64_t nh, int64_t D, int64_t rot_dim, float base) {
-  rotate(x, pos, N, nh, D, rot_dim, base, 1);
+void rope_forward(T* x,
+                  const int32_t* pos,
+                  int64_t N,
+                  int64_t nh,
+                  int64_t D,
+                  int64_t rot_dim,
+                  const RopeFreq& f) {
+  rotate(x, pos, N, nh, D, rot_dim, f, 1);
 }
 
 template <typename T>
-void rope_backward(
-    T* dx, const int32_t* pos, int64_t N, int64_t nh, int64_t D, int64_t rot_dim, float base) {
-  rotate(dx, pos, N, nh, D, rot_dim, base, -1);
+void rope_backward(T* dx,
+                   const int32_t* pos,
+                   int64_t N,
+                   int64_t nh,
+                   int64_t D,
+                   int64_t rot_dim,
+                   const RopeFreq& f) {
+  rotate(dx, pos, N, nh, D, rot_dim, f, -1);
 }
 
 }  // namespace mtron::kernels::ref
