@@ -89,8 +89,9 @@ int main(int argc, char** argv) {
         [&] { add(ctx, b.data(), a.data(), b.data(), N * F); });
     run("scale_inplace", "4096x3072", 2 * f4 * N * F, "GB/s",
         [&] { scale_inplace(ctx, b.data(), 0.5f, N * F); });
+    double total = 0;
     run("sum_squares", "4096x3072", f4 * N * F, "GB/s",
-        [&] { (void)sum_squares(ctx, a.data(), N * F); });
+        [&] { sum_squares(ctx, &total, a.data(), N * F); });
     std::vector<bf16> h(a.size());
     run("convert f32->bf16", "4096x3072", 6.0 * N * F, "GB/s",
         [&] { convert(ctx, h.data(), a.data(), N * F); });

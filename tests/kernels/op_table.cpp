@@ -177,8 +177,10 @@ void elementwise_cases(Checker& ck, bool small) {
     });
     ck.run("sum_squares", shape, [&] {
       Pair<float> x(randn(n));
-      const double r = ref::sum_squares(x.host(), n), g = sum_squares(g_dev, x.dev(), n);
-      ck.check("value", {float(g)}, {float(r)}, kTolF32);
+      Pair<double> total(std::vector<double>{1.5});  // sum_squares adds to it
+      const double r = 1.5 + ref::sum_squares(x.host(), n);
+      sum_squares(g_dev, total.dev(), x.dev(), n);
+      ck.check("value", {float(total.dev_result()[0])}, {float(r)}, kTolF32);
     });
     ck.run("fp8_quantize/abs_max", shape, [&] {
       auto v = randn(n, 200.0f);  // beyond E4M3's 448 and into its subnormals
@@ -586,6 +588,18 @@ void xent_cases(Checker& ck, bool small) {
       ck.check("row_max", mx, kTolF32);
       ck.check("row_sumexp", se, kTolF32);
       ck.check("target_logit", tg, kTolF32);
+      // another rank's max (>= this one's) rescales the sums; the loss sum adds to 0.5
+      std::vector<float> g = mx.host_result();
+      for (float& v : g) v += 0.25f;
+      Pair<float> gmax(g), mr(mx.host_result()), sr(se.host_result());
+      ref::xent_rescale(mr.host(), sr.host(), gmax.host(), s.n);
+      xent_rescale(g_dev, mr.dev(), sr.dev(), gmax.dev(), s.n);
+      ck.check("rescaled row_max", mr, 0.0);
+      ck.check("rescaled row_sumexp", sr, kTolF32);
+      Pair<double> sum(std::vector<double>{0.5});
+      ref::xent_loss_sum(sum.host(), mx.host(), se.host(), tg.host(), s.n);
+      xent_loss_sum(g_dev, sum.dev(), mx.dev(), se.dev(), tg.dev(), s.n);
+      ck.check("loss sum", {float(sum.dev_result()[0])}, {float(sum.host_result()[0])}, kTolF32);
       // backward from the reference's statistics, once with row scales and once in place without
       Pair<float> m2(mx.host_result()), s2(se.host_result()), scale(randn(s.n)), dl(poison(nv));
       ref::xent_backward(dl.host(), logits.host(), targets.host(), m2.host(), s2.host(),
@@ -746,8 +760,11 @@ void stream_cases(Checker& ck) {
     attention_forward(sdev, out.dev(), lse.dev(), q.dev(), k.dev(), v.dev(), s, {true, 0});
     synchronize(sdev);
     ck.check("attention out", out, kTolF32);
-    const double r = ref::sum_squares(out.host(), nq), g = sum_squares(sdev, out.dev(), nq);
-    ck.check("sum_squares", {float(g)}, {float(r)}, kTolF32);
+    Pair<double> total(std::vector<double>{0.0});
+    const double r = ref::sum_squares(out.host(), nq);
+    sum_squares(sdev, total.dev(), out.dev(), nq);
+    synchronize(sdev);
+    ck.check("sum_squares", {float(total.dev_result()[0])}, {float(r)}, kTolF32);
     destroy_stream(sdev.device, sdev.stream);
   });
 }

@@ -28,7 +28,8 @@ struct DropoutRows {
 //                exact); to f16, magnitudes from 65520 up become infinity (as on a GPU)
 // bias_add:      out[N,C] += bias[C] broadcast over rows
 // bias_backward: dbias[C] += sum over rows of dout[N,C]
-// sum_squares:   sum of x[i]^2 accumulated in double (for the global gradient norm)
+// sum_squares:   *total += sum of x[i]^2 accumulated in double, total on ctx's device (the global
+//                gradient norm adds its runs there and reads the total once)
 // fill_zero:     x[0, bytes) = 0
 // fill:          x[i] = value
 // copy:          dst[0, bytes) = src[0, bytes), both on ctx's device; the ranges must not overlap
@@ -52,7 +53,8 @@ struct DropoutRows {
      (out, bias, N, C))                                                                            \
   OP(void, bias_backward, bias_backward, no_contract,                                              \
      (float* dbias, const float* dout, int64_t N, int64_t C), (dbias, dout, N, C))                 \
-  OP(double, sum_squares, sum_squares, no_contract, (const float* x, int64_t n), (x, n))           \
+  OP(void, sum_squares, sum_squares, no_contract, (double* total, const float* x, int64_t n),      \
+     (total, x, n))                                                                                \
   OP(void, fill_zero, fill_zero, bytes_contract, (void* x, int64_t bytes), (x, bytes))             \
   OP(void, fill, fill, no_contract, (float* x, float value, int64_t n), (x, value, n))             \
   OP(void, copy, copy, bytes_contract, (void* dst, const void* src, int64_t bytes),                \

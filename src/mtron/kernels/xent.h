@@ -1,4 +1,4 @@
-// defines: xent_stats, xent_backward
+// defines: xent_stats, xent_rescale, xent_loss_sum, xent_backward
 //
 // Building blocks of the chunked, vocab-parallel softmax cross-entropy (the driver, which runs
 // the LM-head GEMMs chunk by chunk and reduces statistics across TP ranks, is
@@ -17,6 +17,11 @@ namespace mtron::kernels {
 // xent_stats: per row r, row_max = max over valid columns (-inf if none), row_sumexp =
 //   sum exp(l - row_max), target_logit = logits[r, targets[r] - col_start] if the target is in
 //   this chunk's range, else 0.
+// xent_rescale: one TP rank's statistics in the group's max (before the sums are all-reduced):
+//   row_sumexp[r] *= exp(row_max[r] - global_max[r]) (0 where row_max is -inf), row_max[r] =
+//   global_max[r].
+// xent_loss_sum: *loss_sum += sum over rows of log(row_sumexp) + row_max - target_logit, each
+//   term and the sum in double, on the device (the host reads the sum when it needs it).
 // xent_backward: dlogits[r, c] = row_scale[r] * (exp(logits[r,c] - row_max[r]) / row_sumexp[r]
 //   - [c is target]) with the *global* row_max/row_sumexp; 0 on padded columns. dlogits may alias
 //   logits. row_scale == nullptr means 1 for every row.
@@ -27,9 +32,18 @@ namespace mtron::kernels {
   (float* dlogits, const float* logits, const int32_t* targets, const float* row_max,         \
    const float* row_sumexp, const float* row_scale, int64_t n, int64_t Vl, int64_t col_start, \
    int64_t vocab_valid)
+#define MT_PARAMS_xent_rescale \
+  (float* row_max, float* row_sumexp, const float* global_max, int64_t n)
+#define MT_PARAMS_xent_loss_sum                                                                \
+  (double* loss_sum, const float* row_max, const float* row_sumexp, const float* target_logit, \
+   int64_t n)
 #define MTRON_XENT_OPS(OP)                                                                \
   OP(void, xent_stats, xent_stats, no_contract, MT_PARAMS_xent_stats,                     \
      (row_max, row_sumexp, target_logit, logits, targets, n, Vl, col_start, vocab_valid)) \
+  OP(void, xent_rescale, xent_rescale, no_contract, MT_PARAMS_xent_rescale,               \
+     (row_max, row_sumexp, global_max, n))                                                \
+  OP(void, xent_loss_sum, xent_loss_sum, no_contract, MT_PARAMS_xent_loss_sum,            \
+     (loss_sum, row_max, row_sumexp, target_logit, n))                                    \
   OP(void, xent_backward, xent_backward, no_contract, MT_PARAMS_xent_backward,            \
      (dlogits, logits, targets, row_max, row_sumexp, row_scale, n, Vl, col_start, vocab_valid))
 MTRON_XENT_OPS(MT_OP_DECLARE)

@@ -152,10 +152,8 @@ void GPTChunk::embed_backward(
                               vocab_local_);
 }
 
-void GPTChunk::mtp_forward(const RunCtx& rc,
-                           const MicroBatch& mb,
-                           Stash& st,
-                           const TokenLayout& tl) {
+void GPTChunk::mtp_forward(
+    const RunCtx& rc, const MicroBatch& mb, Stash& st, const TokenLayout& tl, double* mtp_loss) {
   const auto& tp = rc.tp;
   const int64_t N = tl.rows(), Nl = tp.sp_rows(N), h = cfg_.hidden_size, S = cfg_.seq_length;
   const size_t D = mtp_.size();
@@ -202,13 +200,14 @@ void GPTChunk::mtp_forward(const RunCtx& rc,
                  .dw = params_.grad(out_w_),
                  .dh = dh,
                  .targets = labels,
+                 .loss_sum = mtp_loss + k,
                  .N = rows,
                  .hidden = h,
                  .Vl = vocab_local_,
                  .col_start = vocab_start_,
                  .vocab_valid = cfg_.vocab_size,
                  .dloss = float(double(mb.dloss) * weight)};
-    st.mtp_loss_sum[k] = lm_head_loss(rc, scratch_, a);
+    lm_head_loss(rc, scratch_, a);
     st.mtp_dhead[k] = dh;
     hid = out;
   }
@@ -376,12 +375,17 @@ const float* GPTChunk::forward(const RunCtx& rc,
     parallel::enter_tp_forward(tp, full, lnf, N, h);
   }
   if (train) st.dhead = st.keep.alloc<float>(N * h);
+  double* acc = st.loss_dev;
+  if (!acc) {
+    acc = st.keep.alloc<double>(int64_t(1 + mtp_.size()));
+    kernels::fill_zero(rc.k, acc, int64_t(sizeof(double) * (1 + mtp_.size())));
+  }
   LmHeadArgs a{.h = as_gemm_input(rc, scratch_, full, N * h),
                .w = params_.weight(out_w_),
                .dw = train ? params_.grad(out_w_) : nullptr,
                .dh = st.dhead,
                .targets = st.labels,
-               .losses = st.losses_out,
+               .loss_sum = acc,
                .logits = st.logits_out,
                .N = N,
                .hidden = h,
@@ -389,8 +393,14 @@ const float* GPTChunk::forward(const RunCtx& rc,
                .col_start = vocab_start_,
                .vocab_valid = cfg_.vocab_size,
                .dloss = mb.dloss};
-  st.loss_sum = lm_head_loss(rc, scratch_, a);
-  if (train && !mtp_.empty()) mtp_forward(rc, mb, st, tl);
+  lm_head_loss(rc, scratch_, a);
+  if (train && !mtp_.empty()) mtp_forward(rc, mb, st, tl, acc + 1);
+  if (!st.loss_dev) {
+    std::vector<double> sums(1 + mtp_.size());
+    kernels::copy_to_host(rc.k, sums.data(), acc, int64_t(sizeof(double) * sums.size()));
+    st.loss_sum = sums[0];
+    std::copy(sums.begin() + 1, sums.end(), st.mtp_loss_sum.begin());
+  }
   return nullptr;
 }
 

@@ -88,7 +88,13 @@ class GPTChunk {
     const float* out = nullptr;        // [Nl, h] chunk output (non-head chunks)
     float *lnf_mean = nullptr, *lnf_rstd = nullptr;
     float* dhead = nullptr;  // [N, h] d(loss)/d(LM-head input), from the fused loss pass
-    double loss_sum = 0;     // sum of this micro-batch's token losses on this rank
+    // The head chunk's token-loss sums on this rank: [0] the LM loss, [1 + k] MTP depth k. With
+    // loss_dev (device memory, [1 + MTP depths], set by the caller) forward adds to it and
+    // leaves loss_sum and mtp_loss_sum at 0: the trainer points every micro-batch of a step at
+    // one accumulator and reads it once. Without, forward reads them into loss_sum and
+    // mtp_loss_sum (a host round trip).
+    double* loss_dev = nullptr;
+    double loss_sum = 0;  // sum of this micro-batch's token losses on this rank
     // Multi-token prediction, per depth (training forwards of the head chunk): the rolled
     // tokens on the device, the stashes, d(loss)/d(head input) [N, h] and the sum of the
     // token losses on this rank (zeros when the forward ran no MTP).
@@ -100,7 +106,6 @@ class GPTChunk {
     MoEStats moe;  // this rank's share of the MoE statistics, summed over layers
     // Optional outputs the caller points somewhere before forward (tests, generation, eval):
     float* logits_out = nullptr;  // [N, Vl] this rank's vocabulary shard of the logits (device)
-    float* losses_out = nullptr;  // [N] per-token losses (host)
     int64_t num_tokens = 0;
     // Copies of the micro-batch's tokens, labels and positions on the run's device, set by
     // forward.
@@ -173,8 +178,10 @@ class GPTChunk {
   // gradients.
   void embed_backward(
       const RunCtx& rc, const TokenLayout& tl, float* g, const int32_t* tokens, int64_t layer = -1);
-  // The MTP depths of a training forward, from the decoder's normed output st.lnf_out.
-  void mtp_forward(const RunCtx& rc, const MicroBatch& mb, Stash& st, const TokenLayout& tl);
+  // The MTP depths of a training forward, from the decoder's normed output st.lnf_out; depth k's
+  // token-loss sum is added to mtp_loss[k] (device memory).
+  void mtp_forward(
+      const RunCtx& rc, const MicroBatch& mb, Stash& st, const TokenLayout& tl, double* mtp_loss);
   // Their backward: adds d(MTP losses)/d(hidden) to dhidden [Nl, h].
   void mtp_backward(const RunCtx& rc, Stash& st, const TokenLayout& tl, float* dhidden);
   bool recomputed(int64_t i) const;  // is local layer i in a recompute group?

@@ -12,14 +12,13 @@ namespace mtron::model {
 
 using kernels::Trans;
 
-double lm_head_loss(const RunCtx& rc, Arena& scratch, const LmHeadArgs& a) {
+void lm_head_loss(const RunCtx& rc, Arena& scratch, const LmHeadArgs& a) {
   const bool train = a.dh != nullptr;
   const int64_t R = lm_head_rows_per_chunk(a.Vl, kernels::chunk_elems(rc.k.device));
   float* logits = scratch.alloc<float>(R * a.Vl);
   const GemmInputRoom dlogits_room =
       train ? gemm_input_room(rc, scratch, R * a.Vl) : GemmInputRoom{};
   parallel::VocabParallelCrossEntropy xent(rc.k, rc.tp, scratch, R, a.dloss);
-  double loss_sum = 0;
 
   for (int64_t r0 = 0; r0 < a.N; r0 += R) {
     const int64_t n = std::min(R, a.N - r0);
@@ -30,8 +29,7 @@ double lm_head_loss(const RunCtx& rc, Arena& scratch, const LmHeadArgs& a) {
       kernels::copy(rc.k, a.logits + r0 * a.Vl, logits, int64_t(sizeof(float)) * n * a.Vl);
     }
     const int32_t* tg = a.targets + r0;
-    loss_sum += xent.forward(logits, tg, n, a.Vl, a.col_start, a.vocab_valid,
-                             a.losses ? a.losses + r0 : nullptr);
+    xent.forward(logits, tg, n, a.Vl, a.col_start, a.vocab_valid, a.loss_sum);
     if (!train) continue;
     xent.backward(logits, logits, tg, n, a.Vl, a.col_start, a.vocab_valid);
     const Act g = as_gemm_input(rc, dlogits_room, logits, n * a.Vl);
@@ -40,7 +38,6 @@ double lm_head_loss(const RunCtx& rc, Arena& scratch, const LmHeadArgs& a) {
     kernels::gemm(rc.k, Trans::kT, Trans::kN, a.Vl, a.hidden, n, 1.0f, g, a.Vl, hc, a.hidden, 1.0f,
                   a.dw, a.hidden);
   }
-  return loss_sum;
 }
 
 }  // namespace mtron::model

@@ -5,6 +5,7 @@
 #include <utility>
 #include <vector>
 
+#include "mtron/kernels/device.h"
 #include "mtron/kernels/elementwise.h"
 #include "mtron/kernels/gemm_operand.h"
 
@@ -32,7 +33,10 @@ void for_each_piece(const OptimBuffer& b, F&& f) {
 }  // namespace
 
 AdamW::AdamW(std::vector<OptimBuffer> buffers, AdamWConfig cfg, const kernels::Ctx& k)
-    : buffers_(std::move(buffers)), cfg_(cfg), k_(k) {
+    : buffers_(std::move(buffers)),
+      cfg_(cfg),
+      k_(k),
+      norm_sum_(Tensor::empty({1}, DType::kF64, k.device)) {
   for (const OptimBuffer& b : buffers_) {
     for (std::vector<Tensor>* moments : {&m_, &v_}) {
       Tensor t = Tensor::empty({b.shard_elems()}, DType::kF32, k.device);
@@ -42,12 +46,13 @@ AdamW::AdamW(std::vector<OptimBuffer> buffers, AdamWConfig cfg, const kernels::C
   }
 }
 
-// One sum_squares (on a GPU, one host synchronisation) per run of counted parameters rather than
-// one per parameter: a shard's pieces in buffer order, counted ones joined across the padding
-// between them (zero: ParamBuffer::zero_grad clears the whole buffer), a run ending at a piece
-// that is not counted.
+// One sum_squares per run of counted parameters rather than one per parameter: a shard's pieces
+// in buffer order, counted ones joined across the padding between them (zero:
+// ParamBuffer::zero_grad clears the whole buffer), a run ending at a piece that is not counted.
+// The runs add to one double on the device, read once (one host synchronisation on a GPU).
 double AdamW::grad_norm(Comm& norm_group) const {
-  double sumsq = 0;
+  double* total = static_cast<double*>(norm_sum_.raw());
+  kernels::fill_zero(k_, total, sizeof(double));
   for (const OptimBuffer& b : buffers_) {
     for (const OptimBuffer::Shard& s : b.shards) {
       std::vector<std::pair<int64_t, const OptimRange*>> pieces;  // (first element, range)
@@ -58,7 +63,7 @@ double AdamW::grad_norm(Comm& norm_group) const {
       std::sort(pieces.begin(), pieces.end());
       int64_t lo = 0, hi = 0;  // the run
       const auto flush = [&] {
-        if (hi > lo) sumsq += kernels::sum_squares(k_, b.grad + lo, hi - lo);
+        if (hi > lo) kernels::sum_squares(k_, total, b.grad + lo, hi - lo);
         lo = hi = 0;
       };
       for (const auto& [begin, r] : pieces) {
@@ -72,6 +77,8 @@ double AdamW::grad_norm(Comm& norm_group) const {
       flush();
     }
   }
+  double sumsq = 0;
+  kernels::copy_to_host(k_, &sumsq, total, sizeof(double));
   if (norm_group.size() > 1) sumsq = norm_group.all_reduce_sum(sumsq);
   return std::sqrt(sumsq);
 }

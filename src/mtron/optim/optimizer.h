@@ -77,6 +77,7 @@ class AdamW {
   AdamWConfig cfg_;
   kernels::Ctx k_;
   std::vector<Tensor> m_, v_;
+  Tensor norm_sum_;  // [1] double on the device: grad_norm's sum of squares
   int64_t step_ = 0;
 };
 

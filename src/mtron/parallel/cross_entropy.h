@@ -6,12 +6,12 @@
 // exp(logit - max) and the target's logit, which are reduced over the TP group (the sums rescaled
 // to the global max first), so the logits are never gathered. Columns at or beyond vocab_valid
 // (Megatron's vocabulary padding) are excluded from the softmax, so the loss does not depend on
-// the padding. The statistics stay on the device for the backward; their copy on the host gives
-// the losses.
+// the padding. The statistics stay on the device: the TP reduction works on them there, the
+// backward reads them, and the losses are summed into a device accumulator, so a chunk needs no
+// host round trip.
 #pragma once
 
 #include <cstdint>
-#include <vector>
 
 #include "mtron/core/arena.h"
 #include "mtron/kernels/ctx.h"
@@ -29,15 +29,15 @@ class VocabParallelCrossEntropy {
                             int64_t max_rows,
                             float row_scale);
 
-  // The losses of a chunk's n rows into losses[n] (host memory; null: not wanted); returns their
-  // sum. Collective over the TP group.
-  double forward(const float* logits,
-                 const int32_t* targets,
-                 int64_t n,
-                 int64_t Vl,
-                 int64_t col_start,
-                 int64_t vocab_valid,
-                 float* losses);
+  // Adds the sum of a chunk's n row losses to *loss_sum (device memory). Collective over the TP
+  // group.
+  void forward(const float* logits,
+               const int32_t* targets,
+               int64_t n,
+               int64_t Vl,
+               int64_t col_start,
+               int64_t vocab_valid,
+               double* loss_sum);
   // dlogits[n, Vl] = row_scale (softmax - one-hot of the target) of the last forward's chunk,
   // 0 on padded columns; dlogits may alias logits.
   void backward(float* dlogits,
@@ -52,9 +52,8 @@ class VocabParallelCrossEntropy {
   kernels::Ctx k_;
   TensorParallel tp_;
   int64_t R_;
-  float* stats_;               // device [4, R]: max | sum of exp | target logit | row scale
-  std::vector<float> host_;    // the first three, on the host
-  std::vector<float> global_;  // [R] the TP group's max
+  float* stats_;   // device [4, R]: max | sum of exp | target logit | row scale
+  float* global_;  // device [R]: the TP group's max (TP > 1)
 };
 
 }  // namespace mtron::parallel

@@ -5,7 +5,9 @@
 // a pool so steady-state steps reuse their arenas; a step's micro-batches are built once
 // (Trainer::microbatch). It waits for the parameter all-gathers still in flight
 // (--overlap-param-gather) before a forward needs them, and starts the gradient buckets'
-// reduction during the last micro-batch's backward (--overlap-grad-reduce).
+// reduction during the last micro-batch's backward (--overlap-grad-reduce). The head chunk adds
+// every micro-batch's token losses to one accumulator on the device, read once per step (the
+// first loss_sum or mtp_loss_sum after it), so the losses cost one host synchronisation a step.
 #pragma once
 
 #include <map>
@@ -13,6 +15,9 @@
 #include <utility>
 #include <vector>
 
+#include "mtron/core/arena.h"
+#include "mtron/kernels/device.h"
+#include "mtron/kernels/elementwise.h"
 #include "mtron/parallel/schedule.h"
 #include "mtron/train/trainer.h"
 
@@ -22,37 +27,42 @@ namespace mtron::train {
 // taken from a pool so steady-state steps reuse their arenas.
 class Trainer::Stages : public parallel::StageModel {
  public:
-  explicit Stages(Trainer& t) : t_(t) {}
+  explicit Stages(Trainer& t) : t_(t), loss_arena_(t.rc_.k.device) {
+    loss_dev_ = loss_arena_.alloc<double>(1 + t_.a_.model.mtp_num_layers);
+    for (const auto& c : t_.chunks_) has_head_ = has_head_ || c->placement().has_head;
+  }
 
   // A step over the global batch at sample `base` of `split` (train: forward and backward).
   void begin(bool train, data::Split split, int64_t base) {
     train_ = train;
     split_ = split;
     base_ = base;
-    loss_sum_ = 0;
-    mtp_loss_sum_.assign(size_t(t_.a_.model.mtp_num_layers), 0.0);
+    kernels::fill_zero(t_.rc_.k, loss_dev_,
+                       int64_t(sizeof(double)) * (1 + t_.a_.model.mtp_num_layers));
+    losses_read_ = false;
     moe_ = model::MoEStats{};
     mbs_.clear();
   }
-  double loss_sum() const { return loss_sum_; }
+  // This rank's sum of the step's token losses (the last stage's; 0 elsewhere).
+  double loss_sum() { return read_losses()[0]; }
   // Per MTP depth, this rank's sum of the token losses (the last stage's; zeros elsewhere).
-  const std::vector<double>& mtp_loss_sum() const { return mtp_loss_sum_; }
+  std::vector<double> mtp_loss_sum() {
+    const std::vector<double>& s = read_losses();
+    return std::vector<double>(s.begin() + 1, s.end());
+  }
   const model::MoEStats& moe() const { return moe_; }
 
   const float* forward(int chunk, int64_t m, const float* input) override {
     release_pending();
     model::GPTChunk::Stash& st = acquire({chunk, m});
     model::GPTChunk& c = *t_.chunks_[size_t(chunk)];
+    st.loss_dev = loss_dev_;
     // --overlap-param-gather: the parameter all-gathers of the last step are still in flight.
     model::GPTChunk::ParamsNeeded need;
     GradSync* sync = t_.grad_syncs_[size_t(chunk)].get();
     if (sync->params_pending())
       need = [sync](int64_t lo, int64_t hi) { sync->wait_params(lo, hi); };
     const float* out = c.forward(t_.rc_, mb(m), st, input, train_, need);
-    if (c.placement().has_head) {
-      loss_sum_ += st.loss_sum;
-      for (size_t k = 0; k < st.mtp_loss_sum.size(); ++k) mtp_loss_sum_[k] += st.mtp_loss_sum[k];
-    }
     moe_.add(st.moe);
     if (!train_) pending_ = {chunk, m};
     return out;
@@ -99,6 +109,18 @@ class Trainer::Stages : public parallel::StageModel {
     in_use_[k] = std::move(s);
     return ref;
   }
+  // The step's loss sums, copied from the device once (zeros on a rank without the head).
+  const std::vector<double>& read_losses() {
+    if (!losses_read_) {
+      losses_.assign(size_t(1 + t_.a_.model.mtp_num_layers), 0.0);
+      if (has_head_) {
+        kernels::copy_to_host(t_.rc_.k, losses_.data(), loss_dev_,
+                              int64_t(sizeof(double) * losses_.size()));
+      }
+      losses_read_ = true;
+    }
+    return losses_;
+  }
   void release_pending() {
     if (pending_.first < 0) return;
     auto it = in_use_.find(pending_);
@@ -111,8 +133,10 @@ class Trainer::Stages : public parallel::StageModel {
   bool train_ = true;
   data::Split split_ = data::Split::kTrain;
   int64_t base_ = 0;
-  double loss_sum_ = 0;
-  std::vector<double> mtp_loss_sum_;
+  Arena loss_arena_;            // on the run's device
+  double* loss_dev_ = nullptr;  // [1 + MTP depths] the step's token-loss sums
+  bool has_head_ = false, losses_read_ = false;
+  std::vector<double> losses_;
   model::MoEStats moe_;  // this rank's share, over the step's micro-batches
   std::map<int64_t, model::MicroBatch> mbs_;
   std::map<Key, std::unique_ptr<model::GPTChunk::Stash>> in_use_;

@@ -92,7 +92,7 @@ void bias_backward(float* dbias, const float* dout, int64_t N, int64_t C) {
 
 // Squares summed in fp32 within blocks of 1024 elements, the block sums added in double in block
 // order: the same result for any thread count.
-double sum_squares(const float* x, int64_t n) {
+void sum_squares(double* result, const float* x, int64_t n) {
   constexpr int64_t kBlock = 1024;
   const DF d;
   std::vector<double> block_sum(size_t((n + kBlock - 1) / kBlock));
@@ -115,7 +115,7 @@ double sum_squares(const float* x, int64_t n) {
   });
   double total = 0;
   for (const double s : block_sum) total += s;
-  return total;
+  *result += total;
 }
 
 void fill_zero(void* x, int64_t bytes) {

@@ -130,13 +130,13 @@ __global__ void sum_squares_kernel(double* part, const float* x, int64_t n) {
   if (threadIdx.x == 0) part[blockIdx.x] = s;
 }
 
-// pass 2: one block adds the partials.
+// pass 2: one block adds the partials to *total.
 __global__ void sum_parts_kernel(double* total, const double* part, int64_t n) {
   __shared__ double red[32];
   double s = 0;
   for (int64_t i = threadIdx.x; i < n; i += blockDim.x) s += part[i];
   s = block_sum(s, red);
-  if (threadIdx.x == 0) *total = s;
+  if (threadIdx.x == 0) *total += s;
 }
 
 }  // namespace
@@ -189,18 +189,14 @@ void dropout(const Ctx& ctx, float* x, const int32_t* pos, int64_t rows, const D
          rows, d);
 }
 
-double sum_squares(const Ctx& ctx, const float* x, int64_t n) {
-  if (n <= 0) return 0;
+void sum_squares(const Ctx& ctx, double* total, const float* x, int64_t n) {
+  if (n <= 0) return;
   const cudaStream_t s = stream_of(ctx);
   const unsigned blocks = grid_for(n, kThreads);
-  Scratch part(sizeof(double) * (blocks + 1), s);
-  double* total = part.as<double>() + blocks;
+  Scratch part(sizeof(double) * blocks, s);
   launch("sum_squares", sum_squares_kernel, blocks, kThreads, 0, s, part.as<double>(), x, n);
   launch("sum_parts", sum_parts_kernel, 1, kThreads, 0, s, total, part.as<double>(),
          int64_t(blocks));
-  double result = 0;
-  copy_to_host_sync(&result, total, sizeof(double), s);
-  return result;
 }
 
 void scale_matrix(cudaStream_t stream, float* C, int64_t M, int64_t N, int64_t ldc, float beta) {

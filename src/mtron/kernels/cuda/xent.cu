@@ -42,6 +42,25 @@ __global__ void xent_stats_kernel(MT_PARAMS(xent_stats)) {
   }
 }
 
+__global__ void xent_rescale_kernel(MT_PARAMS(xent_rescale)) {
+  for (int64_t r = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; r < n;
+       r += int64_t(gridDim.x) * blockDim.x) {
+    row_sumexp[r] = row_max[r] == kNegInf ? 0.0f : row_sumexp[r] * expf(row_max[r] - global_max[r]);
+    row_max[r] = global_max[r];
+  }
+}
+
+// One block: each thread sums its rows r = threadIdx.x + k blockDim.x, then the block's sum.
+__global__ void xent_loss_sum_kernel(MT_PARAMS(xent_loss_sum)) {
+  __shared__ double red[32];
+  double s = 0;
+  for (int64_t r = threadIdx.x; r < n; r += blockDim.x) {
+    s += log(double(row_sumexp[r])) + double(row_max[r]) - double(target_logit[r]);
+  }
+  s = block_sum(s, red);
+  if (threadIdx.x == 0) *loss_sum += s;
+}
+
 __global__ void xent_backward_kernel(MT_PARAMS(xent_backward)) {
   const int64_t n_items = n * Vl, nv = valid_cols(Vl, col_start, vocab_valid);
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n_items;
@@ -66,6 +85,18 @@ void xent_stats(const Ctx& ctx, MT_PARAMS(xent_stats)) {
   if (n <= 0) return;
   launch("xent_stats", xent_stats_kernel, unsigned(n), kThreads, 0, stream_of(ctx), row_max,
          row_sumexp, target_logit, logits, targets, n, Vl, col_start, vocab_valid);
+}
+
+void xent_rescale(const Ctx& ctx, MT_PARAMS(xent_rescale)) {
+  if (n <= 0) return;
+  launch("xent_rescale", xent_rescale_kernel, grid_for(n, kThreads), kThreads, 0, stream_of(ctx),
+         row_max, row_sumexp, global_max, n);
+}
+
+void xent_loss_sum(const Ctx& ctx, MT_PARAMS(xent_loss_sum)) {
+  if (n <= 0) return;
+  launch("xent_loss_sum", xent_loss_sum_kernel, 1, kThreads, 0, stream_of(ctx), loss_sum, row_max,
+         row_sumexp, target_logit, n);
 }
 
 void xent_backward(const Ctx& ctx, MT_PARAMS(xent_backward)) {

@@ -34,6 +34,24 @@ void xent_stats(T* row_max,
 }
 
 template <typename T>
+void xent_rescale(T* row_max, T* row_sumexp, const T* global_max, int64_t n) {
+  for (int64_t r = 0; r < n; ++r) {
+    row_sumexp[r] = row_max[r] == -std::numeric_limits<T>::infinity()
+                        ? T(0)
+                        : T(Acc<T>(row_sumexp[r]) * std::exp(Acc<T>(row_max[r]) - global_max[r]));
+    row_max[r] = global_max[r];
+  }
+}
+
+template <typename T>
+void xent_loss_sum(
+    double* loss_sum, const T* row_max, const T* row_sumexp, const T* target_logit, int64_t n) {
+  for (int64_t r = 0; r < n; ++r) {
+    *loss_sum += std::log(double(row_sumexp[r])) + double(row_max[r]) - double(target_logit[r]);
+  }
+}
+
+template <typename T>
 void xent_backward(T* dlogits,
                    const T* logits,
                    const int32_t* targets,
