@@ -56,6 +56,7 @@ constexpr Compat kSwitches[] = {
     {"--deterministic-mode", "mtron's runs are always deterministic"},
     {"--no-overlap-p2p-communication", "pipeline send/recv scheduling choice"},
     {"--defer-embedding-wgrad-compute", "kernel scheduling choice"},
+    {"--enable-experimental", "mtron has no experimental features to enable"},
     {"--calculate-per-token-loss",
      "every token of every sample counts (mtron has no loss mask), so the per-token mean over "
      "the global batch equals Megatron's per-micro-batch mean"},
@@ -97,6 +98,12 @@ const std::vector<CompatValue>& value_flags() {
       {"--wandb-exp-name", "without --wandb-project nothing is sent to Weights & Biases", {}},
       {"--wandb-save-dir", "without --wandb-project nothing is sent to Weights & Biases", {}},
       {"--wandb-entity", "without --wandb-project nothing is sent to Weights & Biases", {}},
+      {"--logging-level", "mtron's log has one level (errors, notes and the log line)", {}},
+      {"--dist-ckpt-strictness",
+       "mtron's loader checks every tensor and refuses a checkpoint that does not match the model "
+       "(Megatron's raise_all)",
+       {"assume_ok_unexpected", "log_unexpected", "log_all", "raise_unexpected", "raise_all",
+        "return_unexpected", "return_all", "ignore_all"}},
   };
   return v;
 }
