@@ -12,6 +12,8 @@ from mtron_run import env, mpi_prefix, read_metrics, train  # noqa: E402,F401
 ARCH["qwen3"] = ARCH["llama"] + ["--qk-layernorm"]
 ARCH["qwen3moe_mixed"] = [("([0]+[1]*3)" if v == "([1]*4)" else v) for v in ARCH["qwen3moe"]]
 assert ARCH["qwen3moe_mixed"] != ARCH["qwen3moe"]
+# Qwen3-MoE with norm_topk_prob false: Megatron's --moe-router-pre-softmax.
+ARCH["qwen3moe_pre_softmax"] = ARCH["qwen3moe_mixed"] + ["--moe-router-pre-softmax"]
 # Hugging Face's DeepSeek-V3: the mla arch's attention (with its latent norms) and a dense first
 # layer, then 8 experts top-2 in 4 groups of which 1 is chosen (a group scored by its top 2),
 # sigmoid scores with the expert bias, scaling factor 2.5, a shared expert, one MTP depth (its

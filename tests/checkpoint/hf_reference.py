@@ -2,12 +2,13 @@
 """Hugging Face export/import against an independent PyTorch implementation.
 
   hf_reference.py MTRON TOOL WORKDIR ARCH
-      (ARCH: gpt2, llama, moe, qwen3, qwen3moe_mixed or deepseek_v3)
+      (ARCH: gpt2, llama, moe, qwen3, qwen3moe_mixed, qwen3moe_pre_softmax or deepseek_v3)
 
 1. trains a tiny ARCH model a few iterations (`mtron train --save`), exports it
    (`mtron export`), and checks that GPT2LMHeadModel / LlamaForCausalLM / MixtralForCausalLM
    (moe) / Qwen3ForCausalLM (qwen3: llama with --qk-layernorm) / Qwen3MoeForCausalLM
-   (qwen3moe_mixed: a dense first layer, then experts, as mlp_only_layers [0]) /
+   (qwen3moe_mixed: a dense first layer, then experts, as mlp_only_layers [0];
+   qwen3moe_pre_softmax: the same with --moe-router-pre-softmax, norm_topk_prob false) /
    DeepseekV3ForCausalLM (deepseek_v3: multi-latent attention, a dense first layer, sigmoid
    routing with the expert bias, groups, a scaling factor, a shared expert) written here from
    the transformers equations (torch, float64; the folder read with numpy only: transformers and
@@ -123,11 +124,11 @@ def mixtral_moe(cfg, w, p, m):
 
 def qwen3_moe(cfg, w, p, m):
     """Qwen3MoeSparseMoeBlock: the router mlp.gate, softmax over all logits, top-k, the k weights
-    renormalised (norm_topk_prob), each expert down_proj(silu(gate_proj x) * up_proj x)."""
-    assert cfg["norm_topk_prob"]
+    renormalised when norm_topk_prob, each expert down_proj(silu(gate_proj x) * up_proj x)."""
     probs = torch.softmax(m @ w[p + "mlp.gate.weight"].T, -1)
     top, idx = torch.topk(probs, cfg["num_experts_per_tok"], -1)
-    top = top / top.sum(-1, keepdim=True)
+    if cfg["norm_topk_prob"]:
+        top = top / top.sum(-1, keepdim=True)
     out = torch.zeros_like(m)
     for e in range(cfg["num_experts"]):
         x = p + "mlp.experts.%d." % e
@@ -374,7 +375,9 @@ REFUSALS = {
     "moe": (("--moe-router-score-function sigmoid", "MixtralForCausalLM routes by softmax"),
             ("--moe-shared-expert-intermediate-size 64",
              "MixtralForCausalLM has no shared experts"),
-            ("--moe-layer-freq 2", "MixtralForCausalLM has experts in every layer")),
+            ("--moe-layer-freq 2", "MixtralForCausalLM has experts in every layer"),
+            ("--moe-router-pre-softmax",
+             "MixtralForCausalLM renormalises the top-k probabilities")),
     "qwen3moe_mixed": (("--moe-router-score-function sigmoid",
                         "Qwen3MoeForCausalLM routes by softmax"),
                        ("--moe-shared-expert-intermediate-size 64",

@@ -623,6 +623,7 @@ void moe_cases(Checker& ck, bool small) {
     int64_t groups = 0, group_topk = 0;  // DeepSeek's options: groups, expert bias, scaling
     bool bias = false;
     float scale = 0.0f;
+    bool pre_softmax = false;
   };
   std::vector<Shape> shapes = {{1, 1, 1, 1, 1, false},
                                {7, 4, 2, 33, 1, false},
@@ -632,19 +633,29 @@ void moe_cases(Checker& ck, bool small) {
                                {40, 8, 3, 16, 2, true},
                                {40, 16, 4, 16, 2, true, 4, 2, true, 2.5f},
                                {33, 12, 3, 8, 1, false, 3, 1, false, 0.5f},
-                               {21, 8, 2, 8, 1, true, 0, 0, true, 0.0f}};
+                               {21, 8, 2, 8, 1, true, 0, 0, true, 0.0f},
+                               {7, 4, 2, 33, 1, false, 0, 0, false, 0.0f, true},  // pre-softmax
+                               {65, 64, 8, 32, 4, false, 0, 0, false, 0.0f, true},
+                               {33, 12, 3, 8, 1, false, 0, 0, false, 0.5f, true}};
   if (!small) shapes.push_back({4096, 64, 8, 1024, 4, false});
   for (const Shape& s : shapes) {
     const std::string shape = str(
         "T", s.T, " E", s.E, " k", s.k, " h", s.h, " nb", s.nb, s.sigmoid ? " sigmoid" : " softmax",
         s.group_topk ? str(" groups ", s.groups, "/", s.group_topk) : "", s.bias ? " bias" : "",
-        s.scale > 0 ? str(" scale ", s.scale) : "");
+        s.scale > 0 ? str(" scale ", s.scale) : "", s.pre_softmax ? " pre-softmax" : "");
     ck.run("moe", shape, [&] {
       const int64_t T = s.T, E = s.E, k = s.k, h = s.h, nb = s.nb, n = T * k, row0 = 5;
       Pair<float> logits(randn(T * E, 2.0f)), w(poison(n)), sc(poison(T * E)), lse(poison(T));
       Pair<float> bias(randn(E, 0.1f));
       Pair<int32_t> idx(std::vector<int32_t>(size_t(n), -1));
-      const MoeRouting rt{T, E, k, s.sigmoid, s.groups, s.group_topk, nullptr, s.scale};
+      const MoeRouting rt{.T = T,
+                          .E = E,
+                          .k = k,
+                          .sigmoid = s.sigmoid,
+                          .pre_softmax = s.pre_softmax,
+                          .groups = s.groups,
+                          .group_topk = s.group_topk,
+                          .scale = s.scale};
       MoeRouting rt_host = rt, rt_dev = rt;
       if (s.bias) {
         rt_host.bias = bias.host();

@@ -139,6 +139,7 @@ class Model:
             self.groups = int(cfg.get("moe_router_num_groups", 0))
             self.group_topk = int(cfg.get("moe_router_group_topk", 0))
             self.scale = float(cfg.get("moe_router_topk_scaling_factor", 0))
+            self.pre_softmax = "moe_router_pre_softmax" in cfg
             self.aux_coeff = float(cfg.get("moe_aux_loss_coeff", 0))
             self.seq_aux = cfg.get("moe_router_load_balancing_type", "aux_loss") == "seq_aux_loss"
             self.rate = (float(cfg.get("moe_router_bias_update_rate", 1e-3))
@@ -218,7 +219,10 @@ class Model:
     def route(self, logits, layer):
         """Megatron's topk_routing_with_score_function: (experts [T, k], weights [T, k])."""
         T, E, k = logits.shape[0], self.E, self.topk
-        scores = torch.sigmoid(logits) if self.sigmoid else logits
+        if self.sigmoid:
+            scores = torch.sigmoid(logits)
+        else:  # pre-softmax: the probabilities over all experts are chosen and kept as weights
+            scores = torch.softmax(logits, dim=-1) if self.pre_softmax else logits
         sel = scores.detach() + (self.bias[layer] if self.rate is not None else 0)
         if self.group_topk:
             per = E // self.groups
@@ -233,7 +237,7 @@ class Model:
         if self.sigmoid:
             w = s / (s.sum(-1, keepdim=True) + 1e-20) if k > 1 else s
         else:
-            w = torch.softmax(s, dim=-1)
+            w = s if self.pre_softmax else torch.softmax(s, dim=-1)
         if self.scale:
             w = w * self.scale
         return idx, w

@@ -94,6 +94,8 @@ std::string arch_reason(const ModelConfig& c, HfArch arch) {
       if (why.empty()) why = softmax_router_reason(c, name);
       if (why.empty() && arch == HfArch::kMixtral && c.num_moe_layers() != c.num_layers)
         why = name + "has experts in every layer (--moe-layer-freq 1)";
+      if (why.empty() && arch == HfArch::kMixtral && c.moe_router_pre_softmax)
+        why = name + "renormalises the top-k probabilities (no --moe-router-pre-softmax)";
       return why;
     }
   }
@@ -192,9 +194,9 @@ void read_qwen3_moe(const json& j, const std::string& file, ModelConfig& m) {
   m.moe_router_topk = cfg_get<int64_t>(j, "num_experts_per_tok", file);
   m.moe_ffn_hidden_size = cfg_get<int64_t>(j, "moe_intermediate_size", file);
   m.moe_aux_loss_coeff = float(cfg_or<double>(j, "router_aux_loss_coef", 0.0, file));
-  MT_CHECK(cfg_or<bool>(j, "norm_topk_prob", false, file), file,
-           ": norm_topk_prob false is not supported (mtron's softmax router renormalises the "
-           "top-k weights)");
+  // norm_topk_prob false keeps the chosen probabilities of the softmax over all experts:
+  // Megatron's --moe-router-pre-softmax.
+  m.moe_router_pre_softmax = !cfg_or<bool>(j, "norm_topk_prob", false, file);
   const auto step = cfg_or<int64_t>(j, "decoder_sparse_step", 1, file);
   MT_CHECK(step >= 1, file, ": decoder_sparse_step ", step, " must be at least 1");
   m.moe_layer_pattern.assign(size_t(m.num_layers), 0);
@@ -457,7 +459,7 @@ ordered_json hf_config_json(const ModelConfig& c, HfArch arch, const std::string
     j["num_experts"] = c.num_experts;
     j["num_experts_per_tok"] = c.moe_router_topk;
     j["moe_intermediate_size"] = c.moe_ffn();
-    j["norm_topk_prob"] = true;
+    j["norm_topk_prob"] = !c.moe_router_pre_softmax;
     j["decoder_sparse_step"] = 1;
     json dense = json::array();
     for (int64_t l = 0; l < c.num_layers; ++l)

@@ -109,6 +109,7 @@ ordered_json model_config_to_json(const ModelConfig& m) {
     j["moe_router_num_groups"] = m.moe_router_num_groups;
     j["moe_router_group_topk"] = m.moe_router_group_topk;
     j["moe_router_topk_scaling_factor"] = tidy(m.moe_router_topk_scaling_factor);
+    j["moe_router_pre_softmax"] = m.moe_router_pre_softmax;
     j["moe_router_enable_expert_bias"] = m.moe_router_enable_expert_bias;
     j["moe_router_bias_update_rate"] = tidy(m.moe_router_bias_update_rate);
     j["moe_shared_expert_intermediate_size"] = m.moe_shared_expert_intermediate_size;
@@ -175,6 +176,7 @@ ModelConfig model_config_from_json(const json& j, const std::string& file) {
     m.moe_router_group_topk = field_or<int64_t>(j, "moe_router_group_topk", 0, file);
     m.moe_router_topk_scaling_factor =
         field_or<float>(j, "moe_router_topk_scaling_factor", 0.0f, file);
+    m.moe_router_pre_softmax = field_or<bool>(j, "moe_router_pre_softmax", false, file);
     m.moe_router_enable_expert_bias =
         field_or<bool>(j, "moe_router_enable_expert_bias", false, file);
     m.moe_router_bias_update_rate = field_or<float>(j, "moe_router_bias_update_rate", 1e-3f, file);

@@ -95,6 +95,11 @@ void ModelConfig::finalize() {
     MT_CHECK(moe_router_num_groups >= 0, "--moe-router-num-groups must be positive");
     MT_CHECK(moe_router_topk_scaling_factor >= 0,
              "--moe-router-topk-scaling-factor must be positive");
+    MT_CHECK(!moe_router_pre_softmax || moe_router_score_function == RouterScore::kSigmoid ||
+                 moe_router_group_topk == 0,
+             "--moe-router-pre-softmax with softmax scores and group-limited routing "
+             "(--moe-router-group-topk) is not implemented: the groups would be scored by "
+             "probabilities");
     MT_CHECK(!moe_router_enable_expert_bias || moe_router_score_function == RouterScore::kSigmoid,
              "Expert bias for aux-loss-free routing only supports 'sigmoid' and 'sqrtsoftplus' "
              "score functions. Please set --moe-router-score-function to 'sigmoid' or "

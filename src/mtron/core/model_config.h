@@ -73,6 +73,10 @@ struct ModelConfig {
   int64_t moe_router_num_groups = 0;
   int64_t moe_router_group_topk = 0;
   float moe_router_topk_scaling_factor = 0.0f;
+  // --moe-router-pre-softmax: with softmax scores, the softmax over all experts before the top-k
+  // (the chosen probabilities, not renormalised) instead of a softmax over the top-k logits; no
+  // effect with sigmoid scores (as in Megatron).
+  bool moe_router_pre_softmax = false;
   bool moe_router_enable_expert_bias = false;
   float moe_router_bias_update_rate = 1e-3f;
 

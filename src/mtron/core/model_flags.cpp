@@ -161,6 +161,9 @@ void add_model_flags(CLI::App& app, ModelConfig& m) {
                "Number of selected groups for group-limited routing. 0: None.");
   opt<float>(app, "--moe-router-topk-scaling-factor", m.moe_router_topk_scaling_factor, 0.0f,
              "Scaling factor for routing score in top-k selection. 0: None (no scaling).");
+  flag(app, "--moe-router-pre-softmax", m.moe_router_pre_softmax,
+       "Enable pre-softmax routing for MoE, which means softmax is before the top-k selection "
+       "(softmax scores; no effect with sigmoid).");
   flag(app, "--moe-router-enable-expert-bias", m.moe_router_enable_expert_bias,
        "TopK routing with dynamic per-expert bias in the aux-loss-free load balancing strategy "
        "(sigmoid scores only).");
@@ -238,6 +241,7 @@ std::vector<std::string> model_flag_args(const ModelConfig& m) {
   }
   if (m.moe_router_topk_scaling_factor > 0)
     add("--moe-router-topk-scaling-factor", m.moe_router_topk_scaling_factor);
+  if (m.moe_router_pre_softmax) a.push_back("--moe-router-pre-softmax");
   if (m.moe_router_enable_expert_bias) {
     a.push_back("--moe-router-enable-expert-bias");
     add("--moe-router-bias-update-rate", m.moe_router_bias_update_rate);

@@ -7,8 +7,10 @@
 // token t's j-th choice; row[i] is the pair's row in the permuted order, -1 for a dropped pair.
 //
 //   moe_route            idx: the k experts of the largest logits, best first (ties: the lower
-//                        index); weight: softmax over the k chosen logits, or (sigmoid) their
-//                        sigmoids, normalised to sum 1 when k > 1; times scale when set. Both
+//                        index); weight: softmax over the k chosen logits (pre_softmax: the
+//                        softmax over all E logits at the chosen ones, not renormalised), or
+//                        (sigmoid) their sigmoids, normalised to sum 1 when k > 1; times scale
+//                        when set. Both
 //                        score functions are monotonic, so the top-k of the scores is the top-k
 //                        of the logits; choosing on the logits avoids the exact ties that
 //                        rounding sigmoid(l) to fp32 creates between close logits (which would
@@ -50,6 +52,7 @@ namespace mtron::kernels {
 struct MoeRouting {
   int64_t T = 0, E = 0, k = 0;
   bool sigmoid = false;
+  bool pre_softmax = false;  // softmax scores over all E before the top k (not with groups)
   int64_t groups = 0, group_topk = 0;
   const float* bias = nullptr;
   float scale = 0.0f;

@@ -111,7 +111,11 @@ MT_HD void route(const float* l, const MoeRouting& r, int32_t* idx, float* w) {
     idx[j] = int32_t(e);
   }
   double sum = 0;
-  if (!r.sigmoid) {  // softmax over the chosen logits
+  if (!r.sigmoid && r.pre_softmax) {  // the softmax over all E at the chosen experts
+    float mx;
+    sum = softmax_sum(l, E, &mx);
+    for (int64_t j = 0; j < k; ++j) w[j] = float(expf(l[idx[j]] - mx) / sum);
+  } else if (!r.sigmoid) {  // softmax over the chosen logits
     const float mx = l[idx[0]];
     for (int64_t j = 0; j < k; ++j) sum += (w[j] = expf(l[idx[j]] - mx));
     for (int64_t j = 0; j < k; ++j) w[j] = float(w[j] / sum);
@@ -164,7 +168,12 @@ MT_HD void router_backward(int64_t t,
   double gw = 0;
   for (int64_t j = 0; j < k; ++j) gw += double(g[j]) * w[j];
   gw /= c;
-  if (!use_sigmoid) {  // p = softmax over the chosen logits
+  if (!use_sigmoid && r.pre_softmax) {  // p = softmax over all E: dl_e = c p_e (g_e - gw)
+    float mx;
+    const double sum = softmax_sum(l, E, &mx);
+    for (int64_t e = 0; e < E; ++e) dl[e] -= float(c * gw * (expf(l[e] - mx) / sum));
+    for (int64_t j = 0; j < k; ++j) dl[idx[j]] += w[j] * g[j];
+  } else if (!use_sigmoid) {  // p = softmax over the chosen logits
     for (int64_t j = 0; j < k; ++j) dl[idx[j]] += w[j] * (g[j] - float(gw));
   } else {  // p = s / (sum s + eps) over the chosen s = sigmoid(l) (k > 1), or p = s
     double z = 0;

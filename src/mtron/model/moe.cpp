@@ -79,6 +79,7 @@ kernels::MoeRouting MoELayer::routing(int64_t T, const float* bias) const {
           .E = E_,
           .k = k_,
           .sigmoid = cfg_.moe_router_score_function == RouterScore::kSigmoid,
+          .pre_softmax = cfg_.moe_router_pre_softmax,
           .groups = groups ? cfg_.moe_router_num_groups : 0,
           .group_topk = groups ? cfg_.moe_router_group_topk : 0,
           .bias = bias,

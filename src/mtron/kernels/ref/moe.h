@@ -72,9 +72,12 @@ void moe_route(int32_t* idx, T* weight, const T* logits, const MoeRouting& r) {
       idx[t * k + j] = order[size_t(j)];
       chosen[size_t(j)] = l[order[size_t(j)]];
     }
-    const std::vector<Acc<T>> w = sigmoid && k == 1
-                                      ? std::vector<Acc<T>>{moe_sigmoid<Acc<T>>(chosen[0])}
-                                      : moe_scores(chosen.data(), k, sigmoid);
+    std::vector<Acc<T>> w = sigmoid && k == 1 ? std::vector<Acc<T>>{moe_sigmoid<Acc<T>>(chosen[0])}
+                                              : moe_scores(chosen.data(), k, sigmoid);
+    if (!sigmoid && r.pre_softmax) {  // the softmax over all E at the chosen experts
+      const std::vector<Acc<T>> p = moe_scores(l, E, false);
+      for (int64_t j = 0; j < k; ++j) w[size_t(j)] = p[size_t(order[size_t(j)])];
+    }
     const Acc<T> c = r.scale > 0 ? Acc<T>(r.scale) : Acc<T>(1);
     for (int64_t j = 0; j < k; ++j) weight[t * k + j] = T(w[size_t(j)] * c);
   }
@@ -194,16 +197,23 @@ void moe_router_backward(T* dlogits,
     const Acc<T> c = r.scale > 0 ? Acc<T>(r.scale) : Acc<T>(1);
     Acc<T> gw = 0;
     for (int64_t j = 0; j < k; ++j) gw += Acc<T>(dweight[t * k + j]) * weight[t * k + j];
-    for (int64_t j = 0; j < k; ++j) {
-      const int32_t e = idx[t * k + j];
-      const Acc<T> g = c * Acc<T>(dweight[t * k + j]), w = weight[t * k + j] / c;
-      if (!sigmoid) {
-        dl[size_t(e)] += w * (g - gw);
-      } else {
-        const Acc<T> s = moe_sigmoid<Acc<T>>(l[e]);
-        Acc<T> z = 0;
-        for (int64_t i = 0; i < k; ++i) z += moe_sigmoid<Acc<T>>(l[idx[t * k + i]]);
-        dl[size_t(e)] += (k > 1 ? (g - gw) / z : g) * s * (1 - s);
+    if (!sigmoid && r.pre_softmax) {  // weight_j = c p_j, p the softmax over all E
+      const std::vector<Acc<T>> p = moe_scores(l, E, false);
+      for (int64_t e = 0; e < E; ++e) dl[size_t(e)] -= p[size_t(e)] * gw;
+      for (int64_t j = 0; j < k; ++j)
+        dl[size_t(idx[t * k + j])] += Acc<T>(weight[t * k + j]) * dweight[t * k + j];
+    } else {
+      for (int64_t j = 0; j < k; ++j) {
+        const int32_t e = idx[t * k + j];
+        const Acc<T> g = c * Acc<T>(dweight[t * k + j]), w = weight[t * k + j] / c;
+        if (!sigmoid) {
+          dl[size_t(e)] += w * (g - gw);
+        } else {
+          const Acc<T> s = moe_sigmoid<Acc<T>>(l[e]);
+          Acc<T> z = 0;
+          for (int64_t i = 0; i < k; ++i) z += moe_sigmoid<Acc<T>>(l[idx[t * k + i]]);
+          dl[size_t(e)] += (k > 1 ? (g - gw) / z : g) * s * (1 - s);
+        }
       }
     }
     if (scores) {
