@@ -127,10 +127,16 @@ bool parse_train_args(int argc, char** argv, int64_t world_size, TrainArgs& a) {
                "Accepted (needs --sequence-parallel); mtron does not overlap TP collectives")
       ->group(p);
   std::string dispatcher = "allgather", router_dtype = "fp32", cp_comm = "p2p";
+  std::string flex_backend = "deepep";
   app.add_option("--moe-token-dispatcher-type", dispatcher,
-                 "allgather or alltoall (mtron exchanges tokens all-to-all over EP either way; "
-                 "the result is the same)")
-      ->check(CLI::IsMember({"allgather", "alltoall"}))
+                 "allgather, alltoall or flex (mtron exchanges tokens all-to-all over EP in every "
+                 "case; the result is the same)")
+      ->check(CLI::IsMember({"allgather", "alltoall", "flex"}))
+      ->group(p);
+  app.add_option("--moe-flex-dispatcher-backend", flex_backend,
+                 "deepep or hybridep (with --moe-token-dispatcher-type flex; mtron's all-to-all "
+                 "serves both)")
+      ->check(CLI::IsMember({"deepep", "hybridep"}))
       ->group(p);
   app.add_option("--moe-router-dtype", router_dtype, "fp32 (mtron's router always runs in fp32)")
       ->check(CLI::IsMember({"fp32"}))
@@ -303,6 +309,11 @@ bool parse_train_args(int argc, char** argv, int64_t world_size, TrainArgs& a) {
     optim::GradScaler check(a.loss_scale);  // the flags' validation
   } else if (a.loss_scale.static_scale) {
     a.notes.push_back("--loss-scale has no effect without --fp16 or --bf16 (fp32 training)");
+  }
+  if (dispatcher == "flex") {
+    a.notes.push_back("--moe-token-dispatcher-type flex (" + flex_backend +
+                      ") runs as alltoall: the same routing and results, mtron's own all-to-all "
+                      "instead of DeepEP/HybridEP kernels");
   }
   if (!a.checkpoint.ckpt_format.empty()) {
     a.notes.push_back("--ckpt-format " + a.checkpoint.ckpt_format +
