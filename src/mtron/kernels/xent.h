@@ -8,11 +8,22 @@
 // the vocabulary was padded for a given TP size.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 
+#include "mtron/core/philox_inline.h"  // MT_HOST_DEVICE
 #include "mtron/kernels/op.h"
 
 namespace mtron::kernels {
+
+// One row's terms of xent_rescale and xent_loss_sum (below): the one formula of the CPU and CUDA
+// kernels.
+MT_HOST_DEVICE inline float xent_rescaled_sumexp(float sumexp, float row_max, float global_max) {
+  return row_max == -INFINITY ? 0.0f : sumexp * expf(row_max - global_max);
+}
+MT_HOST_DEVICE inline double xent_row_loss(float row_max, float sumexp, float target_logit) {
+  return log(double(sumexp)) + double(row_max) - double(target_logit);
+}
 
 // xent_stats: per row r, row_max = max over valid columns (-inf if none), row_sumexp =
 //   sum exp(l - row_max), target_logit = logits[r, targets[r] - col_start] if the target is in

@@ -75,8 +75,7 @@ void xent_stats(MT_PARAMS(xent_stats)) {
 
 void xent_rescale(MT_PARAMS(xent_rescale)) {
   for (int64_t r = 0; r < n; ++r) {
-    row_sumexp[r] =
-        row_max[r] == kNegInf ? 0.0f : row_sumexp[r] * std::exp(row_max[r] - global_max[r]);
+    row_sumexp[r] = xent_rescaled_sumexp(row_sumexp[r], row_max[r], global_max[r]);
     row_max[r] = global_max[r];
   }
 }
@@ -84,7 +83,7 @@ void xent_rescale(MT_PARAMS(xent_rescale)) {
 void xent_loss_sum(MT_PARAMS(xent_loss_sum)) {
   double s = 0;
   for (int64_t r = 0; r < n; ++r) {
-    s += std::log(double(row_sumexp[r])) + double(row_max[r]) - double(target_logit[r]);
+    s += xent_row_loss(row_max[r], row_sumexp[r], target_logit[r]);
   }
   *loss_sum += s;
 }

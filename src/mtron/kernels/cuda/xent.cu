@@ -45,7 +45,7 @@ __global__ void xent_stats_kernel(MT_PARAMS(xent_stats)) {
 __global__ void xent_rescale_kernel(MT_PARAMS(xent_rescale)) {
   for (int64_t r = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; r < n;
        r += int64_t(gridDim.x) * blockDim.x) {
-    row_sumexp[r] = row_max[r] == kNegInf ? 0.0f : row_sumexp[r] * expf(row_max[r] - global_max[r]);
+    row_sumexp[r] = xent_rescaled_sumexp(row_sumexp[r], row_max[r], global_max[r]);
     row_max[r] = global_max[r];
   }
 }
@@ -55,7 +55,7 @@ __global__ void xent_loss_sum_kernel(MT_PARAMS(xent_loss_sum)) {
   __shared__ double red[32];
   double s = 0;
   for (int64_t r = threadIdx.x; r < n; r += blockDim.x) {
-    s += log(double(row_sumexp[r])) + double(row_max[r]) - double(target_logit[r]);
+    s += xent_row_loss(row_max[r], row_sumexp[r], target_logit[r]);
   }
   s = block_sum(s, red);
   if (threadIdx.x == 0) *loss_sum += s;
