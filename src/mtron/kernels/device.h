@@ -71,9 +71,9 @@ void copy_from_host_async(const Ctx& ctx, void* dst, const void* host_src, int64
 
 // What this process has queued on devices of kind d since it started, and how often the host
 // waited for one: kernel launches, GEMMs (cuBLASLt calls), device-side copies and memsets, and
-// host synchronisations (copy_to_host, copy_from_host, synchronize and the ops that return a
-// value to the host; copy_from_host_async is a copy). Collectives are not counted. All zero on the
-// CPU, where nothing is queued.
+// host synchronisations (copy_to_host, copy_from_host and synchronize; copy_from_host_async is a
+// copy, and no op returns a value to the host). Collectives are not counted. All zero on the CPU,
+// where nothing is queued.
 struct DeviceWork {
   int64_t launches = 0, gemms = 0, copies = 0, host_syncs = 0;
   DeviceWork operator-(const DeviceWork& o) const {
