@@ -73,7 +73,11 @@ for a in list(ARCH):
 TOL = 1e-5
 ARCH_TOL = {"gpt2_fp16": 3e-4, "llama_fp8": 1e-4}
 GRAD_TOL = {"llama_fp8": 5e-3}  # the gradient norm's, where it differs
-EARLY = {"llama_fp8": (3, 1e-6)}  # the loss of the first N iterations within rel
+# The loss of the first N iterations within rel. FP8: iteration 2 is the first whose scales come
+# from an amax history, so it tells an amax reduction that is missing (1.5e-5 off). Later ones may
+# move more: on AVX512_BF16 GEMMs (vdpbf16ps rounds per pair of products and flushes denormals) the
+# layouts' different GEMM shapes put iteration 3 1.2e-5 apart under TP2 + SP.
+EARLY = {"llama_fp8": (2, 1e-6)}
 AUX = ("load_balancing_loss", "seq_load_balancing_loss", "z_loss", "mtp_1 loss", "mtp_2 loss")
 EXPERT_BYTES = re.compile(r"\[mtron r0/\d+\] .*expert weights on this rank: (\d+) bytes")
 
