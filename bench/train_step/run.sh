@@ -4,6 +4,8 @@
 # this machine, fp32 and bf16, side by side: the four runs alternate for ROUNDS rounds and each
 # figure is the median. Prints tokens/s, GFLOP/s by Megatron's formula, the ratios mtron/PyTorch,
 # and mtron's per-op profile of the last round.
+# MTRON_ISAS (default "best"): the SIMD/GEMM levels mtron runs at, each as its own pair of runs in
+# the same rounds, e.g. MTRON_ISAS="best avx2" (`best` runs without MTRON_CPU_ISA).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 iters=${1:-3}
@@ -21,13 +23,22 @@ flops=$(awk 'BEGIN { B=4; s=1024; L=12; h=768; V=50304;
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
-mtron_run() {  # precision round
-  local extra=""
-  [ "$1" = bf16 ] && extra="--bf16"
+isas=${MTRON_ISAS:-best}
+for isa in $isas; do
+  [ "$isa" = best ] || MTRON_CPU_ISA=$isa "$mtron" --version >/dev/null ||
+    { echo "MTRON_ISAS: $isa is not available on this CPU" >&2; exit 2; }
+done
+mtron_run() {  # isa precision round
+  local extra="" log="$tmp/mtron-$1_$2_$3.log"
+  [ "$2" = bf16 ] && extra="--bf16"
   # iteration 1 warms up; the profile covers iterations 2..N
-  "$mtron" train $shape $extra --train-iters $((iters + 1)) --profile >"$tmp/mtron_$1_$2.log" 2>&1
+  if [ "$1" = best ]; then
+    "$mtron" train $shape $extra --train-iters $((iters + 1)) --profile >"$log" 2>&1
+  else
+    MTRON_CPU_ISA=$1 "$mtron" train $shape $extra --train-iters $((iters + 1)) --profile >"$log" 2>&1
+  fi
   # median of the per-iteration times after the first
-  grep -o "elapsed time per iteration (ms): [0-9.]*" "$tmp/mtron_$1_$2.log" | tail -n +2 |
+  grep -o "elapsed time per iteration (ms): [0-9.]*" "$log" | tail -n +2 |
     awk '{print $NF/1000}' | sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'
 }
 torch_run() {
@@ -40,25 +51,36 @@ echo "GPT-2 124M step (B 4, T 1024), $threads threads, $iters timed iterations x
 echo "machine: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), load $(cut -d' ' -f1-3 /proc/loadavg)"
 for r in $(seq "$rounds"); do
   for p in fp32 bf16; do
-    mtron_run "$p" "$r" >>"$tmp/mtron_$p"
+    for isa in $isas; do mtron_run "$isa" "$p" "$r" >>"$tmp/mtron-${isa}_$p"; done
     torch_run "$p" >>"$tmp/torch_$p"
   done
 done
-printf "\n%-14s %10s %12s %10s\n" "run" "step (s)" "tokens/s" "GFLOP/s"
+printf "\n%-16s %10s %12s %10s\n" "run" "step (s)" "tokens/s" "GFLOP/s"
+row() {  # label file
+  local s
+  s=$(median <"$2")
+  printf "%-16s %10.3f %12.1f %10.1f\n" "$1" "$s" "$(awk -v s="$s" 'BEGIN{print 4096/s}')" \
+    "$(awk -v s="$s" -v f="$flops" 'BEGIN{print f/s/1e9}')"
+}
 for p in fp32 bf16; do
-  for who in mtron torch; do
-    s=$(median <"$tmp/${who}_$p")
-    printf "%-14s %10.3f %12.1f %10.1f\n" "$who $p" "$s" "$(awk -v s="$s" 'BEGIN{print 4096/s}')" \
-      "$(awk -v s="$s" -v f="$flops" 'BEGIN{print f/s/1e9}')"
+  for isa in $isas; do row "mtron $isa $p" "$tmp/mtron-${isa}_$p"; done
+  row "torch $p" "$tmp/torch_$p"
+  for isa in $isas; do
+    echo "ratio mtron $isa/PyTorch $p: $(awk -v a="$(median <"$tmp/torch_$p")" \
+      -v b="$(median <"$tmp/mtron-${isa}_$p")" 'BEGIN{printf "%.2fx", a/b}')"
   done
-  echo "ratio mtron/PyTorch $p: $(awk -v a="$(median <"$tmp/torch_$p")" -v b="$(median <"$tmp/mtron_$p")" 'BEGIN{printf "%.2fx", a/b}')"
 done
-echo
-for p in fp32 bf16; do
-  echo "mtron $p: $(grep -o 'MFU against .*' "$tmp/mtron_${p}_$rounds.log")"
-done
-for p in fp32 bf16; do
+for isa in $isas; do
   echo
-  echo "mtron $p profile (last round):"
-  sed -n '/profile of iterations/,$p' "$tmp/mtron_${p}_$rounds.log" | tail -n +2
+  for p in fp32 bf16; do
+    echo "mtron $isa $p: $(grep -m1 '^mtron ' "$tmp/mtron-${isa}_${p}_$rounds.log")"
+    echo "mtron $isa $p: $(grep -o 'MFU against .*' "$tmp/mtron-${isa}_${p}_$rounds.log")"
+  done
+done
+for isa in $isas; do
+  for p in fp32 bf16; do
+    echo
+    echo "mtron $isa $p profile (last round):"
+    sed -n '/profile of iterations/,$p' "$tmp/mtron-${isa}_${p}_$rounds.log" | tail -n +2
+  done
 done
