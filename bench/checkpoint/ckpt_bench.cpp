@@ -87,7 +87,7 @@ int main(int argc, char** argv) {
   std::memcpy(moments, p.master_flat().f32(), sizeof(float) * size_t(p.size()));
   std::vector<checkpoint::ChunkState> st(1);
   st[0].params = &p;
-  st[0].exp_avg = st[0].exp_avg_sq = optimizer ? moments : nullptr;
+  if (optimizer) st[0].exp_avg = st[0].exp_avg_sq = {nullptr, moments, 0};
   st[0].opt_shards = {{0, p.size()}};
   auto world = make_single_comm();
   const checkpoint::RankGroups g{world.get(), world.get(), 0};

@@ -44,7 +44,12 @@ struct Model {
     kernels::copy_from_host(k, v.f32(), hv.data(), p.size() * 4);
   }
   std::vector<ChunkState> state() {
-    return {{&chunk.params(), m.f32(), v.f32(), {{0, chunk.params().size()}}, false, {}}};
+    return {{&chunk.params(),
+             {nullptr, m.f32(), 0},
+             {nullptr, v.f32(), 0},
+             {{0, chunk.params().size()}},
+             false,
+             {}}};
   }
   // A copy of t (on this model's device) in host memory.
   std::vector<float> host(const Tensor& t) const {

@@ -81,6 +81,47 @@ TEST_F(CheckpointCudaSim, HostToDeviceToHostIsBitExact) {
             0);
 }
 
+// Optimizer offload: the moments of the first parameters in host memory, the rest on the device.
+// Saving writes the tensors an all-device save writes, and loading fills both parts.
+TEST_F(CheckpointCudaSim, OffloadedMomentsSaveAndLoadAsOnTheDevice) {
+  Model gpu(tiny(), 2, Device::kCUDA);
+  const std::string a = save(gpu, "device", 2);
+  const model::ParamBuffer& p = gpu.chunk.params();
+  const int64_t h = p.spec(int(p.specs().size() / 2)).offset;  // a parameter boundary
+  ASSERT_GT(h, 0);
+  // The same moments, split: [0, h) in host memory.
+  std::vector<float> mh = gpu.host(gpu.m), vh = gpu.host(gpu.v);
+  mh.resize(size_t(h));
+  vh.resize(size_t(h));
+  std::vector<ChunkState> split = gpu.state();
+  split[0].exp_avg = {mh.data(), gpu.m.f32() + h, h};
+  split[0].exp_avg_sq = {vh.data(), gpu.v.f32() + h, h};
+  RunInfo info;
+  info.model = gpu.cfg;
+  info.seed = 1;
+  const std::string b =
+      save_checkpoint(dir_ + "/split", split, info, Progress{2, 8, 2, 8, {}}, g_, 0);
+  EXPECT_GT(expect_same_tensors(a, b), 30);
+
+  // Loaded into a split state of another model: both parts get the saved moments.
+  Model other(tiny(), 7, Device::kCUDA);
+  std::vector<float> mh2(size_t(h), -1.0f), vh2(size_t(h), -1.0f);
+  std::vector<ChunkState> into = other.state();
+  into[0].exp_avg = {mh2.data(), other.m.f32() + h, h};
+  into[0].exp_avg_sq = {vh2.data(), other.v.f32() + h, h};
+  load_checkpoint(b, into, g_, true);
+  const std::vector<float> want_m = gpu.host(gpu.m), want_v = gpu.host(gpu.v);
+  const std::vector<float> got_m = other.host(other.m), got_v = other.host(other.v);
+  for (const model::ParamSpec& s : p.specs()) {
+    const size_t o = size_t(s.offset), n = size_t(s.numel()) * 4;
+    const bool host = s.offset < h;
+    EXPECT_EQ(std::memcmp(host ? mh2.data() + o : got_m.data() + o, want_m.data() + o, n), 0)
+        << s.name;
+    EXPECT_EQ(std::memcmp(host ? vh2.data() + o : got_v.data() + o, want_v.data() + o, n), 0)
+        << s.name;
+  }
+}
+
 TEST_F(CheckpointCudaSim, PaddingRowsKeepTheDeviceValues) {
   Model cpu(tiny(128), 1, Device::kCPU);
   save(cpu, "cpu", 1);

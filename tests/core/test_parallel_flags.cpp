@@ -68,22 +68,5 @@ TEST(PrecisionFlags, RoundTripAndBf16Reduction) {
       precision_flag_args({Precision::kFP32, true}).empty());  // bf16 reduction needs --bf16
 }
 
-TEST(CudaSupport, NamesWhatStillRunsOnTheHost) {
-  ParallelConfig p;
-  EXPECT_EQ(cuda_unsupported(model(0), p), "");
-  EXPECT_EQ(cuda_unsupported(model(4), p), "");  // MoE: the router runs on the device
-  ModelConfig dropout = model(0);
-  dropout.hidden_dropout = dropout.attention_dropout = 0.1f;
-  EXPECT_EQ(cuda_unsupported(dropout, p), "");  // dropout: the kernels draw the masks
-  p.expert_model_parallel_size = 2;
-  EXPECT_NE(cuda_unsupported(model(4), p).find("--expert-model-parallel-size"), std::string::npos);
-  EXPECT_EQ(cuda_unsupported(model(0), p), "");  // expert sizes matter for MoE only
-  p.expert_model_parallel_size = 1;
-  p.context_parallel_size = 2;
-  EXPECT_EQ(cuda_unsupported(model(4), p), "");  // CP: ring attention runs on the device
-  p.expert_model_parallel_size = 2;
-  EXPECT_NE(cuda_unsupported(model(4), p).find("--expert-model-parallel-size"), std::string::npos);
-}
-
 }  // namespace
 }  // namespace mtron

@@ -83,8 +83,8 @@ TEST(Optimizer, SkipsAStepWhoseNormIsNotFinite) {
     EXPECT_EQ(f.grad, g0);
     EXPECT_EQ(opt.steps(), 0);
     for (int64_t i = 0; i < 8; ++i) {
-      EXPECT_EQ(opt.exp_avg(0).f32()[i], 0.0f);
-      EXPECT_EQ(opt.exp_avg_sq(0).f32()[i], 0.0f);
+      EXPECT_EQ(*opt.exp_avg(0).at(i), 0.0f);
+      EXPECT_EQ(*opt.exp_avg_sq(0).at(i), 0.0f);
     }
     // The next finite step is the first: bias corrections of step 1.
     ASSERT_TRUE(opt.step(1e-2, 1.0));

@@ -34,6 +34,7 @@ train::TrainArgs make_args(const std::vector<std::string>& flags, int64_t world_
 struct Run {
   std::vector<double> loss, grad_norm;
   std::vector<float> master;  // the first chunk's master weights (experts' too) after the last step
+  int64_t state_bytes = 0, host_state_bytes = 0;  // the optimizer's, on the device and offloaded
 };
 
 Run train_on(Device d, std::vector<std::string> flags) {
@@ -47,6 +48,8 @@ Run train_on(Device d, std::vector<std::string> flags) {
     r.loss.push_back(s.lm_loss);
     r.grad_norm.push_back(s.grad_norm);
   }
+  r.state_bytes = t.optimizer().state_bytes();
+  r.host_state_bytes = t.optimizer().host_state_bytes();
   const model::GPTChunk& c = *t.chunks().front();
   for (const model::ParamBuffer* p : {&c.params(), &c.expert_params()}) {
     if (p->specs().empty()) continue;  // no experts
@@ -152,16 +155,44 @@ TEST(TrainCudaSim, MoeSigmoidSeqAuxBf16MatchesCpu) {
                        1e-3);
 }
 
-// Expert parallelism is not on the device yet: one clear error.
-TEST(TrainCudaSim, RejectsExpertParallelism) {
+// Optimizer offload (--optimizer-cpu-offload): half (and in fp32 all) of the moments in host memory
+// and stepped on the CPU beside the device; fp32, and bf16 (whose compute copy the device refreshes
+// from the offloaded weights), with MoE's expert buffer as a second one. The losses, gradient
+// norms and weights are those without offload, bit for bit; the device holds less state.
+TEST(TrainCudaSim, OptimizerOffloadIsExact) {
+  const std::vector<std::string> moe = {"--disable-bias-linear", "--num-experts", "4",
+                                        "--moe-router-topk", "2"};
+  for (const std::vector<std::string>& flags :
+       {std::vector<std::string>{}, std::vector<std::string>{"--bf16"}, moe}) {
+    const mtron::Run base = train_on(Device::kCUDA, flags);
+    EXPECT_EQ(base.host_state_bytes, 0);
+    for (const char* fraction : {"0.5", "1"}) {
+      if (!flags.empty() && std::string(fraction) == "1") continue;  // fp32 only
+      std::vector<std::string> f = flags;
+      f.insert(f.end(), {"--optimizer-cpu-offload", "--use-precision-aware-optimizer",
+                         "--optimizer-offload-fraction", fraction});
+      const mtron::Run off = train_on(Device::kCUDA, f);
+      const std::string what =
+          "offload " + std::string(fraction) + " " + (flags.empty() ? "fp32" : flags[0]);
+      EXPECT_EQ(off.loss, base.loss) << what;
+      EXPECT_EQ(off.grad_norm, base.grad_norm) << what;
+      EXPECT_TRUE(off.master == base.master) << what;
+      EXPECT_EQ(off.state_bytes + off.host_state_bytes, base.state_bytes) << what;
+      EXPECT_GT(off.host_state_bytes, 0) << what;
+      if (std::string(fraction) == "1") {
+        EXPECT_EQ(off.state_bytes, 0) << what;
+      }
+    }
+  }
+}
+
+// Megatron's rule: offload needs the precision-aware optimizer.
+TEST(TrainCudaSim, OffloadNeedsThePrecisionAwareOptimizer) {
   try {
-    make_args({"--num-experts", "4", "--disable-bias-linear", "--expert-model-parallel-size", "2",
-               "--global-batch-size", "4", "--device", "cuda"},
-              2);
-    ADD_FAILURE() << "expert parallelism on --device cuda was accepted";
+    make_args({"--optimizer-cpu-offload", "--optimizer-offload-fraction", "1", "--device", "cuda"});
+    ADD_FAILURE() << "--optimizer-cpu-offload without --use-precision-aware-optimizer accepted";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("--device cuda: --expert-model-parallel-size"),
-              std::string::npos)
+    EXPECT_NE(std::string(e.what()).find("--use-precision-aware-optimizer"), std::string::npos)
         << e.what();
   }
 }

@@ -226,7 +226,7 @@ std::string save_checkpoint(const std::string& save_dir,
   std::vector<DataSource> sources;
   sources.reserve(chunks.size());  // the tensors point at them
   std::vector<uint8_t> buf;
-  const bool with_optimizer = !chunks.empty() && chunks.front().exp_avg != nullptr;
+  const bool with_optimizer = !chunks.empty() && bool(chunks.front().exp_avg);
   auto add = [&](const std::string& key, const Region& r, const float* data,
                  const DataSource* source) {
     tensors.push_back({key, "F32", r.whole_block() ? r.block : Shape{r.size()}, data, source});
@@ -238,6 +238,13 @@ std::string save_checkpoint(const std::string& save_dir,
   for (const ChunkState& c : chunks) {
     const model::ParamBuffer& p = *c.params;
     const DataSource* dev = &sources.emplace_back(device_source(p.ctx()));
+    // A moment run [m, m + n) in host memory (offloaded, source null) or on the device.
+    auto add_moments = [&](const std::string& key, const Region& r, const optim::MomentSplit& s,
+                           int64_t m) {
+      MT_ASSERT(s.on_host(m) == s.on_host(m + r.size() - 1), "moments of ", key,
+                " straddle the offload boundary");
+      add(key, r, s.at(m), s.on_host(m) ? nullptr : dev);
+    };
     MT_ASSERT(!c.experts || g.edp, "expert buffer without an EDP group");
     const int tp_rank = c.experts ? g.etp_rank : g.tp_rank;
     for (const FlatRange& w : write_ranges(c, c.experts ? *g.edp : *g.dp_cp)) {
@@ -250,8 +257,8 @@ std::string save_checkpoint(const std::string& save_dir,
           const int64_t m = moment_index(c.opt_shards, lo);
           MT_ASSERT(moment_index(c.opt_shards, hi - 1) == m + (hi - 1 - lo),
                     "write range crosses optimizer shards");
-          add(kExpAvg + s.name, r, c.exp_avg + m, dev);
-          add(kExpAvgSq + s.name, r, c.exp_avg_sq + m, dev);
+          add_moments(kExpAvg + s.name, r, c.exp_avg, m);
+          add_moments(kExpAvgSq + s.name, r, c.exp_avg_sq, m);
         }
       });
     }
@@ -319,8 +326,11 @@ Manifest load_checkpoint(const std::string& dir,
   std::vector<float> staging;
   for (const ChunkState& c : chunks) {
     model::ParamBuffer& p = *c.params;
-    const kernels::Ctx& k = p.ctx();
-    auto read = [&](const std::string& key, const Region& r, float* dst, bool pad) {
+    const kernels::Ctx& device = p.ctx();
+    const kernels::Ctx host{};
+    // dst on `k`: the chunk's device, or the host for offloaded moments.
+    auto read = [&](const std::string& key, const Region& r, float* dst, bool pad,
+                    const kernels::Ctx& k) {
       const int64_t n = r.size();
       staging.resize(size_t(n));
       // Padding rows the checkpoint lacks keep their values.
@@ -331,7 +341,7 @@ Manifest load_checkpoint(const std::string& dir,
     };
     float* master = p.master_flat().f32();
     for_each_param_in(p, 0, p.size(), [&](const model::ParamSpec& s, int64_t lo, int64_t hi) {
-      read(s.name, param_region(s, lo, hi), master + lo, is_vocab_parameter(s.name));
+      read(s.name, param_region(s, lo, hi), master + lo, is_vocab_parameter(s.name), device);
     });
     p.refresh_compute();
     for (const StateTensor& t : c.states) {
@@ -345,8 +355,9 @@ Manifest load_checkpoint(const std::string& dir,
                           const Region r = param_region(s, lo, hi);
                           const bool pad = is_vocab_parameter(s.name);
                           const int64_t m = moment_index(c.opt_shards, lo);
-                          read(kExpAvg + s.name, r, c.exp_avg + m, pad);
-                          read(kExpAvgSq + s.name, r, c.exp_avg_sq + m, pad);
+                          const kernels::Ctx& on = c.exp_avg.on_host(m) ? host : device;
+                          read(kExpAvg + s.name, r, c.exp_avg.at(m), pad, on);
+                          read(kExpAvgSq + s.name, r, c.exp_avg_sq.at(m), pad, on);
                         });
     }
   }

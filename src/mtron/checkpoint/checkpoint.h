@@ -39,6 +39,7 @@
 #include "mtron/comm/comm.h"
 #include "mtron/model/gpt.h"
 #include "mtron/model/params.h"
+#include "mtron/optim/optimizer.h"
 
 namespace mtron::checkpoint {
 
@@ -62,10 +63,10 @@ struct StateTensor {
 struct ChunkState {
   model::ParamBuffer* params = nullptr;
   // Adam's moments of the flat ranges `opt_shards` of the chunk's buffer (the distributed
-  // optimizer's shards, one per gradient bucket, or the whole buffer), stored one after another;
-  // null when there is no optimizer state.
-  float* exp_avg = nullptr;
-  float* exp_avg_sq = nullptr;
+  // optimizer's shards, one per gradient bucket, or the whole buffer), stored one after another,
+  // on the chunk's device or, offloaded, in host memory; empty when there is no optimizer state.
+  optim::MomentSplit exp_avg;
+  optim::MomentSplit exp_avg_sq;
   std::vector<FlatRange> opt_shards;
   // The routed experts' buffer: replicated over expert data parallel (RankGroups::edp), not
   // DP x CP.

@@ -309,7 +309,7 @@ void Checkpointer::save(const TrainView& v) {
   if (a_.save.empty() || last_saved_ == *v.iteration) return;
   std::vector<ChunkState> chunks = v.chunks;
   if (a_.no_save_optim) {
-    for (ChunkState& c : chunks) c.exp_avg = c.exp_avg_sq = nullptr;
+    for (ChunkState& c : chunks) c.exp_avg = c.exp_avg_sq = {};
   }
   Progress progress{*v.iteration, *v.consumed_samples, v.optimizer->steps(), *v.lr_samples, {}};
   if (v.scaler && v.scaler->dynamic()) progress.grad_scaler = v.scaler->state();

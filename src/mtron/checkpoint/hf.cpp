@@ -561,7 +561,7 @@ HfArch import_hf(const std::string& hf_dir, const std::string& out, const HfImpo
     for (size_t i = 0; i < b->specs().size(); ++i)
       dest[b->spec(int(i)).name] = {b->master(int(i)), b->spec(int(i)).numel()};
   }
-  ChunkState dense{&p, nullptr, nullptr, {{0, p.size()}}, false, {}};
+  ChunkState dense{&p, {}, {}, {{0, p.size()}}, false, {}};
   if (cfg.moe_router_enable_expert_bias) add_expert_bias_states(dense, chunk);
   for (const StateTensor& t : dense.states) dest[t.name] = {t.data, numel(t.shape)};
 
@@ -597,7 +597,7 @@ HfArch import_hf(const std::string& hf_dir, const std::string& out, const HfImpo
   info.tokenizer = import_tokenizer(src);
   auto world = make_single_comm();
   std::vector<ChunkState> bufs = {dense};
-  if (cfg.is_moe()) bufs.push_back({&experts, nullptr, nullptr, {{0, experts.size()}}, true, {}});
+  if (cfg.is_moe()) bufs.push_back({&experts, {}, {}, {{0, experts.size()}}, true, {}});
   const std::string d = save_checkpoint(out, bufs, info, Progress{},
                                         RankGroups{world.get(), world.get(), 0, world.get(), 0}, 0);
   log_info("imported {} ({}, {}) into {}", hf_dir, hf_arch_name(arch), cfg.summary(), d);

@@ -23,12 +23,12 @@ std::unique_ptr<WholeModel> load_whole_model(const std::string& load_dir) {
   model::ParamBuffer& p = m->chunk->params();
   model::ParamBuffer& x = m->chunk->expert_params();
   p.allocate(Precision::kFP32, 1);
-  std::vector<ChunkState> bufs = {{&p, nullptr, nullptr, {{0, p.size()}}, false, {}}};
+  std::vector<ChunkState> bufs = {{&p, {}, {}, {{0, p.size()}}, false, {}}};
   // The trained expert biases route tokens at inference too.
   if (m->cfg.moe_router_enable_expert_bias) add_expert_bias_states(bufs.front(), *m->chunk);
   if (!x.specs().empty()) {
     x.allocate(Precision::kFP32, 1);
-    bufs.push_back({&x, nullptr, nullptr, {{0, x.size()}}, /*experts=*/true, {}});
+    bufs.push_back({&x, {}, {}, {{0, x.size()}}, /*experts=*/true, {}});
   }
   auto world = make_single_comm();
   load_checkpoint(*dir, bufs, RankGroups{world.get(), world.get(), 0, world.get(), 0},

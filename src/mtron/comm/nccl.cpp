@@ -3,6 +3,7 @@
 #include <cuda_runtime.h>
 #include <nccl.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <exception>
@@ -174,26 +175,35 @@ class NcclComm final : public Comm {
   }
 
   void all_to_all_v_impl(const AllToAllV& a) override {
-    MT_CHECK(!is_host(a.send) && !is_host(a.recv), "NCCL all_to_all_v needs GPU buffers");
     const size_t es = dtype_size(a.t);
-    begin();
-    NCCL_CHECK(ncclGroupStart());
+    // The extent of each side's buffer: host buffers (the expert dispatch's counts) are staged.
+    size_t send_bytes = 0, recv_bytes = 0;
     for (int r = 0; r < size_; ++r) {
-      if (r == rank_) continue;
-      if (a.send_counts[r] > 0)
-        NCCL_CHECK(ncclSend(static_cast<const char*>(a.send) + a.send_displs[r] * int64_t(es),
-                            size_t(a.send_counts[r]) * es, ncclUint8, r, comm_, stream_));
-      if (a.recv_counts[r] > 0)
-        NCCL_CHECK(ncclRecv(static_cast<char*>(a.recv) + a.recv_displs[r] * int64_t(es),
-                            size_t(a.recv_counts[r]) * es, ncclUint8, r, comm_, stream_));
+      send_bytes = std::max(send_bytes, size_t(a.send_displs[r] + a.send_counts[r]) * es);
+      recv_bytes = std::max(recv_bytes, size_t(a.recv_displs[r] + a.recv_counts[r]) * es);
     }
-    NCCL_CHECK(ncclGroupEnd());
-    if (a.send_counts[rank_] > 0)
-      CUDA_CHECK(
-          cudaMemcpyAsync(static_cast<char*>(a.recv) + a.recv_displs[rank_] * int64_t(es),
-                          static_cast<const char*>(a.send) + a.send_displs[rank_] * int64_t(es),
-                          size_t(a.send_counts[rank_]) * es, cudaMemcpyDeviceToDevice, stream_));
-    join();
+    blocking(
+        {{const_cast<void*>(a.send), send_bytes, true, false}, {a.recv, recv_bytes, false, true}},
+        [&](void** p) {
+          const char* send = static_cast<const char*>(p[0]);
+          char* recv = static_cast<char*>(p[1]);
+          NCCL_CHECK(ncclGroupStart());
+          for (int r = 0; r < size_; ++r) {
+            if (r == rank_) continue;
+            if (a.send_counts[r] > 0)
+              NCCL_CHECK(ncclSend(send + a.send_displs[r] * int64_t(es),
+                                  size_t(a.send_counts[r]) * es, ncclUint8, r, comm_, stream_));
+            if (a.recv_counts[r] > 0)
+              NCCL_CHECK(ncclRecv(recv + a.recv_displs[r] * int64_t(es),
+                                  size_t(a.recv_counts[r]) * es, ncclUint8, r, comm_, stream_));
+          }
+          NCCL_CHECK(ncclGroupEnd());
+          if (a.send_counts[rank_] > 0)
+            CUDA_CHECK(cudaMemcpyAsync(recv + a.recv_displs[rank_] * int64_t(es),
+                                       send + a.send_displs[rank_] * int64_t(es),
+                                       size_t(a.send_counts[rank_]) * es, cudaMemcpyDeviceToDevice,
+                                       stream_));
+        });
     bytes_sent_ += a.sent * int64_t(es);
   }
 

@@ -20,9 +20,10 @@
 // - a non-blocking call (iall_reduce, ...) lets the compute stream run on; Request::wait() makes
 //   the compute stream wait for it (still without blocking the host), Request::test() reports
 //   whether it has finished on the GPU. This is how gradient reduction overlaps the backward.
-// Host buffers: blocking calls also accept host memory (e.g. Comm::all_reduce_sum(double)): the
-// data is staged through GPU memory and the call then returns only when the result is on the
-// host. Non-blocking calls need GPU memory.
+// Host buffers: blocking calls, all_to_all_v among them, also accept host memory (e.g.
+// Comm::all_reduce_sum(double), the expert dispatch's counts): the data is staged through GPU
+// memory and the call then returns only when the result is on the host. Non-blocking calls need
+// GPU memory.
 //
 // Point-to-point: NCCL has no tags; between two ranks of a communicator messages arrive in the
 // order they were posted, whatever their tags, so matching sends and receives must be posted in

@@ -123,13 +123,4 @@ std::vector<std::string> precision_flag_args(const PrecisionFlags& f) {
   return a;
 }
 
-std::string cuda_unsupported(const ModelConfig& m, const ParallelConfig& p) {
-  if (m.is_moe() && (p.ep() > 1 || p.etp() > 1)) {
-    return "--expert-model-parallel-size and --expert-tensor-parallel-size > 1 are not supported "
-           "yet (the expert dispatch exchanges its counts on the host; the latter defaults to "
-           "--tensor-model-parallel-size: with TP > 1 pass --expert-tensor-parallel-size 1)";
-  }
-  return "";
-}
-
 }  // namespace mtron

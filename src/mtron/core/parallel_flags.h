@@ -1,5 +1,5 @@
 // defines: ParallelFlags, add_parallel_flags, parallel_flag_args, PrecisionFlags,
-//          add_precision_flags, precision_flag_args, cuda_unsupported
+//          add_precision_flags, precision_flag_args
 //
 // Megatron's parallel-layout, batch and precision flags (Megatron's arguments.py),
 // defined once: `mtron train` registers them, `mtron plan` registers the layout sizes it can fix,
@@ -41,9 +41,5 @@ struct PrecisionFlags {
 };
 void add_precision_flags(CLI::App& app, PrecisionFlags& f, const char* group);
 std::vector<std::string> precision_flag_args(const PrecisionFlags& f);
-
-// Why `mtron train --device cuda` cannot run this job yet (the parts that still run on the host,
-// docs/cuda.md), or "" when it can.
-std::string cuda_unsupported(const ModelConfig& m, const ParallelConfig& p);
 
 }  // namespace mtron

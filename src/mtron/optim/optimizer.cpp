@@ -30,19 +30,65 @@ void for_each_piece(const OptimBuffer& b, F&& f) {
     moment += s.end - s.begin;
   }
 }
+
+// The offloaded moments of `b`: its pieces' ends are the boundaries a split may take (a
+// parameter's moments stay on one side); the one nearest `fraction` of the shard elements.
+int64_t offloaded_elems(const OptimBuffer& b, double fraction) {
+  const double want = fraction * double(b.shard_elems());
+  int64_t best = 0;
+  for_each_piece(b, [&](int64_t lo, int64_t hi, const OptimRange&, int64_t mo) {
+    const int64_t end = mo + (hi - lo);
+    if (std::abs(double(end) - want) < std::abs(double(best) - want)) best = end;
+  });
+  return best;
+}
+
 }  // namespace
 
-AdamW::AdamW(std::vector<OptimBuffer> buffers, AdamWConfig cfg, const kernels::Ctx& k)
+AdamW::AdamW(std::vector<OptimBuffer> buffers,
+             AdamWConfig cfg,
+             const kernels::Ctx& k,
+             double offload_fraction)
     : buffers_(std::move(buffers)),
       cfg_(cfg),
       k_(k),
       norm_sum_(Tensor::empty({1}, DType::kF64, k.device)) {
+  const kernels::Ctx host{};
+  auto zeros = [](const kernels::Ctx& ctx, int64_t n) {
+    Tensor t = Tensor::empty({n}, DType::kF32, ctx.device);
+    kernels::fill_zero(ctx, t.raw(), int64_t(t.nbytes()));
+    return t;
+  };
   for (const OptimBuffer& b : buffers_) {
-    for (std::vector<Tensor>* moments : {&m_, &v_}) {
-      Tensor t = Tensor::empty({b.shard_elems()}, DType::kF32, k.device);
-      kernels::fill_zero(k, t.raw(), int64_t(t.nbytes()));
-      moments->push_back(std::move(t));
+    const int64_t h = offload_fraction > 0 ? offloaded_elems(b, offload_fraction) : 0;
+    host_.push_back(h);
+    m_.push_back(zeros(k_, b.shard_elems() - h));
+    v_.push_back(zeros(k_, b.shard_elems() - h));
+    mh_.push_back(zeros(host, h));
+    vh_.push_back(zeros(host, h));
+    grad_h_.push_back(Tensor::empty({h}, DType::kF32));
+    master_h_.push_back(Tensor::empty({h}, DType::kF32));
+  }
+}
+
+MomentSplit AdamW::split(size_t i,
+                         const std::vector<Tensor>& dev,
+                         const std::vector<Tensor>& host) const {
+  return {host[i].f32(), dev[i].f32(), host_[i]};
+}
+
+void AdamW::offload_copy(size_t i, float* device, float* host, bool to_host) const {
+  int64_t m = 0;  // moments (and host elements) before this shard
+  for (const OptimBuffer::Shard& s : buffers_[i].shards) {
+    const int64_t n = std::min(s.end - s.begin, host_[i] - m);
+    if (n <= 0) break;
+    const int64_t bytes = int64_t(sizeof(float)) * n;
+    if (to_host) {
+      kernels::copy_to_host(k_, host + m, device + s.begin, bytes);
+    } else {
+      kernels::copy_from_host_async(k_, device + s.begin, host + m, bytes);
     }
+    m += n;
   }
 }
 
@@ -98,19 +144,49 @@ bool AdamW::step(double lr, double grad_norm, std::optional<double> decoupled_lr
   const float clip = coeff < 1.0 ? float(coeff) : 1.0f;
   ++step_;
   if (clip != 1.0f) scale_grads(clip);
+  // The offloaded parts' gradients and weights to the host first, then the device's steps are
+  // queued, and the host's run while the device runs them.
+  for (size_t i = 0; i < buffers_.size(); ++i) {
+    if (host_[i] == 0) continue;
+    offload_copy(i, buffers_[i].grad, grad_h_[i].f32(), true);
+    offload_copy(i, buffers_[i].master, master_h_[i].f32(), true);
+  }
+  const kernels::Ctx host{};
+  for (const bool on_host : {false, true}) {
+    for (size_t i = 0; i < buffers_.size(); ++i) {
+      const OptimBuffer& b = buffers_[i];
+      const int64_t h = host_[i];
+      for_each_piece(b, [&](int64_t lo, int64_t hi, const OptimRange& r, int64_t mo) {
+        if ((mo < h) != on_host) return;
+        kernels::AdamWParams p{.lr = float(r.decoupled_lr && decoupled_lr ? *decoupled_lr : lr),
+                               .beta1 = cfg_.beta1,
+                               .beta2 = cfg_.beta2,
+                               .eps = cfg_.eps,
+                               .weight_decay = r.weight_decay ? cfg_.weight_decay : 0.0f,
+                               .step = step_};
+        if (on_host) {  // the compute copy is refreshed on the device below
+          kernels::adamw_step(host, master_h_[i].f32() + mo, mh_[i].f32() + mo, vh_[i].f32() + mo,
+                              grad_h_[i].f32() + mo, nullptr, hi - lo, p);
+          return;
+        }
+        const bool fused = b.compute && b.compute_dtype == DType::kBF16;
+        kernels::adamw_step(k_, b.master + lo, m_[i].f32() + (mo - h), v_[i].f32() + (mo - h),
+                            b.grad + lo, fused ? static_cast<bf16*>(b.compute) + lo : nullptr,
+                            hi - lo, p);
+        if (b.compute && !fused) {
+          kernels::narrow_operand(k_, b.compute_dtype, static_cast<f16*>(b.compute) + lo,
+                                  b.master + lo, hi - lo);
+        }
+      });
+    }
+  }
   for (size_t i = 0; i < buffers_.size(); ++i) {
     const OptimBuffer& b = buffers_[i];
-    for_each_piece(b, [&](int64_t lo, int64_t hi, const OptimRange& r, int64_t mo) {
-      kernels::AdamWParams p{.lr = float(r.decoupled_lr && decoupled_lr ? *decoupled_lr : lr),
-                             .beta1 = cfg_.beta1,
-                             .beta2 = cfg_.beta2,
-                             .eps = cfg_.eps,
-                             .weight_decay = r.weight_decay ? cfg_.weight_decay : 0.0f,
-                             .step = step_};
-      const bool fused = b.compute && b.compute_dtype == DType::kBF16;
-      kernels::adamw_step(k_, b.master + lo, m_[i].f32() + mo, v_[i].f32() + mo, b.grad + lo,
-                          fused ? static_cast<bf16*>(b.compute) + lo : nullptr, hi - lo, p);
-      if (b.compute && !fused) {
+    if (host_[i] == 0) continue;
+    offload_copy(i, b.master, master_h_[i].f32(), false);
+    if (!b.compute) continue;
+    for_each_piece(b, [&](int64_t lo, int64_t hi, const OptimRange&, int64_t mo) {
+      if (mo < host_[i]) {
         kernels::narrow_operand(k_, b.compute_dtype, static_cast<f16*>(b.compute) + lo,
                                 b.master + lo, hi - lo);
       }
@@ -122,6 +198,12 @@ bool AdamW::step(double lr, double grad_norm, std::optional<double> decoupled_lr
 int64_t AdamW::state_bytes() const {
   int64_t n = 0;
   for (size_t i = 0; i < m_.size(); ++i) n += int64_t(m_[i].nbytes() + v_[i].nbytes());
+  return n;
+}
+
+int64_t AdamW::host_state_bytes() const {
+  int64_t n = 0;
+  for (size_t i = 0; i < mh_.size(); ++i) n += int64_t(mh_[i].nbytes() + vh_[i].nbytes());
   return n;
 }
 

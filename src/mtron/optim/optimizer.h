@@ -6,6 +6,15 @@
 // data-parallel rank owns one equal part of every gradient bucket (Megatron's layout: each
 // bucket is reduce-scattered on its own), its `shards`, and keeps Adam's moments for those
 // elements only, stored one after another in shard order.
+//
+// Optimizer offload (Megatron's --optimizer-cpu-offload, --optimizer-offload-fraction): the first
+// moments of each buffer, up to the parameter boundary nearest that fraction of its shard
+// elements, live in host memory, and their AdamW step runs on the CPU while the device steps the
+// rest. Per step and buffer the offloaded gradients and weights are read to the host (one copy per
+// shard that holds some, each a host synchronisation), and the updated weights are queued back to
+// the device, whose compute copy is then refreshed there. The fp32 weights stay on the device:
+// what the device saves is the two moments (8 bytes per offloaded parameter). The CPU and device
+// AdamW kernels compute the same fp32 arithmetic (no contraction), so the result is the same.
 #pragma once
 
 #include <cstdint>
@@ -42,6 +51,18 @@ struct OptimBuffer {
   int64_t shard_elems() const;
 };
 
+// Where Adam's moment buffer (m or v) of one OptimBuffer lives: its first host_elems elements in
+// host memory (the offloaded part), the rest on the buffers' device (device[0] is element
+// host_elems). A parameter's moments never straddle the two.
+struct MomentSplit {
+  float* host = nullptr;
+  float* device = nullptr;
+  int64_t host_elems = 0;
+  bool on_host(int64_t m) const { return m < host_elems; }
+  float* at(int64_t m) const { return on_host(m) ? host + m : device + (m - host_elems); }
+  explicit operator bool() const { return host != nullptr || device != nullptr; }
+};
+
 struct AdamWConfig {
   float beta1 = 0.9f, beta2 = 0.999f, eps = 1e-8f;
   float weight_decay = 0.01f;
@@ -50,8 +71,13 @@ struct AdamWConfig {
 
 class AdamW {
  public:
-  // The buffers live on k's device; the moments go there too and the steps run on k.
-  AdamW(std::vector<OptimBuffer> buffers, AdamWConfig cfg, const kernels::Ctx& k = {});
+  // The buffers live on k's device; the moments go there too and the steps run on k, except the
+  // offloaded part (offload_fraction in [0, 1], of each buffer's shard elements), which stays
+  // in host memory and steps on the CPU.
+  AdamW(std::vector<OptimBuffer> buffers,
+        AdamWConfig cfg,
+        const kernels::Ctx& k = {},
+        double offload_fraction = 0);
 
   // The global gradient norm over this rank's shards, summed over `norm_group` (the ranks that
   // hold different parts of the gradient: model parallel, and data parallel when sharded).
@@ -65,18 +91,31 @@ class AdamW {
 
   int64_t steps() const { return step_; }
   void set_steps(int64_t s) { step_ = s; }
-  // Optimizer-state bytes this rank holds (moments), for the memory report.
+  // Optimizer-state bytes this rank holds (moments) on the buffers' device and, offloaded, in
+  // host memory, for the memory report.
   int64_t state_bytes() const;
+  int64_t host_state_bytes() const;
   const std::vector<OptimBuffer>& buffers() const { return buffers_; }
-  // Adam moments of buffer i (its shards, concatenated), on the buffers' device.
-  const Tensor& exp_avg(size_t i) const { return m_[i]; }
-  const Tensor& exp_avg_sq(size_t i) const { return v_[i]; }
+  // Adam moments of buffer i (its shards, concatenated).
+  MomentSplit exp_avg(size_t i) const { return split(i, m_, mh_); }
+  MomentSplit exp_avg_sq(size_t i) const { return split(i, v_, vh_); }
 
  private:
+  MomentSplit split(size_t i,
+                    const std::vector<Tensor>& dev,
+                    const std::vector<Tensor>& host) const;
+  // Copies the offloaded part of buffer i (its first host_[i] shard elements) of `device`, one of
+  // its flat device buffers (grad, master), to `host` (host_[i] elements; to_host) or back.
+  void offload_copy(size_t i, float* device, float* host, bool to_host) const;
+
   std::vector<OptimBuffer> buffers_;
   AdamWConfig cfg_;
   kernels::Ctx k_;
-  std::vector<Tensor> m_, v_;
+  std::vector<Tensor> m_, v_;    // on the device: the moments from host_[i] on
+  std::vector<Tensor> mh_, vh_;  // in host memory: the offloaded moments
+  // Per buffer: offloaded shard elements, and host copies of their gradients and weights.
+  std::vector<int64_t> host_;
+  std::vector<Tensor> grad_h_, master_h_;
   Tensor norm_sum_;  // [1] double on the device: grad_norm's sum of squares
   int64_t step_ = 0;
 };

@@ -453,11 +453,6 @@ int run_plan(std::vector<std::string> args) {
     return 0;
   }
   std::string notes = fmt::format("\n(time model constants: {})\n", perf_source);
-  const std::string cuda_why =
-      c.hardware.is_cpu ? "" : cuda_unsupported(m, r.plans[0].layout.parallel);
-  if (!cuda_why.empty())
-    notes += fmt::format(
-        "(mtron train --device cuda cannot run this plan yet: {}; --emit says so)\n", cuda_why);
   write(format_plans(m, c, o, r) + notes);
   return 0;
 }

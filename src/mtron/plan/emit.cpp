@@ -68,19 +68,12 @@ std::vector<std::string> train_args(const ModelConfig& m,
                                     const TrainingArgs& t) {
   const ParallelConfig& p = l.parallel;
   const bool gpu = !c.hardware.is_cpu;
-  // What `mtron train` runs: even pipeline stages, bf16, fp16 or fp32, and on GPUs only what
-  // --device cuda supports.
+  // What `mtron train` runs: even pipeline stages, bf16, fp16 or fp32.
   MT_CHECK(p.decoder_first_pipeline_num_layers == 0 && p.decoder_last_pipeline_num_layers == 0,
            "no launch script: the plan has uneven pipeline stages, which mtron train does not "
            "have yet (fix --pipeline-model-parallel-size to a divisor of the layers)");
   MT_CHECK(l.precision != Precision::kFP8, "no launch script: mtron train has no ",
            precision_name(l.precision), " training yet (plan with --bf16, --fp16 or --fp32)");
-  if (gpu) {
-    const std::string why = cuda_unsupported(m, p);
-    MT_CHECK(why.empty(), "no launch script: mtron train --device cuda: ", why,
-             " (the parts that still run on the host, docs/cuda.md); --hardware local-cpu plans a "
-             "CPU run");
-  }
   std::vector<std::string> a = model_flag_args(m);
   auto add = [&](const char* flag, auto v) {
     a.push_back(flag);

@@ -239,6 +239,21 @@ bool parse_train_args(int argc, char** argv, int64_t world_size, TrainArgs& a) {
   app.add_option("--adam-beta1", a.adam.beta1, "Adam beta1 (default 0.9)")->group(o);
   app.add_option("--adam-beta2", a.adam.beta2, "Adam beta2 (default 0.999)")->group(o);
   app.add_option("--adam-eps", a.adam.eps, "Adam epsilon (default 1e-8)")->group(o);
+  bool cpu_offload = false, precision_aware = false;
+  app.add_flag("--optimizer-cpu-offload", cpu_offload,
+               "Adam's moments and step in host memory for --optimizer-offload-fraction of the "
+               "parameters, stepped on the CPU beside the device (needs "
+               "--use-precision-aware-optimizer, as in Megatron)")
+      ->group(o);
+  double offload_fraction = 0;
+  app.add_option("--optimizer-offload-fraction", offload_fraction,
+                 "With --optimizer-cpu-offload: the fraction of each parameter buffer's optimizer "
+                 "state in host memory, rounded to a parameter boundary (default 0)")
+      ->group(o);
+  app.add_flag("--use-precision-aware-optimizer", precision_aware,
+               "Megatron's precision-aware optimizer; with its default fp32 moments and master "
+               "weights the arithmetic is mtron's AdamW's")
+      ->group(o);
   app.add_option("--loss-scale", a.loss_scale.static_scale,
                  "Static loss scale (with --fp16, or --bf16); default: dynamic with --fp16")
       ->group(o);
@@ -412,6 +427,22 @@ bool parse_train_args(int argc, char** argv, int64_t world_size, TrainArgs& a) {
         "results are the same)");
   }
 
+  MT_CHECK(offload_fraction >= 0 && offload_fraction <= 1,
+           "--optimizer-offload-fraction must be in [0, 1] (got ", offload_fraction, ")");
+  if (cpu_offload) {
+    // Megatron's rule (arguments.py): the hybrid device optimizer reuses that code path.
+    MT_CHECK(precision_aware,
+             "The optimizer cpu offload must be used in conjunction with "
+             "`--use-precision-aware-optimizer`, as the hybrid device optimizer reuses the code "
+             "path of this flag.");
+    if (a.device == Device::kCPU) {
+      a.notes.push_back(
+          "--optimizer-cpu-offload has no effect on --device cpu: the optimizer state is in host "
+          "memory already");
+    } else {
+      a.optimizer_offload_fraction = offload_fraction;
+    }
+  }
   MT_CHECK(!(a.model.mla.enabled && a.fp8.enabled),
            "--multi-latent-attention with --fp8-format: MLA's projections have no FP8 path");
   validate_fp8_flags(a.fp8, fp8_recipe, a.precision.compute, a.model, par, a.notes);
@@ -432,11 +463,6 @@ bool parse_train_args(int argc, char** argv, int64_t world_size, TrainArgs& a) {
   MT_CHECK(a.recompute.num_layers >= 1, "--recompute-num-layers must be >= 1");
   MT_CHECK(a.ddp_bucket_size >= 0, "--ddp-bucket-size must be >= 0");
   checkpoint::validate_checkpoint_args(a.checkpoint);
-  if (a.device == Device::kCUDA) {
-    // What still runs on the host in these features (see docs/cuda.md).
-    const std::string why = cuda_unsupported(a.model, par);
-    MT_CHECK(why.empty(), "--device cuda: ", why);
-  }
   return true;
 }
 

@@ -33,6 +33,10 @@ struct TrainArgs {
   PrecisionFlags precision;  // --bf16, --fp16, --grad-reduce-in-bf16
   model::Fp8Config fp8;      // --fp8-format and the FP8 recipe's flags (fp8_flags.h)
   optim::AdamWConfig adam;
+  // --optimizer-cpu-offload with --optimizer-offload-fraction: the fraction of the optimizer
+  // state (Adam's moments) and step in host memory (optim/optimizer.h); 0 without offload and on
+  // --device cpu, where the state is in host memory already.
+  double optimizer_offload_fraction = 0;
   // --loss-scale, --initial-loss-scale, --min-loss-scale, --loss-scale-window, --hysteresis; the
   // run's loss scaler (optim/grad_scaler.h): with --fp16, or --bf16 with --loss-scale (Megatron's
   // rule), else none.

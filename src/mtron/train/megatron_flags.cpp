@@ -57,6 +57,12 @@ constexpr Compat kSwitches[] = {
     {"--no-overlap-p2p-communication", "pipeline send/recv scheduling choice"},
     {"--defer-embedding-wgrad-compute", "kernel scheduling choice"},
     {"--enable-experimental", "mtron has no experimental features to enable"},
+    {"--overlap-cpu-optimizer-d2h-h2d",
+     "with --optimizer-cpu-offload the host's AdamW step always runs while the device steps its "
+     "part"},
+    {"--use-torch-optimizer-for-cpu-offload", "the host's AdamW step is mtron's CPU kernel"},
+    {"--no-pin-cpu-grads", "staging memory choice (the offloaded step's copies)"},
+    {"--no-pin-cpu-params", "staging memory choice (the offloaded step's copies)"},
     {"--calculate-per-token-loss",
      "every token of every sample counts (mtron has no loss mask), so the per-token mean over "
      "the global batch equals Megatron's per-micro-batch mean"},

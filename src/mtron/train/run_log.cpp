@@ -62,9 +62,13 @@ void log_run_header(const TrainArgs& a, int rank, bool logger, const RunHeader& 
     for (const auto& n : a.notes) log_info("note: {}", n);
   }
   if (rank != 0 && !logger) return;
-  log_info("optimizer state: {:.3f} MB ({} bytes) on this rank{}",
+  log_info("optimizer state: {:.3f} MB ({} bytes) on this rank{}{}",
            double(h.optimizer_state_bytes) / 1048576.0, h.optimizer_state_bytes,
-           par.use_distributed_optimizer ? " (distributed optimizer shard)" : "");
+           par.use_distributed_optimizer ? " (distributed optimizer shard)" : "",
+           h.optimizer_host_state_bytes > 0
+               ? fmt::format(", and {:.3f} MB offloaded to host memory (--optimizer-cpu-offload)",
+                             double(h.optimizer_host_state_bytes) / 1048576.0)
+               : "");
   if (a.fp8.enabled) {
     log_info(
         "fp8 state: {} linear layers in FP8 on this rank, {} bytes of amax histories and "

@@ -37,12 +37,13 @@ class RunLog {
 
 // What the lines a run starts with need beyond the flags.
 struct RunHeader {
-  std::string mfu_against;            // the MFU denominator's description
-  std::string where;                  // "one GPU per rank, NAME" or "N threads per rank"
-  int64_t optimizer_state_bytes = 0;  // this rank's
-  int64_t expert_elems = 0;           // this rank's routed expert weights
-  int64_t fp8_layers = 0;             // this rank's linear layers in FP8 (--fp8-format)
-  int64_t fp8_state_bytes = 0;        // their amax histories and scales
+  std::string mfu_against;                 // the MFU denominator's description
+  std::string where;                       // "one GPU per rank, NAME" or "N threads per rank"
+  int64_t optimizer_state_bytes = 0;       // this rank's, on its device
+  int64_t optimizer_host_state_bytes = 0;  // this rank's, offloaded to host memory
+  int64_t expert_elems = 0;                // this rank's routed expert weights
+  int64_t fp8_layers = 0;                  // this rank's linear layers in FP8 (--fp8-format)
+  int64_t fp8_state_bytes = 0;             // their amax histories and scales
 };
 
 // The lines a run starts with: on rank 0 the version and CPU kernels, the model, the layout,

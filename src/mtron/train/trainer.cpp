@@ -103,7 +103,8 @@ void Trainer::build_model() {
     if (!x.specs().empty())
       bufs.push_back(ddp_buffer(rc_, *ps_, ddp, x, true, a_.seed, expert_syncs_));
   }
-  optimizer_ = std::make_unique<optim::AdamW>(std::move(bufs), a_.adam, rc_.k);
+  optimizer_ = std::make_unique<optim::AdamW>(std::move(bufs), a_.adam, rc_.k,
+                                              a_.optimizer_offload_fraction);
   if (a_.fp8.enabled) {
     fp8_ = std::make_unique<model::Fp8State>(a_.fp8, rc_.k);
     for (auto& c : chunks_) {
@@ -139,8 +140,8 @@ checkpoint::TrainView Trainer::checkpoint_view() {
   // experts (MoE).
   size_t i = 0;
   auto add = [&](model::ParamBuffer& p, bool experts) {
-    checkpoint::ChunkState c{
-        &p, optimizer_->exp_avg(i).f32(), optimizer_->exp_avg_sq(i).f32(), {}, experts, {}};
+    checkpoint::ChunkState c{&p, optimizer_->exp_avg(i), optimizer_->exp_avg_sq(i), {}, experts,
+                             {}};
     for (const auto& s : optimizer_->buffers()[i].shards) c.opt_shards.push_back({s.begin, s.end});
     if (fp8_) add_fp8_states(c, *fp8_, p, experts);
     v.chunks.push_back(std::move(c));
@@ -336,6 +337,7 @@ void Trainer::run() {
   header.where = cuda ? fmt::format("one GPU per rank, {}", gpu)
                       : fmt::format("{} threads per rank", omp_get_max_threads());
   header.optimizer_state_bytes = optimizer_->state_bytes();
+  header.optimizer_host_state_bytes = optimizer_->host_state_bytes();
   if (fp8_) {
     header.fp8_layers = fp8_->size();
     header.fp8_state_bytes = fp8_->state_bytes();

@@ -240,9 +240,9 @@ DeviceWork device_work() {
   return DeviceWork{w.launches, w.gemms, w.copies, w.host_syncs};
 }
 
-// Emulated GPUs per node: enough for the ranks of a test under mpirun (each process has its own
-// emulated device memory; the ordinal changes nothing).
-constexpr int kEmulatedDevices = 8;
+// Emulated GPUs per node: enough for the ranks of a test under mpirun, 16 at most (each process has
+// its own emulated device memory; the ordinal changes nothing).
+constexpr int kEmulatedDevices = 16;
 
 int device_count() {
   return kEmulatedDevices;
