@@ -100,6 +100,55 @@ void gemm_cases(Checker& ck, bool small) {
           }
 }
 
+// gemm_fp8: operands of exact FP8 values (the reference's quantisation of normal samples, scaled
+// so that E4M3's and E5M2's subnormals and largest values occur) against the reference GEMM of
+// the values. On CUDA (the emulation) this is the packing to TN bytes and the FP8 product.
+void check_gemm_fp8(
+    Checker& ck, const GemmCase& g, Trans ta, Trans tb, float beta, Fp8Format fa, Fp8Format fb) {
+  const int64_t lda = (ta == Trans::kN ? g.K : g.M) + g.pad;
+  const int64_t ldb = (tb == Trans::kN ? g.N : g.K) + g.pad;
+  const int64_t ldc = g.N + g.pad;
+  const int64_t a_rows = ta == Trans::kN ? g.M : g.K, b_rows = tb == Trans::kN ? g.K : g.N;
+  auto name = [](Fp8Format f) { return f == Fp8Format::kE4M3 ? "e4m3" : "e5m2"; };
+  const std::string shape = str("M", g.M, " N", g.N, " K", g.K, ta == Trans::kT ? " At" : "",
+                                tb == Trans::kT ? " Bt" : "", g.pad ? " pad" : "", " beta", beta,
+                                " ", name(fa), " x ", name(fb));
+  ck.run("gemm.fp8", shape, [&] {
+    auto values = [](int64_t n, Fp8Format f) {
+      const std::vector<float> x = randn(n, 0.5f * fp8_max(f));
+      std::vector<bf16> q(static_cast<size_t>(n));
+      ref::fp8_quantize(q.data(), nullptr, x.data(), 1.0f / 64, f, n);
+      return q;
+    };
+    Pair<bf16> A(values(a_rows * lda, fa)), B(values(b_rows * ldb, fb));
+    Pair<float> c(beta == 0.0f ? poison(g.M * ldc) : randn(g.M * ldc));
+    const std::vector<float> aw = widen(A.host_result()), bw = widen(B.host_result());
+    ref::gemm(ta, tb, g.M, g.N, g.K, 0.25f, aw.data(), lda, bw.data(), ldb, beta, c.host(), ldc);
+    gemm_fp8(g_dev, ta, tb, g.M, g.N, g.K, 0.25f, A.dev(), fa, lda, B.dev(), fb, ldb, beta, c.dev(),
+             ldc);
+    std::vector<float> got = c.dev_result(), want = c.host_result(), g2, r2;
+    for (int64_t r = 0; r < g.M; ++r)
+      for (int64_t col = 0; col < g.N; ++col) {
+        g2.push_back(got[size_t(r * ldc + col)]);
+        r2.push_back(want[size_t(r * ldc + col)]);
+      }
+    ck.check("C", g2, r2, kTolBf16);
+  });
+}
+
+void gemm_fp8_cases(Checker& ck) {
+  const std::vector<GemmCase> cases = {
+      {1, 1, 1, 0}, {31, 33, 17, 0}, {33, 31, 65, 3}, {16, 24, 0, 1}, {96, 80, 256, 0}};
+  const std::pair<Fp8Format, Fp8Format> formats[] = {{Fp8Format::kE4M3, Fp8Format::kE4M3},
+                                                     {Fp8Format::kE5M2, Fp8Format::kE4M3},
+                                                     {Fp8Format::kE4M3, Fp8Format::kE5M2}};
+  for (const GemmCase& g : cases)
+    for (Trans ta : {Trans::kN, Trans::kT})
+      for (Trans tb : {Trans::kN, Trans::kT})
+        for (float beta : {0.0f, 1.0f})
+          for (const auto& [fa, fb] : formats) check_gemm_fp8(ck, g, ta, tb, beta, fa, fb);
+}
+
 void elementwise_cases(Checker& ck, bool small) {
   std::vector<int64_t> sizes = {0, 1, 7, 15, 31, 32, 33, 1000, 100003};
   if (!small) sizes.push_back(3 << 20);
@@ -789,6 +838,7 @@ int run_op_table(const Ctx& device, const OpTableOptions& options) {
               "bound", "result");
   Checker ck(options);
   gemm_cases(ck, options.small);
+  gemm_fp8_cases(ck);
   elementwise_cases(ck, options.small);
   dropout_cases(ck, options.small);
   norm_cases(ck, options.small);

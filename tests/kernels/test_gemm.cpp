@@ -1,6 +1,6 @@
 // gemm: the K = 0 product, bad leading dimensions, and which library runs fp32 GEMMs (every
 // transpose form, awkward size, padding and alpha/beta against the reference: the op table,
-// test_op_table.cpp).
+// test_op_table.cpp); the FP8 bytes gemm_fp8 packs on CUDA, and its E5M2 x E5M2 refusal.
 #include <cmath>
 #include <limits>
 
@@ -25,6 +25,41 @@ TEST(Gemm, Fp32RunsOnOpenBlasOnlyWhereItsKernelsFitTheCpu) {
   // AVX-512 CPU, as kernels.openblas_unfit_uses_onednn makes them look) must not run fp32 GEMMs.
   const std::string paths = cpu_gemm_paths();
   EXPECT_EQ(paths.find(openblas_core_fits() ? "fp32 OpenBLAS (" : "fp32 oneDNN"), 0u) << paths;
+}
+
+// Every byte of both formats decodes to a value on the format's grid (the reference's rounding,
+// an independent definition) and encodes back to itself; the largest finite values and NaN are
+// where the formats put them.
+TEST(Fp8Bytes, EveryByteDecodesOntoTheGridAndEncodesBack) {
+  for (const Fp8Format f : {Fp8Format::kE4M3, Fp8Format::kE5M2}) {
+    int finite = 0;
+    for (int b = 0; b < 256; ++b) {
+      const float v = fp8_decode(uint8_t(b), f);
+      if (std::isnan(v)) {
+        EXPECT_TRUE(std::isnan(fp8_decode(fp8_encode(v, f), f))) << b;
+        continue;
+      }
+      if (std::isinf(v)) continue;  // E5M2's infinities: fp8_quantize saturates instead
+      ++finite;
+      EXPECT_EQ(ref::fp8_round(v, f), v) << b;
+      EXPECT_EQ(fp8_encode(v, f), uint8_t(b)) << b << " " << v;
+    }
+    // E4M3: 2 x 127 finite bytes (S.1111.111 is NaN); E5M2: 2 x 124 (exponent 31 is inf/NaN)
+    EXPECT_EQ(finite, f == Fp8Format::kE4M3 ? 254 : 248);
+  }
+  EXPECT_EQ(fp8_decode(0x7E, Fp8Format::kE4M3), 448.0f);
+  EXPECT_EQ(fp8_decode(0x7B, Fp8Format::kE5M2), 57344.0f);
+  EXPECT_EQ(fp8_decode(0x01, Fp8Format::kE4M3), std::ldexp(1.0f, -9));
+  EXPECT_EQ(fp8_decode(0x01, Fp8Format::kE5M2), std::ldexp(1.0f, -16));
+  EXPECT_EQ(fp8_encode(-0.0f, Fp8Format::kE4M3), 0x80);
+}
+
+TEST(Gemm, Fp8RefusesE5m2TimesE5m2) {
+  std::vector<bf16> A(4), B(4);
+  std::vector<float> C(4);
+  EXPECT_THROW(gemm_fp8(kCpu, Trans::kN, Trans::kN, 2, 2, 2, 1.0f, A.data(), Fp8Format::kE5M2, 2,
+                        B.data(), Fp8Format::kE5M2, 2, 0.0f, C.data(), 2),
+               Error);
 }
 
 TEST(Gemm, BadLeadingDimensionIsAUserError) {

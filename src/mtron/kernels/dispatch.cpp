@@ -71,6 +71,26 @@ double gemm_contract(Trans ta,
   return 2.0 * double(M) * double(N) * double(K);
 }
 
+double gemm_fp8_contract(Trans ta,
+                         Trans tb,
+                         int64_t M,
+                         int64_t N,
+                         int64_t K,
+                         float alpha,
+                         const bf16* A,
+                         Fp8Format fa,
+                         int64_t lda,
+                         const bf16* B,
+                         Fp8Format fb,
+                         int64_t ldb,
+                         float beta,
+                         const float* C,
+                         int64_t ldc) {
+  MT_CHECK(fa == Fp8Format::kE4M3 || fb == Fp8Format::kE4M3,
+           "gemm_fp8: E5M2 x E5M2 has no FP8 GEMM (one operand must be E4M3)");
+  return gemm_contract(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
 double moe_route_contract(const int32_t*, const float*, const float*, const MoeRouting& r) {
   MT_CHECK(r.T >= 0 && r.k >= 1 && r.k <= r.E, "moe_route: need T >= 0 and 1 <= k <= E (T=", r.T,
            " k=", r.k, " E=", r.E, ")");

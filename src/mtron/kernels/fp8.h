@@ -1,4 +1,5 @@
-// defines: Fp8Format, fp8_max, fp8_quantize (from fp32 and bf16), abs_max (of fp32 and bf16)
+// defines: Fp8Format, fp8_max, fp8_encode, fp8_decode, fp8_quantize (from fp32 and bf16), abs_max
+//          (of fp32 and bf16)
 //
 // FP8 quantisation with Transformer Engine's semantics, emulated exactly: every E4M3 and E5M2
 // value is a bf16 value, so a quantised tensor is stored as bf16 holding exact FP8 values, and the
@@ -11,10 +12,16 @@
 //                *amax = max(*amax, max_i |src[i]|) of the unscaled input, NaN elements ignored
 //                (fmaxf), so one amax accumulates over several calls.
 // abs_max:       the amax update alone.
+// fp8_encode / fp8_decode: an exact value of the format and its byte (sign, exponent with bias 7
+//                (E4M3) or 15 (E5M2), mantissa), for the FP8 GEMMs of devices that take bytes
+//                (kernels/gemm.h gemm_fp8). NaN encodes as the format's NaN; +-0 keep their sign.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
+#include <limits>
 
+#include "mtron/core/philox_inline.h"  // MT_HOST_DEVICE
 #include "mtron/kernels/op.h"
 
 namespace mtron::kernels {
@@ -25,6 +32,38 @@ enum class Fp8Format : int { kE4M3, kE5M2 };
 
 constexpr float fp8_max(Fp8Format f) {
   return f == Fp8Format::kE4M3 ? 448.0f : 57344.0f;
+}
+
+// v must be a value of the format (fp8_quantize's output), NaN, or +-0.
+MT_HOST_DEVICE inline uint8_t fp8_encode(float v, Fp8Format f) {
+  const bool e4m3 = f == Fp8Format::kE4M3;
+  const int m = e4m3 ? 3 : 2, bias = e4m3 ? 7 : 15;
+  const int sign = copysignf(1.0f, v) < 0.0f ? 0x80 : 0;
+  if (v != v) return uint8_t(sign | (e4m3 ? 0x7F : 0x7E));
+  const float a = fabsf(v);
+  if (a == 0.0f) return uint8_t(sign);
+  int e = 0;
+  frexpf(a, &e);  // a = fr 2^e, fr in [0.5, 1): the leading bit is 2^(e - 1)
+  if (e - 1 < 1 - bias) return uint8_t(sign | int(ldexpf(a, bias - 1 + m)));  // subnormal
+  const int mantissa = int(ldexpf(a, m - (e - 1))) - (1 << m);
+  return uint8_t(sign | ((e - 1 + bias) << m) | mantissa);
+}
+
+inline float fp8_decode(uint8_t byte, Fp8Format f) {
+  const bool e4m3 = f == Fp8Format::kE4M3;
+  const int m = e4m3 ? 3 : 2, bias = e4m3 ? 7 : 15;
+  const int e = (byte & 0x7F) >> m, mantissa = byte & ((1 << m) - 1);
+  float v;
+  if (e4m3 && e == 15 && mantissa == 7) {
+    v = std::numeric_limits<float>::quiet_NaN();
+  } else if (!e4m3 && e == 31) {
+    v = mantissa ? std::numeric_limits<float>::quiet_NaN() : std::numeric_limits<float>::infinity();
+  } else if (e == 0) {
+    v = std::ldexp(float(mantissa), 1 - bias - m);
+  } else {
+    v = std::ldexp(float((1 << m) | mantissa), e - bias - m);
+  }
+  return (byte & 0x80) ? -v : v;
 }
 
 #define MTRON_FP8_OPS(OP)                                                                   \

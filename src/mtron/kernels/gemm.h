@@ -1,4 +1,4 @@
-// defines: Trans, gemm (fp32, bf16 and fp16 inputs, fp32 output)
+// defines: Trans, gemm (fp32, bf16 and fp16 inputs, fp32 output), gemm_fp8
 //
 // Row-major GEMM: C[M,N] = alpha * op(A)[M,K] * op(B)[K,N] + beta * C.
 // op(X) = X (kN) or X^T (kT); lda/ldb/ldc are row strides in elements of the stored matrices.
@@ -11,10 +11,18 @@
 // AMX units where the CPU has them) or, where oneDNN has no bf16 matmul, widened to fp32
 // exactly; fp16 is always widened to fp32 exactly (every fp16 value is an fp32).
 // beta == 0 means C is write-only (its old contents, even NaN, are ignored).
+//
+// gemm_fp8: the same product of two FP8 operands, A holding exact values of format fa and B of
+// fb in bf16 storage (fp8_quantize's output; kernels/fp8.h), accumulated in fp32. On the CPU it is
+// the bf16 GEMM. On CUDA the operands are first packed to FP8 bytes with K contiguous (the only
+// form cuBLASLt's FP8 GEMMs take, "TN" in its column-major terms; K padded with zeros to a
+// multiple of 16), then cuBLASLt multiplies them on the FP8 tensor cores. E5M2 x E5M2 has no
+// such GEMM and is refused.
 #pragma once
 
 #include <cstdint>
 
+#include "mtron/kernels/fp8.h"
 #include "mtron/kernels/op.h"
 
 namespace mtron::kernels {
@@ -30,13 +38,18 @@ enum class Trans { kN, kT };
 #define MT_PARAMS_gemm_fp16                                                                     \
   (Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alpha, const f16* A, int64_t lda, \
    const f16* B, int64_t ldb, float beta, float* C, int64_t ldc)
-#define MTRON_GEMM_OPS(OP)                                      \
-  OP(void, gemm, gemm_fp32, gemm_contract, MT_PARAMS_gemm_fp32, \
-     (ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc))    \
-  OP(void, gemm, gemm_bf16, gemm_contract, MT_PARAMS_gemm_bf16, \
-     (ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc))    \
-  OP(void, gemm, gemm_fp16, gemm_contract, MT_PARAMS_gemm_fp16, \
-     (ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc))
+#define MT_PARAMS_gemm_fp8                                                                        \
+  (Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alpha, const bf16* A, Fp8Format fa, \
+   int64_t lda, const bf16* B, Fp8Format fb, int64_t ldb, float beta, float* C, int64_t ldc)
+#define MTRON_GEMM_OPS(OP)                                            \
+  OP(void, gemm, gemm_fp32, gemm_contract, MT_PARAMS_gemm_fp32,       \
+     (ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc))          \
+  OP(void, gemm, gemm_bf16, gemm_contract, MT_PARAMS_gemm_bf16,       \
+     (ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc))          \
+  OP(void, gemm, gemm_fp16, gemm_contract, MT_PARAMS_gemm_fp16,       \
+     (ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc))          \
+  OP(void, gemm_fp8, gemm_fp8, gemm_fp8_contract, MT_PARAMS_gemm_fp8, \
+     (ta, tb, M, N, K, alpha, A, fa, lda, B, fb, ldb, beta, C, ldc))
 MTRON_GEMM_OPS(MT_OP_DECLARE)
 
 }  // namespace mtron::kernels

@@ -10,12 +10,12 @@ using kernels::Trans;
 
 namespace {
 
-// A GEMM input quantised to FP8 (exact values in bf16 storage) and the scale it was quantised
-// with.
+// A GEMM input quantised to FP8 (exact values in bf16 storage), its format and the scale it was
+// quantised with.
 struct Fp8Operand {
   Tensor q;
+  kernels::Fp8Format format = kernels::Fp8Format::kE4M3;
   float scale = 1.0f;
-  Act act() const { return Act::of(q.bf()); }
 };
 
 // fn(p) with the operand's data as the pointer type of its dtype (fp32 or bf16).
@@ -31,6 +31,7 @@ Fp8Operand fp8_operand(const RunCtx& rc, int id, Fp8Role r, Act src, int64_t n) 
   const Fp8State& f = *rc.fp8;
   const kernels::Fp8Format format = f.format(r);
   Fp8Operand o;
+  o.format = format;
   if (f.config().recipe == Fp8Recipe::kTensorwise) {
     Tensor a = Tensor::empty({1}, DType::kF32, rc.k.device);
     kernels::fill_zero(rc.k, a.raw(), int64_t(sizeof(float)));
@@ -48,9 +49,23 @@ Fp8Operand fp8_operand(const RunCtx& rc, int id, Fp8Role r, Act src, int64_t n) 
   return o;
 }
 
-// The GEMM's alpha for two quantised operands: the product of their inverse scales (fp32).
-float inverse_scales(const Fp8Operand& a, const Fp8Operand& b) {
-  return (1.0f / a.scale) * (1.0f / b.scale);
+// C = op(a) op(b) / (a.scale b.scale) + beta C: the FP8 GEMM of two quantised operands, alpha the
+// product of their inverse scales (fp32).
+void fp8_gemm(const RunCtx& rc,
+              Trans ta,
+              Trans tb,
+              int64_t M,
+              int64_t N,
+              int64_t K,
+              const Fp8Operand& a,
+              int64_t lda,
+              const Fp8Operand& b,
+              int64_t ldb,
+              float beta,
+              float* C,
+              int64_t ldc) {
+  kernels::gemm_fp8(rc.k, ta, tb, M, N, K, (1.0f / a.scale) * (1.0f / b.scale), a.q.bf(), a.format,
+                    lda, b.q.bf(), b.format, ldb, beta, C, ldc);
 }
 
 int fp8_linear(const RunCtx& rc, Act w) {
@@ -87,8 +102,7 @@ void linear_forward(const RunCtx& rc,
   if (const int id = fp8_linear(rc, w); id >= 0) {
     const Fp8Operand qx = fp8_operand(rc, id, Fp8Role::kInput, x, N * in);
     const Fp8Operand qw = fp8_operand(rc, id, Fp8Role::kWeight, w, out * in);
-    kernels::gemm(rc.k, Trans::kN, Trans::kT, N, out, in, inverse_scales(qx, qw), qx.act(), in,
-                  qw.act(), in, 0.0f, y, out);
+    fp8_gemm(rc, Trans::kN, Trans::kT, N, out, in, qx, in, qw, in, 0.0f, y, out);
   } else {
     kernels::gemm(rc.k, Trans::kN, Trans::kT, N, out, in, 1.0f, x, in, w, in, 0.0f, y, out);
   }
@@ -111,12 +125,10 @@ void linear_backward(const RunCtx& rc,
     const Fp8Operand qg = fp8_operand(rc, id, Fp8Role::kGrad, Act::of(dy), N * out);
     if (dx) {
       const Fp8Operand qw = fp8_operand(rc, id, Fp8Role::kWeight, w, out * in);
-      kernels::gemm(rc.k, Trans::kN, Trans::kN, N, in, out, inverse_scales(qg, qw), qg.act(), out,
-                    qw.act(), in, 0.0f, dx, in);
+      fp8_gemm(rc, Trans::kN, Trans::kN, N, in, out, qg, out, qw, in, 0.0f, dx, in);
     }
     const Fp8Operand qx = fp8_operand(rc, id, Fp8Role::kInput, x, N * in);
-    kernels::gemm(rc.k, Trans::kT, Trans::kN, out, in, N, inverse_scales(qg, qx), qg.act(), out,
-                  qx.act(), in, 1.0f, dw, in);
+    fp8_gemm(rc, Trans::kT, Trans::kN, out, in, N, qg, out, qx, in, 1.0f, dw, in);
     return;
   }
   const Act g = as_gemm_input(rc, scratch, dy, N * out);

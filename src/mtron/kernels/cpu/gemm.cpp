@@ -313,5 +313,12 @@ void gemm(const Ctx&, MT_PARAMS(gemm_fp16)) {
   if (!degenerate(k, C)) gemm_widened(k, A, B, C);
 }
 
+// Exact FP8 values in bf16: the bf16 GEMM computes the FP8 product.
+void gemm_fp8(const Ctx& ctx, MT_PARAMS(gemm_fp8)) {
+  (void)fa;
+  (void)fb;
+  cpu::gemm(ctx, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
 }  // namespace cpu
 }  // namespace mtron::kernels

@@ -1,8 +1,15 @@
 // CUDA FP8 quantisation (kernels/fp8.h): a grid-stride pass that writes the quantised values
 // (bf16 storage) and one |x| maximum per block, then one block that folds the block maxima into
 // *amax. A maximum is exact in any order, so the result does not depend on the grid.
+//
+// gemm_fp8 (kernels/gemm.h): each operand packed to FP8 bytes with K contiguous (op(A) as
+// a[M][Kp], op(B)^T as b[N][Kp], Kp = K rounded up to 16, zero-padded), then the packed product
+// (gemm_layout.h gemm_fp8_packed: cuBLASLt's FP8 GEMM, or the emulation's loops). The packing pass
+// reads a transposed operand with a stride (one byte written per thread): a tiled transpose through
+// shared memory would coalesce it.
 #include "mtron/kernels/cuda/common.cuh"
 #include "mtron/kernels/cuda/cuda_ops.h"
+#include "mtron/kernels/cuda/gemm_layout.h"
 
 namespace mtron::kernels::cuda {
 namespace {
@@ -50,6 +57,24 @@ __global__ void quantize_kernel(
   }
   amax = block_max(amax, red);
   if (threadIdx.x == 0) part[blockIdx.x] = amax;
+}
+
+// dst[r][p] = the FP8 byte of src(r, p) (src[r * ld + p], or src[p * ld + r] when transposed) for
+// p < K, 0 for K <= p < Kp.
+__global__ void pack_kernel(uint8_t* dst,
+                            const uint16_t* src,
+                            int64_t ld,
+                            bool transposed,
+                            int64_t rows,
+                            int64_t K,
+                            int64_t Kp,
+                            Fp8Format f) {
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < rows * Kp;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t r = i / Kp, p = i % Kp;
+    dst[i] = p < K ? fp8_encode(bf16_bits_to_f32(transposed ? src[p * ld + r] : src[r * ld + p]), f)
+                   : uint8_t(0);
+  }
 }
 
 __global__ void fold_max_kernel(float* amax, const float* part, int64_t n) {
@@ -106,6 +131,22 @@ void abs_max(const Ctx& ctx, float* amax, const float* src, int64_t n) {
 void abs_max(const Ctx& ctx, float* amax, const bf16* src, int64_t n) {
   run(ctx, static_cast<uint16_t*>(nullptr), amax, reinterpret_cast<const uint16_t*>(src), 1.0f,
       Fp8Format::kE4M3, n);
+}
+
+void gemm_fp8(const Ctx& ctx, MT_PARAMS(gemm_fp8)) {
+  if (M == 0 || N == 0) return;
+  const cudaStream_t s = stream_of(ctx);
+  if (K == 0) {  // op(A) op(B) is empty: C = beta C
+    scale_matrix(s, C, M, N, ldc, beta);
+    return;
+  }
+  const int64_t Kp = (K + 15) / 16 * 16;
+  Scratch a(size_t(M * Kp), s), b(size_t(N * Kp), s);
+  launch("fp8_pack", pack_kernel, grid_for(M * Kp, kThreads), kThreads, 0, s, a.as<uint8_t>(),
+         reinterpret_cast<const uint16_t*>(A), lda, ta == Trans::kT, M, K, Kp, fa);
+  launch("fp8_pack", pack_kernel, grid_for(N * Kp, kThreads), kThreads, 0, s, b.as<uint8_t>(),
+         reinterpret_cast<const uint16_t*>(B), ldb, tb == Trans::kN, N, K, Kp, fb);
+  gemm_fp8_packed(ctx, M, N, Kp, alpha, a.as<uint8_t>(), fa, b.as<uint8_t>(), fb, beta, C, ldc);
 }
 
 }  // namespace mtron::kernels::cuda

@@ -1,7 +1,8 @@
-// CUDA GEMM through cuBLASLt (kernels/gemm.h): fp32 x fp32, bf16 x bf16 and fp16 x fp16, all
+// CUDA GEMM through cuBLASLt (kernels/gemm.h): fp32 x fp32, bf16 x bf16, fp16 x fp16 and FP8 x
+// FP8 (E4M3 or E5M2 bytes, packed "TN" by gemm_fp8: gemm_layout.h gemm_fp8_packed), all
 // accumulating in fp32 (CUBLAS_COMPUTE_32F: no TF32, so fp32 results agree with the CPU to fp32
-// rounding) and writing fp32. beta == 1 accumulates into C (weight gradients); beta == 0 does not
-// read C.
+// rounding; FP8 without fast accumulation) and writing fp32. beta == 1 accumulates into C (weight
+// gradients); beta == 0 does not read C.
 //
 // The row-major call becomes a column-major one (gemm_layout.h). Each distinct problem (device,
 // dtype, transposes, sizes, leading dimensions, pointer alignments) gets a plan: the matmul
@@ -52,14 +53,15 @@ uint32_t alignment(const void* p) {
 
 struct PlanKey {
   int device;
-  cudaDataType_t in_type;
+  cudaDataType_t type_a, type_b;  // of the column-major operands a and b
   bool trans_a, trans_b;
   int64_t m, n, k, lda, ldb, ldc;
   uint32_t align_a, align_b, align_c;
   bool operator==(const PlanKey& o) const {
-    return std::tie(device, in_type, trans_a, trans_b, m, n, k, lda, ldb, ldc, align_a, align_b,
-                    align_c) == std::tie(o.device, o.in_type, o.trans_a, o.trans_b, o.m, o.n, o.k,
-                                         o.lda, o.ldb, o.ldc, o.align_a, o.align_b, o.align_c);
+    return std::tie(device, type_a, type_b, trans_a, trans_b, m, n, k, lda, ldb, ldc, align_a,
+                    align_b, align_c) == std::tie(o.device, o.type_a, o.type_b, o.trans_a,
+                                                  o.trans_b, o.m, o.n, o.k, o.lda, o.ldb, o.ldc,
+                                                  o.align_a, o.align_b, o.align_c);
   }
 };
 
@@ -68,7 +70,7 @@ struct PlanKeyHash {
     size_t h = 1469598103934665603ull;
     auto mix = [&](uint64_t v) { h = (h ^ v) * 1099511628211ull; };
     mix(uint64_t(k.device));
-    mix(uint64_t(k.in_type));
+    mix(uint64_t(k.type_a) << 16 | uint64_t(k.type_b));
     mix(uint64_t(k.trans_a) * 2 + uint64_t(k.trans_b));
     for (int64_t v : {k.m, k.n, k.k, k.lda, k.ldb, k.ldc}) mix(uint64_t(v));
     mix(uint64_t(k.align_a) << 32 | uint64_t(k.align_b) << 16 | k.align_c);
@@ -76,10 +78,15 @@ struct PlanKeyHash {
   }
 };
 
-PlanKey make_key(int device, cudaDataType_t in_type, const ColMajorGemm& g, const float* C) {
+PlanKey make_key(int device,
+                 cudaDataType_t type_a,
+                 cudaDataType_t type_b,
+                 const ColMajorGemm& g,
+                 const float* C) {
   PlanKey key;
   key.device = device;
-  key.in_type = in_type;
+  key.type_a = type_a;
+  key.type_b = type_b;
   key.trans_a = g.trans_a;
   key.trans_b = g.trans_b;
   key.m = g.m;
@@ -117,10 +124,10 @@ std::unique_ptr<Plan> make_plan(cublasLtHandle_t handle,
       cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
   MT_CUBLAS_CHECK(
       cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
-  MT_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->a, key.in_type, uint64_t(g.a_rows),
-                                             uint64_t(g.a_cols), g.lda));
-  MT_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->b, key.in_type, uint64_t(g.b_rows),
-                                             uint64_t(g.b_cols), g.ldb));
+  MT_CUBLAS_CHECK(
+      cublasLtMatrixLayoutCreate(&p->a, key.type_a, uint64_t(g.a_rows), uint64_t(g.a_cols), g.lda));
+  MT_CUBLAS_CHECK(
+      cublasLtMatrixLayoutCreate(&p->b, key.type_b, uint64_t(g.b_rows), uint64_t(g.b_cols), g.ldb));
   MT_CUBLAS_CHECK(
       cublasLtMatrixLayoutCreate(&p->c, CUDA_R_32F, uint64_t(g.c_rows), uint64_t(g.c_cols), g.ldc));
 
@@ -185,8 +192,10 @@ class Library {
   std::unordered_map<PlanKey, std::unique_ptr<Plan>, PlanKeyHash> plans_;
 };
 
+// A of type_A and B of type_B, as the row-major call has them.
 void run(const Ctx& ctx,
-         cudaDataType_t in_type,
+         cudaDataType_t type_A,
+         cudaDataType_t type_B,
          Trans ta,
          Trans tb,
          int64_t M,
@@ -209,7 +218,7 @@ void run(const Ctx& ctx,
   const ColMajorGemm g = to_col_major(ta, tb, M, N, K, A, lda, B, ldb, ldc);
   int device = 0;
   MT_CUDA_CHECK(cudaGetDevice(&device));
-  const PlanKey key = make_key(device, in_type, g, C);
+  const PlanKey key = make_key(device, type_B, type_A, g, C);  // the column-major a is B
   const Library::Ready r = Library::get().prepare(key, g, stream);
   ++work().gemms;
   MT_CUBLAS_CHECK(cublasLtMatmul(r.handle, r.plan->desc, &alpha, g.a, r.plan->a, g.b, r.plan->b,
@@ -217,18 +226,38 @@ void run(const Ctx& ctx,
                                  kWorkspaceBytes, stream));
 }
 
+cudaDataType_t fp8_type(Fp8Format f) {
+  return f == Fp8Format::kE4M3 ? CUDA_R_8F_E4M3 : CUDA_R_8F_E5M2;
+}
+
 }  // namespace
 
 void gemm(const Ctx& ctx, MT_PARAMS(gemm_fp32)) {
-  run(ctx, CUDA_R_32F, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  run(ctx, CUDA_R_32F, CUDA_R_32F, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
 void gemm(const Ctx& ctx, MT_PARAMS(gemm_bf16)) {
-  run(ctx, CUDA_R_16BF, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  run(ctx, CUDA_R_16BF, CUDA_R_16BF, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
 void gemm(const Ctx& ctx, MT_PARAMS(gemm_fp16)) {
-  run(ctx, CUDA_R_16F, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  run(ctx, CUDA_R_16F, CUDA_R_16F, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
+void gemm_fp8_packed(const Ctx& ctx,
+                     int64_t M,
+                     int64_t N,
+                     int64_t K,
+                     float alpha,
+                     const uint8_t* a,
+                     Fp8Format fa,
+                     const uint8_t* b,
+                     Fp8Format fb,
+                     float beta,
+                     float* C,
+                     int64_t ldc) {
+  run(ctx, fp8_type(fa), fp8_type(fb), Trans::kN, Trans::kT, M, N, K, alpha, a, K, b, K, beta, C,
+      ldc);
 }
 
 }  // namespace mtron::kernels::cuda

@@ -1,4 +1,4 @@
-// defines: ColMajorGemm, to_col_major
+// defines: ColMajorGemm, to_col_major, gemm_fp8_packed
 //
 // cuBLAS(Lt) is column-major; mtron's gemm is row-major (gemm.h). A row-major matrix with row
 // stride ld is the column-major view of its transpose with the same ld, so
@@ -11,6 +11,7 @@
 
 #include <cstdint>
 
+#include "mtron/kernels/ctx.h"
 #include "mtron/kernels/gemm.h"
 
 namespace mtron::kernels::cuda {
@@ -60,5 +61,23 @@ inline ColMajorGemm to_col_major(Trans ta,
   g.ldc = ldc;
   return g;
 }
+
+// C[M x N] = alpha a b^T + beta C (row-major, row stride ldc) of FP8 bytes packed K-contiguous:
+// a[M][K] of format fa, b[N][K] of fb, K a multiple of 16 (gemm_fp8 packs them). In cuBLASLt's
+// column-major terms the first operand is b, transposed, and the second a, not: "TN", the one
+// form its FP8 GEMMs take. gemm.cpp runs it on cuBLASLt, the emulation (sim/gemm_sim.cpp) with
+// loops that check that form.
+void gemm_fp8_packed(const Ctx& ctx,
+                     int64_t M,
+                     int64_t N,
+                     int64_t K,
+                     float alpha,
+                     const uint8_t* a,
+                     Fp8Format fa,
+                     const uint8_t* b,
+                     Fp8Format fb,
+                     float beta,
+                     float* C,
+                     int64_t ldc);
 
 }  // namespace mtron::kernels::cuda

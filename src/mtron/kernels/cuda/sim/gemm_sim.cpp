@@ -3,6 +3,7 @@
 // row-major to column-major mapping is tested without a GPU.
 #include <cstdint>
 
+#include "mtron/core/error.h"
 #include "mtron/kernels/cuda/cuda_ops.h"
 #include "mtron/kernels/cuda/gemm_layout.h"
 #include "mtron/kernels/cuda/runtime.h"
@@ -21,7 +22,24 @@ float load(const f16* p, int64_t i) {
 }
 
 // cuBLAS semantics: D(i, j) = alpha sum_p op(A)(i, p) op(B)(p, j) + beta C(i, j), column-major,
-// on device pointers (checked), with the emulation's device access open.
+// the stored operands' elements read by load_a(index) and load_b(index), accumulated in double.
+template <typename LoadA, typename LoadB>
+void run_col_major(
+    const ColMajorGemm& g, LoadA load_a, LoadB load_b, float alpha, float beta, float* C) {
+  for (int64_t j = 0; j < g.n; ++j)
+    for (int64_t i = 0; i < g.m; ++i) {
+      double acc = 0;
+      for (int64_t p = 0; p < g.k; ++p) {
+        const float x = g.trans_a ? load_a(p + i * g.lda) : load_a(i + p * g.lda);
+        const float y = g.trans_b ? load_b(j + p * g.ldb) : load_b(p + j * g.ldb);
+        acc += double(x) * double(y);
+      }
+      float& c = C[i + j * g.ldc];
+      c = float(alpha * acc) + (beta == 0.0f ? 0.0f : beta * c);
+    }
+}
+
+// The row-major call on device pointers (checked), with the emulation's device access open.
 template <typename T>
 void run(Trans ta,
          Trans tb,
@@ -45,17 +63,9 @@ void run(Trans ta,
   const ColMajorGemm g = to_col_major(ta, tb, M, N, K, A, lda, B, ldb, ldc);
   const T* a = static_cast<const T*>(g.a);
   const T* b = static_cast<const T*>(g.b);
-  for (int64_t j = 0; j < g.n; ++j)
-    for (int64_t i = 0; i < g.m; ++i) {
-      double acc = 0;
-      for (int64_t p = 0; p < g.k; ++p) {
-        const float x = g.trans_a ? load(a, p + i * g.lda) : load(a, i + p * g.lda);
-        const float y = g.trans_b ? load(b, j + p * g.ldb) : load(b, p + j * g.ldb);
-        acc += double(x) * double(y);
-      }
-      float& c = C[i + j * g.ldc];
-      c = float(alpha * acc) + (beta == 0.0f ? 0.0f : beta * c);
-    }
+  run_col_major(
+      g, [&](int64_t i) { return load(a, i); }, [&](int64_t i) { return load(b, i); }, alpha, beta,
+      C);
 }
 
 }  // namespace
@@ -70,6 +80,34 @@ void gemm(const Ctx&, MT_PARAMS(gemm_bf16)) {
 
 void gemm(const Ctx&, MT_PARAMS(gemm_fp16)) {
   run(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
+void gemm_fp8_packed(const Ctx&,
+                     int64_t M,
+                     int64_t N,
+                     int64_t K,
+                     float alpha,
+                     const uint8_t* a,
+                     Fp8Format fa,
+                     const uint8_t* b,
+                     Fp8Format fb,
+                     float beta,
+                     float* C,
+                     int64_t ldc) {
+  for (const void* p :
+       {static_cast<const void*>(a), static_cast<const void*>(b), static_cast<const void*>(C)}) {
+    sim::check_device_pointer("gemm_fp8", p);
+  }
+  ++work().gemms;
+  const sim::DeviceAccess access;
+  const ColMajorGemm g = to_col_major(Trans::kN, Trans::kT, M, N, K, a, K, b, K, ldc);
+  // What cuBLASLt's FP8 GEMMs require: "TN", K a multiple of 16.
+  MT_ASSERT(g.trans_a && !g.trans_b && K % 16 == 0, "FP8 GEMM not in TN form");
+  const auto* ga = static_cast<const uint8_t*>(g.a);  // b's bytes, format fb
+  const auto* gb = static_cast<const uint8_t*>(g.b);  // a's bytes, format fa
+  run_col_major(
+      g, [&](int64_t i) { return fp8_decode(ga[i], fb); },
+      [&](int64_t i) { return fp8_decode(gb[i], fa); }, alpha, beta, C);
 }
 
 }  // namespace mtron::kernels::cuda
