@@ -73,7 +73,7 @@ done
 for isa in $isas; do
   echo
   for p in fp32 bf16; do
-    echo "mtron $isa $p: $(grep -m1 '^mtron ' "$tmp/mtron-${isa}_${p}_$rounds.log")"
+    echo "mtron $isa $p: $(grep -m1 -o 'mtron [0-9].*' "$tmp/mtron-${isa}_${p}_$rounds.log")"
     echo "mtron $isa $p: $(grep -o 'MFU against .*' "$tmp/mtron-${isa}_${p}_$rounds.log")"
   done
 done
