@@ -799,6 +799,43 @@ void adamw_cases(Checker& ck, bool small) {
         if (with_bf16) ck.check_bits("param bf16 (bits)", pb, narrow<bf16>(p.dev_result()));
       });
     }
+  // The multi-tensor form: runs with their own lr and weight decay, gaps between them (left as
+  // they are), moments packed in another order, an empty run.
+  for (bool with_bf16 : {false, true}) {
+    ck.run("adamw_step_runs", with_bf16 ? "5 runs +bf16 copy" : "5 runs", [&] {
+      const int64_t n = 2000, nm = 1500;
+      Pair<float> p(randn(n)), g(randn(n)), m(randn(nm, 0.1f));
+      auto vv = randn(nm, 0.1f);
+      for (auto& x : vv) x = x * x;
+      Pair<float> v(vv);
+      Pair<bf16> pb(std::vector<bf16>(size_t(n), bf16{0xffff}));
+      const std::vector<AdamWRun> runs = {{0, 100, 1000, 3e-4f, 0.1f},
+                                          {150, 333, 0, 1e-3f, 0.0f},
+                                          {500, 0, 333, 1e-3f, 0.1f},
+                                          {600, 1, 333, 2e-4f, 0.0f},
+                                          {1000, 666, 334, 5e-4f, 0.05f}};
+      AdamWParams ap{.beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .step = 3};
+      for (const AdamWRun& r : runs) {
+        ap.lr = r.lr;
+        ap.weight_decay = r.weight_decay;
+        ref::adamw_step(p.host() + r.begin, m.host() + r.moment, v.host() + r.moment,
+                        g.host() + r.begin, r.n, ap);
+      }
+      adamw_step_runs(g_dev, p.dev(), m.dev(), v.dev(), g.dev(), with_bf16 ? pb.dev() : nullptr,
+                      runs.data(), int64_t(runs.size()), ap);
+      ck.check("param", p, kTolF32);
+      ck.check("m", m, kTolF32);
+      ck.check("v", v, kTolF32);
+      if (with_bf16) {  // the runs' elements: the rounding of the device's result; gaps untouched
+        std::vector<bf16> want(size_t(n), bf16{0xffff});
+        const std::vector<float> got = p.dev_result();
+        for (const AdamWRun& r : runs)
+          for (int64_t i = r.begin; i < r.begin + r.n; ++i)
+            want[size_t(i)] = float_to_bf16(got[size_t(i)]);
+        ck.check_bits("param bf16 (bits)", pb, want);
+      }
+    });
+  }
 }
 
 // Ops on a stream of their own (kernels::create_stream; none on the CPU) instead of the default

@@ -1,4 +1,4 @@
-// defines: AdamWParams, adamw_step
+// defines: AdamWParams, AdamWRun, adamw_step, adamw_step_runs
 //
 // AdamW with decoupled weight decay, as Megatron's (apex FusedAdam, adam_w_mode) and
 // torch.optim.AdamW:
@@ -7,6 +7,11 @@
 // over one contiguous range of fp32 master weights (callers pass wd = 0 for biases and norm
 // weights). When param_bf16 is not null the updated weights are also written there in bf16
 // (the compute copy of mixed precision), in the same pass.
+//
+// adamw_step_runs: the multi-tensor form, one launch for a whole buffer: each run (in host memory)
+// is elements [begin, begin + n) of param, grad and param_bf16 with their moments at
+// m/v[moment, moment + n), stepped with the run's lr and weight decay (p gives beta1, beta2, eps
+// and step; its lr and weight_decay are not used). Every element gets adamw_step's arithmetic.
 #pragma once
 
 #include <cstdint>
@@ -22,12 +27,22 @@ struct AdamWParams {
   int64_t step = 1;  // 1-based, for bias correction
 };
 
+struct AdamWRun {
+  int64_t begin = 0, n = 0, moment = 0;
+  float lr = 0, weight_decay = 0;
+};
+
 #define MT_PARAMS_adamw_step                                                         \
   (float* param, float* m, float* v, const float* grad, bf16* param_bf16, int64_t n, \
    const AdamWParams& p)
-#define MTRON_ADAMW_OPS(OP)                                           \
-  OP(void, adamw_step, adamw_step, no_contract, MT_PARAMS_adamw_step, \
-     (param, m, v, grad, param_bf16, n, p))
+#define MT_PARAMS_adamw_step_runs                                                               \
+  (float* param, float* m, float* v, const float* grad, bf16* param_bf16, const AdamWRun* runs, \
+   int64_t n_runs, const AdamWParams& p)
+#define MTRON_ADAMW_OPS(OP)                                                          \
+  OP(void, adamw_step, adamw_step, no_contract, MT_PARAMS_adamw_step,                \
+     (param, m, v, grad, param_bf16, n, p))                                          \
+  OP(void, adamw_step_runs, adamw_step_runs, no_contract, MT_PARAMS_adamw_step_runs, \
+     (param, m, v, grad, param_bf16, runs, n_runs, p))
 MTRON_ADAMW_OPS(MT_OP_DECLARE)
 
 }  // namespace mtron::kernels

@@ -77,19 +77,26 @@ MomentSplit AdamW::split(size_t i,
   return {host[i].f32(), dev[i].f32(), host_[i]};
 }
 
-void AdamW::offload_copy(size_t i, float* device, float* host, bool to_host) const {
+template <typename F>
+void AdamW::for_each_offloaded(size_t i, F&& f) const {
   int64_t m = 0;  // moments (and host elements) before this shard
   for (const OptimBuffer::Shard& s : buffers_[i].shards) {
     const int64_t n = std::min(s.end - s.begin, host_[i] - m);
     if (n <= 0) break;
-    const int64_t bytes = int64_t(sizeof(float)) * n;
-    if (to_host) {
-      kernels::copy_to_host(k_, host + m, device + s.begin, bytes);
-    } else {
-      kernels::copy_from_host_async(k_, device + s.begin, host + m, bytes);
-    }
+    f(s.begin, m, n);
     m += n;
   }
+}
+
+void AdamW::offload_copy(size_t i, float* device, float* host, bool to_host) const {
+  for_each_offloaded(i, [&](int64_t begin, int64_t at, int64_t n) {
+    const int64_t bytes = int64_t(sizeof(float)) * n;
+    if (to_host) {
+      kernels::copy_to_host(k_, host + at, device + begin, bytes);
+    } else {
+      kernels::copy_from_host_async(k_, device + begin, host + at, bytes);
+    }
+  });
 }
 
 // One sum_squares per run of counted parameters rather than one per parameter: a shard's pieces
@@ -145,51 +152,56 @@ bool AdamW::step(double lr, double grad_norm, std::optional<double> decoupled_lr
   ++step_;
   if (clip != 1.0f) scale_grads(clip);
   // The offloaded parts' gradients and weights to the host first, then the device's steps are
-  // queued, and the host's run while the device runs them.
+  // queued (one multi-tensor launch per buffer), and the host's run while the device runs them.
   for (size_t i = 0; i < buffers_.size(); ++i) {
     if (host_[i] == 0) continue;
     offload_copy(i, buffers_[i].grad, grad_h_[i].f32(), true);
     offload_copy(i, buffers_[i].master, master_h_[i].f32(), true);
   }
-  const kernels::Ctx host{};
-  for (const bool on_host : {false, true}) {
-    for (size_t i = 0; i < buffers_.size(); ++i) {
-      const OptimBuffer& b = buffers_[i];
-      const int64_t h = host_[i];
-      for_each_piece(b, [&](int64_t lo, int64_t hi, const OptimRange& r, int64_t mo) {
-        if ((mo < h) != on_host) return;
-        kernels::AdamWParams p{.lr = float(r.decoupled_lr && decoupled_lr ? *decoupled_lr : lr),
-                               .beta1 = cfg_.beta1,
-                               .beta2 = cfg_.beta2,
-                               .eps = cfg_.eps,
-                               .weight_decay = r.weight_decay ? cfg_.weight_decay : 0.0f,
-                               .step = step_};
-        if (on_host) {  // the compute copy is refreshed on the device below
-          kernels::adamw_step(host, master_h_[i].f32() + mo, mh_[i].f32() + mo, vh_[i].f32() + mo,
-                              grad_h_[i].f32() + mo, nullptr, hi - lo, p);
-          return;
-        }
-        const bool fused = b.compute && b.compute_dtype == DType::kBF16;
-        kernels::adamw_step(k_, b.master + lo, m_[i].f32() + (mo - h), v_[i].f32() + (mo - h),
-                            b.grad + lo, fused ? static_cast<bf16*>(b.compute) + lo : nullptr,
-                            hi - lo, p);
-        if (b.compute && !fused) {
-          kernels::narrow_operand(k_, b.compute_dtype, static_cast<f16*>(b.compute) + lo,
-                                  b.master + lo, hi - lo);
-        }
-      });
+  const kernels::AdamWParams p{
+      .beta1 = cfg_.beta1, .beta2 = cfg_.beta2, .eps = cfg_.eps, .step = step_};
+  std::vector<std::vector<kernels::AdamWRun>> host_runs(buffers_.size());
+  for (size_t i = 0; i < buffers_.size(); ++i) {
+    const OptimBuffer& b = buffers_[i];
+    const int64_t h = host_[i];
+    std::vector<kernels::AdamWRun> runs;
+    for_each_piece(b, [&](int64_t lo, int64_t hi, const OptimRange& r, int64_t mo) {
+      const kernels::AdamWRun run{.begin = lo,
+                                  .n = hi - lo,
+                                  .moment = mo - h,
+                                  .lr = float(r.decoupled_lr && decoupled_lr ? *decoupled_lr : lr),
+                                  .weight_decay = r.weight_decay ? cfg_.weight_decay : 0.0f};
+      if (mo >= h) {
+        runs.push_back(run);
+      } else {  // the host copies are in moment order
+        host_runs[i].push_back({mo, run.n, mo, run.lr, run.weight_decay});
+      }
+    });
+    const bool fused = b.compute && b.compute_dtype == DType::kBF16;
+    kernels::adamw_step_runs(k_, b.master, m_[i].f32(), v_[i].f32(), b.grad,
+                             fused ? static_cast<bf16*>(b.compute) : nullptr, runs.data(),
+                             int64_t(runs.size()), p);
+    if (b.compute && !fused) {  // fp16: the compute copy of each shard, padding included
+      for (const OptimBuffer::Shard& sh : b.shards) {
+        kernels::narrow_operand(k_, b.compute_dtype, static_cast<f16*>(b.compute) + sh.begin,
+                                b.master + sh.begin, sh.end - sh.begin);
+      }
     }
+  }
+  const kernels::Ctx host{};
+  for (size_t i = 0; i < buffers_.size(); ++i) {
+    if (host_runs[i].empty()) continue;
+    kernels::adamw_step_runs(host, master_h_[i].f32(), mh_[i].f32(), vh_[i].f32(), grad_h_[i].f32(),
+                             nullptr, host_runs[i].data(), int64_t(host_runs[i].size()), p);
   }
   for (size_t i = 0; i < buffers_.size(); ++i) {
     const OptimBuffer& b = buffers_[i];
     if (host_[i] == 0) continue;
     offload_copy(i, b.master, master_h_[i].f32(), false);
     if (!b.compute) continue;
-    for_each_piece(b, [&](int64_t lo, int64_t hi, const OptimRange&, int64_t mo) {
-      if (mo < host_[i]) {
-        kernels::narrow_operand(k_, b.compute_dtype, static_cast<f16*>(b.compute) + lo,
-                                b.master + lo, hi - lo);
-      }
+    for_each_offloaded(i, [&](int64_t begin, int64_t, int64_t n) {
+      kernels::narrow_operand(k_, b.compute_dtype, static_cast<f16*>(b.compute) + begin,
+                              b.master + begin, n);
     });
   }
   return true;

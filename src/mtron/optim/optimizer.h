@@ -104,6 +104,10 @@ class AdamW {
   MomentSplit split(size_t i,
                     const std::vector<Tensor>& dev,
                     const std::vector<Tensor>& host) const;
+  // f(begin, at, n) for each shard of buffer i holding offloaded elements: n of them from `begin`
+  // in the flat buffers, at `at` in the host copies (moment order).
+  template <typename F>
+  void for_each_offloaded(size_t i, F&& f) const;
   // Copies the offloaded part of buffer i (its first host_[i] shard elements) of `device`, one of
   // its flat device buffers (grad, master), to `host` (host_[i] elements; to_host) or back.
   void offload_copy(size_t i, float* device, float* host, bool to_host) const;

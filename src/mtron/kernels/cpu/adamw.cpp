@@ -44,6 +44,17 @@ void adamw_step(MT_PARAMS(adamw_step)) {
   });
 }
 
+void adamw_step_runs(MT_PARAMS(adamw_step_runs)) {
+  for (int64_t r = 0; r < n_runs; ++r) {
+    const AdamWRun& run = runs[r];
+    AdamWParams q = p;
+    q.lr = run.lr;
+    q.weight_decay = run.weight_decay;
+    adamw_step(param + run.begin, m + run.moment, v + run.moment, grad + run.begin,
+               param_bf16 ? param_bf16 + run.begin : nullptr, run.n, q);
+  }
+}
+
 }  // namespace mtron::kernels::cpu::HWY_NAMESPACE
 HWY_AFTER_NAMESPACE();
 
