@@ -38,7 +38,7 @@ TEST(Emit, TrainArgsCarryTheWholePlan) {
   const ModelConfig m = test::model("llama2-70b");
   SearchOptions o;
   o.global_batch_size = 1024;
-  o.cp = 1;  // as `mtron plan` searches for GPUs (--device cuda has no CP yet)
+  o.cp = 1;  // as `mtron plan` searches for GPUs without --context-parallel-size
   const Cluster c = test::gpus("h100-sxm", 64);
   const SearchResult r = test::plan(m, c, o);
   ASSERT_FALSE(r.plans.empty());
@@ -120,8 +120,8 @@ TEST(Emit, CpuMpirunScriptRunsHere) {
   EXPECT_TRUE(bash_accepts(s));
 }
 
-// What --device cuda cannot run yet (expert parallelism), fp8 and uneven stages: no script, and
-// the error says why; checkpoints are emitted for GPUs.
+// What mtron train cannot run (uneven stages): no script, and the error says why; checkpoints
+// are emitted for GPUs, and MoE plans with expert parallelism get their script.
 TEST(Emit, RefusesWhatMtronTrainCannotRun) {
   const Cluster c = test::gpus("h100-sxm", 64);
   SearchOptions o;
@@ -142,9 +142,6 @@ TEST(Emit, RefusesWhatMtronTrainCannotRun) {
   EXPECT_EQ(message(dense, l, t), "(no error)");
   const std::vector<std::string> saved = train_args(dense, l, c, t);
   EXPECT_NE(std::find(saved.begin(), saved.end(), "--save"), saved.end());
-  Layout fp8 = l;
-  fp8.precision = Precision::kFP8;
-  EXPECT_NE(message(dense, fp8, {}).find("no fp8 training yet"), std::string::npos);
   Layout uneven = l;
   uneven.parallel.decoder_first_pipeline_num_layers = 19;
   EXPECT_NE(message(dense, uneven, {}).find("uneven pipeline stages"), std::string::npos);
@@ -157,6 +154,53 @@ TEST(Emit, RefusesWhatMtronTrainCannotRun) {
   const std::vector<std::string> moe_args = train_args(moe, r.plans[0].layout, c, {});
   EXPECT_NE(std::find(moe_args.begin(), moe_args.end(), "--expert-model-parallel-size"),
             moe_args.end());
+}
+
+// FP8 plans: --bf16 and Megatron's delayed-scaling flags with the plan's format and amax
+// history; --fp8-param-gather beside the distributed optimizer only, and no FP8 with multi-latent
+// attention (mtron train refuses both).
+TEST(Emit, Fp8PlansRunDelayedScaling) {
+  const Cluster c = test::gpus("h100-sxm", 64);
+  SearchOptions o;
+  o.global_batch_size = 1024;
+  o.cp = 1;
+  o.precision = Precision::kFP8;
+  o.fp8_amax_history_len = 16;
+  const ModelConfig dense = test::model("llama2-70b");
+  const SearchResult r = test::plan(dense, c, o);
+  ASSERT_FALSE(r.plans.empty());
+  Layout l = r.plans[0].layout;
+  EXPECT_EQ(l.precision, Precision::kFP8);
+  std::vector<std::string> a = train_args(dense, l, c, {});
+  EXPECT_TRUE(has(a, "--bf16"));
+  EXPECT_TRUE(has(a, "--fp8-format", "hybrid"));
+  EXPECT_TRUE(has(a, "--fp8-recipe", "delayed"));
+  EXPECT_TRUE(has(a, "--fp8-amax-history-len", "16"));
+  EXPECT_TRUE(has(a, "--fp8-amax-compute-algo", "max"));
+  EXPECT_FALSE(has(a, "--fp8-param-gather"));
+  EXPECT_FALSE(has(a, "--fp16"));
+
+  l.fp8_hybrid = false;
+  l.fp8_params = true;
+  ASSERT_TRUE(l.parallel.use_distributed_optimizer);
+  a = train_args(dense, l, c, {});
+  EXPECT_TRUE(has(a, "--fp8-format", "e4m3"));
+  EXPECT_TRUE(has(a, "--fp8-param-gather"));
+  l.parallel.use_distributed_optimizer = false;
+  EXPECT_NE(test::error_of([&] {
+              train_args(dense, l, c, {});
+            }).find("--fp8-param-gather needs the distributed optimizer"),
+            std::string::npos);
+
+  const ModelConfig mla = test::model("deepseek-v3");
+  Layout mla_fp8 = test::layout(mla, {.world = 64, .tp = 8, .ep = 8, .mbs = 1, .gbs = 1024});
+  mla_fp8.precision = Precision::kFP8;
+  EXPECT_NE(test::error_of([&] {
+              train_args(mla, mla_fp8, c, {});
+            }).find("no FP8 path for multi-latent attention"),
+            std::string::npos);
+  mla_fp8.precision = Precision::kBF16;
+  EXPECT_FALSE(has(train_args(mla, mla_fp8, c, {}), "--fp8-format"));
 }
 
 TEST(Emit, MtronPlansHaveEvenStages) {

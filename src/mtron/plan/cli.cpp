@@ -354,6 +354,7 @@ int run_plan(std::vector<std::string> args) {
                 : fp16              ? Precision::kFP16
                 : fp32              ? Precision::kFP32
                                     : Precision::kBF16;
+  o.fp8_hybrid = fp8_format != "e4m3";
   if (!recompute.empty())
     o.recompute = recompute == "none"        ? RecomputeGranularity::kNone
                   : recompute == "selective" ? RecomputeGranularity::kSelective
@@ -380,7 +381,7 @@ int run_plan(std::vector<std::string> args) {
   o.micro_batch_size = fixed.micro_batch_size;
   o.global_batch_size = fixed.global_batch_size;
   // Plans are for mtron train: even pipeline stages; on GPUs no context parallelism unless
-  // asked for (--device cuda does not run it yet: --emit then says so).
+  // asked for (--context-parallel-size).
   o.uneven_pipeline = false;
   if (o.cp == 0 && !find_hardware(hardware).is_cpu) o.cp = 1;
   if (o.global_batch_size == 0) o.global_batch_size = catalog_gbs;

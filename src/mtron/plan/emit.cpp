@@ -68,12 +68,18 @@ std::vector<std::string> train_args(const ModelConfig& m,
                                     const TrainingArgs& t) {
   const ParallelConfig& p = l.parallel;
   const bool gpu = !c.hardware.is_cpu;
-  // What `mtron train` runs: even pipeline stages, bf16, fp16 or fp32.
+  const bool fp8 = l.precision == Precision::kFP8;
+  // What `mtron train` runs: even pipeline stages; FP8 GEMMs outside multi-latent attention, with
+  // --fp8-param-gather only beside the distributed optimizer (Megatron's rule).
   MT_CHECK(p.decoder_first_pipeline_num_layers == 0 && p.decoder_last_pipeline_num_layers == 0,
            "no launch script: the plan has uneven pipeline stages, which mtron train does not "
            "have yet (fix --pipeline-model-parallel-size to a divisor of the layers)");
-  MT_CHECK(l.precision != Precision::kFP8, "no launch script: mtron train has no ",
-           precision_name(l.precision), " training yet (plan with --bf16, --fp16 or --fp32)");
+  MT_CHECK(!fp8 || !m.mla.enabled,
+           "no launch script: mtron train has no FP8 path for multi-latent attention's "
+           "projections (plan this model with --bf16 instead of --fp8-format)");
+  MT_CHECK(!fp8 || !l.fp8_params || p.use_distributed_optimizer,
+           "no launch script: --fp8-param-gather needs the distributed optimizer, which the plan "
+           "does not use");
   std::vector<std::string> a = model_flag_args(m);
   auto add = [&](const char* flag, auto v) {
     a.push_back(flag);
@@ -82,9 +88,18 @@ std::vector<std::string> train_args(const ModelConfig& m,
   for (std::string& f : parallel_flag_args(p, m.is_moe())) a.push_back(std::move(f));
   if (l.tp_comm_overlap) a.push_back("--tp-comm-overlap");
   PrecisionFlags prec;
-  prec.compute = l.precision;  // --bf16 or --fp16 (fp32 runs without a flag)
+  // --bf16 (also under FP8 GEMMs) or --fp16; fp32 runs without a flag.
+  prec.compute = fp8 ? Precision::kBF16 : l.precision;
   prec.grad_reduce_in_bf16 = !l.grads_fp32;
   for (std::string& f : precision_flag_args(prec)) a.push_back(std::move(f));
+  if (fp8) {
+    // Megatron's delayed-scaling recipe; with a history of 1 max is the most recent amax.
+    add("--fp8-format", l.fp8_hybrid ? "hybrid" : "e4m3");
+    add("--fp8-recipe", "delayed");
+    add("--fp8-amax-history-len", l.fp8_amax_history_len);
+    add("--fp8-amax-compute-algo", "max");
+    if (l.fp8_params) a.push_back("--fp8-param-gather");
+  }
   if (gpu) add("--device", "cuda");
   if (l.recompute != RecomputeGranularity::kNone)
     add("--recompute-granularity", recompute_name(l.recompute));

@@ -4,9 +4,10 @@
 // precision, recompute, optimizer sharding, data, schedule), under mpirun (this machine or a
 // hostfile), srun --mpi=pmix (inside an allocation) or sbatch (a Slurm job file). A Megatron
 // user reads the same flags they would pass to pretrain_gpt.py. The model, layout and precision
-// flags come from the definitions `mtron train` parses (model_flags.h, parallel_flags.h), GPU
-// plans run with --device cuda, and a plan `mtron train` cannot run as written (uneven stages,
-// fp16/FP8, or what --device cuda does not support yet) gets no script but an error saying why.
+// flags come from the definitions `mtron train` parses (model_flags.h, parallel_flags.h), FP8
+// plans run --bf16 with Megatron's delayed-scaling flags, GPU plans run with --device cuda, and a
+// plan `mtron train` cannot run as written (uneven stages, FP8 with multi-latent attention) gets
+// no script but an error saying why.
 #pragma once
 
 #include <cstdint>

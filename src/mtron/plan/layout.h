@@ -37,6 +37,8 @@ struct Layout {
   bool fp8_params = false;
   // --fp8-amax-history-len (Megatron's default 1): TE's delayed-scaling state per GEMM module.
   int64_t fp8_amax_history_len = 1;
+  // --fp8-format with fp8: hybrid (E4M3 inputs and weights, E5M2 output gradients) or e4m3.
+  bool fp8_hybrid = true;
 };
 
 // "TP2 PP4 (VPP5) CP1 EP1 DP8 mbs1 sel" style one-line name.

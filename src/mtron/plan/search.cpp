@@ -116,6 +116,7 @@ Shapes search_shapes(const ModelConfig& m,
                   l.fused_attention = o.fused_attention;
                   l.fp8_params = o.fp8_params && o.precision == Precision::kFP8;
                   l.fp8_amax_history_len = o.fp8_amax_history_len;
+                  l.fp8_hybrid = o.fp8_hybrid;
                   try {
                     p.finalize(m);
                     // Megatron's MoELayer refuses to train with TP > 1 and no SP.

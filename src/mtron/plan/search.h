@@ -33,6 +33,7 @@ struct SearchOptions {
   bool grads_fp32 = true;
   bool fp8_params = false;           // --fp8-param-gather (with fp8)
   int64_t fp8_amax_history_len = 1;  // --fp8-amax-history-len (with fp8)
+  bool fp8_hybrid = true;            // --fp8-format hybrid (false: e4m3; with fp8)
   bool fused_attention = true;       // flash attention on GPUs (false: materialised scores)
   // --overlap-grad-reduce / --overlap-param-gather on GPUs (false: DP communication after the
   // backward pass, as Megatron without those flags)
