@@ -205,7 +205,7 @@ int main(int argc, char** argv) {
       return 2;
     }
     init_device(Device::kCUDA, mpi.local_rank() % gpus);
-    auto nccl = make_nccl_comm(*world);
+    auto nccl = make_nccl_comm(*world, default_stream(Device::kCUDA));
     if (world->rank() == 0)
       std::printf("nccl_check: %d rank(s), backend %s, GPU \"%s\"\n", nccl->size(),
                   nccl->backend().c_str(), device_properties(Device::kCUDA).name.c_str());

@@ -9,10 +9,12 @@
 #include <string>
 #include <vector>
 
+#include "mtron/comm/nccl.h"
 #include "mtron/comm/single.h"
 #include "mtron/core/tensor.h"
 #include "mtron/kernels/attention.h"
 #include "mtron/kernels/device.h"
+#include "mtron/kernels/elementwise.h"
 #include "mtron/model/inference.h"
 #include "mtron/train/trainer.h"
 #include "train_flags.h"
@@ -302,6 +304,48 @@ TEST(TrainCudaSim, AsyncUploadIsACopyAndFreesTheHostBuffer) {
   host.assign(4, 0);
   kernels::copy_to_host(k, host.data(), t.raw(), 16);
   EXPECT_EQ(host, (std::vector<int32_t>{1, 2, 3, 4}));
+}
+
+// The emulated NCCL's non-blocking calls work on host copies of the device buffers
+// (sim_nccl.cpp): the result reaches the device buffer when the request completes.
+TEST(TrainCudaSim, NonBlockingCommunicationIsStagedUntilItCompletes) {
+  kernels::init_device(Device::kCUDA, 0);
+  const kernels::Ctx k{Device::kCUDA, nullptr};
+  const std::unique_ptr<Comm> single = make_single_comm();
+  const std::unique_ptr<Comm> nccl =
+      make_nccl_comm(*single, kernels::default_stream(Device::kCUDA));
+  const std::vector<float> src = {1, 2, 3, 4};
+  const Tensor send = Tensor::empty({4}, DType::kF32, Device::kCUDA);
+  const Tensor recv = Tensor::empty({4}, DType::kF32, Device::kCUDA);
+  kernels::copy_from_host(k, send.raw(), src.data(), 16);
+  kernels::fill_zero(k, recv.raw(), 16);
+  std::unique_ptr<Request> r = nccl->iall_gather(send.raw(), recv.raw(), 4, DType::kF32);
+  EXPECT_TRUE(r->test());
+  std::vector<float> got(4, -1.0f);
+  kernels::copy_to_host(k, got.data(), recv.raw(), 16);
+  EXPECT_EQ(got, src);
+  r->wait();
+  // A host buffer is refused, as NCCL refuses one.
+  std::vector<float> host(4);
+  EXPECT_THROW(nccl->iall_reduce(host.data(), 4, DType::kF32, ReduceOp::kSum), Error);
+}
+
+// Freeing a buffer of a pending non-blocking communication dies: on a GPU the free is queued on
+// the compute stream before the communication is joined to it (comm/nccl.h).
+TEST(TrainCudaSimDeathTest, FreeingABufferInFlightDies) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_DEATH(
+      {
+        kernels::init_device(Device::kCUDA, 0);
+        const std::unique_ptr<Comm> single = make_single_comm();
+        const std::unique_ptr<Comm> nccl = make_nccl_comm(*single, nullptr);
+        auto t = std::make_unique<Tensor>(Tensor::empty({16}, DType::kF32, Device::kCUDA));
+        kernels::fill_zero(kernels::Ctx{Device::kCUDA, nullptr}, t->raw(), 64);
+        std::unique_ptr<Request> r = nccl->iall_reduce(t->raw(), 16, DType::kF32, ReduceOp::kSum);
+        t.reset();
+        r->wait();
+      },
+      "freed while a non-blocking communication using it is pending");
 }
 
 // The check the other tests rely on: host code touching emulated device memory dies.

@@ -126,9 +126,8 @@ class NcclComm final : public Comm {
     NCCL_CHECK(ncclCommCount(comm_, &size_));
     int lo = 0, hi = 0;  // numerically lower is higher priority
     CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&lo, &hi));
-    // Blocking (not cudaStreamNonBlocking): it orders with the legacy default stream, on which
-    // the caching allocator frees, so buffers in flight here are never reused early.
-    CUDA_CHECK(cudaStreamCreateWithPriority(&stream_, cudaStreamDefault, hi));
+    // Non-blocking: ordered with the compute stream by events only (nccl.h).
+    CUDA_CHECK(cudaStreamCreateWithPriority(&stream_, cudaStreamNonBlocking, hi));
   }
 
   ~NcclComm() override {

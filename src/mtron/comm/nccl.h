@@ -8,10 +8,11 @@
 // (kernels::init_device, usually with the node-local rank). split() uses ncclCommSplit.
 //
 // Streams. Every NCCL operation of a communicator runs on that communicator's own stream (a
-// high-priority blocking stream), in the order the calls were made, which is the same on every
-// rank; NCCL gives no progress guarantee to two operations of one communicator running on
+// high-priority non-blocking stream), in the order the calls were made, which is the same on
+// every rank; NCCL gives no progress guarantee to two operations of one communicator running on
 // different streams, so there is never more than one stream per communicator. The caller's
-// compute stream (`stream`, nullptr = the legacy default stream) orders with it through events:
+// compute stream (`stream`: kernels::default_stream(Device::kCUDA) for work queued through a
+// Ctx without a stream) orders with it through events only, so communication overlaps compute:
 // - an operation starts after everything already queued on the compute stream (its inputs);
 // - a blocking call (all_reduce, send, ...) returns as soon as it is queued, with the compute
 //   stream made to wait for it, so every kernel queued afterwards sees its result. The host does
@@ -20,11 +21,9 @@
 // - a non-blocking call (iall_reduce, ...) lets the compute stream run on; Request::wait() makes
 //   the compute stream wait for it (still without blocking the host), Request::test() reports
 //   whether it has finished on the GPU. This is how gradient reduction overlaps the backward.
-// Host buffers: blocking calls, all_to_all_v among them, also accept host memory (e.g.
-// Comm::all_reduce_sum(double), the expert dispatch's counts): the data is staged through GPU
-// memory and the call then returns only when the result is on the host. Non-blocking calls need
-// GPU memory.
-//
+//   Its buffers must stay allocated until the request has been waited for (or destroyed, which
+//   waits): the caching allocator frees on the compute stream, which only the wait orders after
+//   the communication (the CUDA emulation aborts on such a free, tests/train/sim_nccl.cpp).
 // Point-to-point: NCCL has no tags; between two ranks of a communicator messages arrive in the
 // order they were posted, whatever their tags, so matching sends and receives must be posted in
 // the same order on both sides (the pipeline schedules do). isend/irecv are not launched at once:
@@ -49,6 +48,6 @@
 
 namespace mtron {
 
-std::unique_ptr<Comm> make_nccl_comm(Comm& bootstrap, void* stream = nullptr);
+std::unique_ptr<Comm> make_nccl_comm(Comm& bootstrap, void* stream);
 
 }  // namespace mtron

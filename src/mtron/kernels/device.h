@@ -1,18 +1,20 @@
 // defines: device_count, device_unavailable, chunk_elems, init_device, DeviceProperties,
-// device_properties, DeviceMemory,
-//          device_memory, reset_peak_memory, create_stream, destroy_stream, synchronize,
-//          copy_to_host, copy_from_host, copy_from_host_async, DeviceWork, device_work
+//          device_properties, DeviceMemory, device_memory, reset_peak_memory, default_stream,
+//          create_stream, destroy_stream, synchronize, copy_to_host, copy_from_host,
+//          copy_from_host_async, DeviceWork, device_work
 //
 // Device management behind the same per-device dispatch as the ops, so that code above kernels
 // never names CUDA. On the CPU these are trivial (one device, no streams, memcpy).
 //
-// CUDA: init_device(kCUDA, i) selects GPU i for the calling thread and registers the caching
-// allocator (kernels/cuda/allocator.cu) with core's device_alloc; call it once per process
-// before the first CUDA tensor (a rank uses its node-local rank as i). Streams made by
-// create_stream are blocking streams: they order with the legacy default stream, on which the
-// allocator allocates and frees, so a buffer freed on the host is never reused while a kernel
-// queued on any such stream may still use it. A Ctx with stream == nullptr uses the legacy
-// default stream itself.
+// CUDA: init_device(kCUDA, i) selects GPU i for the calling thread, creates the process's
+// compute stream (non-blocking: it never waits for the legacy default stream, nor that stream
+// for it) and registers the caching allocator (kernels/cuda/allocator.cpp) with core's
+// device_alloc; call it once per process before the first CUDA tensor (a rank uses its
+// node-local rank as i). A Ctx with stream == nullptr runs on the compute stream, and the
+// allocator allocates and frees there, so a buffer freed by the host is reused only by work
+// queued after everything queued before the free. Work on any other stream (NCCL's, or one made
+// by create_stream, also non-blocking) must be joined into the compute stream (an event, a
+// request's wait, a synchronize) before the host frees a buffer that work uses.
 #pragma once
 
 #include <cstdint>
@@ -52,7 +54,10 @@ struct DeviceMemory {
 DeviceMemory device_memory(Device d);
 void reset_peak_memory(Device d);
 
-// A new stream (nullptr on the CPU) and its release.
+// The stream of a Ctx with stream == nullptr (CUDA: the compute stream init_device made; nullptr
+// before init_device and on the CPU).
+void* default_stream(Device d);
+// A new non-blocking stream (nullptr on the CPU) and its release.
 void* create_stream(Device d);
 void destroy_stream(Device d, void* stream);
 

@@ -224,6 +224,11 @@ void reset_peak_memory(Device d) {
       d, [&] { memory_reset_peak(d); }, [] { cuda::reset_peak_memory(); });
 }
 
+void* default_stream(Device d) {
+  return by_device(
+      d, []() -> void* { return nullptr; }, [] { return cuda::default_stream(); });
+}
+
 void* create_stream(Device d) {
   return by_device(
       d, []() -> void* { return nullptr; }, [] { return cuda::create_stream(); });

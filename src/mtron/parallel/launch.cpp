@@ -157,7 +157,8 @@ std::unique_ptr<Comm> init_rank_device(
   MT_CHECK(local_rank < gpus, what, ": ", ranks_per_node, " ranks on this node but ", gpus,
            " GPU(s) visible (one rank per GPU)");
   kernels::init_device(d, local_rank);
-  return world.size() > 1 ? make_nccl_comm(world, stream) : nullptr;
+  if (world.size() == 1) return nullptr;
+  return make_nccl_comm(world, stream ? stream : kernels::default_stream(d));
 }
 
 }  // namespace mtron

@@ -8,11 +8,12 @@
 // every free, so a block is reused only once the work that used it is done, and scratch memory
 // of the kernels (runtime.h, Scratch) comes from the same pool.
 //
-// Tensors and arenas allocate and free on the legacy default stream. It synchronises with every
-// blocking stream (kernels::create_stream makes only those), so a block freed by the host is
-// never reused while a kernel queued on any stream may still read it. The trainer's arenas
-// allocate once and reuse their blocks, so the implicit synchronisation costs nothing in steady
-// state.
+// Tensors and arenas allocate and free on the process's compute stream (device.h), on which a
+// Ctx without a stream runs, so a block freed by the host is handed out again only to work
+// queued after the work queued before its free. Work on other streams joins the compute stream
+// before a buffer it uses is freed (comm/nccl.cpp: a request's wait, the end of a blocking call).
+// The compute stream is non-blocking: the legacy default stream, which synchronises with every
+// blocking stream, is never used, so NCCL's own stream overlaps it.
 //
 // Memory reporting: allocated / max allocated are core's exact counters; reserved / max
 // reserved are the pool's (cudaMemPoolAttrReservedMemCurrent / High), which include scratch.
@@ -43,13 +44,15 @@ int64_t pool_attr(cudaMemPool_t pool, cudaMemPoolAttr attr) {
   return int64_t(v);
 }
 
+cudaStream_t compute_stream = nullptr;  // made by init_device
+
 double gib(double bytes) {
   return bytes / double(int64_t(1) << 30);
 }
 
 void* cuda_alloc(size_t bytes) {
   void* p = nullptr;
-  const cudaError_t e = cudaMallocAsync(&p, bytes == 0 ? 1 : bytes, cudaStreamLegacy);
+  const cudaError_t e = cudaMallocAsync(&p, bytes == 0 ? 1 : bytes, compute_stream);
   if (e == cudaErrorMemoryAllocation) {
     cudaGetLastError();  // not sticky
     int dev = 0;
@@ -71,7 +74,7 @@ void* cuda_alloc(size_t bytes) {
 }
 
 void cuda_free(void* p, size_t) {
-  const cudaError_t e = cudaFreeAsync(p, cudaStreamLegacy);
+  const cudaError_t e = cudaFreeAsync(p, compute_stream);
   if (e != cudaSuccess)  // called from destructors: report, do not throw
     std::fprintf(stderr, "mtron: cudaFreeAsync failed: %s\n", cudaGetErrorString(e));
 }
@@ -86,11 +89,17 @@ void init_device(int ordinal) {
   MT_CHECK(ordinal >= 0 && ordinal < n, "GPU ", ordinal, " requested, but ", n,
            " are visible (ranks per node must not exceed the GPUs per node)");
   MT_CUDA_CHECK(cudaSetDevice(ordinal));
+  if (!compute_stream)
+    MT_CUDA_CHECK(cudaStreamCreateWithFlags(&compute_stream, cudaStreamNonBlocking));
   cudaMemPool_t pool;
   MT_CUDA_CHECK(cudaDeviceGetDefaultMemPool(&pool, ordinal));
   uint64_t keep_all = UINT64_MAX;
   MT_CUDA_CHECK(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep_all));
   set_device_allocator(Device::kCUDA, DeviceAllocator{cuda_alloc, cuda_free});
+}
+
+void* default_stream() {
+  return compute_stream;
 }
 
 DeviceMemory device_memory() {

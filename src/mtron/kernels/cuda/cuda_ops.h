@@ -26,6 +26,7 @@ void init_device(int ordinal);
 DeviceProperties device_properties();
 DeviceMemory device_memory();
 void reset_peak_memory();
+void* default_stream();
 void* create_stream();
 void destroy_stream(void* stream);
 void synchronize(const Ctx& ctx);

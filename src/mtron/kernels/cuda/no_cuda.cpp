@@ -44,6 +44,9 @@ DeviceMemory device_memory() {
 void reset_peak_memory() {
   no_cuda("reset_peak_memory");
 }
+void* default_stream() {
+  no_cuda("default_stream");
+}
 void* create_stream() {
   no_cuda("create_stream");
 }

@@ -195,9 +195,8 @@ DeviceProperties device_properties() {
 
 void* create_stream() {
   cudaStream_t s = nullptr;
-  // Blocking (not cudaStreamNonBlocking): it orders with the legacy default stream, on which
-  // the allocator frees (device.h).
-  MT_CUDA_CHECK(cudaStreamCreate(&s));
+  // Non-blocking, as the compute stream (device.h): ordered with other streams only by events.
+  MT_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
   return s;
 }
 

@@ -18,6 +18,7 @@
 #endif
 
 #include "mtron/kernels/ctx.h"
+#include "mtron/kernels/cuda/cuda_ops.h"
 
 namespace mtron::kernels::cuda {
 
@@ -37,8 +38,9 @@ namespace mtron::kernels::cuda {
 // against the kernel that caused it (bench/gpu/op_check runs this way).
 void check_launch(const char* kernel, cudaStream_t stream);
 
+// ctx's stream: the compute stream (device.h, default_stream) when ctx names none.
 inline cudaStream_t stream_of(const Ctx& ctx) {
-  return static_cast<cudaStream_t>(ctx.stream);
+  return static_cast<cudaStream_t>(ctx.stream ? ctx.stream : default_stream());
 }
 
 // Stream-ordered temporary device memory: allocated on `stream` from the caching pool

@@ -67,6 +67,16 @@ class DeviceHeap {
     auto u = used_.find(off);
     MT_ASSERT(u != used_.end(), "CUDA emulation: free of a pointer it did not allocate");
     size_t start = off, len = u->second;
+    for (const auto& [token, range] : pins_) {
+      if (range.first < off + len && off < range.first + range.second) {
+        std::fprintf(stderr,
+                     "CUDA emulation: device memory (offset %zu, %zu bytes) freed while a "
+                     "non-blocking communication using it is pending; wait for its request "
+                     "before the buffer is freed (comm/nccl.h)\n",
+                     off, len);
+        std::abort();
+      }
+    }
     used_.erase(u);
     auto next = free_.lower_bound(off);
     if (next != free_.end() && next->first == off + len) {
@@ -93,6 +103,16 @@ class DeviceHeap {
     if (--depth_ == 0) protect(0, mapped_, false);
   }
 
+  uint64_t pin(const void* p, size_t bytes) {
+    std::lock_guard lock(mu_);
+    pins_[++last_pin_] = {offset(p), bytes};
+    return last_pin_;
+  }
+  void unpin(uint64_t token) {
+    std::lock_guard lock(mu_);
+    pins_.erase(token);
+  }
+
   bool contains(const void* p) const { return p >= base_ && p < base_ + kReserve; }
   size_t offset(const void* p) const { return size_t(static_cast<const char*>(p) - base_); }
 
@@ -106,7 +126,9 @@ class DeviceHeap {
   char* base_ = nullptr;
   size_t top_ = 0, mapped_ = 0;
   int depth_ = 0;
-  std::map<size_t, size_t> free_, used_;  // offset -> bytes
+  std::map<size_t, size_t> free_, used_;                // offset -> bytes
+  std::map<uint64_t, std::pair<size_t, size_t>> pins_;  // token -> (offset, bytes)
+  uint64_t last_pin_ = 0;
   std::mutex mu_;
 };
 
@@ -266,6 +288,10 @@ DeviceMemory device_memory() {
 void reset_peak_memory() {
   memory_reset_peak(Device::kCUDA);
 }
+// Streams do not exist in the emulation (work runs when it is queued): every handle is nullptr.
+void* default_stream() {
+  return nullptr;
+}
 void* create_stream() {
   return nullptr;
 }
@@ -282,6 +308,13 @@ bool is_device_memory(const void* p) {
 void check_device_pointer(const char* what, const void* p) {
   MT_ASSERT(p == nullptr || is_device_memory(p), "CUDA emulation: ", what,
             " was given a host pointer; device work needs device memory (kernels/device.h)");
+}
+
+uint64_t pin_in_flight(const void* p, size_t bytes) {
+  return kernels::cuda::heap().pin(p, bytes);
+}
+void unpin_in_flight(uint64_t token) {
+  kernels::cuda::heap().unpin(token);
 }
 
 DeviceAccess::DeviceAccess() {

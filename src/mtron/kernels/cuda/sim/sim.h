@@ -87,6 +87,14 @@ class DeviceAccess {
   DeviceAccess& operator=(const DeviceAccess&) = delete;
 };
 
+// Marks [p, p + bytes) of device memory as used by a pending non-blocking communication until
+// unpin_in_flight(token). Freeing device memory that overlaps a pinned range aborts with a
+// message: on a GPU the allocator frees on the compute stream, and a communication on NCCL's
+// stream not yet joined to it (by its request's wait) may still read or write the block that
+// the next allocation is given (kernels/device.h, comm/nccl.h).
+uint64_t pin_in_flight(const void* p, size_t bytes);
+void unpin_in_flight(uint64_t token);
+
 // Runs kernel() for every thread of every block of the grid; smem_bytes of dynamic shared
 // memory per block.
 void launch(dim3 grid, dim3 block, size_t smem_bytes, const std::function<void()>& kernel);
