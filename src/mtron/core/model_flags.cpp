@@ -109,11 +109,11 @@ void add_model_flags(CLI::App& app, ModelConfig& m) {
              "initialization.");
   opt<float>(app, "--hidden-dropout", m.hidden_dropout, 0.1f,
              "Dropout probability for hidden state transformer (the embeddings' output and each "
-             "attention and MLP output before its residual add; training only; CPU only: "
-             "--device cuda needs 0).");
+             "attention and MLP output before its residual add; training only; the same Philox "
+             "masks on --device cpu and cuda).");
   opt<float>(app, "--attention-dropout", m.attention_dropout, 0.1f,
              "Post attention dropout probability (on the softmax probabilities; training only; "
-             "CPU only: --device cuda needs 0).");
+             "the same Philox masks on --device cpu and cuda).");
 
   add_mla_flags(app, m.mla);
 
