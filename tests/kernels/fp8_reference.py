@@ -11,7 +11,7 @@ exponent range, and the exact midpoints between neighbouring FP8 values (ties), 
 bit for bit (NaN for NaN, the sign of zero too), and the amax must be max |x| over the non-NaN
 inputs.
 
-Usage: fp8_reference.py FP8_TOOL
+Usage: fp8_reference.py [EMULATOR...] FP8_TOOL  (a cross build's emulator first)
 """
 
 import os
@@ -21,7 +21,7 @@ import tempfile
 
 import numpy as np
 
-TOOL = sys.argv[1]
+TOOL = sys.argv[1:]  # the tool's command line: the emulator, if any, then the tool
 FORMATS = {"e4m3": (4, 3, 7), "e5m2": (5, 2, 15)}  # exponent bits, mantissa bits, bias
 
 
@@ -62,7 +62,7 @@ def reference(x32, scale, fmt):
 def run_tool(fmt, scale, src, arr, tmp):
     i, o = os.path.join(tmp, "in"), os.path.join(tmp, "out")
     arr.tofile(i)
-    subprocess.run([TOOL, fmt, repr(scale), src, i, o], check=True)
+    subprocess.run([*TOOL, fmt, repr(scale), src, i, o], check=True)
     raw = np.fromfile(o, dtype=np.uint8)
     bits = raw[:-4].view(np.uint16)
     amax = raw[-4:].view(np.float32)[0]

@@ -11,7 +11,7 @@ subnormal (scale overflows to FLT_MAX) and spikes. Cases: both algorithms, histo
 and 16, margins 0 and 1, the E4M3 and E5M2 maxima. Every scale and history entry must match
 bit for bit.
 
-Usage: fp8_scaling_reference.py FP8_SCALING_TOOL
+Usage: fp8_scaling_reference.py [EMULATOR...] FP8_SCALING_TOOL  (a cross build's emulator first)
 """
 
 import subprocess
@@ -19,7 +19,7 @@ import sys
 
 import numpy as np
 
-TOOL = sys.argv[1]
+TOOL = sys.argv[1:]  # the tool's command line: the emulator, if any, then the tool
 F32 = np.float32
 
 
@@ -76,7 +76,7 @@ def main():
             for length in (1, 16):
                 for margin in (0, 1):
                     got = subprocess.run(
-                        [TOOL, str(length), algo, str(margin), repr(fp8_max)], input=stdin,
+                        [*TOOL, str(length), algo, str(margin), repr(fp8_max)], input=stdin,
                         capture_output=True, text=True, check=True).stdout.split("\n")[:-1]
                     want = [hexes(r) for r in reference(seq, length, algo, margin, fp8_max)]
                     bad = [i for i, (g, w) in enumerate(zip(got, want)) if g != w]
