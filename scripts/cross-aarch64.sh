@@ -120,7 +120,7 @@ cmake --preset "$preset" >/dev/null
 stage_done configure
 
 say "build ($jobs jobs)"
-cmake --build --preset "$preset" -j "$jobs" --target test_kernels op_check_sim test_model test_moe \
+cmake --build --preset "$preset" -j "$jobs" --target test_kernels op_check_sim test_model test_moe fp8_tool fp8_scaling_tool \
   ref_dump mtron
 stage_done build
 
