@@ -32,11 +32,12 @@ struct DeviceBuf {
 class DeviceRequest : public Request {
  public:
   DeviceRequest(const char* what, std::vector<DeviceBuf> bufs) : bufs_(std::move(bufs)) {
+    for (const DeviceBuf& b : bufs_)  // all checked before any is pinned
+      MT_CHECK(b.bytes == 0 || sim::is_device_memory(b.dev), "NCCL ", what, " needs GPU buffers");
     const sim::DeviceAccess access;
     host_.resize(bufs_.size());
     for (size_t i = 0; i < bufs_.size(); ++i) {
       const DeviceBuf& b = bufs_[i];
-      MT_CHECK(b.bytes == 0 || sim::is_device_memory(b.dev), "NCCL ", what, " needs GPU buffers");
       host_[i].resize(b.bytes);
       if (b.in && b.bytes > 0) std::memcpy(host_[i].data(), b.dev, b.bytes);
       pins_.push_back(sim::pin_in_flight(b.dev, b.bytes));

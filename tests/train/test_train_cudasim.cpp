@@ -338,7 +338,8 @@ TEST(TrainCudaSimDeathTest, FreeingABufferInFlightDies) {
       {
         kernels::init_device(Device::kCUDA, 0);
         const std::unique_ptr<Comm> single = make_single_comm();
-        const std::unique_ptr<Comm> nccl = make_nccl_comm(*single, nullptr);
+        const std::unique_ptr<Comm> nccl =
+            make_nccl_comm(*single, kernels::default_stream(Device::kCUDA));
         auto t = std::make_unique<Tensor>(Tensor::empty({16}, DType::kF32, Device::kCUDA));
         kernels::fill_zero(kernels::Ctx{Device::kCUDA, nullptr}, t->raw(), 64);
         std::unique_ptr<Request> r = nccl->iall_reduce(t->raw(), 16, DType::kF32, ReduceOp::kSum);

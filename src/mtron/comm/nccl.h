@@ -24,6 +24,11 @@
 //   Its buffers must stay allocated until the request has been waited for (or destroyed, which
 //   waits): the caching allocator frees on the compute stream, which only the wait orders after
 //   the communication (the CUDA emulation aborts on such a free, tests/train/sim_nccl.cpp).
+// Host buffers: blocking calls, all_to_all_v among them, also accept host memory (e.g.
+// Comm::all_reduce_sum(double), the expert dispatch's counts): the data is staged through GPU
+// memory and the call then returns only when the result is on the host. Non-blocking calls need
+// GPU memory.
+//
 // Point-to-point: NCCL has no tags; between two ranks of a communicator messages arrive in the
 // order they were posted, whatever their tags, so matching sends and receives must be posted in
 // the same order on both sides (the pipeline schedules do). isend/irecv are not launched at once:

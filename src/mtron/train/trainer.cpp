@@ -257,19 +257,16 @@ StepResult Trainer::step() {
   }
   r.skipped = !optimizer_->step(r.lr, r.grad_norm, decoupled_learning_rate(lr_samples_));
   if (!r.skipped) lr_samples_ += batch_size_;
-  // The world's reductions of the MoE statistics run on the host Comm before the parameter
-  // gather below may go on in the background: with NCCL emulated over that MPI (mtron_cudasim),
-  // a host call meanwhile would progress the gather's transfers outside its device calls.
+  // Every rank updated its shards of the master weights: gather the whole model back (in the
+  // background with --overlap-param-gather: the next forward waits bucket by bucket).
+  for (auto& g : grad_syncs_) g->gather_params(par.overlap_param_gather);
+  for (auto& g : expert_syncs_) g->gather_params(false);
   if (a_.model.is_moe()) moe_stats(r);
   if (a_.model.moe_router_enable_expert_bias) {
     // As Megatron, whether or not the step was skipped; one rank per stage adds its share.
     const double h = update_expert_bias(chunks_, *ps_, a_.model.moe_router_bias_update_rate);
     r.expert_bias_hash = world_.all_reduce_sum(ps_->group(GroupKind::kTPDPCP).rank() == 0 ? h : 0);
   }
-  // Every rank updated its shards of the master weights: gather the whole model back (in the
-  // background with --overlap-param-gather: the next forward waits bucket by bucket).
-  for (auto& g : grad_syncs_) g->gather_params(par.overlap_param_gather);
-  for (auto& g : expert_syncs_) g->gather_params(false);
 
   // The loss lives on the last stage; sum it over DP x CP and share it along the pipeline.
   double loss = ps_->is_last_pp_stage() ? stages_->loss_sum() : 0.0;
