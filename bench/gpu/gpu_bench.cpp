@@ -111,9 +111,12 @@ void gemms(const Model& m, int64_t tokens, DType t) {
   bench_gemm(str(m.name, " lm-head chunk"), Trans::kN, Trans::kT, 1024, 50304, h, 0.0f, t);
 }
 
-void attention(const Model& m) {
+// Attention forward and backward with fp32 products (the fp32 kernels) and bf16 products (the
+// tensor-core kernels of bf16 training), side by side.
+void attention(const Model& m, bool bf16_products) {
   const int64_t D = m.hidden / m.heads;
-  const AttnShape s{m.batch, m.seq, m.seq, m.heads, m.heads, D, D, 1.0f / std::sqrt(float(D))};
+  const AttnShape s{m.batch,      m.seq, m.seq, m.heads, m.heads, D, D, 1.0f / std::sqrt(float(D)),
+                    bf16_products};
   const int64_t nq = s.Sq * s.B * s.H * s.D;
   Tensor q = filled(nq, DType::kF32), k = filled(nq, DType::kF32), v = filled(nq, DType::kF32);
   Tensor out = filled(nq, DType::kF32), lse = filled(s.B * s.H * s.Sq, DType::kF32);
@@ -122,14 +125,15 @@ void attention(const Model& m) {
   const AttnMask mask{true, 0};
   const double flops = 4.0 * double(s.B * s.H) * double(s.Sq) * double(s.Sk) * double(D) / 2;
   const std::string shape = str("B", s.B, " S", s.Sq, " H", s.H, " D", D);
+  const char* kind = bf16_products ? "bf16 tc" : "fp32";
   const double f = seconds_per_call(
       [&] { attention_forward(kDev, out.f32(), lse.f32(), q.f32(), k.f32(), v.f32(), s, mask); });
-  row(str(m.name, " attention fwd fp32"), shape, f, flops, kPeakBf16);
+  row(str(m.name, " attention fwd ", kind), shape, f, flops, kPeakBf16);
   const double b = seconds_per_call([&] {
     attention_backward(kDev, dq.f32(), dk.f32(), dv.f32(), dout.f32(), q.f32(), k.f32(), v.f32(),
                        out.f32(), lse.f32(), s, mask);
   });
-  row(str(m.name, " attention bwd fp32"), shape, b, 2 * flops, kPeakBf16);
+  row(str(m.name, " attention bwd ", kind), shape, b, 2 * flops, kPeakBf16);
 }
 
 }  // namespace
@@ -148,7 +152,8 @@ int main(int argc, char** argv) {
     const Model big{"1.3b", 2048, 16, 2048, 8};
     for (const Model& m : {gpt2, big}) {
       gemms(m, 16384, DType::kBF16);
-      attention(m);
+      attention(m, false);
+      attention(m, true);
     }
     gemms(gpt2, 16384, DType::kF32);  // the fp32 path, for reference
     const DeviceMemory mem = device_memory(Device::kCUDA);

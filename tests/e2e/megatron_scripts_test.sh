@@ -27,8 +27,7 @@ grep -q "no --tokenizer-type: GPT2BPETokenizer" gpt3.out || fail "gpt3: the toke
 DTYPE=bf16 bash "$S/llama3_8b.sh" ck/llama tb/llama MOCK MOCK > llama.out 2>&1 || fail "llama: $(cat llama.out)"
 grep -q "world 8 = TP 1 x CP 1 x DP 8 x PP 1" llama.out || fail "llama layout: $(cat llama.out)"
 grep -q "15258789 iterations" llama.out || fail "llama: --train-samples 1953125000 / 128"
-for note in "--manual-gc has no effect" "--attention-backend fused has no effect" \
-            "--num-workers 1 has no effect" "--ckpt-format torch_dist has no effect" \
+for note in "--manual-gc has no effect" "--num-workers 1 has no effect" "--ckpt-format torch_dist has no effect" \
             "--calculate-per-token-loss has no effect"; do
   grep -q -- "note: $note" llama.out || fail "llama: no note '$note'"
 done

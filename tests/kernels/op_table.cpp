@@ -568,14 +568,24 @@ void attention_cases(Checker& ck, bool small) {
     cases.push_back({shape(1, 2048, 2048, 16, 16, 128), {true, 0}});  // the 1.3B model
     cases.push_back({shape(1, 1024, 1024, 32, 8, 128), {true, 0}});   // Llama-style GQA
   }
+  // Every case without dropout again with bf16 products (CUDA: the tensor-core kernels), to the
+  // bf16 tolerance.
+  for (size_t n = cases.size(), i = 0; i < n; ++i) {
+    if (cases[i].mask.dropout.p > 0) continue;
+    Case c = cases[i];
+    c.s.bf16_products = true;
+    cases.push_back(c);
+  }
   for (const Case& c : cases) {
     const AttnShape& s = c.s;
+    const double tol = s.bf16_products ? kTolBf16 : kTolF32;
     const std::string name =
         str("B", s.B, " Sq", s.Sq, " Sk", s.Sk, " H", s.H, " G", s.G, " D", s.D,
             s.Dv != s.D ? str(" Dv", s.Dv) : std::string(),
             c.mask.causal ? str(" causal ", c.mask.offset) : std::string(" full"),
             c.mask.dropout.p > 0 ? str(" drop q0 ", c.mask.dropout.q0, " k0 ", c.mask.dropout.k0)
-                                 : std::string());
+                                 : std::string(),
+            s.bf16_products ? " bf16 products" : "");
     ck.run("attention", name, [&] {
       const int64_t nq = s.Sq * s.B * s.H * s.D, nk = s.Sk * s.B * s.G * s.D;
       const int64_t no = s.Sq * s.B * s.H * s.Dv, nv = s.Sk * s.B * s.G * s.Dv;
@@ -583,8 +593,8 @@ void attention_cases(Checker& ck, bool small) {
           lse(poison(s.B * s.H * s.Sq));
       ref::attention_forward(out.host(), lse.host(), q.host(), k.host(), v.host(), s, c.mask);
       attention_forward(g_dev, out.dev(), lse.dev(), q.dev(), k.dev(), v.dev(), s, c.mask);
-      ck.check("out", out, kTolF32);
-      ck.check("lse", lse, kTolF32);
+      ck.check("out", out, tol);
+      ck.check("lse", lse, tol);
       // the device's backward from the reference's out and lse (the reference recomputes them)
       Pair<float> o2(out.host_result()), l2(lse.host_result()), dout(randn(no)), dq(randn(nq)),
           dk(randn(nk)), dv(randn(nv));
@@ -592,9 +602,9 @@ void attention_cases(Checker& ck, bool small) {
                               v.host(), s, c.mask);
       attention_backward(g_dev, dq.dev(), dk.dev(), dv.dev(), dout.dev(), q.dev(), k.dev(), v.dev(),
                          o2.dev(), l2.dev(), s, c.mask);
-      ck.check("dq (+=)", dq, kTolF32);
-      ck.check("dk (+=)", dk, kTolF32);
-      ck.check("dv (+=)", dv, kTolF32);
+      ck.check("dq (+=)", dq, tol);
+      ck.check("dk (+=)", dk, tol);
+      ck.check("dv (+=)", dv, tol);
     });
   }
   // Merges of partial results (ring attention's blocks); lse of some rows -inf in one or both.

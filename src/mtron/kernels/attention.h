@@ -58,6 +58,10 @@ struct AttnMask {
 struct AttnShape {
   int64_t B, Sq, Sk, H, G, D, Dv;  // D: query/key head dim, Dv: value (and output) head dim
   float scale;                     // usually 1/sqrt(D)
+  // The matrix products may round their operands (q, k, v, dout, P, dS) to bf16 and accumulate
+  // in fp32, as bf16 training does: CUDA then runs the tensor-core kernels (without attention
+  // dropout); the CPU computes in fp32 either way. Softmax statistics and outputs stay fp32.
+  bool bf16_products = false;
 };
 
 // attention_merge's weights of a query row with log-sum-exps l1 (accumulated) and l2 (block):

@@ -114,7 +114,7 @@ void TransformerLayer::attention(
     const RunCtx& rc, const TokenLayout& tl, Stash& st, Arena& scratch, const LayerKv* kv) const {
   const float scale = softmax_scale_;
   if (!kv) {
-    const kernels::AttnShape as{tl.B, tl.S, tl.S, Hl_, Gl_, D_, Dv_, scale};
+    const kernels::AttnShape as{tl.B, tl.S, tl.S, Hl_, Gl_, D_, Dv_, scale, bf16_attention(rc)};
     parallel::ring_attention_forward(rc.k, rc.cp, scratch, st.att, st.lse, st.q, st.k, st.v, as,
                                      attention_dropout(rc, cfg_, tl.drop, layer_, Hl_));
     return;
@@ -123,7 +123,8 @@ void TransformerLayer::attention(
   const int64_t fl = int64_t(sizeof(float)) * tl.S;
   kernels::copy(rc.k, kv->k + kv->length * krow, st.k, fl * krow);
   kernels::copy(rc.k, kv->v + kv->length * vrow, st.v, fl * vrow);
-  const kernels::AttnShape as{tl.B, tl.S, kv->length + tl.S, Hl_, Gl_, D_, Dv_, scale};
+  const kernels::AttnShape as{tl.B, tl.S,  kv->length + tl.S, Hl_, Gl_, D_,
+                              Dv_,  scale, bf16_attention(rc)};
   kernels::attention_forward(rc.k, st.att, st.lse, st.q, kv->k, kv->v, as,
                              kernels::AttnMask{true, kv->length});
 }
@@ -330,7 +331,8 @@ void TransformerLayer::backward(
   kernels::fill_zero(rc.k, dq, int64_t(sizeof(float)) * N * Hl_ * D_);
   kernels::fill_zero(rc.k, dk, int64_t(sizeof(float)) * N * Gl_ * D_);
   kernels::fill_zero(rc.k, dv, int64_t(sizeof(float)) * N * Gl_ * Dv_);
-  const kernels::AttnShape as{tl.B, tl.S, tl.S, Hl_, Gl_, D_, Dv_, softmax_scale_};
+  const kernels::AttnShape as{
+      tl.B, tl.S, tl.S, Hl_, Gl_, D_, Dv_, softmax_scale_, bf16_attention(rc)};
   parallel::ring_attention_backward(rc.k, rc.cp, scratch, dq, dk, dv, datt, st.q, st.k, st.v,
                                     st.att, st.lse, as,
                                     attention_dropout(rc, cfg_, tl.drop, layer_, Hl_));

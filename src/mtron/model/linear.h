@@ -38,11 +38,18 @@ namespace mtron::model {
 struct RunCtx {
   kernels::Ctx k;
   Precision precision = Precision::kFP32;  // kFP32, kBF16 or kFP16
-  Fp8State* fp8 = nullptr;                 // FP8 linear layers (with kBF16), or none
+  bool fp32_attention = false;  // attention's products in fp32 in kBF16 too (bf16_attention)
+  Fp8State* fp8 = nullptr;      // FP8 linear layers (with kBF16), or none
   parallel::TensorParallel tp;
   parallel::ContextParallel cp;
   parallel::ExpertParallel ep;
 };
+
+// Whether attention's matrix products may take bf16 operands (kernels::AttnShape::bf16_products:
+// the tensor-core kernels on CUDA): in bf16 mode, FP8 included, unless fp32_attention.
+inline bool bf16_attention(const RunCtx& rc) {
+  return rc.precision == Precision::kBF16 && !rc.fp32_attention;
+}
 
 // An activation as a GEMM reads it: the fp32 tensor, or its bf16 (fp16) copy in bf16 (fp16) mode.
 using Act = kernels::GemmOperand;

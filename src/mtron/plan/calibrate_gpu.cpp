@@ -87,14 +87,16 @@ void measure_gemms(const Gpus& g, const Ctx& ctx, bool quick, RankCalibration* r
   }
 }
 
-// Causal fused attention, forward and backward, at Llama-like shapes (32 heads of 128, 8
-// key/value groups; quick: 2 heads of 32, one group).
+// Causal fused attention, forward and backward, with bf16 products (bf16 training's
+// tensor-core kernels), at Llama-like shapes (32 heads of 128, 8 key/value groups; quick: 2
+// heads of 32, one group).
 void measure_attention(const Gpus& g, const Ctx& ctx, bool quick, RankCalibration* r) {
   const std::vector<int64_t> seqs =
       quick ? std::vector<int64_t>{32, 64} : std::vector<int64_t>{1024, 2048, 4096, 8192};
   const int64_t heads = quick ? 2 : 32, groups = quick ? 1 : 8, dim = quick ? 32 : 128;
   for (int64_t S : seqs) {
-    const kernels::AttnShape s{1, S, S, heads, groups, dim, dim, 1.0f / std::sqrt(float(dim))};
+    const kernels::AttnShape s{1,   S, S, heads, groups, dim, dim, 1.0f / std::sqrt(float(dim)),
+                               true};
     const int64_t nq = S * s.H * s.D, nkv = S * s.G * s.D;
     const Tensor q = device_tensor(nq, DType::kF32, ctx), k = device_tensor(nkv, DType::kF32, ctx),
                  v = device_tensor(nkv, DType::kF32, ctx), o = device_tensor(nq, DType::kF32, ctx),

@@ -174,6 +174,14 @@ bool parse_train_args(int argc, char** argv, int64_t world_size, TrainArgs& a) {
           choices(std::map<std::string, Device>{{"cpu", Device::kCPU}, {"cuda", Device::kCUDA}}))
       ->type_name("TEXT")
       ->group(t);
+  app.add_option_function<std::string>(
+         "--attention-backend",
+         [&](const std::string& b) { a.fp32_attention = b == "unfused" || b == "local"; },
+         "auto (default), flash or fused: in --bf16 runs on CUDA attention's matrix products "
+         "take bf16 operands on the tensor cores; unfused or local: fp32 products, the CPU's "
+         "numbers (every backend is tiled with an online softmax: no score matrix is stored)")
+      ->check(CLI::IsMember({"auto", "flash", "fused", "unfused", "local"}))
+      ->group(t);
   app.add_option("--recompute-granularity", a.recompute.granularity, "full or selective")
       ->transform(choices(std::map<std::string, RecomputeGranularity>{
           {"full", RecomputeGranularity::kFull}, {"selective", RecomputeGranularity::kSelective}}))

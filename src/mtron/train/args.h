@@ -60,7 +60,10 @@ struct TrainArgs {
   optim::LrSchedule schedule;  // derived from the flags above
   uint64_t seed = 1234;
   Device device = Device::kCPU;  // --device (mtron's; Megatron always runs on CUDA)
-  int64_t ddp_bucket_size = 0;   // elements per gradient bucket; 0: Megatron's default
+  // --attention-backend unfused or local: attention's matrix products in fp32 in bf16 runs too
+  // (model::RunCtx::fp32_attention).
+  bool fp32_attention = false;
+  int64_t ddp_bucket_size = 0;  // elements per gradient bucket; 0: Megatron's default
   double distributed_timeout_minutes = 10;
 
   // data

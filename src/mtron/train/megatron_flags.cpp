@@ -80,10 +80,6 @@ const std::vector<CompatValue>& value_flags() {
       {"--transformer-impl",
        "mtron has one transformer implementation",
        {"transformer_engine", "local", "inference_optimized"}},
-      {"--attention-backend",
-       "mtron has one attention kernel per device (tiled, exact online softmax), the same "
-       "numbers for every backend",
-       {"auto", "flash", "fused", "unfused", "local"}},
       {"--empty-unused-memory-level", "mtron frees activation memory as it goes", {"0", "1", "2"}},
       {"--manual-gc-interval", "mtron has no garbage collector", {}},
       {"--num-workers", "samples are read on the training thread (mmap)", {}},

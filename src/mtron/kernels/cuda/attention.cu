@@ -29,10 +29,13 @@
 // the undropped P to l and multiplies P by z before P V; the backward takes P z for dV and
 // dP z for dS = P (dP z - delta).
 // Merge (attention_merge): a grid-stride pass over out, then one over lse (merge_weights).
+// With AttnShape::bf16_products and no dropout, attention_forward and attention_backward run the
+// tensor-core kernels of attention_tc.cu instead (the backward after the same delta kernel).
 #include <cstdint>
 #include <type_traits>
 
 #include "mtron/core/error.h"
+#include "mtron/kernels/cuda/attention_tiles.cuh"
 #include "mtron/kernels/cuda/common.cuh"
 #include "mtron/kernels/cuda/cuda_ops.h"
 
@@ -73,53 +76,6 @@ __device__ __forceinline__ float elem(float4 v, int i) {
 __host__ __device__ __forceinline__ int tile_ld(const AttnShape& s) {
   return tile_ld(s.D > s.Dv ? s.D : s.Dv);
 }
-// Offsets of query row i of head h (width D: q, dq; Dv: out, dout) and key row j of group g
-// (width D: k, dk; Dv: v, dv).
-__device__ __forceinline__ int64_t
-q_row(const AttnShape& s, int64_t i, int64_t b, int64_t h, int64_t D) {
-  return ((i * s.B + b) * s.H + h) * D;
-}
-__device__ __forceinline__ int64_t
-kv_row(const AttnShape& s, int64_t j, int64_t b, int64_t g, int64_t D) {
-  return ((j * s.B + b) * s.G + g) * D;
-}
-__device__ __forceinline__ bool visible(const AttnMask& m, int64_t i, int64_t j) {
-  return !m.causal || j <= i + m.offset;
-}
-// Index of query row i of head h, batch b in lse and delta [B, H, Sq].
-__device__ __forceinline__ int64_t stat_at(const AttnShape& s, int64_t b, int64_t h, int64_t i) {
-  return (b * s.H + h) * s.Sq + i;
-}
-// P[i, j] = exp(score * scale - lse_i) where query i exists and sees key j, else 0.
-__device__ __forceinline__ float prob(
-    const AttnShape& s, const AttnMask& m, int64_t i, int64_t j, float score, float l) {
-  const bool vis = i < s.Sq && j < s.Sk && visible(m, i, j) && l != kNegInf;
-  return vis ? expf(score * s.scale - l) : 0.0f;
-}
-
-// The backward's tensors (kernels/attention.h) and delta (dO . O per query row).
-struct BwdTensors {
-  float* dq;
-  float* dk;
-  float* dv;
-  const float* dout;
-  const float* q;
-  const float* k;
-  const float* v;
-  const float* lse;
-  const float* delta;
-  // f(p) for every pointer (the emulation checks that each is device memory).
-  template <typename F>
-  void for_each_pointer(F f) const {
-    for (const void* p :
-         {static_cast<const void*>(dq), static_cast<const void*>(dk), static_cast<const void*>(dv),
-          static_cast<const void*>(dout), static_cast<const void*>(q), static_cast<const void*>(k),
-          static_cast<const void*>(v), static_cast<const void*>(lse),
-          static_cast<const void*>(delta)})
-      f(p);
-  }
-};
-
 // Zs[r][c] (row stride kPs) = the dropout multiplier of query i0 + r and key j0 + c of head h,
 // batch b (core/philox_inline.h, the CPU's function): each thread draws one run of kPerThread
 // consecutive keys of one row (two or three Philox blocks).
@@ -128,15 +84,6 @@ __device__ __forceinline__ void dropout_tile(
   const int r = int(threadIdx.x) / 4, c0 = int(threadIdx.x) % 4 * kPerThread;
   dropout_scales(Zs + r * kPs + c0, d.key, d.row_index(b, h, i0 + r) + uint64_t(j0 + c0), 1,
                  kPerThread, d.p);
-}
-
-// End (exclusive) of the keys visible to query rows [i0, i1).
-__host__ __device__ __forceinline__ int64_t key_end(const AttnShape& s,
-                                                    const AttnMask& m,
-                                                    int64_t i1) {
-  if (!m.causal) return s.Sk;
-  const int64_t e = i1 - 1 + m.offset + 1;
-  return e < 0 ? 0 : (e > s.Sk ? s.Sk : e);
 }
 
 // Loads kT rows of a [rows, .., D] tensor into a tile with row stride ld, the columns padded
@@ -466,29 +413,6 @@ size_t dq_smem(const AttnShape& s, const AttnMask& m) {
   return sizeof(float) * size_t(4 * kT * tile_ld(s) + kT * kPs + z_tile(m));
 }
 
-// Lets `kernel` use `bytes` of dynamic shared memory (above the default 48 KB needs an opt-in).
-template <typename... Params>
-void allow_smem(void (*kernel)(Params...), size_t bytes) {
-#ifdef MTRON_CUDA_SIM
-  (void)kernel;
-  (void)bytes;
-#else
-  if (bytes > 48 * 1024)
-    MT_CUDA_CHECK(cudaFuncSetAttribute(reinterpret_cast<const void*>(kernel),
-                                       cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
-#endif
-}
-
-// f(std::integral_constant<int, kMaxD>) for the kernels' kMaxD of the larger head dim.
-template <typename F>
-void with_max_d(const AttnShape& s, F f) {
-  const int64_t D = s.D > s.Dv ? s.D : s.Dv;
-  if (D <= 32) return f(std::integral_constant<int, 32>());
-  if (D <= 64) return f(std::integral_constant<int, 64>());
-  if (D <= 128) return f(std::integral_constant<int, 128>());
-  f(std::integral_constant<int, 256>());
-}
-
 // attention_merge in two grid-stride passes, so that no thread writes an lse another still reads:
 // out first (each element from its row's two lse), then lse.
 __global__ void attention_merge_out_kernel(
@@ -521,6 +445,12 @@ void check_shape(const AttnShape& s) {
            "attention on CUDA: batch x heads = ", s.B * s.H, " (at most 65535)");
 }
 
+// The tensor-core kernels take bf16 products without dropout (attention dropout stays on the
+// fp32 kernels).
+bool tensor_cores(const AttnShape& s, const AttnMask& m) {
+  return s.bf16_products && m.dropout.p == 0;
+}
+
 }  // namespace
 
 int64_t attention_max_head_dim() {
@@ -531,6 +461,7 @@ void attention_forward(const Ctx& ctx, MT_PARAMS(attention_forward)) {
   if (s.B == 0 || s.Sq == 0) return;
   check_shape(s);
   const cudaStream_t st = stream_of(ctx);
+  if (tensor_cores(s, mask)) return attention_forward_tc(st, out, lse, q, k, v, s, mask);
   with_max_d(s, [&](auto max_d) {
     constexpr int kMaxD = decltype(max_d)::value;
     const size_t smem = forward_smem(s, mask);
@@ -550,6 +481,7 @@ void attention_backward(const Ctx& ctx, MT_PARAMS(attention_backward)) {
   launch("attention_delta", attention_delta_kernel, grid_for(rows * 32, 256), 256, 0, st,
          delta.as<float>(), dout, out, s);
   const BwdTensors t{dq, dk, dv, dout, q, k, v, lse, delta.as<float>()};
+  if (tensor_cores(s, mask)) return attention_backward_tc(st, t, s, mask);
   with_max_d(s, [&](auto max_d) {
     constexpr int kMaxD = decltype(max_d)::value;
     const size_t smem_kv = dkdv_smem(s, mask), smem_q = dq_smem(s, mask);

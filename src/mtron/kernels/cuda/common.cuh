@@ -1,6 +1,6 @@
 // defines: MT_UNROLL, MT_DYNAMIC_SMEM, launch, grid_for, warp_sum, warp_max, block_sum,
 //          block_max, f32_to_bf16_bits, bf16_bits_to_f32, f32_to_f16_bits, f16_bits_to_f32,
-//          kNegInf
+//          kNegInf, pack_bf16x2, mma_bf16_16816
 //
 // Device-side helpers for the kernels (.cu). Every launch goes through launch(), which checks
 // the launch (runtime.h, check_launch); under MTRON_CUDA_SIM it runs the grid in the CPU
@@ -134,6 +134,37 @@ __device__ __forceinline__ float f16_bits_to_f32(uint16_t h) {
   if (e == 31) return __uint_as_float(s | 0x7f800000u | m << 13);
   if (e != 0) return __uint_as_float(s | (e + 112u) << 23 | m << 13);
   return __uint_as_float(s | __float_as_uint(float(m) * 5.9604644775390625e-8f));  // m 2^-24
+}
+
+// Two floats as one register of two bf16 (round to nearest even), lo in the low half: the
+// operand form of mma_bf16_16816.
+__device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
+#ifdef MTRON_CUDA_SIM
+  return uint32_t(f32_to_bf16_bits(lo)) | uint32_t(f32_to_bf16_bits(hi)) << 16;
+#else
+  uint32_t r;
+  asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+  return r;
+#endif
+}
+
+// c += A B on the tensor cores for one warp (every lane calls it): A 16 x 16 and B 16 x 8 in
+// bf16, c 16 x 8 in fp32, each lane holding the fragments of the PTX ISA's
+// mma.m16n8k16.row.col layout (lane = 4 group + tig): a[r] = A[group + 8 (r & 1)][2 tig +
+// 8 (r >> 1) + {0, 1}], b[r] = B[2 tig + 8 r + {0, 1}][group] (low half first), c[e] =
+// C[group + 8 (e >> 1)][2 tig + (e & 1)]. sm_80 and later; the emulation computes it in fp32.
+__device__ __forceinline__ void mma_bf16_16816(float (&c)[4],
+                                               const uint32_t (&a)[4],
+                                               const uint32_t (&b)[2]) {
+#ifdef MTRON_CUDA_SIM
+  sim::mma_bf16_16816(c, a, b);
+#else
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+      "{%8, %9}, {%0, %1, %2, %3};"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+#endif
 }
 
 }  // namespace mtron::kernels::cuda

@@ -13,6 +13,7 @@
 #include <sys/mman.h>
 #include <ucontext.h>
 
+#include <bit>
 #include <cstring>
 
 #include <vector>
@@ -97,6 +98,7 @@ struct Block {
   std::vector<Fiber> fibers;
   std::vector<unsigned char> smem;
   std::vector<uint64_t> exchange;
+  std::vector<uint32_t> mma;  // 6 words per thread: its A and B fragment registers
   const std::function<void()>* kernel = nullptr;
   int current = 0;
 };
@@ -217,6 +219,7 @@ void launch(dim3 grid, dim3 block_dim, size_t smem_bytes, const std::function<vo
   b.fibers.resize(size_t(nthreads));
   b.smem.resize(smem_bytes + 16);
   b.exchange.resize(size_t(nthreads));
+  b.mma.resize(size_t(nthreads) * 6);
   b.kernel = &kernel;
   gridDim = grid;
   blockDim = block_dim;
@@ -262,6 +265,40 @@ uint64_t warp_exchange(uint64_t v, int src_lane) {
   const uint64_t r = b.exchange[size_t(warp * 32 + src_lane)];
   sync_warp();
   return r;
+}
+
+// The PTX ISA's fragment layout of mma.m16n8k16 (bf16 A row-major, B column-major, f32 C):
+// lane = 4 group + tig. A (16 x 16): register r holds row group + 8 (r & 1), columns
+// 2 tig + 8 (r >> 1) + {0, 1} (low half first). B (16 x 8): register r holds column group,
+// rows 2 tig + 8 r + {0, 1}. C (16 x 8): element e is row group + 8 (e >> 1), column
+// 2 tig + (e & 1).
+void mma_bf16_16816(float c[4], const uint32_t a[4], const uint32_t b[2]) {
+  Block& blk = block();
+  const int tid = blk.current, base = tid / 32 * 32, lane = tid % 32;
+  uint32_t* mine = blk.mma.data() + size_t(tid) * 6;
+  std::memcpy(mine, a, 4 * sizeof(uint32_t));
+  std::memcpy(mine + 4, b, 2 * sizeof(uint32_t));
+  sync_warp();
+  auto half = [](uint32_t reg, int hi) {
+    return std::bit_cast<float>(uint32_t(hi ? reg & 0xffff0000u : reg << 16));
+  };
+  const uint32_t* w = blk.mma.data() + size_t(base) * 6;
+  auto A = [&](int row, int col) {
+    const int l = row % 8 * 4 + col % 8 / 2, r = row / 8 + 2 * (col / 8);
+    return half(w[l * 6 + r], col & 1);
+  };
+  auto B = [&](int row, int col) {
+    const int l = col * 4 + row % 8 / 2, r = row / 8;
+    return half(w[l * 6 + 4 + r], row & 1);
+  };
+  const int group = lane / 4, tig = lane % 4;
+  for (int e = 0; e < 4; ++e) {
+    const int row = group + 8 * (e >> 1), col = 2 * tig + (e & 1);
+    float acc = c[e];
+    for (int k = 0; k < 16; ++k) acc += A(row, k) * B(k, col);  // bf16 products are exact
+    c[e] = acc;
+  }
+  sync_warp();
 }
 
 }  // namespace mtron::sim

@@ -1,6 +1,7 @@
 // defines: the CUDA dialect subset the kernels of kernels/cuda use, emulated on the CPU
 //          (dim3, threadIdx/blockIdx/blockDim/gridDim, __syncthreads, __shfl_xor_sync, the
-//          qualifiers, the math functions), and sim::launch, which runs a grid block by block.
+//          tensor cores' bf16 mma.sync, the qualifiers, the math functions), and sim::launch,
+//          which runs a grid block by block.
 //
 // Why: this machine and CI have no GPU, but the kernels' logic (indexing, masking, reductions,
 // barriers) can still be checked against the CPU kernels. Compiled with -DMTRON_CUDA_SIM, the
@@ -104,6 +105,9 @@ void sync_warp();
 unsigned char* dynamic_smem();
 // Writes this thread's 8-byte value, waits for its warp, returns the value of lane `src_lane`.
 uint64_t warp_exchange(uint64_t v, int src_lane);
+// The warp-wide mma.sync.m16n8k16.row.col.f32.bf16.bf16.f32 (c += A B) with this lane's
+// fragment registers (the PTX ISA's layout, sim.cpp); products summed in fp32 in k order.
+void mma_bf16_16816(float c[4], const uint32_t a[4], const uint32_t b[2]);
 
 template <typename T>
 uint64_t to_bits(T v) {

@@ -1,0 +1,440 @@
+// CUDA flash attention on the tensor cores, forward and backward, for AttnShape::bf16_products
+// (kernels/attention.h): the matrix products (Q K^T, P V, dO V^T, dS K, P^T dO, dS^T Q) take
+// bf16 operands and accumulate in fp32 (mma.sync.m16n8k16, common.cuh); the softmax, its
+// statistics (m, l, lse, delta) and every output stay fp32. Layouts, mask, lse and the +=
+// contract of the backward are attention.cu's; no dropout (attention.cu keeps those calls).
+//
+// Tiles of kB = 64 queries by kB = 64 keys. A block has 4 warps; each warp owns 16 rows of the
+// block's tile (query rows in the forward and dQ kernels, key rows in the dK/dV kernel) and
+// keeps their scores, probabilities and output accumulators in registers in the mma
+// accumulator layout: the scores of a 16 x 64 tile are 8 accumulator tiles of 16 x 8, and two
+// of them, rounded to bf16, are the A operand of the next product (FlashAttention-2's
+// register-resident P). A row's 4 lanes (lane = 4 group + tig) reduce its max and sum with two
+// shuffles. Inputs are fp32 in global memory: each tile is read once with 128-bit loads (where
+// the head dim is a multiple of 4) and stored in shared memory as bf16, in rows ([row][dim],
+// stride padded by 8 so that a fragment load's 32 lanes fall on distinct banks) for an operand
+// whose reduction dim is the head dim, and transposed ([dim][row]) for one whose reduction dim
+// is the row (V in P V, K in dS K, Q and dO in the dK/dV products). Head dims are padded to 16
+// with zeros in shared memory; rows past the sequence are zeros and masked.
+//
+// Forward: per block, one (batch, head, query tile); online softmax over the key tiles the mask
+// leaves visible; a warp whose rows see none of a tile skips its products.
+// Backward, deterministic (no atomics), after attention.cu's delta kernel:
+//   dQ:    per block, one (batch, head, query tile): S = Q K^T, dP = dO V^T, dS = P (dP -
+//          delta), dQ += dS K over the visible key tiles;
+//   dK/dV: per block, one (batch, group, key tile): S^T = K Q^T, dP^T = V dO^T over the group's
+//          heads and the query tiles that see the keys, dV += P^T dO, dK += dS^T Q.
+// The softmax scale is applied to dQ and dK at the end.
+#include <cstdint>
+
+#include "mtron/kernels/cuda/attention_tiles.cuh"
+#include "mtron/kernels/cuda/common.cuh"
+
+namespace mtron::kernels::cuda {
+namespace {
+
+constexpr int kB = 64;  // queries and keys per tile
+constexpr int kWarps = 4;
+constexpr int kThreads = 32 * kWarps;  // a warp per 16 rows of the tile
+constexpr int kN = kB / 8;             // accumulator tiles across a row of scores
+constexpr int kLdT = kB + 8;           // row stride (bf16) of the transposed tiles [dim][kB]
+
+__host__ __device__ __forceinline__ int pad16(int64_t D) {
+  return int((D + 15) / 16 * 16);
+}
+// Row stride (bf16) of a [kB][D] tile: D padded to 16, + 8 (rows 4 banks apart).
+__host__ __device__ __forceinline__ int row_ld(int64_t D) {
+  return pad16(D) + 8;
+}
+
+__device__ __forceinline__ uint32_t ld32(const uint16_t* p) {
+  return *reinterpret_cast<const uint32_t*>(p);
+}
+
+// Rows first.. (kB of them) of a tensor of head dim D, row t at src + row_offset(first + t), as
+// bf16 into `rows` ([kB][row_ld(D)]) and/or `cols` (its transpose, [pad16(D)][kLdT]); either may
+// be null. Columns past D and rows at or past n_rows are zeros.
+template <typename RowOffset>
+__device__ __forceinline__ void load_bf16(uint16_t* rows,
+                                          uint16_t* cols,
+                                          const float* src,
+                                          int64_t first,
+                                          int64_t n_rows,
+                                          int D,
+                                          RowOffset row_offset) {
+  const int Dp = pad16(D), ld = Dp + 8, chunks = Dp / 4;
+  const bool vec = D % 4 == 0 && (reinterpret_cast<uintptr_t>(src) & 15u) == 0;
+  for (int e = int(threadIdx.x); e < kB * chunks; e += kThreads) {
+    const int t = e / chunks, c = e % chunks * 4;
+    const int64_t row = first + t;
+    float x[4] = {0, 0, 0, 0};
+    if (row < n_rows && c < D) {
+      const float* p = src + row_offset(row) + c;
+      if (vec) {
+        const float4 f = *reinterpret_cast<const float4*>(p);
+        x[0] = f.x, x[1] = f.y, x[2] = f.z, x[3] = f.w;
+      } else {
+        for (int u = 0; u < 4 && c + u < D; ++u) x[u] = p[u];
+      }
+    }
+    if (rows) {
+      auto* r = reinterpret_cast<uint32_t*>(rows + t * ld + c);
+      r[0] = pack_bf16x2(x[0], x[1]);
+      r[1] = pack_bf16x2(x[2], x[3]);
+    }
+    if (cols) {
+      MT_UNROLL
+      for (int u = 0; u < 4; ++u) cols[(c + u) * kLdT + t] = f32_to_bf16_bits(x[u]);
+    }
+  }
+}
+
+// The A fragment of rows r0.. and columns c0.. of a row-major bf16 tile of stride ld.
+__device__ __forceinline__ void frag_a(
+    uint32_t (&a)[4], const uint16_t* T, int ld, int r0, int c0) {
+  const int lane = int(threadIdx.x % 32);
+  const uint16_t* p = T + (r0 + lane / 4) * ld + c0 + 2 * (lane % 4);
+  a[0] = ld32(p);
+  a[1] = ld32(p + 8 * ld);
+  a[2] = ld32(p + 8);
+  a[3] = ld32(p + 8 * ld + 8);
+}
+// The B fragment of B[k][n] = T[n0 + n][k0 + k]: the tile T holds B's columns as its rows.
+__device__ __forceinline__ void frag_b(
+    uint32_t (&b)[2], const uint16_t* T, int ld, int n0, int k0) {
+  const int lane = int(threadIdx.x % 32);
+  const uint16_t* p = T + (n0 + lane / 4) * ld + k0 + 2 * (lane % 4);
+  b[0] = ld32(p);
+  b[1] = ld32(p + 8);
+}
+
+// acc = A[r0..r0+16][0..K] B^T with B^T = Bt[0..kB][0..K] (both row-major bf16 tiles): a warp's
+// 16 rows against the kB rows of the other tile (scores, dP).
+__device__ __forceinline__ void row_products(
+    float (&acc)[kN][4], const uint16_t* A, int lda, int r0, const uint16_t* Bt, int ldb, int K) {
+  MT_UNROLL
+  for (int n = 0; n < kN; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0;
+  for (int k0 = 0; k0 < K; k0 += 16) {
+    uint32_t a[4];
+    frag_a(a, A, lda, r0, k0);
+    MT_UNROLL
+    for (int n = 0; n < kN; ++n) {
+      uint32_t b[2];
+      frag_b(b, Bt, ldb, 8 * n, k0);
+      mma_bf16_16816(acc[n], a, b);
+    }
+  }
+}
+
+// acc[n] += W B for the first n_tiles accumulator tiles, W the warp's 16 x kB tile of weights
+// (P or dS, in accumulator tiles, rounded to bf16 here) and B[k][n] = T[n][k], T a transposed
+// tile [dim][kLdT].
+template <int kMaxN>
+__device__ __forceinline__ void weight_products(float (&acc)[kMaxN][4],
+                                                const float (&w)[kN][4],
+                                                const uint16_t* T,
+                                                int n_tiles) {
+  MT_UNROLL
+  for (int kc = 0; kc < kN / 2; ++kc) {
+    const float(&lo)[4] = w[2 * kc];
+    const float(&hi)[4] = w[2 * kc + 1];
+    const uint32_t a[4] = {pack_bf16x2(lo[0], lo[1]), pack_bf16x2(lo[2], lo[3]),
+                           pack_bf16x2(hi[0], hi[1]), pack_bf16x2(hi[2], hi[3])};
+    MT_UNROLL
+    for (int n = 0; n < kMaxN; ++n) {
+      if (n < n_tiles) {
+        uint32_t b[2];
+        frag_b(b, T, kLdT, 8 * n, 16 * kc);
+        mma_bf16_16816(acc[n], a, b);
+      }
+    }
+  }
+}
+
+// The row (0: group, 1: group + 8) and column of accumulator element e of tile n.
+__device__ __forceinline__ int acc_row(int e) {
+  return int(threadIdx.x % 32) / 4 + 8 * (e >> 1);
+}
+__device__ __forceinline__ int acc_col(int n, int e) {
+  return 8 * n + 2 * int(threadIdx.x % 4) + (e & 1);
+}
+
+// f(row, column, value) for each element of a warp's 16-row accumulator tiles (row 0..15 of the
+// warp's rows) whose column is below width.
+template <int kMaxN, typename F>
+__device__ __forceinline__ void for_acc(const float (&acc)[kMaxN][4], int width, F f) {
+  MT_UNROLL
+  for (int n = 0; n < kMaxN; ++n) MT_UNROLL
+  for (int e = 0; e < 4; ++e) {
+    if (acc_col(n, e) < width) f(acc_row(e), acc_col(n, e), acc[n][e]);
+  }
+}
+
+// Sum (or max) over a row's 4 lanes.
+__device__ __forceinline__ float quad_sum(float x) {
+  x += __shfl_xor_sync(0xffffffffu, x, 1);
+  return x + __shfl_xor_sync(0xffffffffu, x, 2);
+}
+__device__ __forceinline__ float quad_max(float x) {
+  x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
+  return fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));
+}
+
+template <int kMaxD>
+__global__ void __launch_bounds__(kThreads) attention_forward_tc_kernel(float* out,
+                                                                        float* lse,
+                                                                        const float* q,
+                                                                        const float* k,
+                                                                        const float* v,
+                                                                        AttnShape s,
+                                                                        AttnMask mask) {
+  MT_DYNAMIC_SMEM(smem_raw);
+  const int ldq = row_ld(s.D);
+  uint16_t* Qs = reinterpret_cast<uint16_t*>(smem_raw);  // [kB][ldq]
+  uint16_t* Ks = Qs + kB * ldq;                          // [kB][ldq]
+  uint16_t* Vt = Ks + kB * ldq;                          // [pad16(Dv)][kLdT]
+  const int warp = int(threadIdx.x / 32);
+  const int64_t b = blockIdx.y / s.H, h = blockIdx.y % s.H, g = h / (s.H / s.G);
+  const int64_t i0 = int64_t(blockIdx.x) * kB, r0 = i0 + 16 * warp;
+  auto q_at = [&](int64_t row) { return q_row(s, row, b, h, s.D); };
+  auto k_at = [&](int64_t row) { return kv_row(s, row, b, g, s.D); };
+  auto v_at = [&](int64_t row) { return kv_row(s, row, b, g, s.Dv); };
+
+  load_bf16(Qs, nullptr, q, i0, s.Sq, int(s.D), q_at);
+  const int64_t kv_end = key_end(s, mask, i0 + kB < s.Sq ? i0 + kB : s.Sq);
+  const int64_t warp_end = key_end(s, mask, r0 + 16 < s.Sq ? r0 + 16 : s.Sq);
+
+  float m[2] = {kNegInf, kNegInf}, l[2] = {0, 0};
+  float o[kMaxD / 8][4] = {};
+  for (int64_t j0 = 0; j0 < kv_end; j0 += kB) {
+    __syncthreads();  // the previous K and V are no longer read (and Q is loaded)
+    load_bf16(Ks, nullptr, k, j0, s.Sk, int(s.D), k_at);
+    load_bf16(nullptr, Vt, v, j0, s.Sk, int(s.Dv), v_at);
+    __syncthreads();
+    if (j0 >= warp_end) continue;  // none of this warp's rows sees a key of the tile
+    float sc[kN][4];
+    row_products(sc, Qs, ldq, 16 * warp, Ks, ldq, pad16(s.D));
+    float mx[2] = {kNegInf, kNegInf};
+    MT_UNROLL
+    for (int n = 0; n < kN; ++n) MT_UNROLL
+    for (int e = 0; e < 4; ++e) {
+      const int64_t i = r0 + acc_row(e), j = j0 + acc_col(n, e);
+      float& x = sc[n][e];
+      x = (j < s.Sk && visible(mask, i, j)) ? x * s.scale : kNegInf;
+      mx[e >> 1] = fmaxf(mx[e >> 1], x);
+    }
+    float alpha[2];
+    MT_UNROLL
+    for (int r = 0; r < 2; ++r) {
+      const float m_new = fmaxf(m[r], quad_max(mx[r]));
+      alpha[r] = m[r] == kNegInf ? 0.0f : expf(m[r] - m_new);
+      m[r] = m_new;
+      l[r] *= alpha[r];
+    }
+    MT_UNROLL
+    for (int n = 0; n < kN; ++n) MT_UNROLL
+    for (int e = 0; e < 4; ++e) {
+      float& x = sc[n][e];
+      x = x == kNegInf ? 0.0f : expf(x - m[e >> 1]);
+      l[e >> 1] += x;
+    }
+    MT_UNROLL
+    for (int n = 0; n < kMaxD / 8; ++n) MT_UNROLL
+    for (int e = 0; e < 4; ++e) o[n][e] *= alpha[e >> 1];
+    weight_products(o, sc, Vt, pad16(s.Dv) / 8);
+  }
+
+  l[0] = quad_sum(l[0]);
+  l[1] = quad_sum(l[1]);
+  for_acc(o, int(s.Dv), [&](int rr, int c, float x) {
+    const int64_t i = r0 + rr;
+    const float li = l[rr / 8];
+    if (i < s.Sq) out[q_row(s, i, b, h, s.Dv) + c] = li > 0 ? x / li : 0.0f;
+  });
+  if (threadIdx.x % 4 == 0) {
+    MT_UNROLL
+    for (int r = 0; r < 2; ++r) {
+      const int64_t i = r0 + acc_row(2 * r);
+      if (i < s.Sq) lse[stat_at(s, b, h, i)] = l[r] > 0 ? m[r] + logf(l[r]) : kNegInf;
+    }
+  }
+}
+
+template <int kMaxD>
+__global__ void __launch_bounds__(kThreads)
+    attention_dq_tc_kernel(BwdTensors t, AttnShape s, AttnMask mask) {
+  MT_DYNAMIC_SMEM(smem_raw);
+  const int ldq = row_ld(s.D), ldv = row_ld(s.Dv);
+  uint16_t* Qs = reinterpret_cast<uint16_t*>(smem_raw);  // [kB][ldq]
+  uint16_t* dOs = Qs + kB * ldq;                         // [kB][ldv]
+  uint16_t* Ks = dOs + kB * ldv;                         // [kB][ldq]
+  uint16_t* Vs = Ks + kB * ldq;                          // [kB][ldv]
+  uint16_t* Kt = Vs + kB * ldv;                          // [pad16(D)][kLdT]
+  const int warp = int(threadIdx.x / 32);
+  const int64_t b = blockIdx.y / s.H, h = blockIdx.y % s.H, g = h / (s.H / s.G);
+  const int64_t i0 = int64_t(blockIdx.x) * kB, r0 = i0 + 16 * warp;
+
+  load_bf16(Qs, nullptr, t.q, i0, s.Sq, int(s.D),
+            [&](int64_t row) { return q_row(s, row, b, h, s.D); });
+  load_bf16(dOs, nullptr, t.dout, i0, s.Sq, int(s.Dv),
+            [&](int64_t row) { return q_row(s, row, b, h, s.Dv); });
+  float l[2], dlt[2];
+  MT_UNROLL
+  for (int r = 0; r < 2; ++r) {
+    const int64_t i = r0 + acc_row(2 * r);
+    l[r] = i < s.Sq ? t.lse[stat_at(s, b, h, i)] : kNegInf;
+    dlt[r] = i < s.Sq ? t.delta[stat_at(s, b, h, i)] : 0.0f;
+  }
+  const int64_t kv_end = key_end(s, mask, i0 + kB < s.Sq ? i0 + kB : s.Sq);
+  const int64_t warp_end = key_end(s, mask, r0 + 16 < s.Sq ? r0 + 16 : s.Sq);
+
+  float dq[kMaxD / 8][4] = {};
+  for (int64_t j0 = 0; j0 < kv_end; j0 += kB) {
+    __syncthreads();  // the previous K and V are no longer read (and Q, dO are loaded)
+    load_bf16(Ks, Kt, t.k, j0, s.Sk, int(s.D),
+              [&](int64_t row) { return kv_row(s, row, b, g, s.D); });
+    load_bf16(Vs, nullptr, t.v, j0, s.Sk, int(s.Dv),
+              [&](int64_t row) { return kv_row(s, row, b, g, s.Dv); });
+    __syncthreads();
+    if (j0 >= warp_end) continue;
+    float sc[kN][4], dp[kN][4];
+    row_products(sc, Qs, ldq, 16 * warp, Ks, ldq, pad16(s.D));
+    row_products(dp, dOs, ldv, 16 * warp, Vs, ldv, pad16(s.Dv));
+    MT_UNROLL
+    for (int n = 0; n < kN; ++n) MT_UNROLL
+    for (int e = 0; e < 4; ++e) {
+      const int64_t i = r0 + acc_row(e), j = j0 + acc_col(n, e);
+      const float p = prob(s, mask, i, j, sc[n][e], l[e >> 1]);
+      sc[n][e] = p * (dp[n][e] - dlt[e >> 1]);  // dS
+    }
+    weight_products(dq, sc, Kt, pad16(s.D) / 8);
+  }
+
+  for_acc(dq, int(s.D), [&](int rr, int c, float x) {
+    const int64_t i = r0 + rr;
+    if (i < s.Sq) t.dq[q_row(s, i, b, h, s.D) + c] += x * s.scale;
+  });
+}
+
+template <int kMaxD>
+__global__ void __launch_bounds__(kThreads)
+    attention_dkdv_tc_kernel(BwdTensors t, AttnShape s, AttnMask mask) {
+  MT_DYNAMIC_SMEM(smem_raw);
+  const int ldq = row_ld(s.D), ldv = row_ld(s.Dv), Dp = pad16(s.D), Dvp = pad16(s.Dv);
+  uint16_t* Ks = reinterpret_cast<uint16_t*>(smem_raw);       // [kB][ldq]
+  uint16_t* Vs = Ks + kB * ldq;                               // [kB][ldv]
+  uint16_t* Qs = Vs + kB * ldv;                               // [kB][ldq]
+  uint16_t* dOs = Qs + kB * ldq;                              // [kB][ldv]
+  uint16_t* Qt = dOs + kB * ldv;                              // [Dp][kLdT]
+  uint16_t* dOt = Qt + Dp * kLdT;                             // [Dvp][kLdT]
+  float* lse_s = reinterpret_cast<float*>(dOt + Dvp * kLdT);  // [kB]
+  float* delta_s = lse_s + kB;                                // [kB]
+  const int warp = int(threadIdx.x / 32);
+  const int64_t hpg = s.H / s.G;
+  const int64_t b = blockIdx.y / s.G, g = blockIdx.y % s.G;
+  const int64_t j0 = int64_t(blockIdx.x) * kB, r0 = j0 + 16 * warp;
+
+  load_bf16(Ks, nullptr, t.k, j0, s.Sk, int(s.D),
+            [&](int64_t row) { return kv_row(s, row, b, g, s.D); });
+  load_bf16(Vs, nullptr, t.v, j0, s.Sk, int(s.Dv),
+            [&](int64_t row) { return kv_row(s, row, b, g, s.Dv); });
+
+  float dk[kMaxD / 8][4] = {}, dv[kMaxD / 8][4] = {};
+  // Queries that can see key j0 or later: i + offset >= j0.
+  int64_t i_begin = 0;
+  if (mask.causal && j0 - mask.offset > 0) i_begin = (j0 - mask.offset) / kB * kB;
+
+  for (int64_t hh = 0; hh < hpg; ++hh) {
+    const int64_t h = g * hpg + hh;
+    for (int64_t i0 = i_begin; i0 < s.Sq; i0 += kB) {
+      __syncthreads();  // the previous tiles are no longer read (and K, V are loaded)
+      load_bf16(Qs, Qt, t.q, i0, s.Sq, int(s.D),
+                [&](int64_t row) { return q_row(s, row, b, h, s.D); });
+      load_bf16(dOs, dOt, t.dout, i0, s.Sq, int(s.Dv),
+                [&](int64_t row) { return q_row(s, row, b, h, s.Dv); });
+      if (threadIdx.x < kB) {
+        const int64_t i = i0 + threadIdx.x;
+        lse_s[threadIdx.x] = i < s.Sq ? t.lse[stat_at(s, b, h, i)] : kNegInf;
+        delta_s[threadIdx.x] = i < s.Sq ? t.delta[stat_at(s, b, h, i)] : 0.0f;
+      }
+      __syncthreads();
+      const int64_t i_last = (i0 + kB < s.Sq ? i0 + kB : s.Sq) - 1;
+      if (r0 >= s.Sk || (mask.causal && i_last + mask.offset < r0)) continue;
+      float st[kN][4], dpt[kN][4];  // S^T and dP^T: this warp's 16 keys by the tile's queries
+      row_products(st, Ks, ldq, 16 * warp, Qs, ldq, Dp);
+      row_products(dpt, Vs, ldv, 16 * warp, dOs, ldv, Dvp);
+      MT_UNROLL
+      for (int n = 0; n < kN; ++n) MT_UNROLL
+      for (int e = 0; e < 4; ++e) {
+        const int ii = acc_col(n, e);
+        const float p = prob(s, mask, i0 + ii, r0 + acc_row(e), st[n][e], lse_s[ii]);
+        st[n][e] = p;
+        dpt[n][e] = p * (dpt[n][e] - delta_s[ii]);  // dS^T
+      }
+      weight_products(dv, st, dOt, Dvp / 8);
+      weight_products(dk, dpt, Qt, Dp / 8);
+    }
+  }
+
+  for_acc(dk, int(s.D), [&](int rr, int c, float x) {
+    const int64_t j = r0 + rr;
+    if (j < s.Sk) t.dk[kv_row(s, j, b, g, s.D) + c] += x * s.scale;
+  });
+  for_acc(dv, int(s.Dv), [&](int rr, int c, float x) {
+    const int64_t j = r0 + rr;
+    if (j < s.Sk) t.dv[kv_row(s, j, b, g, s.Dv) + c] += x;
+  });
+}
+
+// Dynamic shared memory of each kernel, in bytes (the layouts above).
+size_t forward_smem(const AttnShape& s) {
+  return 2 * size_t(2 * kB * row_ld(s.D) + pad16(s.Dv) * kLdT);
+}
+size_t dq_smem(const AttnShape& s) {
+  return 2 * size_t(2 * kB * row_ld(s.D) + 2 * kB * row_ld(s.Dv) + pad16(s.D) * kLdT);
+}
+size_t dkdv_smem(const AttnShape& s) {
+  return 2 * size_t(2 * kB * row_ld(s.D) + 2 * kB * row_ld(s.Dv) +
+                    (pad16(s.D) + pad16(s.Dv)) * kLdT) +
+         sizeof(float) * 2 * kB;
+}
+
+}  // namespace
+
+void attention_forward_tc(cudaStream_t st,
+                          float* out,
+                          float* lse,
+                          const float* q,
+                          const float* k,
+                          const float* v,
+                          const AttnShape& s,
+                          const AttnMask& mask) {
+  with_max_d(s, [&](auto max_d) {
+    constexpr int kMaxD = decltype(max_d)::value;
+    const size_t smem = forward_smem(s);
+    allow_smem(attention_forward_tc_kernel<kMaxD>, smem);
+    launch("attention_forward_tc", attention_forward_tc_kernel<kMaxD>,
+           dim3(unsigned((s.Sq + kB - 1) / kB), unsigned(s.B * s.H)), kThreads, smem, st, out, lse,
+           q, k, v, s, mask);
+  });
+}
+
+void attention_backward_tc(cudaStream_t st,
+                           const BwdTensors& t,
+                           const AttnShape& s,
+                           const AttnMask& mask) {
+  with_max_d(s, [&](auto max_d) {
+    constexpr int kMaxD = decltype(max_d)::value;
+    const size_t smem_kv = dkdv_smem(s), smem_q = dq_smem(s);
+    allow_smem(attention_dkdv_tc_kernel<kMaxD>, smem_kv);
+    allow_smem(attention_dq_tc_kernel<kMaxD>, smem_q);
+    launch("attention_dkdv_tc", attention_dkdv_tc_kernel<kMaxD>,
+           dim3(unsigned((s.Sk + kB - 1) / kB), unsigned(s.B * s.G)), kThreads, smem_kv, st, t, s,
+           mask);
+    launch("attention_dq_tc", attention_dq_tc_kernel<kMaxD>,
+           dim3(unsigned((s.Sq + kB - 1) / kB), unsigned(s.B * s.H)), kThreads, smem_q, st, t, s,
+           mask);
+  });
+}
+
+}  // namespace mtron::kernels::cuda

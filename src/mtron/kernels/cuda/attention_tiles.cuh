@@ -1,0 +1,111 @@
+// defines: q_row, kv_row, visible, stat_at, prob, key_end, BwdTensors, allow_smem, with_max_d,
+//          attention_forward_tc, attention_backward_tc
+//
+// What the CUDA attention kernels share (kernels/attention.h's layouts and mask): the fp32
+// kernels of attention.cu and the tensor-core kernels of attention_tc.cu, which
+// attention_forward / attention_backward (attention.cu) run for AttnShape::bf16_products.
+#pragma once
+
+#include <cstdint>
+#include <type_traits>
+
+#include "mtron/kernels/attention.h"
+#include "mtron/kernels/cuda/common.cuh"
+
+namespace mtron::kernels::cuda {
+
+// Offsets of query row i of head h (width D: q, dq; Dv: out, dout) and key row j of group g
+// (width D: k, dk; Dv: v, dv).
+__device__ __forceinline__ int64_t
+q_row(const AttnShape& s, int64_t i, int64_t b, int64_t h, int64_t D) {
+  return ((i * s.B + b) * s.H + h) * D;
+}
+__device__ __forceinline__ int64_t
+kv_row(const AttnShape& s, int64_t j, int64_t b, int64_t g, int64_t D) {
+  return ((j * s.B + b) * s.G + g) * D;
+}
+__device__ __forceinline__ bool visible(const AttnMask& m, int64_t i, int64_t j) {
+  return !m.causal || j <= i + m.offset;
+}
+// Index of query row i of head h, batch b in lse and delta [B, H, Sq].
+__device__ __forceinline__ int64_t stat_at(const AttnShape& s, int64_t b, int64_t h, int64_t i) {
+  return (b * s.H + h) * s.Sq + i;
+}
+// P[i, j] = exp(score * scale - lse_i) where query i exists and sees key j, else 0.
+__device__ __forceinline__ float prob(
+    const AttnShape& s, const AttnMask& m, int64_t i, int64_t j, float score, float l) {
+  const bool vis = i < s.Sq && j < s.Sk && visible(m, i, j) && l != kNegInf;
+  return vis ? expf(score * s.scale - l) : 0.0f;
+}
+
+// The backward's tensors (kernels/attention.h) and delta (dO . O per query row).
+struct BwdTensors {
+  float* dq;
+  float* dk;
+  float* dv;
+  const float* dout;
+  const float* q;
+  const float* k;
+  const float* v;
+  const float* lse;
+  const float* delta;
+  // f(p) for every pointer (the emulation checks that each is device memory).
+  template <typename F>
+  void for_each_pointer(F f) const {
+    for (const void* p :
+         {static_cast<const void*>(dq), static_cast<const void*>(dk), static_cast<const void*>(dv),
+          static_cast<const void*>(dout), static_cast<const void*>(q), static_cast<const void*>(k),
+          static_cast<const void*>(v), static_cast<const void*>(lse),
+          static_cast<const void*>(delta)})
+      f(p);
+  }
+};
+
+// End (exclusive) of the keys visible to query rows [i0, i1).
+__host__ __device__ __forceinline__ int64_t key_end(const AttnShape& s,
+                                                    const AttnMask& m,
+                                                    int64_t i1) {
+  if (!m.causal) return s.Sk;
+  const int64_t e = i1 - 1 + m.offset + 1;
+  return e < 0 ? 0 : (e > s.Sk ? s.Sk : e);
+}
+
+// Lets `kernel` use `bytes` of dynamic shared memory (above the default 48 KB needs an opt-in).
+template <typename... Params>
+void allow_smem(void (*kernel)(Params...), size_t bytes) {
+#ifdef MTRON_CUDA_SIM
+  (void)kernel;
+  (void)bytes;
+#else
+  if (bytes > 48 * 1024)
+    MT_CUDA_CHECK(cudaFuncSetAttribute(reinterpret_cast<const void*>(kernel),
+                                       cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
+#endif
+}
+
+// f(std::integral_constant<int, kMaxD>) for the kernels' kMaxD of the larger head dim.
+template <typename F>
+void with_max_d(const AttnShape& s, F f) {
+  const int64_t D = s.D > s.Dv ? s.D : s.Dv;
+  if (D <= 32) return f(std::integral_constant<int, 32>());
+  if (D <= 64) return f(std::integral_constant<int, 64>());
+  if (D <= 128) return f(std::integral_constant<int, 128>());
+  f(std::integral_constant<int, 256>());
+}
+
+// The tensor-core kernels (attention_tc.cu): bf16 operands, fp32 accumulation; the same
+// layouts, mask, lse and += contract as the fp32 ones. No dropout (the caller checks).
+void attention_forward_tc(cudaStream_t st,
+                          float* out,
+                          float* lse,
+                          const float* q,
+                          const float* k,
+                          const float* v,
+                          const AttnShape& s,
+                          const AttnMask& mask);
+void attention_backward_tc(cudaStream_t st,
+                           const BwdTensors& t,
+                           const AttnShape& s,
+                           const AttnMask& mask);
+
+}  // namespace mtron::kernels::cuda
