@@ -461,7 +461,7 @@ void attention_forward(const Ctx& ctx, MT_PARAMS(attention_forward)) {
   if (s.B == 0 || s.Sq == 0) return;
   check_shape(s);
   const cudaStream_t st = stream_of(ctx);
-  if (tensor_cores(s, mask)) return attention_forward_tc(st, out, lse, q, k, v, s, mask);
+  if (tensor_cores(s, mask) && attention_forward_tc(st, out, lse, q, k, v, s, mask)) return;
   with_max_d(s, [&](auto max_d) {
     constexpr int kMaxD = decltype(max_d)::value;
     const size_t smem = forward_smem(s, mask);
@@ -481,7 +481,7 @@ void attention_backward(const Ctx& ctx, MT_PARAMS(attention_backward)) {
   launch("attention_delta", attention_delta_kernel, grid_for(rows * 32, 256), 256, 0, st,
          delta.as<float>(), dout, out, s);
   const BwdTensors t{dq, dk, dv, dout, q, k, v, lse, delta.as<float>()};
-  if (tensor_cores(s, mask)) return attention_backward_tc(st, t, s, mask);
+  if (tensor_cores(s, mask) && attention_backward_tc(st, t, s, mask)) return;
   with_max_d(s, [&](auto max_d) {
     constexpr int kMaxD = decltype(max_d)::value;
     const size_t smem_kv = dkdv_smem(s, mask), smem_q = dq_smem(s, mask);

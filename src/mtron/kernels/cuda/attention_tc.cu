@@ -399,9 +399,24 @@ size_t dkdv_smem(const AttnShape& s) {
          sizeof(float) * 2 * kB;
 }
 
+// Whether the device gives a block `bytes` of shared memory (opted in): an H100/H200 227 KiB,
+// an A100 163 KiB, which the head dim 256 backward (168 KiB for dQ, 204.5 KiB for dK/dV)
+// exceeds.
+bool fits(size_t bytes) {
+#ifdef MTRON_CUDA_SIM
+  (void)bytes;
+  return true;
+#else
+  int dev = 0, optin = 0;
+  MT_CUDA_CHECK(cudaGetDevice(&dev));
+  MT_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+  return bytes <= size_t(optin);
+#endif
+}
+
 }  // namespace
 
-void attention_forward_tc(cudaStream_t st,
+bool attention_forward_tc(cudaStream_t st,
                           float* out,
                           float* lse,
                           const float* q,
@@ -409,6 +424,7 @@ void attention_forward_tc(cudaStream_t st,
                           const float* v,
                           const AttnShape& s,
                           const AttnMask& mask) {
+  if (!fits(forward_smem(s))) return false;
   with_max_d(s, [&](auto max_d) {
     constexpr int kMaxD = decltype(max_d)::value;
     const size_t smem = forward_smem(s);
@@ -417,12 +433,14 @@ void attention_forward_tc(cudaStream_t st,
            dim3(unsigned((s.Sq + kB - 1) / kB), unsigned(s.B * s.H)), kThreads, smem, st, out, lse,
            q, k, v, s, mask);
   });
+  return true;
 }
 
-void attention_backward_tc(cudaStream_t st,
+bool attention_backward_tc(cudaStream_t st,
                            const BwdTensors& t,
                            const AttnShape& s,
                            const AttnMask& mask) {
+  if (!fits(dq_smem(s)) || !fits(dkdv_smem(s))) return false;
   with_max_d(s, [&](auto max_d) {
     constexpr int kMaxD = decltype(max_d)::value;
     const size_t smem_kv = dkdv_smem(s), smem_q = dq_smem(s);
@@ -435,6 +453,7 @@ void attention_backward_tc(cudaStream_t st,
            dim3(unsigned((s.Sq + kB - 1) / kB), unsigned(s.B * s.H)), kThreads, smem_q, st, t, s,
            mask);
   });
+  return true;
 }
 
 }  // namespace mtron::kernels::cuda

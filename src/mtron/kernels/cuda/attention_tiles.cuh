@@ -94,8 +94,10 @@ void with_max_d(const AttnShape& s, F f) {
 }
 
 // The tensor-core kernels (attention_tc.cu): bf16 operands, fp32 accumulation; the same
-// layouts, mask, lse and += contract as the fp32 ones. No dropout (the caller checks).
-void attention_forward_tc(cudaStream_t st,
+// layouts, mask, lse and += contract as the fp32 ones. No dropout (the caller checks). False,
+// with nothing launched, where the device gives a block less shared memory than they need (an
+// A100 at head dim 256): the caller runs the fp32 kernels.
+bool attention_forward_tc(cudaStream_t st,
                           float* out,
                           float* lse,
                           const float* q,
@@ -103,7 +105,7 @@ void attention_forward_tc(cudaStream_t st,
                           const float* v,
                           const AttnShape& s,
                           const AttnMask& mask);
-void attention_backward_tc(cudaStream_t st,
+bool attention_backward_tc(cudaStream_t st,
                            const BwdTensors& t,
                            const AttnShape& s,
                            const AttnMask& mask);
