@@ -47,10 +47,7 @@ constexpr int kThreads = 128;  // 4 per tile row
 constexpr int kPerThread = kT / 4;
 constexpr int kPs = kT + 4;  // row stride of the P / dS tiles (float4 rows on distinct banks)
 
-// The head dim padded to a multiple of 16, and the row stride of the Q/K/V/dO tiles.
-__host__ __device__ __forceinline__ int padded_d(int64_t D) {
-  return int((D + 15) / 16 * 16);
-}
+// The row stride of the Q/K/V/dO tiles: the head dim padded, + 4.
 __host__ __device__ __forceinline__ int tile_ld(int64_t D) {
   return padded_d(D) + 4;
 }
@@ -213,8 +210,7 @@ __global__ void __launch_bounds__(kThreads) attention_forward_kernel(float* out,
       tmax = fmaxf(tmax, sc[u]);
     }
     // the row's 4 threads are adjacent lanes of one warp
-    tmax = fmaxf(tmax, __shfl_xor_sync(0xffffffffu, tmax, 1));
-    tmax = fmaxf(tmax, __shfl_xor_sync(0xffffffffu, tmax, 2));
+    tmax = quad_max(tmax);
     const float m_new = fmaxf(m_i, tmax);
     const float alpha = m_i == kNegInf ? 0.0f : expf(m_i - m_new);
     float psum = 0;
@@ -225,8 +221,7 @@ __global__ void __launch_bounds__(kThreads) attention_forward_kernel(float* out,
       Ps[r * kPs + jj] = drop ? p * Zs[r * kPs + jj] : p;
       psum += p;
     }
-    psum += __shfl_xor_sync(0xffffffffu, psum, 1);
-    psum += __shfl_xor_sync(0xffffffffu, psum, 2);
+    psum = quad_sum(psum);
     l_i = l_i * alpha + psum;
     m_i = m_new;
     MT_UNROLL

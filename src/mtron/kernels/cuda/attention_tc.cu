@@ -39,12 +39,9 @@ constexpr int kThreads = 32 * kWarps;  // a warp per 16 rows of the tile
 constexpr int kN = kB / 8;             // accumulator tiles across a row of scores
 constexpr int kLdT = kB + 8;           // row stride (bf16) of the transposed tiles [dim][kB]
 
-__host__ __device__ __forceinline__ int pad16(int64_t D) {
-  return int((D + 15) / 16 * 16);
-}
-// Row stride (bf16) of a [kB][D] tile: D padded to 16, + 8 (rows 4 banks apart).
+// Row stride (bf16) of a [kB][D] tile: D padded, + 8 (rows 4 banks apart).
 __host__ __device__ __forceinline__ int row_ld(int64_t D) {
-  return pad16(D) + 8;
+  return padded_d(D) + 8;
 }
 
 __device__ __forceinline__ uint32_t ld32(const uint16_t* p) {
@@ -52,7 +49,7 @@ __device__ __forceinline__ uint32_t ld32(const uint16_t* p) {
 }
 
 // Rows first.. (kB of them) of a tensor of head dim D, row t at src + row_offset(first + t), as
-// bf16 into `rows` ([kB][row_ld(D)]) and/or `cols` (its transpose, [pad16(D)][kLdT]); either may
+// bf16 into `rows` ([kB][row_ld(D)]) and/or `cols` (its transpose, [padded_d(D)][kLdT]); either may
 // be null. Columns past D and rows at or past n_rows are zeros.
 template <typename RowOffset>
 __device__ __forceinline__ void load_bf16(uint16_t* rows,
@@ -62,7 +59,7 @@ __device__ __forceinline__ void load_bf16(uint16_t* rows,
                                           int64_t n_rows,
                                           int D,
                                           RowOffset row_offset) {
-  const int Dp = pad16(D), ld = Dp + 8, chunks = Dp / 4;
+  const int Dp = padded_d(D), ld = Dp + 8, chunks = Dp / 4;
   const bool vec = D % 4 == 0 && (reinterpret_cast<uintptr_t>(src) & 15u) == 0;
   for (int e = int(threadIdx.x); e < kB * chunks; e += kThreads) {
     const int t = e / chunks, c = e % chunks * 4;
@@ -170,16 +167,6 @@ __device__ __forceinline__ void for_acc(const float (&acc)[kMaxN][4], int width,
   }
 }
 
-// Sum (or max) over a row's 4 lanes.
-__device__ __forceinline__ float quad_sum(float x) {
-  x += __shfl_xor_sync(0xffffffffu, x, 1);
-  return x + __shfl_xor_sync(0xffffffffu, x, 2);
-}
-__device__ __forceinline__ float quad_max(float x) {
-  x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
-  return fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));
-}
-
 template <int kMaxD>
 __global__ void __launch_bounds__(kThreads) attention_forward_tc_kernel(float* out,
                                                                         float* lse,
@@ -192,7 +179,7 @@ __global__ void __launch_bounds__(kThreads) attention_forward_tc_kernel(float* o
   const int ldq = row_ld(s.D);
   uint16_t* Qs = reinterpret_cast<uint16_t*>(smem_raw);  // [kB][ldq]
   uint16_t* Ks = Qs + kB * ldq;                          // [kB][ldq]
-  uint16_t* Vt = Ks + kB * ldq;                          // [pad16(Dv)][kLdT]
+  uint16_t* Vt = Ks + kB * ldq;                          // [padded_d(Dv)][kLdT]
   const int warp = int(threadIdx.x / 32);
   const int64_t b = blockIdx.y / s.H, h = blockIdx.y % s.H, g = h / (s.H / s.G);
   const int64_t i0 = int64_t(blockIdx.x) * kB, r0 = i0 + 16 * warp;
@@ -213,7 +200,7 @@ __global__ void __launch_bounds__(kThreads) attention_forward_tc_kernel(float* o
     __syncthreads();
     if (j0 >= warp_end) continue;  // none of this warp's rows sees a key of the tile
     float sc[kN][4];
-    row_products(sc, Qs, ldq, 16 * warp, Ks, ldq, pad16(s.D));
+    row_products(sc, Qs, ldq, 16 * warp, Ks, ldq, padded_d(s.D));
     float mx[2] = {kNegInf, kNegInf};
     MT_UNROLL
     for (int n = 0; n < kN; ++n) MT_UNROLL
@@ -241,7 +228,7 @@ __global__ void __launch_bounds__(kThreads) attention_forward_tc_kernel(float* o
     MT_UNROLL
     for (int n = 0; n < kMaxD / 8; ++n) MT_UNROLL
     for (int e = 0; e < 4; ++e) o[n][e] *= alpha[e >> 1];
-    weight_products(o, sc, Vt, pad16(s.Dv) / 8);
+    weight_products(o, sc, Vt, padded_d(s.Dv) / 8);
   }
 
   l[0] = quad_sum(l[0]);
@@ -269,7 +256,7 @@ __global__ void __launch_bounds__(kThreads)
   uint16_t* dOs = Qs + kB * ldq;                         // [kB][ldv]
   uint16_t* Ks = dOs + kB * ldv;                         // [kB][ldq]
   uint16_t* Vs = Ks + kB * ldq;                          // [kB][ldv]
-  uint16_t* Kt = Vs + kB * ldv;                          // [pad16(D)][kLdT]
+  uint16_t* Kt = Vs + kB * ldv;                          // [padded_d(D)][kLdT]
   const int warp = int(threadIdx.x / 32);
   const int64_t b = blockIdx.y / s.H, h = blockIdx.y % s.H, g = h / (s.H / s.G);
   const int64_t i0 = int64_t(blockIdx.x) * kB, r0 = i0 + 16 * warp;
@@ -298,8 +285,8 @@ __global__ void __launch_bounds__(kThreads)
     __syncthreads();
     if (j0 >= warp_end) continue;
     float sc[kN][4], dp[kN][4];
-    row_products(sc, Qs, ldq, 16 * warp, Ks, ldq, pad16(s.D));
-    row_products(dp, dOs, ldv, 16 * warp, Vs, ldv, pad16(s.Dv));
+    row_products(sc, Qs, ldq, 16 * warp, Ks, ldq, padded_d(s.D));
+    row_products(dp, dOs, ldv, 16 * warp, Vs, ldv, padded_d(s.Dv));
     MT_UNROLL
     for (int n = 0; n < kN; ++n) MT_UNROLL
     for (int e = 0; e < 4; ++e) {
@@ -307,7 +294,7 @@ __global__ void __launch_bounds__(kThreads)
       const float p = prob(s, mask, i, j, sc[n][e], l[e >> 1]);
       sc[n][e] = p * (dp[n][e] - dlt[e >> 1]);  // dS
     }
-    weight_products(dq, sc, Kt, pad16(s.D) / 8);
+    weight_products(dq, sc, Kt, padded_d(s.D) / 8);
   }
 
   for_acc(dq, int(s.D), [&](int rr, int c, float x) {
@@ -320,7 +307,7 @@ template <int kMaxD>
 __global__ void __launch_bounds__(kThreads)
     attention_dkdv_tc_kernel(BwdTensors t, AttnShape s, AttnMask mask) {
   MT_DYNAMIC_SMEM(smem_raw);
-  const int ldq = row_ld(s.D), ldv = row_ld(s.Dv), Dp = pad16(s.D), Dvp = pad16(s.Dv);
+  const int ldq = row_ld(s.D), ldv = row_ld(s.Dv), Dp = padded_d(s.D), Dvp = padded_d(s.Dv);
   uint16_t* Ks = reinterpret_cast<uint16_t*>(smem_raw);       // [kB][ldq]
   uint16_t* Vs = Ks + kB * ldq;                               // [kB][ldv]
   uint16_t* Qs = Vs + kB * ldv;                               // [kB][ldq]
@@ -388,14 +375,14 @@ __global__ void __launch_bounds__(kThreads)
 
 // Dynamic shared memory of each kernel, in bytes (the layouts above).
 size_t forward_smem(const AttnShape& s) {
-  return 2 * size_t(2 * kB * row_ld(s.D) + pad16(s.Dv) * kLdT);
+  return 2 * size_t(2 * kB * row_ld(s.D) + padded_d(s.Dv) * kLdT);
 }
 size_t dq_smem(const AttnShape& s) {
-  return 2 * size_t(2 * kB * row_ld(s.D) + 2 * kB * row_ld(s.Dv) + pad16(s.D) * kLdT);
+  return 2 * size_t(2 * kB * row_ld(s.D) + 2 * kB * row_ld(s.Dv) + padded_d(s.D) * kLdT);
 }
 size_t dkdv_smem(const AttnShape& s) {
   return 2 * size_t(2 * kB * row_ld(s.D) + 2 * kB * row_ld(s.Dv) +
-                    (pad16(s.D) + pad16(s.Dv)) * kLdT) +
+                    (padded_d(s.D) + padded_d(s.Dv)) * kLdT) +
          sizeof(float) * 2 * kB;
 }
 

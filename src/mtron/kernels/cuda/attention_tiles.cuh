@@ -1,5 +1,5 @@
-// defines: q_row, kv_row, visible, stat_at, prob, key_end, BwdTensors, allow_smem, with_max_d,
-//          attention_forward_tc, attention_backward_tc
+// defines: padded_d, quad_sum, quad_max, q_row, kv_row, visible, stat_at, prob, key_end,
+//          BwdTensors, allow_smem, with_max_d, attention_forward_tc, attention_backward_tc
 //
 // What the CUDA attention kernels share (kernels/attention.h's layouts and mask): the fp32
 // kernels of attention.cu and the tensor-core kernels of attention_tc.cu, which
@@ -13,6 +13,21 @@
 #include "mtron/kernels/cuda/common.cuh"
 
 namespace mtron::kernels::cuda {
+
+// A head dim padded to a multiple of 16 (the tiles' widths, zeros beyond D).
+__host__ __device__ __forceinline__ int padded_d(int64_t D) {
+  return int((D + 15) / 16 * 16);
+}
+
+// Sum (or max) over 4 adjacent lanes of a warp (a tile row's threads).
+__device__ __forceinline__ float quad_sum(float x) {
+  x += __shfl_xor_sync(0xffffffffu, x, 1);
+  return x + __shfl_xor_sync(0xffffffffu, x, 2);
+}
+__device__ __forceinline__ float quad_max(float x) {
+  x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
+  return fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));
+}
 
 // Offsets of query row i of head h (width D: q, dq; Dv: out, dout) and key row j of group g
 // (width D: k, dk; Dv: v, dv).
