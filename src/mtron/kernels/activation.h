@@ -12,15 +12,15 @@ namespace mtron::kernels {
 // gelu_forward: out = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))   (GPT-2's gelu_new)
 // swiglu_forward: inp[N, 2F] = [gate | up] per row (Megatron's fused fc1 with --swiglu);
 //                 out[N, F] = silu(gate) * up, silu(x) = x * sigmoid(x).
-#define MTRON_ACTIVATION_OPS(OP)                                                               \
-  OP(void, gelu_forward, gelu_forward, no_contract, (float* out, const float* inp, int64_t n), \
-     (out, inp, n))                                                                            \
-  OP(void, gelu_backward, gelu_backward, no_contract,                                          \
-     (float* dinp, const float* inp, const float* dout, int64_t n), (dinp, inp, dout, n))      \
-  OP(void, swiglu_forward, swiglu_forward, no_contract,                                        \
-     (float* out, const float* inp, int64_t N, int64_t F), (out, inp, N, F))                   \
-  OP(void, swiglu_backward, swiglu_backward, no_contract,                                      \
-     (float* dinp, const float* inp, const float* dout, int64_t N, int64_t F),                 \
+#define MTRON_ACTIVATION_OPS(OP)                                                          \
+  OP(void, gelu_forward, gelu_forward, gelu_forward_contract,                             \
+     (float* out, const float* inp, int64_t n), (out, inp, n))                            \
+  OP(void, gelu_backward, gelu_backward, gelu_backward_contract,                          \
+     (float* dinp, const float* inp, const float* dout, int64_t n), (dinp, inp, dout, n)) \
+  OP(void, swiglu_forward, swiglu_forward, swiglu_forward_contract,                       \
+     (float* out, const float* inp, int64_t N, int64_t F), (out, inp, N, F))              \
+  OP(void, swiglu_backward, swiglu_backward, swiglu_backward_contract,                    \
+     (float* dinp, const float* inp, const float* dout, int64_t N, int64_t F),            \
      (dinp, inp, dout, N, F))
 MTRON_ACTIVATION_OPS(MT_OP_DECLARE)
 

@@ -38,10 +38,10 @@ struct AdamWRun {
 #define MT_PARAMS_adamw_step_runs                                                               \
   (float* param, float* m, float* v, const float* grad, bf16* param_bf16, const AdamWRun* runs, \
    int64_t n_runs, const AdamWParams& p)
-#define MTRON_ADAMW_OPS(OP)                                                          \
-  OP(void, adamw_step, adamw_step, no_contract, MT_PARAMS_adamw_step,                \
-     (param, m, v, grad, param_bf16, n, p))                                          \
-  OP(void, adamw_step_runs, adamw_step_runs, no_contract, MT_PARAMS_adamw_step_runs, \
+#define MTRON_ADAMW_OPS(OP)                                                                       \
+  OP(void, adamw_step, adamw_step, adamw_step_contract, MT_PARAMS_adamw_step,                     \
+     (param, m, v, grad, param_bf16, n, p))                                                       \
+  OP(void, adamw_step_runs, adamw_step_runs, adamw_step_runs_contract, MT_PARAMS_adamw_step_runs, \
      (param, m, v, grad, param_bf16, runs, n_runs, p))
 MTRON_ADAMW_OPS(MT_OP_DECLARE)
 

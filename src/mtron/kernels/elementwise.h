@@ -37,33 +37,34 @@ struct DropoutRows {
 //                [0, row_bytes) (pitches in bytes, each >= row_bytes); no row may overlap another
 // dropout:       x[r, f] *= z (0 or 1/(1-p)) for rows r < rows of width d.width (DropoutRows);
 //                pos [rows] on ctx's device. Forward and backward alike (the same mask).
-#define MTRON_ELEMENTWISE_OPS(OP)                                                                  \
-  OP(void, add, add, no_contract, (float* out, const float* a, const float* b, int64_t n),         \
-     (out, a, b, n))                                                                               \
-  OP(void, scale_inplace, scale_inplace, no_contract, (float* x, float s, int64_t n), (x, s, n))   \
-  OP(void, convert, convert_to_bf16, no_contract, (bf16 * dst, const float* src, int64_t n),       \
-     (dst, src, n))                                                                                \
-  OP(void, convert, convert_to_fp32, no_contract, (float* dst, const bf16* src, int64_t n),        \
-     (dst, src, n))                                                                                \
-  OP(void, convert, convert_to_fp16, no_contract, (f16 * dst, const float* src, int64_t n),        \
-     (dst, src, n))                                                                                \
-  OP(void, convert, convert_fp16_to_fp32, no_contract, (float* dst, const f16* src, int64_t n),    \
-     (dst, src, n))                                                                                \
-  OP(void, bias_add, bias_add, no_contract, (float* out, const float* bias, int64_t N, int64_t C), \
-     (out, bias, N, C))                                                                            \
-  OP(void, bias_backward, bias_backward, no_contract,                                              \
-     (float* dbias, const float* dout, int64_t N, int64_t C), (dbias, dout, N, C))                 \
-  OP(void, sum_squares, sum_squares, no_contract, (double* total, const float* x, int64_t n),      \
-     (total, x, n))                                                                                \
-  OP(void, fill_zero, fill_zero, bytes_contract, (void* x, int64_t bytes), (x, bytes))             \
-  OP(void, fill, fill, no_contract, (float* x, float value, int64_t n), (x, value, n))             \
-  OP(void, copy, copy, bytes_contract, (void* dst, const void* src, int64_t bytes),                \
-     (dst, src, bytes))                                                                            \
-  OP(void, copy_rows, copy_rows, copy_rows_contract,                                               \
-     (void* dst, int64_t dst_pitch, const void* src, int64_t src_pitch, int64_t row_bytes,         \
-      int64_t rows),                                                                               \
-     (dst, dst_pitch, src, src_pitch, row_bytes, rows))                                            \
-  OP(void, dropout, dropout, dropout_contract,                                                     \
+#define MTRON_ELEMENTWISE_OPS(OP)                                                                 \
+  OP(void, add, add, add_contract, (float* out, const float* a, const float* b, int64_t n),       \
+     (out, a, b, n))                                                                              \
+  OP(void, scale_inplace, scale_inplace, scale_inplace_contract, (float* x, float s, int64_t n),  \
+     (x, s, n))                                                                                   \
+  OP(void, convert, convert_to_bf16, convert_contract, (bf16 * dst, const float* src, int64_t n), \
+     (dst, src, n))                                                                               \
+  OP(void, convert, convert_to_fp32, convert_contract, (float* dst, const bf16* src, int64_t n),  \
+     (dst, src, n))                                                                               \
+  OP(void, convert, convert_to_fp16, convert_contract, (f16 * dst, const float* src, int64_t n),  \
+     (dst, src, n))                                                                               \
+  OP(void, convert, convert_fp16_to_fp32, convert_contract,                                       \
+     (float* dst, const f16* src, int64_t n), (dst, src, n))                                      \
+  OP(void, bias_add, bias_add, bias_add_contract,                                                 \
+     (float* out, const float* bias, int64_t N, int64_t C), (out, bias, N, C))                    \
+  OP(void, bias_backward, bias_backward, bias_backward_contract,                                  \
+     (float* dbias, const float* dout, int64_t N, int64_t C), (dbias, dout, N, C))                \
+  OP(void, sum_squares, sum_squares, sum_squares_contract,                                        \
+     (double* total, const float* x, int64_t n), (total, x, n))                                   \
+  OP(void, fill_zero, fill_zero, bytes_contract, (void* x, int64_t bytes), (x, bytes))            \
+  OP(void, fill, fill, fill_contract, (float* x, float value, int64_t n), (x, value, n))          \
+  OP(void, copy, copy, bytes_contract, (void* dst, const void* src, int64_t bytes),               \
+     (dst, src, bytes))                                                                           \
+  OP(void, copy_rows, copy_rows, copy_rows_contract,                                              \
+     (void* dst, int64_t dst_pitch, const void* src, int64_t src_pitch, int64_t row_bytes,        \
+      int64_t rows),                                                                              \
+     (dst, dst_pitch, src, src_pitch, row_bytes, rows))                                           \
+  OP(void, dropout, dropout, dropout_contract,                                                    \
      (float* x, const int32_t* pos, int64_t rows, const DropoutRows& d), (x, pos, rows, d))
 MTRON_ELEMENTWISE_OPS(MT_OP_DECLARE)
 

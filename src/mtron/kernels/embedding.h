@@ -22,11 +22,11 @@ namespace mtron::kernels {
 #define MT_PARAMS_embedding_backward                                                              \
   (float* dtable, const float* dout, const int32_t* ids, int64_t N, int64_t C, int64_t row_start, \
    int64_t rows)
-#define MTRON_EMBEDDING_OPS(OP)                                                               \
-  OP(void, embedding_forward, embedding_forward, no_contract, MT_PARAMS_embedding_forward,    \
-     (out, ids, table, N, C, row_start, rows, accumulate))                                    \
-  OP(void, embedding_backward, embedding_backward, no_contract, MT_PARAMS_embedding_backward, \
-     (dtable, dout, ids, N, C, row_start, rows))
+#define MTRON_EMBEDDING_OPS(OP)                                                         \
+  OP(void, embedding_forward, embedding_forward, embedding_forward_contract,            \
+     MT_PARAMS_embedding_forward, (out, ids, table, N, C, row_start, rows, accumulate)) \
+  OP(void, embedding_backward, embedding_backward, embedding_backward_contract,         \
+     MT_PARAMS_embedding_backward, (dtable, dout, ids, N, C, row_start, rows))
 MTRON_EMBEDDING_OPS(MT_OP_DECLARE)
 
 }  // namespace mtron::kernels

@@ -66,16 +66,16 @@ inline float fp8_decode(uint8_t byte, Fp8Format f) {
   return (byte & 0x80) ? -v : v;
 }
 
-#define MTRON_FP8_OPS(OP)                                                                   \
-  OP(void, fp8_quantize, fp8_quantize_f32, no_contract,                                     \
-     (bf16 * dst, float* amax, const float* src, float scale, Fp8Format format, int64_t n), \
-     (dst, amax, src, scale, format, n))                                                    \
-  OP(void, fp8_quantize, fp8_quantize_bf16, no_contract,                                    \
-     (bf16 * dst, float* amax, const bf16* src, float scale, Fp8Format format, int64_t n),  \
-     (dst, amax, src, scale, format, n))                                                    \
-  OP(void, abs_max, abs_max_f32, no_contract, (float* amax, const float* src, int64_t n),   \
-     (amax, src, n))                                                                        \
-  OP(void, abs_max, abs_max_bf16, no_contract, (float* amax, const bf16* src, int64_t n),   \
+#define MTRON_FP8_OPS(OP)                                                                      \
+  OP(void, fp8_quantize, fp8_quantize_f32, fp8_quantize_contract,                              \
+     (bf16 * dst, float* amax, const float* src, float scale, Fp8Format format, int64_t n),    \
+     (dst, amax, src, scale, format, n))                                                       \
+  OP(void, fp8_quantize, fp8_quantize_bf16, fp8_quantize_contract,                             \
+     (bf16 * dst, float* amax, const bf16* src, float scale, Fp8Format format, int64_t n),     \
+     (dst, amax, src, scale, format, n))                                                       \
+  OP(void, abs_max, abs_max_f32, abs_max_contract, (float* amax, const float* src, int64_t n), \
+     (amax, src, n))                                                                           \
+  OP(void, abs_max, abs_max_bf16, abs_max_contract, (float* amax, const bf16* src, int64_t n), \
      (amax, src, n))
 MTRON_FP8_OPS(MT_OP_DECLARE)
 

@@ -80,28 +80,28 @@ struct MoeRouterLoss {
 #define MT_PARAMS_moe_router_backward                                            \
   (float* dlogits, const float* logits, const int32_t* idx, const float* weight, \
    const float* dweight, const MoeRouting& r, const MoeRouterLoss& loss)
-#define MTRON_MOE_OPS(OP)                                                                        \
-  OP(void, moe_route, moe_route, moe_route_contract,                                             \
-     (int32_t * idx, float* weight, const float* logits, const MoeRouting& r),                   \
-     (idx, weight, logits, r))                                                                   \
-  OP(void, moe_aux_scores, moe_aux_scores, no_contract,                                          \
-     (float* scores, const float* logits, const MoeRouting& r), (scores, logits, r))             \
-  OP(void, moe_aux_sums, moe_aux_sums, no_contract, MT_PARAMS_moe_aux_sums,                      \
-     (psum, counts, scores, idx, r, nb, row0))                                                   \
-  OP(void, moe_logsumexp, moe_logsumexp, no_contract,                                            \
-     (float* lse, const float* logits, const MoeRouting& r), (lse, logits, r))                   \
-  OP(void, moe_permute, moe_permute, no_contract,                                                \
-     (float* rows, const float* x, const int64_t* row, const MoeRouting& r, int64_t h),          \
-     (rows, x, row, r, h))                                                                       \
-  OP(void, moe_permute_backward, moe_permute_backward, no_contract,                              \
-     (float* dx, const float* drows, const int64_t* row, const MoeRouting& r, int64_t h),        \
-     (dx, drows, row, r, h))                                                                     \
-  OP(void, moe_combine, moe_combine, no_contract, MT_PARAMS_moe_combine,                         \
-     (y, rows, row, weight, r, h))                                                               \
-  OP(void, moe_combine_backward, moe_combine_backward, no_contract,                              \
-     MT_PARAMS_moe_combine_backward, (drows, dweight, dy, rows, row, weight, r, h))              \
-  OP(void, moe_router_backward, moe_router_backward, no_contract, MT_PARAMS_moe_router_backward, \
-     (dlogits, logits, idx, weight, dweight, r, loss))
+#define MTRON_MOE_OPS(OP)                                                                 \
+  OP(void, moe_route, moe_route, moe_route_contract,                                      \
+     (int32_t * idx, float* weight, const float* logits, const MoeRouting& r),            \
+     (idx, weight, logits, r))                                                            \
+  OP(void, moe_aux_scores, moe_aux_scores, moe_aux_scores_contract,                       \
+     (float* scores, const float* logits, const MoeRouting& r), (scores, logits, r))      \
+  OP(void, moe_aux_sums, moe_aux_sums, moe_aux_sums_contract, MT_PARAMS_moe_aux_sums,     \
+     (psum, counts, scores, idx, r, nb, row0))                                            \
+  OP(void, moe_logsumexp, moe_logsumexp, moe_logsumexp_contract,                          \
+     (float* lse, const float* logits, const MoeRouting& r), (lse, logits, r))            \
+  OP(void, moe_permute, moe_permute, moe_permute_contract,                                \
+     (float* rows, const float* x, const int64_t* row, const MoeRouting& r, int64_t h),   \
+     (rows, x, row, r, h))                                                                \
+  OP(void, moe_permute_backward, moe_permute_backward, moe_permute_backward_contract,     \
+     (float* dx, const float* drows, const int64_t* row, const MoeRouting& r, int64_t h), \
+     (dx, drows, row, r, h))                                                              \
+  OP(void, moe_combine, moe_combine, moe_combine_contract, MT_PARAMS_moe_combine,         \
+     (y, rows, row, weight, r, h))                                                        \
+  OP(void, moe_combine_backward, moe_combine_backward, moe_combine_backward_contract,     \
+     MT_PARAMS_moe_combine_backward, (drows, dweight, dy, rows, row, weight, r, h))       \
+  OP(void, moe_router_backward, moe_router_backward, moe_router_backward_contract,        \
+     MT_PARAMS_moe_router_backward, (dlogits, logits, idx, weight, dweight, r, loss))
 MTRON_MOE_OPS(MT_OP_DECLARE)
 
 }  // namespace mtron::kernels

@@ -25,15 +25,15 @@ namespace mtron::kernels {
 #define MT_PARAMS_rmsnorm_backward                                                        \
   (float* dinp, float* dweight, const float* dout, const float* inp, const float* weight, \
    const float* rstd, int64_t N, int64_t C)
-#define MTRON_NORM_OPS(OP)                                                                    \
-  OP(void, layernorm_forward, layernorm_forward, no_contract, MT_PARAMS_layernorm_forward,    \
-     (out, mean, rstd, inp, weight, bias, N, C, eps))                                         \
-  OP(void, layernorm_backward, layernorm_backward, no_contract, MT_PARAMS_layernorm_backward, \
-     (dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C))                             \
-  OP(void, rmsnorm_forward, rmsnorm_forward, no_contract, MT_PARAMS_rmsnorm_forward,          \
-     (out, rstd, inp, weight, N, C, eps))                                                     \
-  OP(void, rmsnorm_backward, rmsnorm_backward, no_contract, MT_PARAMS_rmsnorm_backward,       \
-     (dinp, dweight, dout, inp, weight, rstd, N, C))
+#define MTRON_NORM_OPS(OP)                                                                        \
+  OP(void, layernorm_forward, layernorm_forward, layernorm_forward_contract,                      \
+     MT_PARAMS_layernorm_forward, (out, mean, rstd, inp, weight, bias, N, C, eps))                \
+  OP(void, layernorm_backward, layernorm_backward, layernorm_backward_contract,                   \
+     MT_PARAMS_layernorm_backward, (dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C))   \
+  OP(void, rmsnorm_forward, rmsnorm_forward, rmsnorm_forward_contract, MT_PARAMS_rmsnorm_forward, \
+     (out, rstd, inp, weight, N, C, eps))                                                         \
+  OP(void, rmsnorm_backward, rmsnorm_backward, rmsnorm_backward_contract,                         \
+     MT_PARAMS_rmsnorm_backward, (dinp, dweight, dout, inp, weight, rstd, N, C))
 MTRON_NORM_OPS(MT_OP_DECLARE)
 
 }  // namespace mtron::kernels

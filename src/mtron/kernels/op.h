@@ -9,8 +9,8 @@
 // - id: unique per row (the name, or name_dtype for an overload); the profile label
 //   (`mtron train --profile`) and the name of the CPU kernel's per-SIMD-target body.
 // - contract: a function of the arguments that checks what every backend requires of them and
-//   returns the op's FLOPs for the profile (no_contract: nothing to check, no FLOPs counted);
-//   defined in dispatch.cpp.
+//   returns the op's cost for the profile (FLOPs, bytes moved: OpCost, core/profile.h); defined
+//   in contracts.h.
 //
 // From the rows, the rest is generated: the public declarations (MT_OP_DECLARE, here), the
 // backends' declarations with the same signature (cpu/cpu_ops.h, cuda/cuda_ops.h), the dispatch on

@@ -67,17 +67,18 @@ struct RopeFreq {
   (float* x, const int32_t* pos, int64_t N, int64_t nh, int64_t D, int64_t rot_dim, RopeFreq f)
 #define MT_PARAMS_rope_backward \
   (float* dx, const int32_t* pos, int64_t N, int64_t nh, int64_t D, int64_t rot_dim, RopeFreq f)
-#define MTRON_ROPE_OPS(OP)                                                                       \
-  OP(void, qkv_split, qkv_split, no_contract, MT_PARAMS_qkv_split, (q, k, v, qkv, N, G, hpg, D)) \
-  OP(void, qkv_merge_grad, qkv_merge_grad, no_contract, MT_PARAMS_qkv_merge_grad,                \
-     (dqkv, dq, dk, dv, N, G, hpg, D))                                                           \
-  OP(void, mla_kv_split, mla_kv_split, no_contract, MT_PARAMS_mla_kv_split,                      \
-     (k, v, kv, kpe, N, H, Dn, Dr, Dv))                                                          \
-  OP(void, mla_kv_merge_grad, mla_kv_merge_grad, no_contract, MT_PARAMS_mla_kv_merge_grad,       \
-     (dkv, dkpe, dk, dv, N, H, Dn, Dr, Dv))                                                      \
-  OP(void, rope_forward, rope_forward, rope_contract, MT_PARAMS_rope_forward,                    \
-     (x, pos, N, nh, D, rot_dim, f))                                                             \
-  OP(void, rope_backward, rope_backward, rope_contract, MT_PARAMS_rope_backward,                 \
+#define MTRON_ROPE_OPS(OP)                                                                    \
+  OP(void, qkv_split, qkv_split, qkv_split_contract, MT_PARAMS_qkv_split,                     \
+     (q, k, v, qkv, N, G, hpg, D))                                                            \
+  OP(void, qkv_merge_grad, qkv_merge_grad, qkv_merge_grad_contract, MT_PARAMS_qkv_merge_grad, \
+     (dqkv, dq, dk, dv, N, G, hpg, D))                                                        \
+  OP(void, mla_kv_split, mla_kv_split, mla_kv_split_contract, MT_PARAMS_mla_kv_split,         \
+     (k, v, kv, kpe, N, H, Dn, Dr, Dv))                                                       \
+  OP(void, mla_kv_merge_grad, mla_kv_merge_grad, mla_kv_merge_grad_contract,                  \
+     MT_PARAMS_mla_kv_merge_grad, (dkv, dkpe, dk, dv, N, H, Dn, Dr, Dv))                      \
+  OP(void, rope_forward, rope_forward, rope_contract, MT_PARAMS_rope_forward,                 \
+     (x, pos, N, nh, D, rot_dim, f))                                                          \
+  OP(void, rope_backward, rope_backward, rope_contract, MT_PARAMS_rope_backward,              \
      (dx, pos, N, nh, D, rot_dim, f))
 MTRON_ROPE_OPS(MT_OP_DECLARE)
 

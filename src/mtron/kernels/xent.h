@@ -49,13 +49,13 @@ MT_HOST_DEVICE inline double xent_row_loss(float row_max, float sumexp, float ta
   (double* loss_sum, const float* row_max, const float* row_sumexp, const float* target_logit, \
    int64_t n)
 #define MTRON_XENT_OPS(OP)                                                                \
-  OP(void, xent_stats, xent_stats, no_contract, MT_PARAMS_xent_stats,                     \
+  OP(void, xent_stats, xent_stats, xent_stats_contract, MT_PARAMS_xent_stats,             \
      (row_max, row_sumexp, target_logit, logits, targets, n, Vl, col_start, vocab_valid)) \
-  OP(void, xent_rescale, xent_rescale, no_contract, MT_PARAMS_xent_rescale,               \
+  OP(void, xent_rescale, xent_rescale, xent_rescale_contract, MT_PARAMS_xent_rescale,     \
      (row_max, row_sumexp, global_max, n))                                                \
-  OP(void, xent_loss_sum, xent_loss_sum, no_contract, MT_PARAMS_xent_loss_sum,            \
+  OP(void, xent_loss_sum, xent_loss_sum, xent_loss_sum_contract, MT_PARAMS_xent_loss_sum, \
      (loss_sum, row_max, row_sumexp, target_logit, n))                                    \
-  OP(void, xent_backward, xent_backward, no_contract, MT_PARAMS_xent_backward,            \
+  OP(void, xent_backward, xent_backward, xent_backward_contract, MT_PARAMS_xent_backward, \
      (dlogits, logits, targets, row_max, row_sumexp, row_scale, n, Vl, col_start, vocab_valid))
 MTRON_XENT_OPS(MT_OP_DECLARE)
 

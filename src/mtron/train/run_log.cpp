@@ -1,6 +1,9 @@
 #include "mtron/train/run_log.h"
 
+#include <algorithm>
+
 #include "mtron/core/formulas.h"
+#include "mtron/core/hardware.h"
 #include "mtron/core/log.h"
 #include "mtron/core/profile.h"
 #include "mtron/core/version.h"
@@ -101,6 +104,52 @@ std::vector<int64_t> comm_bytes(const ParallelState& ps, const Comm& world) {
   return b;
 }
 
+// The profile's costs per step (`entries` summed over `iters` iterations) and the step time they
+// give at an H200's peaks, each kernel at its roofline (the larger of its FLOPs at the peak of
+// its arithmetic and its bytes at the memory bandwidth), one after another: GEMMs at the peak
+// of their type, attention's bf16 products at the bf16 peak and its fp32 ones at the fp32 peak,
+// every other kernel by its bytes.
+void log_step_cost(const std::vector<ProfileEntry>& entries, int64_t iters) {
+  const Hardware h = find_hardware("h200");
+  struct Sum {
+    double flops = 0, tensor_flops = 0, bytes = 0, min_bytes = 0, seconds = 0, min_seconds = 0;
+  } gemm, attn, other;
+  for (const ProfileEntry& e : entries) {
+    const OpCost& c = e.cost;
+    const bool is_gemm = e.name.starts_with("gemm_");
+    const double peak = e.name == "gemm_fp32"  ? h.peak_fp32
+                        : e.name == "gemm_fp8" ? h.peak_fp8
+                                               : h.peak_bf16;
+    const double compute =
+        is_gemm ? c.flops / peak
+                : c.tensor_flops / h.peak_bf16 + (c.flops - c.tensor_flops) / h.peak_fp32;
+    Sum& s = is_gemm ? gemm : (c.flops > 0 ? attn : other);
+    s.flops += c.flops;
+    s.tensor_flops += c.tensor_flops;
+    s.bytes += c.bytes;
+    s.min_bytes += c.min_bytes;
+    s.seconds += std::max(compute, c.bytes / h.memory_bandwidth);
+    s.min_seconds += std::max(compute, c.min_bytes / h.memory_bandwidth);
+  }
+  const double n = double(iters);
+  const double moved = attn.bytes + other.bytes, least = attn.min_bytes + other.min_bytes;
+  log_info(
+      "cost per step: GEMMs {:.4g} GFLOP ({:.4g} GB), attention {:.4g} GFLOP ({:.0f}% bf16 "
+      "products), non-GEMM kernels {:.4g} GB moved, {:.4g} GB at the minimum (bf16 activations, "
+      "GEMM epilogues, no conversion or split copies): {:.2f}x",
+      gemm.flops / n / 1e9, gemm.bytes / n / 1e9, attn.flops / n / 1e9,
+      attn.flops > 0 ? 100 * attn.tensor_flops / attn.flops : 0.0, moved / n / 1e9, least / n / 1e9,
+      least > 0 ? moved / least : 0.0);
+  log_info(
+      "predicted step on an {} at its peaks ({:.4g} TFLOP/s bf16, {:.4g} fp32, {:.4g} TB/s), each "
+      "kernel at its roofline, none overlapped: GEMMs {:.4g} ms, attention {:.4g} ms, other "
+      "kernels {:.4g} ms: {:.4g} ms ({:.4g} ms at the minimum traffic)",
+      h.description, h.peak_bf16 / 1e12, h.peak_fp32 / 1e12, h.memory_bandwidth / 1e12,
+      gemm.seconds / n * 1e3, attn.seconds / n * 1e3, other.seconds / n * 1e3,
+      (gemm.seconds + attn.seconds + other.seconds) / n * 1e3,
+      (gemm.min_seconds + attn.min_seconds + other.min_seconds) / n * 1e3);
+}
+
 }  // namespace
 
 ProfileStart profile_start(const ParallelState& ps, const Comm& world, Device d) {
@@ -115,8 +164,10 @@ void log_profile(const ParallelState& ps,
   const ParallelConfig& par = ps.config();
   const bool logger = world.rank() == world.size() - 1;
   if (world.rank() == 0 || logger) {
+    const std::vector<ProfileEntry> entries = profile_report();
     log_info("profile of iterations 2-{} on this rank ({:.3f} s):\n{}", iteration, t.seconds,
-             format_profile(profile_report(), t.seconds));
+             format_profile(entries, t.seconds));
+    log_step_cost(entries, t.iters);
   }
   // Every rank: bytes it sent per step by group, and its pipeline compute/wait split.
   const std::vector<int64_t> bytes1 = comm_bytes(ps, world);
