@@ -227,7 +227,8 @@ GPT2_T="--layers 12 --hidden 768 --heads 12 --seq 1024 --batch 64"
 # of 4 sequences, the same 8 x 2048 tokens per step
 BIG_M="--num-layers 24 --hidden-size 2048 --num-attention-heads 16 --seq-length 2048 --max-position-embeddings 2048 --micro-batch-size 4 --global-batch-size 8"
 BIG_T="--layers 24 --hidden 2048 --heads 16 --seq 2048 --batch 8"
-COMMON_M="--vocab-size 50257 --mock-data --lr 1e-4 --log-interval 1 --eval-iters 0 --metrics-file /dev/null --bf16 --hidden-dropout 0 --attention-dropout 0"
+# --profile: the per-op table, the step's cost and the step time it gives at an H200's peaks
+COMMON_M="--vocab-size 50257 --mock-data --lr 1e-4 --log-interval 1 --eval-iters 0 --metrics-file /dev/null --bf16 --hidden-dropout 0 --attention-dropout 0 --profile"
 declare -A TRAIN
 
 # log line -> "tokens/s MFU" of the last iteration
@@ -266,6 +267,7 @@ if [ $built = 1 ]; then
     TRAIN[mtron_$m]=$(last_rate "$LOGS/mtron_$m.log")
     grep -m1 '(after [0-9]* iterations) memory' "$LOGS/mtron_$m.log"
     note "d mtron $m memory" "$(grep -m1 -o 'max allocated: [0-9.]*' "$LOGS/mtron_$m.log") MB"
+    note "d mtron $m predicted" "$(grep -m1 -o 'none overlapped: .*' "$LOGS/mtron_$m.log")"
   done
 else
   note "d mtron training" "not run (no build)"
@@ -302,7 +304,7 @@ for m in gpt2 1.3b; do
 done
 echo
 echo "mtron GEMM/attention vs PyTorch (TFLOP/s):"
-paste <(grep -E '^(gpt2-124m|1\.3b) ' "$LOGS/gpu_bench.txt" 2>/dev/null | grep -E 'fwd bf16|attention' | awk '{printf "%-34s %8s\n", $1" "$2" "$3" "$4, $(NF-1)}') \
+paste <(grep -E '^(gpt2-124m|1\.3b) ' "$LOGS/gpu_bench.txt" 2>/dev/null | grep -E 'fwd bf16|attention (fwd|bwd) bf16 tc' | awk '{printf "%-34s %8s\n", $1" "$2" "$3" "$4, $(NF-1)}') \
   <(grep -E '^(gpt2-124m|1\.3b) ' "$LOGS/torch_ops.txt" 2>/dev/null | awk '{printf "torch %8s\n", $(NF-1)}') 2>/dev/null | head -24
 
 # The RESULTS.md entry (bench/gpu/RESULTS.md: newest last)

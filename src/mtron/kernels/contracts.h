@@ -154,6 +154,26 @@ OpCost gemm_contract(Trans ta,
   return {2.0 * double(M) * double(N) * double(K), bytes, bytes};
 }
 
+// The GEMM with C write-only, and the bias read in its epilogue.
+template <typename T>
+OpCost gemm_bias_contract(Trans ta,
+                          Trans tb,
+                          int64_t M,
+                          int64_t N,
+                          int64_t K,
+                          const T* A,
+                          int64_t lda,
+                          const T* B,
+                          int64_t ldb,
+                          float* C,
+                          const float* bias) {
+  MT_CHECK(bias, "gemm_bias: no bias");
+  OpCost c = gemm_contract(ta, tb, M, N, K, 1.0f, A, lda, B, ldb, 0.0f, C, N);
+  c.bytes += f32s(N);
+  c.min_bytes += f32s(N);
+  return c;
+}
+
 inline OpCost gemm_fp8_contract(Trans ta,
                                 Trans tb,
                                 int64_t M,

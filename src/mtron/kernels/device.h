@@ -31,8 +31,9 @@ int device_count(Device d);
 // visible (...)"); empty when a device of this kind is there.
 std::string device_unavailable(Device d);
 // How many fp32 elements a loop that cuts a large output into chunks (the LM head's logits)
-// should produce per chunk on this device: cache-sized on a CPU, large on a GPU (fewer launches
-// and host synchronisations).
+// should produce per chunk on this device: cache-sized on a CPU (2^22), large on a GPU (2^26:
+// fewer launches and host synchronisations). The environment's MTRON_CHUNK_ELEMS, where set,
+// holds for every device (a CPU run with a GPU's chunks counts the GPU's --profile costs).
 int64_t chunk_elems(Device d);
 void init_device(Device d, int ordinal);
 

@@ -2,6 +2,7 @@
 // op's contract (contracts.h: argument checks common to every backend, the cost for the
 // profile), then a switch on ctx.device to the CPU (cpu/) or CUDA (cuda/) implementation. Also
 // the device functions of kernels/device.h.
+#include <cstdlib>
 #include <limits>
 
 #include "mtron/core/error.h"
@@ -66,6 +67,16 @@ int64_t attention_max_head_dim(Device d) {
 }
 
 int64_t chunk_elems(Device d) {
+  static const int64_t chosen = [] {
+    const char* env = std::getenv("MTRON_CHUNK_ELEMS");
+    if (!env || !*env) return int64_t(0);
+    char* end = nullptr;
+    const long long v = std::strtoll(env, &end, 10);
+    MT_CHECK(*end == 0 && v >= 4096, "MTRON_CHUNK_ELEMS=", env,
+             ": expected a number of floats, at least 4096 (2^26: a GPU's chunk)");
+    return int64_t(v);
+  }();
+  if (chosen > 0) return chosen;
   return by_device(
       d, [] { return int64_t(1) << 22; },  // 16 MB of fp32: cache-sized GEMM outputs
       [] { return int64_t(1) << 26; });    // 256 MB: large GEMMs, few host synchronisations

@@ -1,4 +1,4 @@
-// defines: Trans, gemm (fp32, bf16 and fp16 inputs, fp32 output), gemm_fp8
+// defines: Trans, gemm (fp32, bf16 and fp16 inputs, fp32 output), gemm_bias, gemm_fp8
 //
 // Row-major GEMM: C[M,N] = alpha * op(A)[M,K] * op(B)[K,N] + beta * C.
 // op(X) = X (kN) or X^T (kT); lda/ldb/ldc are row strides in elements of the stored matrices.
@@ -11,6 +11,10 @@
 // AMX units where the CPU has them) or, where oneDNN has no bf16 matmul, widened to fp32
 // exactly; fp16 is always widened to fp32 exactly (every fp16 value is an fp32).
 // beta == 0 means C is write-only (its old contents, even NaN, are ignored).
+//
+// gemm_bias: C = op(A) op(B) + bias, bias[N] added to every row (a linear layer's forward with
+// its bias), C write-only with row stride N. On CUDA one GEMM, cuBLASLt's bias epilogue adding
+// it to the fp32 accumulator; on the CPU the GEMM then bias_add: the same two fp32 roundings.
 //
 // gemm_fp8: the same product of two FP8 operands, A holding exact values of format fa and B of
 // fb in bf16 storage (fp8_quantize's output; kernels/fp8.h), accumulated in fp32. On the CPU it is
@@ -41,14 +45,29 @@ enum class Trans { kN, kT };
 #define MT_PARAMS_gemm_fp8                                                                        \
   (Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alpha, const bf16* A, Fp8Format fa, \
    int64_t lda, const bf16* B, Fp8Format fb, int64_t ldb, float beta, float* C, int64_t ldc)
-#define MTRON_GEMM_OPS(OP)                                            \
-  OP(void, gemm, gemm_fp32, gemm_contract, MT_PARAMS_gemm_fp32,       \
-     (ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc))          \
-  OP(void, gemm, gemm_bf16, gemm_contract, MT_PARAMS_gemm_bf16,       \
-     (ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc))          \
-  OP(void, gemm, gemm_fp16, gemm_contract, MT_PARAMS_gemm_fp16,       \
-     (ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc))          \
-  OP(void, gemm_fp8, gemm_fp8, gemm_fp8_contract, MT_PARAMS_gemm_fp8, \
+#define MT_PARAMS_gemm_bias_fp32                                                     \
+  (Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, \
+   const float* B, int64_t ldb, float* C, const float* bias)
+#define MT_PARAMS_gemm_bias_bf16                                                                   \
+  (Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, const bf16* A, int64_t lda, const bf16* B, \
+   int64_t ldb, float* C, const float* bias)
+#define MT_PARAMS_gemm_bias_fp16                                                                 \
+  (Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, const f16* A, int64_t lda, const f16* B, \
+   int64_t ldb, float* C, const float* bias)
+#define MTRON_GEMM_OPS(OP)                                                          \
+  OP(void, gemm, gemm_fp32, gemm_contract, MT_PARAMS_gemm_fp32,                     \
+     (ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc))                        \
+  OP(void, gemm, gemm_bf16, gemm_contract, MT_PARAMS_gemm_bf16,                     \
+     (ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc))                        \
+  OP(void, gemm, gemm_fp16, gemm_contract, MT_PARAMS_gemm_fp16,                     \
+     (ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc))                        \
+  OP(void, gemm_bias, gemm_bias_fp32, gemm_bias_contract, MT_PARAMS_gemm_bias_fp32, \
+     (ta, tb, M, N, K, A, lda, B, ldb, C, bias))                                    \
+  OP(void, gemm_bias, gemm_bias_bf16, gemm_bias_contract, MT_PARAMS_gemm_bias_bf16, \
+     (ta, tb, M, N, K, A, lda, B, ldb, C, bias))                                    \
+  OP(void, gemm_bias, gemm_bias_fp16, gemm_bias_contract, MT_PARAMS_gemm_bias_fp16, \
+     (ta, tb, M, N, K, A, lda, B, ldb, C, bias))                                    \
+  OP(void, gemm_fp8, gemm_fp8, gemm_fp8_contract, MT_PARAMS_gemm_fp8,               \
      (ta, tb, M, N, K, alpha, A, fa, lda, B, fb, ldb, beta, C, ldc))
 MTRON_GEMM_OPS(MT_OP_DECLARE)
 

@@ -1,4 +1,4 @@
-// defines: GemmOperand, narrow_operand, gemm (of dtype-tagged operands)
+// defines: GemmOperand, narrow_operand, gemm and gemm_bias (of dtype-tagged operands)
 //
 // A GEMM input tagged with its dtype, so that a layer holding activations and weights in the
 // run's precision (fp32, or their bf16 or fp16 copies) calls one gemm and never branches on
@@ -42,6 +42,22 @@ inline GemmOperand narrow_operand(
   return GemmOperand::of(static_cast<const bf16*>(dst));
 }
 
+// f(static_cast<const T*>(A.data), static_cast<const T*>(B.data)) for the operands' common type
+// T: float, bf16 or f16.
+template <typename F>
+void with_operand_types(const char* what, GemmOperand A, GemmOperand B, F f) {
+  MT_ASSERT(A.dtype == B.dtype &&
+                (A.dtype == DType::kF32 || A.dtype == DType::kBF16 || A.dtype == DType::kF16),
+            what, ": operands of dtypes ", dtype_name(A.dtype), " and ", dtype_name(B.dtype));
+  auto run = [&](auto* type) {
+    using T = std::remove_pointer_t<decltype(type)>;
+    f(static_cast<const T*>(A.data), static_cast<const T*>(B.data));
+  };
+  if (A.dtype == DType::kBF16) return run(static_cast<bf16*>(nullptr));
+  if (A.dtype == DType::kF16) return run(static_cast<f16*>(nullptr));
+  run(static_cast<float*>(nullptr));
+}
+
 // gemm (kernels/gemm.h) of two operands of the same dtype: fp32, or bf16 or fp16 accumulated in
 // fp32.
 inline void gemm(const Ctx& ctx,
@@ -58,17 +74,27 @@ inline void gemm(const Ctx& ctx,
                  float beta,
                  float* C,
                  int64_t ldc) {
-  MT_ASSERT(A.dtype == B.dtype &&
-                (A.dtype == DType::kF32 || A.dtype == DType::kBF16 || A.dtype == DType::kF16),
-            "gemm: operands of dtypes ", dtype_name(A.dtype), " and ", dtype_name(B.dtype));
-  auto run = [&](auto* type) {
-    using T = std::remove_pointer_t<decltype(type)>;
-    gemm(ctx, ta, tb, M, N, K, alpha, static_cast<const T*>(A.data), lda,
-         static_cast<const T*>(B.data), ldb, beta, C, ldc);
-  };
-  if (A.dtype == DType::kBF16) return run(static_cast<bf16*>(nullptr));
-  if (A.dtype == DType::kF16) return run(static_cast<f16*>(nullptr));
-  run(static_cast<float*>(nullptr));
+  with_operand_types("gemm", A, B, [&](auto* a, auto* b) {
+    gemm(ctx, ta, tb, M, N, K, alpha, a, lda, b, ldb, beta, C, ldc);
+  });
+}
+
+// gemm_bias (kernels/gemm.h) of two operands of the same dtype.
+inline void gemm_bias(const Ctx& ctx,
+                      Trans ta,
+                      Trans tb,
+                      int64_t M,
+                      int64_t N,
+                      int64_t K,
+                      GemmOperand A,
+                      int64_t lda,
+                      GemmOperand B,
+                      int64_t ldb,
+                      float* C,
+                      const float* bias) {
+  with_operand_types("gemm_bias", A, B, [&](auto* a, auto* b) {
+    gemm_bias(ctx, ta, tb, M, N, K, a, lda, b, ldb, C, bias);
+  });
 }
 
 }  // namespace mtron::kernels

@@ -313,6 +313,33 @@ void gemm(const Ctx&, MT_PARAMS(gemm_fp16)) {
   if (!degenerate(k, C)) gemm_widened(k, A, B, C);
 }
 
+// The GEMM, then the bias as bias_add adds it.
+template <typename T>
+void gemm_then_bias(const Ctx& ctx,
+                    Trans ta,
+                    Trans tb,
+                    int64_t M,
+                    int64_t N,
+                    int64_t K,
+                    const T* A,
+                    int64_t lda,
+                    const T* B,
+                    int64_t ldb,
+                    float* C,
+                    const float* bias) {
+  cpu::gemm(ctx, ta, tb, M, N, K, 1.0f, A, lda, B, ldb, 0.0f, C, N);
+  cpu::bias_add(ctx, C, bias, M, N);
+}
+void gemm_bias(const Ctx& ctx, MT_PARAMS(gemm_bias_fp32)) {
+  gemm_then_bias(ctx, ta, tb, M, N, K, A, lda, B, ldb, C, bias);
+}
+void gemm_bias(const Ctx& ctx, MT_PARAMS(gemm_bias_bf16)) {
+  gemm_then_bias(ctx, ta, tb, M, N, K, A, lda, B, ldb, C, bias);
+}
+void gemm_bias(const Ctx& ctx, MT_PARAMS(gemm_bias_fp16)) {
+  gemm_then_bias(ctx, ta, tb, M, N, K, A, lda, B, ldb, C, bias);
+}
+
 // Exact FP8 values in bf16: the bf16 GEMM computes the FP8 product.
 void gemm_fp8(const Ctx& ctx, MT_PARAMS(gemm_fp8)) {
   (void)fa;

@@ -57,11 +57,12 @@ struct PlanKey {
   bool trans_a, trans_b;
   int64_t m, n, k, lda, ldb, ldc;
   uint32_t align_a, align_b, align_c;
+  bool bias;  // the bias epilogue
   bool operator==(const PlanKey& o) const {
     return std::tie(device, type_a, type_b, trans_a, trans_b, m, n, k, lda, ldb, ldc, align_a,
-                    align_b, align_c) == std::tie(o.device, o.type_a, o.type_b, o.trans_a,
-                                                  o.trans_b, o.m, o.n, o.k, o.lda, o.ldb, o.ldc,
-                                                  o.align_a, o.align_b, o.align_c);
+                    align_b, align_c, bias) ==
+           std::tie(o.device, o.type_a, o.type_b, o.trans_a, o.trans_b, o.m, o.n, o.k, o.lda, o.ldb,
+                    o.ldc, o.align_a, o.align_b, o.align_c, o.bias);
   }
 };
 
@@ -71,7 +72,7 @@ struct PlanKeyHash {
     auto mix = [&](uint64_t v) { h = (h ^ v) * 1099511628211ull; };
     mix(uint64_t(k.device));
     mix(uint64_t(k.type_a) << 16 | uint64_t(k.type_b));
-    mix(uint64_t(k.trans_a) * 2 + uint64_t(k.trans_b));
+    mix(uint64_t(k.trans_a) * 4 + uint64_t(k.trans_b) * 2 + uint64_t(k.bias));
     for (int64_t v : {k.m, k.n, k.k, k.lda, k.ldb, k.ldc}) mix(uint64_t(v));
     mix(uint64_t(k.align_a) << 32 | uint64_t(k.align_b) << 16 | k.align_c);
     return h;
@@ -98,6 +99,7 @@ PlanKey make_key(int device,
   key.align_a = alignment(g.a);
   key.align_b = alignment(g.b);
   key.align_c = alignment(C);
+  key.bias = g.bias != nullptr;
   return key;
 }
 
@@ -124,6 +126,11 @@ std::unique_ptr<Plan> make_plan(cublasLtHandle_t handle,
       cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
   MT_CUBLAS_CHECK(
       cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
+  if (key.bias) {  // fp32 bias (the output type), its pointer set per call
+    const cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
+    MT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE,
+                                                   &epilogue, sizeof epilogue));
+  }
   MT_CUBLAS_CHECK(
       cublasLtMatrixLayoutCreate(&p->a, key.type_a, uint64_t(g.a_rows), uint64_t(g.a_cols), g.lda));
   MT_CUBLAS_CHECK(
@@ -208,19 +215,26 @@ void run(const Ctx& ctx,
          int64_t ldb,
          float beta,
          float* C,
-         int64_t ldc) {
+         int64_t ldc,
+         const float* bias = nullptr) {
   if (M == 0 || N == 0) return;
   const cudaStream_t stream = stream_of(ctx);
   if (K == 0) {  // op(A) op(B) is empty: C = beta C
     scale_matrix(stream, C, M, N, ldc, beta);
     return;
   }
-  const ColMajorGemm g = to_col_major(ta, tb, M, N, K, A, lda, B, ldb, ldc);
+  ColMajorGemm g = to_col_major(ta, tb, M, N, K, A, lda, B, ldb, ldc);
+  g.bias = bias;
   int device = 0;
   MT_CUDA_CHECK(cudaGetDevice(&device));
   const PlanKey key = make_key(device, type_B, type_A, g, C);  // the column-major a is B
   const Library::Ready r = Library::get().prepare(key, g, stream);
   ++work().gemms;
+  // The plan's descriptor is shared by the calls of its key, which come from the one thread
+  // that runs the process's ops: the bias pointer is set before each.
+  if (bias)
+    MT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(r.plan->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+                                                   &bias, sizeof bias));
   MT_CUBLAS_CHECK(cublasLtMatmul(r.handle, r.plan->desc, &alpha, g.a, r.plan->a, g.b, r.plan->b,
                                  &beta, C, r.plan->c, C, r.plan->c, &r.plan->algo, r.workspace,
                                  kWorkspaceBytes, stream));
@@ -242,6 +256,38 @@ void gemm(const Ctx& ctx, MT_PARAMS(gemm_bf16)) {
 
 void gemm(const Ctx& ctx, MT_PARAMS(gemm_fp16)) {
   run(ctx, CUDA_R_16F, CUDA_R_16F, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
+// One GEMM with the bias epilogue where the bias is 16-byte aligned (cuBLASLt's vector loads),
+// else the GEMM and bias_add.
+template <typename T>
+void gemm_with_bias(const Ctx& ctx,
+                    cudaDataType_t type,
+                    Trans ta,
+                    Trans tb,
+                    int64_t M,
+                    int64_t N,
+                    int64_t K,
+                    const T* A,
+                    int64_t lda,
+                    const T* B,
+                    int64_t ldb,
+                    float* C,
+                    const float* bias) {
+  if (K > 0 && reinterpret_cast<uintptr_t>(bias) % 16 == 0)
+    return run(ctx, type, type, ta, tb, M, N, K, 1.0f, A, lda, B, ldb, 0.0f, C, N, bias);
+  run(ctx, type, type, ta, tb, M, N, K, 1.0f, A, lda, B, ldb, 0.0f, C, N);
+  cuda::bias_add(ctx, C, bias, M, N);
+}
+
+void gemm_bias(const Ctx& ctx, MT_PARAMS(gemm_bias_fp32)) {
+  gemm_with_bias(ctx, CUDA_R_32F, ta, tb, M, N, K, A, lda, B, ldb, C, bias);
+}
+void gemm_bias(const Ctx& ctx, MT_PARAMS(gemm_bias_bf16)) {
+  gemm_with_bias(ctx, CUDA_R_16BF, ta, tb, M, N, K, A, lda, B, ldb, C, bias);
+}
+void gemm_bias(const Ctx& ctx, MT_PARAMS(gemm_bias_fp16)) {
+  gemm_with_bias(ctx, CUDA_R_16F, ta, tb, M, N, K, A, lda, B, ldb, C, bias);
 }
 
 void gemm_fp8_packed(const Ctx& ctx,

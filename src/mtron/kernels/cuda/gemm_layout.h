@@ -26,6 +26,9 @@ struct ColMajorGemm {
   const void* b = nullptr;
   int64_t b_rows = 0, b_cols = 0, ldb = 0;
   int64_t c_rows = 0, c_cols = 0, ldc = 0;
+  // Added to every column of D (cuBLASLt's bias epilogue: bias[i] to row i, m values; the
+  // row-major call's bias over its N columns), or none.
+  const float* bias = nullptr;
 };
 
 inline ColMajorGemm to_col_major(Trans ta,

@@ -36,6 +36,7 @@ void run_col_major(
       }
       float& c = C[i + j * g.ldc];
       c = float(alpha * acc) + (beta == 0.0f ? 0.0f : beta * c);
+      if (g.bias) c += g.bias[i];
     }
 }
 
@@ -53,14 +54,16 @@ void run(Trans ta,
          int64_t ldb,
          float beta,
          float* C,
-         int64_t ldc) {
-  for (const void* p :
-       {static_cast<const void*>(A), static_cast<const void*>(B), static_cast<const void*>(C)}) {
+         int64_t ldc,
+         const float* bias = nullptr) {
+  for (const void* p : {static_cast<const void*>(A), static_cast<const void*>(B),
+                        static_cast<const void*>(C), static_cast<const void*>(bias)}) {
     sim::check_device_pointer("gemm", p);
   }
   ++work().gemms;
   const sim::DeviceAccess access;
-  const ColMajorGemm g = to_col_major(ta, tb, M, N, K, A, lda, B, ldb, ldc);
+  ColMajorGemm g = to_col_major(ta, tb, M, N, K, A, lda, B, ldb, ldc);
+  g.bias = bias;
   const T* a = static_cast<const T*>(g.a);
   const T* b = static_cast<const T*>(g.b);
   run_col_major(
@@ -80,6 +83,16 @@ void gemm(const Ctx&, MT_PARAMS(gemm_bf16)) {
 
 void gemm(const Ctx&, MT_PARAMS(gemm_fp16)) {
   run(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
+void gemm_bias(const Ctx&, MT_PARAMS(gemm_bias_fp32)) {
+  run(ta, tb, M, N, K, 1.0f, A, lda, B, ldb, 0.0f, C, N, bias);
+}
+void gemm_bias(const Ctx&, MT_PARAMS(gemm_bias_bf16)) {
+  run(ta, tb, M, N, K, 1.0f, A, lda, B, ldb, 0.0f, C, N, bias);
+}
+void gemm_bias(const Ctx&, MT_PARAMS(gemm_bias_fp16)) {
+  run(ta, tb, M, N, K, 1.0f, A, lda, B, ldb, 0.0f, C, N, bias);
 }
 
 void gemm_fp8_packed(const Ctx&,
