@@ -210,9 +210,13 @@ void TransformerLayer::forward(const RunCtx& rc,
 
   st.x2 = keep.alloc<float>(Nl * h);
   float* partial = sp ? scratch.alloc<float>(N * h) : st.x2;
-  linear_forward(rc, partial, st.att_in, p_.weight(proj_w_), nullptr, N, Hl_ * Dv_, h);
+  // The row-parallel linears' bias goes in after the TP reduction; without one (TP 1), in the
+  // GEMM's epilogue.
+  const bool bias_in_gemm = tp.size == 1;
+  linear_forward(rc, partial, st.att_in, p_.weight(proj_w_),
+                 bias_in_gemm ? opt(p_, proj_b_) : nullptr, N, Hl_ * Dv_, h);
   parallel::exit_tp_forward(tp, st.x2, partial, N, h);
-  if (proj_b_ >= 0) kernels::bias_add(rc.k, st.x2, p_.master(proj_b_), Nl, h);
+  if (proj_b_ >= 0 && !bias_in_gemm) kernels::bias_add(rc.k, st.x2, p_.master(proj_b_), Nl, h);
   hidden_dropout(rc, cfg_, tl, {layer_, "attention_output"}, st.x2);
   kernels::add(rc.k, st.x2, st.x2, x, Nl * h);
 
@@ -244,9 +248,10 @@ void TransformerLayer::forward(const RunCtx& rc,
     st.act_in = as_gemm_input(rc, keep, act, N * Fl_);
 
     partial = sp ? scratch.alloc<float>(N * h) : y;
-    linear_forward(rc, partial, st.act_in, p_.weight(fc2_w_), nullptr, N, Fl_, h);
+    linear_forward(rc, partial, st.act_in, p_.weight(fc2_w_),
+                   bias_in_gemm ? opt(p_, fc2_b_) : nullptr, N, Fl_, h);
     parallel::exit_tp_forward(tp, y, partial, N, h);
-    if (fc2_b_ >= 0) kernels::bias_add(rc.k, y, p_.master(fc2_b_), Nl, h);
+    if (fc2_b_ >= 0 && !bias_in_gemm) kernels::bias_add(rc.k, y, p_.master(fc2_b_), Nl, h);
   }
   if (moe_) {
     float* routed = dense_mlp() ? scratch.alloc<float>(Nl * h) : y;
