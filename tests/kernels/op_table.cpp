@@ -436,6 +436,12 @@ void activation_cases(Checker& ck, bool small) {
       ref::gelu_forward(out.host(), x.host(), n);
       gelu_forward(g_dev, out.dev(), x.dev(), n);
       ck.check("out", out, kTolF32);
+      // to bf16: the rounding of the device's own fp32 values, bit for bit
+      Pair<bf16> out16{std::vector<bf16>(size_t(n))};
+      gelu_forward(g_dev, out16.dev(), x.dev(), n);
+      std::vector<bf16> want16;
+      for (float v : out.dev_result()) want16.push_back(float_to_bf16(v));
+      ck.check_bits("out to bf16 (bits)", out16, want16);
       ref::gelu_backward(dx.host(), x.host(), dout.host(), n);
       gelu_backward(g_dev, dx.dev(), x.dev(), dout.dev(), n);
       ck.check("dinp", dx, kTolF32);

@@ -99,8 +99,9 @@ inline OpCost embedding_backward_contract(
   return traffic(f32s(N * C), 2 * f32s(std::min(N, rows) * C) + f32s(N));
 }
 // With a GELU epilogue the GEMM also writes the pre-activation (bf16) that dGELU reads.
-inline OpCost gelu_forward_contract(float*, const float*, int64_t n) {
-  return {0, 2 * f32s(n), 2.0 * double(n)};
+template <typename T>
+OpCost gelu_forward_contract(T*, const float*, int64_t n) {
+  return {0, f32s(n) + double(sizeof(T)) * double(n), 2.0 * double(n)};
 }
 inline OpCost gelu_backward_contract(float*, const float*, const float*, int64_t n) {
   return {0, 3 * f32s(n), 2.0 * double(n)};

@@ -239,13 +239,19 @@ void TransformerLayer::forward(const RunCtx& rc,
     const int64_t fc1_w = cfg_.swiglu ? 2 * Fl_ : Fl_;
     st.fc1 = keep.alloc<float>(N * fc1_w);
     linear_forward(rc, st.fc1, st.ln2_in, p_.weight(fc1_w_), opt(p_, fc1_b_), N, h, fc1_w);
-    float* act = gemm_input_buffer(rc, keep, scratch, N * Fl_);
-    if (cfg_.swiglu) {
-      kernels::swiglu_forward(rc.k, act, st.fc1, N, Fl_);
-    } else {
+    if (!cfg_.swiglu && rc.precision == Precision::kBF16) {  // GELU into fc2's bf16 input
+      bf16* act = keep.alloc<bf16>(N * Fl_);
       kernels::gelu_forward(rc.k, act, st.fc1, N * Fl_);
+      st.act_in = Act::of(act);
+    } else {
+      float* act = gemm_input_buffer(rc, keep, scratch, N * Fl_);
+      if (cfg_.swiglu) {
+        kernels::swiglu_forward(rc.k, act, st.fc1, N, Fl_);
+      } else {
+        kernels::gelu_forward(rc.k, act, st.fc1, N * Fl_);
+      }
+      st.act_in = as_gemm_input(rc, keep, act, N * Fl_);
     }
-    st.act_in = as_gemm_input(rc, keep, act, N * Fl_);
 
     partial = sp ? scratch.alloc<float>(N * h) : y;
     linear_forward(rc, partial, st.act_in, p_.weight(fc2_w_),

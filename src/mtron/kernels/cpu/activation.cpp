@@ -23,14 +23,28 @@ constexpr float kGeluC = 0.044715f;
 
 }  // namespace
 
-void gelu_forward(float* out, const float* inp, int64_t n) {
+// f(i, k, gelu(inp[i .. i + k))) over the lanes of inp[0, n).
+template <typename F>
+void for_gelu(const float* inp, int64_t n, int64_t bytes, F f) {
   const DF d;
   const VF k2 = hn::Set(d, 2 * kGeluK), c = hn::Set(d, kGeluC), one = hn::Set(d, 1.0f);
-  parallel_lanes(d, n, n * 8, [&](int64_t i, size_t k) {
+  parallel_lanes(d, n, bytes, [&](int64_t i, size_t k) {
     const VF x = load(d, inp + i, k);
     const VF u2 = hn::Mul(hn::Mul(k2, x), hn::MulAdd(c, hn::Mul(x, x), one));
-    store(d, hn::Mul(x, sigmoid(d, u2)), out + i, k);
+    f(i, k, hn::Mul(x, sigmoid(d, u2)));
   });
+}
+
+void gelu_forward(float* out, const float* inp, int64_t n) {
+  const DF d;
+  for_gelu(inp, n, n * 8, [&](int64_t i, size_t k, VF y) { store(d, y, out + i, k); });
+}
+
+void gelu_forward_bf16(bf16* out, const float* inp, int64_t n) {
+  const DF d;
+  const DU16 dh;
+  for_gelu(inp, n, n * 6,
+           [&](int64_t i, size_t k, VF y) { store(dh, to_bf16(d, y), bits(out + i), k); });
 }
 
 void gelu_backward(float* dinp, const float* inp, const float* dout, int64_t n) {

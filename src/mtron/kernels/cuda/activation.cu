@@ -16,13 +16,23 @@ __device__ __forceinline__ float sigmoid(float x) {
   return 1.0f / (1.0f + expf(-x));
 }
 
-__global__ void gelu_forward_kernel(float* out, const float* inp, int64_t n) {
+__device__ __forceinline__ float gelu(float x) {
+  const float u2 = (2 * kGeluK) * x * fmaf(kGeluC, x * x, 1.0f);
+  return x * sigmoid(u2);
+}
+__device__ __forceinline__ void store_as(float* p, float v) {
+  *p = v;
+}
+__device__ __forceinline__ void store_as(uint16_t* p, float v) {
+  *p = f32_to_bf16_bits(v);
+}
+
+// out: float, or uint16_t holding bf16
+template <typename T>
+__global__ void gelu_forward_kernel(T* out, const float* inp, int64_t n) {
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
-       i += int64_t(gridDim.x) * blockDim.x) {
-    const float x = inp[i];
-    const float u2 = (2 * kGeluK) * x * fmaf(kGeluC, x * x, 1.0f);
-    out[i] = x * sigmoid(u2);
-  }
+       i += int64_t(gridDim.x) * blockDim.x)
+    store_as(out + i, gelu(inp[i]));
 }
 
 __global__ void gelu_backward_kernel(float* dinp, const float* inp, const float* dout, int64_t n) {
@@ -63,8 +73,13 @@ __global__ void swiglu_backward_kernel(
 }  // namespace
 
 void gelu_forward(const Ctx& ctx, float* out, const float* inp, int64_t n) {
-  launch("gelu_forward", gelu_forward_kernel, grid_for(n, kThreads), kThreads, 0, stream_of(ctx),
-         out, inp, n);
+  launch("gelu_forward", gelu_forward_kernel<float>, grid_for(n, kThreads), kThreads, 0,
+         stream_of(ctx), out, inp, n);
+}
+
+void gelu_forward(const Ctx& ctx, bf16* out, const float* inp, int64_t n) {
+  launch("gelu_forward_bf16", gelu_forward_kernel<uint16_t>, grid_for(n, kThreads), kThreads, 0,
+         stream_of(ctx), reinterpret_cast<uint16_t*>(out), inp, n);
 }
 
 void gelu_backward(const Ctx& ctx, float* dinp, const float* inp, const float* dout, int64_t n) {

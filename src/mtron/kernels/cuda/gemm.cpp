@@ -107,6 +107,7 @@ struct Plan {
   cublasLtMatmulDesc_t desc = nullptr;
   cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
   cublasLtMatmulAlgo_t algo{};
+  bool usable = true;  // false: cuBLASLt has no algorithm for this bias epilogue
   ~Plan() {
     if (c) cublasLtMatrixLayoutDestroy(c);
     if (b) cublasLtMatrixLayoutDestroy(b);
@@ -155,6 +156,10 @@ std::unique_ptr<Plan> make_plan(cublasLtHandle_t handle,
     st = cublasLtMatmulAlgoGetHeuristic(handle, p->desc, p->a, p->b, p->c, p->c, pref, 1, &result,
                                         &found);
   cublasLtMatmulPreferenceDestroy(pref);
+  if (key.bias && (st != CUBLAS_STATUS_SUCCESS || found == 0)) {  // run() falls back
+    p->usable = false;
+    return p;
+  }
   MT_CUBLAS_CHECK(st);
   MT_ASSERT(found > 0, "cuBLASLt has no algorithm for the GEMM m=", g.m, " n=", g.n, " k=", g.k,
             " lda=", g.lda, " ldb=", g.ldb, " ldc=", g.ldc, " alignments ", key.align_a, "/",
@@ -199,8 +204,9 @@ class Library {
   std::unordered_map<PlanKey, std::unique_ptr<Plan>, PlanKeyHash> plans_;
 };
 
-// A of type_A and B of type_B, as the row-major call has them.
-void run(const Ctx& ctx,
+// A of type_A and B of type_B, as the row-major call has them; with `bias`, false (nothing run)
+// where cuBLASLt has no algorithm for the bias epilogue.
+bool run(const Ctx& ctx,
          cudaDataType_t type_A,
          cudaDataType_t type_B,
          Trans ta,
@@ -217,11 +223,12 @@ void run(const Ctx& ctx,
          float* C,
          int64_t ldc,
          const float* bias = nullptr) {
-  if (M == 0 || N == 0) return;
+  if (M == 0 || N == 0) return true;
   const cudaStream_t stream = stream_of(ctx);
   if (K == 0) {  // op(A) op(B) is empty: C = beta C
+    MT_ASSERT(!bias, "gemm: a bias epilogue with K = 0");
     scale_matrix(stream, C, M, N, ldc, beta);
-    return;
+    return true;
   }
   ColMajorGemm g = to_col_major(ta, tb, M, N, K, A, lda, B, ldb, ldc);
   g.bias = bias;
@@ -229,6 +236,7 @@ void run(const Ctx& ctx,
   MT_CUDA_CHECK(cudaGetDevice(&device));
   const PlanKey key = make_key(device, type_B, type_A, g, C);  // the column-major a is B
   const Library::Ready r = Library::get().prepare(key, g, stream);
+  if (!r.plan->usable) return false;
   ++work().gemms;
   // The plan's descriptor is shared by the calls of its key, which come from the one thread
   // that runs the process's ops: the bias pointer is set before each.
@@ -238,6 +246,7 @@ void run(const Ctx& ctx,
   MT_CUBLAS_CHECK(cublasLtMatmul(r.handle, r.plan->desc, &alpha, g.a, r.plan->a, g.b, r.plan->b,
                                  &beta, C, r.plan->c, C, r.plan->c, &r.plan->algo, r.workspace,
                                  kWorkspaceBytes, stream));
+  return true;
 }
 
 cudaDataType_t fp8_type(Fp8Format f) {
@@ -258,8 +267,8 @@ void gemm(const Ctx& ctx, MT_PARAMS(gemm_fp16)) {
   run(ctx, CUDA_R_16F, CUDA_R_16F, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
-// One GEMM with the bias epilogue where the bias is 16-byte aligned (cuBLASLt's vector loads),
-// else the GEMM and bias_add.
+// One GEMM with the bias epilogue where the bias is 16-byte aligned (cuBLASLt's vector loads) and
+// cuBLASLt has an algorithm for it, else the GEMM and bias_add.
 template <typename T>
 void gemm_with_bias(const Ctx& ctx,
                     cudaDataType_t type,
@@ -274,8 +283,9 @@ void gemm_with_bias(const Ctx& ctx,
                     int64_t ldb,
                     float* C,
                     const float* bias) {
-  if (K > 0 && reinterpret_cast<uintptr_t>(bias) % 16 == 0)
-    return run(ctx, type, type, ta, tb, M, N, K, 1.0f, A, lda, B, ldb, 0.0f, C, N, bias);
+  if (K > 0 && reinterpret_cast<uintptr_t>(bias) % 16 == 0 &&
+      run(ctx, type, type, ta, tb, M, N, K, 1.0f, A, lda, B, ldb, 0.0f, C, N, bias))
+    return;
   run(ctx, type, type, ta, tb, M, N, K, 1.0f, A, lda, B, ldb, 0.0f, C, N);
   cuda::bias_add(ctx, C, bias, M, N);
 }
