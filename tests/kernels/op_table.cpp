@@ -374,6 +374,17 @@ void dropout_cases(Checker& ck, bool small) {
   }
 }
 
+// The bf16 form of an op writing fp32 `out` (run(bf16*)): the rounding of the device's own fp32
+// values, bit for bit.
+template <typename Run>
+void check_bf16_out(Checker& ck, const char* what, const Pair<float>& out, Run run) {
+  Pair<bf16> out16{std::vector<bf16>(out.host_result().size())};
+  run(out16.dev());
+  std::vector<bf16> want;
+  for (float v : out.dev_result()) want.push_back(float_to_bf16(v));
+  ck.check_bits(what, out16, want);
+}
+
 void norm_cases(Checker& ck, bool small) {
   std::vector<std::pair<int64_t, int64_t>> shapes = {{1, 1},   {7, 31},  {33, 96},  {65, 300},
                                                      {31, 32}, {32, 33}, {130, 768}};
@@ -395,6 +406,10 @@ void norm_cases(Checker& ck, bool small) {
       layernorm_forward(g_dev, out.dev(), mean.dev(), rstd.dev(), x.dev(), w.dev(), b.dev(), N, C,
                         1e-5f);
       ck.check("out", out, kTolF32);
+      Pair<float> m16(poison(N)), r16(poison(N));
+      check_bf16_out(ck, "out to bf16 (bits)", out, [&](bf16* o) {
+        layernorm_forward(g_dev, o, m16.dev(), r16.dev(), x.dev(), w.dev(), b.dev(), N, C, 1e-5f);
+      });
       ck.check("mean", mean, kTolF32);
       ck.check("rstd", rstd, kTolF32);
       Pair<float> dout(randn(N * C)), dx(randn(N * C)), dw(randn(C)), db(randn(C));
@@ -413,6 +428,10 @@ void norm_cases(Checker& ck, bool small) {
       ref::rmsnorm_forward(out.host(), rstd.host(), x.host(), w.host(), N, C, 1e-6f);
       rmsnorm_forward(g_dev, out.dev(), rstd.dev(), x.dev(), w.dev(), N, C, 1e-6f);
       ck.check("out", out, kTolF32);
+      Pair<float> r16(poison(N));
+      check_bf16_out(ck, "out to bf16 (bits)", out, [&](bf16* o) {
+        rmsnorm_forward(g_dev, o, r16.dev(), x.dev(), w.dev(), N, C, 1e-6f);
+      });
       ck.check("rstd", rstd, kTolF32);
       Pair<float> dout(randn(N * C)), dx(randn(N * C)), dw(randn(C)), r2(rstd.host_result());
       ref::rmsnorm_backward(dx.host(), dw.host(), dout.host(), x.host(), w.host(), r2.host(), N, C);
@@ -436,12 +455,8 @@ void activation_cases(Checker& ck, bool small) {
       ref::gelu_forward(out.host(), x.host(), n);
       gelu_forward(g_dev, out.dev(), x.dev(), n);
       ck.check("out", out, kTolF32);
-      // to bf16: the rounding of the device's own fp32 values, bit for bit
-      Pair<bf16> out16{std::vector<bf16>(size_t(n))};
-      gelu_forward(g_dev, out16.dev(), x.dev(), n);
-      std::vector<bf16> want16;
-      for (float v : out.dev_result()) want16.push_back(float_to_bf16(v));
-      ck.check_bits("out to bf16 (bits)", out16, want16);
+      check_bf16_out(ck, "out to bf16 (bits)", out,
+                     [&](bf16* o) { gelu_forward(g_dev, o, x.dev(), n); });
       ref::gelu_backward(dx.host(), x.host(), dout.host(), n);
       gelu_backward(g_dev, dx.dev(), x.dev(), dout.dev(), n);
       ck.check("dinp", dx, kTolF32);

@@ -112,17 +112,29 @@ inline OpCost swiglu_forward_contract(float*, const float*, int64_t N, int64_t F
 inline OpCost swiglu_backward_contract(float*, const float*, const float*, int64_t N, int64_t F) {
   return traffic(5 * f32s(N * F));
 }
-inline OpCost layernorm_forward_contract(MT_PARAMS(layernorm_forward)) {
+// out: fp32, or bf16 (the next GEMM's input)
+template <typename T>
+OpCost layernorm_forward_contract(T* out,
+                                  float* mean,
+                                  float* rstd,
+                                  const float* inp,
+                                  const float* weight,
+                                  const float* bias,
+                                  int64_t N,
+                                  int64_t C,
+                                  float eps) {
   unused(out, mean, rstd, inp, weight, bias, eps);
-  return traffic(2 * f32s(N * C), 2 * f32s(C) + 2 * f32s(N));
+  return traffic(f32s(N * C) + double(sizeof(T)) * double(N * C), 2 * f32s(C) + 2 * f32s(N));
 }
 inline OpCost layernorm_backward_contract(MT_PARAMS(layernorm_backward)) {
   unused(dinp, dweight, dbias, dout, inp, weight, mean, rstd);
   return traffic(4 * f32s(N * C), 5 * f32s(C) + 2 * f32s(N));  // dinp +=, weight grads +=
 }
-inline OpCost rmsnorm_forward_contract(MT_PARAMS(rmsnorm_forward)) {
+template <typename T>
+OpCost rmsnorm_forward_contract(
+    T* out, float* rstd, const float* inp, const float* weight, int64_t N, int64_t C, float eps) {
   unused(out, rstd, inp, weight, eps);
-  return traffic(2 * f32s(N * C), f32s(C) + f32s(N));
+  return traffic(f32s(N * C) + double(sizeof(T)) * double(N * C), f32s(C) + f32s(N));
 }
 inline OpCost rmsnorm_backward_contract(MT_PARAMS(rmsnorm_backward)) {
   unused(dinp, dweight, dout, inp, weight, rstd);

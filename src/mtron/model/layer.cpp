@@ -183,17 +183,24 @@ void TransformerLayer::forward(const RunCtx& rc,
   const bool ln = cfg_.normalization == Normalization::kLayerNorm;
   st.x = x;
 
-  // Attention block. ln1 is QKV's GEMM input itself without SP; with SP the gathered rows are.
-  float* ln1 = sp ? scratch.alloc<float>(Nl * h) : gemm_input_buffer(rc, keep, scratch, Nl * h);
+  // Attention block. ln1 is QKV's GEMM input itself without SP (in bf16 written so by the norm);
+  // with SP the gathered rows are.
   st.ln1_mean = ln ? keep.alloc<float>(Nl) : nullptr;
   st.ln1_rstd = keep.alloc<float>(Nl);
-  ln1_.forward(rc, cfg_, p_, ln1, st.ln1_mean, st.ln1_rstd, x, Nl);
-  float* ln1_full = ln1;
-  if (sp) {
-    ln1_full = gemm_input_buffer(rc, keep, scratch, N * h);
-    parallel::enter_tp_forward(tp, ln1_full, ln1, N, h);
+  if (!sp && rc.precision == Precision::kBF16) {
+    bf16* ln1 = keep.alloc<bf16>(N * h);
+    ln1_.forward(rc, cfg_, p_, ln1, st.ln1_mean, st.ln1_rstd, x, Nl);
+    st.ln1_in = Act::of(ln1);
+  } else {
+    float* ln1 = sp ? scratch.alloc<float>(Nl * h) : gemm_input_buffer(rc, keep, scratch, Nl * h);
+    ln1_.forward(rc, cfg_, p_, ln1, st.ln1_mean, st.ln1_rstd, x, Nl);
+    float* ln1_full = ln1;
+    if (sp) {
+      ln1_full = gemm_input_buffer(rc, keep, scratch, N * h);
+      parallel::enter_tp_forward(tp, ln1_full, ln1, N, h);
+    }
+    st.ln1_in = as_gemm_input(rc, keep, ln1_full, N * h);
   }
-  st.ln1_in = as_gemm_input(rc, keep, ln1_full, N * h);
 
   if (kv) {
     MT_ASSERT(rc.tp.size == 1 && rc.cp.size == 1, "a KV cache holds a whole model's heads");
@@ -221,20 +228,31 @@ void TransformerLayer::forward(const RunCtx& rc,
   kernels::add(rc.k, st.x2, st.x2, x, Nl * h);
 
   // MLP block: the dense MLP (an MoE layer's shared expert) and/or the routed experts. ln2 is
-  // fc1's GEMM input without SP, and the routed experts' input.
-  float* ln2 = moe_ ? keep.alloc<float>(Nl * h)
-               : sp ? scratch.alloc<float>(Nl * h)
-                    : gemm_input_buffer(rc, keep, scratch, Nl * h);
+  // fc1's GEMM input without SP (in bf16 without experts written so by the norm), and the routed
+  // experts' input.
   st.ln2_mean = ln ? keep.alloc<float>(Nl) : nullptr;
   st.ln2_rstd = keep.alloc<float>(Nl);
-  ln2_.forward(rc, cfg_, p_, ln2, st.ln2_mean, st.ln2_rstd, st.x2, Nl);
+  const bool ln2_to_gemm = !moe_ && !sp && rc.precision == Precision::kBF16;
+  float* ln2 = nullptr;
+  if (ln2_to_gemm) {
+    bf16* ln2_16 = keep.alloc<bf16>(N * h);
+    ln2_.forward(rc, cfg_, p_, ln2_16, st.ln2_mean, st.ln2_rstd, st.x2, Nl);
+    st.ln2_in = Act::of(ln2_16);
+  } else {
+    ln2 = moe_ ? keep.alloc<float>(Nl * h)
+          : sp ? scratch.alloc<float>(Nl * h)
+               : gemm_input_buffer(rc, keep, scratch, Nl * h);
+    ln2_.forward(rc, cfg_, p_, ln2, st.ln2_mean, st.ln2_rstd, st.x2, Nl);
+  }
   if (dense_mlp()) {
-    float* ln2_full = ln2;
-    if (sp) {
-      ln2_full = gemm_input_buffer(rc, keep, scratch, N * h);
-      parallel::enter_tp_forward(tp, ln2_full, ln2, N, h);
+    if (!ln2_to_gemm) {
+      float* ln2_full = ln2;
+      if (sp) {
+        ln2_full = gemm_input_buffer(rc, keep, scratch, N * h);
+        parallel::enter_tp_forward(tp, ln2_full, ln2, N, h);
+      }
+      st.ln2_in = as_gemm_input(rc, keep, ln2_full, N * h);
     }
-    st.ln2_in = as_gemm_input(rc, keep, ln2_full, N * h);
 
     const int64_t fc1_w = cfg_.swiglu ? 2 * Fl_ : Fl_;
     st.fc1 = keep.alloc<float>(N * fc1_w);

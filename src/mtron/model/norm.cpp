@@ -46,14 +46,15 @@ const float* applied_weight(const RunCtx& rc,
 
 }  // namespace
 
-void Norm::forward(const RunCtx& rc,
-                   const ModelConfig& cfg,
-                   const ParamBuffer& p,
-                   float* out,
-                   float* mean,
-                   float* rstd,
-                   const float* in,
-                   int64_t n) const {
+template <typename T>
+void Norm::forward_to(const RunCtx& rc,
+                      const ModelConfig& cfg,
+                      const ParamBuffer& p,
+                      T* out,
+                      float* mean,
+                      float* rstd,
+                      const float* in,
+                      int64_t n) const {
   Tensor one_plus;
   const float* gamma = applied_weight(rc, cfg, p, w, width, one_plus);
   if (cfg.normalization == Normalization::kLayerNorm) {
@@ -62,6 +63,28 @@ void Norm::forward(const RunCtx& rc,
   } else {
     kernels::rmsnorm_forward(rc.k, out, rstd, in, gamma, n, width, cfg.norm_epsilon);
   }
+}
+
+void Norm::forward(const RunCtx& rc,
+                   const ModelConfig& cfg,
+                   const ParamBuffer& p,
+                   float* out,
+                   float* mean,
+                   float* rstd,
+                   const float* in,
+                   int64_t n) const {
+  forward_to(rc, cfg, p, out, mean, rstd, in, n);
+}
+
+void Norm::forward(const RunCtx& rc,
+                   const ModelConfig& cfg,
+                   const ParamBuffer& p,
+                   bf16* out,
+                   float* mean,
+                   float* rstd,
+                   const float* in,
+                   int64_t n) const {
+  forward_to(rc, cfg, p, out, mean, rstd, in, n);
 }
 
 void Norm::backward(const RunCtx& rc,

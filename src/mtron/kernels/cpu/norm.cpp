@@ -57,11 +57,28 @@ void reduce_blocks(DF d, float* grad, const float* part, int64_t nblocks, int64_
 
 }  // namespace
 
-void layernorm_forward(MT_PARAMS(layernorm_forward)) {
+// Stores the lanes v of row element i..: out fp32, or bf16 (convert's rounding).
+void store_out(VF v, float* out, int64_t i, size_t k) {
+  store(DF(), v, out + i, k);
+}
+void store_out(VF v, bf16* out, int64_t i, size_t k) {
+  store(DU16(), to_bf16(DF(), v), bits(out + i), k);
+}
+
+template <typename T>
+void layernorm_rows(T* out,
+                    float* mean,
+                    float* rstd,
+                    const float* inp,
+                    const float* weight,
+                    const float* bias,
+                    int64_t N,
+                    int64_t C,
+                    float eps) {
   const DF d;
   parallel_rows(N, threads_for(N * C * 8), [&](int64_t r) {
     const float* x = inp + r * C;
-    float* o = out + r * C;
+    T* o = out + r * C;
     const float mu = row_reduce<false>(d, x, 0.0f, C) / float(C);
     const float rs = 1.0f / std::sqrt(row_reduce<true>(d, x, mu, C) / float(C) + eps);
     mean[r] = mu;
@@ -69,9 +86,16 @@ void layernorm_forward(MT_PARAMS(layernorm_forward)) {
     const VF vm = hn::Set(d, mu), vr = hn::Set(d, rs);
     for_lanes(d, 0, C, [&](int64_t c, size_t k) {
       const VF n = hn::Mul(hn::Sub(load(d, x + c, k), vm), vr);
-      store(d, hn::MulAdd(n, load(d, weight + c, k), load(d, bias + c, k)), o + c, k);
+      store_out(hn::MulAdd(n, load(d, weight + c, k), load(d, bias + c, k)), o, c, k);
     });
   });
+}
+
+void layernorm_forward(MT_PARAMS(layernorm_forward)) {
+  layernorm_rows(out, mean, rstd, inp, weight, bias, N, C, eps);
+}
+void layernorm_forward_bf16(MT_PARAMS(layernorm_forward_bf16)) {
+  layernorm_rows(out, mean, rstd, inp, weight, bias, N, C, eps);
 }
 
 void layernorm_backward(MT_PARAMS(layernorm_backward)) {
@@ -115,18 +139,27 @@ void layernorm_backward(MT_PARAMS(layernorm_backward)) {
   reduce_blocks(d, dbias, pb, nblocks, C);
 }
 
-void rmsnorm_forward(MT_PARAMS(rmsnorm_forward)) {
+template <typename T>
+void rmsnorm_rows(
+    T* out, float* rstd, const float* inp, const float* weight, int64_t N, int64_t C, float eps) {
   const DF d;
   parallel_rows(N, threads_for(N * C * 8), [&](int64_t r) {
     const float* x = inp + r * C;
-    float* o = out + r * C;
+    T* o = out + r * C;
     const float rs = 1.0f / std::sqrt(row_reduce<true>(d, x, 0.0f, C) / float(C) + eps);
     rstd[r] = rs;
     const VF vr = hn::Set(d, rs);
     for_lanes(d, 0, C, [&](int64_t c, size_t k) {
-      store(d, hn::Mul(hn::Mul(load(d, x + c, k), vr), load(d, weight + c, k)), o + c, k);
+      store_out(hn::Mul(hn::Mul(load(d, x + c, k), vr), load(d, weight + c, k)), o, c, k);
     });
   });
+}
+
+void rmsnorm_forward(MT_PARAMS(rmsnorm_forward)) {
+  rmsnorm_rows(out, rstd, inp, weight, N, C, eps);
+}
+void rmsnorm_forward_bf16(MT_PARAMS(rmsnorm_forward_bf16)) {
+  rmsnorm_rows(out, rstd, inp, weight, N, C, eps);
 }
 
 void rmsnorm_backward(MT_PARAMS(rmsnorm_backward)) {

@@ -14,10 +14,25 @@ namespace {
 constexpr int kThreads = 256;
 constexpr int64_t kRowChunk = 32;
 
+__device__ __forceinline__ void store_out(float* p, float v) {
+  *p = v;
+}
+__device__ __forceinline__ void store_out(uint16_t* p, float v) {
+  *p = f32_to_bf16_bits(v);
+}
+
 // kLayer: LayerNorm (the mean subtracted, the bias added); else RMSNorm (mean and bias unused).
-// The arguments of layernorm_forward; one block per row.
-template <bool kLayer>
-__global__ void norm_forward_kernel(MT_PARAMS(layernorm_forward)) {
+// The arguments of layernorm_forward, out fp32 or (uint16_t) bf16; one block per row.
+template <bool kLayer, typename T>
+__global__ void norm_forward_kernel(T* out,
+                                    float* mean,
+                                    float* rstd,
+                                    const float* inp,
+                                    const float* weight,
+                                    const float* bias,
+                                    int64_t N,
+                                    int64_t C,
+                                    float eps) {
   __shared__ float red[32];
   const int64_t r = blockIdx.x;
   if (r >= N) return;
@@ -39,12 +54,12 @@ __global__ void norm_forward_kernel(MT_PARAMS(layernorm_forward)) {
     if constexpr (kLayer) mean[r] = mu;
     rstd[r] = rs;
   }
-  float* o = out + r * C;
+  T* o = out + r * C;
   for (int64_t c = threadIdx.x; c < C; c += blockDim.x) {
     if constexpr (kLayer)
-      o[c] = fmaf((x[c] - mu) * rs, weight[c], bias[c]);
+      store_out(o + c, fmaf((x[c] - mu) * rs, weight[c], bias[c]));
     else
-      o[c] = x[c] * rs * weight[c];
+      store_out(o + c, x[c] * rs * weight[c]);
   }
 }
 
@@ -98,11 +113,20 @@ __global__ void norm_backward_kernel(MT_PARAMS(layernorm_backward)) {
 }
 
 // The ops, RMSNorm's with layernorm's arguments (its mean and dbias null).
-template <bool kLayer>
-void norm_forward(const Ctx& ctx, MT_PARAMS(layernorm_forward)) {
+template <bool kLayer, typename T>
+void norm_forward(const Ctx& ctx,
+                  T* out,
+                  float* mean,
+                  float* rstd,
+                  const float* inp,
+                  const float* weight,
+                  const float* bias,
+                  int64_t N,
+                  int64_t C,
+                  float eps) {
   if (N <= 0 || C <= 0) return;
-  launch(kLayer ? "layernorm_forward" : "rmsnorm_forward", norm_forward_kernel<kLayer>, unsigned(N),
-         kThreads, 0, stream_of(ctx), out, mean, rstd, inp, weight, bias, N, C, eps);
+  launch(kLayer ? "layernorm_forward" : "rmsnorm_forward", norm_forward_kernel<kLayer, T>,
+         unsigned(N), kThreads, 0, stream_of(ctx), out, mean, rstd, inp, weight, bias, N, C, eps);
 }
 
 template <bool kLayer>
@@ -125,12 +149,22 @@ void layernorm_forward(const Ctx& ctx, MT_PARAMS(layernorm_forward)) {
   norm_forward<true>(ctx, out, mean, rstd, inp, weight, bias, N, C, eps);
 }
 
+void layernorm_forward(const Ctx& ctx, MT_PARAMS(layernorm_forward_bf16)) {
+  norm_forward<true>(ctx, reinterpret_cast<uint16_t*>(out), mean, rstd, inp, weight, bias, N, C,
+                     eps);
+}
+
 void layernorm_backward(const Ctx& ctx, MT_PARAMS(layernorm_backward)) {
   norm_backward<true>(ctx, dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C);
 }
 
 void rmsnorm_forward(const Ctx& ctx, MT_PARAMS(rmsnorm_forward)) {
   norm_forward<false>(ctx, out, nullptr, rstd, inp, weight, nullptr, N, C, eps);
+}
+
+void rmsnorm_forward(const Ctx& ctx, MT_PARAMS(rmsnorm_forward_bf16)) {
+  norm_forward<false>(ctx, reinterpret_cast<uint16_t*>(out), nullptr, rstd, inp, weight, nullptr, N,
+                      C, eps);
 }
 
 void rmsnorm_backward(const Ctx& ctx, MT_PARAMS(rmsnorm_backward)) {
