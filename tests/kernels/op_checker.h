@@ -20,6 +20,7 @@
 #include "mtron/kernels/device.h"
 #include "mtron/kernels/ops.h"
 #include "mtron/kernels/ref/ref_ops.h"
+#include "op_table.h"
 
 namespace mtron::kernels::test {
 

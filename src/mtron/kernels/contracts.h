@@ -112,7 +112,10 @@ inline OpCost swiglu_forward_contract(float*, const float*, int64_t N, int64_t F
 inline OpCost swiglu_backward_contract(float*, const float*, const float*, int64_t N, int64_t F) {
   return traffic(5 * f32s(N * F));
 }
-// out: fp32, or bf16 (the next GEMM's input)
+// out: fp32, or bf16 (the next GEMM's input); the minimum is the same for both.
+inline OpCost norm_forward_cost(double out_bytes, int64_t N, int64_t C, double other) {
+  return {0, f32s(N * C) + out_bytes + other, traffic(2 * f32s(N * C), other).min_bytes};
+}
 template <typename T>
 OpCost layernorm_forward_contract(T* out,
                                   float* mean,
@@ -124,7 +127,7 @@ OpCost layernorm_forward_contract(T* out,
                                   int64_t C,
                                   float eps) {
   unused(out, mean, rstd, inp, weight, bias, eps);
-  return traffic(f32s(N * C) + double(sizeof(T)) * double(N * C), 2 * f32s(C) + 2 * f32s(N));
+  return norm_forward_cost(double(sizeof(T)) * double(N * C), N, C, 2 * f32s(C) + 2 * f32s(N));
 }
 inline OpCost layernorm_backward_contract(MT_PARAMS(layernorm_backward)) {
   unused(dinp, dweight, dbias, dout, inp, weight, mean, rstd);
@@ -134,7 +137,7 @@ template <typename T>
 OpCost rmsnorm_forward_contract(
     T* out, float* rstd, const float* inp, const float* weight, int64_t N, int64_t C, float eps) {
   unused(out, rstd, inp, weight, eps);
-  return traffic(f32s(N * C) + double(sizeof(T)) * double(N * C), f32s(C) + f32s(N));
+  return norm_forward_cost(double(sizeof(T)) * double(N * C), N, C, f32s(C) + f32s(N));
 }
 inline OpCost rmsnorm_backward_contract(MT_PARAMS(rmsnorm_backward)) {
   unused(dinp, dweight, dout, inp, weight, rstd);

@@ -187,7 +187,7 @@ void TransformerLayer::forward(const RunCtx& rc,
   // with SP the gathered rows are.
   st.ln1_mean = ln ? keep.alloc<float>(Nl) : nullptr;
   st.ln1_rstd = keep.alloc<float>(Nl);
-  if (!sp && rc.precision == Precision::kBF16) {
+  if (!sp && bf16_gemm_inputs(rc)) {
     bf16* ln1 = keep.alloc<bf16>(N * h);
     ln1_.forward(rc, cfg_, p_, ln1, st.ln1_mean, st.ln1_rstd, x, Nl);
     st.ln1_in = Act::of(ln1);
@@ -232,7 +232,7 @@ void TransformerLayer::forward(const RunCtx& rc,
   // experts' input.
   st.ln2_mean = ln ? keep.alloc<float>(Nl) : nullptr;
   st.ln2_rstd = keep.alloc<float>(Nl);
-  const bool ln2_to_gemm = !moe_ && !sp && rc.precision == Precision::kBF16;
+  const bool ln2_to_gemm = !moe_ && !sp && bf16_gemm_inputs(rc);
   float* ln2 = nullptr;
   if (ln2_to_gemm) {
     bf16* ln2_16 = keep.alloc<bf16>(N * h);
@@ -257,19 +257,7 @@ void TransformerLayer::forward(const RunCtx& rc,
     const int64_t fc1_w = cfg_.swiglu ? 2 * Fl_ : Fl_;
     st.fc1 = keep.alloc<float>(N * fc1_w);
     linear_forward(rc, st.fc1, st.ln2_in, p_.weight(fc1_w_), opt(p_, fc1_b_), N, h, fc1_w);
-    if (!cfg_.swiglu && rc.precision == Precision::kBF16) {  // GELU into fc2's bf16 input
-      bf16* act = keep.alloc<bf16>(N * Fl_);
-      kernels::gelu_forward(rc.k, act, st.fc1, N * Fl_);
-      st.act_in = Act::of(act);
-    } else {
-      float* act = gemm_input_buffer(rc, keep, scratch, N * Fl_);
-      if (cfg_.swiglu) {
-        kernels::swiglu_forward(rc.k, act, st.fc1, N, Fl_);
-      } else {
-        kernels::gelu_forward(rc.k, act, st.fc1, N * Fl_);
-      }
-      st.act_in = as_gemm_input(rc, keep, act, N * Fl_);
-    }
+    st.act_in = mlp_activation(rc, keep, scratch, st.fc1, N, Fl_, cfg_.swiglu);
 
     partial = sp ? scratch.alloc<float>(N * h) : y;
     linear_forward(rc, partial, st.act_in, p_.weight(fc2_w_),

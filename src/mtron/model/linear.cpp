@@ -1,5 +1,6 @@
 #include "mtron/model/linear.h"
 
+#include "mtron/kernels/activation.h"
 #include "mtron/kernels/device.h"
 #include "mtron/kernels/elementwise.h"
 #include "mtron/kernels/fp8.h"
@@ -89,6 +90,27 @@ Act as_gemm_input(const RunCtx& rc, Arena& arena, const float* x, int64_t n) {
 
 float* gemm_input_buffer(const RunCtx& rc, Arena& keep, Arena& scratch, int64_t n) {
   return (rc.precision == Precision::kFP32 ? keep : scratch).alloc<float>(n);
+}
+
+Act mlp_activation(const RunCtx& rc,
+                   Arena& keep,
+                   Arena& scratch,
+                   const float* fc1,
+                   int64_t N,
+                   int64_t F,
+                   bool swiglu) {
+  if (!swiglu && bf16_gemm_inputs(rc)) {
+    bf16* act = keep.alloc<bf16>(N * F);
+    kernels::gelu_forward(rc.k, act, fc1, N * F);
+    return Act::of(act);
+  }
+  float* act = gemm_input_buffer(rc, keep, scratch, N * F);
+  if (swiglu) {
+    kernels::swiglu_forward(rc.k, act, fc1, N, F);
+  } else {
+    kernels::gelu_forward(rc.k, act, fc1, N * F);
+  }
+  return as_gemm_input(rc, keep, act, N * F);
 }
 
 void linear_forward(const RunCtx& rc,

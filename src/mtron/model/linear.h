@@ -1,5 +1,5 @@
 // defines: RunCtx, Act, GemmInputRoom, gemm_input_room, as_gemm_input, gemm_input_buffer,
-//          linear_forward, linear_backward
+//          bf16_gemm_inputs, mlp_activation, linear_forward, linear_backward
 //
 // A linear layer's three GEMMs in the run's precision. In bf16 (fp16) mode the GEMMs read bf16
 // (fp16) activations, output gradients and weights and write fp32 (fp32 accumulation); the fp32
@@ -70,6 +70,24 @@ Act as_gemm_input(const RunCtx& rc, Arena& arena, const float* x, int64_t n);
 // fp32 mode the GEMM reads the tensor itself, so it comes from `keep`; in bf16 and fp16 mode
 // only its 16-bit copy is kept and the tensor is a temporary from `scratch`.
 float* gemm_input_buffer(const RunCtx& rc, Arena& keep, Arena& scratch, int64_t n);
+
+// Whether GEMM inputs are bf16 (bf16 mode, FP8 included): an op whose output only feeds a GEMM
+// may then write the bf16 input itself (a norm's forward, GELU) instead of an fp32 tensor and
+// as_gemm_input's conversion.
+inline bool bf16_gemm_inputs(const RunCtx& rc) {
+  return rc.precision == Precision::kBF16;
+}
+
+// The MLP's activation of fc1's output (GELU of [N, F], or SwiGLU of [N, 2F]) as fc2's stashed
+// GEMM input [N, F]: GELU in bf16 mode writes it in one pass, else the fp32 activation goes
+// through as_gemm_input.
+Act mlp_activation(const RunCtx& rc,
+                   Arena& keep,
+                   Arena& scratch,
+                   const float* fc1,
+                   int64_t N,
+                   int64_t F,
+                   bool swiglu);
 
 // y[N,out] = x[N,in] W[out,in]^T + bias (bias may be null)
 void linear_forward(const RunCtx& rc,

@@ -259,13 +259,7 @@ void MoELayer::forward(const RunCtx& rc,
     linear_forward(rc, st.fc1 + b * w1, st.expert_in.at(b * h), experts_.weight(fc1_w_[e]), nullptr,
                    n, h, w1);
   }
-  float* act = gemm_input_buffer(rc, keep, scratch, R * Fl_);
-  if (cfg_.swiglu) {
-    kernels::swiglu_forward(rc.k, act, st.fc1, R, Fl_);
-  } else {
-    kernels::gelu_forward(rc.k, act, st.fc1, R * Fl_);
-  }
-  st.act_in = as_gemm_input(rc, keep, act, R * Fl_);
+  st.act_in = mlp_activation(rc, keep, scratch, st.fc1, R, Fl_, cfg_.swiglu);
   float* eout = scratch.alloc<float>(R * h);  // partial over ETP
   for (int64_t e = 0; e < El_; ++e) {
     const int64_t b = st.plan.expert_begin(e), n = st.plan.expert_begin(e + 1) - b;
