@@ -47,14 +47,14 @@ const float* applied_weight(const RunCtx& rc,
 }  // namespace
 
 template <typename T>
-void Norm::forward_to(const RunCtx& rc,
-                      const ModelConfig& cfg,
-                      const ParamBuffer& p,
-                      T* out,
-                      float* mean,
-                      float* rstd,
-                      const float* in,
-                      int64_t n) const {
+void Norm::forward(const RunCtx& rc,
+                   const ModelConfig& cfg,
+                   const ParamBuffer& p,
+                   T* out,
+                   float* mean,
+                   float* rstd,
+                   const float* in,
+                   int64_t n) const {
   Tensor one_plus;
   const float* gamma = applied_weight(rc, cfg, p, w, width, one_plus);
   if (cfg.normalization == Normalization::kLayerNorm) {
@@ -64,28 +64,22 @@ void Norm::forward_to(const RunCtx& rc,
     kernels::rmsnorm_forward(rc.k, out, rstd, in, gamma, n, width, cfg.norm_epsilon);
   }
 }
-
-void Norm::forward(const RunCtx& rc,
-                   const ModelConfig& cfg,
-                   const ParamBuffer& p,
-                   float* out,
-                   float* mean,
-                   float* rstd,
-                   const float* in,
-                   int64_t n) const {
-  forward_to(rc, cfg, p, out, mean, rstd, in, n);
-}
-
-void Norm::forward(const RunCtx& rc,
-                   const ModelConfig& cfg,
-                   const ParamBuffer& p,
-                   bf16* out,
-                   float* mean,
-                   float* rstd,
-                   const float* in,
-                   int64_t n) const {
-  forward_to(rc, cfg, p, out, mean, rstd, in, n);
-}
+template void Norm::forward(const RunCtx&,
+                            const ModelConfig&,
+                            const ParamBuffer&,
+                            float*,
+                            float*,
+                            float*,
+                            const float*,
+                            int64_t) const;
+template void Norm::forward(const RunCtx&,
+                            const ModelConfig&,
+                            const ParamBuffer&,
+                            bf16*,
+                            float*,
+                            float*,
+                            const float*,
+                            int64_t) const;
 
 void Norm::backward(const RunCtx& rc,
                     const ModelConfig& cfg,

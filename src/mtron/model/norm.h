@@ -27,20 +27,13 @@ struct Norm {
                   bool tp_partial,
                   ParamBuffer& params,
                   int64_t width = 0);
-  // out[n, width] (fp32, or bf16: the next GEMM's input); mean (LayerNorm only) and rstd [n]
-  // saved.
+  // out[n, width] (T: float, or bf16: the next GEMM's input); mean (LayerNorm only) and
+  // rstd [n] saved.
+  template <typename T>
   void forward(const RunCtx& rc,
                const ModelConfig& cfg,
                const ParamBuffer& p,
-               float* out,
-               float* mean,
-               float* rstd,
-               const float* in,
-               int64_t n) const;
-  void forward(const RunCtx& rc,
-               const ModelConfig& cfg,
-               const ParamBuffer& p,
-               bf16* out,
+               T* out,
                float* mean,
                float* rstd,
                const float* in,
@@ -55,17 +48,6 @@ struct Norm {
                 const float* mean,
                 const float* rstd,
                 int64_t n) const;
-
- private:
-  template <typename T>
-  void forward_to(const RunCtx& rc,
-                  const ModelConfig& cfg,
-                  const ParamBuffer& p,
-                  T* out,
-                  float* mean,
-                  float* rstd,
-                  const float* in,
-                  int64_t n) const;
 };
 
 }  // namespace mtron::model
