@@ -164,6 +164,13 @@ void elementwise_cases(Checker& ck, bool small) {
       bias_backward(g_dev, dbias.dev(), dout.dev(), N, C);
       ck.check("dbias", dbias, kTolF32);
     });
+    ck.run("bias_backward", shape + " bf16 dout", [&] {
+      Pair<float> dbias(randn(C));
+      Pair<bf16> dout(narrow<bf16>(randn(N * C)));
+      ref::bias_backward(dbias.host(), widen(dout.host_result()).data(), N, C);
+      bias_backward(g_dev, dbias.dev(), dout.dev(), N, C);
+      ck.check("dbias", dbias, kTolF32);
+    });
   }
 }
 
@@ -290,6 +297,8 @@ void activation_cases(Checker& ck, bool small) {
       ref::gelu_backward(dx.host(), x.host(), dout.host(), n);
       gelu_backward(g_dev, dx.dev(), x.dev(), dout.dev(), n);
       ck.check("dinp", dx, kTolF32);
+      check_bf16_out(ck, "dinp to bf16 (bits)", dx,
+                     [&](bf16* d) { gelu_backward(g_dev, d, x.dev(), dout.dev(), n); });
     });
     ck.run("swiglu", shape, [&] {
       Pair<float> x(randn(N * 2 * F, 3.0f)), out(poison(N * F)), dout(randn(N * F)),
@@ -325,6 +334,9 @@ void rope_cases(Checker& ck, bool small) {
       ref::qkv_merge_grad(dqkv.host(), q.host(), k.host(), v.host(), s.N, s.G, s.hpg, s.D);
       qkv_merge_grad(g_dev, dqkv.dev(), q.dev(), k.dev(), v.dev(), s.N, s.G, s.hpg, s.D);
       ck.check("dqkv", dqkv, 0.0);
+      check_bf16_out(ck, "dqkv to bf16 (bits)", dqkv, [&](bf16* d) {
+        qkv_merge_grad(g_dev, d, q.dev(), k.dev(), v.dev(), s.N, s.G, s.hpg, s.D);
+      });
     });
     ck.run("rope", shape, [&] {
       Pair<float> x(randn(nq));
@@ -565,6 +577,10 @@ void xent_cases(Checker& ck, bool small) {
       xent_backward(g_dev, dl.dev(), logits.dev(), targets.dev(), m2.dev(), s2.dev(), scale.dev(),
                     s.n, s.Vl, s.col_start, s.vocab_valid);
       ck.check("dlogits", dl, kTolF32);
+      check_bf16_out(ck, "dlogits to bf16 (bits)", dl, [&](bf16* d) {
+        xent_backward(g_dev, d, logits.dev(), targets.dev(), m2.dev(), s2.dev(), scale.dev(), s.n,
+                      s.Vl, s.col_start, s.vocab_valid);
+      });
       ref::xent_backward(logits.host(), logits.host(), targets.host(), m2.host(), s2.host(),
                          static_cast<const float*>(nullptr), s.n, s.Vl, s.col_start, s.vocab_valid);
       xent_backward(g_dev, logits.dev(), logits.dev(), targets.dev(), m2.dev(), s2.dev(), nullptr,

@@ -1,4 +1,4 @@
-// defines: gelu_forward/backward (tanh approximation; the forward also to a bf16 output),
+// defines: gelu_forward/backward (tanh approximation; both also to a bf16 output),
 //          swiglu_forward/backward
 //
 // Backward WRITES dinp (=).
@@ -12,7 +12,8 @@ namespace mtron::kernels {
 
 // gelu_forward: out = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))   (GPT-2's gelu_new);
 //               to a bf16 out (the next GEMM's input), convert's rounding of the fp32 values
-//               bit for bit, in one pass
+//               bit for bit, in one pass; gelu_backward likewise (dinp: the fc1 GEMMs' output
+//               gradient)
 // swiglu_forward: inp[N, 2F] = [gate | up] per row (Megatron's fused fc1 with --swiglu);
 //                 out[N, F] = silu(gate) * up, silu(x) = x * sigmoid(x).
 #define MTRON_ACTIVATION_OPS(OP)                                                          \
@@ -22,6 +23,8 @@ namespace mtron::kernels {
      (bf16 * out, const float* inp, int64_t n), (out, inp, n))                            \
   OP(void, gelu_backward, gelu_backward, gelu_backward_contract,                          \
      (float* dinp, const float* inp, const float* dout, int64_t n), (dinp, inp, dout, n)) \
+  OP(void, gelu_backward, gelu_backward_bf16, gelu_backward_contract,                     \
+     (bf16 * dinp, const float* inp, const float* dout, int64_t n), (dinp, inp, dout, n)) \
   OP(void, swiglu_forward, swiglu_forward, swiglu_forward_contract,                       \
      (float* out, const float* inp, int64_t N, int64_t F), (out, inp, N, F))              \
   OP(void, swiglu_backward, swiglu_backward, swiglu_backward_contract,                    \

@@ -78,8 +78,9 @@ OpCost convert_contract(D*, const S*, int64_t n) {
 inline OpCost bias_add_contract(float*, const float*, int64_t N, int64_t C) {
   return avoidable(2 * f32s(N * C) + f32s(C));
 }
-inline OpCost bias_backward_contract(float*, const float*, int64_t N, int64_t C) {
-  return avoidable(f32s(N * C) + 2 * f32s(C));
+template <typename T>
+OpCost bias_backward_contract(float*, const T*, int64_t N, int64_t C) {
+  return avoidable(double(sizeof(T)) * double(N * C) + 2 * f32s(C));
 }
 inline OpCost sum_squares_contract(double*, const float*, int64_t n) {
   return traffic(0, f32s(n));
@@ -103,8 +104,9 @@ template <typename T>
 OpCost gelu_forward_contract(T*, const float*, int64_t n) {
   return {0, f32s(n) + double(sizeof(T)) * double(n), 2.0 * double(n)};
 }
-inline OpCost gelu_backward_contract(float*, const float*, const float*, int64_t n) {
-  return {0, 3 * f32s(n), 2.0 * double(n)};
+template <typename T>
+OpCost gelu_backward_contract(T*, const float*, const float*, int64_t n) {
+  return {0, 2 * f32s(n) + double(sizeof(T)) * double(n), 2.0 * double(n)};
 }
 inline OpCost swiglu_forward_contract(float*, const float*, int64_t N, int64_t F) {
   return traffic(3 * f32s(N * F));
@@ -216,9 +218,17 @@ inline OpCost qkv_split_contract(MT_PARAMS(qkv_split)) {
   unused(q, k, v, qkv);
   return avoidable(2 * f32s(N * G * (hpg + 2) * D));
 }
-inline OpCost qkv_merge_grad_contract(MT_PARAMS(qkv_merge_grad)) {
+template <typename T>
+OpCost qkv_merge_grad_contract(T* dqkv,
+                               const float* dq,
+                               const float* dk,
+                               const float* dv,
+                               int64_t N,
+                               int64_t G,
+                               int64_t hpg,
+                               int64_t D) {
   unused(dqkv, dq, dk, dv);
-  return avoidable(2 * f32s(N * G * (hpg + 2) * D));
+  return avoidable(double(4 + sizeof(T)) * double(N * G * (hpg + 2) * D));
 }
 inline OpCost mla_kv_split_contract(MT_PARAMS(mla_kv_split)) {
   unused(k, v, kv, kpe);
@@ -301,9 +311,20 @@ inline OpCost xent_loss_sum_contract(MT_PARAMS(xent_loss_sum)) {
   unused(loss_sum, row_max, row_sumexp, target_logit);
   return traffic(0, 3 * f32s(n));
 }
-inline OpCost xent_backward_contract(MT_PARAMS(xent_backward)) {
+template <typename T>
+OpCost xent_backward_contract(T* dlogits,
+                              const float* logits,
+                              const int32_t* targets,
+                              const float* row_max,
+                              const float* row_sumexp,
+                              const float* row_scale,
+                              int64_t n,
+                              int64_t Vl,
+                              int64_t col_start,
+                              int64_t vocab_valid) {
   unused(dlogits, logits, targets, row_max, row_sumexp, row_scale, col_start, vocab_valid);
-  return traffic(2 * f32s(n * Vl), 4 * f32s(n));
+  const OpCost c = traffic(2 * f32s(n * Vl), 4 * f32s(n));
+  return {0, c.bytes - double(4 - sizeof(T)) * double(n * Vl), c.min_bytes};
 }
 
 // ---- MoE ------------------------------------------------------------------------------------

@@ -27,7 +27,7 @@ struct DropoutRows {
 // convert:       dst[i] = round_to_nearest_even(src[i]) (to bf16 or f16), and back (to fp32,
 //                exact); to f16, magnitudes from 65520 up become infinity (as on a GPU)
 // bias_add:      out[N,C] += bias[C] broadcast over rows
-// bias_backward: dbias[C] += sum over rows of dout[N,C]
+// bias_backward: dbias[C] += sum over rows of dout[N,C] (fp32 or bf16 dout; sums in fp32)
 // sum_squares:   *total += sum of x[i]^2 accumulated in double, total on ctx's device (the global
 //                gradient norm adds its runs there and reads the total once)
 // fill_zero:     x[0, bytes) = 0
@@ -54,6 +54,8 @@ struct DropoutRows {
      (float* out, const float* bias, int64_t N, int64_t C), (out, bias, N, C))                    \
   OP(void, bias_backward, bias_backward, bias_backward_contract,                                  \
      (float* dbias, const float* dout, int64_t N, int64_t C), (dbias, dout, N, C))                \
+  OP(void, bias_backward, bias_backward_bf16, bias_backward_contract,                             \
+     (float* dbias, const bf16* dout, int64_t N, int64_t C), (dbias, dout, N, C))                 \
   OP(void, sum_squares, sum_squares, sum_squares_contract,                                        \
      (double* total, const float* x, int64_t n), (total, x, n))                                   \
   OP(void, fill_zero, fill_zero, bytes_contract, (void* x, int64_t bytes), (x, bytes))            \

@@ -5,7 +5,8 @@
 // as [hpg query heads | 1 key head | 1 value head] of D channels (hpg = heads per group):
 //   qkv[N, G, hpg + 2, D]
 // qkv_split copies it into separate q[N, H, D], k[N, G, D], v[N, G, D] (H = G * hpg);
-// qkv_merge_grad is its adjoint (writes dqkv).
+// qkv_merge_grad is its adjoint (writes dqkv; to a bf16 dqkv, the QKV GEMMs' input, the rounding
+// of the fp32 values).
 //
 // Multi-latent attention's key and value heads: kv_up_proj writes, per token, each head as
 // [Dn no-RoPE key channels | Dv value channels], kv[N, H, Dn + Dv], and every head shares the
@@ -57,6 +58,9 @@ struct RopeFreq {
 #define MT_PARAMS_qkv_merge_grad                                                         \
   (float* dqkv, const float* dq, const float* dk, const float* dv, int64_t N, int64_t G, \
    int64_t hpg, int64_t D)
+#define MT_PARAMS_qkv_merge_grad_bf16                                                    \
+  (bf16 * dqkv, const float* dq, const float* dk, const float* dv, int64_t N, int64_t G, \
+   int64_t hpg, int64_t D)
 #define MT_PARAMS_mla_kv_split                                                              \
   (float* k, float* v, const float* kv, const float* kpe, int64_t N, int64_t H, int64_t Dn, \
    int64_t Dr, int64_t Dv)
@@ -72,6 +76,8 @@ struct RopeFreq {
      (q, k, v, qkv, N, G, hpg, D))                                                            \
   OP(void, qkv_merge_grad, qkv_merge_grad, qkv_merge_grad_contract, MT_PARAMS_qkv_merge_grad, \
      (dqkv, dq, dk, dv, N, G, hpg, D))                                                        \
+  OP(void, qkv_merge_grad, qkv_merge_grad_bf16, qkv_merge_grad_contract,                      \
+     MT_PARAMS_qkv_merge_grad_bf16, (dqkv, dq, dk, dv, N, G, hpg, D))                         \
   OP(void, mla_kv_split, mla_kv_split, mla_kv_split_contract, MT_PARAMS_mla_kv_split,         \
      (k, v, kv, kpe, N, H, Dn, Dr, Dv))                                                       \
   OP(void, mla_kv_merge_grad, mla_kv_merge_grad, mla_kv_merge_grad_contract,                  \

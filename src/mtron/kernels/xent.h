@@ -35,7 +35,8 @@ MT_HOST_DEVICE inline double xent_row_loss(float row_max, float sumexp, float ta
 //   term and the sum in double, on the device (the host reads the sum when it needs it).
 // xent_backward: dlogits[r, c] = row_scale[r] * (exp(logits[r,c] - row_max[r]) / row_sumexp[r]
 //   - [c is target]) with the *global* row_max/row_sumexp; 0 on padded columns. dlogits may alias
-//   logits. row_scale == nullptr means 1 for every row.
+//   logits. row_scale == nullptr means 1 for every row. To a bf16 dlogits (the LM-head GEMMs'
+//   input): the rounding of the fp32 values, bit for bit.
 #define MT_PARAMS_xent_stats                                                    \
   (float* row_max, float* row_sumexp, float* target_logit, const float* logits, \
    const int32_t* targets, int64_t n, int64_t Vl, int64_t col_start, int64_t vocab_valid)
@@ -43,19 +44,26 @@ MT_HOST_DEVICE inline double xent_row_loss(float row_max, float sumexp, float ta
   (float* dlogits, const float* logits, const int32_t* targets, const float* row_max,         \
    const float* row_sumexp, const float* row_scale, int64_t n, int64_t Vl, int64_t col_start, \
    int64_t vocab_valid)
+#define MT_PARAMS_xent_backward_bf16                                                          \
+  (bf16 * dlogits, const float* logits, const int32_t* targets, const float* row_max,         \
+   const float* row_sumexp, const float* row_scale, int64_t n, int64_t Vl, int64_t col_start, \
+   int64_t vocab_valid)
 #define MT_PARAMS_xent_rescale \
   (float* row_max, float* row_sumexp, const float* global_max, int64_t n)
 #define MT_PARAMS_xent_loss_sum                                                                \
   (double* loss_sum, const float* row_max, const float* row_sumexp, const float* target_logit, \
    int64_t n)
-#define MTRON_XENT_OPS(OP)                                                                \
-  OP(void, xent_stats, xent_stats, xent_stats_contract, MT_PARAMS_xent_stats,             \
-     (row_max, row_sumexp, target_logit, logits, targets, n, Vl, col_start, vocab_valid)) \
-  OP(void, xent_rescale, xent_rescale, xent_rescale_contract, MT_PARAMS_xent_rescale,     \
-     (row_max, row_sumexp, global_max, n))                                                \
-  OP(void, xent_loss_sum, xent_loss_sum, xent_loss_sum_contract, MT_PARAMS_xent_loss_sum, \
-     (loss_sum, row_max, row_sumexp, target_logit, n))                                    \
-  OP(void, xent_backward, xent_backward, xent_backward_contract, MT_PARAMS_xent_backward, \
+#define MTRON_XENT_OPS(OP)                                                                      \
+  OP(void, xent_stats, xent_stats, xent_stats_contract, MT_PARAMS_xent_stats,                   \
+     (row_max, row_sumexp, target_logit, logits, targets, n, Vl, col_start, vocab_valid))       \
+  OP(void, xent_rescale, xent_rescale, xent_rescale_contract, MT_PARAMS_xent_rescale,           \
+     (row_max, row_sumexp, global_max, n))                                                      \
+  OP(void, xent_loss_sum, xent_loss_sum, xent_loss_sum_contract, MT_PARAMS_xent_loss_sum,       \
+     (loss_sum, row_max, row_sumexp, target_logit, n))                                          \
+  OP(void, xent_backward, xent_backward, xent_backward_contract, MT_PARAMS_xent_backward,       \
+     (dlogits, logits, targets, row_max, row_sumexp, row_scale, n, Vl, col_start, vocab_valid)) \
+  OP(void, xent_backward, xent_backward_bf16, xent_backward_contract,                           \
+     MT_PARAMS_xent_backward_bf16,                                                              \
      (dlogits, logits, targets, row_max, row_sumexp, row_scale, n, Vl, col_start, vocab_valid))
 MTRON_XENT_OPS(MT_OP_DECLARE)
 

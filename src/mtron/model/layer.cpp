@@ -108,6 +108,17 @@ const float* opt(const ParamBuffer& p, int handle) {
 float* opt_grad(const ParamBuffer& p, int handle) {
   return handle < 0 ? nullptr : p.grad(handle);
 }
+// The GEMM input of all N rows [N, h] from a norm's fp32 output `local` (this rank's rows):
+// gathered over SP, then as_gemm_input.
+Act gathered_gemm_input(
+    const RunCtx& rc, Arena& keep, Arena& scratch, float* local, int64_t N, int64_t h) {
+  float* full = local;
+  if (rc.tp.sequence_parallel) {
+    full = gemm_input_buffer(rc, keep, scratch, N * h);
+    parallel::enter_tp_forward(rc.tp, full, local, N, h);
+  }
+  return as_gemm_input(rc, keep, full, N * h);
+}
 }  // namespace
 
 void TransformerLayer::attention(
@@ -194,12 +205,7 @@ void TransformerLayer::forward(const RunCtx& rc,
   } else {
     float* ln1 = sp ? scratch.alloc<float>(Nl * h) : gemm_input_buffer(rc, keep, scratch, Nl * h);
     ln1_.forward(rc, cfg_, p_, ln1, st.ln1_mean, st.ln1_rstd, x, Nl);
-    float* ln1_full = ln1;
-    if (sp) {
-      ln1_full = gemm_input_buffer(rc, keep, scratch, N * h);
-      parallel::enter_tp_forward(tp, ln1_full, ln1, N, h);
-    }
-    st.ln1_in = as_gemm_input(rc, keep, ln1_full, N * h);
+    st.ln1_in = gathered_gemm_input(rc, keep, scratch, ln1, N, h);
   }
 
   if (kv) {
@@ -245,14 +251,7 @@ void TransformerLayer::forward(const RunCtx& rc,
     ln2_.forward(rc, cfg_, p_, ln2, st.ln2_mean, st.ln2_rstd, st.x2, Nl);
   }
   if (dense_mlp()) {
-    if (!ln2_to_gemm) {
-      float* ln2_full = ln2;
-      if (sp) {
-        ln2_full = gemm_input_buffer(rc, keep, scratch, N * h);
-        parallel::enter_tp_forward(tp, ln2_full, ln2, N, h);
-      }
-      st.ln2_in = as_gemm_input(rc, keep, ln2_full, N * h);
-    }
+    if (!ln2_to_gemm) st.ln2_in = gathered_gemm_input(rc, keep, scratch, ln2, N, h);
 
     const int64_t fc1_w = cfg_.swiglu ? 2 * Fl_ : Fl_;
     st.fc1 = keep.alloc<float>(N * fc1_w);
@@ -308,12 +307,7 @@ void TransformerLayer::backward(
     linear_backward(rc, scratch, dact, p_.grad(fc2_w_), nullptr, dpartial, st.act_in,
                     p_.weight(fc2_w_), N, Fl_, h);
     const int64_t fc1_w = cfg_.swiglu ? 2 * Fl_ : Fl_;
-    float* dfc1 = scratch.alloc<float>(N * fc1_w);
-    if (cfg_.swiglu) {
-      kernels::swiglu_backward(rc.k, dfc1, st.fc1, dact, N, Fl_);
-    } else {
-      kernels::gelu_backward(rc.k, dfc1, st.fc1, dact, N * Fl_);
-    }
+    const Act dfc1 = mlp_activation_grad(rc, scratch, st.fc1, dact, N, Fl_, cfg_.swiglu);
     float* dln2_full = scratch.alloc<float>(N * h);
     linear_backward(rc, scratch, dln2_full, p_.grad(fc1_w_), opt_grad(p_, fc1_b_), dfc1, st.ln2_in,
                     p_.weight(fc1_w_), N, h, fc1_w);
@@ -371,8 +365,13 @@ void TransformerLayer::backward(
       dq = dq_in;
       dk = dk_in;
     }
-    float* dqkv = scratch.alloc<float>(N * qkv_l_);
-    kernels::qkv_merge_grad(rc.k, dqkv, dq, dk, dv, N, Gl_, Hl_ / Gl_, D_);
+    // In bf16 mode the merge writes the QKV GEMMs' bf16 input itself.
+    const auto merge = [&](auto* dqkv) {
+      kernels::qkv_merge_grad(rc.k, dqkv, dq, dk, dv, N, Gl_, Hl_ / Gl_, D_);
+      return Act::of(dqkv);
+    };
+    const Act dqkv = bf16_gemm_inputs(rc) ? merge(scratch.alloc<bf16>(N * qkv_l_))
+                                          : merge(scratch.alloc<float>(N * qkv_l_));
     linear_backward(rc, scratch, dln1_full, p_.grad(qkv_w_), opt_grad(p_, qkv_b_), dqkv, st.ln1_in,
                     p_.weight(qkv_w_), N, h, qkv_l_);
   }

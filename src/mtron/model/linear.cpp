@@ -113,6 +113,27 @@ Act mlp_activation(const RunCtx& rc,
   return as_gemm_input(rc, keep, act, N * F);
 }
 
+Act mlp_activation_grad(const RunCtx& rc,
+                        Arena& scratch,
+                        const float* fc1,
+                        const float* dact,
+                        int64_t N,
+                        int64_t F,
+                        bool swiglu) {
+  if (!swiglu && bf16_gemm_inputs(rc)) {
+    bf16* d = scratch.alloc<bf16>(N * F);
+    kernels::gelu_backward(rc.k, d, fc1, dact, N * F);
+    return Act::of(d);
+  }
+  float* d = scratch.alloc<float>(N * (swiglu ? 2 * F : F));
+  if (swiglu) {
+    kernels::swiglu_backward(rc.k, d, fc1, dact, N, F);
+  } else {
+    kernels::gelu_backward(rc.k, d, fc1, dact, N * F);
+  }
+  return Act::of(d);
+}
+
 void linear_forward(const RunCtx& rc,
                     float* y,
                     Act x,
@@ -138,15 +159,15 @@ void linear_backward(const RunCtx& rc,
                      float* dx,
                      float* dw,
                      float* db,
-                     const float* dy,
+                     Act dy,
                      Act x,
                      Act w,
                      int64_t N,
                      int64_t in,
                      int64_t out) {
-  if (db) kernels::bias_backward(rc.k, db, dy, N, out);
+  if (db) with_data(dy, [&](auto p) { kernels::bias_backward(rc.k, db, p, N, out); });
   if (const int id = fp8_linear(rc, w); id >= 0) {
-    const Fp8Operand qg = fp8_operand(rc, id, Fp8Role::kGrad, Act::of(dy), N * out);
+    const Fp8Operand qg = fp8_operand(rc, id, Fp8Role::kGrad, dy, N * out);
     if (dx) {
       const Fp8Operand qw = fp8_operand(rc, id, Fp8Role::kWeight, w, out * in);
       fp8_gemm(rc, Trans::kN, Trans::kN, N, in, out, qg, out, qw, in, 0.0f, dx, in);
@@ -155,7 +176,9 @@ void linear_backward(const RunCtx& rc,
     fp8_gemm(rc, Trans::kT, Trans::kN, out, in, N, qg, out, qx, in, 1.0f, dw, in);
     return;
   }
-  const Act g = as_gemm_input(rc, scratch, dy, N * out);
+  const Act g = dy.dtype == DType::kF32
+                    ? as_gemm_input(rc, scratch, static_cast<const float*>(dy.data), N * out)
+                    : dy;
   if (dx) kernels::gemm(rc.k, Trans::kN, Trans::kN, N, in, out, 1.0f, g, out, w, in, 0.0f, dx, in);
   kernels::gemm(rc.k, Trans::kT, Trans::kN, out, in, N, 1.0f, g, out, x, in, 1.0f, dw, in);
 }

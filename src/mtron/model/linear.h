@@ -1,5 +1,5 @@
 // defines: RunCtx, Act, GemmInputRoom, gemm_input_room, as_gemm_input, gemm_input_buffer,
-//          bf16_gemm_inputs, mlp_activation, linear_forward, linear_backward
+//          bf16_gemm_inputs, mlp_activation, mlp_activation_grad, linear_forward, linear_backward
 //
 // A linear layer's three GEMMs in the run's precision. In bf16 (fp16) mode the GEMMs read bf16
 // (fp16) activations, output gradients and weights and write fp32 (fp32 accumulation); the fp32
@@ -16,10 +16,10 @@
 // FP8 (rc.fp8 set, --bf16 with --fp8-format; model/fp8.h): a linear layer whose weight is one of
 // rc.fp8's quantises the inputs of its three GEMMs just before each GEMM (from the bf16 copies
 // of the input and weight, as Transformer Engine quantises Megatron's bf16 tensors, and from
-// the fp32 output gradient) into bf16 storage holding exact FP8 values, runs the bf16 GEMM on
-// them and applies the inverse scales through the GEMM's alpha. The stashed input stays bf16;
-// re-quantising it for wgrad with the same scale gives the forward's values again. Other GEMMs
-// (the LM head, the router) stay bf16.
+// the output gradient as linear_backward gets it) into bf16 storage holding exact FP8 values, runs
+// the bf16 GEMM on them and applies the inverse scales through the GEMM's alpha. The stashed input
+// stays bf16; re-quantising it for wgrad with the same scale gives the forward's values again.
+// Other GEMMs (the LM head, the router) stay bf16.
 #pragma once
 
 #include <cstdint>
@@ -89,6 +89,17 @@ Act mlp_activation(const RunCtx& rc,
                    int64_t F,
                    bool swiglu);
 
+// fc1's output gradient from the activation's gradient dact [N, F], as fc1's backward reads it:
+// GELU in bf16 mode writes the bf16 GEMM input in one pass, else the fp32 gradient ([N, F], or
+// [N, 2F] for SwiGLU).
+Act mlp_activation_grad(const RunCtx& rc,
+                        Arena& scratch,
+                        const float* fc1,
+                        const float* dact,
+                        int64_t N,
+                        int64_t F,
+                        bool swiglu);
+
 // y[N,out] = x[N,in] W[out,in]^T + bias (bias may be null)
 void linear_forward(const RunCtx& rc,
                     float* y,
@@ -100,17 +111,32 @@ void linear_forward(const RunCtx& rc,
                     int64_t out);
 
 // dx[N,in] = dy W (written; skipped when dx is null), dw[out,in] += dy^T x,
-// db[out] += column sums of dy (skipped when db is null). Temporaries come from `scratch`.
+// db[out] += column sums of dy (skipped when db is null). dy: fp32 (made a GEMM input here), or
+// the GEMM input an op wrote itself (bf16 mode: the column sums are then those of the bf16
+// values, as a bias-gradient GEMM epilogue sums them). Temporaries come from `scratch`.
 void linear_backward(const RunCtx& rc,
                      Arena& scratch,
                      float* dx,
                      float* dw,
                      float* db,
-                     const float* dy,
+                     Act dy,
                      Act x,
                      Act w,
                      int64_t N,
                      int64_t in,
                      int64_t out);
+inline void linear_backward(const RunCtx& rc,
+                            Arena& scratch,
+                            float* dx,
+                            float* dw,
+                            float* db,
+                            const float* dy,
+                            Act x,
+                            Act w,
+                            int64_t N,
+                            int64_t in,
+                            int64_t out) {
+  linear_backward(rc, scratch, dx, dw, db, Act::of(dy), x, w, N, in, out);
+}
 
 }  // namespace mtron::model

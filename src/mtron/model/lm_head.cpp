@@ -31,8 +31,15 @@ void lm_head_loss(const RunCtx& rc, Arena& scratch, const LmHeadArgs& a) {
     const int32_t* tg = a.targets + r0;
     xent.forward(logits, tg, n, a.Vl, a.col_start, a.vocab_valid, a.loss_sum);
     if (!train) continue;
-    xent.backward(logits, logits, tg, n, a.Vl, a.col_start, a.vocab_valid);
-    const Act g = as_gemm_input(rc, dlogits_room, logits, n * a.Vl);
+    Act g;
+    if (bf16_gemm_inputs(rc)) {  // the backward writes the GEMMs' bf16 input itself
+      bf16* dlogits = static_cast<bf16*>(dlogits_room.data);
+      xent.backward(dlogits, logits, tg, n, a.Vl, a.col_start, a.vocab_valid);
+      g = Act::of(dlogits);
+    } else {
+      xent.backward(logits, logits, tg, n, a.Vl, a.col_start, a.vocab_valid);
+      g = as_gemm_input(rc, dlogits_room, logits, n * a.Vl);
+    }
     kernels::gemm(rc.k, Trans::kN, Trans::kN, n, a.hidden, a.Vl, 1.0f, g, a.Vl, a.w, a.hidden, 0.0f,
                   a.dh + r0 * a.hidden, a.hidden);
     kernels::gemm(rc.k, Trans::kT, Trans::kN, a.Vl, a.hidden, n, 1.0f, g, a.Vl, hc, a.hidden, 1.0f,

@@ -297,17 +297,12 @@ void MoELayer::backward(const RunCtx& rc,
     linear_backward(rc, scratch, dact + b * Fl_, experts_.grad(fc2_w_[e]), nullptr, deout + b * h,
                     st.act_in.at(b * Fl_), experts_.weight(fc2_w_[e]), n, Fl_, h);
   }
-  float* dfc1 = scratch.alloc<float>(R * w1);
-  if (cfg_.swiglu) {
-    kernels::swiglu_backward(rc.k, dfc1, st.fc1, dact, R, Fl_);
-  } else {
-    kernels::gelu_backward(rc.k, dfc1, st.fc1, dact, R * Fl_);
-  }
+  const Act dfc1 = mlp_activation_grad(rc, scratch, st.fc1, dact, R, Fl_, cfg_.swiglu);
   float* dein = scratch.alloc<float>(R * h);  // partial over ETP
   for (int64_t e = 0; e < El_; ++e) {
     const int64_t b = st.plan.expert_begin(e), n = st.plan.expert_begin(e + 1) - b;
     if (n == 0) continue;
-    linear_backward(rc, scratch, dein + b * h, experts_.grad(fc1_w_[e]), nullptr, dfc1 + b * w1,
+    linear_backward(rc, scratch, dein + b * h, experts_.grad(fc1_w_[e]), nullptr, dfc1.at(b * w1),
                     st.expert_in.at(b * h), experts_.weight(fc1_w_[e]), n, h, w1);
   }
   float* dperm = scratch.alloc<float>(P * h);

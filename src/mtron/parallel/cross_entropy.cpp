@@ -40,7 +40,8 @@ void VocabParallelCrossEntropy::forward(const float* logits,
   kernels::xent_loss_sum(k_, loss_sum, row_max, row_sum, row_tgt, n);
 }
 
-void VocabParallelCrossEntropy::backward(float* dlogits,
+template <typename T>
+void VocabParallelCrossEntropy::backward(T* dlogits,
                                          const float* logits,
                                          const int32_t* targets,
                                          int64_t n,
@@ -50,5 +51,9 @@ void VocabParallelCrossEntropy::backward(float* dlogits,
   kernels::xent_backward(k_, dlogits, logits, targets, stats_, stats_ + R_, stats_ + 3 * R_, n, Vl,
                          col_start, vocab_valid);
 }
+template void VocabParallelCrossEntropy::backward(
+    float*, const float*, const int32_t*, int64_t, int64_t, int64_t, int64_t) const;
+template void VocabParallelCrossEntropy::backward(
+    bf16*, const float*, const int32_t*, int64_t, int64_t, int64_t, int64_t) const;
 
 }  // namespace mtron::parallel

@@ -39,8 +39,9 @@ class VocabParallelCrossEntropy {
                int64_t vocab_valid,
                double* loss_sum);
   // dlogits[n, Vl] = row_scale (softmax - one-hot of the target) of the last forward's chunk,
-  // 0 on padded columns; dlogits may alias logits.
-  void backward(float* dlogits,
+  // 0 on padded columns; dlogits (float, or bf16: the LM-head GEMMs' input) may alias logits.
+  template <typename T>
+  void backward(T* dlogits,
                 const float* logits,
                 const int32_t* targets,
                 int64_t n,

@@ -47,19 +47,33 @@ void gelu_forward_bf16(bf16* out, const float* inp, int64_t n) {
            [&](int64_t i, size_t k, VF y) { store(dh, to_bf16(d, y), bits(out + i), k); });
 }
 
-void gelu_backward(float* dinp, const float* inp, const float* dout, int64_t n) {
+// f(i, k, dgelu(inp) * dout) over the lanes of [0, n).
+template <typename F>
+void for_gelu_grad(const float* inp, const float* dout, int64_t n, int64_t bytes, F f) {
   const DF d;
   const VF k2 = hn::Set(d, 2 * kGeluK), c = hn::Set(d, kGeluC);
   const VF c3 = hn::Set(d, 3 * kGeluC), one = hn::Set(d, 1.0f);
-  parallel_lanes(d, n, n * 12, [&](int64_t i, size_t k) {
+  parallel_lanes(d, n, bytes, [&](int64_t i, size_t k) {
     const VF x = load(d, inp + i, k);
     const VF x2 = hn::Mul(x, x);
     const VF s = sigmoid(d, hn::Mul(hn::Mul(k2, x), hn::MulAdd(c, x2, one)));
     const VF du2 = hn::Mul(k2, hn::MulAdd(c3, x2, one));  // 2u'
     // s + x s (1 - s) 2u'
     const VF g = hn::MulAdd(hn::Mul(x, hn::Mul(s, hn::Sub(one, s))), du2, s);
-    store(d, hn::Mul(g, load(d, dout + i, k)), dinp + i, k);
+    f(i, k, hn::Mul(g, load(d, dout + i, k)));
   });
+}
+
+void gelu_backward(float* dinp, const float* inp, const float* dout, int64_t n) {
+  const DF d;
+  for_gelu_grad(inp, dout, n, n * 12, [&](int64_t i, size_t k, VF g) { store(d, g, dinp + i, k); });
+}
+
+void gelu_backward_bf16(bf16* dinp, const float* inp, const float* dout, int64_t n) {
+  const DF d;
+  const DU16 dh;
+  for_gelu_grad(inp, dout, n, n * 10,
+                [&](int64_t i, size_t k, VF g) { store(dh, to_bf16(d, g), bits(dinp + i), k); });
 }
 
 void swiglu_forward(float* out, const float* inp, int64_t N, int64_t F) {

@@ -73,11 +73,12 @@ void bias_add(float* out, const float* bias, int64_t N, int64_t C) {
 // Threads split the columns, each summing all rows in order: deterministic for any thread count.
 // Each thread walks the rows sequentially (its column range of every row is contiguous), adding
 // into fp32 block sums over kBlock rows that are then added into fp32 totals (pairwise-like
-// accuracy), both small enough to stay in L1.
-void bias_backward(float* dbias, const float* dout, int64_t N, int64_t C) {
+// accuracy), both small enough to stay in L1. T: float, or bf16 (widened exactly).
+template <typename T>
+void column_sums(float* dbias, const T* dout, int64_t N, int64_t C) {
   constexpr int64_t kBlock = 256;
   const DF d;
-  parallel_ranges(C, threads_for(N * C * 4), kLine, [&](int64_t c0, int64_t c1) {
+  parallel_ranges(C, threads_for(N * C * int64_t(sizeof(T))), kLine, [&](int64_t c0, int64_t c1) {
     const int64_t w = c1 - c0;
     std::vector<float> part(static_cast<size_t>(w)), total(static_cast<size_t>(w), 0.0f);
     float* pp = part.data();
@@ -88,6 +89,14 @@ void bias_backward(float* dbias, const float* dout, int64_t N, int64_t C) {
     }
     for (int64_t c = c0; c < c1; ++c) dbias[c] += total[size_t(c - c0)];
   });
+}
+
+void bias_backward(float* dbias, const float* dout, int64_t N, int64_t C) {
+  column_sums(dbias, dout, N, C);
+}
+
+void bias_backward_bf16(float* dbias, const bf16* dout, int64_t N, int64_t C) {
+  column_sums(dbias, dout, N, C);
 }
 
 // Squares summed in fp32 within blocks of 1024 elements, the block sums added in double in block

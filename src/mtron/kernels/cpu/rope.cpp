@@ -27,6 +27,30 @@ namespace {
 void copy_rows(float* dst, const float* src, int64_t n) {
   std::memcpy(dst, src, size_t(n) * sizeof(float));
 }
+void copy_rows(bf16* dst, const float* src, int64_t n) {
+  narrow_into(DF(), dst, src, n);
+}
+
+// qkv_merge_grad to a float or bf16 dqkv.
+template <typename T>
+void merge_qkv(T* dqkv,
+               const float* dq,
+               const float* dk,
+               const float* dv,
+               int64_t N,
+               int64_t G,
+               int64_t hpg,
+               int64_t D) {
+  const int64_t H = G * hpg;
+  parallel_rows(N, threads_for(N * (H + 2 * G) * D * int64_t(4 + sizeof(T))), [&](int64_t n) {
+    for (int64_t g = 0; g < G; ++g) {
+      T* dst = dqkv + ((n * G + g) * (hpg + 2)) * D;
+      copy_rows(dst, dq + (n * H + g * hpg) * D, hpg * D);
+      copy_rows(dst + hpg * D, dk + (n * G + g) * D, D);
+      copy_rows(dst + (hpg + 1) * D, dv + (n * G + g) * D, D);
+    }
+  });
+}
 
 // R = rot_dim. sign = +1: forward rotation by +angle; -1: the adjoint (rotation by -angle).
 void rope_apply(MT_PARAMS(rope_forward), float sign) {
@@ -73,15 +97,11 @@ void qkv_split(MT_PARAMS(qkv_split)) {
 }
 
 void qkv_merge_grad(MT_PARAMS(qkv_merge_grad)) {
-  const int64_t H = G * hpg;
-  parallel_rows(N, threads_for(N * (H + 2 * G) * D * 8), [&](int64_t n) {
-    for (int64_t g = 0; g < G; ++g) {
-      float* dst = dqkv + ((n * G + g) * (hpg + 2)) * D;
-      copy_rows(dst, dq + (n * H + g * hpg) * D, hpg * D);
-      copy_rows(dst + hpg * D, dk + (n * G + g) * D, D);
-      copy_rows(dst + (hpg + 1) * D, dv + (n * G + g) * D, D);
-    }
-  });
+  merge_qkv(dqkv, dq, dk, dv, N, G, hpg, D);
+}
+
+void qkv_merge_grad_bf16(MT_PARAMS(qkv_merge_grad_bf16)) {
+  merge_qkv(dqkv, dq, dk, dv, N, G, hpg, D);
 }
 
 void mla_kv_split(MT_PARAMS(mla_kv_split)) {

@@ -1,6 +1,6 @@
 // defines (per SIMD target, in namespace cpu::HWY_NAMESPACE): DF, VF, DU16, load, store,
-//          for_lanes, parallel_lanes, add_into, exp, sigmoid, hsum, hmax, to_bf16, from_bf16,
-//          to_f16, from_f16
+//          for_lanes, parallel_lanes, add_into (fp32 or bf16 source), exp, sigmoid, hsum, hmax,
+//          to_bf16, from_bf16, to_f16, from_f16, bits, narrow_into
 //
 // The vector helpers every CPU kernel shares, written once over Google Highway and compiled for
 // each SIMD target a kernel file is compiled for (hwy/foreach_target.h re-includes this file once
@@ -187,6 +187,25 @@ template <typename H>
 HWY_INLINE uint16_t* bits(H* p) {
   static_assert(sizeof(H) == 2);
   return reinterpret_cast<uint16_t*>(p);
+}
+
+// dst[0, n) += src[0, n) widened (exact)
+HWY_INLINE void add_into(DF d, float* HWY_RESTRICT dst, const bf16* HWY_RESTRICT src, int64_t n) {
+  const DU16 dh;
+  for_lanes(d, 0, n, [&](int64_t c, size_t k) {
+    store(d, hn::Add(load(d, dst + c, k), from_bf16(d, load(dh, bits(src + c), k))), dst + c, k);
+  });
+}
+
+// dst[0, n) = src[0, n) rounded to bf16 (to_bf16)
+HWY_INLINE void narrow_into(DF d,
+                            bf16* HWY_RESTRICT dst,
+                            const float* HWY_RESTRICT src,
+                            int64_t n) {
+  const DU16 dh;
+  for_lanes(d, 0, n, [&](int64_t c, size_t k) {
+    store(dh, to_bf16(d, load(d, src + c, k)), bits(dst + c), k);
+  });
 }
 
 }  // namespace mtron::kernels::cpu::HWY_NAMESPACE

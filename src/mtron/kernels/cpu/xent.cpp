@@ -88,23 +88,55 @@ void xent_loss_sum(MT_PARAMS(xent_loss_sum)) {
   *loss_sum += s;
 }
 
-void xent_backward(MT_PARAMS(xent_backward)) {
+// xent_backward to a float or bf16 dlogits: store(lanes, c, k) writes each vector of fp32
+// gradients, the target's lane with its -scale already in.
+template <typename T, typename Store>
+void xent_grad_rows(T* dlogits,
+                    const float* logits,
+                    const int32_t* targets,
+                    const float* row_max,
+                    const float* row_sumexp,
+                    const float* row_scale,
+                    int64_t n,
+                    int64_t Vl,
+                    int64_t col_start,
+                    int64_t vocab_valid,
+                    Store store_lanes) {
   const DF d;
+  const hn::RebindToSigned<DF> di;
   const int64_t nv = valid_cols(Vl, col_start, vocab_valid);
-  parallel_rows(n, threads_for(n * Vl * 8), [&](int64_t r) {
+  parallel_rows(n, threads_for(n * Vl * int64_t(4 + sizeof(T))), [&](int64_t r) {
     const float* x = logits + r * Vl;
-    float* g = dlogits + r * Vl;
+    T* g = dlogits + r * Vl;
     const float scale = row_scale ? row_scale[r] : 1.0f;
     const bool empty = row_max[r] == kNegInf || !(row_sumexp[r] > 0);
     const VF vm = hn::Set(d, empty ? 0.0f : row_max[r]);
     const VF vs = hn::Set(d, empty ? 0.0f : scale / row_sumexp[r]);
-    for_lanes(d, 0, nv, [&](int64_t c, size_t k) {
-      store(d, hn::Mul(exp(d, hn::Sub(load(d, x + c, k), vm)), vs), g + c, k);
-    });
-    for_lanes(d, nv, Vl, [&](int64_t c, size_t k) { store(d, hn::Zero(d), g + c, k); });
     const int64_t t = int64_t(targets[r]) - col_start;
-    if (t >= 0 && t < nv) g[t] -= scale;
+    for_lanes(d, 0, nv, [&](int64_t c, size_t k) {
+      VF v = hn::Mul(exp(d, hn::Sub(load(d, x + c, k), vm)), vs);
+      if (t >= c && t < c + int64_t(k)) {
+        const auto at_t = hn::Eq(hn::Iota(di, int32_t(c)), hn::Set(di, int32_t(t)));
+        v = hn::Sub(v, hn::IfThenElseZero(hn::RebindMask(d, at_t), hn::Set(d, scale)));
+      }
+      store_lanes(v, g + c, k);
+    });
+    for_lanes(d, nv, Vl, [&](int64_t c, size_t k) { store_lanes(hn::Zero(d), g + c, k); });
   });
+}
+
+void xent_backward(MT_PARAMS(xent_backward)) {
+  const DF d;
+  xent_grad_rows(dlogits, logits, targets, row_max, row_sumexp, row_scale, n, Vl, col_start,
+                 vocab_valid, [&](VF v, float* p, size_t k) { store(d, v, p, k); });
+}
+
+void xent_backward_bf16(MT_PARAMS(xent_backward_bf16)) {
+  const DF d;
+  const DU16 dh;
+  xent_grad_rows(dlogits, logits, targets, row_max, row_sumexp, row_scale, n, Vl, col_start,
+                 vocab_valid,
+                 [&](VF v, bf16* p, size_t k) { store(dh, to_bf16(d, v), bits(p), k); });
 }
 
 }  // namespace mtron::kernels::cpu::HWY_NAMESPACE

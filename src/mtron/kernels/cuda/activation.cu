@@ -20,12 +20,6 @@ __device__ __forceinline__ float gelu(float x) {
   const float u2 = (2 * kGeluK) * x * fmaf(kGeluC, x * x, 1.0f);
   return x * sigmoid(u2);
 }
-__device__ __forceinline__ void store_as(float* p, float v) {
-  *p = v;
-}
-__device__ __forceinline__ void store_as(uint16_t* p, float v) {
-  *p = f32_to_bf16_bits(v);
-}
 
 // out: float, or uint16_t holding bf16
 template <typename T>
@@ -35,14 +29,16 @@ __global__ void gelu_forward_kernel(T* out, const float* inp, int64_t n) {
     store_as(out + i, gelu(inp[i]));
 }
 
-__global__ void gelu_backward_kernel(float* dinp, const float* inp, const float* dout, int64_t n) {
+// dinp: float, or uint16_t holding bf16
+template <typename T>
+__global__ void gelu_backward_kernel(T* dinp, const float* inp, const float* dout, int64_t n) {
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
        i += int64_t(gridDim.x) * blockDim.x) {
     const float x = inp[i];
     const float x2 = x * x;
     const float s = sigmoid((2 * kGeluK) * x * fmaf(kGeluC, x2, 1.0f));
     const float du2 = (2 * kGeluK) * fmaf(3 * kGeluC, x2, 1.0f);
-    dinp[i] = fmaf(x * (s * (1.0f - s)), du2, s) * dout[i];
+    store_as(dinp + i, fmaf(x * (s * (1.0f - s)), du2, s) * dout[i]);
   }
 }
 
@@ -83,8 +79,13 @@ void gelu_forward(const Ctx& ctx, bf16* out, const float* inp, int64_t n) {
 }
 
 void gelu_backward(const Ctx& ctx, float* dinp, const float* inp, const float* dout, int64_t n) {
-  launch("gelu_backward", gelu_backward_kernel, grid_for(n, kThreads), kThreads, 0, stream_of(ctx),
-         dinp, inp, dout, n);
+  launch("gelu_backward", gelu_backward_kernel<float>, grid_for(n, kThreads), kThreads, 0,
+         stream_of(ctx), dinp, inp, dout, n);
+}
+
+void gelu_backward(const Ctx& ctx, bf16* dinp, const float* inp, const float* dout, int64_t n) {
+  launch("gelu_backward_bf16", gelu_backward_kernel<uint16_t>, grid_for(n, kThreads), kThreads, 0,
+         stream_of(ctx), reinterpret_cast<uint16_t*>(dinp), inp, dout, n);
 }
 
 void swiglu_forward(const Ctx& ctx, float* out, const float* inp, int64_t N, int64_t F) {

@@ -98,15 +98,17 @@ __global__ void dropout_kernel(float* x, const int32_t* pos, int64_t rows, Dropo
 constexpr int kColRows = 8;
 constexpr int64_t kColChunk = 256;
 
+// src: float, or uint16_t holding bf16
+template <typename T>
 __global__ void column_sum_kernel(
-    float* out, const float* src, int64_t R, int64_t C, int64_t chunk, bool accumulate) {
+    float* out, const T* src, int64_t R, int64_t C, int64_t chunk, bool accumulate) {
   __shared__ float part[kColRows][33];
   const int64_t c = int64_t(blockIdx.x) * 32 + threadIdx.x;
   const int64_t r0 = int64_t(blockIdx.y) * chunk;
   const int64_t r1 = r0 + chunk < R ? r0 + chunk : R;
   float s = 0;
   if (c < C)
-    for (int64_t r = r0 + threadIdx.y; r < r1; r += kColRows) s += src[r * C + c];
+    for (int64_t r = r0 + threadIdx.y; r < r1; r += kColRows) s += load_f32(src + r * C + c);
   part[threadIdx.y][threadIdx.x] = s;
   __syncthreads();
   if (threadIdx.y == 0 && c < C) {
@@ -137,6 +139,29 @@ __global__ void sum_parts_kernel(double* total, const double* part, int64_t n) {
   for (int64_t i = threadIdx.x; i < n; i += blockDim.x) s += part[i];
   s = block_sum(s, red);
   if (threadIdx.x == 0) *total += s;
+}
+
+template <typename T>
+void column_sums(cudaStream_t stream, float* dst, const T* src, int64_t R, int64_t C) {
+  if (R <= 0 || C <= 0) return;
+  const unsigned col_blocks = unsigned((C + 31) / 32);
+  const dim3 block(32, kColRows);
+  if (R <= kColChunk) {
+    launch("column_sum", column_sum_kernel<T>, dim3(col_blocks, 1), block, 0, stream, dst, src, R,
+           C, R, true);
+    return;
+  }
+  const int64_t chunks = (R + kColChunk - 1) / kColChunk;
+  Scratch part(sizeof(float) * size_t(chunks * C), stream);
+  // grid.y is limited to 65535 chunks (16.7M rows); larger R is split into slices of rows
+  for (int64_t c0 = 0; c0 < chunks; c0 += 65535) {
+    const int64_t nc = chunks - c0 < 65535 ? chunks - c0 : 65535;
+    launch("column_sum", column_sum_kernel<T>, dim3(col_blocks, unsigned(nc)), block, 0, stream,
+           part.as<float>() + c0 * C, src + c0 * kColChunk * C,
+           R - c0 * kColChunk < nc * kColChunk ? R - c0 * kColChunk : nc * kColChunk, C, kColChunk,
+           false);
+  }
+  column_sums(stream, dst, part.as<float>(), chunks, C);
 }
 
 }  // namespace
@@ -183,6 +208,10 @@ void bias_backward(const Ctx& ctx, float* dbias, const float* dout, int64_t N, i
   add_column_sums(stream_of(ctx), dbias, dout, N, C);
 }
 
+void bias_backward(const Ctx& ctx, float* dbias, const bf16* dout, int64_t N, int64_t C) {
+  column_sums(stream_of(ctx), dbias, reinterpret_cast<const uint16_t*>(dout), N, C);
+}
+
 void dropout(const Ctx& ctx, float* x, const int32_t* pos, int64_t rows, const DropoutRows& d) {
   const int64_t n = rows * ((d.width + kDropRun - 1) / kDropRun);
   launch("dropout", dropout_kernel, grid_for(n, kThreads), kThreads, 0, stream_of(ctx), x, pos,
@@ -205,25 +234,7 @@ void scale_matrix(cudaStream_t stream, float* C, int64_t M, int64_t N, int64_t l
 }
 
 void add_column_sums(cudaStream_t stream, float* dst, const float* src, int64_t R, int64_t C) {
-  if (R <= 0 || C <= 0) return;
-  const unsigned col_blocks = unsigned((C + 31) / 32);
-  const dim3 block(32, kColRows);
-  if (R <= kColChunk) {
-    launch("column_sum", column_sum_kernel, dim3(col_blocks, 1), block, 0, stream, dst, src, R, C,
-           R, true);
-    return;
-  }
-  const int64_t chunks = (R + kColChunk - 1) / kColChunk;
-  Scratch part(sizeof(float) * size_t(chunks * C), stream);
-  // grid.y is limited to 65535 chunks (16.7M rows); larger R is split into slices of rows
-  for (int64_t c0 = 0; c0 < chunks; c0 += 65535) {
-    const int64_t nc = chunks - c0 < 65535 ? chunks - c0 : 65535;
-    launch("column_sum", column_sum_kernel, dim3(col_blocks, unsigned(nc)), block, 0, stream,
-           part.as<float>() + c0 * C, src + c0 * kColChunk * C,
-           R - c0 * kColChunk < nc * kColChunk ? R - c0 * kColChunk : nc * kColChunk, C, kColChunk,
-           false);
-  }
-  add_column_sums(stream, dst, part.as<float>(), chunks, C);
+  column_sums(stream, dst, src, R, C);
 }
 
 }  // namespace mtron::kernels::cuda

@@ -41,13 +41,22 @@ __global__ void qkv_split_kernel(MT_PARAMS(qkv_split)) {
   }
 }
 
-__global__ void qkv_merge_kernel(MT_PARAMS(qkv_merge_grad)) {
+// dqkv: float, or uint16_t holding bf16
+template <typename T>
+__global__ void qkv_merge_kernel(T* dqkv,
+                                 const float* dq,
+                                 const float* dk,
+                                 const float* dv,
+                                 int64_t N,
+                                 int64_t G,
+                                 int64_t hpg,
+                                 int64_t D) {
   const int64_t n = N * G * (hpg + 2) * D;
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
        i += int64_t(gridDim.x) * blockDim.x) {
     const QkvPlace p = qkv_place(i, G, hpg, D);
     const float* src = p.which == 0 ? dq : (p.which == 1 ? dk : dv);
-    dqkv[i] = src[p.at];
+    store_as(dqkv + i, src[p.at]);
   }
 }
 
@@ -114,8 +123,14 @@ void qkv_split(const Ctx& ctx, MT_PARAMS(qkv_split)) {
 
 void qkv_merge_grad(const Ctx& ctx, MT_PARAMS(qkv_merge_grad)) {
   const int64_t n = N * G * (hpg + 2) * D;
-  launch("qkv_merge_grad", qkv_merge_kernel, grid_for(n, kThreads), kThreads, 0, stream_of(ctx),
-         dqkv, dq, dk, dv, N, G, hpg, D);
+  launch("qkv_merge_grad", qkv_merge_kernel<float>, grid_for(n, kThreads), kThreads, 0,
+         stream_of(ctx), dqkv, dq, dk, dv, N, G, hpg, D);
+}
+
+void qkv_merge_grad(const Ctx& ctx, MT_PARAMS(qkv_merge_grad_bf16)) {
+  const int64_t n = N * G * (hpg + 2) * D;
+  launch("qkv_merge_grad_bf16", qkv_merge_kernel<uint16_t>, grid_for(n, kThreads), kThreads, 0,
+         stream_of(ctx), reinterpret_cast<uint16_t*>(dqkv), dq, dk, dv, N, G, hpg, D);
 }
 
 void mla_kv_split(const Ctx& ctx, MT_PARAMS(mla_kv_split)) {

@@ -61,7 +61,18 @@ __global__ void xent_loss_sum_kernel(MT_PARAMS(xent_loss_sum)) {
   if (threadIdx.x == 0) *loss_sum += s;
 }
 
-__global__ void xent_backward_kernel(MT_PARAMS(xent_backward)) {
+// dlogits: float, or uint16_t holding bf16
+template <typename T>
+__global__ void xent_backward_kernel(T* dlogits,
+                                     const float* logits,
+                                     const int32_t* targets,
+                                     const float* row_max,
+                                     const float* row_sumexp,
+                                     const float* row_scale,
+                                     int64_t n,
+                                     int64_t Vl,
+                                     int64_t col_start,
+                                     int64_t vocab_valid) {
   const int64_t n_items = n * Vl, nv = valid_cols(Vl, col_start, vocab_valid);
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n_items;
        i += int64_t(gridDim.x) * blockDim.x) {
@@ -75,7 +86,7 @@ __global__ void xent_backward_kernel(MT_PARAMS(xent_backward)) {
       d = expf(logits[i] - vm) * vs;
       if (int64_t(targets[r]) - col_start == c) d -= scale;
     }
-    dlogits[i] = d;
+    store_as(dlogits + i, d);
   }
 }
 
@@ -100,9 +111,15 @@ void xent_loss_sum(const Ctx& ctx, MT_PARAMS(xent_loss_sum)) {
 }
 
 void xent_backward(const Ctx& ctx, MT_PARAMS(xent_backward)) {
-  launch("xent_backward", xent_backward_kernel, grid_for(n * Vl, kThreads), kThreads, 0,
+  launch("xent_backward", xent_backward_kernel<float>, grid_for(n * Vl, kThreads), kThreads, 0,
          stream_of(ctx), dlogits, logits, targets, row_max, row_sumexp, row_scale, n, Vl, col_start,
          vocab_valid);
+}
+
+void xent_backward(const Ctx& ctx, MT_PARAMS(xent_backward_bf16)) {
+  launch("xent_backward_bf16", xent_backward_kernel<uint16_t>, grid_for(n * Vl, kThreads), kThreads,
+         0, stream_of(ctx), reinterpret_cast<uint16_t*>(dlogits), logits, targets, row_max,
+         row_sumexp, row_scale, n, Vl, col_start, vocab_valid);
 }
 
 }  // namespace mtron::kernels::cuda
