@@ -219,14 +219,7 @@ inline OpCost qkv_split_contract(MT_PARAMS(qkv_split)) {
   return avoidable(2 * f32s(N * G * (hpg + 2) * D));
 }
 template <typename T>
-OpCost qkv_merge_grad_contract(T* dqkv,
-                               const float* dq,
-                               const float* dk,
-                               const float* dv,
-                               int64_t N,
-                               int64_t G,
-                               int64_t hpg,
-                               int64_t D) {
+OpCost qkv_merge_grad_contract(MT_PARAMS_OF(qkv_merge_grad, T)) {
   unused(dqkv, dq, dk, dv);
   return avoidable(double(4 + sizeof(T)) * double(N * G * (hpg + 2) * D));
 }
@@ -312,16 +305,7 @@ inline OpCost xent_loss_sum_contract(MT_PARAMS(xent_loss_sum)) {
   return traffic(0, 3 * f32s(n));
 }
 template <typename T>
-OpCost xent_backward_contract(T* dlogits,
-                              const float* logits,
-                              const int32_t* targets,
-                              const float* row_max,
-                              const float* row_sumexp,
-                              const float* row_scale,
-                              int64_t n,
-                              int64_t Vl,
-                              int64_t col_start,
-                              int64_t vocab_valid) {
+OpCost xent_backward_contract(MT_PARAMS_OF(xent_backward, T)) {
   unused(dlogits, logits, targets, row_max, row_sumexp, row_scale, col_start, vocab_valid);
   const OpCost c = traffic(2 * f32s(n * Vl), 4 * f32s(n));
   return {0, c.bytes - double(4 - sizeof(T)) * double(n * Vl), c.min_bytes};

@@ -17,7 +17,8 @@
 // ctx.device (dispatch.cpp), the CPU's run-time choice of SIMD target (cpu/simd.h) and the stubs
 // of a build without CUDA (cuda/no_cuda.cpp). A row whose parameter list is long (six or more)
 // names it `MT_PARAMS_<id>`, defined just before the family's list, and the backends define the
-// op with `MT_PARAMS(id)` as its parameters, so that the list is written once. Adding an op means:
+// op with `MT_PARAMS(id)` as its parameters, so that the list is written once (`MT_PARAMS_OF`
+// where rows differ in one tensor's type: templates over it). Adding an op means:
 // its row, its CPU, CUDA and reference bodies, and its case in the op table of tests/kernels.
 #pragma once
 
@@ -28,6 +29,9 @@
 // The parameters of op `id` as a function's parameter list (without the parentheses).
 #define MT_PARAMS(id) MT_PARAMS_EXPAND(MT_PARAMS_##id)
 #define MT_PARAMS_EXPAND(params) MT_UNPACK params
+// The parameters of ops that differ in one tensor's type T (an fp32 or bf16 output):
+// `MT_PARAMS_<id>_of(T)`, the rows' lists being MT_PARAMS_<id>_of(float) and (bf16).
+#define MT_PARAMS_OF(id, T) MT_PARAMS_EXPAND(MT_PARAMS_##id##_of(T))
 
 // `ret name(const Ctx& ctx, parameters...);` in the current namespace.
 #define MT_OP_DECLARE(ret, name, id, contract, params, args) \

@@ -55,12 +55,11 @@ struct RopeFreq {
 // rope_backward: the adjoint (rotation by -angle), in place over dx.
 #define MT_PARAMS_qkv_split \
   (float* q, float* k, float* v, const float* qkv, int64_t N, int64_t G, int64_t hpg, int64_t D)
-#define MT_PARAMS_qkv_merge_grad                                                         \
-  (float* dqkv, const float* dq, const float* dk, const float* dv, int64_t N, int64_t G, \
-   int64_t hpg, int64_t D)
-#define MT_PARAMS_qkv_merge_grad_bf16                                                    \
-  (bf16 * dqkv, const float* dq, const float* dk, const float* dv, int64_t N, int64_t G, \
-   int64_t hpg, int64_t D)
+#define MT_PARAMS_qkv_merge_grad_of(T)                                                             \
+  (T * dqkv, const float* dq, const float* dk, const float* dv, int64_t N, int64_t G, int64_t hpg, \
+   int64_t D)
+#define MT_PARAMS_qkv_merge_grad MT_PARAMS_qkv_merge_grad_of(float)
+#define MT_PARAMS_qkv_merge_grad_bf16 MT_PARAMS_qkv_merge_grad_of(bf16)
 #define MT_PARAMS_mla_kv_split                                                              \
   (float* k, float* v, const float* kv, const float* kpe, int64_t N, int64_t H, int64_t Dn, \
    int64_t Dr, int64_t Dv)

@@ -40,14 +40,12 @@ MT_HOST_DEVICE inline double xent_row_loss(float row_max, float sumexp, float ta
 #define MT_PARAMS_xent_stats                                                    \
   (float* row_max, float* row_sumexp, float* target_logit, const float* logits, \
    const int32_t* targets, int64_t n, int64_t Vl, int64_t col_start, int64_t vocab_valid)
-#define MT_PARAMS_xent_backward                                                               \
-  (float* dlogits, const float* logits, const int32_t* targets, const float* row_max,         \
+#define MT_PARAMS_xent_backward_of(T)                                                         \
+  (T * dlogits, const float* logits, const int32_t* targets, const float* row_max,            \
    const float* row_sumexp, const float* row_scale, int64_t n, int64_t Vl, int64_t col_start, \
    int64_t vocab_valid)
-#define MT_PARAMS_xent_backward_bf16                                                          \
-  (bf16 * dlogits, const float* logits, const int32_t* targets, const float* row_max,         \
-   const float* row_sumexp, const float* row_scale, int64_t n, int64_t Vl, int64_t col_start, \
-   int64_t vocab_valid)
+#define MT_PARAMS_xent_backward MT_PARAMS_xent_backward_of(float)
+#define MT_PARAMS_xent_backward_bf16 MT_PARAMS_xent_backward_of(bf16)
 #define MT_PARAMS_xent_rescale \
   (float* row_max, float* row_sumexp, const float* global_max, int64_t n)
 #define MT_PARAMS_xent_loss_sum                                                                \

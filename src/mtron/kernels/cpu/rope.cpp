@@ -33,14 +33,7 @@ void copy_rows(bf16* dst, const float* src, int64_t n) {
 
 // qkv_merge_grad to a float or bf16 dqkv.
 template <typename T>
-void merge_qkv(T* dqkv,
-               const float* dq,
-               const float* dk,
-               const float* dv,
-               int64_t N,
-               int64_t G,
-               int64_t hpg,
-               int64_t D) {
+void merge_qkv(MT_PARAMS_OF(qkv_merge_grad, T)) {
   const int64_t H = G * hpg;
   parallel_rows(N, threads_for(N * (H + 2 * G) * D * int64_t(4 + sizeof(T))), [&](int64_t n) {
     for (int64_t g = 0; g < G; ++g) {

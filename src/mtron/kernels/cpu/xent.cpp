@@ -88,20 +88,20 @@ void xent_loss_sum(MT_PARAMS(xent_loss_sum)) {
   *loss_sum += s;
 }
 
-// xent_backward to a float or bf16 dlogits: store(lanes, c, k) writes each vector of fp32
-// gradients, the target's lane with its -scale already in.
-template <typename T, typename Store>
-void xent_grad_rows(T* dlogits,
-                    const float* logits,
-                    const int32_t* targets,
-                    const float* row_max,
-                    const float* row_sumexp,
-                    const float* row_scale,
-                    int64_t n,
-                    int64_t Vl,
-                    int64_t col_start,
-                    int64_t vocab_valid,
-                    Store store_lanes) {
+namespace {
+
+// k lanes of fp32 values to a float or bf16 row.
+void store_lanes(VF v, float* p, size_t k) {
+  store(DF(), v, p, k);
+}
+void store_lanes(VF v, bf16* p, size_t k) {
+  store(DU16(), to_bf16(DF(), v), bits(p), k);
+}
+
+// xent_backward to a float or bf16 dlogits (each vector of fp32 gradients rounded once, the
+// target's lane with its -scale already in).
+template <typename T>
+void xent_grad_rows(MT_PARAMS_OF(xent_backward, T)) {
   const DF d;
   const hn::RebindToSigned<DF> di;
   const int64_t nv = valid_cols(Vl, col_start, vocab_valid);
@@ -125,18 +125,16 @@ void xent_grad_rows(T* dlogits,
   });
 }
 
+}  // namespace
+
 void xent_backward(MT_PARAMS(xent_backward)) {
-  const DF d;
   xent_grad_rows(dlogits, logits, targets, row_max, row_sumexp, row_scale, n, Vl, col_start,
-                 vocab_valid, [&](VF v, float* p, size_t k) { store(d, v, p, k); });
+                 vocab_valid);
 }
 
 void xent_backward_bf16(MT_PARAMS(xent_backward_bf16)) {
-  const DF d;
-  const DU16 dh;
   xent_grad_rows(dlogits, logits, targets, row_max, row_sumexp, row_scale, n, Vl, col_start,
-                 vocab_valid,
-                 [&](VF v, bf16* p, size_t k) { store(dh, to_bf16(d, v), bits(p), k); });
+                 vocab_valid);
 }
 
 }  // namespace mtron::kernels::cpu::HWY_NAMESPACE

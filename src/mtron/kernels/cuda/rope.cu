@@ -43,14 +43,7 @@ __global__ void qkv_split_kernel(MT_PARAMS(qkv_split)) {
 
 // dqkv: float, or uint16_t holding bf16
 template <typename T>
-__global__ void qkv_merge_kernel(T* dqkv,
-                                 const float* dq,
-                                 const float* dk,
-                                 const float* dv,
-                                 int64_t N,
-                                 int64_t G,
-                                 int64_t hpg,
-                                 int64_t D) {
+__global__ void qkv_merge_kernel(MT_PARAMS_OF(qkv_merge_grad, T)) {
   const int64_t n = N * G * (hpg + 2) * D;
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
        i += int64_t(gridDim.x) * blockDim.x) {

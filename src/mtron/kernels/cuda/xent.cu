@@ -63,16 +63,7 @@ __global__ void xent_loss_sum_kernel(MT_PARAMS(xent_loss_sum)) {
 
 // dlogits: float, or uint16_t holding bf16
 template <typename T>
-__global__ void xent_backward_kernel(T* dlogits,
-                                     const float* logits,
-                                     const int32_t* targets,
-                                     const float* row_max,
-                                     const float* row_sumexp,
-                                     const float* row_scale,
-                                     int64_t n,
-                                     int64_t Vl,
-                                     int64_t col_start,
-                                     int64_t vocab_valid) {
+__global__ void xent_backward_kernel(MT_PARAMS_OF(xent_backward, T)) {
   const int64_t n_items = n * Vl, nv = valid_cols(Vl, col_start, vocab_valid);
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n_items;
        i += int64_t(gridDim.x) * blockDim.x) {
