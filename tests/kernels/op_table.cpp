@@ -164,6 +164,17 @@ void elementwise_cases(Checker& ck, bool small) {
       bias_backward(g_dev, dbias.dev(), dout.dev(), N, C);
       ck.check("dbias", dbias, kTolF32);
     });
+    ck.run("bias_backward_narrow", shape, [&] {
+      const std::vector<float> d0 = randn(C), g = randn(N * C);
+      Pair<float> dbias(d0), dout(g), plain(d0);
+      Pair<bf16> d16(std::vector<bf16>(size_t(N * C), bf16{0xffff}));
+      ref::bias_backward(dbias.host(), dout.host(), N, C);
+      bias_backward_narrow(g_dev, dbias.dev(), d16.dev(), dout.dev(), N, C);
+      ck.check("dbias", dbias, kTolF32);
+      bias_backward(g_dev, plain.dev(), dout.dev(), N, C);
+      ck.check("dbias as bias_backward's (bits)", dbias.dev_result(), plain.dev_result(), 0.0);
+      ck.check_bits("dout to bf16 (bits)", d16, narrow<bf16>(g));
+    });
     ck.run("bias_backward", shape + " bf16 dout", [&] {
       Pair<float> dbias(randn(C));
       Pair<bf16> dout(narrow<bf16>(randn(N * C)));

@@ -82,6 +82,10 @@ template <typename T>
 OpCost bias_backward_contract(float*, const T*, int64_t N, int64_t C) {
   return avoidable(double(sizeof(T)) * double(N * C) + 2 * f32s(C));
 }
+inline OpCost bias_backward_narrow_contract(
+    float*, const bf16*, const float*, int64_t N, int64_t C) {
+  return avoidable(6.0 * double(N * C) + 2 * f32s(C));
+}
 inline OpCost sum_squares_contract(double*, const float*, int64_t n) {
   return traffic(0, f32s(n));
 }

@@ -28,6 +28,8 @@ struct DropoutRows {
 //                exact); to f16, magnitudes from 65520 up become infinity (as on a GPU)
 // bias_add:      out[N,C] += bias[C] broadcast over rows
 // bias_backward: dbias[C] += sum over rows of dout[N,C] (fp32 or bf16 dout; sums in fp32)
+// bias_backward_narrow: bias_backward of an fp32 dout, bit for bit, and dout16 = convert(dout)
+//                (the GEMMs' bf16 input), in one pass
 // sum_squares:   *total += sum of x[i]^2 accumulated in double, total on ctx's device (the global
 //                gradient norm adds its runs there and reads the total once)
 // fill_zero:     x[0, bytes) = 0
@@ -56,6 +58,9 @@ struct DropoutRows {
      (float* dbias, const float* dout, int64_t N, int64_t C), (dbias, dout, N, C))                \
   OP(void, bias_backward, bias_backward_bf16, bias_backward_contract,                             \
      (float* dbias, const bf16* dout, int64_t N, int64_t C), (dbias, dout, N, C))                 \
+  OP(void, bias_backward_narrow, bias_backward_narrow, bias_backward_narrow_contract,             \
+     (float* dbias, bf16* dout16, const float* dout, int64_t N, int64_t C),                       \
+     (dbias, dout16, dout, N, C))                                                                 \
   OP(void, sum_squares, sum_squares, sum_squares_contract,                                        \
      (double* total, const float* x, int64_t n), (total, x, n))                                   \
   OP(void, fill_zero, fill_zero, bytes_contract, (void* x, int64_t bytes), (x, bytes))            \

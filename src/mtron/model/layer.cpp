@@ -298,14 +298,16 @@ void TransformerLayer::backward(
   float* dmlp = dropout_grad(rc, tl, scratch, "mlp_output", dxy);
   float* dpartial = dmlp;
   if (dense_mlp()) {
-    if (fc2_b_ >= 0) kernels::bias_backward(rc.k, p_.grad(fc2_b_), dmlp, Nl, h);
+    // Without SP the bias gradient comes from fc2's output gradient itself (in linear_backward,
+    // with its conversion); with SP from this rank's rows before the gather.
+    if (fc2_b_ >= 0 && sp) kernels::bias_backward(rc.k, p_.grad(fc2_b_), dmlp, Nl, h);
     if (sp) {
       dpartial = scratch.alloc<float>(N * h);
       parallel::exit_tp_backward(tp, dpartial, dmlp, N, h);
     }
     float* dact = scratch.alloc<float>(N * Fl_);
-    linear_backward(rc, scratch, dact, p_.grad(fc2_w_), nullptr, dpartial, st.act_in,
-                    p_.weight(fc2_w_), N, Fl_, h);
+    linear_backward(rc, scratch, dact, p_.grad(fc2_w_), sp ? nullptr : opt_grad(p_, fc2_b_),
+                    dpartial, st.act_in, p_.weight(fc2_w_), N, Fl_, h);
     const int64_t fc1_w = cfg_.swiglu ? 2 * Fl_ : Fl_;
     const Act dfc1 = mlp_activation_grad(rc, scratch, st.fc1, dact, N, Fl_, cfg_.swiglu);
     float* dln2_full = scratch.alloc<float>(N * h);
@@ -327,15 +329,15 @@ void TransformerLayer::backward(
 
   // Attention block: x2 = x + dropout(b + exit(proj(att))). dxy holds dx2 and becomes dx.
   float* dattn = dropout_grad(rc, tl, scratch, "attention_output", dxy);
-  if (proj_b_ >= 0) kernels::bias_backward(rc.k, p_.grad(proj_b_), dattn, Nl, h);
+  if (proj_b_ >= 0 && sp) kernels::bias_backward(rc.k, p_.grad(proj_b_), dattn, Nl, h);
   dpartial = dattn;
   if (sp) {
     dpartial = scratch.alloc<float>(N * h);
     parallel::exit_tp_backward(tp, dpartial, dattn, N, h);
   }
   float* datt = scratch.alloc<float>(N * Hl_ * Dv_);
-  linear_backward(rc, scratch, datt, p_.grad(proj_w_), nullptr, dpartial, st.att_in,
-                  p_.weight(proj_w_), N, Hl_ * Dv_, h);
+  linear_backward(rc, scratch, datt, p_.grad(proj_w_), sp ? nullptr : opt_grad(p_, proj_b_),
+                  dpartial, st.att_in, p_.weight(proj_w_), N, Hl_ * Dv_, h);
   float* dq = scratch.alloc<float>(N * Hl_ * D_);
   float* dk = scratch.alloc<float>(N * Gl_ * D_);
   float* dv = scratch.alloc<float>(N * Gl_ * Dv_);

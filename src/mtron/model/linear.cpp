@@ -165,8 +165,18 @@ void linear_backward(const RunCtx& rc,
                      int64_t N,
                      int64_t in,
                      int64_t out) {
-  if (db) with_data(dy, [&](auto p) { kernels::bias_backward(rc.k, db, p, N, out); });
-  if (const int id = fp8_linear(rc, w); id >= 0) {
+  const int id = fp8_linear(rc, w);
+  Act g = dy;  // the output gradient as the bf16/fp16/fp32 GEMMs read it
+  if (db && dy.dtype == DType::kF32 && id < 0 && bf16_gemm_inputs(rc)) {  // one pass for both
+    bf16* g16 = scratch.alloc<bf16>(N * out);
+    kernels::bias_backward_narrow(rc.k, db, g16, static_cast<const float*>(dy.data), N, out);
+    g = Act::of(g16);
+  } else {
+    if (db) with_data(dy, [&](auto p) { kernels::bias_backward(rc.k, db, p, N, out); });
+    if (id < 0 && dy.dtype == DType::kF32)
+      g = as_gemm_input(rc, scratch, static_cast<const float*>(dy.data), N * out);
+  }
+  if (id >= 0) {
     const Fp8Operand qg = fp8_operand(rc, id, Fp8Role::kGrad, dy, N * out);
     if (dx) {
       const Fp8Operand qw = fp8_operand(rc, id, Fp8Role::kWeight, w, out * in);
@@ -176,9 +186,6 @@ void linear_backward(const RunCtx& rc,
     fp8_gemm(rc, Trans::kT, Trans::kN, out, in, N, qg, out, qx, in, 1.0f, dw, in);
     return;
   }
-  const Act g = dy.dtype == DType::kF32
-                    ? as_gemm_input(rc, scratch, static_cast<const float*>(dy.data), N * out)
-                    : dy;
   if (dx) kernels::gemm(rc.k, Trans::kN, Trans::kN, N, in, out, 1.0f, g, out, w, in, 0.0f, dx, in);
   kernels::gemm(rc.k, Trans::kT, Trans::kN, out, in, N, 1.0f, g, out, x, in, 1.0f, dw, in);
 }

@@ -111,9 +111,10 @@ void linear_forward(const RunCtx& rc,
                     int64_t out);
 
 // dx[N,in] = dy W (written; skipped when dx is null), dw[out,in] += dy^T x,
-// db[out] += column sums of dy (skipped when db is null). dy: fp32 (made a GEMM input here), or
-// the GEMM input an op wrote itself (bf16 mode: the column sums are then those of the bf16
-// values, as a bias-gradient GEMM epilogue sums them). Temporaries come from `scratch`.
+// db[out] += column sums of dy (skipped when db is null). dy: fp32 (made a GEMM input here; in
+// bf16 mode with db in the same pass as the column sums), or the GEMM input an op wrote itself
+// (bf16 mode: the column sums are then those of the bf16 values, as a bias-gradient GEMM
+// epilogue sums them). Temporaries come from `scratch`.
 void linear_backward(const RunCtx& rc,
                      Arena& scratch,
                      float* dx,

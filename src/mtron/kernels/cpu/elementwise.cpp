@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
 #include "mtron/kernels/cpu/cpu_ops.h"
@@ -73,9 +74,10 @@ void bias_add(float* out, const float* bias, int64_t N, int64_t C) {
 // Threads split the columns, each summing all rows in order: deterministic for any thread count.
 // Each thread walks the rows sequentially (its column range of every row is contiguous), adding
 // into fp32 block sums over kBlock rows that are then added into fp32 totals (pairwise-like
-// accuracy), both small enough to stay in L1. T: float, or bf16 (widened exactly).
+// accuracy), both small enough to stay in L1. T: float, or bf16 (widened exactly). With dout16,
+// each row's range is also written to it rounded to bf16 (T float).
 template <typename T>
-void column_sums(float* dbias, const T* dout, int64_t N, int64_t C) {
+void column_sums(float* dbias, const T* dout, int64_t N, int64_t C, bf16* dout16 = nullptr) {
   constexpr int64_t kBlock = 256;
   const DF d;
   parallel_ranges(C, threads_for(N * C * int64_t(sizeof(T))), kLine, [&](int64_t c0, int64_t c1) {
@@ -84,7 +86,11 @@ void column_sums(float* dbias, const T* dout, int64_t N, int64_t C) {
     float* pp = part.data();
     for (int64_t r0 = 0; r0 < N; r0 += kBlock) {
       std::fill(part.begin(), part.end(), 0.0f);
-      for (int64_t r = r0; r < std::min(N, r0 + kBlock); ++r) add_into(d, pp, dout + r * C + c0, w);
+      for (int64_t r = r0; r < std::min(N, r0 + kBlock); ++r) {
+        add_into(d, pp, dout + r * C + c0, w);
+        if constexpr (std::is_same_v<T, float>)
+          if (dout16) narrow_into(d, dout16 + r * C + c0, dout + r * C + c0, w);
+      }
       for (int64_t c = 0; c < w; ++c) total[size_t(c)] += part[size_t(c)];
     }
     for (int64_t c = c0; c < c1; ++c) dbias[c] += total[size_t(c - c0)];
@@ -97,6 +103,10 @@ void bias_backward(float* dbias, const float* dout, int64_t N, int64_t C) {
 
 void bias_backward_bf16(float* dbias, const bf16* dout, int64_t N, int64_t C) {
   column_sums(dbias, dout, N, C);
+}
+
+void bias_backward_narrow(float* dbias, bf16* dout16, const float* dout, int64_t N, int64_t C) {
+  column_sums(dbias, dout, N, C, dout16);
 }
 
 // Squares summed in fp32 within blocks of 1024 elements, the block sums added in double in block

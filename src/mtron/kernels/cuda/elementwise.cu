@@ -98,17 +98,26 @@ __global__ void dropout_kernel(float* x, const int32_t* pos, int64_t rows, Dropo
 constexpr int kColRows = 8;
 constexpr int64_t kColChunk = 256;
 
-// src: float, or uint16_t holding bf16
+// src: float, or uint16_t holding bf16; with src16, src (float) is also written there as bf16.
 template <typename T>
-__global__ void column_sum_kernel(
-    float* out, const T* src, int64_t R, int64_t C, int64_t chunk, bool accumulate) {
+__global__ void column_sum_kernel(float* out,
+                                  const T* src,
+                                  int64_t R,
+                                  int64_t C,
+                                  int64_t chunk,
+                                  bool accumulate,
+                                  uint16_t* src16) {
   __shared__ float part[kColRows][33];
   const int64_t c = int64_t(blockIdx.x) * 32 + threadIdx.x;
   const int64_t r0 = int64_t(blockIdx.y) * chunk;
   const int64_t r1 = r0 + chunk < R ? r0 + chunk : R;
   float s = 0;
   if (c < C)
-    for (int64_t r = r0 + threadIdx.y; r < r1; r += kColRows) s += load_f32(src + r * C + c);
+    for (int64_t r = r0 + threadIdx.y; r < r1; r += kColRows) {
+      const float v = load_f32(src + r * C + c);
+      s += v;
+      if (src16) src16[r * C + c] = f32_to_bf16_bits(v);
+    }
   part[threadIdx.y][threadIdx.x] = s;
   __syncthreads();
   if (threadIdx.y == 0 && c < C) {
@@ -141,14 +150,20 @@ __global__ void sum_parts_kernel(double* total, const double* part, int64_t n) {
   if (threadIdx.x == 0) *total += s;
 }
 
+// dst[C] += column sums of src[R, C]; with src16, src also written there as bf16.
 template <typename T>
-void column_sums(cudaStream_t stream, float* dst, const T* src, int64_t R, int64_t C) {
+void column_sums(cudaStream_t stream,
+                 float* dst,
+                 const T* src,
+                 int64_t R,
+                 int64_t C,
+                 uint16_t* src16 = nullptr) {
   if (R <= 0 || C <= 0) return;
   const unsigned col_blocks = unsigned((C + 31) / 32);
   const dim3 block(32, kColRows);
   if (R <= kColChunk) {
     launch("column_sum", column_sum_kernel<T>, dim3(col_blocks, 1), block, 0, stream, dst, src, R,
-           C, R, true);
+           C, R, true, src16);
     return;
   }
   const int64_t chunks = (R + kColChunk - 1) / kColChunk;
@@ -159,7 +174,7 @@ void column_sums(cudaStream_t stream, float* dst, const T* src, int64_t R, int64
     launch("column_sum", column_sum_kernel<T>, dim3(col_blocks, unsigned(nc)), block, 0, stream,
            part.as<float>() + c0 * C, src + c0 * kColChunk * C,
            R - c0 * kColChunk < nc * kColChunk ? R - c0 * kColChunk : nc * kColChunk, C, kColChunk,
-           false);
+           false, src16 ? src16 + c0 * kColChunk * C : nullptr);
   }
   column_sums(stream, dst, part.as<float>(), chunks, C);
 }
@@ -210,6 +225,11 @@ void bias_backward(const Ctx& ctx, float* dbias, const float* dout, int64_t N, i
 
 void bias_backward(const Ctx& ctx, float* dbias, const bf16* dout, int64_t N, int64_t C) {
   column_sums(stream_of(ctx), dbias, reinterpret_cast<const uint16_t*>(dout), N, C);
+}
+
+void bias_backward_narrow(
+    const Ctx& ctx, float* dbias, bf16* dout16, const float* dout, int64_t N, int64_t C) {
+  column_sums(stream_of(ctx), dbias, dout, N, C, reinterpret_cast<uint16_t*>(dout16));
 }
 
 void dropout(const Ctx& ctx, float* x, const int32_t* pos, int64_t rows, const DropoutRows& d) {
