@@ -1,5 +1,6 @@
 // The op table's GEMM cases (op_table.h): gemm in fp32, bf16 and fp16 (every transpose, beta 0
 // and 1, padded leading dimensions and unaligned views), gemm_bias, and gemm_fp8.
+#include <algorithm>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -68,26 +69,33 @@ void check_gemm(Checker& ck, const GemmCase& g, Trans ta, Trans tb, float beta, 
   });
 }
 
-// gemm_bias against the reference GEMM and bias_add, C write-only (poisoned); the bias starts
-// bias_off floats into its buffer (1: not 16-byte aligned, which CUDA runs as GEMM + bias_add).
-void check_gemm_bias(Checker& ck, const GemmCase& g, Trans ta, Trans tb, DType in, int bias_off) {
+// gemm_bias against the reference GEMM, bias_add and add, C write-only (poisoned); the bias starts
+// bias_off floats into its buffer (1: not 16-byte aligned, which CUDA runs as GEMM + bias_add;
+// -1: no bias), with or without a residual.
+void check_gemm_bias(
+    Checker& ck, const GemmCase& g, Trans ta, Trans tb, DType in, int bias_off, bool residual) {
   const int64_t lda = (ta == Trans::kN ? g.K : g.M) + g.pad;
   const int64_t ldb = (tb == Trans::kN ? g.N : g.K) + g.pad;
   const int64_t a_rows = ta == Trans::kN ? g.M : g.K, b_rows = tb == Trans::kN ? g.K : g.N;
-  const std::string shape =
-      str("M", g.M, " N", g.N, " K", g.K, ta == Trans::kT ? " At" : "",
-          tb == Trans::kT ? " Bt" : "", g.pad ? " pad" : "", bias_off ? " bias+1" : "");
+  const std::string shape = str("M", g.M, " N", g.N, " K", g.K, ta == Trans::kT ? " At" : "",
+                                tb == Trans::kT ? " Bt" : "", g.pad ? " pad" : "",
+                                bias_off > 0   ? " bias+1"
+                                : bias_off < 0 ? " no bias"
+                                               : "",
+                                residual ? " residual" : "");
   const char* name = in == DType::kBF16  ? "gemm_bias.bf16"
                      : in == DType::kF16 ? "gemm_bias.fp16"
                                          : "gemm_bias.fp32";
   ck.run(name, shape, [&] {
     const auto a = randn(a_rows * lda), b = randn(b_rows * ldb);
-    Pair<float> bias(randn(g.N + bias_off)), c(poison(g.M * g.N));
+    Pair<float> bias(randn(g.N + std::max(bias_off, 0))), c(poison(g.M * g.N));
+    Pair<float> res(randn(g.M * g.N));
     with_operands(in, a, b, [&](const auto& A, const auto& B, const float* aw, const float* bw) {
       ref::gemm(ta, tb, g.M, g.N, g.K, 1.0f, aw, lda, bw, ldb, 0.0f, c.host(), g.N);
-      ref::bias_add(c.host(), bias.host() + bias_off, g.M, g.N);
+      if (bias_off >= 0) ref::bias_add(c.host(), bias.host() + bias_off, g.M, g.N);
+      if (residual) ref::add(c.host(), c.host(), res.host(), g.M * g.N);
       gemm_bias(g_dev, ta, tb, g.M, g.N, g.K, A.dev(), lda, B.dev(), ldb, c.dev(),
-                bias.dev() + bias_off);
+                bias_off >= 0 ? bias.dev() + bias_off : nullptr, residual ? res.dev() : nullptr);
     });
     ck.check("C", c, in == DType::kBF16 ? kTolBf16 : kTolF32);
   });
@@ -155,7 +163,9 @@ void gemm_cases(Checker& ck, bool small) {
       for (Trans tb : {Trans::kN, Trans::kT}) {
         if ((ta != Trans::kN || tb != Trans::kT) && (g.M >= 512 || g.K == 0)) continue;
         for (DType in : {DType::kF32, DType::kBF16, DType::kF16})
-          for (int bias_off : {0, 1}) check_gemm_bias(ck, g, ta, tb, in, bias_off);
+          for (int bias_off : {0, 1, -1})
+            for (bool residual : {false, true})
+              if (bias_off >= 0 || residual) check_gemm_bias(ck, g, ta, tb, in, bias_off, residual);
       }
 }
 

@@ -176,7 +176,7 @@ OpCost gemm_contract(Trans ta,
   return {2.0 * double(M) * double(N) * double(K), bytes, bytes};
 }
 
-// The GEMM with C write-only, and the bias read in its epilogue.
+// The GEMM with C write-only, and the bias and the residual read in its epilogue.
 template <typename T>
 OpCost gemm_bias_contract(Trans ta,
                           Trans tb,
@@ -188,11 +188,13 @@ OpCost gemm_bias_contract(Trans ta,
                           const T* B,
                           int64_t ldb,
                           float* C,
-                          const float* bias) {
-  MT_CHECK(bias, "gemm_bias: no bias");
+                          const float* bias,
+                          const float* residual) {
+  MT_CHECK(!residual || residual != C, "gemm_bias: the residual is the output C itself");
   OpCost c = gemm_contract(ta, tb, M, N, K, 1.0f, A, lda, B, ldb, 0.0f, C, N);
-  c.bytes += f32s(N);
-  c.min_bytes += f32s(N);
+  const double extra = (bias ? f32s(N) : 0) + (residual ? f32s(M * N) : 0);
+  c.bytes += extra;
+  c.min_bytes += extra;
   return c;
 }
 

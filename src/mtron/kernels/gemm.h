@@ -12,9 +12,12 @@
 // exactly; fp16 is always widened to fp32 exactly (every fp16 value is an fp32).
 // beta == 0 means C is write-only (its old contents, even NaN, are ignored).
 //
-// gemm_bias: C = op(A) op(B) + bias, bias[N] added to every row (a linear layer's forward with
-// its bias), C write-only with row stride N. On CUDA one GEMM, cuBLASLt's bias epilogue adding
-// it to the fp32 accumulator; on the CPU the GEMM then bias_add: the same two fp32 roundings.
+// gemm_bias: C = op(A) op(B) + bias + residual, bias[N] added to every row (a linear layer's
+// forward with its bias), residual[M, N] (the residual stream a layer's output joins; not C
+// itself), each optional (null), C write-only with row stride N. On CUDA one GEMM: the residual
+// as cuBLASLt's C operand (beta 1, D = C written separately) and the bias in its epilogue, both
+// added to the fp32 accumulator (the residual first); on the CPU the GEMM, bias_add, then add
+// (the bias first): the same three fp32 roundings, in another order.
 //
 // gemm_fp8: the same product of two FP8 operands, A holding exact values of format fa and B of
 // fb in bf16 storage (fp8_quantize's output; kernels/fp8.h), accumulated in fp32. On the CPU it is
@@ -47,13 +50,13 @@ enum class Trans { kN, kT };
    int64_t lda, const bf16* B, Fp8Format fb, int64_t ldb, float beta, float* C, int64_t ldc)
 #define MT_PARAMS_gemm_bias_fp32                                                     \
   (Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, \
-   const float* B, int64_t ldb, float* C, const float* bias)
+   const float* B, int64_t ldb, float* C, const float* bias, const float* residual)
 #define MT_PARAMS_gemm_bias_bf16                                                                   \
   (Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, const bf16* A, int64_t lda, const bf16* B, \
-   int64_t ldb, float* C, const float* bias)
+   int64_t ldb, float* C, const float* bias, const float* residual)
 #define MT_PARAMS_gemm_bias_fp16                                                                 \
   (Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, const f16* A, int64_t lda, const f16* B, \
-   int64_t ldb, float* C, const float* bias)
+   int64_t ldb, float* C, const float* bias, const float* residual)
 #define MTRON_GEMM_OPS(OP)                                                          \
   OP(void, gemm, gemm_fp32, gemm_contract, MT_PARAMS_gemm_fp32,                     \
      (ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc))                        \
@@ -62,11 +65,11 @@ enum class Trans { kN, kT };
   OP(void, gemm, gemm_fp16, gemm_contract, MT_PARAMS_gemm_fp16,                     \
      (ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc))                        \
   OP(void, gemm_bias, gemm_bias_fp32, gemm_bias_contract, MT_PARAMS_gemm_bias_fp32, \
-     (ta, tb, M, N, K, A, lda, B, ldb, C, bias))                                    \
+     (ta, tb, M, N, K, A, lda, B, ldb, C, bias, residual))                          \
   OP(void, gemm_bias, gemm_bias_bf16, gemm_bias_contract, MT_PARAMS_gemm_bias_bf16, \
-     (ta, tb, M, N, K, A, lda, B, ldb, C, bias))                                    \
+     (ta, tb, M, N, K, A, lda, B, ldb, C, bias, residual))                          \
   OP(void, gemm_bias, gemm_bias_fp16, gemm_bias_contract, MT_PARAMS_gemm_bias_fp16, \
-     (ta, tb, M, N, K, A, lda, B, ldb, C, bias))                                    \
+     (ta, tb, M, N, K, A, lda, B, ldb, C, bias, residual))                          \
   OP(void, gemm_fp8, gemm_fp8, gemm_fp8_contract, MT_PARAMS_gemm_fp8,               \
      (ta, tb, M, N, K, alpha, A, fa, lda, B, fb, ldb, beta, C, ldc))
 MTRON_GEMM_OPS(MT_OP_DECLARE)

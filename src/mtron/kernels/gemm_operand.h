@@ -91,9 +91,10 @@ inline void gemm_bias(const Ctx& ctx,
                       GemmOperand B,
                       int64_t ldb,
                       float* C,
-                      const float* bias) {
+                      const float* bias,
+                      const float* residual) {
   with_operand_types("gemm_bias", A, B, [&](auto* a, auto* b) {
-    gemm_bias(ctx, ta, tb, M, N, K, a, lda, b, ldb, C, bias);
+    gemm_bias(ctx, ta, tb, M, N, K, a, lda, b, ldb, C, bias, residual);
   });
 }
 

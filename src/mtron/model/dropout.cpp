@@ -13,10 +13,14 @@ PhiloxKey dropout_key(const StepDropout& d, int64_t layer, std::string_view kind
 
 }  // namespace
 
+bool hidden_dropout_on(const ModelConfig& cfg, const TokenLayout& tl) {
+  return tl.drop.on && cfg.hidden_dropout != 0.0f;
+}
+
 void hidden_dropout(
     const RunCtx& rc, const ModelConfig& cfg, const TokenLayout& tl, DropoutSite site, float* x) {
   const StepDropout& d = tl.drop;
-  if (!d.on || cfg.hidden_dropout == 0.0f) return;
+  if (!hidden_dropout_on(cfg, tl)) return;
   const int64_t N = tl.rows(), Nl = rc.tp.sp_rows(N);
   const int64_t row0 = rc.tp.sequence_parallel ? rc.tp.rank * Nl : 0;
   const kernels::DropoutRows rows{.p = cfg.hidden_dropout,

@@ -35,6 +35,9 @@ struct DropoutSite {
   std::string_view kind;
 };
 
+// Whether hidden dropout drops anything in micro-batch tl (tl.drop on, --hidden-dropout > 0).
+bool hidden_dropout_on(const ModelConfig& cfg, const TokenLayout& tl);
+
 // x[Nl, h] *= its hidden-dropout mask, for this rank's Nl rows (with SP: its block) of the
 // micro-batch tl (tl.pos: the rows' global positions, on the run's device). Nothing when
 // tl.drop is off or --hidden-dropout is 0. The backward applies the same call to the gradient.

@@ -224,14 +224,16 @@ void TransformerLayer::forward(const RunCtx& rc,
   st.x2 = keep.alloc<float>(Nl * h);
   float* partial = sp ? scratch.alloc<float>(N * h) : st.x2;
   // The row-parallel linears' bias goes in after the TP reduction; without one (TP 1), in the
-  // GEMM's epilogue.
+  // GEMM's epilogue, and so does the residual where no dropout comes between.
   const bool bias_in_gemm = tp.size == 1;
+  const bool residual_in_gemm = bias_in_gemm && !hidden_dropout_on(cfg_, tl);
   linear_forward(rc, partial, st.att_in, p_.weight(proj_w_),
-                 bias_in_gemm ? opt(p_, proj_b_) : nullptr, N, Hl_ * Dv_, h);
+                 bias_in_gemm ? opt(p_, proj_b_) : nullptr, N, Hl_ * Dv_, h,
+                 residual_in_gemm ? x : nullptr);
   parallel::exit_tp_forward(tp, st.x2, partial, N, h);
   if (proj_b_ >= 0 && !bias_in_gemm) kernels::bias_add(rc.k, st.x2, p_.master(proj_b_), Nl, h);
   hidden_dropout(rc, cfg_, tl, {layer_, "attention_output"}, st.x2);
-  kernels::add(rc.k, st.x2, st.x2, x, Nl * h);
+  if (!residual_in_gemm) kernels::add(rc.k, st.x2, st.x2, x, Nl * h);
 
   // MLP block: the dense MLP (an MoE layer's shared expert) and/or the routed experts. ln2 is
   // fc1's GEMM input without SP (in bf16 without experts written so by the norm), and the routed
@@ -260,7 +262,8 @@ void TransformerLayer::forward(const RunCtx& rc,
 
     partial = sp ? scratch.alloc<float>(N * h) : y;
     linear_forward(rc, partial, st.act_in, p_.weight(fc2_w_),
-                   bias_in_gemm ? opt(p_, fc2_b_) : nullptr, N, Fl_, h);
+                   bias_in_gemm ? opt(p_, fc2_b_) : nullptr, N, Fl_, h,
+                   residual_in_gemm && !moe_ ? st.x2 : nullptr);
     parallel::exit_tp_forward(tp, y, partial, N, h);
     if (fc2_b_ >= 0 && !bias_in_gemm) kernels::bias_add(rc.k, y, p_.master(fc2_b_), Nl, h);
   }
@@ -270,7 +273,7 @@ void TransformerLayer::forward(const RunCtx& rc,
     if (dense_mlp()) kernels::add(rc.k, y, y, routed, Nl * h);
   }
   hidden_dropout(rc, cfg_, tl, {layer_, "mlp_output"}, y);
-  kernels::add(rc.k, y, y, st.x2, Nl * h);
+  if (!residual_in_gemm || moe_) kernels::add(rc.k, y, y, st.x2, Nl * h);
 }
 
 float* TransformerLayer::dropout_grad(const RunCtx& rc,
@@ -278,7 +281,7 @@ float* TransformerLayer::dropout_grad(const RunCtx& rc,
                                       Arena& scratch,
                                       std::string_view kind,
                                       float* dy) const {
-  if (!tl.drop.on || cfg_.hidden_dropout == 0.0f) return dy;
+  if (!hidden_dropout_on(cfg_, tl)) return dy;
   const int64_t N = tl.rows(), Nl = rc.tp.sp_rows(N);
   float* d = scratch.alloc<float>(Nl * h_);
   kernels::copy(rc.k, d, dy, int64_t(sizeof(float)) * Nl * h_);

@@ -141,14 +141,16 @@ void linear_forward(const RunCtx& rc,
                     const float* bias,
                     int64_t N,
                     int64_t in,
-                    int64_t out) {
+                    int64_t out,
+                    const float* residual) {
   if (const int id = fp8_linear(rc, w); id >= 0) {
     const Fp8Operand qx = fp8_operand(rc, id, Fp8Role::kInput, x, N * in);
     const Fp8Operand qw = fp8_operand(rc, id, Fp8Role::kWeight, w, out * in);
     fp8_gemm(rc, Trans::kN, Trans::kT, N, out, in, qx, in, qw, in, 0.0f, y, out);
     if (bias) kernels::bias_add(rc.k, y, bias, N, out);
-  } else if (bias) {
-    kernels::gemm_bias(rc.k, Trans::kN, Trans::kT, N, out, in, x, in, w, in, y, bias);
+    if (residual) kernels::add(rc.k, y, y, residual, N * out);
+  } else if (bias || residual) {
+    kernels::gemm_bias(rc.k, Trans::kN, Trans::kT, N, out, in, x, in, w, in, y, bias, residual);
   } else {
     kernels::gemm(rc.k, Trans::kN, Trans::kT, N, out, in, 1.0f, x, in, w, in, 0.0f, y, out);
   }

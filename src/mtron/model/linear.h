@@ -100,7 +100,8 @@ Act mlp_activation_grad(const RunCtx& rc,
                         int64_t F,
                         bool swiglu);
 
-// y[N,out] = x[N,in] W[out,in]^T + bias (bias may be null)
+// y[N,out] = x[N,in] W[out,in]^T + bias + residual (bias and residual may be null; residual
+// [N,out], not y itself: the residual stream the output joins, added in the GEMM's epilogue)
 void linear_forward(const RunCtx& rc,
                     float* y,
                     Act x,
@@ -108,7 +109,8 @@ void linear_forward(const RunCtx& rc,
                     const float* bias,
                     int64_t N,
                     int64_t in,
-                    int64_t out);
+                    int64_t out,
+                    const float* residual = nullptr);
 
 // dx[N,in] = dy W (written; skipped when dx is null), dw[out,in] += dy^T x,
 // db[out] += column sums of dy (skipped when db is null). dy: fp32 (made a GEMM input here; in

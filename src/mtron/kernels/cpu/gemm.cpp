@@ -313,7 +313,7 @@ void gemm(const Ctx&, MT_PARAMS(gemm_fp16)) {
   if (!degenerate(k, C)) gemm_widened(k, A, B, C);
 }
 
-// The GEMM, then the bias as bias_add adds it.
+// The GEMM, then the bias as bias_add adds it and the residual as add adds it.
 template <typename T>
 void gemm_then_bias(const Ctx& ctx,
                     Trans ta,
@@ -326,18 +326,20 @@ void gemm_then_bias(const Ctx& ctx,
                     const T* B,
                     int64_t ldb,
                     float* C,
-                    const float* bias) {
+                    const float* bias,
+                    const float* residual) {
   cpu::gemm(ctx, ta, tb, M, N, K, 1.0f, A, lda, B, ldb, 0.0f, C, N);
-  cpu::bias_add(ctx, C, bias, M, N);
+  if (bias) cpu::bias_add(ctx, C, bias, M, N);
+  if (residual) cpu::add(ctx, C, C, residual, M * N);
 }
 void gemm_bias(const Ctx& ctx, MT_PARAMS(gemm_bias_fp32)) {
-  gemm_then_bias(ctx, ta, tb, M, N, K, A, lda, B, ldb, C, bias);
+  gemm_then_bias(ctx, ta, tb, M, N, K, A, lda, B, ldb, C, bias, residual);
 }
 void gemm_bias(const Ctx& ctx, MT_PARAMS(gemm_bias_bf16)) {
-  gemm_then_bias(ctx, ta, tb, M, N, K, A, lda, B, ldb, C, bias);
+  gemm_then_bias(ctx, ta, tb, M, N, K, A, lda, B, ldb, C, bias, residual);
 }
 void gemm_bias(const Ctx& ctx, MT_PARAMS(gemm_bias_fp16)) {
-  gemm_then_bias(ctx, ta, tb, M, N, K, A, lda, B, ldb, C, bias);
+  gemm_then_bias(ctx, ta, tb, M, N, K, A, lda, B, ldb, C, bias, residual);
 }
 
 // Exact FP8 values in bf16: the bf16 GEMM computes the FP8 product.

@@ -15,6 +15,7 @@
 #include <cublasLt.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -83,7 +84,8 @@ PlanKey make_key(int device,
                  cudaDataType_t type_a,
                  cudaDataType_t type_b,
                  const ColMajorGemm& g,
-                 const float* C) {
+                 const float* C,
+                 const float* Cin) {
   PlanKey key;
   key.device = device;
   key.type_a = type_a;
@@ -98,7 +100,7 @@ PlanKey make_key(int device,
   key.ldc = g.ldc;
   key.align_a = alignment(g.a);
   key.align_b = alignment(g.b);
-  key.align_c = alignment(C);
+  key.align_c = std::min(alignment(C), alignment(Cin ? Cin : C));  // C and D share a layout
   key.bias = g.bias != nullptr;
   return key;
 }
@@ -204,8 +206,9 @@ class Library {
   std::unordered_map<PlanKey, std::unique_ptr<Plan>, PlanKeyHash> plans_;
 };
 
-// A of type_A and B of type_B, as the row-major call has them; with `bias`, false (nothing run)
-// where cuBLASLt has no algorithm for the bias epilogue.
+// A of type_A and B of type_B, as the row-major call has them; beta scales Cin (C itself where
+// null, else a matrix of C's layout). With `bias`, false (nothing run) where cuBLASLt has no
+// algorithm for the bias epilogue.
 bool run(const Ctx& ctx,
          cudaDataType_t type_A,
          cudaDataType_t type_B,
@@ -222,11 +225,16 @@ bool run(const Ctx& ctx,
          float beta,
          float* C,
          int64_t ldc,
-         const float* bias = nullptr) {
+         const float* bias = nullptr,
+         const float* Cin = nullptr) {
   if (M == 0 || N == 0) return true;
   const cudaStream_t stream = stream_of(ctx);
-  if (K == 0) {  // op(A) op(B) is empty: C = beta C
+  if (K == 0) {  // op(A) op(B) is empty: C = beta Cin
     MT_ASSERT(!bias, "gemm: a bias epilogue with K = 0");
+    if (Cin)
+      MT_CUDA_CHECK(cudaMemcpy2DAsync(C, sizeof(float) * size_t(ldc), Cin,
+                                      sizeof(float) * size_t(ldc), sizeof(float) * size_t(N),
+                                      size_t(M), cudaMemcpyDeviceToDevice, stream));
     scale_matrix(stream, C, M, N, ldc, beta);
     return true;
   }
@@ -234,7 +242,7 @@ bool run(const Ctx& ctx,
   g.bias = bias;
   int device = 0;
   MT_CUDA_CHECK(cudaGetDevice(&device));
-  const PlanKey key = make_key(device, type_B, type_A, g, C);  // the column-major a is B
+  const PlanKey key = make_key(device, type_B, type_A, g, C, Cin);  // the column-major a is B
   const Library::Ready r = Library::get().prepare(key, g, stream);
   if (!r.plan->usable) return false;
   ++work().gemms;
@@ -244,8 +252,8 @@ bool run(const Ctx& ctx,
     MT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(r.plan->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
                                                    &bias, sizeof bias));
   MT_CUBLAS_CHECK(cublasLtMatmul(r.handle, r.plan->desc, &alpha, g.a, r.plan->a, g.b, r.plan->b,
-                                 &beta, C, r.plan->c, C, r.plan->c, &r.plan->algo, r.workspace,
-                                 kWorkspaceBytes, stream));
+                                 &beta, Cin ? Cin : C, r.plan->c, C, r.plan->c, &r.plan->algo,
+                                 r.workspace, kWorkspaceBytes, stream));
   return true;
 }
 
@@ -267,8 +275,8 @@ void gemm(const Ctx& ctx, MT_PARAMS(gemm_fp16)) {
   run(ctx, CUDA_R_16F, CUDA_R_16F, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
-// One GEMM with the bias epilogue where the bias is 16-byte aligned (cuBLASLt's vector loads) and
-// cuBLASLt has an algorithm for it, else the GEMM and bias_add.
+// One GEMM, the residual its C operand, with the bias epilogue where the bias is 16-byte aligned
+// (cuBLASLt's vector loads) and cuBLASLt has an algorithm for it, else the GEMM and bias_add.
 template <typename T>
 void gemm_with_bias(const Ctx& ctx,
                     cudaDataType_t type,
@@ -282,22 +290,24 @@ void gemm_with_bias(const Ctx& ctx,
                     const T* B,
                     int64_t ldb,
                     float* C,
-                    const float* bias) {
+                    const float* bias,
+                    const float* residual) {
+  const float beta = residual ? 1.0f : 0.0f;
   if (K > 0 && reinterpret_cast<uintptr_t>(bias) % 16 == 0 &&
-      run(ctx, type, type, ta, tb, M, N, K, 1.0f, A, lda, B, ldb, 0.0f, C, N, bias))
+      run(ctx, type, type, ta, tb, M, N, K, 1.0f, A, lda, B, ldb, beta, C, N, bias, residual))
     return;
-  run(ctx, type, type, ta, tb, M, N, K, 1.0f, A, lda, B, ldb, 0.0f, C, N);
-  cuda::bias_add(ctx, C, bias, M, N);
+  run(ctx, type, type, ta, tb, M, N, K, 1.0f, A, lda, B, ldb, beta, C, N, nullptr, residual);
+  if (bias) cuda::bias_add(ctx, C, bias, M, N);
 }
 
 void gemm_bias(const Ctx& ctx, MT_PARAMS(gemm_bias_fp32)) {
-  gemm_with_bias(ctx, CUDA_R_32F, ta, tb, M, N, K, A, lda, B, ldb, C, bias);
+  gemm_with_bias(ctx, CUDA_R_32F, ta, tb, M, N, K, A, lda, B, ldb, C, bias, residual);
 }
 void gemm_bias(const Ctx& ctx, MT_PARAMS(gemm_bias_bf16)) {
-  gemm_with_bias(ctx, CUDA_R_16BF, ta, tb, M, N, K, A, lda, B, ldb, C, bias);
+  gemm_with_bias(ctx, CUDA_R_16BF, ta, tb, M, N, K, A, lda, B, ldb, C, bias, residual);
 }
 void gemm_bias(const Ctx& ctx, MT_PARAMS(gemm_bias_fp16)) {
-  gemm_with_bias(ctx, CUDA_R_16F, ta, tb, M, N, K, A, lda, B, ldb, C, bias);
+  gemm_with_bias(ctx, CUDA_R_16F, ta, tb, M, N, K, A, lda, B, ldb, C, bias, residual);
 }
 
 void gemm_fp8_packed(const Ctx& ctx,

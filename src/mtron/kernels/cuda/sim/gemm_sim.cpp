@@ -21,11 +21,18 @@ float load(const f16* p, int64_t i) {
   return f16_to_float(p[i]);
 }
 
-// cuBLAS semantics: D(i, j) = alpha sum_p op(A)(i, p) op(B)(p, j) + beta C(i, j), column-major,
-// the stored operands' elements read by load_a(index) and load_b(index), accumulated in double.
+// cuBLAS semantics: D(i, j) = alpha sum_p op(A)(i, p) op(B)(p, j) + beta C(i, j) (+ bias[i]),
+// column-major, the stored operands' elements read by load_a(index) and load_b(index),
+// accumulated in double; C is Cin (D itself where null).
 template <typename LoadA, typename LoadB>
-void run_col_major(
-    const ColMajorGemm& g, LoadA load_a, LoadB load_b, float alpha, float beta, float* C) {
+void run_col_major(const ColMajorGemm& g,
+                   LoadA load_a,
+                   LoadB load_b,
+                   float alpha,
+                   float beta,
+                   const float* Cin,
+                   float* C) {
+  if (!Cin) Cin = C;
   for (int64_t j = 0; j < g.n; ++j)
     for (int64_t i = 0; i < g.m; ++i) {
       double acc = 0;
@@ -35,7 +42,7 @@ void run_col_major(
         acc += double(x) * double(y);
       }
       float& c = C[i + j * g.ldc];
-      c = float(alpha * acc) + (beta == 0.0f ? 0.0f : beta * c);
+      c = float(alpha * acc) + (beta == 0.0f ? 0.0f : beta * Cin[i + j * g.ldc]);
       if (g.bias) c += g.bias[i];
     }
 }
@@ -55,9 +62,11 @@ void run(Trans ta,
          float beta,
          float* C,
          int64_t ldc,
-         const float* bias = nullptr) {
-  for (const void* p : {static_cast<const void*>(A), static_cast<const void*>(B),
-                        static_cast<const void*>(C), static_cast<const void*>(bias)}) {
+         const float* bias = nullptr,
+         const float* Cin = nullptr) {
+  for (const void* p :
+       {static_cast<const void*>(A), static_cast<const void*>(B), static_cast<const void*>(C),
+        static_cast<const void*>(bias), static_cast<const void*>(Cin)}) {
     sim::check_device_pointer("gemm", p);
   }
   ++work().gemms;
@@ -68,7 +77,7 @@ void run(Trans ta,
   const T* b = static_cast<const T*>(g.b);
   run_col_major(
       g, [&](int64_t i) { return load(a, i); }, [&](int64_t i) { return load(b, i); }, alpha, beta,
-      C);
+      Cin, C);
 }
 
 }  // namespace
@@ -86,13 +95,13 @@ void gemm(const Ctx&, MT_PARAMS(gemm_fp16)) {
 }
 
 void gemm_bias(const Ctx&, MT_PARAMS(gemm_bias_fp32)) {
-  run(ta, tb, M, N, K, 1.0f, A, lda, B, ldb, 0.0f, C, N, bias);
+  run(ta, tb, M, N, K, 1.0f, A, lda, B, ldb, residual ? 1.0f : 0.0f, C, N, bias, residual);
 }
 void gemm_bias(const Ctx&, MT_PARAMS(gemm_bias_bf16)) {
-  run(ta, tb, M, N, K, 1.0f, A, lda, B, ldb, 0.0f, C, N, bias);
+  run(ta, tb, M, N, K, 1.0f, A, lda, B, ldb, residual ? 1.0f : 0.0f, C, N, bias, residual);
 }
 void gemm_bias(const Ctx&, MT_PARAMS(gemm_bias_fp16)) {
-  run(ta, tb, M, N, K, 1.0f, A, lda, B, ldb, 0.0f, C, N, bias);
+  run(ta, tb, M, N, K, 1.0f, A, lda, B, ldb, residual ? 1.0f : 0.0f, C, N, bias, residual);
 }
 
 void gemm_fp8_packed(const Ctx&,
@@ -120,7 +129,7 @@ void gemm_fp8_packed(const Ctx&,
   const auto* gb = static_cast<const uint8_t*>(g.b);  // a's bytes, format fa
   run_col_major(
       g, [&](int64_t i) { return fp8_decode(ga[i], fb); },
-      [&](int64_t i) { return fp8_decode(gb[i], fa); }, alpha, beta, C);
+      [&](int64_t i) { return fp8_decode(gb[i], fa); }, alpha, beta, nullptr, C);
 }
 
 }  // namespace mtron::kernels::cuda
