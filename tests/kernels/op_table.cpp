@@ -498,6 +498,14 @@ void attention_cases(Checker& ck, bool small) {
     c.s.bf16_products = true;
     cases.push_back(c);
   }
+  // Every case with one sequence length and head dim again (with and without bf16 products) in
+  // the fused QKV layout, as the QKV projection writes it.
+  for (size_t n = cases.size(), i = 0; i < n; ++i) {
+    if (cases[i].s.Sq != cases[i].s.Sk || cases[i].s.D != cases[i].s.Dv) continue;
+    Case c = cases[i];
+    c.s.fused_qkv = true;
+    cases.push_back(c);
+  }
   for (const Case& c : cases) {
     const AttnShape& s = c.s;
     const double tol = s.bf16_products ? kTolBf16 : kTolF32;
@@ -507,26 +515,47 @@ void attention_cases(Checker& ck, bool small) {
             c.mask.causal ? str(" causal ", c.mask.offset) : std::string(" full"),
             c.mask.dropout.p > 0 ? str(" drop q0 ", c.mask.dropout.q0, " k0 ", c.mask.dropout.k0)
                                  : std::string(),
-            s.bf16_products ? " bf16 products" : "");
+            s.bf16_products ? " bf16 products" : "", s.fused_qkv ? " fused QKV" : "");
     ck.run("attention", name, [&] {
       const int64_t nq = s.Sq * s.B * s.H * s.D, nk = s.Sk * s.B * s.G * s.D;
       const int64_t no = s.Sq * s.B * s.H * s.Dv, nv = s.Sk * s.B * s.G * s.Dv;
-      Pair<float> q(randn(nq)), k(randn(nk)), v(randn(nv)), out(poison(no)),
-          lse(poison(s.B * s.H * s.Sq));
-      ref::attention_forward(out.host(), lse.host(), q.host(), k.host(), v.host(), s, c.mask);
-      attention_forward(g_dev, out.dev(), lse.dev(), q.dev(), k.dev(), v.dev(), s, c.mask);
+      // q, k, v (dq, dk, dv) in one buffer: packed one after the other, or fused
+      const int64_t hpg = s.H / s.G, nqkv = nq + nk + nv;
+      const int64_t k_at = s.fused_qkv ? hpg * s.D : nq, v_at = s.fused_qkv ? k_at + s.D : nq + nk;
+      Pair<float> qkv(randn(nqkv)), out(poison(no)), lse(poison(s.B * s.H * s.Sq));
+      const float *q = qkv.host(), *qd = qkv.dev();
+      ref::attention_forward(out.host(), lse.host(), q, q + k_at, q + v_at, s, c.mask);
+      attention_forward(g_dev, out.dev(), lse.dev(), qd, qd + k_at, qd + v_at, s, c.mask);
       ck.check("out", out, tol);
       ck.check("lse", lse, tol);
       // the device's backward from the reference's out and lse (the reference recomputes them)
-      Pair<float> o2(out.host_result()), l2(lse.host_result()), dout(randn(no)), dq(randn(nq)),
-          dk(randn(nk)), dv(randn(nv));
-      ref::attention_backward(dq.host(), dk.host(), dv.host(), dout.host(), q.host(), k.host(),
-                              v.host(), s, c.mask);
-      attention_backward(g_dev, dq.dev(), dk.dev(), dv.dev(), dout.dev(), q.dev(), k.dev(), v.dev(),
+      Pair<float> o2(out.host_result()), l2(lse.host_result()), dout(randn(no)), dqkv(randn(nqkv));
+      float *dq = dqkv.host(), *dqd = dqkv.dev();
+      const std::vector<float> dqkv0 = dqkv.host_result();
+      ref::attention_backward(dq, dq + k_at, dq + v_at, dout.host(), q, q + k_at, q + v_at, s,
+                              c.mask);
+      attention_backward(g_dev, dqd, dqd + k_at, dqd + v_at, dout.dev(), qd, qd + k_at, qd + v_at,
                          o2.dev(), l2.dev(), s, c.mask);
-      ck.check("dq (+=)", dq, tol);
-      ck.check("dk (+=)", dk, tol);
-      ck.check("dv (+=)", dv, tol);
+      ck.check("dq, dk, dv (+=)", dqkv, tol);
+      if (!s.fused_qkv) return;
+      // The reference in the fused layout is the reference of the split tensors, bit for bit.
+      AttnShape packed = s;
+      packed.fused_qkv = false;
+      const int64_t N = s.Sq * s.B;
+      const auto len = [](int64_t n) { return static_cast<size_t>(n); };
+      std::vector<float> p(len(nqkv)), po(len(no)), pl(len(s.B * s.H * s.Sq));
+      std::vector<float> dp(len(nqkv)), merged(len(nqkv));
+      ref::qkv_split(p.data(), p.data() + nq, p.data() + nq + nk, q, N, s.G, hpg, s.D);
+      ref::qkv_split(dp.data(), dp.data() + nq, dp.data() + nq + nk, dqkv0.data(), N, s.G, hpg,
+                     s.D);
+      ref::attention_forward(po.data(), pl.data(), p.data(), p.data() + nq, p.data() + nq + nk,
+                             packed, c.mask);
+      ref::attention_backward(dp.data(), dp.data() + nq, dp.data() + nq + nk, dout.host(), p.data(),
+                              p.data() + nq, p.data() + nq + nk, packed, c.mask);
+      ref::qkv_merge_grad(merged.data(), dp.data(), dp.data() + nq, dp.data() + nq + nk, N, s.G,
+                          hpg, s.D);
+      ck.check("reference out: the packed layout's", o2.host_result(), po, 0.0);
+      ck.check("reference dqkv: the packed layout's", dqkv.host_result(), merged, 0.0);
     });
   }
   // Merges of partial results (ring attention's blocks); lse of some rows -inf in one or both.

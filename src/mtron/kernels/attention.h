@@ -5,6 +5,9 @@
 // memory per head is O(S) (the S x S score matrix never exists). Layout, sequence-major as
 // Megatron's [s, b, h]:
 //   q[Sq, B, H, D], k[Sk, B, G, D], v[Sk, B, G, Dv], out[Sq, B, H, Dv], lse[B, H, Sq]
+// or, with AttnShape::fused_qkv, q, k and v (and dq, dk, dv) as views of the QKV projection's
+// output [S, B, G, H / G + 2, D] (per group its H / G query heads, its key head, its value head),
+// read and written where they lie, with no split or merge copy.
 // Query head h reads key/value group h / (H / G). The value head dim Dv may differ from the
 // query/key head dim D (multi-latent attention: D = qk_head_dim + qk_pos_emb_head_dim, Dv =
 // v_head_dim); every kernel works on each tensor at its own width, nothing is padded to the other.
@@ -62,6 +65,23 @@ struct AttnShape {
   // in fp32, as bf16 training does: CUDA then runs the tensor-core kernels (without attention
   // dropout); the CPU computes in fp32 either way. Softmax statistics and outputs stay fp32.
   bool bf16_products = false;
+  // q, k, v, dq, dk, dv in the fused QKV layout (header comment): k and v point H / G and
+  // H / G + 1 heads past q (dk, dv past dq); needs Sq == Sk and D == Dv.
+  bool fused_qkv = false;
+
+  // Offset of (position 0, sequence b, head h) in q and dq, and the stride between positions.
+  MT_HOST_DEVICE int64_t q_off(int64_t b, int64_t h) const {
+    const int64_t hpg = H / G;
+    return fused_qkv ? ((b * G + h / hpg) * (hpg + 2) + h % hpg) * D : (b * H + h) * D;
+  }
+  MT_HOST_DEVICE int64_t q_step() const { return B * (fused_qkv ? G * (H / G + 2) : H) * D; }
+  // The same of group g in k, dk (width D) or v, dv (width Dv).
+  MT_HOST_DEVICE int64_t kv_off(int64_t b, int64_t g, int64_t width) const {
+    return (b * G + g) * (fused_qkv ? (H / G + 2) * D : width);
+  }
+  MT_HOST_DEVICE int64_t kv_step(int64_t width) const {
+    return B * G * (fused_qkv ? (H / G + 2) * D : width);
+  }
 };
 
 // attention_merge's weights of a query row with log-sum-exps l1 (accumulated) and l2 (block):

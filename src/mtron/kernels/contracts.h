@@ -255,6 +255,9 @@ inline OpCost attention_flops(const AttnShape& s, AttnMask mask, double passes) 
                s.H % s.G == 0,
            "attention: bad shape B=", s.B, " Sq=", s.Sq, " Sk=", s.Sk, " H=", s.H, " G=", s.G,
            " D=", s.D, " Dv=", s.Dv, " (need H % G == 0)");
+  MT_CHECK(!s.fused_qkv || (s.Sq == s.Sk && s.D == s.Dv),
+           "attention: the fused QKV layout needs Sq == Sk and D == Dv (Sq=", s.Sq, " Sk=", s.Sk,
+           " D=", s.D, " Dv=", s.Dv, ")");
   const double f =
       passes * 2.0 * double(s.B) * double(s.H) * double(s.Sq) * double(s.Sk) * double(s.D + s.Dv);
   const double flops = mask.causal ? f / 2 : f;

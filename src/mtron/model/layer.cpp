@@ -125,7 +125,8 @@ void TransformerLayer::attention(
     const RunCtx& rc, const TokenLayout& tl, Stash& st, Arena& scratch, const LayerKv* kv) const {
   const float scale = softmax_scale_;
   if (!kv) {
-    const kernels::AttnShape as{tl.B, tl.S, tl.S, Hl_, Gl_, D_, Dv_, scale, bf16_attention(rc)};
+    const kernels::AttnShape as{
+        tl.B, tl.S, tl.S, Hl_, Gl_, D_, Dv_, scale, bf16_attention(rc), st.fused_qkv};
     parallel::ring_attention_forward(rc.k, rc.cp, scratch, st.att, st.lse, st.q, st.k, st.v, as,
                                      attention_dropout(rc, cfg_, tl.drop, layer_, Hl_));
     return;
@@ -148,6 +149,19 @@ void TransformerLayer::qkv_attention(const RunCtx& rc,
                                      const LayerKv* kv) const {
   const int64_t N = tl.rows(), h = h_;
   const bool ln = cfg_.normalization == Normalization::kLayerNorm;
+  // Attention reads q, k, v where the QKV projection wrote them unless they change first (RoPE,
+  // --qk-layernorm), travel (ring attention) or go to a KV cache.
+  st.fused_qkv = !mla_ && !kv && rc.cp.size == 1 && q_norm_.w < 0 &&
+                 cfg_.position_embedding_type != PositionEmbedding::kRope;
+  if (st.fused_qkv) {
+    float* qkv = keep.alloc<float>(N * qkv_l_);
+    linear_forward(rc, qkv, st.ln1_in, p_.weight(qkv_w_), opt(p_, qkv_b_), N, h, qkv_l_);
+    st.q = qkv;
+    st.k = qkv + Hl_ / Gl_ * D_;
+    st.v = st.k + D_;
+    attention(rc, tl, st, scratch, kv);
+    return;
+  }
   st.q = keep.alloc<float>(N * Hl_ * D_);
   st.k = keep.alloc<float>(N * Gl_ * D_);
   st.v = keep.alloc<float>(N * Gl_ * Dv_);
@@ -341,19 +355,35 @@ void TransformerLayer::backward(
   float* datt = scratch.alloc<float>(N * Hl_ * Dv_);
   linear_backward(rc, scratch, datt, p_.grad(proj_w_), sp ? nullptr : opt_grad(p_, proj_b_),
                   dpartial, st.att_in, p_.weight(proj_w_), N, Hl_ * Dv_, h);
-  float* dq = scratch.alloc<float>(N * Hl_ * D_);
-  float* dk = scratch.alloc<float>(N * Gl_ * D_);
-  float* dv = scratch.alloc<float>(N * Gl_ * Dv_);
-  kernels::fill_zero(rc.k, dq, int64_t(sizeof(float)) * N * Hl_ * D_);
-  kernels::fill_zero(rc.k, dk, int64_t(sizeof(float)) * N * Gl_ * D_);
-  kernels::fill_zero(rc.k, dv, int64_t(sizeof(float)) * N * Gl_ * Dv_);
+  // dq, dk, dv: in the fused layout one buffer, QKV's output gradient
+  float *dq = nullptr, *dk = nullptr, *dv = nullptr;
+  if (st.fused_qkv) {
+    dq = scratch.alloc<float>(N * qkv_l_);
+    kernels::fill_zero(rc.k, dq, int64_t(sizeof(float)) * N * qkv_l_);
+    dk = dq + Hl_ / Gl_ * D_;
+    dv = dk + D_;
+  } else {
+    dq = scratch.alloc<float>(N * Hl_ * D_);
+    dk = scratch.alloc<float>(N * Gl_ * D_);
+    dv = scratch.alloc<float>(N * Gl_ * Dv_);
+    kernels::fill_zero(rc.k, dq, int64_t(sizeof(float)) * N * Hl_ * D_);
+    kernels::fill_zero(rc.k, dk, int64_t(sizeof(float)) * N * Gl_ * D_);
+    kernels::fill_zero(rc.k, dv, int64_t(sizeof(float)) * N * Gl_ * Dv_);
+  }
   const kernels::AttnShape as{
-      tl.B, tl.S, tl.S, Hl_, Gl_, D_, Dv_, softmax_scale_, bf16_attention(rc)};
+      tl.B, tl.S, tl.S, Hl_, Gl_, D_, Dv_, softmax_scale_, bf16_attention(rc), st.fused_qkv};
   parallel::ring_attention_backward(rc.k, rc.cp, scratch, dq, dk, dv, datt, st.q, st.k, st.v,
                                     st.att, st.lse, as,
                                     attention_dropout(rc, cfg_, tl.drop, layer_, Hl_));
   float* dln1_full = scratch.alloc<float>(N * h);
-  if (mla_) {
+  if (st.fused_qkv) {
+    // FP8 quantises this gradient from bf16, as from the split path's merge (and as Transformer
+    // Engine from its bf16 attention gradients); its bias gradient then sums bf16 values too.
+    const Act dqkv = fp8_linear(rc, p_.weight(qkv_w_)) ? as_gemm_input(rc, scratch, dq, N * qkv_l_)
+                                                       : Act::of(dq);
+    linear_backward(rc, scratch, dln1_full, p_.grad(qkv_w_), opt_grad(p_, qkv_b_), dqkv, st.ln1_in,
+                    p_.weight(qkv_w_), N, h, qkv_l_);
+  } else if (mla_) {
     mla_->backward(rc, tl.pos, N, st.mla, scratch, st.ln1_in, dln1_full, dq, dk, dv);
   } else {
     if (cfg_.position_embedding_type == PositionEmbedding::kRope) {

@@ -70,6 +70,7 @@ class TransformerLayer {
     Act ln1_in;  // [N, h] QKV's GEMM input
     float *q = nullptr, *k = nullptr,
           *v = nullptr;        // [N, Hl, D], [N, Gl, D] after RoPE, [N, Gl, Dv]
+    bool fused_qkv = false;    // q, k, v: views of the QKV projection's output (AttnShape)
     MlaProjection::Stash mla;  // multi-latent attention's latents
     // --qk-layernorm (without MLA): q and k before their norms, the norms' statistics per head row.
     float *q_in = nullptr, *k_in = nullptr;

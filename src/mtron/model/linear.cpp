@@ -69,11 +69,16 @@ void fp8_gemm(const RunCtx& rc,
                     lda, b.q.bf(), b.format, ldb, beta, C, ldc);
 }
 
-int fp8_linear(const RunCtx& rc, Act w) {
+// rc.fp8's index of the linear layer of weight w, -1 if it is not an FP8 one.
+int fp8_id(const RunCtx& rc, Act w) {
   return rc.fp8 ? rc.fp8->find(w.data) : -1;
 }
 
 }  // namespace
+
+bool fp8_linear(const RunCtx& rc, Act w) {
+  return fp8_id(rc, w) >= 0;
+}
 
 GemmInputRoom gemm_input_room(const RunCtx& rc, Arena& arena, int64_t n) {
   return {rc.precision == Precision::kFP32 ? nullptr : arena.alloc<uint16_t>(n)};
@@ -143,7 +148,7 @@ void linear_forward(const RunCtx& rc,
                     int64_t in,
                     int64_t out,
                     const float* residual) {
-  if (const int id = fp8_linear(rc, w); id >= 0) {
+  if (const int id = fp8_id(rc, w); id >= 0) {
     const Fp8Operand qx = fp8_operand(rc, id, Fp8Role::kInput, x, N * in);
     const Fp8Operand qw = fp8_operand(rc, id, Fp8Role::kWeight, w, out * in);
     fp8_gemm(rc, Trans::kN, Trans::kT, N, out, in, qx, in, qw, in, 0.0f, y, out);
@@ -167,7 +172,7 @@ void linear_backward(const RunCtx& rc,
                      int64_t N,
                      int64_t in,
                      int64_t out) {
-  const int id = fp8_linear(rc, w);
+  const int id = fp8_id(rc, w);
   Act g = dy;  // the output gradient as the bf16/fp16/fp32 GEMMs read it
   if (db && dy.dtype == DType::kF32 && id < 0 && bf16_gemm_inputs(rc)) {  // one pass for both
     bf16* g16 = scratch.alloc<bf16>(N * out);

@@ -1,5 +1,6 @@
 // defines: RunCtx, Act, GemmInputRoom, gemm_input_room, as_gemm_input, gemm_input_buffer,
-//          bf16_gemm_inputs, mlp_activation, mlp_activation_grad, linear_forward, linear_backward
+//          fp8_linear, bf16_gemm_inputs, mlp_activation, mlp_activation_grad, linear_forward,
+//          linear_backward
 //
 // A linear layer's three GEMMs in the run's precision. In bf16 (fp16) mode the GEMMs read bf16
 // (fp16) activations, output gradients and weights and write fp32 (fp32 accumulation); the fp32
@@ -70,6 +71,9 @@ Act as_gemm_input(const RunCtx& rc, Arena& arena, const float* x, int64_t n);
 // fp32 mode the GEMM reads the tensor itself, so it comes from `keep`; in bf16 and fp16 mode
 // only its 16-bit copy is kept and the tensor is a temporary from `scratch`.
 float* gemm_input_buffer(const RunCtx& rc, Arena& keep, Arena& scratch, int64_t n);
+
+// Whether the linear layer of weight w runs its GEMMs in FP8 (one of rc.fp8's).
+bool fp8_linear(const RunCtx& rc, Act w);
 
 // Whether GEMM inputs are bf16 (bf16 mode, FP8 included): an op whose output only feeds a GEMM
 // may then write the bf16 input itself (a norm's forward, GELU) instead of an fp32 tensor and

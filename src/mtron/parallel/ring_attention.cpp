@@ -32,6 +32,7 @@ struct Half {
 Half half_of(const kernels::AttnShape& s) {
   MT_ASSERT(s.Sq == s.Sk && s.Sq % 2 == 0, "ring attention needs two equal local chunks (S ", s.Sq,
             ")");
+  MT_ASSERT(!s.fused_qkv, "ring attention takes q, k, v packed, not in the fused QKV layout");
   const int64_t c = s.Sq / 2;
   return Half{c,
               c * s.B * s.H * s.D,

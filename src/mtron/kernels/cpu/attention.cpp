@@ -289,7 +289,7 @@ void attention_forward(float* out,
   const int64_t B = s.B, Sq = s.Sq, Sk = s.Sk, H = s.H, G = s.G, D = s.D, Dv = s.Dv, hpg = H / G;
   const int64_t Dvp = padded(d, Dv), Dp = padded(d, D);
   // row strides between sequence positions
-  const int64_t qs = B * H * D, ks = B * G * D, vs = B * G * Dv, os = B * H * Dv;
+  const int64_t qs = s.q_step(), ks = s.kv_step(D), vs = s.kv_step(Dv), os = B * H * Dv;
   const int64_t nkb = (Sk + kBk - 1) / kBk;
   // Per (b, g): K^T in blocks [nkb][D][kBk] and V as [Sk][Dvp].
   thread_local std::vector<float> buf;
@@ -297,8 +297,8 @@ void attention_forward(float* out,
   float* vp = ktp + B * G * nkb * D * kBk;
   const double flops = 2.0 * double(B * H * (D + Dv)) * double(Sq) * double(Sk);
   parallel_rows(B * G, attn_threads(B * G, flops), [&](int64_t bg) {
-    pack_t_blocks(ktp + bg * nkb * D * kBk, k + bg * D, ks, Sk, D);
-    pack_rows(d, vp + bg * Sk * Dvp, v + bg * Dv, vs, Sk, Dv);
+    pack_t_blocks(ktp + bg * nkb * D * kBk, k + s.kv_off(bg / G, bg % G, D), ks, Sk, D);
+    pack_rows(d, vp + bg * Sk * Dvp, v + s.kv_off(bg / G, bg % G, Dv), vs, Sk, Dv);
   });
 
   const int64_t nqb = (Sq + kBq - 1) / kBq;
@@ -313,7 +313,7 @@ void attention_forward(float* out,
     for (int64_t task; (task = next_task++) < B * H * nqb;) {
       const int64_t b = task / (H * nqb), h = task / nqb % H, qb = task % nqb, g = h / hpg;
       const int64_t i0 = qb * kBq, nq = std::min(kBq, Sq - i0);
-      pack_rows(d, Qbuf.data(), q + (i0 * B + b) * H * D + h * D, qs, nq, D);
+      pack_rows(d, Qbuf.data(), q + s.q_off(b, h) + i0 * qs, qs, nq, D);
       const float* KT = ktp + (b * G + g) * nkb * D * kBk;
       const float* V = vp + (b * G + g) * Sk * Dvp;
       for (int64_t r = 0; r < nq; ++r) mbuf[size_t(r)] = kNegInf, lbuf[size_t(r)] = 0;
@@ -381,10 +381,10 @@ BwdWork bwd_work(DF d, std::vector<float>& buf, const AttnShape& s) {
 // Packs K and V of (b, g) into w.
 void pack_kv(
     DF d, BwdWork& w, const float* k, const float* v, const AttnShape& s, int64_t b, int64_t g) {
-  const int64_t bg = b * s.G + g, ks = s.B * s.G * s.D;
-  pack_t_blocks(w.ktp, k + bg * s.D, ks, s.Sk, s.D);
-  pack_rows(d, w.kc, k + bg * s.D, ks, s.Sk, s.D);
-  pack_rows(d, w.vc, v + bg * s.Dv, s.B * s.G * s.Dv, s.Sk, s.Dv);
+  const int64_t ks = s.kv_step(s.D), ko = s.kv_off(b, g, s.D);
+  pack_t_blocks(w.ktp, k + ko, ks, s.Sk, s.D);
+  pack_rows(d, w.kc, k + ko, ks, s.Sk, s.D);
+  pack_rows(d, w.vc, v + s.kv_off(b, g, s.Dv), s.kv_step(s.Dv), s.Sk, s.Dv);
 }
 
 // P^T and dS^T of one key row jj of the (key block, query block) tile, over nq queries of which
@@ -433,12 +433,12 @@ void backward_head(DF d,
                    AttnMask mask,
                    int64_t b,
                    int64_t h) {
-  const int64_t Sq = s.Sq, Sk = s.Sk, H = s.H, D = s.D, Dv = s.Dv, qs = s.B * H * D;
+  const int64_t Sq = s.Sq, Sk = s.Sk, H = s.H, D = s.D, Dv = s.Dv, qs = s.q_step();
   const int64_t os = s.B * H * Dv, Dp = padded(d, D), Dvp = padded(d, Dv);
   const int64_t nkb = (Sk + kBk - 1) / kBk, nqb = (Sq + kBq - 1) / kBq, nqt = nqb * D * kBq;
   float *ktp = w.ktp, *kc = w.kc, *vc = w.vc, *qtp = w.qtp, *dotp = w.dotp, *dqtp = w.dqtp;
   float *qc = w.qc, *doc = w.doc, *delta = w.delta, *lsev = w.lsev, *PT = w.PT, *dST = w.dST;
-  const int64_t qoff = (b * H + h) * D, ooff = (b * H + h) * Dv;
+  const int64_t qoff = s.q_off(b, h), ooff = (b * H + h) * Dv;
   pack_rows(d, qc, q + qoff, qs, Sq, D);
   pack_rows(d, doc, dout + ooff, os, Sq, Dv);
   pack_t_blocks(qtp, q + qoff, qs, Sq, D);
@@ -503,7 +503,7 @@ void attention_backward(float* dq,
   const DF d;
   const int64_t B = s.B, Sk = s.Sk, H = s.H, G = s.G, D = s.D, Dv = s.Dv, hpg = H / G;
   const int64_t Dp = padded(d, D), Dvp = padded(d, Dv);
-  const int64_t ks = B * G * D, vs = B * G * Dv, k_size = B * G * Sk * Dp;
+  const int64_t ks = s.kv_step(D), vs = s.kv_step(Dv), k_size = B * G * Sk * Dp;
   const int64_t kv_size = k_size + B * G * Sk * Dvp;
   const int nt = attn_threads(B * H, 5.0 * double(B * H * (D + Dv)) * double(s.Sq) * double(Sk));
   if (B * G >= nt) {
@@ -520,8 +520,8 @@ void attention_backward(float* dq,
         std::fill(dkc, dkc + Sk * (Dp + Dvp), 0.0f);
         for (int64_t h = g * hpg; h < (g + 1) * hpg; ++h)
           backward_head(d, w, dkc, dvc, dq, dout, q, out, lse, s, mask, b, h);
-        add_rows(d, dk + task * D, ks, dkc, Sk, D);
-        add_rows(d, dv + task * Dv, vs, dvc, Sk, Dv);
+        add_rows(d, dk + s.kv_off(b, g, D), ks, dkc, Sk, D);
+        add_rows(d, dv + s.kv_off(b, g, Dv), vs, dvc, Sk, Dv);
       }
     });
     return;
@@ -550,8 +550,8 @@ void attention_backward(float* dq,
   // every copy is complete
   parallel_rows(B * G * Sk, nt, [&](int64_t row) {
     const int64_t bg = row / Sk, j = row % Sk;
-    float* dkr = dk + j * ks + bg * D;
-    float* dvr = dv + j * vs + bg * Dv;
+    float* dkr = dk + j * ks + s.kv_off(bg / G, bg % G, D);
+    float* dvr = dv + j * vs + s.kv_off(bg / G, bg % G, Dv);
     for (int t = 0; t < nt; ++t) {
       const float* pk = priv + int64_t(t) * kv_size + (bg * Sk + j) * Dp;
       const float* pv = priv + int64_t(t) * kv_size + k_size + (bg * Sk + j) * Dvp;

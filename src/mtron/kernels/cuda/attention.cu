@@ -101,7 +101,8 @@ __device__ __forceinline__ void load_tile(float* tile,
     tile[t * ld + d] = (row < n_rows && d < D) ? src[row_offset(row) + d] : 0.0f;
   }
 }
-// The tile of query rows i0.. of head h, batch b of a tensor of head dim D (q, out, dout).
+// The tile of query rows i0.. of head h, batch b of q (out = false: head dim D) or of out, dout
+// (head dim Dv).
 __device__ __forceinline__ void load_q_tile(float* tile,
                                             int ld,
                                             const float* src,
@@ -109,8 +110,9 @@ __device__ __forceinline__ void load_q_tile(float* tile,
                                             const AttnShape& s,
                                             int64_t b,
                                             int64_t h,
-                                            int64_t D) {
-  load_tile(tile, ld, src, i0, s.Sq, int(D), [&](int64_t row) { return q_row(s, row, b, h, D); });
+                                            bool out) {
+  load_tile(tile, ld, src, i0, s.Sq, int(out ? s.Dv : s.D),
+            [&](int64_t row) { return out ? o_row(s, row, b, h) : q_row(s, row, b, h); });
 }
 // The tile of key rows j0.. of group g, batch b of a tensor of head dim D (k, v).
 __device__ __forceinline__ void load_kv_tile(float* tile,
@@ -186,7 +188,7 @@ __global__ void __launch_bounds__(kThreads) attention_forward_kernel(float* out,
   const int64_t b = blockIdx.y / s.H, h = blockIdx.y % s.H, g = h / (s.H / s.G);
   const int64_t i0 = int64_t(blockIdx.x) * kT, i = i0 + r;
 
-  load_q_tile(Qs, ld, q, i0, s, b, h, s.D);
+  load_q_tile(Qs, ld, q, i0, s, b, h, false);
   const int64_t i1 = i0 + kT < s.Sq ? i0 + kT : s.Sq;
   const int64_t kv_end = key_end(s, mask, i1);
 
@@ -233,7 +235,7 @@ __global__ void __launch_bounds__(kThreads) attention_forward_kernel(float* out,
   }
 
   if (i < s.Sq) {
-    float* o = out + q_row(s, i, b, h, s.Dv);
+    float* o = out + o_row(s, i, b, h);
     const float inv = l_i > 0 ? 1.0f / l_i : 0.0f;
     for_owned_columns<kMaxD>(sub, Dv, [&](int c, int a) { o[c] = acc[a] * inv; });
     if (sub == 0) lse[stat_at(s, b, h, i)] = l_i > 0 ? m_i + logf(l_i) : kNegInf;
@@ -297,8 +299,8 @@ __global__ void __launch_bounds__(kThreads)
     const int64_t h = g * hpg + hh;
     for (int64_t i0 = i_begin; i0 < s.Sq; i0 += kT) {
       __syncthreads();  // the previous tiles are no longer read (and K, V are loaded)
-      load_q_tile(Qs, ld, t.q, i0, s, b, h, s.D);
-      load_q_tile(dOs, ld, t.dout, i0, s, b, h, s.Dv);
+      load_q_tile(Qs, ld, t.q, i0, s, b, h, false);
+      load_q_tile(dOs, ld, t.dout, i0, s, b, h, true);
       if (threadIdx.x < kT) {
         const int64_t i = i0 + threadIdx.x;
         lse_s[threadIdx.x] = i < s.Sq ? t.lse[stat_at(s, b, h, i)] : kNegInf;
@@ -358,8 +360,8 @@ __global__ void __launch_bounds__(kThreads)
   const int64_t b = blockIdx.y / s.H, h = blockIdx.y % s.H, g = h / (s.H / s.G);
   const int64_t i0 = int64_t(blockIdx.x) * kT, i = i0 + r;
 
-  load_q_tile(Qs, ld, t.q, i0, s, b, h, s.D);
-  load_q_tile(dOs, ld, t.dout, i0, s, b, h, s.Dv);
+  load_q_tile(Qs, ld, t.q, i0, s, b, h, false);
+  load_q_tile(dOs, ld, t.dout, i0, s, b, h, true);
   const float l = i < s.Sq ? t.lse[stat_at(s, b, h, i)] : kNegInf;
   const float dlt = i < s.Sq ? t.delta[stat_at(s, b, h, i)] : 0.0f;
   const int64_t i1 = i0 + kT < s.Sq ? i0 + kT : s.Sq;
@@ -389,7 +391,7 @@ __global__ void __launch_bounds__(kThreads)
   }
 
   if (i < s.Sq) {
-    float* dqr = t.dq + q_row(s, i, b, h, s.D);
+    float* dqr = t.dq + q_row(s, i, b, h);
     for_owned_columns<kMaxD>(sub, D, [&](int c, int a) { dqr[c] += dq_acc[a] * s.scale; });
   }
 }

@@ -183,7 +183,7 @@ __global__ void __launch_bounds__(kThreads) attention_forward_tc_kernel(float* o
   const int warp = int(threadIdx.x / 32);
   const int64_t b = blockIdx.y / s.H, h = blockIdx.y % s.H, g = h / (s.H / s.G);
   const int64_t i0 = int64_t(blockIdx.x) * kB, r0 = i0 + 16 * warp;
-  auto q_at = [&](int64_t row) { return q_row(s, row, b, h, s.D); };
+  auto q_at = [&](int64_t row) { return q_row(s, row, b, h); };
   auto k_at = [&](int64_t row) { return kv_row(s, row, b, g, s.D); };
   auto v_at = [&](int64_t row) { return kv_row(s, row, b, g, s.Dv); };
 
@@ -236,7 +236,7 @@ __global__ void __launch_bounds__(kThreads) attention_forward_tc_kernel(float* o
   for_acc(o, int(s.Dv), [&](int rr, int c, float x) {
     const int64_t i = r0 + rr;
     const float li = l[rr / 8];
-    if (i < s.Sq) out[q_row(s, i, b, h, s.Dv) + c] = li > 0 ? x / li : 0.0f;
+    if (i < s.Sq) out[o_row(s, i, b, h) + c] = li > 0 ? x / li : 0.0f;
   });
   if (threadIdx.x % 4 == 0) {
     MT_UNROLL
@@ -261,10 +261,9 @@ __global__ void __launch_bounds__(kThreads)
   const int64_t b = blockIdx.y / s.H, h = blockIdx.y % s.H, g = h / (s.H / s.G);
   const int64_t i0 = int64_t(blockIdx.x) * kB, r0 = i0 + 16 * warp;
 
-  load_bf16(Qs, nullptr, t.q, i0, s.Sq, int(s.D),
-            [&](int64_t row) { return q_row(s, row, b, h, s.D); });
+  load_bf16(Qs, nullptr, t.q, i0, s.Sq, int(s.D), [&](int64_t row) { return q_row(s, row, b, h); });
   load_bf16(dOs, nullptr, t.dout, i0, s.Sq, int(s.Dv),
-            [&](int64_t row) { return q_row(s, row, b, h, s.Dv); });
+            [&](int64_t row) { return o_row(s, row, b, h); });
   float l[2], dlt[2];
   MT_UNROLL
   for (int r = 0; r < 2; ++r) {
@@ -299,7 +298,7 @@ __global__ void __launch_bounds__(kThreads)
 
   for_acc(dq, int(s.D), [&](int rr, int c, float x) {
     const int64_t i = r0 + rr;
-    if (i < s.Sq) t.dq[q_row(s, i, b, h, s.D) + c] += x * s.scale;
+    if (i < s.Sq) t.dq[q_row(s, i, b, h) + c] += x * s.scale;
   });
 }
 
@@ -335,10 +334,9 @@ __global__ void __launch_bounds__(kThreads)
     const int64_t h = g * hpg + hh;
     for (int64_t i0 = i_begin; i0 < s.Sq; i0 += kB) {
       __syncthreads();  // the previous tiles are no longer read (and K, V are loaded)
-      load_bf16(Qs, Qt, t.q, i0, s.Sq, int(s.D),
-                [&](int64_t row) { return q_row(s, row, b, h, s.D); });
+      load_bf16(Qs, Qt, t.q, i0, s.Sq, int(s.D), [&](int64_t row) { return q_row(s, row, b, h); });
       load_bf16(dOs, dOt, t.dout, i0, s.Sq, int(s.Dv),
-                [&](int64_t row) { return q_row(s, row, b, h, s.Dv); });
+                [&](int64_t row) { return o_row(s, row, b, h); });
       if (threadIdx.x < kB) {
         const int64_t i = i0 + threadIdx.x;
         lse_s[threadIdx.x] = i < s.Sq ? t.lse[stat_at(s, b, h, i)] : kNegInf;

@@ -27,13 +27,13 @@ bool probs(std::vector<Acc<T>>& p,
            int64_t h,
            int64_t i) {
   const int64_t g = h / (s.H / s.G);
-  const T* qi = q + ((i * s.B + b) * s.H + h) * s.D;
+  const T* qi = q + s.q_off(b, h) + i * s.q_step();
   Acc<T> mx = -std::numeric_limits<Acc<T>>::infinity();
   p.assign(size_t(s.Sk), 0);
   bool any = false;
   for (int64_t j = 0; j < s.Sk; ++j) {
     if (!visible(mask, i, j)) continue;
-    const T* kj = k + ((j * s.B + b) * s.G + g) * s.D;
+    const T* kj = k + s.kv_off(b, g, s.D) + j * s.kv_step(s.D);
     Acc<T> dot = 0;
     for (int64_t d = 0; d < s.D; ++d) dot += Acc<T>(qi[d]) * kj[d];
     p[size_t(j)] = dot * s.scale;
@@ -78,7 +78,7 @@ void attention_forward(
         for (int64_t d = 0; d < s.Dv; ++d) {
           Acc<T> acc = 0;
           for (int64_t j = 0; j < s.Sk; ++j)
-            acc += p[size_t(j)] * z[size_t(j)] * v[((j * s.B + b) * s.G + g) * s.Dv + d];
+            acc += p[size_t(j)] * z[size_t(j)] * v[s.kv_off(b, g, s.Dv) + j * s.kv_step(s.Dv) + d];
           o[d] = T(acc);
         }
         lse[(b * s.H + h) * s.Sq + i] = T(l);
@@ -107,17 +107,18 @@ void attention_backward(T* dq,
         Acc<T> l;
         if (!probs(p, &l, q, k, s, mask, b, h, i)) continue;
         dropout_row(z, s, mask, b, h, i);
-        const int64_t qi = ((i * s.B + b) * s.H + h) * s.D, oi = qi / s.D * s.Dv;
+        const int64_t qi = s.q_off(b, h) + i * s.q_step(), oi = ((i * s.B + b) * s.H + h) * s.Dv;
         dp.assign(size_t(s.Sk), 0);
         Acc<T> delta = 0;
         for (int64_t j = 0; j < s.Sk; ++j) {
-          const int64_t vj = ((j * s.B + b) * s.G + g) * s.Dv;
+          const int64_t vj = s.kv_off(b, g, s.Dv) + j * s.kv_step(s.Dv);
           for (int64_t d = 0; d < s.Dv; ++d) dp[size_t(j)] += Acc<T>(dout[oi + d]) * v[vj + d];
           dp[size_t(j)] *= z[size_t(j)];
           delta += p[size_t(j)] * dp[size_t(j)];
         }
         for (int64_t j = 0; j < s.Sk; ++j) {
-          const int64_t kj = ((j * s.B + b) * s.G + g) * s.D, vj = kj / s.D * s.Dv;
+          const int64_t kj = s.kv_off(b, g, s.D) + j * s.kv_step(s.D);
+          const int64_t vj = s.kv_off(b, g, s.Dv) + j * s.kv_step(s.Dv);
           const Acc<T> ds = p[size_t(j)] * (dp[size_t(j)] - delta) * s.scale;
           for (int64_t d = 0; d < s.D; ++d) {
             dq[qi + d] = T(dq[qi + d] + ds * k[kj + d]);
