@@ -291,8 +291,9 @@ void norm_cases(Checker& ck, bool small) {
 }
 
 void activation_cases(Checker& ck, bool small) {
-  std::vector<std::pair<int64_t, int64_t>> shapes = {{1, 1},     {3, 31},  {17, 100}, {1, 33},
-                                                     {1, 10007}, {31, 32}, {33, 300}};
+  std::vector<std::pair<int64_t, int64_t>> shapes = {
+      {1, 1},     {3, 31},  {17, 100}, {1, 33},
+      {1, 10007}, {31, 32}, {33, 300}, {600, 40}};  // column sums in 3 chunks
   if (!small) shapes.push_back({4096, 3072});
   for (const auto& shp : shapes) {
     const int64_t N = shp.first, F = shp.second;
@@ -310,6 +311,20 @@ void activation_cases(Checker& ck, bool small) {
       ck.check("dinp", dx, kTolF32);
       check_bf16_out(ck, "dinp to bf16 (bits)", dx,
                      [&](bf16* d) { gelu_backward(g_dev, d, x.dev(), dout.dev(), n); });
+      // fc1's output and bias gradients in one pass: gelu_backward to bf16 and bias_backward of
+      // that, bit for bit
+      const std::vector<float> db0 = randn(F);
+      const std::vector<bf16> nan16(size_t(n), bf16{0xffff});
+      Pair<float> dbias(db0), plain(db0), want(db0);
+      Pair<bf16> d16(nan16), plain16(nan16);
+      gelu_backward_bias(g_dev, dbias.dev(), d16.dev(), x.dev(), dout.dev(), N, F);
+      gelu_backward(g_dev, plain16.dev(), x.dev(), dout.dev(), n);
+      bias_backward(g_dev, plain.dev(), plain16.dev(), N, F);
+      ck.check_bits("gelu_backward_bias dinp as gelu_backward's (bits)", d16, plain16.dev_result());
+      ck.check("gelu_backward_bias dbias as bias_backward's (bits)", dbias.dev_result(),
+               plain.dev_result(), 0.0);
+      ref::bias_backward(want.host(), widen(narrow<bf16>(dx.host_result())).data(), N, F);
+      ck.check("gelu_backward_bias dbias", dbias.dev_result(), want.host_result(), kTolBf16);
     });
     ck.run("swiglu", shape, [&] {
       Pair<float> x(randn(N * 2 * F, 3.0f)), out(poison(N * F)), dout(randn(N * F)),

@@ -1,5 +1,5 @@
 // defines: gelu_forward/backward (tanh approximation; both also to a bf16 output),
-//          swiglu_forward/backward
+//          gelu_backward_bias, swiglu_forward/backward
 //
 // Backward WRITES dinp (=).
 #pragma once
@@ -14,21 +14,27 @@ namespace mtron::kernels {
 //               to a bf16 out (the next GEMM's input), convert's rounding of the fp32 values
 //               bit for bit, in one pass; gelu_backward likewise (dinp: the fc1 GEMMs' output
 //               gradient)
+// gelu_backward_bias: gelu_backward of dout[N, C] to bf16 and dbias[C] += the column sums of
+//               those bf16 values (fc1's bias gradient in the same pass, as cuBLASLt's dGELU and
+//               bias-gradient epilogue), bit for bit gelu_backward then bias_backward
 // swiglu_forward: inp[N, 2F] = [gate | up] per row (Megatron's fused fc1 with --swiglu);
 //                 out[N, F] = silu(gate) * up, silu(x) = x * sigmoid(x).
-#define MTRON_ACTIVATION_OPS(OP)                                                          \
-  OP(void, gelu_forward, gelu_forward, gelu_forward_contract,                             \
-     (float* out, const float* inp, int64_t n), (out, inp, n))                            \
-  OP(void, gelu_forward, gelu_forward_bf16, gelu_forward_contract,                        \
-     (bf16 * out, const float* inp, int64_t n), (out, inp, n))                            \
-  OP(void, gelu_backward, gelu_backward, gelu_backward_contract,                          \
-     (float* dinp, const float* inp, const float* dout, int64_t n), (dinp, inp, dout, n)) \
-  OP(void, gelu_backward, gelu_backward_bf16, gelu_backward_contract,                     \
-     (bf16 * dinp, const float* inp, const float* dout, int64_t n), (dinp, inp, dout, n)) \
-  OP(void, swiglu_forward, swiglu_forward, swiglu_forward_contract,                       \
-     (float* out, const float* inp, int64_t N, int64_t F), (out, inp, N, F))              \
-  OP(void, swiglu_backward, swiglu_backward, swiglu_backward_contract,                    \
-     (float* dinp, const float* inp, const float* dout, int64_t N, int64_t F),            \
+#define MTRON_ACTIVATION_OPS(OP)                                                            \
+  OP(void, gelu_forward, gelu_forward, gelu_forward_contract,                               \
+     (float* out, const float* inp, int64_t n), (out, inp, n))                              \
+  OP(void, gelu_forward, gelu_forward_bf16, gelu_forward_contract,                          \
+     (bf16 * out, const float* inp, int64_t n), (out, inp, n))                              \
+  OP(void, gelu_backward, gelu_backward, gelu_backward_contract,                            \
+     (float* dinp, const float* inp, const float* dout, int64_t n), (dinp, inp, dout, n))   \
+  OP(void, gelu_backward, gelu_backward_bf16, gelu_backward_contract,                       \
+     (bf16 * dinp, const float* inp, const float* dout, int64_t n), (dinp, inp, dout, n))   \
+  OP(void, gelu_backward_bias, gelu_backward_bias, gelu_backward_bias_contract,             \
+     (float* dbias, bf16* dinp, const float* inp, const float* dout, int64_t N, int64_t C), \
+     (dbias, dinp, inp, dout, N, C))                                                        \
+  OP(void, swiglu_forward, swiglu_forward, swiglu_forward_contract,                         \
+     (float* out, const float* inp, int64_t N, int64_t F), (out, inp, N, F))                \
+  OP(void, swiglu_backward, swiglu_backward, swiglu_backward_contract,                      \
+     (float* dinp, const float* inp, const float* dout, int64_t N, int64_t F),              \
      (dinp, inp, dout, N, F))
 MTRON_ACTIVATION_OPS(MT_OP_DECLARE)
 

@@ -112,6 +112,12 @@ template <typename T>
 OpCost gelu_backward_contract(T*, const float*, const float*, int64_t n) {
   return {0, 2 * f32s(n) + double(sizeof(T)) * double(n), 2.0 * double(n)};
 }
+// gelu_backward to bf16 and bias_backward of its output; the minimum reads dout and the
+// pre-activation as dGELU's epilogue does.
+inline OpCost gelu_backward_bias_contract(
+    float*, bf16*, const float*, const float*, int64_t N, int64_t C) {
+  return {0, 10.0 * double(N * C) + 2 * f32s(C), 2.0 * double(N * C)};
+}
 inline OpCost swiglu_forward_contract(float*, const float*, int64_t N, int64_t F) {
   return traffic(3 * f32s(N * F));
 }

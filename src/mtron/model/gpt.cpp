@@ -362,17 +362,26 @@ const float* GPTChunk::forward(const RunCtx& rc,
 
   scratch_.reset();
   need(head_first_, -1);
-  // (kept as the MTP depths' input)
-  float* lnf = mtp_.empty() ? scratch_.alloc<float>(Nl * h) : st.keep.alloc<float>(Nl * h);
-  st.lnf_out = lnf;
   st.lnf_mean =
       cfg_.normalization == Normalization::kLayerNorm ? st.keep.alloc<float>(Nl) : nullptr;
   st.lnf_rstd = st.keep.alloc<float>(Nl);
-  lnf_.forward(rc, cfg_, params_, lnf, st.lnf_mean, st.lnf_rstd, x, Nl);
-  float* full = lnf;
-  if (tp.sequence_parallel) {
-    full = scratch_.alloc<float>(N * h);
-    parallel::enter_tp_forward(tp, full, lnf, N, h);
+  // The output layer's GEMM input: in bf16 without SP and MTP written so by the norm.
+  Act head_in;
+  if (mtp_.empty() && !tp.sequence_parallel && bf16_gemm_inputs(rc)) {
+    bf16* lnf = scratch_.alloc<bf16>(N * h);
+    lnf_.forward(rc, cfg_, params_, lnf, st.lnf_mean, st.lnf_rstd, x, Nl);
+    head_in = Act::of(lnf);
+  } else {
+    // (kept as the MTP depths' input)
+    float* lnf = mtp_.empty() ? scratch_.alloc<float>(Nl * h) : st.keep.alloc<float>(Nl * h);
+    st.lnf_out = lnf;
+    lnf_.forward(rc, cfg_, params_, lnf, st.lnf_mean, st.lnf_rstd, x, Nl);
+    float* full = lnf;
+    if (tp.sequence_parallel) {
+      full = scratch_.alloc<float>(N * h);
+      parallel::enter_tp_forward(tp, full, lnf, N, h);
+    }
+    head_in = as_gemm_input(rc, scratch_, full, N * h);
   }
   if (train) st.dhead = st.keep.alloc<float>(N * h);
   double* acc = st.loss_dev;
@@ -380,7 +389,7 @@ const float* GPTChunk::forward(const RunCtx& rc,
     acc = st.keep.alloc<double>(int64_t(1 + mtp_.size()));
     kernels::fill_zero(rc.k, acc, int64_t(sizeof(double) * (1 + mtp_.size())));
   }
-  LmHeadArgs a{.h = as_gemm_input(rc, scratch_, full, N * h),
+  LmHeadArgs a{.h = head_in,
                .w = params_.weight(out_w_),
                .dw = train ? params_.grad(out_w_) : nullptr,
                .dh = st.dhead,

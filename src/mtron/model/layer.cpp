@@ -326,9 +326,10 @@ void TransformerLayer::backward(
     linear_backward(rc, scratch, dact, p_.grad(fc2_w_), sp ? nullptr : opt_grad(p_, fc2_b_),
                     dpartial, st.act_in, p_.weight(fc2_w_), N, Fl_, h);
     const int64_t fc1_w = cfg_.swiglu ? 2 * Fl_ : Fl_;
-    const Act dfc1 = mlp_activation_grad(rc, scratch, st.fc1, dact, N, Fl_, cfg_.swiglu);
+    float* dfc1_b = opt_grad(p_, fc1_b_);
+    const Act dfc1 = mlp_activation_grad(rc, scratch, st.fc1, dact, N, Fl_, cfg_.swiglu, &dfc1_b);
     float* dln2_full = scratch.alloc<float>(N * h);
-    linear_backward(rc, scratch, dln2_full, p_.grad(fc1_w_), opt_grad(p_, fc1_b_), dfc1, st.ln2_in,
+    linear_backward(rc, scratch, dln2_full, p_.grad(fc1_w_), dfc1_b, dfc1, st.ln2_in,
                     p_.weight(fc1_w_), N, h, fc1_w);
     dln2 = sp ? scratch.alloc<float>(Nl * h) : dln2_full;
     parallel::enter_tp_backward(tp, dln2, dln2_full, N, h);

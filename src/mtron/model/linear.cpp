@@ -124,10 +124,16 @@ Act mlp_activation_grad(const RunCtx& rc,
                         const float* dact,
                         int64_t N,
                         int64_t F,
-                        bool swiglu) {
+                        bool swiglu,
+                        float** dbias) {
   if (!swiglu && bf16_gemm_inputs(rc)) {
     bf16* d = scratch.alloc<bf16>(N * F);
-    kernels::gelu_backward(rc.k, d, fc1, dact, N * F);
+    if (dbias && *dbias) {
+      kernels::gelu_backward_bias(rc.k, *dbias, d, fc1, dact, N, F);
+      *dbias = nullptr;
+    } else {
+      kernels::gelu_backward(rc.k, d, fc1, dact, N * F);
+    }
     return Act::of(d);
   }
   float* d = scratch.alloc<float>(N * (swiglu ? 2 * F : F));

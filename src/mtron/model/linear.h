@@ -95,14 +95,17 @@ Act mlp_activation(const RunCtx& rc,
 
 // fc1's output gradient from the activation's gradient dact [N, F], as fc1's backward reads it:
 // GELU in bf16 mode writes the bf16 GEMM input in one pass, else the fp32 gradient ([N, F], or
-// [N, 2F] for SwiGLU).
+// [N, 2F] for SwiGLU). With *dbias (fc1's bias gradient; dbias and *dbias may be null), GELU in
+// bf16 mode adds that gradient's column sums to it in the same pass and sets *dbias to null
+// (nothing left for linear_backward).
 Act mlp_activation_grad(const RunCtx& rc,
                         Arena& scratch,
                         const float* fc1,
                         const float* dact,
                         int64_t N,
                         int64_t F,
-                        bool swiglu);
+                        bool swiglu,
+                        float** dbias = nullptr);
 
 // y[N,out] = x[N,in] W[out,in]^T + bias + residual (bias and residual may be null; residual
 // [N,out], not y itself: the residual stream the output joins, added in the GEMM's epilogue)

@@ -47,20 +47,24 @@ void gelu_forward_bf16(bf16* out, const float* inp, int64_t n) {
            [&](int64_t i, size_t k, VF y) { store(dh, to_bf16(d, y), bits(out + i), k); });
 }
 
+// dgelu(x) * dy
+HWY_INLINE VF gelu_grad(DF d, VF x, VF dy) {
+  const VF k2 = hn::Set(d, 2 * kGeluK), c = hn::Set(d, kGeluC);
+  const VF c3 = hn::Set(d, 3 * kGeluC), one = hn::Set(d, 1.0f);
+  const VF x2 = hn::Mul(x, x);
+  const VF s = sigmoid(d, hn::Mul(hn::Mul(k2, x), hn::MulAdd(c, x2, one)));
+  const VF du2 = hn::Mul(k2, hn::MulAdd(c3, x2, one));  // 2u'
+  // s + x s (1 - s) 2u'
+  const VF g = hn::MulAdd(hn::Mul(x, hn::Mul(s, hn::Sub(one, s))), du2, s);
+  return hn::Mul(g, dy);
+}
+
 // f(i, k, dgelu(inp) * dout) over the lanes of [0, n).
 template <typename F>
 void for_gelu_grad(const float* inp, const float* dout, int64_t n, int64_t bytes, F f) {
   const DF d;
-  const VF k2 = hn::Set(d, 2 * kGeluK), c = hn::Set(d, kGeluC);
-  const VF c3 = hn::Set(d, 3 * kGeluC), one = hn::Set(d, 1.0f);
   parallel_lanes(d, n, bytes, [&](int64_t i, size_t k) {
-    const VF x = load(d, inp + i, k);
-    const VF x2 = hn::Mul(x, x);
-    const VF s = sigmoid(d, hn::Mul(hn::Mul(k2, x), hn::MulAdd(c, x2, one)));
-    const VF du2 = hn::Mul(k2, hn::MulAdd(c3, x2, one));  // 2u'
-    // s + x s (1 - s) 2u'
-    const VF g = hn::MulAdd(hn::Mul(x, hn::Mul(s, hn::Sub(one, s))), du2, s);
-    f(i, k, hn::Mul(g, load(d, dout + i, k)));
+    f(i, k, gelu_grad(d, load(d, inp + i, k), load(d, dout + i, k)));
   });
 }
 
@@ -74,6 +78,20 @@ void gelu_backward_bf16(bf16* dinp, const float* inp, const float* dout, int64_t
   const DU16 dh;
   for_gelu_grad(inp, dout, n, n * 10,
                 [&](int64_t i, size_t k, VF g) { store(dh, to_bf16(d, g), bits(dinp + i), k); });
+}
+
+void gelu_backward_bias(
+    float* dbias, bf16* dinp, const float* inp, const float* dout, int64_t N, int64_t C) {
+  const DF d;
+  const DU16 dh;
+  sum_columns(dbias, N, C, N * C * 10, [&](int64_t r, int64_t c0, int64_t w, float* part) {
+    const int64_t o = r * C + c0;
+    for_lanes(d, 0, w, [&](int64_t c, size_t k) {
+      const VF g = gelu_grad(d, load(d, inp + o + c, k), load(d, dout + o + c, k));
+      store(dh, to_bf16(d, g), bits(dinp + o + c), k);
+    });
+    add_into(d, part, dinp + o, w);
+  });
 }
 
 void swiglu_forward(float* out, const float* inp, int64_t N, int64_t F) {

@@ -71,30 +71,17 @@ void bias_add(float* out, const float* bias, int64_t N, int64_t C) {
   parallel_rows(N, threads_for(N * C * 8), [&](int64_t r) { add_into(d, out + r * C, bias, C); });
 }
 
-// Threads split the columns, each summing all rows in order: deterministic for any thread count.
-// Each thread walks the rows sequentially (its column range of every row is contiguous), adding
-// into fp32 block sums over kBlock rows that are then added into fp32 totals (pairwise-like
-// accuracy), both small enough to stay in L1. T: float, or bf16 (widened exactly). With dout16,
-// each row's range is also written to it rounded to bf16 (T float).
+// sum_columns of dout (T: float, or bf16 widened exactly); with dout16, each row's range is also
+// written to it rounded to bf16 (T float).
 template <typename T>
 void column_sums(float* dbias, const T* dout, int64_t N, int64_t C, bf16* dout16 = nullptr) {
-  constexpr int64_t kBlock = 256;
   const DF d;
-  parallel_ranges(C, threads_for(N * C * int64_t(sizeof(T))), kLine, [&](int64_t c0, int64_t c1) {
-    const int64_t w = c1 - c0;
-    std::vector<float> part(static_cast<size_t>(w)), total(static_cast<size_t>(w), 0.0f);
-    float* pp = part.data();
-    for (int64_t r0 = 0; r0 < N; r0 += kBlock) {
-      std::fill(part.begin(), part.end(), 0.0f);
-      for (int64_t r = r0; r < std::min(N, r0 + kBlock); ++r) {
-        add_into(d, pp, dout + r * C + c0, w);
-        if constexpr (std::is_same_v<T, float>)
-          if (dout16) narrow_into(d, dout16 + r * C + c0, dout + r * C + c0, w);
-      }
-      for (int64_t c = 0; c < w; ++c) total[size_t(c)] += part[size_t(c)];
-    }
-    for (int64_t c = c0; c < c1; ++c) dbias[c] += total[size_t(c - c0)];
-  });
+  sum_columns(dbias, N, C, N * C * int64_t(sizeof(T)),
+              [&](int64_t r, int64_t c0, int64_t w, float* part) {
+                add_into(d, part, dout + r * C + c0, w);
+                if constexpr (std::is_same_v<T, float>)
+                  if (dout16) narrow_into(d, dout16 + r * C + c0, dout + r * C + c0, w);
+              });
 }
 
 void bias_backward(float* dbias, const float* dout, int64_t N, int64_t C) {

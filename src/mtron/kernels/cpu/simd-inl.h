@@ -1,6 +1,6 @@
 // defines (per SIMD target, in namespace cpu::HWY_NAMESPACE): DF, VF, DU16, load, store,
 //          for_lanes, parallel_lanes, add_into (fp32 or bf16 source), exp, sigmoid, hsum, hmax,
-//          to_bf16, from_bf16, to_f16, from_f16, bits, narrow_into
+//          to_bf16, from_bf16, to_f16, from_f16, bits, narrow_into, sum_columns
 //
 // The vector helpers every CPU kernel shares, written once over Google Highway and compiled for
 // each SIMD target a kernel file is compiled for (hwy/foreach_target.h re-includes this file once
@@ -26,7 +26,9 @@
 
 #include <hwy/highway.h>
 
+#include <algorithm>
 #include <cstdint>
+#include <vector>
 
 #include "mtron/core/dtype.h"
 #include "mtron/kernels/cpu/parallel.h"
@@ -205,6 +207,26 @@ HWY_INLINE void narrow_into(DF d,
   const DU16 dh;
   for_lanes(d, 0, n, [&](int64_t c, size_t k) {
     store(dh, to_bf16(d, load(d, src + c, k)), bits(dst + c), k);
+  });
+}
+
+// dbias[C] += the column sums of an [N, C] matrix, add_row(r, c0, w, part) adding row r's
+// columns [c0, c0 + w) into part[0, w). Threads split the columns (`bytes`: the traffic, for
+// threads_for), each summing all rows in order: deterministic for any thread count. Each adds
+// into fp32 block sums over kBlock rows that are then added into fp32 totals (pairwise-like
+// accuracy), both small enough to stay in L1.
+template <class F>
+void sum_columns(float* dbias, int64_t N, int64_t C, int64_t bytes, F&& add_row) {
+  constexpr int64_t kBlock = 256;
+  parallel_ranges(C, threads_for(bytes), kLine, [&](int64_t c0, int64_t c1) {
+    const int64_t w = c1 - c0;
+    std::vector<float> part(static_cast<size_t>(w)), total(static_cast<size_t>(w), 0.0f);
+    for (int64_t r0 = 0; r0 < N; r0 += kBlock) {
+      std::fill(part.begin(), part.end(), 0.0f);
+      for (int64_t r = r0; r < std::min(N, r0 + kBlock); ++r) add_row(r, c0, w, part.data());
+      for (int64_t c = 0; c < w; ++c) total[size_t(c)] += part[size_t(c)];
+    }
+    for (int64_t c = c0; c < c1; ++c) dbias[c] += total[size_t(c - c0)];
   });
 }
 

@@ -2,6 +2,7 @@
 //
 // GELU uses the same identity as the CPU kernel: 0.5 x (1 + tanh(u)) = x sigmoid(2u), which
 // keeps its digits for large negative x; the derivative is s + 2 x s (1 - s) u'.
+#include "mtron/kernels/cuda/column_sums.cuh"
 #include "mtron/kernels/cuda/common.cuh"
 #include "mtron/kernels/cuda/cuda_ops.h"
 
@@ -29,18 +30,34 @@ __global__ void gelu_forward_kernel(T* out, const float* inp, int64_t n) {
     store_as(out + i, gelu(inp[i]));
 }
 
+// dgelu(x) * dy
+__device__ __forceinline__ float gelu_grad(float x, float dy) {
+  const float x2 = x * x;
+  const float s = sigmoid((2 * kGeluK) * x * fmaf(kGeluC, x2, 1.0f));
+  const float du2 = (2 * kGeluK) * fmaf(3 * kGeluC, x2, 1.0f);
+  return fmaf(x * (s * (1.0f - s)), du2, s) * dy;
+}
+
 // dinp: float, or uint16_t holding bf16
 template <typename T>
 __global__ void gelu_backward_kernel(T* dinp, const float* inp, const float* dout, int64_t n) {
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
-       i += int64_t(gridDim.x) * blockDim.x) {
-    const float x = inp[i];
-    const float x2 = x * x;
-    const float s = sigmoid((2 * kGeluK) * x * fmaf(kGeluC, x2, 1.0f));
-    const float du2 = (2 * kGeluK) * fmaf(3 * kGeluC, x2, 1.0f);
-    store_as(dinp + i, fmaf(x * (s * (1.0f - s)), du2, s) * dout[i]);
-  }
+       i += int64_t(gridDim.x) * blockDim.x)
+    store_as(dinp + i, gelu_grad(inp[i], dout[i]));
 }
+
+// gelu_backward_bias's values for column_sums_of: the gradient written as bf16, its bf16 value
+// summed.
+struct GeluGradBf16 {
+  uint16_t* dinp;
+  const float* inp;
+  const float* dout;
+  __device__ float operator()(int64_t i) const {
+    const uint16_t b = f32_to_bf16_bits(gelu_grad(inp[i], dout[i]));
+    dinp[i] = b;
+    return bf16_bits_to_f32(b);
+  }
+};
 
 __global__ void swiglu_forward_kernel(float* out, const float* inp, int64_t N, int64_t F) {
   const int64_t n = N * F;
@@ -86,6 +103,17 @@ void gelu_backward(const Ctx& ctx, float* dinp, const float* inp, const float* d
 void gelu_backward(const Ctx& ctx, bf16* dinp, const float* inp, const float* dout, int64_t n) {
   launch("gelu_backward_bf16", gelu_backward_kernel<uint16_t>, grid_for(n, kThreads), kThreads, 0,
          stream_of(ctx), reinterpret_cast<uint16_t*>(dinp), inp, dout, n);
+}
+
+void gelu_backward_bias(const Ctx& ctx,
+                        float* dbias,
+                        bf16* dinp,
+                        const float* inp,
+                        const float* dout,
+                        int64_t N,
+                        int64_t C) {
+  column_sums_of(stream_of(ctx), dbias, GeluGradBf16{reinterpret_cast<uint16_t*>(dinp), inp, dout},
+                 N, C);
 }
 
 void swiglu_forward(const Ctx& ctx, float* out, const float* inp, int64_t N, int64_t F) {

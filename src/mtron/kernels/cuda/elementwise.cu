@@ -5,6 +5,7 @@
 // All memory-bound grid-stride loops with 64-bit indices. The reductions (bias_backward,
 // sum_squares) use a fixed partition that depends on the sizes only, so results are
 // deterministic and independent of the GPU model.
+#include "mtron/kernels/cuda/column_sums.cuh"
 #include "mtron/kernels/cuda/common.cuh"
 #include "mtron/kernels/cuda/cuda_ops.h"
 
@@ -91,45 +92,6 @@ __global__ void dropout_kernel(float* x, const int32_t* pos, int64_t rows, Dropo
   }
 }
 
-// Column sums of src[R, C] over row chunks of `chunk` rows. Block (32, 8): 32 columns; the 8
-// thread rows each sum every 8th row of the chunk in order, then thread row 0 adds the 8 partial
-// sums in order. Grid (ceil(C / 32), chunks). accumulate: out[c] += total (one chunk only);
-// else out[chunk * C + c] = total.
-constexpr int kColRows = 8;
-constexpr int64_t kColChunk = 256;
-
-// src: float, or uint16_t holding bf16; with src16, src (float) is also written there as bf16.
-template <typename T>
-__global__ void column_sum_kernel(float* out,
-                                  const T* src,
-                                  int64_t R,
-                                  int64_t C,
-                                  int64_t chunk,
-                                  bool accumulate,
-                                  uint16_t* src16) {
-  __shared__ float part[kColRows][33];
-  const int64_t c = int64_t(blockIdx.x) * 32 + threadIdx.x;
-  const int64_t r0 = int64_t(blockIdx.y) * chunk;
-  const int64_t r1 = r0 + chunk < R ? r0 + chunk : R;
-  float s = 0;
-  if (c < C)
-    for (int64_t r = r0 + threadIdx.y; r < r1; r += kColRows) {
-      const float v = load_f32(src + r * C + c);
-      s += v;
-      if (src16) src16[r * C + c] = f32_to_bf16_bits(v);
-    }
-  part[threadIdx.y][threadIdx.x] = s;
-  __syncthreads();
-  if (threadIdx.y == 0 && c < C) {
-    float t = 0;
-    for (int j = 0; j < kColRows; ++j) t += part[j][threadIdx.x];
-    if (accumulate)
-      out[c] += t;
-    else
-      out[int64_t(blockIdx.y) * C + c] = t;
-  }
-}
-
 // sum_squares, pass 1: one double partial per block (squares in fp32, sums in double).
 __global__ void sum_squares_kernel(double* part, const float* x, int64_t n) {
   __shared__ double red[32];
@@ -148,35 +110,6 @@ __global__ void sum_parts_kernel(double* total, const double* part, int64_t n) {
   for (int64_t i = threadIdx.x; i < n; i += blockDim.x) s += part[i];
   s = block_sum(s, red);
   if (threadIdx.x == 0) *total += s;
-}
-
-// dst[C] += column sums of src[R, C]; with src16, src also written there as bf16.
-template <typename T>
-void column_sums(cudaStream_t stream,
-                 float* dst,
-                 const T* src,
-                 int64_t R,
-                 int64_t C,
-                 uint16_t* src16 = nullptr) {
-  if (R <= 0 || C <= 0) return;
-  const unsigned col_blocks = unsigned((C + 31) / 32);
-  const dim3 block(32, kColRows);
-  if (R <= kColChunk) {
-    launch("column_sum", column_sum_kernel<T>, dim3(col_blocks, 1), block, 0, stream, dst, src, R,
-           C, R, true, src16);
-    return;
-  }
-  const int64_t chunks = (R + kColChunk - 1) / kColChunk;
-  Scratch part(sizeof(float) * size_t(chunks * C), stream);
-  // grid.y is limited to 65535 chunks (16.7M rows); larger R is split into slices of rows
-  for (int64_t c0 = 0; c0 < chunks; c0 += 65535) {
-    const int64_t nc = chunks - c0 < 65535 ? chunks - c0 : 65535;
-    launch("column_sum", column_sum_kernel<T>, dim3(col_blocks, unsigned(nc)), block, 0, stream,
-           part.as<float>() + c0 * C, src + c0 * kColChunk * C,
-           R - c0 * kColChunk < nc * kColChunk ? R - c0 * kColChunk : nc * kColChunk, C, kColChunk,
-           false, src16 ? src16 + c0 * kColChunk * C : nullptr);
-  }
-  column_sums(stream, dst, part.as<float>(), chunks, C);
 }
 
 }  // namespace
@@ -224,12 +157,14 @@ void bias_backward(const Ctx& ctx, float* dbias, const float* dout, int64_t N, i
 }
 
 void bias_backward(const Ctx& ctx, float* dbias, const bf16* dout, int64_t N, int64_t C) {
-  column_sums(stream_of(ctx), dbias, reinterpret_cast<const uint16_t*>(dout), N, C);
+  column_sums_of(stream_of(ctx), dbias,
+                 ColumnsOf<uint16_t>{reinterpret_cast<const uint16_t*>(dout)}, N, C);
 }
 
 void bias_backward_narrow(
     const Ctx& ctx, float* dbias, bf16* dout16, const float* dout, int64_t N, int64_t C) {
-  column_sums(stream_of(ctx), dbias, dout, N, C, reinterpret_cast<uint16_t*>(dout16));
+  column_sums_of(stream_of(ctx), dbias, ColumnsOf<float>{dout, reinterpret_cast<uint16_t*>(dout16)},
+                 N, C);
 }
 
 void dropout(const Ctx& ctx, float* x, const int32_t* pos, int64_t rows, const DropoutRows& d) {
@@ -254,7 +189,7 @@ void scale_matrix(cudaStream_t stream, float* C, int64_t M, int64_t N, int64_t l
 }
 
 void add_column_sums(cudaStream_t stream, float* dst, const float* src, int64_t R, int64_t C) {
-  column_sums(stream, dst, src, R, C);
+  column_sums_of(stream, dst, ColumnsOf<float>{src}, R, C);
 }
 
 }  // namespace mtron::kernels::cuda
