@@ -142,9 +142,9 @@ int main(int argc, char** argv) {
     std::vector<int32_t> pos(N);
     for (int64_t i = 0; i < N; ++i) pos[size_t(i)] = int32_t(i % S);
     run("rope_forward", "4096x12x64", 2 * f4 * N * C, "GB/s",
-        [&] { rope_forward(ctx, q.data(), pos.data(), N, H, D, D, RopeFreq{10000.0f}); });
+        [&] { rope_forward(ctx, q.data(), pos.data(), N, H, D, D, RopeFreq{10000.0f}, 0); });
     run("rope_backward", "4096x12x64", 2 * f4 * N * C, "GB/s",
-        [&] { rope_backward(ctx, q.data(), pos.data(), N, H, D, D, RopeFreq{10000.0f}); });
+        [&] { rope_backward(ctx, q.data(), pos.data(), N, H, D, D, RopeFreq{10000.0f}, 0); });
   }
   {
     auto table = filled(V * C), out = filled(N * C), dtable = filled(V * C);

@@ -367,19 +367,40 @@ void rope_cases(Checker& ck, bool small) {
     ck.run("rope", shape, [&] {
       Pair<float> x(randn(nq));
       Pair<int32_t> pos(randint(s.N, 0, 8192));
-      ref::rope_forward(x.host(), pos.host(), s.N, H, s.D, s.R, RopeFreq{10000.0f});
-      rope_forward(g_dev, x.dev(), pos.dev(), s.N, H, s.D, s.R, RopeFreq{10000.0f});
+      ref::rope_forward(x.host(), pos.host(), s.N, H, s.D, s.R, RopeFreq{10000.0f}, 0);
+      rope_forward(g_dev, x.dev(), pos.dev(), s.N, H, s.D, s.R, RopeFreq{10000.0f}, 0);
       ck.check("forward", x, kTolF32);
-      ref::rope_backward(x.host(), pos.host(), s.N, H, s.D, s.R, RopeFreq{500000.0f});
-      rope_backward(g_dev, x.dev(), pos.dev(), s.N, H, s.D, s.R, RopeFreq{500000.0f});
+      ref::rope_backward(x.host(), pos.host(), s.N, H, s.D, s.R, RopeFreq{500000.0f}, 0);
+      rope_backward(g_dev, x.dev(), pos.dev(), s.N, H, s.D, s.R, RopeFreq{500000.0f}, 0);
       ck.check("backward", x, kTolF32);
       const RopeFreq yarn{10000.0f, 40.0f, 1.0f, float(s.R / 2 - 1), 1.25f};  // YaRN
-      ref::rope_forward(x.host(), pos.host(), s.N, H, s.D, s.R, yarn);
-      rope_forward(g_dev, x.dev(), pos.dev(), s.N, H, s.D, s.R, yarn);
+      ref::rope_forward(x.host(), pos.host(), s.N, H, s.D, s.R, yarn, 0);
+      rope_forward(g_dev, x.dev(), pos.dev(), s.N, H, s.D, s.R, yarn, 0);
       ck.check("forward (YaRN)", x, kTolF32);
-      ref::rope_backward(x.host(), pos.host(), s.N, H, s.D, s.R, yarn);
-      rope_backward(g_dev, x.dev(), pos.dev(), s.N, H, s.D, s.R, yarn);
+      ref::rope_backward(x.host(), pos.host(), s.N, H, s.D, s.R, yarn, 0);
+      rope_backward(g_dev, x.dev(), pos.dev(), s.N, H, s.D, s.R, yarn, 0);
       ck.check("backward (YaRN)", x, kTolF32);
+    });
+    // On the fused QKV buffer: the query and key heads of every group rotated, the value heads
+    // not; the reference's result bit for bit the split tensors' rotated.
+    ck.run("rope", shape + " fused QKV", [&] {
+      const int64_t nh = s.G * (s.hpg + 2), grp = s.hpg + 2;
+      const std::vector<float> x0 = randn(nq + 2 * nk);
+      Pair<float> x(x0);
+      Pair<int32_t> pos(randint(s.N, 0, 8192));
+      ref::rope_forward(x.host(), pos.host(), s.N, nh, s.D, s.R, RopeFreq{10000.0f}, grp);
+      rope_forward(g_dev, x.dev(), pos.dev(), s.N, nh, s.D, s.R, RopeFreq{10000.0f}, grp);
+      ck.check("forward", x, kTolF32);
+      std::vector<float> q(static_cast<size_t>(nq)), k(static_cast<size_t>(nk)),
+          v(static_cast<size_t>(nk)), merged(x0.size());
+      ref::qkv_split(q.data(), k.data(), v.data(), x0.data(), s.N, s.G, s.hpg, s.D);
+      ref::rope_forward(q.data(), pos.host(), s.N, H, s.D, s.R, RopeFreq{10000.0f}, 0);
+      ref::rope_forward(k.data(), pos.host(), s.N, s.G, s.D, s.R, RopeFreq{10000.0f}, 0);
+      ref::qkv_merge_grad(merged.data(), q.data(), k.data(), v.data(), s.N, s.G, s.hpg, s.D);
+      ck.check("reference forward: the split tensors'", x.host_result(), merged, 0.0);
+      ref::rope_backward(x.host(), pos.host(), s.N, nh, s.D, s.R, RopeFreq{10000.0f}, grp);
+      rope_backward(g_dev, x.dev(), pos.dev(), s.N, nh, s.D, s.R, RopeFreq{10000.0f}, grp);
+      ck.check("backward", x, kTolF32);
     });
   }
   // Multi-latent attention: K/V split and merge, and RoPE on the last Dr channels of each head
@@ -410,11 +431,11 @@ void rope_cases(Checker& ck, bool small) {
     ck.run("rope (channel offset)", shape, [&] {
       Pair<float> x(randn(nk));
       Pair<int32_t> pos(randint(s.N, 0, 8192));
-      ref::rope_forward(x.host() + s.Dn, pos.host(), s.N, s.H, Dk, s.Dr, RopeFreq{10000.0f});
-      rope_forward(g_dev, x.dev() + s.Dn, pos.dev(), s.N, s.H, Dk, s.Dr, RopeFreq{10000.0f});
+      ref::rope_forward(x.host() + s.Dn, pos.host(), s.N, s.H, Dk, s.Dr, RopeFreq{10000.0f}, 0);
+      rope_forward(g_dev, x.dev() + s.Dn, pos.dev(), s.N, s.H, Dk, s.Dr, RopeFreq{10000.0f}, 0);
       ck.check("forward", x, kTolF32);
-      ref::rope_backward(x.host() + s.Dn, pos.host(), s.N, s.H, Dk, s.Dr, RopeFreq{10000.0f});
-      rope_backward(g_dev, x.dev() + s.Dn, pos.dev(), s.N, s.H, Dk, s.Dr, RopeFreq{10000.0f});
+      ref::rope_backward(x.host() + s.Dn, pos.host(), s.N, s.H, Dk, s.Dr, RopeFreq{10000.0f}, 0);
+      rope_backward(g_dev, x.dev() + s.Dn, pos.dev(), s.N, s.H, Dk, s.Dr, RopeFreq{10000.0f}, 0);
       ck.check("backward", x, kTolF32);
     });
   }

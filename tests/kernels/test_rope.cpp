@@ -15,7 +15,7 @@ TEST(Rope, KnownRotation) {
   // D = R = 4, base 100: inv_freq = {1, 1/10}; at pos 2 the angles are {2, 0.2}.
   std::vector<float> x = {1, 2, 3, 4};
   const int32_t pos = 2;
-  rope_forward(kCpu, x.data(), &pos, 1, 1, 4, 4, RopeFreq{100.0f});
+  rope_forward(kCpu, x.data(), &pos, 1, 1, 4, 4, RopeFreq{100.0f}, 0);
   const double c0 = std::cos(2.0), s0 = std::sin(2.0), c1 = std::cos(0.2f), s1 = std::sin(0.2f);
   const std::vector<float> want = {float(1 * c0 - 3 * s0), float(2 * c1 - 4 * s1),
                                    float(3 * c0 + 1 * s0), float(4 * c1 + 2 * s1)};
@@ -27,12 +27,12 @@ TEST(Rope, ReferenceBackwardMatchesFiniteDifferences) {
   auto x = to_double(randn(N * nh * D, 1)), Rp = to_double(randn(N * nh * D, 2));
   const std::vector<int32_t> pos = {0, 5, 1000};
   auto dx = Rp;
-  ref::rope_backward(dx.data(), pos.data(), N, nh, D, R, RopeFreq{10000.0f});
+  ref::rope_backward(dx.data(), pos.data(), N, nh, D, R, RopeFreq{10000.0f}, 0);
   expect_fd(
       x, dx,
       [&] {
         auto y = x;
-        ref::rope_forward(y.data(), pos.data(), N, nh, D, R, RopeFreq{10000.0f});
+        ref::rope_forward(y.data(), pos.data(), N, nh, D, R, RopeFreq{10000.0f}, 0);
         return project(y, Rp);
       },
       "rope x");
@@ -52,7 +52,7 @@ TEST(Rope, YarnFrequenciesAndConcentration) {
   EXPECT_EQ(RopeFreq{10000.0f}.inv_freq(3, 8), 1.0f / std::pow(10000.0f, 0.75f));  // plain
   std::vector<float> x = {1, 0, 0, 0, 0, 0, 0, 0};
   const int32_t pos = 3;
-  rope_forward(kCpu, x.data(), &pos, 1, 1, 8, 8, f);
+  rope_forward(kCpu, x.data(), &pos, 1, 1, 8, 8, f, 0);
   EXPECT_NEAR(x[0], 1.25 * std::cos(3.0), 1e-6);
   EXPECT_NEAR(x[4], 1.25 * std::sin(3.0), 1e-6);
   // the same correction range at both ends (high bumped by 0.001): a step at `low`
@@ -67,12 +67,12 @@ TEST(Rope, ReferenceYarnBackwardMatchesFiniteDifferences) {
   auto x = to_double(randn(N * nh * D, 3)), Rp = to_double(randn(N * nh * D, 4));
   const std::vector<int32_t> pos = {0, 7, 4000};
   auto dx = Rp;
-  ref::rope_backward(dx.data(), pos.data(), N, nh, D, R, f);
+  ref::rope_backward(dx.data(), pos.data(), N, nh, D, R, f, 0);
   expect_fd(
       x, dx,
       [&] {
         auto y = x;
-        ref::rope_forward(y.data(), pos.data(), N, nh, D, R, f);
+        ref::rope_forward(y.data(), pos.data(), N, nh, D, R, f, 0);
         return project(y, Rp);
       },
       "yarn rope x");
@@ -81,7 +81,7 @@ TEST(Rope, ReferenceYarnBackwardMatchesFiniteDifferences) {
 TEST(Rope, OddRotaryDimIsAUserError) {
   std::vector<float> x(8);
   const int32_t pos = 0;
-  EXPECT_THROW(rope_forward(kCpu, x.data(), &pos, 1, 1, 8, 3, RopeFreq{10000.0f}), Error);
+  EXPECT_THROW(rope_forward(kCpu, x.data(), &pos, 1, 1, 8, 3, RopeFreq{10000.0f}, 0), Error);
 }
 
 }  // namespace

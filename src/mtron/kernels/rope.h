@@ -19,7 +19,10 @@
 // c = cos(angle) * mscale, s = sin(angle) * mscale,
 //   x[i]       <- x[i] c - x[i + R/2] s
 //   x[i + R/2] <- x[i + R/2] c + x[i] s
-// Channels >= R pass unchanged. In place over x[N, nh, D]; pos[N] is each token's position.
+// Channels >= R pass unchanged. In place over x[N, nh, D]; pos[N] is each token's position. With
+// group > 0 the heads come in groups of `group` whose last head is left as it is: the fused QKV
+// layout [N, G, hpg + 2, D] with nh = G (hpg + 2) and group = hpg + 2 rotates the query and key
+// heads in place and not the value head (rope_rotates).
 #pragma once
 
 #include <cmath>
@@ -52,6 +55,11 @@ struct RopeFreq {
   }
 };
 
+// Whether rope rotates head h of a row (header comment).
+MT_HOST_DEVICE inline bool rope_rotates(int64_t h, int64_t group) {
+  return group == 0 || h % group != group - 1;
+}
+
 // rope_backward: the adjoint (rotation by -angle), in place over dx.
 #define MT_PARAMS_qkv_split \
   (float* q, float* k, float* v, const float* qkv, int64_t N, int64_t G, int64_t hpg, int64_t D)
@@ -66,10 +74,12 @@ struct RopeFreq {
 #define MT_PARAMS_mla_kv_merge_grad                                                             \
   (float* dkv, float* dkpe, const float* dk, const float* dv, int64_t N, int64_t H, int64_t Dn, \
    int64_t Dr, int64_t Dv)
-#define MT_PARAMS_rope_forward \
-  (float* x, const int32_t* pos, int64_t N, int64_t nh, int64_t D, int64_t rot_dim, RopeFreq f)
-#define MT_PARAMS_rope_backward \
-  (float* dx, const int32_t* pos, int64_t N, int64_t nh, int64_t D, int64_t rot_dim, RopeFreq f)
+#define MT_PARAMS_rope_forward                                                                  \
+  (float* x, const int32_t* pos, int64_t N, int64_t nh, int64_t D, int64_t rot_dim, RopeFreq f, \
+   int64_t group)
+#define MT_PARAMS_rope_backward                                                                  \
+  (float* dx, const int32_t* pos, int64_t N, int64_t nh, int64_t D, int64_t rot_dim, RopeFreq f, \
+   int64_t group)
 #define MTRON_ROPE_OPS(OP)                                                                    \
   OP(void, qkv_split, qkv_split, qkv_split_contract, MT_PARAMS_qkv_split,                     \
      (q, k, v, qkv, N, G, hpg, D))                                                            \
@@ -82,9 +92,9 @@ struct RopeFreq {
   OP(void, mla_kv_merge_grad, mla_kv_merge_grad, mla_kv_merge_grad_contract,                  \
      MT_PARAMS_mla_kv_merge_grad, (dkv, dkpe, dk, dv, N, H, Dn, Dr, Dv))                      \
   OP(void, rope_forward, rope_forward, rope_contract, MT_PARAMS_rope_forward,                 \
-     (x, pos, N, nh, D, rot_dim, f))                                                          \
+     (x, pos, N, nh, D, rot_dim, f, group))                                                   \
   OP(void, rope_backward, rope_backward, rope_contract, MT_PARAMS_rope_backward,              \
-     (dx, pos, N, nh, D, rot_dim, f))
+     (dx, pos, N, nh, D, rot_dim, f, group))
 MTRON_ROPE_OPS(MT_OP_DECLARE)
 
 }  // namespace mtron::kernels

@@ -149,13 +149,15 @@ void TransformerLayer::qkv_attention(const RunCtx& rc,
                                      const LayerKv* kv) const {
   const int64_t N = tl.rows(), h = h_;
   const bool ln = cfg_.normalization == Normalization::kLayerNorm;
-  // Attention reads q, k, v where the QKV projection wrote them unless they change first (RoPE,
-  // --qk-layernorm), travel (ring attention) or go to a KV cache.
-  st.fused_qkv = !mla_ && !kv && rc.cp.size == 1 && q_norm_.w < 0 &&
-                 cfg_.position_embedding_type != PositionEmbedding::kRope;
+  // Attention reads q, k, v where the QKV projection wrote them (RoPE rotating them there)
+  // unless they are normed first (--qk-layernorm), travel (ring attention) or go to a KV cache.
+  st.fused_qkv = !mla_ && !kv && rc.cp.size == 1 && q_norm_.w < 0;
   if (st.fused_qkv) {
     float* qkv = keep.alloc<float>(N * qkv_l_);
     linear_forward(rc, qkv, st.ln1_in, p_.weight(qkv_w_), opt(p_, qkv_b_), N, h, qkv_l_);
+    if (cfg_.position_embedding_type == PositionEmbedding::kRope)
+      kernels::rope_forward(rc.k, qkv, tl.pos, N, Gl_ * (Hl_ / Gl_ + 2), D_, cfg_.rotary_dim(),
+                            rope_, Hl_ / Gl_ + 2);
     st.q = qkv;
     st.k = qkv + Hl_ / Gl_ * D_;
     st.v = st.k + D_;
@@ -184,8 +186,8 @@ void TransformerLayer::qkv_attention(const RunCtx& rc,
       k_norm_.forward(rc, cfg_, p_, st.k, st.kn_mean, st.kn_rstd, st.k_in, N * Gl_);
     }
     if (cfg_.position_embedding_type == PositionEmbedding::kRope) {
-      kernels::rope_forward(rc.k, st.q, tl.pos, N, Hl_, D_, cfg_.rotary_dim(), rope_);
-      kernels::rope_forward(rc.k, st.k, tl.pos, N, Gl_, D_, cfg_.rotary_dim(), rope_);
+      kernels::rope_forward(rc.k, st.q, tl.pos, N, Hl_, D_, cfg_.rotary_dim(), rope_, 0);
+      kernels::rope_forward(rc.k, st.k, tl.pos, N, Gl_, D_, cfg_.rotary_dim(), rope_, 0);
     }
   }
   attention(rc, tl, st, scratch, kv);
@@ -378,6 +380,9 @@ void TransformerLayer::backward(
                                     attention_dropout(rc, cfg_, tl.drop, layer_, Hl_));
   float* dln1_full = scratch.alloc<float>(N * h);
   if (st.fused_qkv) {
+    if (cfg_.position_embedding_type == PositionEmbedding::kRope)
+      kernels::rope_backward(rc.k, dq, tl.pos, N, Gl_ * (Hl_ / Gl_ + 2), D_, cfg_.rotary_dim(),
+                             rope_, Hl_ / Gl_ + 2);
     // FP8 quantises this gradient from bf16, as from the split path's merge (and as Transformer
     // Engine from its bf16 attention gradients); its bias gradient then sums bf16 values too.
     const Act dqkv = fp8_linear(rc, p_.weight(qkv_w_)) ? as_gemm_input(rc, scratch, dq, N * qkv_l_)
@@ -388,8 +393,8 @@ void TransformerLayer::backward(
     mla_->backward(rc, tl.pos, N, st.mla, scratch, st.ln1_in, dln1_full, dq, dk, dv);
   } else {
     if (cfg_.position_embedding_type == PositionEmbedding::kRope) {
-      kernels::rope_backward(rc.k, dq, tl.pos, N, Hl_, D_, cfg_.rotary_dim(), rope_);
-      kernels::rope_backward(rc.k, dk, tl.pos, N, Gl_, D_, cfg_.rotary_dim(), rope_);
+      kernels::rope_backward(rc.k, dq, tl.pos, N, Hl_, D_, cfg_.rotary_dim(), rope_, 0);
+      kernels::rope_backward(rc.k, dk, tl.pos, N, Gl_, D_, cfg_.rotary_dim(), rope_, 0);
     }
     if (q_norm_.w >= 0) {
       float* dq_in = scratch.alloc<float>(N * Hl_ * D_);

@@ -121,7 +121,8 @@ void MlaProjection::query(const RunCtx& rc,
   } else {
     linear_forward(rc, q, x, p_.weight(q_up_), nullptr, N, h_, Hl_ * Dq);
   }
-  kernels::rope_forward(rc.k, q + m_.qk_head_dim, pos, N, Hl_, Dq, m_.qk_pos_emb_head_dim, rope_);
+  kernels::rope_forward(rc.k, q + m_.qk_head_dim, pos, N, Hl_, Dq, m_.qk_pos_emb_head_dim, rope_,
+                        0);
 }
 
 const float* MlaProjection::latent(const RunCtx& rc,
@@ -138,7 +139,7 @@ const float* MlaProjection::latent(const RunCtx& rc,
   st.ckv = keep.alloc<float>(N * kvr);
   linear_forward(rc, st.ckv, x, w_down, nullptr, N, h, kvr);
   linear_forward(rc, kpe, x, w_down.at(kvr * h), nullptr, N, h, Dr);
-  kernels::rope_forward(rc.k, kpe, pos, N, 1, Dr, Dr, rope_);
+  kernels::rope_forward(rc.k, kpe, pos, N, 1, Dr, Dr, rope_, 0);
   float* kvn = nullptr;
   st.kvn_in =
       normed_input(rc, kv_norm_, keep, scratch, st.ckv, N, kvr, &st.kv_mean, &st.kv_rstd, &kvn);
@@ -241,7 +242,7 @@ void MlaProjection::backward(const RunCtx& rc,
   float* dkv = scratch.alloc<float>(N * Hl_ * (Dn + Dv));
   float* dkpe = scratch.alloc<float>(N * Dr);
   kernels::mla_kv_merge_grad(rc.k, dkv, dkpe, dk, dv, N, Hl_, Dn, Dr, Dv);
-  kernels::rope_backward(rc.k, dkpe, pos, N, 1, Dr, Dr, rope_);
+  kernels::rope_backward(rc.k, dkpe, pos, N, 1, Dr, Dr, rope_, 0);
   float* dkvn = scratch.alloc<float>(N * kvr);
   linear_backward(rc, scratch, dkvn, p_.grad(kv_up_), nullptr, dkv, st.kvn_in, p_.weight(kv_up_), N,
                   kvr, Hl_ * (Dn + Dv));
@@ -253,7 +254,7 @@ void MlaProjection::backward(const RunCtx& rc,
                   w_down.at(kvr * h), N, h, Dr);
   kernels::add(rc.k, dx, dx, part, N * h);
   // Query.
-  kernels::rope_backward(rc.k, dq + Dn, pos, N, Hl_, Dq, Dr, rope_);
+  kernels::rope_backward(rc.k, dq + Dn, pos, N, Hl_, Dq, Dr, rope_, 0);
   if (q_down_ >= 0) {
     float* dqn = scratch.alloc<float>(N * qr);
     linear_backward(rc, scratch, dqn, p_.grad(q_up_), nullptr, dq, st.qn_in, p_.weight(q_up_), N,

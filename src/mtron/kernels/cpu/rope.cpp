@@ -62,6 +62,7 @@ void rope_apply(MT_PARAMS(rope_forward), float sign) {
         sinv[i] = sign * std::sin(a) * f.mscale;
       }
       for (int64_t h = 0; h < nh; ++h) {
+        if (!rope_rotates(h, group)) continue;
         float* x1 = x + (n * nh + h) * D;
         float* x2 = x1 + half;
         for_lanes(d, 0, half, [&](int64_t i, size_t k) {
@@ -125,11 +126,11 @@ void mla_kv_merge_grad(MT_PARAMS(mla_kv_merge_grad)) {
 }
 
 void rope_forward(MT_PARAMS(rope_forward)) {
-  rope_apply(x, pos, N, nh, D, rot_dim, f, 1.0f);
+  rope_apply(x, pos, N, nh, D, rot_dim, f, group, 1.0f);
 }
 
 void rope_backward(MT_PARAMS(rope_backward)) {
-  rope_apply(dx, pos, N, nh, D, rot_dim, f, -1.0f);
+  rope_apply(dx, pos, N, nh, D, rot_dim, f, group, -1.0f);
 }
 
 }  // namespace mtron::kernels::cpu::HWY_NAMESPACE

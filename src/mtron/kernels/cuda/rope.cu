@@ -95,6 +95,7 @@ __global__ void rope_kernel(MT_PARAMS(rope_forward), float sign) {
        t += int64_t(gridDim.x) * blockDim.x) {
     const int64_t i = t % half;
     const int64_t row = t / half;  // n * nh + h
+    if (!rope_rotates(row % nh, group)) continue;
     const int64_t n = row / nh;
     const float angle = float(pos[n]) * f.inv_freq(i, R);
     const float c = cosf(angle) * f.mscale, s = sign * sinf(angle) * f.mscale;
@@ -140,12 +141,12 @@ void mla_kv_merge_grad(const Ctx& ctx, MT_PARAMS(mla_kv_merge_grad)) {
 
 void rope_forward(const Ctx& ctx, MT_PARAMS(rope_forward)) {
   launch("rope_forward", rope_kernel, grid_for(N * nh * (rot_dim / 2), kThreads), kThreads, 0,
-         stream_of(ctx), x, pos, N, nh, D, rot_dim, f, 1.0f);
+         stream_of(ctx), x, pos, N, nh, D, rot_dim, f, group, 1.0f);
 }
 
 void rope_backward(const Ctx& ctx, MT_PARAMS(rope_backward)) {
   launch("rope_backward", rope_kernel, grid_for(N * nh * (rot_dim / 2), kThreads), kThreads, 0,
-         stream_of(ctx), dx, pos, N, nh, D, rot_dim, f, -1.0f);
+         stream_of(ctx), dx, pos, N, nh, D, rot_dim, f, group, -1.0f);
 }
 
 }  // namespace mtron::kernels::cuda

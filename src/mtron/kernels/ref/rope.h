@@ -89,6 +89,7 @@ void rotate(T* x,
             int64_t D,
             int64_t R,
             const RopeFreq& f,
+            int64_t group,
             int sign) {
   const int64_t half = R / 2;
   for (int64_t n = 0; n < N; ++n)
@@ -98,6 +99,7 @@ void rotate(T* x,
       const Acc<T> c = std::cos(double(angle)) * f.mscale,
                    s = sign * std::sin(double(angle)) * f.mscale;
       for (int64_t h = 0; h < nh; ++h) {
+        if (!rope_rotates(h, group)) continue;
         T* row = x + (n * nh + h) * D;
         const Acc<T> a = row[i], b = row[i + half];
         row[i] = T(a * c - b * s);
@@ -113,8 +115,9 @@ void rope_forward(T* x,
                   int64_t nh,
                   int64_t D,
                   int64_t rot_dim,
-                  const RopeFreq& f) {
-  rotate(x, pos, N, nh, D, rot_dim, f, 1);
+                  const RopeFreq& f,
+                  int64_t group) {
+  rotate(x, pos, N, nh, D, rot_dim, f, group, 1);
 }
 
 template <typename T>
@@ -124,8 +127,9 @@ void rope_backward(T* dx,
                    int64_t nh,
                    int64_t D,
                    int64_t rot_dim,
-                   const RopeFreq& f) {
-  rotate(dx, pos, N, nh, D, rot_dim, f, -1);
+                   const RopeFreq& f,
+                   int64_t group) {
+  rotate(dx, pos, N, nh, D, rot_dim, f, group, -1);
 }
 
 }  // namespace mtron::kernels::ref
