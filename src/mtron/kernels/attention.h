@@ -82,7 +82,26 @@ struct AttnShape {
   MT_HOST_DEVICE int64_t kv_step(int64_t width) const {
     return B * G * (fused_qkv ? (H / G + 2) * D : width);
   }
+  // Offsets of query row i of head h, batch b in q, dq and in out, dout, and of key row j of
+  // group g in k, dk (width D) or v, dv (width Dv).
+  MT_HOST_DEVICE int64_t q_at(int64_t i, int64_t b, int64_t h) const {
+    return q_off(b, h) + i * q_step();
+  }
+  MT_HOST_DEVICE int64_t o_at(int64_t i, int64_t b, int64_t h) const {
+    return ((i * B + b) * H + h) * Dv;
+  }
+  MT_HOST_DEVICE int64_t kv_at(int64_t j, int64_t b, int64_t g, int64_t width) const {
+    return kv_off(b, g, width) + j * kv_step(width);
+  }
 };
+
+// q, k, v (or dq, dk, dv) in a fused QKV buffer of H / G query heads per group and head dim D.
+struct QkvViews {
+  float *q, *k, *v;
+};
+inline QkvViews fused_qkv_views(float* qkv, int64_t H, int64_t G, int64_t D) {
+  return {qkv, qkv + H / G * D, qkv + (H / G + 1) * D};
+}
 
 // attention_merge's weights of a query row with log-sum-exps l1 (accumulated) and l2 (block):
 // *w1, *w2 and the merged *l; false (nothing written) when both are -inf. The one formula of

@@ -156,11 +156,12 @@ void TransformerLayer::qkv_attention(const RunCtx& rc,
     float* qkv = keep.alloc<float>(N * qkv_l_);
     linear_forward(rc, qkv, st.ln1_in, p_.weight(qkv_w_), opt(p_, qkv_b_), N, h, qkv_l_);
     if (cfg_.position_embedding_type == PositionEmbedding::kRope)
-      kernels::rope_forward(rc.k, qkv, tl.pos, N, Gl_ * (Hl_ / Gl_ + 2), D_, cfg_.rotary_dim(),
-                            rope_, Hl_ / Gl_ + 2);
-    st.q = qkv;
-    st.k = qkv + Hl_ / Gl_ * D_;
-    st.v = st.k + D_;
+      kernels::rope_forward(rc.k, qkv, tl.pos, N, qkv_l_ / D_, D_, cfg_.rotary_dim(), rope_,
+                            Hl_ / Gl_ + 2);  // the row's heads, in groups of H/G + 2
+    const kernels::QkvViews views = kernels::fused_qkv_views(qkv, Hl_, Gl_, D_);
+    st.q = views.q;
+    st.k = views.k;
+    st.v = views.v;
     attention(rc, tl, st, scratch, kv);
     return;
   }
@@ -361,10 +362,12 @@ void TransformerLayer::backward(
   // dq, dk, dv: in the fused layout one buffer, QKV's output gradient
   float *dq = nullptr, *dk = nullptr, *dv = nullptr;
   if (st.fused_qkv) {
-    dq = scratch.alloc<float>(N * qkv_l_);
-    kernels::fill_zero(rc.k, dq, int64_t(sizeof(float)) * N * qkv_l_);
-    dk = dq + Hl_ / Gl_ * D_;
-    dv = dk + D_;
+    const kernels::QkvViews d =
+        kernels::fused_qkv_views(scratch.alloc<float>(N * qkv_l_), Hl_, Gl_, D_);
+    kernels::fill_zero(rc.k, d.q, int64_t(sizeof(float)) * N * qkv_l_);
+    dq = d.q;
+    dk = d.k;
+    dv = d.v;
   } else {
     dq = scratch.alloc<float>(N * Hl_ * D_);
     dk = scratch.alloc<float>(N * Gl_ * D_);
@@ -381,8 +384,8 @@ void TransformerLayer::backward(
   float* dln1_full = scratch.alloc<float>(N * h);
   if (st.fused_qkv) {
     if (cfg_.position_embedding_type == PositionEmbedding::kRope)
-      kernels::rope_backward(rc.k, dq, tl.pos, N, Gl_ * (Hl_ / Gl_ + 2), D_, cfg_.rotary_dim(),
-                             rope_, Hl_ / Gl_ + 2);
+      kernels::rope_backward(rc.k, dq, tl.pos, N, qkv_l_ / D_, D_, cfg_.rotary_dim(), rope_,
+                             Hl_ / Gl_ + 2);
     // FP8 quantises this gradient from bf16, as from the split path's merge (and as Transformer
     // Engine from its bf16 attention gradients); its bias gradient then sums bf16 values too.
     const Act dqkv = fp8_linear(rc, p_.weight(qkv_w_)) ? as_gemm_input(rc, scratch, dq, N * qkv_l_)

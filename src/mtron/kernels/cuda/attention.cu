@@ -112,7 +112,7 @@ __device__ __forceinline__ void load_q_tile(float* tile,
                                             int64_t h,
                                             bool out) {
   load_tile(tile, ld, src, i0, s.Sq, int(out ? s.Dv : s.D),
-            [&](int64_t row) { return out ? o_row(s, row, b, h) : q_row(s, row, b, h); });
+            [&](int64_t row) { return out ? s.o_at(row, b, h) : s.q_at(row, b, h); });
 }
 // The tile of key rows j0.. of group g, batch b of a tensor of head dim D (k, v).
 __device__ __forceinline__ void load_kv_tile(float* tile,
@@ -123,7 +123,7 @@ __device__ __forceinline__ void load_kv_tile(float* tile,
                                              int64_t b,
                                              int64_t g,
                                              int64_t D) {
-  load_tile(tile, ld, src, j0, s.Sk, int(D), [&](int64_t row) { return kv_row(s, row, b, g, D); });
+  load_tile(tile, ld, src, j0, s.Sk, int(D), [&](int64_t row) { return s.kv_at(row, b, g, D); });
 }
 
 // sc[u] = a . A[sub + 4 u] over D4 float4 columns, a one tile row, A a tile of row stride ld:
@@ -235,7 +235,7 @@ __global__ void __launch_bounds__(kThreads) attention_forward_kernel(float* out,
   }
 
   if (i < s.Sq) {
-    float* o = out + o_row(s, i, b, h);
+    float* o = out + s.o_at(i, b, h);
     const float inv = l_i > 0 ? 1.0f / l_i : 0.0f;
     for_owned_columns<kMaxD>(sub, Dv, [&](int c, int a) { o[c] = acc[a] * inv; });
     if (sub == 0) lse[stat_at(s, b, h, i)] = l_i > 0 ? m_i + logf(l_i) : kNegInf;
@@ -337,8 +337,8 @@ __global__ void __launch_bounds__(kThreads)
   }
 
   if (j < s.Sk) {
-    float* dkr = t.dk + kv_row(s, j, b, g, s.D);
-    float* dvr = t.dv + kv_row(s, j, b, g, s.Dv);
+    float* dkr = t.dk + s.kv_at(j, b, g, s.D);
+    float* dvr = t.dv + s.kv_at(j, b, g, s.Dv);
     for_owned_columns<kMaxD>(sub, D, [&](int c, int a) { dkr[c] += dk_acc[a] * s.scale; });
     for_owned_columns<kMaxD>(sub, Dv, [&](int c, int a) { dvr[c] += dv_acc[a]; });
   }
@@ -391,7 +391,7 @@ __global__ void __launch_bounds__(kThreads)
   }
 
   if (i < s.Sq) {
-    float* dqr = t.dq + q_row(s, i, b, h);
+    float* dqr = t.dq + s.q_at(i, b, h);
     for_owned_columns<kMaxD>(sub, D, [&](int c, int a) { dqr[c] += dq_acc[a] * s.scale; });
   }
 }

@@ -183,9 +183,9 @@ __global__ void __launch_bounds__(kThreads) attention_forward_tc_kernel(float* o
   const int warp = int(threadIdx.x / 32);
   const int64_t b = blockIdx.y / s.H, h = blockIdx.y % s.H, g = h / (s.H / s.G);
   const int64_t i0 = int64_t(blockIdx.x) * kB, r0 = i0 + 16 * warp;
-  auto q_at = [&](int64_t row) { return q_row(s, row, b, h); };
-  auto k_at = [&](int64_t row) { return kv_row(s, row, b, g, s.D); };
-  auto v_at = [&](int64_t row) { return kv_row(s, row, b, g, s.Dv); };
+  auto q_at = [&](int64_t row) { return s.q_at(row, b, h); };
+  auto k_at = [&](int64_t row) { return s.kv_at(row, b, g, s.D); };
+  auto v_at = [&](int64_t row) { return s.kv_at(row, b, g, s.Dv); };
 
   load_bf16(Qs, nullptr, q, i0, s.Sq, int(s.D), q_at);
   const int64_t kv_end = key_end(s, mask, i0 + kB < s.Sq ? i0 + kB : s.Sq);
@@ -236,7 +236,7 @@ __global__ void __launch_bounds__(kThreads) attention_forward_tc_kernel(float* o
   for_acc(o, int(s.Dv), [&](int rr, int c, float x) {
     const int64_t i = r0 + rr;
     const float li = l[rr / 8];
-    if (i < s.Sq) out[o_row(s, i, b, h) + c] = li > 0 ? x / li : 0.0f;
+    if (i < s.Sq) out[s.o_at(i, b, h) + c] = li > 0 ? x / li : 0.0f;
   });
   if (threadIdx.x % 4 == 0) {
     MT_UNROLL
@@ -261,9 +261,9 @@ __global__ void __launch_bounds__(kThreads)
   const int64_t b = blockIdx.y / s.H, h = blockIdx.y % s.H, g = h / (s.H / s.G);
   const int64_t i0 = int64_t(blockIdx.x) * kB, r0 = i0 + 16 * warp;
 
-  load_bf16(Qs, nullptr, t.q, i0, s.Sq, int(s.D), [&](int64_t row) { return q_row(s, row, b, h); });
+  load_bf16(Qs, nullptr, t.q, i0, s.Sq, int(s.D), [&](int64_t row) { return s.q_at(row, b, h); });
   load_bf16(dOs, nullptr, t.dout, i0, s.Sq, int(s.Dv),
-            [&](int64_t row) { return o_row(s, row, b, h); });
+            [&](int64_t row) { return s.o_at(row, b, h); });
   float l[2], dlt[2];
   MT_UNROLL
   for (int r = 0; r < 2; ++r) {
@@ -278,9 +278,9 @@ __global__ void __launch_bounds__(kThreads)
   for (int64_t j0 = 0; j0 < kv_end; j0 += kB) {
     __syncthreads();  // the previous K and V are no longer read (and Q, dO are loaded)
     load_bf16(Ks, Kt, t.k, j0, s.Sk, int(s.D),
-              [&](int64_t row) { return kv_row(s, row, b, g, s.D); });
+              [&](int64_t row) { return s.kv_at(row, b, g, s.D); });
     load_bf16(Vs, nullptr, t.v, j0, s.Sk, int(s.Dv),
-              [&](int64_t row) { return kv_row(s, row, b, g, s.Dv); });
+              [&](int64_t row) { return s.kv_at(row, b, g, s.Dv); });
     __syncthreads();
     if (j0 >= warp_end) continue;
     float sc[kN][4], dp[kN][4];
@@ -298,7 +298,7 @@ __global__ void __launch_bounds__(kThreads)
 
   for_acc(dq, int(s.D), [&](int rr, int c, float x) {
     const int64_t i = r0 + rr;
-    if (i < s.Sq) t.dq[q_row(s, i, b, h) + c] += x * s.scale;
+    if (i < s.Sq) t.dq[s.q_at(i, b, h) + c] += x * s.scale;
   });
 }
 
@@ -321,9 +321,9 @@ __global__ void __launch_bounds__(kThreads)
   const int64_t j0 = int64_t(blockIdx.x) * kB, r0 = j0 + 16 * warp;
 
   load_bf16(Ks, nullptr, t.k, j0, s.Sk, int(s.D),
-            [&](int64_t row) { return kv_row(s, row, b, g, s.D); });
+            [&](int64_t row) { return s.kv_at(row, b, g, s.D); });
   load_bf16(Vs, nullptr, t.v, j0, s.Sk, int(s.Dv),
-            [&](int64_t row) { return kv_row(s, row, b, g, s.Dv); });
+            [&](int64_t row) { return s.kv_at(row, b, g, s.Dv); });
 
   float dk[kMaxD / 8][4] = {}, dv[kMaxD / 8][4] = {};
   // Queries that can see key j0 or later: i + offset >= j0.
@@ -334,9 +334,9 @@ __global__ void __launch_bounds__(kThreads)
     const int64_t h = g * hpg + hh;
     for (int64_t i0 = i_begin; i0 < s.Sq; i0 += kB) {
       __syncthreads();  // the previous tiles are no longer read (and K, V are loaded)
-      load_bf16(Qs, Qt, t.q, i0, s.Sq, int(s.D), [&](int64_t row) { return q_row(s, row, b, h); });
+      load_bf16(Qs, Qt, t.q, i0, s.Sq, int(s.D), [&](int64_t row) { return s.q_at(row, b, h); });
       load_bf16(dOs, dOt, t.dout, i0, s.Sq, int(s.Dv),
-                [&](int64_t row) { return o_row(s, row, b, h); });
+                [&](int64_t row) { return s.o_at(row, b, h); });
       if (threadIdx.x < kB) {
         const int64_t i = i0 + threadIdx.x;
         lse_s[threadIdx.x] = i < s.Sq ? t.lse[stat_at(s, b, h, i)] : kNegInf;
@@ -363,11 +363,11 @@ __global__ void __launch_bounds__(kThreads)
 
   for_acc(dk, int(s.D), [&](int rr, int c, float x) {
     const int64_t j = r0 + rr;
-    if (j < s.Sk) t.dk[kv_row(s, j, b, g, s.D) + c] += x * s.scale;
+    if (j < s.Sk) t.dk[s.kv_at(j, b, g, s.D) + c] += x * s.scale;
   });
   for_acc(dv, int(s.Dv), [&](int rr, int c, float x) {
     const int64_t j = r0 + rr;
-    if (j < s.Sk) t.dv[kv_row(s, j, b, g, s.Dv) + c] += x;
+    if (j < s.Sk) t.dv[s.kv_at(j, b, g, s.Dv) + c] += x;
   });
 }
 

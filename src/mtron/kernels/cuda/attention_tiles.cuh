@@ -1,4 +1,4 @@
-// defines: padded_d, quad_sum, quad_max, q_row, o_row, kv_row, visible, stat_at, prob, key_end,
+// defines: padded_d, quad_sum, quad_max, visible, stat_at, prob, key_end,
 //          BwdTensors, allow_smem, with_max_d, attention_forward_tc, attention_backward_tc
 //
 // What the CUDA attention kernels share (kernels/attention.h's layouts and mask): the fp32
@@ -29,18 +29,6 @@ __device__ __forceinline__ float quad_max(float x) {
   return fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));
 }
 
-// Offsets of query row i of head h in q, dq and in out, dout (width Dv), and of key row j of
-// group g (width D: k, dk; Dv: v, dv).
-__device__ __forceinline__ int64_t q_row(const AttnShape& s, int64_t i, int64_t b, int64_t h) {
-  return s.q_off(b, h) + i * s.q_step();
-}
-__device__ __forceinline__ int64_t o_row(const AttnShape& s, int64_t i, int64_t b, int64_t h) {
-  return ((i * s.B + b) * s.H + h) * s.Dv;
-}
-__device__ __forceinline__ int64_t
-kv_row(const AttnShape& s, int64_t j, int64_t b, int64_t g, int64_t D) {
-  return s.kv_off(b, g, D) + j * s.kv_step(D);
-}
 __device__ __forceinline__ bool visible(const AttnMask& m, int64_t i, int64_t j) {
   return !m.causal || j <= i + m.offset;
 }

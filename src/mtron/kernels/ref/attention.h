@@ -27,13 +27,13 @@ bool probs(std::vector<Acc<T>>& p,
            int64_t h,
            int64_t i) {
   const int64_t g = h / (s.H / s.G);
-  const T* qi = q + s.q_off(b, h) + i * s.q_step();
+  const T* qi = q + s.q_at(i, b, h);
   Acc<T> mx = -std::numeric_limits<Acc<T>>::infinity();
   p.assign(size_t(s.Sk), 0);
   bool any = false;
   for (int64_t j = 0; j < s.Sk; ++j) {
     if (!visible(mask, i, j)) continue;
-    const T* kj = k + s.kv_off(b, g, s.D) + j * s.kv_step(s.D);
+    const T* kj = k + s.kv_at(j, b, g, s.D);
     Acc<T> dot = 0;
     for (int64_t d = 0; d < s.D; ++d) dot += Acc<T>(qi[d]) * kj[d];
     p[size_t(j)] = dot * s.scale;
@@ -68,7 +68,7 @@ void attention_forward(
       for (int64_t i = 0; i < s.Sq; ++i) {
         const int64_t g = h / (s.H / s.G);
         dropout_row(z, s, mask, b, h, i);
-        T* o = out + ((i * s.B + b) * s.H + h) * s.Dv;
+        T* o = out + s.o_at(i, b, h);
         Acc<T> l = 0;
         if (!probs(p, &l, q, k, s, mask, b, h, i)) {
           for (int64_t d = 0; d < s.Dv; ++d) o[d] = 0;
@@ -78,7 +78,7 @@ void attention_forward(
         for (int64_t d = 0; d < s.Dv; ++d) {
           Acc<T> acc = 0;
           for (int64_t j = 0; j < s.Sk; ++j)
-            acc += p[size_t(j)] * z[size_t(j)] * v[s.kv_off(b, g, s.Dv) + j * s.kv_step(s.Dv) + d];
+            acc += p[size_t(j)] * z[size_t(j)] * v[s.kv_at(j, b, g, s.Dv) + d];
           o[d] = T(acc);
         }
         lse[(b * s.H + h) * s.Sq + i] = T(l);
@@ -107,18 +107,18 @@ void attention_backward(T* dq,
         Acc<T> l;
         if (!probs(p, &l, q, k, s, mask, b, h, i)) continue;
         dropout_row(z, s, mask, b, h, i);
-        const int64_t qi = s.q_off(b, h) + i * s.q_step(), oi = ((i * s.B + b) * s.H + h) * s.Dv;
+        const int64_t qi = s.q_at(i, b, h), oi = s.o_at(i, b, h);
         dp.assign(size_t(s.Sk), 0);
         Acc<T> delta = 0;
         for (int64_t j = 0; j < s.Sk; ++j) {
-          const int64_t vj = s.kv_off(b, g, s.Dv) + j * s.kv_step(s.Dv);
+          const int64_t vj = s.kv_at(j, b, g, s.Dv);
           for (int64_t d = 0; d < s.Dv; ++d) dp[size_t(j)] += Acc<T>(dout[oi + d]) * v[vj + d];
           dp[size_t(j)] *= z[size_t(j)];
           delta += p[size_t(j)] * dp[size_t(j)];
         }
         for (int64_t j = 0; j < s.Sk; ++j) {
-          const int64_t kj = s.kv_off(b, g, s.D) + j * s.kv_step(s.D);
-          const int64_t vj = s.kv_off(b, g, s.Dv) + j * s.kv_step(s.Dv);
+          const int64_t kj = s.kv_at(j, b, g, s.D);
+          const int64_t vj = s.kv_at(j, b, g, s.Dv);
           const Acc<T> ds = p[size_t(j)] * (dp[size_t(j)] - delta) * s.scale;
           for (int64_t d = 0; d < s.D; ++d) {
             dq[qi + d] = T(dq[qi + d] + ds * k[kj + d]);
@@ -142,8 +142,8 @@ void attention_merge(T* out, T* lse, const T* out_blk, const T* lse_blk, const A
         if (m == -std::numeric_limits<Acc<T>>::infinity()) continue;
         const Acc<T> l = m + std::log(std::exp(l1 - m) + std::exp(l2 - m));
         const Acc<T> w1 = std::exp(l1 - l), w2 = std::exp(l2 - l);
-        T* o = out + ((i * s.B + b) * s.H + h) * s.Dv;
-        const T* ob = out_blk + ((i * s.B + b) * s.H + h) * s.Dv;
+        T* o = out + s.o_at(i, b, h);
+        const T* ob = out_blk + s.o_at(i, b, h);
         for (int64_t d = 0; d < s.Dv; ++d) o[d] = T(w1 * o[d] + w2 * ob[d]);
         lse[li] = T(l);
       }
