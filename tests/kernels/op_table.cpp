@@ -657,6 +657,26 @@ void xent_cases(Checker& ck, bool small) {
         xent_backward(g_dev, d, logits.dev(), targets.dev(), m2.dev(), s2.dev(), scale.dev(), s.n,
                       s.Vl, s.col_start, s.vocab_valid);
       });
+      // bf16 logits (the LM head's bf16 GEMM output): the statistics of their fp32 values, and
+      // the backward written over them, bit for bit the device's backward of the widened values
+      // rounded
+      Pair<bf16> l16(narrow<bf16>(logits.host_result()));
+      Pair<float> lw(widen(l16.host_result())), m3(poison(s.n)), s3(poison(s.n)), t3(poison(s.n));
+      ref::xent_stats(m3.host(), s3.host(), t3.host(), lw.host(), targets.host(), s.n, s.Vl,
+                      s.col_start, s.vocab_valid);
+      xent_stats(g_dev, m3.dev(), s3.dev(), t3.dev(), l16.dev(), targets.dev(), s.n, s.Vl,
+                 s.col_start, s.vocab_valid);
+      ck.check("row_max of bf16 logits", m3, kTolF32);
+      ck.check("row_sumexp of bf16 logits", s3, kTolF32);
+      ck.check("target_logit of bf16 logits", t3, kTolF32);
+      Pair<float> dw(poison(nv));
+      xent_backward(g_dev, dw.dev(), lw.dev(), targets.dev(), m2.dev(), s2.dev(), scale.dev(), s.n,
+                    s.Vl, s.col_start, s.vocab_valid);
+      xent_backward(g_dev, l16.dev(), l16.dev(), targets.dev(), m2.dev(), s2.dev(), scale.dev(),
+                    s.n, s.Vl, s.col_start, s.vocab_valid);
+      std::vector<bf16> want16;
+      for (float v : dw.dev_result()) want16.push_back(float_to_bf16(v));
+      ck.check_bits("dlogits of bf16 logits in place (bits)", l16, want16);
       ref::xent_backward(logits.host(), logits.host(), targets.host(), m2.host(), s2.host(),
                          static_cast<const float*>(nullptr), s.n, s.Vl, s.col_start, s.vocab_valid);
       xent_backward(g_dev, logits.dev(), logits.dev(), targets.dev(), m2.dev(), s2.dev(), nullptr,

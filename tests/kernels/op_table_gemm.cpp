@@ -1,5 +1,5 @@
 // The op table's GEMM cases (op_table.h): gemm in fp32, bf16 and fp16 (every transpose, beta 0
-// and 1, padded leading dimensions and unaligned views), gemm_bias, and gemm_fp8.
+// and 1, padded leading dimensions and unaligned views), gemm_bias (also to bf16), and gemm_fp8.
 #include <algorithm>
 #include <string>
 #include <type_traits>
@@ -101,6 +101,32 @@ void check_gemm_bias(
   });
 }
 
+// gemm_bias to bf16: the fp32 reference (the GEMM and bias_add of the widened bf16 bias) rounded
+// to bf16, C poisoned; bias_off as check_gemm_bias's (in bf16 elements).
+void check_gemm_bias_to_bf16(Checker& ck, const GemmCase& g, Trans ta, Trans tb, int bias_off) {
+  const int64_t lda = (ta == Trans::kN ? g.K : g.M) + g.pad;
+  const int64_t ldb = (tb == Trans::kN ? g.N : g.K) + g.pad;
+  const int64_t a_rows = ta == Trans::kN ? g.M : g.K, b_rows = tb == Trans::kN ? g.K : g.N;
+  const std::string shape = str("M", g.M, " N", g.N, " K", g.K, ta == Trans::kT ? " At" : "",
+                                tb == Trans::kT ? " Bt" : "", g.pad ? " pad" : "",
+                                bias_off > 0   ? " bias+1"
+                                : bias_off < 0 ? " no bias"
+                                               : "");
+  ck.run("gemm_bias.to_bf16", shape, [&] {
+    Pair<bf16> A(narrow<bf16>(randn(a_rows * lda))), B(narrow<bf16>(randn(b_rows * ldb)));
+    Pair<bf16> bias(narrow<bf16>(randn(g.N + std::max(bias_off, 0))));
+    Pair<bf16> c(narrow<bf16>(poison(g.M * g.N)));
+    const std::vector<float> aw = widen(A.host_result()), bw = widen(B.host_result());
+    const std::vector<float> biasw = widen(bias.host_result());
+    std::vector<float> want(size_t(g.M * g.N));
+    ref::gemm(ta, tb, g.M, g.N, g.K, 1.0f, aw.data(), lda, bw.data(), ldb, 0.0f, want.data(), g.N);
+    if (bias_off >= 0) ref::bias_add(want.data(), biasw.data() + bias_off, g.M, g.N);
+    gemm_bias(g_dev, ta, tb, g.M, g.N, g.K, A.dev(), lda, B.dev(), ldb, c.dev(),
+              bias_off >= 0 ? bias.dev() + bias_off : nullptr);
+    ck.check("C", widen(c.dev_result()), widen(narrow<bf16>(want)), kTolBf16);
+  });
+}
+
 // gemm_fp8: operands of exact FP8 values (the reference's quantisation of normal samples, scaled
 // so that E4M3's and E5M2's subnormals and largest values occur) against the reference GEMM of
 // the values. On CUDA (the emulation) this is the packing to TN bytes and the FP8 product.
@@ -166,6 +192,7 @@ void gemm_cases(Checker& ck, bool small) {
           for (int bias_off : {0, 1, -1})
             for (bool residual : {false, true})
               if (bias_off >= 0 || residual) check_gemm_bias(ck, g, ta, tb, in, bias_off, residual);
+        for (int bias_off : {0, 1, -1}) check_gemm_bias_to_bf16(ck, g, ta, tb, bias_off);
       }
 }
 

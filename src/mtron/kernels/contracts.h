@@ -204,6 +204,14 @@ OpCost gemm_bias_contract(Trans ta,
   return c;
 }
 
+// The bf16 C (and bias) at two bytes.
+inline OpCost gemm_bias_to_bf16_contract(MT_PARAMS(gemm_bias_to_bf16)) {
+  const OpCost c = gemm_contract(ta, tb, M, N, K, 1.0f, A, lda, B, ldb, 0.0f, nullptr, N);
+  const double bytes = c.bytes - f32s(M * N) + 2.0 * double(M * N) + (bias ? 2.0 * double(N) : 0);
+  unused(C);
+  return {c.flops, bytes, bytes};
+}
+
 inline OpCost gemm_fp8_contract(Trans ta,
                                 Trans tb,
                                 int64_t M,
@@ -316,9 +324,16 @@ inline OpCost attention_merge_contract(
 
 // ---- cross-entropy --------------------------------------------------------------------------
 
-inline OpCost xent_stats_contract(MT_PARAMS(xent_stats)) {
-  unused(row_max, row_sumexp, target_logit, logits, targets, col_start, vocab_valid);
-  return traffic(f32s(n * Vl), 4 * f32s(n));
+// fp32 logits are activations; bf16 ones are at the minimum already.
+template <typename L>
+double logit_bytes(const L*, int64_t n) {
+  return double(sizeof(L)) * double(n);
+}
+template <typename L>
+OpCost xent_stats_contract(MT_PARAMS_OF(xent_stats, L)) {
+  unused(row_max, row_sumexp, target_logit, targets, col_start, vocab_valid);
+  const OpCost c = traffic(f32s(n * Vl), 4 * f32s(n));
+  return {0, c.bytes - f32s(n * Vl) + logit_bytes(logits, n * Vl), c.min_bytes};
 }
 inline OpCost xent_rescale_contract(MT_PARAMS(xent_rescale)) {
   unused(row_max, row_sumexp, global_max);
@@ -328,11 +343,13 @@ inline OpCost xent_loss_sum_contract(MT_PARAMS(xent_loss_sum)) {
   unused(loss_sum, row_max, row_sumexp, target_logit);
   return traffic(0, 3 * f32s(n));
 }
-template <typename T>
-OpCost xent_backward_contract(MT_PARAMS_OF(xent_backward, T)) {
-  unused(dlogits, logits, targets, row_max, row_sumexp, row_scale, col_start, vocab_valid);
+template <typename T, typename L>
+OpCost xent_backward_contract(MT_PARAMS_EXPAND(MT_PARAMS_xent_backward_in(T, L))) {
+  unused(dlogits, targets, row_max, row_sumexp, row_scale, col_start, vocab_valid);
   const OpCost c = traffic(2 * f32s(n * Vl), 4 * f32s(n));
-  return {0, c.bytes - double(4 - sizeof(T)) * double(n * Vl), c.min_bytes};
+  const double b =
+      c.bytes - double(4 - sizeof(T)) * double(n * Vl) - f32s(n * Vl) + logit_bytes(logits, n * Vl);
+  return {0, b, c.min_bytes};
 }
 
 // ---- MoE ------------------------------------------------------------------------------------

@@ -1,4 +1,5 @@
-// defines: Trans, gemm (fp32, bf16 and fp16 inputs, fp32 output), gemm_bias, gemm_fp8
+// defines: Trans, gemm (fp32, bf16 and fp16 inputs, fp32 output), gemm_bias (fp32 output, or bf16
+//          from bf16 inputs), gemm_fp8
 //
 // Row-major GEMM: C[M,N] = alpha * op(A)[M,K] * op(B)[K,N] + beta * C.
 // op(X) = X (kN) or X^T (kT); lda/ldb/ldc are row strides in elements of the stored matrices.
@@ -18,6 +19,12 @@
 // as cuBLASLt's C operand (beta 1, D = C written separately) and the bias in its epilogue, both
 // added to the fp32 accumulator (the residual first); on the CPU the GEMM, bias_add, then add
 // (the bias first): the same three fp32 roundings, in another order.
+//
+// gemm_bias to a bf16 C (bf16 operands, the bias bf16 or null, no residual): C = op(A) op(B) +
+// bias accumulated in fp32 and rounded to bf16 once, as cuBLASLt writes a bf16 D (whose bias
+// epilogue reads a bias of D's type): the GEMM output that only feeds bf16 consumers (fc1's
+// pre-activation, the logits, dgrads a bf16 kernel reads). On the CPU the fp32 GEMM in blocks of
+// rows, the widened bias added as bias_add adds it, then convert: the fp32 path's values rounded.
 //
 // gemm_fp8: the same product of two FP8 operands, A holding exact values of format fa and B of
 // fb in bf16 storage (fp8_quantize's output; kernels/fp8.h), accumulated in fp32. On the CPU it is
@@ -57,20 +64,25 @@ enum class Trans { kN, kT };
 #define MT_PARAMS_gemm_bias_fp16                                                                 \
   (Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, const f16* A, int64_t lda, const f16* B, \
    int64_t ldb, float* C, const float* bias, const float* residual)
-#define MTRON_GEMM_OPS(OP)                                                          \
-  OP(void, gemm, gemm_fp32, gemm_contract, MT_PARAMS_gemm_fp32,                     \
-     (ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc))                        \
-  OP(void, gemm, gemm_bf16, gemm_contract, MT_PARAMS_gemm_bf16,                     \
-     (ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc))                        \
-  OP(void, gemm, gemm_fp16, gemm_contract, MT_PARAMS_gemm_fp16,                     \
-     (ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc))                        \
-  OP(void, gemm_bias, gemm_bias_fp32, gemm_bias_contract, MT_PARAMS_gemm_bias_fp32, \
-     (ta, tb, M, N, K, A, lda, B, ldb, C, bias, residual))                          \
-  OP(void, gemm_bias, gemm_bias_bf16, gemm_bias_contract, MT_PARAMS_gemm_bias_bf16, \
-     (ta, tb, M, N, K, A, lda, B, ldb, C, bias, residual))                          \
-  OP(void, gemm_bias, gemm_bias_fp16, gemm_bias_contract, MT_PARAMS_gemm_bias_fp16, \
-     (ta, tb, M, N, K, A, lda, B, ldb, C, bias, residual))                          \
-  OP(void, gemm_fp8, gemm_fp8, gemm_fp8_contract, MT_PARAMS_gemm_fp8,               \
+#define MT_PARAMS_gemm_bias_to_bf16                                                                \
+  (Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, const bf16* A, int64_t lda, const bf16* B, \
+   int64_t ldb, bf16* C, const bf16* bias)
+#define MTRON_GEMM_OPS(OP)                                                                        \
+  OP(void, gemm, gemm_fp32, gemm_contract, MT_PARAMS_gemm_fp32,                                   \
+     (ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc))                                      \
+  OP(void, gemm, gemm_bf16, gemm_contract, MT_PARAMS_gemm_bf16,                                   \
+     (ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc))                                      \
+  OP(void, gemm, gemm_fp16, gemm_contract, MT_PARAMS_gemm_fp16,                                   \
+     (ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc))                                      \
+  OP(void, gemm_bias, gemm_bias_fp32, gemm_bias_contract, MT_PARAMS_gemm_bias_fp32,               \
+     (ta, tb, M, N, K, A, lda, B, ldb, C, bias, residual))                                        \
+  OP(void, gemm_bias, gemm_bias_bf16, gemm_bias_contract, MT_PARAMS_gemm_bias_bf16,               \
+     (ta, tb, M, N, K, A, lda, B, ldb, C, bias, residual))                                        \
+  OP(void, gemm_bias, gemm_bias_fp16, gemm_bias_contract, MT_PARAMS_gemm_bias_fp16,               \
+     (ta, tb, M, N, K, A, lda, B, ldb, C, bias, residual))                                        \
+  OP(void, gemm_bias, gemm_bias_to_bf16, gemm_bias_to_bf16_contract, MT_PARAMS_gemm_bias_to_bf16, \
+     (ta, tb, M, N, K, A, lda, B, ldb, C, bias))                                                  \
+  OP(void, gemm_fp8, gemm_fp8, gemm_fp8_contract, MT_PARAMS_gemm_fp8,                             \
      (ta, tb, M, N, K, alpha, A, fa, lda, B, fb, ldb, beta, C, ldc))
 MTRON_GEMM_OPS(MT_OP_DECLARE)
 

@@ -1,4 +1,5 @@
-// defines: GemmOperand, narrow_operand, gemm and gemm_bias (of dtype-tagged operands)
+// defines: GemmOperand, narrow_operand, gemm and gemm_bias (of dtype-tagged operands; gemm_bias
+//          also to a bf16 output)
 //
 // A GEMM input tagged with its dtype, so that a layer holding activations and weights in the
 // run's precision (fp32, or their bf16 or fp16 copies) calls one gemm and never branches on
@@ -96,6 +97,26 @@ inline void gemm_bias(const Ctx& ctx,
   with_operand_types("gemm_bias", A, B, [&](auto* a, auto* b) {
     gemm_bias(ctx, ta, tb, M, N, K, a, lda, b, ldb, C, bias, residual);
   });
+}
+
+// gemm_bias to a bf16 C (kernels/gemm.h) of two bf16 operands.
+inline void gemm_bias(const Ctx& ctx,
+                      Trans ta,
+                      Trans tb,
+                      int64_t M,
+                      int64_t N,
+                      int64_t K,
+                      GemmOperand A,
+                      int64_t lda,
+                      GemmOperand B,
+                      int64_t ldb,
+                      bf16* C,
+                      const bf16* bias) {
+  MT_ASSERT(A.dtype == DType::kBF16 && B.dtype == DType::kBF16,
+            "gemm_bias to bf16: operands of dtypes ", dtype_name(A.dtype), " and ",
+            dtype_name(B.dtype));
+  gemm_bias(ctx, ta, tb, M, N, K, static_cast<const bf16*>(A.data), lda,
+            static_cast<const bf16*>(B.data), ldb, C, bias);
 }
 
 }  // namespace mtron::kernels

@@ -37,15 +37,23 @@ MT_HOST_DEVICE inline double xent_row_loss(float row_max, float sumexp, float ta
 //   - [c is target]) with the *global* row_max/row_sumexp; 0 on padded columns. dlogits may alias
 //   logits. row_scale == nullptr means 1 for every row. To a bf16 dlogits (the LM-head GEMMs'
 //   input): the rounding of the fp32 values, bit for bit.
-#define MT_PARAMS_xent_stats                                                    \
-  (float* row_max, float* row_sumexp, float* target_logit, const float* logits, \
+// Logits may be bf16 (the LM-head GEMM's bf16 output; xent_stats and the bf16 xent_backward,
+// which may then write dlogits over them in place): each is read widened to fp32 (exact) and
+// everything else is as for fp32 logits.
+#define MT_PARAMS_xent_stats_of(L)                                          \
+  (float* row_max, float* row_sumexp, float* target_logit, const L* logits, \
    const int32_t* targets, int64_t n, int64_t Vl, int64_t col_start, int64_t vocab_valid)
-#define MT_PARAMS_xent_backward_of(T)                                                         \
-  (T * dlogits, const float* logits, const int32_t* targets, const float* row_max,            \
+#define MT_PARAMS_xent_stats MT_PARAMS_xent_stats_of(float)
+#define MT_PARAMS_xent_stats_bf16 MT_PARAMS_xent_stats_of(bf16)
+// dlogits of type T from logits of type L
+#define MT_PARAMS_xent_backward_in(T, L)                                                      \
+  (T * dlogits, const L* logits, const int32_t* targets, const float* row_max,                \
    const float* row_sumexp, const float* row_scale, int64_t n, int64_t Vl, int64_t col_start, \
    int64_t vocab_valid)
+#define MT_PARAMS_xent_backward_of(T) MT_PARAMS_xent_backward_in(T, float)
 #define MT_PARAMS_xent_backward MT_PARAMS_xent_backward_of(float)
 #define MT_PARAMS_xent_backward_bf16 MT_PARAMS_xent_backward_of(bf16)
+#define MT_PARAMS_xent_backward_bf16_logits MT_PARAMS_xent_backward_in(bf16, bf16)
 #define MT_PARAMS_xent_rescale \
   (float* row_max, float* row_sumexp, const float* global_max, int64_t n)
 #define MT_PARAMS_xent_loss_sum                                                                \
@@ -53,6 +61,8 @@ MT_HOST_DEVICE inline double xent_row_loss(float row_max, float sumexp, float ta
    int64_t n)
 #define MTRON_XENT_OPS(OP)                                                                      \
   OP(void, xent_stats, xent_stats, xent_stats_contract, MT_PARAMS_xent_stats,                   \
+     (row_max, row_sumexp, target_logit, logits, targets, n, Vl, col_start, vocab_valid))       \
+  OP(void, xent_stats, xent_stats_bf16, xent_stats_contract, MT_PARAMS_xent_stats_bf16,         \
      (row_max, row_sumexp, target_logit, logits, targets, n, Vl, col_start, vocab_valid))       \
   OP(void, xent_rescale, xent_rescale, xent_rescale_contract, MT_PARAMS_xent_rescale,           \
      (row_max, row_sumexp, global_max, n))                                                      \
@@ -62,6 +72,9 @@ MT_HOST_DEVICE inline double xent_row_loss(float row_max, float sumexp, float ta
      (dlogits, logits, targets, row_max, row_sumexp, row_scale, n, Vl, col_start, vocab_valid)) \
   OP(void, xent_backward, xent_backward_bf16, xent_backward_contract,                           \
      MT_PARAMS_xent_backward_bf16,                                                              \
+     (dlogits, logits, targets, row_max, row_sumexp, row_scale, n, Vl, col_start, vocab_valid)) \
+  OP(void, xent_backward, xent_backward_bf16_logits, xent_backward_contract,                    \
+     MT_PARAMS_xent_backward_bf16_logits,                                                       \
      (dlogits, logits, targets, row_max, row_sumexp, row_scale, n, Vl, col_start, vocab_valid))
 MTRON_XENT_OPS(MT_OP_DECLARE)
 

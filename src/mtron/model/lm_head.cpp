@@ -15,24 +15,37 @@ using kernels::Trans;
 void lm_head_loss(const RunCtx& rc, Arena& scratch, const LmHeadArgs& a) {
   const bool train = a.dh != nullptr;
   const int64_t R = lm_head_rows_per_chunk(a.Vl, kernels::chunk_elems(rc.k.device));
-  float* logits = scratch.alloc<float>(R * a.Vl);
+  // In bf16 mode the GEMM writes bf16 logits (unless the caller wants fp32 ones) and the
+  // backward writes their gradient over them, the dgrad and wgrad GEMMs' input.
+  const bool logits16 = bf16_gemm_inputs(rc) && !a.logits;
+  float* logits = logits16 ? nullptr : scratch.alloc<float>(R * a.Vl);
+  bf16* l16 = logits16 ? scratch.alloc<bf16>(R * a.Vl) : nullptr;
   const GemmInputRoom dlogits_room =
-      train ? gemm_input_room(rc, scratch, R * a.Vl) : GemmInputRoom{};
+      train && !logits16 ? gemm_input_room(rc, scratch, R * a.Vl) : GemmInputRoom{};
   parallel::VocabParallelCrossEntropy xent(rc.k, rc.tp, scratch, R, a.dloss);
 
   for (int64_t r0 = 0; r0 < a.N; r0 += R) {
     const int64_t n = std::min(R, a.N - r0);
     const Act hc = a.h.at(r0 * a.hidden);
-    kernels::gemm(rc.k, Trans::kN, Trans::kT, n, a.Vl, a.hidden, 1.0f, hc, a.hidden, a.w, a.hidden,
-                  0.0f, logits, a.Vl);
-    if (a.logits) {
-      kernels::copy(rc.k, a.logits + r0 * a.Vl, logits, int64_t(sizeof(float)) * n * a.Vl);
-    }
     const int32_t* tg = a.targets + r0;
-    xent.forward(logits, tg, n, a.Vl, a.col_start, a.vocab_valid, a.loss_sum);
+    if (logits16) {
+      kernels::gemm_bias(rc.k, Trans::kN, Trans::kT, n, a.Vl, a.hidden, hc, a.hidden, a.w, a.hidden,
+                         l16, nullptr);
+      xent.forward(l16, tg, n, a.Vl, a.col_start, a.vocab_valid, a.loss_sum);
+    } else {
+      kernels::gemm(rc.k, Trans::kN, Trans::kT, n, a.Vl, a.hidden, 1.0f, hc, a.hidden, a.w,
+                    a.hidden, 0.0f, logits, a.Vl);
+      if (a.logits) {
+        kernels::copy(rc.k, a.logits + r0 * a.Vl, logits, int64_t(sizeof(float)) * n * a.Vl);
+      }
+      xent.forward(logits, tg, n, a.Vl, a.col_start, a.vocab_valid, a.loss_sum);
+    }
     if (!train) continue;
     Act g;
-    if (bf16_gemm_inputs(rc)) {  // the backward writes the GEMMs' bf16 input itself
+    if (logits16) {
+      xent.backward(l16, l16, tg, n, a.Vl, a.col_start, a.vocab_valid);
+      g = Act::of(l16);
+    } else if (bf16_gemm_inputs(rc)) {  // the backward writes the GEMMs' bf16 input itself
       bf16* dlogits = static_cast<bf16*>(dlogits_room.data);
       xent.backward(dlogits, logits, tg, n, a.Vl, a.col_start, a.vocab_valid);
       g = Act::of(dlogits);

@@ -10,6 +10,10 @@
 // In training the backward runs in the same pass: each chunk's dlogits give its rows of dh
 // (written) and add to dW, while the chunk is hot in cache; the loss's gradient needs nothing
 // from later layers, so this is exact.
+//
+// In bf16 mode the logits are the GEMM's bf16 output, as Megatron's are (the loss and its
+// gradient computed in fp32 from their values), and their gradient overwrites them; fp32 logits
+// only where the caller asks for them (LmHeadArgs::logits).
 #pragma once
 
 #include <cstdint>

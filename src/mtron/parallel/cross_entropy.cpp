@@ -16,7 +16,8 @@ VocabParallelCrossEntropy::VocabParallelCrossEntropy(
   kernels::fill(k_, stats_ + 3 * R_, scale, R_);
 }
 
-void VocabParallelCrossEntropy::forward(const float* logits,
+template <typename L>
+void VocabParallelCrossEntropy::forward(const L* logits,
                                         const int32_t* targets,
                                         int64_t n,
                                         int64_t Vl,
@@ -39,10 +40,14 @@ void VocabParallelCrossEntropy::forward(const float* logits,
   }
   kernels::xent_loss_sum(k_, loss_sum, row_max, row_sum, row_tgt, n);
 }
+template void VocabParallelCrossEntropy::forward(
+    const float*, const int32_t*, int64_t, int64_t, int64_t, int64_t, double*);
+template void VocabParallelCrossEntropy::forward(
+    const bf16*, const int32_t*, int64_t, int64_t, int64_t, int64_t, double*);
 
-template <typename T>
+template <typename T, typename L>
 void VocabParallelCrossEntropy::backward(T* dlogits,
-                                         const float* logits,
+                                         const L* logits,
                                          const int32_t* targets,
                                          int64_t n,
                                          int64_t Vl,
@@ -55,5 +60,7 @@ template void VocabParallelCrossEntropy::backward(
     float*, const float*, const int32_t*, int64_t, int64_t, int64_t, int64_t) const;
 template void VocabParallelCrossEntropy::backward(
     bf16*, const float*, const int32_t*, int64_t, int64_t, int64_t, int64_t) const;
+template void VocabParallelCrossEntropy::backward(
+    bf16*, const bf16*, const int32_t*, int64_t, int64_t, int64_t, int64_t) const;
 
 }  // namespace mtron::parallel

@@ -30,8 +30,9 @@ class VocabParallelCrossEntropy {
                             float row_scale);
 
   // Adds the sum of a chunk's n row losses to *loss_sum (device memory). Collective over the TP
-  // group.
-  void forward(const float* logits,
+  // group. Logits: float, or bf16 (the LM head's bf16 GEMM output).
+  template <typename L>
+  void forward(const L* logits,
                const int32_t* targets,
                int64_t n,
                int64_t Vl,
@@ -39,10 +40,11 @@ class VocabParallelCrossEntropy {
                int64_t vocab_valid,
                double* loss_sum);
   // dlogits[n, Vl] = row_scale (softmax - one-hot of the target) of the last forward's chunk,
-  // 0 on padded columns; dlogits (float, or bf16: the LM-head GEMMs' input) may alias logits.
-  template <typename T>
+  // 0 on padded columns; dlogits (float, or bf16: the LM-head GEMMs' input) may alias logits
+  // (float, or bf16 with a bf16 dlogits).
+  template <typename T, typename L>
   void backward(T* dlogits,
-                const float* logits,
+                const L* logits,
                 const int32_t* targets,
                 int64_t n,
                 int64_t Vl,

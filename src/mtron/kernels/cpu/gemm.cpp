@@ -16,6 +16,7 @@
 #include <cblas.h>
 #include <strings.h>
 
+#include <algorithm>
 #include <dnnl.hpp>
 #include <functional>
 #include <memory>
@@ -340,6 +341,27 @@ void gemm_bias(const Ctx& ctx, MT_PARAMS(gemm_bias_bf16)) {
 }
 void gemm_bias(const Ctx& ctx, MT_PARAMS(gemm_bias_fp16)) {
   gemm_then_bias(ctx, ta, tb, M, N, K, A, lda, B, ldb, C, bias, residual);
+}
+
+// The fp32 GEMM of blocks of up to kBlockElems output elements (whole rows) into one buffer, the
+// widened bias added as bias_add adds it, each block then rounded into C.
+void gemm_bias(const Ctx& ctx, MT_PARAMS(gemm_bias_to_bf16)) {
+  constexpr int64_t kBlockElems = int64_t(1) << 22;
+  if (M == 0 || N == 0) return;
+  std::vector<float> wide_bias;
+  if (bias) {
+    wide_bias.resize(size_t(N));
+    for (int64_t j = 0; j < N; ++j) wide_bias[size_t(j)] = bf16_to_float(bias[j]);
+  }
+  const int64_t rows = std::clamp<int64_t>(kBlockElems / N, 1, M);
+  std::vector<float> block(size_t(rows * N));
+  for (int64_t r0 = 0; r0 < M; r0 += rows) {
+    const int64_t m = std::min(rows, M - r0);
+    const bf16* a = A + (ta == Trans::kN ? r0 * lda : r0);  // op(A)'s rows r0..
+    cpu::gemm(ctx, ta, tb, m, N, K, 1.0f, a, lda, B, ldb, 0.0f, block.data(), N);
+    if (bias) cpu::bias_add(ctx, block.data(), wide_bias.data(), m, N);
+    cpu::convert(ctx, C + r0 * N, block.data(), m * N);
+  }
 }
 
 // Exact FP8 values in bf16: the bf16 GEMM computes the FP8 product.

@@ -191,6 +191,14 @@ HWY_INLINE uint16_t* bits(H* p) {
   return reinterpret_cast<uint16_t*>(p);
 }
 
+// The first k lanes of an fp32 or bf16 p as fp32 (k <= Lanes(d); the other lanes `fill`).
+HWY_INLINE VF load_f32(DF d, const float* HWY_RESTRICT p, size_t k, float fill = 0.0f) {
+  return load(d, p, k, fill);
+}
+HWY_INLINE VF load_f32(DF d, const bf16* HWY_RESTRICT p, size_t k, float fill = 0.0f) {
+  return from_bf16(d, load(DU16(), bits(p), k, float_to_bf16(fill).bits));
+}
+
 // dst[0, n) += src[0, n) widened (exact)
 HWY_INLINE void add_into(DF d, float* HWY_RESTRICT dst, const bf16* HWY_RESTRICT src, int64_t n) {
   const DU16 dh;

@@ -55,15 +55,16 @@ uint32_t alignment(const void* p) {
 struct PlanKey {
   int device;
   cudaDataType_t type_a, type_b;  // of the column-major operands a and b
+  cudaDataType_t type_c;          // of C and D (fp32, or bf16 with a bias of that type)
   bool trans_a, trans_b;
   int64_t m, n, k, lda, ldb, ldc;
   uint32_t align_a, align_b, align_c;
   bool bias;  // the bias epilogue
   bool operator==(const PlanKey& o) const {
-    return std::tie(device, type_a, type_b, trans_a, trans_b, m, n, k, lda, ldb, ldc, align_a,
-                    align_b, align_c, bias) ==
-           std::tie(o.device, o.type_a, o.type_b, o.trans_a, o.trans_b, o.m, o.n, o.k, o.lda, o.ldb,
-                    o.ldc, o.align_a, o.align_b, o.align_c, o.bias);
+    return std::tie(device, type_a, type_b, type_c, trans_a, trans_b, m, n, k, lda, ldb, ldc,
+                    align_a, align_b, align_c, bias) ==
+           std::tie(o.device, o.type_a, o.type_b, o.type_c, o.trans_a, o.trans_b, o.m, o.n, o.k,
+                    o.lda, o.ldb, o.ldc, o.align_a, o.align_b, o.align_c, o.bias);
   }
 };
 
@@ -72,7 +73,7 @@ struct PlanKeyHash {
     size_t h = 1469598103934665603ull;
     auto mix = [&](uint64_t v) { h = (h ^ v) * 1099511628211ull; };
     mix(uint64_t(k.device));
-    mix(uint64_t(k.type_a) << 16 | uint64_t(k.type_b));
+    mix(uint64_t(k.type_a) << 32 | uint64_t(k.type_b) << 16 | uint64_t(k.type_c));
     mix(uint64_t(k.trans_a) * 4 + uint64_t(k.trans_b) * 2 + uint64_t(k.bias));
     for (int64_t v : {k.m, k.n, k.k, k.lda, k.ldb, k.ldc}) mix(uint64_t(v));
     mix(uint64_t(k.align_a) << 32 | uint64_t(k.align_b) << 16 | k.align_c);
@@ -83,13 +84,15 @@ struct PlanKeyHash {
 PlanKey make_key(int device,
                  cudaDataType_t type_a,
                  cudaDataType_t type_b,
+                 cudaDataType_t type_c,
                  const ColMajorGemm& g,
-                 const float* C,
-                 const float* Cin) {
+                 const void* C,
+                 const void* Cin) {
   PlanKey key;
   key.device = device;
   key.type_a = type_a;
   key.type_b = type_b;
+  key.type_c = type_c;
   key.trans_a = g.trans_a;
   key.trans_b = g.trans_b;
   key.m = g.m;
@@ -129,7 +132,7 @@ std::unique_ptr<Plan> make_plan(cublasLtHandle_t handle,
       cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
   MT_CUBLAS_CHECK(
       cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
-  if (key.bias) {  // fp32 bias (the output type), its pointer set per call
+  if (key.bias) {  // a bias of the output type, its pointer set per call
     const cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
     MT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE,
                                                    &epilogue, sizeof epilogue));
@@ -139,7 +142,7 @@ std::unique_ptr<Plan> make_plan(cublasLtHandle_t handle,
   MT_CUBLAS_CHECK(
       cublasLtMatrixLayoutCreate(&p->b, key.type_b, uint64_t(g.b_rows), uint64_t(g.b_cols), g.ldb));
   MT_CUBLAS_CHECK(
-      cublasLtMatrixLayoutCreate(&p->c, CUDA_R_32F, uint64_t(g.c_rows), uint64_t(g.c_cols), g.ldc));
+      cublasLtMatrixLayoutCreate(&p->c, key.type_c, uint64_t(g.c_rows), uint64_t(g.c_cols), g.ldc));
 
   cublasLtMatmulPreference_t pref = nullptr;
   MT_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
@@ -206,12 +209,13 @@ class Library {
   std::unordered_map<PlanKey, std::unique_ptr<Plan>, PlanKeyHash> plans_;
 };
 
-// A of type_A and B of type_B, as the row-major call has them; beta scales Cin (C itself where
-// null, else a matrix of C's layout). With `bias`, false (nothing run) where cuBLASLt has no
-// algorithm for the bias epilogue.
+// A of type_A and B of type_B, as the row-major call has them, C of type_C (fp32 or bf16, and
+// the bias of that type); beta scales Cin (C itself where null, else a matrix of C's layout).
+// With `bias`, false (nothing run) where cuBLASLt has no algorithm for the bias epilogue.
 bool run(const Ctx& ctx,
          cudaDataType_t type_A,
          cudaDataType_t type_B,
+         cudaDataType_t type_C,
          Trans ta,
          Trans tb,
          int64_t M,
@@ -223,26 +227,26 @@ bool run(const Ctx& ctx,
          const void* B,
          int64_t ldb,
          float beta,
-         float* C,
+         void* C,
          int64_t ldc,
-         const float* bias = nullptr,
+         const void* bias = nullptr,
          const float* Cin = nullptr) {
   if (M == 0 || N == 0) return true;
   const cudaStream_t stream = stream_of(ctx);
   if (K == 0) {  // op(A) op(B) is empty: C = beta Cin
-    MT_ASSERT(!bias, "gemm: a bias epilogue with K = 0");
+    MT_ASSERT(!bias && type_C == CUDA_R_32F, "gemm: K = 0 with a bias epilogue or a bf16 output");
     if (Cin)
       MT_CUDA_CHECK(cudaMemcpy2DAsync(C, sizeof(float) * size_t(ldc), Cin,
                                       sizeof(float) * size_t(ldc), sizeof(float) * size_t(N),
                                       size_t(M), cudaMemcpyDeviceToDevice, stream));
-    scale_matrix(stream, C, M, N, ldc, beta);
+    scale_matrix(stream, static_cast<float*>(C), M, N, ldc, beta);
     return true;
   }
   ColMajorGemm g = to_col_major(ta, tb, M, N, K, A, lda, B, ldb, ldc);
   g.bias = bias;
   int device = 0;
   MT_CUDA_CHECK(cudaGetDevice(&device));
-  const PlanKey key = make_key(device, type_B, type_A, g, C, Cin);  // the column-major a is B
+  const PlanKey key = make_key(device, type_B, type_A, type_C, g, C, Cin);  // column-major a is B
   const Library::Ready r = Library::get().prepare(key, g, stream);
   if (!r.plan->usable) return false;
   ++work().gemms;
@@ -264,15 +268,18 @@ cudaDataType_t fp8_type(Fp8Format f) {
 }  // namespace
 
 void gemm(const Ctx& ctx, MT_PARAMS(gemm_fp32)) {
-  run(ctx, CUDA_R_32F, CUDA_R_32F, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  run(ctx, CUDA_R_32F, CUDA_R_32F, CUDA_R_32F, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C,
+      ldc);
 }
 
 void gemm(const Ctx& ctx, MT_PARAMS(gemm_bf16)) {
-  run(ctx, CUDA_R_16BF, CUDA_R_16BF, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  run(ctx, CUDA_R_16BF, CUDA_R_16BF, CUDA_R_32F, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C,
+      ldc);
 }
 
 void gemm(const Ctx& ctx, MT_PARAMS(gemm_fp16)) {
-  run(ctx, CUDA_R_16F, CUDA_R_16F, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  run(ctx, CUDA_R_16F, CUDA_R_16F, CUDA_R_32F, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C,
+      ldc);
 }
 
 // One GEMM, the residual its C operand, with the bias epilogue where the bias is 16-byte aligned
@@ -294,9 +301,11 @@ void gemm_with_bias(const Ctx& ctx,
                     const float* residual) {
   const float beta = residual ? 1.0f : 0.0f;
   if (K > 0 && reinterpret_cast<uintptr_t>(bias) % 16 == 0 &&
-      run(ctx, type, type, ta, tb, M, N, K, 1.0f, A, lda, B, ldb, beta, C, N, bias, residual))
+      run(ctx, type, type, CUDA_R_32F, ta, tb, M, N, K, 1.0f, A, lda, B, ldb, beta, C, N, bias,
+          residual))
     return;
-  run(ctx, type, type, ta, tb, M, N, K, 1.0f, A, lda, B, ldb, beta, C, N, nullptr, residual);
+  run(ctx, type, type, CUDA_R_32F, ta, tb, M, N, K, 1.0f, A, lda, B, ldb, beta, C, N, nullptr,
+      residual);
   if (bias) cuda::bias_add(ctx, C, bias, M, N);
 }
 
@@ -308,6 +317,27 @@ void gemm_bias(const Ctx& ctx, MT_PARAMS(gemm_bias_bf16)) {
 }
 void gemm_bias(const Ctx& ctx, MT_PARAMS(gemm_bias_fp16)) {
   gemm_with_bias(ctx, CUDA_R_16F, ta, tb, M, N, K, A, lda, B, ldb, C, bias, residual);
+}
+
+// One GEMM writing bf16 with the bias epilogue (a bf16 bias, 16-byte aligned); else (K = 0, an
+// unaligned bias, no algorithm) the fp32 GEMM into a temporary, the widened bias added as
+// bias_add adds it, then convert: the same values, rounded once.
+void gemm_bias(const Ctx& ctx, MT_PARAMS(gemm_bias_to_bf16)) {
+  if (M == 0 || N == 0) return;
+  if (K > 0 && reinterpret_cast<uintptr_t>(bias) % 16 == 0 &&
+      run(ctx, CUDA_R_16BF, CUDA_R_16BF, CUDA_R_16BF, ta, tb, M, N, K, 1.0f, A, lda, B, ldb, 0.0f,
+          C, N, bias))
+    return;
+  const cudaStream_t stream = stream_of(ctx);
+  Scratch c(sizeof(float) * size_t(M * N), stream);
+  run(ctx, CUDA_R_16BF, CUDA_R_16BF, CUDA_R_32F, ta, tb, M, N, K, 1.0f, A, lda, B, ldb, 0.0f,
+      c.as<float>(), N);
+  if (bias) {
+    Scratch b(sizeof(float) * size_t(N), stream);
+    cuda::convert(ctx, b.as<float>(), bias, N);
+    cuda::bias_add(ctx, c.as<float>(), b.as<float>(), M, N);
+  }
+  cuda::convert(ctx, C, c.as<float>(), M * N);
 }
 
 void gemm_fp8_packed(const Ctx& ctx,
@@ -322,8 +352,8 @@ void gemm_fp8_packed(const Ctx& ctx,
                      float beta,
                      float* C,
                      int64_t ldc) {
-  run(ctx, fp8_type(fa), fp8_type(fb), Trans::kN, Trans::kT, M, N, K, alpha, a, K, b, K, beta, C,
-      ldc);
+  run(ctx, fp8_type(fa), fp8_type(fb), CUDA_R_32F, Trans::kN, Trans::kT, M, N, K, alpha, a, K, b, K,
+      beta, C, ldc);
 }
 
 }  // namespace mtron::kernels::cuda

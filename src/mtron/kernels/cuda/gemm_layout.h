@@ -28,7 +28,7 @@ struct ColMajorGemm {
   int64_t c_rows = 0, c_cols = 0, ldc = 0;
   // Added to every column of D (cuBLASLt's bias epilogue: bias[i] to row i, m values; the
   // row-major call's bias over its N columns), or none.
-  const float* bias = nullptr;
+  const void* bias = nullptr;  // of D's type
 };
 
 inline ColMajorGemm to_col_major(Trans ta,

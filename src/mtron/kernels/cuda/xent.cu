@@ -21,24 +21,25 @@ __host__ __device__ __forceinline__ int64_t valid_cols(int64_t Vl,
 
 // The kernels take the op's arguments (kernels/xent.h).
 
-// One block per row.
-__global__ void xent_stats_kernel(MT_PARAMS(xent_stats)) {
+// One block per row; logits: float, or uint16_t holding bf16.
+template <typename L>
+__global__ void xent_stats_kernel(MT_PARAMS_OF(xent_stats, L)) {
   __shared__ float red[32];
   const int64_t r = blockIdx.x, nv = valid_cols(Vl, col_start, vocab_valid);
   if (r >= n) return;
-  const float* x = logits + r * Vl;
+  const L* x = logits + r * Vl;
   float m = kNegInf;
-  for (int64_t c = threadIdx.x; c < nv; c += blockDim.x) m = fmaxf(m, x[c]);
+  for (int64_t c = threadIdx.x; c < nv; c += blockDim.x) m = fmaxf(m, load_f32(x + c));
   m = block_max(m, red);
   float s = 0;
   if (m != kNegInf)
-    for (int64_t c = threadIdx.x; c < nv; c += blockDim.x) s += expf(x[c] - m);
+    for (int64_t c = threadIdx.x; c < nv; c += blockDim.x) s += expf(load_f32(x + c) - m);
   s = block_sum(s, red);
   if (threadIdx.x == 0) {
     row_max[r] = m;
     row_sumexp[r] = s;
     const int64_t t = int64_t(targets[r]) - col_start;
-    target_logit[r] = (t >= 0 && t < Vl) ? x[t] : 0.0f;
+    target_logit[r] = (t >= 0 && t < Vl) ? load_f32(x + t) : 0.0f;
   }
 }
 
@@ -61,9 +62,9 @@ __global__ void xent_loss_sum_kernel(MT_PARAMS(xent_loss_sum)) {
   if (threadIdx.x == 0) *loss_sum += s;
 }
 
-// dlogits: float, or uint16_t holding bf16
-template <typename T>
-__global__ void xent_backward_kernel(MT_PARAMS_OF(xent_backward, T)) {
+// dlogits (T) and logits (L): float, or uint16_t holding bf16
+template <typename T, typename L>
+__global__ void xent_backward_kernel(MT_PARAMS_EXPAND(MT_PARAMS_xent_backward_in(T, L))) {
   const int64_t n_items = n * Vl, nv = valid_cols(Vl, col_start, vocab_valid);
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n_items;
        i += int64_t(gridDim.x) * blockDim.x) {
@@ -74,7 +75,7 @@ __global__ void xent_backward_kernel(MT_PARAMS_OF(xent_backward, T)) {
       const bool empty = row_max[r] == kNegInf || !(row_sumexp[r] > 0);
       const float vm = empty ? 0.0f : row_max[r];
       const float vs = empty ? 0.0f : scale / row_sumexp[r];
-      d = expf(logits[i] - vm) * vs;
+      d = expf(load_f32(logits + i) - vm) * vs;
       if (int64_t(targets[r]) - col_start == c) d -= scale;
     }
     store_as(dlogits + i, d);
@@ -85,8 +86,15 @@ __global__ void xent_backward_kernel(MT_PARAMS_OF(xent_backward, T)) {
 
 void xent_stats(const Ctx& ctx, MT_PARAMS(xent_stats)) {
   if (n <= 0) return;
-  launch("xent_stats", xent_stats_kernel, unsigned(n), kThreads, 0, stream_of(ctx), row_max,
+  launch("xent_stats", xent_stats_kernel<float>, unsigned(n), kThreads, 0, stream_of(ctx), row_max,
          row_sumexp, target_logit, logits, targets, n, Vl, col_start, vocab_valid);
+}
+
+void xent_stats(const Ctx& ctx, MT_PARAMS(xent_stats_bf16)) {
+  if (n <= 0) return;
+  launch("xent_stats_bf16", xent_stats_kernel<uint16_t>, unsigned(n), kThreads, 0, stream_of(ctx),
+         row_max, row_sumexp, target_logit, reinterpret_cast<const uint16_t*>(logits), targets, n,
+         Vl, col_start, vocab_valid);
 }
 
 void xent_rescale(const Ctx& ctx, MT_PARAMS(xent_rescale)) {
@@ -102,15 +110,22 @@ void xent_loss_sum(const Ctx& ctx, MT_PARAMS(xent_loss_sum)) {
 }
 
 void xent_backward(const Ctx& ctx, MT_PARAMS(xent_backward)) {
-  launch("xent_backward", xent_backward_kernel<float>, grid_for(n * Vl, kThreads), kThreads, 0,
-         stream_of(ctx), dlogits, logits, targets, row_max, row_sumexp, row_scale, n, Vl, col_start,
-         vocab_valid);
+  launch("xent_backward", xent_backward_kernel<float, float>, grid_for(n * Vl, kThreads), kThreads,
+         0, stream_of(ctx), dlogits, logits, targets, row_max, row_sumexp, row_scale, n, Vl,
+         col_start, vocab_valid);
 }
 
 void xent_backward(const Ctx& ctx, MT_PARAMS(xent_backward_bf16)) {
-  launch("xent_backward_bf16", xent_backward_kernel<uint16_t>, grid_for(n * Vl, kThreads), kThreads,
-         0, stream_of(ctx), reinterpret_cast<uint16_t*>(dlogits), logits, targets, row_max,
-         row_sumexp, row_scale, n, Vl, col_start, vocab_valid);
+  launch("xent_backward_bf16", xent_backward_kernel<uint16_t, float>, grid_for(n * Vl, kThreads),
+         kThreads, 0, stream_of(ctx), reinterpret_cast<uint16_t*>(dlogits), logits, targets,
+         row_max, row_sumexp, row_scale, n, Vl, col_start, vocab_valid);
+}
+
+void xent_backward(const Ctx& ctx, MT_PARAMS(xent_backward_bf16_logits)) {
+  launch("xent_backward_bf16_logits", xent_backward_kernel<uint16_t, uint16_t>,
+         grid_for(n * Vl, kThreads), kThreads, 0, stream_of(ctx),
+         reinterpret_cast<uint16_t*>(dlogits), reinterpret_cast<const uint16_t*>(logits), targets,
+         row_max, row_sumexp, row_scale, n, Vl, col_start, vocab_valid);
 }
 
 }  // namespace mtron::kernels::cuda

@@ -2,6 +2,8 @@
 // derives (the one the cuBLASLt path hands to the library) with plain loops in double, so the
 // row-major to column-major mapping is tested without a GPU.
 #include <cstdint>
+#include <initializer_list>
+#include <vector>
 
 #include "mtron/core/error.h"
 #include "mtron/kernels/cuda/cuda_ops.h"
@@ -43,11 +45,43 @@ void run_col_major(const ColMajorGemm& g,
       }
       float& c = C[i + j * g.ldc];
       c = float(alpha * acc) + (beta == 0.0f ? 0.0f : beta * Cin[i + j * g.ldc]);
-      if (g.bias) c += g.bias[i];
+      if (g.bias) c += static_cast<const float*>(g.bias)[i];  // fp32 here (a bf16 one widened)
     }
 }
 
-// The row-major call on device pointers (checked), with the emulation's device access open.
+// The row-major call, its memory open to the caller.
+template <typename T>
+void multiply(Trans ta,
+              Trans tb,
+              int64_t M,
+              int64_t N,
+              int64_t K,
+              float alpha,
+              const T* A,
+              int64_t lda,
+              const T* B,
+              int64_t ldb,
+              float beta,
+              float* C,
+              int64_t ldc,
+              const float* bias,
+              const float* Cin) {
+  ColMajorGemm g = to_col_major(ta, tb, M, N, K, A, lda, B, ldb, ldc);
+  g.bias = bias;
+  const T* a = static_cast<const T*>(g.a);
+  const T* b = static_cast<const T*>(g.b);
+  run_col_major(
+      g, [&](int64_t i) { return load(a, i); }, [&](int64_t i) { return load(b, i); }, alpha, beta,
+      Cin, C);
+}
+
+// Device pointers of a GEMM (checked), counted as one.
+void gemm_pointers(std::initializer_list<const void*> ptrs) {
+  for (const void* p : ptrs) sim::check_device_pointer("gemm", p);
+  ++work().gemms;
+}
+
+// The row-major call on device pointers, with the emulation's device access open.
 template <typename T>
 void run(Trans ta,
          Trans tb,
@@ -64,20 +98,9 @@ void run(Trans ta,
          int64_t ldc,
          const float* bias = nullptr,
          const float* Cin = nullptr) {
-  for (const void* p :
-       {static_cast<const void*>(A), static_cast<const void*>(B), static_cast<const void*>(C),
-        static_cast<const void*>(bias), static_cast<const void*>(Cin)}) {
-    sim::check_device_pointer("gemm", p);
-  }
-  ++work().gemms;
+  gemm_pointers({A, B, C, bias, Cin});
   const sim::DeviceAccess access;
-  ColMajorGemm g = to_col_major(ta, tb, M, N, K, A, lda, B, ldb, ldc);
-  g.bias = bias;
-  const T* a = static_cast<const T*>(g.a);
-  const T* b = static_cast<const T*>(g.b);
-  run_col_major(
-      g, [&](int64_t i) { return load(a, i); }, [&](int64_t i) { return load(b, i); }, alpha, beta,
-      Cin, C);
+  multiply(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, bias, Cin);
 }
 
 }  // namespace
@@ -104,6 +127,18 @@ void gemm_bias(const Ctx&, MT_PARAMS(gemm_bias_fp16)) {
   run(ta, tb, M, N, K, 1.0f, A, lda, B, ldb, residual ? 1.0f : 0.0f, C, N, bias, residual);
 }
 
+// cuBLASLt's bf16 D: the fp32 result (with the bias widened: a bias of D's type) rounded once.
+void gemm_bias(const Ctx&, MT_PARAMS(gemm_bias_to_bf16)) {
+  gemm_pointers({A, B, C, bias});
+  const sim::DeviceAccess access;
+  std::vector<float> c(size_t(M * N)), wide_bias;
+  if (bias)
+    for (int64_t j = 0; j < N; ++j) wide_bias.push_back(bf16_to_float(bias[j]));
+  multiply(ta, tb, M, N, K, 1.0f, A, lda, B, ldb, 0.0f, c.data(), N,
+           bias ? wide_bias.data() : nullptr, nullptr);
+  for (int64_t i = 0; i < M * N; ++i) C[i] = float_to_bf16(c[size_t(i)]);
+}
+
 void gemm_fp8_packed(const Ctx&,
                      int64_t M,
                      int64_t N,
@@ -116,11 +151,7 @@ void gemm_fp8_packed(const Ctx&,
                      float beta,
                      float* C,
                      int64_t ldc) {
-  for (const void* p :
-       {static_cast<const void*>(a), static_cast<const void*>(b), static_cast<const void*>(C)}) {
-    sim::check_device_pointer("gemm_fp8", p);
-  }
-  ++work().gemms;
+  gemm_pointers({a, b, C});
   const sim::DeviceAccess access;
   const ColMajorGemm g = to_col_major(Trans::kN, Trans::kT, M, N, K, a, K, b, K, ldc);
   // What cuBLASLt's FP8 GEMMs require: "TN", K a multiple of 16.
