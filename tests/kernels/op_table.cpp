@@ -325,6 +325,23 @@ void activation_cases(Checker& ck, bool small) {
                plain.dev_result(), 0.0);
       ref::bias_backward(want.host(), widen(narrow<bf16>(dx.host_result())).data(), N, F);
       ck.check("gelu_backward_bias dbias", dbias.dev_result(), want.host_result(), kTolBf16);
+      // from bf16 inputs (the bf16 GEMM outputs): bit for bit the same ops on the widened values
+      Pair<bf16> x16(narrow<bf16>(x.host_result())), dout16(narrow<bf16>(dout.host_result()));
+      Pair<float> xw(widen(x16.host_result())), doutw(widen(dout16.host_result()));
+      Pair<bf16> o16(nan16), ow(nan16), g16(nan16), gw(nan16);
+      gelu_forward(g_dev, o16.dev(), x16.dev(), n);
+      gelu_forward(g_dev, ow.dev(), xw.dev(), n);
+      ck.check_bits("out from bf16 (bits)", o16, ow.dev_result());
+      gelu_backward(g_dev, g16.dev(), x16.dev(), dout16.dev(), n);
+      gelu_backward(g_dev, gw.dev(), xw.dev(), doutw.dev(), n);
+      ck.check_bits("dinp from bf16 (bits)", g16, gw.dev_result());
+      Pair<float> db16(db0), dbw(db0);
+      Pair<bf16> b16(nan16), bw(nan16);
+      gelu_backward_bias(g_dev, db16.dev(), b16.dev(), x16.dev(), dout16.dev(), N, F);
+      gelu_backward_bias(g_dev, dbw.dev(), bw.dev(), xw.dev(), doutw.dev(), N, F);
+      ck.check_bits("gelu_backward_bias dinp from bf16 (bits)", b16, bw.dev_result());
+      ck.check("gelu_backward_bias dbias from bf16 (bits)", db16.dev_result(), dbw.dev_result(),
+               0.0);
     });
     ck.run("swiglu", shape, [&] {
       Pair<float> x(randn(N * 2 * F, 3.0f)), out(poison(N * F)), dout(randn(N * F)),

@@ -1,5 +1,5 @@
-// defines: gelu_forward/backward (tanh approximation; both also to a bf16 output),
-//          gelu_backward_bias, swiglu_forward/backward
+// defines: gelu_forward/backward (tanh approximation; both also to a bf16 output, and from bf16
+//          inputs), gelu_backward_bias (also from bf16 inputs), swiglu_forward/backward
 //
 // Backward WRITES dinp (=).
 #pragma once
@@ -17,6 +17,8 @@ namespace mtron::kernels {
 // gelu_backward_bias: gelu_backward of dout[N, C] to bf16 and dbias[C] += the column sums of
 //               those bf16 values (fc1's bias gradient in the same pass, as cuBLASLt's dGELU and
 //               bias-gradient epilogue), bit for bit gelu_backward then bias_backward
+// From bf16 inputs (the fc1 GEMM's bf16 pre-activation, fc2's bf16 dgrad) to bf16: each input
+//               read widened to fp32 (exact), then as from fp32 inputs, bit for bit.
 // swiglu_forward: inp[N, 2F] = [gate | up] per row (Megatron's fused fc1 with --swiglu);
 //                 out[N, F] = silu(gate) * up, silu(x) = x * sigmoid(x).
 #define MTRON_ACTIVATION_OPS(OP)                                                            \
@@ -24,12 +26,19 @@ namespace mtron::kernels {
      (float* out, const float* inp, int64_t n), (out, inp, n))                              \
   OP(void, gelu_forward, gelu_forward_bf16, gelu_forward_contract,                          \
      (bf16 * out, const float* inp, int64_t n), (out, inp, n))                              \
+  OP(void, gelu_forward, gelu_forward_bf16_in, gelu_forward_contract,                       \
+     (bf16 * out, const bf16* inp, int64_t n), (out, inp, n))                               \
   OP(void, gelu_backward, gelu_backward, gelu_backward_contract,                            \
      (float* dinp, const float* inp, const float* dout, int64_t n), (dinp, inp, dout, n))   \
   OP(void, gelu_backward, gelu_backward_bf16, gelu_backward_contract,                       \
      (bf16 * dinp, const float* inp, const float* dout, int64_t n), (dinp, inp, dout, n))   \
+  OP(void, gelu_backward, gelu_backward_bf16_in, gelu_backward_contract,                    \
+     (bf16 * dinp, const bf16* inp, const bf16* dout, int64_t n), (dinp, inp, dout, n))     \
   OP(void, gelu_backward_bias, gelu_backward_bias, gelu_backward_bias_contract,             \
      (float* dbias, bf16* dinp, const float* inp, const float* dout, int64_t N, int64_t C), \
+     (dbias, dinp, inp, dout, N, C))                                                        \
+  OP(void, gelu_backward_bias, gelu_backward_bias_bf16_in, gelu_backward_bias_contract,     \
+     (float* dbias, bf16* dinp, const bf16* inp, const bf16* dout, int64_t N, int64_t C),   \
      (dbias, dinp, inp, dout, N, C))                                                        \
   OP(void, swiglu_forward, swiglu_forward, swiglu_forward_contract,                         \
      (float* out, const float* inp, int64_t N, int64_t F), (out, inp, N, F))                \

@@ -104,19 +104,19 @@ inline OpCost embedding_backward_contract(
   return traffic(f32s(N * C), 2 * f32s(std::min(N, rows) * C) + f32s(N));
 }
 // With a GELU epilogue the GEMM also writes the pre-activation (bf16) that dGELU reads.
-template <typename T>
-OpCost gelu_forward_contract(T*, const float*, int64_t n) {
-  return {0, f32s(n) + double(sizeof(T)) * double(n), 2.0 * double(n)};
+template <typename T, typename I>
+OpCost gelu_forward_contract(T*, const I*, int64_t n) {
+  return {0, double(sizeof(I) + sizeof(T)) * double(n), 2.0 * double(n)};
 }
-template <typename T>
-OpCost gelu_backward_contract(T*, const float*, const float*, int64_t n) {
-  return {0, 2 * f32s(n) + double(sizeof(T)) * double(n), 2.0 * double(n)};
+template <typename T, typename I>
+OpCost gelu_backward_contract(T*, const I*, const I*, int64_t n) {
+  return {0, double(2 * sizeof(I) + sizeof(T)) * double(n), 2.0 * double(n)};
 }
 // gelu_backward to bf16 and bias_backward of its output; the minimum reads dout and the
 // pre-activation as dGELU's epilogue does.
-inline OpCost gelu_backward_bias_contract(
-    float*, bf16*, const float*, const float*, int64_t N, int64_t C) {
-  return {0, 10.0 * double(N * C) + 2 * f32s(C), 2.0 * double(N * C)};
+template <typename I>
+OpCost gelu_backward_bias_contract(float*, bf16*, const I*, const I*, int64_t N, int64_t C) {
+  return {0, double(2 * sizeof(I) + 2) * double(N * C) + 2 * f32s(C), 2.0 * double(N * C)};
 }
 inline OpCost swiglu_forward_contract(float*, const float*, int64_t N, int64_t F) {
   return traffic(3 * f32s(N * F));

@@ -108,6 +108,13 @@ const float* opt(const ParamBuffer& p, int handle) {
 float* opt_grad(const ParamBuffer& p, int handle) {
   return handle < 0 ? nullptr : p.grad(handle);
 }
+// The bf16 compute copy of an optional bias (bf16 mode).
+const bf16* opt16(const ParamBuffer& p, int handle) {
+  if (handle < 0) return nullptr;
+  const Act b = p.weight(handle);
+  MT_ASSERT(b.dtype == DType::kBF16, "a bf16 bias in ", dtype_name(b.dtype), " mode");
+  return static_cast<const bf16*>(b.data);
+}
 // The GEMM input of all N rows [N, h] from a norm's fp32 output `local` (this rank's rows):
 // gathered over SP, then as_gemm_input.
 Act gathered_gemm_input(
@@ -272,9 +279,18 @@ void TransformerLayer::forward(const RunCtx& rc,
   if (dense_mlp()) {
     if (!ln2_to_gemm) st.ln2_in = gathered_gemm_input(rc, keep, scratch, ln2, N, h);
 
+    // GELU's input (and, in the backward, fc2's dgrad) in bf16 where both GEMMs may write it
     const int64_t fc1_w = cfg_.swiglu ? 2 * Fl_ : Fl_;
-    st.fc1 = keep.alloc<float>(N * fc1_w);
-    linear_forward(rc, st.fc1, st.ln2_in, p_.weight(fc1_w_), opt(p_, fc1_b_), N, h, fc1_w);
+    if (!cfg_.swiglu && bf16_gemm_outputs(rc, p_.weight(fc1_w_)) &&
+        bf16_gemm_outputs(rc, p_.weight(fc2_w_))) {
+      bf16* fc1 = keep.alloc<bf16>(N * fc1_w);
+      linear_forward(rc, fc1, st.ln2_in, p_.weight(fc1_w_), opt16(p_, fc1_b_), N, h, fc1_w);
+      st.fc1 = Act::of(fc1);
+    } else {
+      float* fc1 = keep.alloc<float>(N * fc1_w);
+      linear_forward(rc, fc1, st.ln2_in, p_.weight(fc1_w_), opt(p_, fc1_b_), N, h, fc1_w);
+      st.fc1 = Act::of(fc1);
+    }
     st.act_in = mlp_activation(rc, keep, scratch, st.fc1, N, Fl_, cfg_.swiglu);
 
     partial = sp ? scratch.alloc<float>(N * h) : y;
@@ -325,9 +341,14 @@ void TransformerLayer::backward(
       dpartial = scratch.alloc<float>(N * h);
       parallel::exit_tp_backward(tp, dpartial, dmlp, N, h);
     }
-    float* dact = scratch.alloc<float>(N * Fl_);
-    linear_backward(rc, scratch, dact, p_.grad(fc2_w_), sp ? nullptr : opt_grad(p_, fc2_b_),
-                    dpartial, st.act_in, p_.weight(fc2_w_), N, Fl_, h);
+    // fc2's dgrad in fc1's output type (GELU's backward reads both)
+    const auto fc2_dgrad = [&](auto* dact) {
+      linear_backward(rc, scratch, dact, p_.grad(fc2_w_), sp ? nullptr : opt_grad(p_, fc2_b_),
+                      dpartial, st.act_in, p_.weight(fc2_w_), N, Fl_, h);
+      return Act::of(dact);
+    };
+    const Act dact = st.fc1.dtype == DType::kBF16 ? fc2_dgrad(scratch.alloc<bf16>(N * Fl_))
+                                                  : fc2_dgrad(scratch.alloc<float>(N * Fl_));
     const int64_t fc1_w = cfg_.swiglu ? 2 * Fl_ : Fl_;
     float* dfc1_b = opt_grad(p_, fc1_b_);
     const Act dfc1 = mlp_activation_grad(rc, scratch, st.fc1, dact, N, Fl_, cfg_.swiglu, &dfc1_b);

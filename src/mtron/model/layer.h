@@ -79,10 +79,10 @@ class TransformerLayer {
     Act att_in;                            // proj's GEMM input
     float* x2 = nullptr;                   // [Nl, h]
     float *ln2_mean = nullptr, *ln2_rstd = nullptr;
-    Act ln2_in;            // [N, h]
-    float* fc1 = nullptr;  // [N, Fl or 2 Fl] before the activation
-    Act act_in;            // [N, Fl] fc2's GEMM input
-    MoELayer::Stash moe;   // MoE layers
+    Act ln2_in;  // [N, h]
+    Act fc1;     // [N, Fl or 2 Fl] before the activation: fp32, or bf16 (GELU, bf16_gemm_outputs)
+    Act act_in;  // [N, Fl] fc2's GEMM input
+    MoELayer::Stash moe;  // MoE layers
   };
 
   // Registers this layer's parameters (global layer index `layer`) for TP rank/size of tp; an

@@ -1,5 +1,7 @@
 #include "mtron/model/linear.h"
 
+#include <type_traits>
+
 #include "mtron/kernels/activation.h"
 #include "mtron/kernels/device.h"
 #include "mtron/kernels/elementwise.h"
@@ -97,18 +99,16 @@ float* gemm_input_buffer(const RunCtx& rc, Arena& keep, Arena& scratch, int64_t 
   return (rc.precision == Precision::kFP32 ? keep : scratch).alloc<float>(n);
 }
 
-Act mlp_activation(const RunCtx& rc,
-                   Arena& keep,
-                   Arena& scratch,
-                   const float* fc1,
-                   int64_t N,
-                   int64_t F,
-                   bool swiglu) {
+Act mlp_activation(
+    const RunCtx& rc, Arena& keep, Arena& scratch, Act fc1_in, int64_t N, int64_t F, bool swiglu) {
   if (!swiglu && bf16_gemm_inputs(rc)) {
     bf16* act = keep.alloc<bf16>(N * F);
-    kernels::gelu_forward(rc.k, act, fc1, N * F);
+    with_data(fc1_in, [&](auto fc1) { kernels::gelu_forward(rc.k, act, fc1, N * F); });
     return Act::of(act);
   }
+  MT_ASSERT(fc1_in.dtype == DType::kF32, "mlp_activation: a ", dtype_name(fc1_in.dtype),
+            " fc1 output outside bf16 GELU");
+  const float* fc1 = static_cast<const float*>(fc1_in.data);
   float* act = gemm_input_buffer(rc, keep, scratch, N * F);
   if (swiglu) {
     kernels::swiglu_forward(rc.k, act, fc1, N, F);
@@ -120,22 +120,31 @@ Act mlp_activation(const RunCtx& rc,
 
 Act mlp_activation_grad(const RunCtx& rc,
                         Arena& scratch,
-                        const float* fc1,
-                        const float* dact,
+                        Act fc1_in,
+                        Act dact_in,
                         int64_t N,
                         int64_t F,
                         bool swiglu,
                         float** dbias) {
+  MT_ASSERT(fc1_in.dtype == dact_in.dtype, "mlp_activation_grad: fc1 output ",
+            dtype_name(fc1_in.dtype), " and its gradient ", dtype_name(dact_in.dtype));
   if (!swiglu && bf16_gemm_inputs(rc)) {
     bf16* d = scratch.alloc<bf16>(N * F);
-    if (dbias && *dbias) {
-      kernels::gelu_backward_bias(rc.k, *dbias, d, fc1, dact, N, F);
-      *dbias = nullptr;
-    } else {
-      kernels::gelu_backward(rc.k, d, fc1, dact, N * F);
-    }
+    with_data(fc1_in, [&](auto fc1) {
+      const auto* dact = static_cast<decltype(fc1)>(dact_in.data);
+      if (dbias && *dbias) {
+        kernels::gelu_backward_bias(rc.k, *dbias, d, fc1, dact, N, F);
+        *dbias = nullptr;
+      } else {
+        kernels::gelu_backward(rc.k, d, fc1, dact, N * F);
+      }
+    });
     return Act::of(d);
   }
+  MT_ASSERT(fc1_in.dtype == DType::kF32, "mlp_activation_grad: a ", dtype_name(fc1_in.dtype),
+            " fc1 output outside bf16 GELU");
+  const float* fc1 = static_cast<const float*>(fc1_in.data);
+  const float* dact = static_cast<const float*>(dact_in.data);
   float* d = scratch.alloc<float>(N * (swiglu ? 2 * F : F));
   if (swiglu) {
     kernels::swiglu_backward(rc.k, d, fc1, dact, N, F);
@@ -167,9 +176,16 @@ void linear_forward(const RunCtx& rc,
   }
 }
 
+void linear_forward(
+    const RunCtx& rc, bf16* y, Act x, Act w, const bf16* bias, int64_t N, int64_t in, int64_t out) {
+  MT_ASSERT(bf16_gemm_outputs(rc, w), "linear_forward to bf16 outside bf16 mode or in FP8");
+  kernels::gemm_bias(rc.k, Trans::kN, Trans::kT, N, out, in, x, in, w, in, y, bias);
+}
+
+template <typename DX>
 void linear_backward(const RunCtx& rc,
                      Arena& scratch,
-                     float* dx,
+                     DX* dx,
                      float* dw,
                      float* db,
                      Act dy,
@@ -179,6 +195,8 @@ void linear_backward(const RunCtx& rc,
                      int64_t in,
                      int64_t out) {
   const int id = fp8_id(rc, w);
+  constexpr bool dx16 = std::is_same_v<DX, bf16>;
+  MT_ASSERT(!dx16 || bf16_gemm_outputs(rc, w), "a bf16 dgrad outside bf16 mode or in FP8");
   Act g = dy;  // the output gradient as the bf16/fp16/fp32 GEMMs read it
   if (db && dy.dtype == DType::kF32 && id < 0 && bf16_gemm_inputs(rc)) {  // one pass for both
     bf16* g16 = scratch.alloc<bf16>(N * out);
@@ -191,16 +209,27 @@ void linear_backward(const RunCtx& rc,
   }
   if (id >= 0) {
     const Fp8Operand qg = fp8_operand(rc, id, Fp8Role::kGrad, dy, N * out);
-    if (dx) {
-      const Fp8Operand qw = fp8_operand(rc, id, Fp8Role::kWeight, w, out * in);
-      fp8_gemm(rc, Trans::kN, Trans::kN, N, in, out, qg, out, qw, in, 0.0f, dx, in);
+    if constexpr (!dx16) {
+      if (dx) {
+        const Fp8Operand qw = fp8_operand(rc, id, Fp8Role::kWeight, w, out * in);
+        fp8_gemm(rc, Trans::kN, Trans::kN, N, in, out, qg, out, qw, in, 0.0f, dx, in);
+      }
     }
     const Fp8Operand qx = fp8_operand(rc, id, Fp8Role::kInput, x, N * in);
     fp8_gemm(rc, Trans::kT, Trans::kN, out, in, N, qg, out, qx, in, 1.0f, dw, in);
     return;
   }
-  if (dx) kernels::gemm(rc.k, Trans::kN, Trans::kN, N, in, out, 1.0f, g, out, w, in, 0.0f, dx, in);
+  if constexpr (dx16) {
+    if (dx) kernels::gemm_bias(rc.k, Trans::kN, Trans::kN, N, in, out, g, out, w, in, dx, nullptr);
+  } else {
+    if (dx)
+      kernels::gemm(rc.k, Trans::kN, Trans::kN, N, in, out, 1.0f, g, out, w, in, 0.0f, dx, in);
+  }
   kernels::gemm(rc.k, Trans::kT, Trans::kN, out, in, N, 1.0f, g, out, x, in, 1.0f, dw, in);
 }
+template void linear_backward(
+    const RunCtx&, Arena&, float*, float*, float*, Act, Act, Act, int64_t, int64_t, int64_t);
+template void linear_backward(
+    const RunCtx&, Arena&, bf16*, float*, float*, Act, Act, Act, int64_t, int64_t, int64_t);
 
 }  // namespace mtron::model

@@ -1,6 +1,6 @@
 // defines: RunCtx, Act, GemmInputRoom, gemm_input_room, as_gemm_input, gemm_input_buffer,
-//          fp8_linear, bf16_gemm_inputs, mlp_activation, mlp_activation_grad, linear_forward,
-//          linear_backward
+//          fp8_linear, bf16_gemm_inputs, bf16_gemm_outputs, mlp_activation, mlp_activation_grad,
+//          linear_forward, linear_backward
 //
 // A linear layer's three GEMMs in the run's precision. In bf16 (fp16) mode the GEMMs read bf16
 // (fp16) activations, output gradients and weights and write fp32 (fp32 accumulation); the fp32
@@ -82,26 +82,30 @@ inline bool bf16_gemm_inputs(const RunCtx& rc) {
   return rc.precision == Precision::kBF16;
 }
 
+// Whether linear layer w's GEMMs may write bf16 outputs (gemm_bias to bf16, kernels/gemm.h): in
+// bf16 mode, unless w is an FP8 layer (whose GEMMs write fp32). A layer whose output only feeds
+// bf16 consumers (fc1's pre-activation for GELU, fc2's dgrad for GELU's backward) then takes it
+// in bf16: half the bytes written and read.
+inline bool bf16_gemm_outputs(const RunCtx& rc, Act w) {
+  return bf16_gemm_inputs(rc) && !fp8_linear(rc, w);
+}
+
 // The MLP's activation of fc1's output (GELU of [N, F], or SwiGLU of [N, 2F]) as fc2's stashed
-// GEMM input [N, F]: GELU in bf16 mode writes it in one pass, else the fp32 activation goes
-// through as_gemm_input.
-Act mlp_activation(const RunCtx& rc,
-                   Arena& keep,
-                   Arena& scratch,
-                   const float* fc1,
-                   int64_t N,
-                   int64_t F,
-                   bool swiglu);
+// GEMM input [N, F]: GELU in bf16 mode writes it in one pass (from an fp32 or a bf16 fc1), else
+// the fp32 activation goes through as_gemm_input.
+Act mlp_activation(
+    const RunCtx& rc, Arena& keep, Arena& scratch, Act fc1, int64_t N, int64_t F, bool swiglu);
 
 // fc1's output gradient from the activation's gradient dact [N, F], as fc1's backward reads it:
 // GELU in bf16 mode writes the bf16 GEMM input in one pass, else the fp32 gradient ([N, F], or
-// [N, 2F] for SwiGLU). With *dbias (fc1's bias gradient; dbias and *dbias may be null), GELU in
-// bf16 mode adds that gradient's column sums to it in the same pass and sets *dbias to null
-// (nothing left for linear_backward).
+// [N, 2F] for SwiGLU). fc1 and dact are both fp32, or (GELU in bf16 mode) both bf16. With
+// *dbias (fc1's bias gradient; dbias and *dbias may be null), GELU in bf16 mode adds that
+// gradient's column sums to it in the same pass and sets *dbias to null (nothing left for
+// linear_backward).
 Act mlp_activation_grad(const RunCtx& rc,
                         Arena& scratch,
-                        const float* fc1,
-                        const float* dact,
+                        Act fc1,
+                        Act dact,
                         int64_t N,
                         int64_t F,
                         bool swiglu,
@@ -118,15 +122,21 @@ void linear_forward(const RunCtx& rc,
                     int64_t in,
                     int64_t out,
                     const float* residual = nullptr);
+// y[N,out] = x W^T + bias rounded to bf16 once (bf16_gemm_outputs; bias: the bias's bf16 copy, or
+// null)
+void linear_forward(
+    const RunCtx& rc, bf16* y, Act x, Act w, const bf16* bias, int64_t N, int64_t in, int64_t out);
 
-// dx[N,in] = dy W (written; skipped when dx is null), dw[out,in] += dy^T x,
+// dx[N,in] = dy W (written, fp32 or, where bf16_gemm_outputs, bf16; skipped when dx is null),
+// dw[out,in] += dy^T x,
 // db[out] += column sums of dy (skipped when db is null). dy: fp32 (made a GEMM input here; in
 // bf16 mode with db in the same pass as the column sums), or the GEMM input an op wrote itself
 // (bf16 mode: the column sums are then those of the bf16 values, as a bias-gradient GEMM
 // epilogue sums them). Temporaries come from `scratch`.
+template <typename DX>
 void linear_backward(const RunCtx& rc,
                      Arena& scratch,
-                     float* dx,
+                     DX* dx,
                      float* dw,
                      float* db,
                      Act dy,
@@ -135,9 +145,10 @@ void linear_backward(const RunCtx& rc,
                      int64_t N,
                      int64_t in,
                      int64_t out);
+template <typename DX>
 inline void linear_backward(const RunCtx& rc,
                             Arena& scratch,
-                            float* dx,
+                            DX* dx,
                             float* dw,
                             float* db,
                             const float* dy,

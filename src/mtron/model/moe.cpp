@@ -259,7 +259,7 @@ void MoELayer::forward(const RunCtx& rc,
     linear_forward(rc, st.fc1 + b * w1, st.expert_in.at(b * h), experts_.weight(fc1_w_[e]), nullptr,
                    n, h, w1);
   }
-  st.act_in = mlp_activation(rc, keep, scratch, st.fc1, R, Fl_, cfg_.swiglu);
+  st.act_in = mlp_activation(rc, keep, scratch, Act::of(st.fc1), R, Fl_, cfg_.swiglu);
   float* eout = scratch.alloc<float>(R * h);  // partial over ETP
   for (int64_t e = 0; e < El_; ++e) {
     const int64_t b = st.plan.expert_begin(e), n = st.plan.expert_begin(e + 1) - b;
@@ -297,7 +297,8 @@ void MoELayer::backward(const RunCtx& rc,
     linear_backward(rc, scratch, dact + b * Fl_, experts_.grad(fc2_w_[e]), nullptr, deout + b * h,
                     st.act_in.at(b * Fl_), experts_.weight(fc2_w_[e]), n, Fl_, h);
   }
-  const Act dfc1 = mlp_activation_grad(rc, scratch, st.fc1, dact, R, Fl_, cfg_.swiglu);
+  const Act dfc1 =
+      mlp_activation_grad(rc, scratch, Act::of(st.fc1), Act::of(dact), R, Fl_, cfg_.swiglu);
   float* dein = scratch.alloc<float>(R * h);  // partial over ETP
   for (int64_t e = 0; e < El_; ++e) {
     const int64_t b = st.plan.expert_begin(e), n = st.plan.expert_begin(e + 1) - b;

@@ -23,13 +23,13 @@ constexpr float kGeluC = 0.044715f;
 
 }  // namespace
 
-// f(i, k, gelu(inp[i .. i + k))) over the lanes of inp[0, n).
-template <typename F>
-void for_gelu(const float* inp, int64_t n, int64_t bytes, F f) {
+// f(i, k, gelu(inp[i .. i + k))) over the lanes of an fp32 or bf16 inp[0, n).
+template <typename I, typename F>
+void for_gelu(const I* inp, int64_t n, int64_t bytes, F f) {
   const DF d;
   const VF k2 = hn::Set(d, 2 * kGeluK), c = hn::Set(d, kGeluC), one = hn::Set(d, 1.0f);
   parallel_lanes(d, n, bytes, [&](int64_t i, size_t k) {
-    const VF x = load(d, inp + i, k);
+    const VF x = load_f32(d, inp + i, k);
     const VF u2 = hn::Mul(hn::Mul(k2, x), hn::MulAdd(c, hn::Mul(x, x), one));
     f(i, k, hn::Mul(x, sigmoid(d, u2)));
   });
@@ -40,11 +40,20 @@ void gelu_forward(float* out, const float* inp, int64_t n) {
   for_gelu(inp, n, n * 8, [&](int64_t i, size_t k, VF y) { store(d, y, out + i, k); });
 }
 
-void gelu_forward_bf16(bf16* out, const float* inp, int64_t n) {
+template <typename I>
+void gelu_to_bf16(bf16* out, const I* inp, int64_t n) {
   const DF d;
   const DU16 dh;
-  for_gelu(inp, n, n * 6,
+  for_gelu(inp, n, n * int64_t(2 + sizeof(I)),
            [&](int64_t i, size_t k, VF y) { store(dh, to_bf16(d, y), bits(out + i), k); });
+}
+
+void gelu_forward_bf16(bf16* out, const float* inp, int64_t n) {
+  gelu_to_bf16(out, inp, n);
+}
+
+void gelu_forward_bf16_in(bf16* out, const bf16* inp, int64_t n) {
+  gelu_to_bf16(out, inp, n);
 }
 
 // dgelu(x) * dy
@@ -59,12 +68,12 @@ HWY_INLINE VF gelu_grad(DF d, VF x, VF dy) {
   return hn::Mul(g, dy);
 }
 
-// f(i, k, dgelu(inp) * dout) over the lanes of [0, n).
-template <typename F>
-void for_gelu_grad(const float* inp, const float* dout, int64_t n, int64_t bytes, F f) {
+// f(i, k, dgelu(inp) * dout) over the lanes of [0, n), inp and dout fp32 or bf16.
+template <typename I, typename F>
+void for_gelu_grad(const I* inp, const I* dout, int64_t n, int64_t bytes, F f) {
   const DF d;
   parallel_lanes(d, n, bytes, [&](int64_t i, size_t k) {
-    f(i, k, gelu_grad(d, load(d, inp + i, k), load(d, dout + i, k)));
+    f(i, k, gelu_grad(d, load_f32(d, inp + i, k), load_f32(d, dout + i, k)));
   });
 }
 
@@ -73,25 +82,46 @@ void gelu_backward(float* dinp, const float* inp, const float* dout, int64_t n) 
   for_gelu_grad(inp, dout, n, n * 12, [&](int64_t i, size_t k, VF g) { store(d, g, dinp + i, k); });
 }
 
-void gelu_backward_bf16(bf16* dinp, const float* inp, const float* dout, int64_t n) {
+template <typename I>
+void gelu_grad_to_bf16(bf16* dinp, const I* inp, const I* dout, int64_t n) {
   const DF d;
   const DU16 dh;
-  for_gelu_grad(inp, dout, n, n * 10,
+  for_gelu_grad(inp, dout, n, n * int64_t(2 + 2 * sizeof(I)),
                 [&](int64_t i, size_t k, VF g) { store(dh, to_bf16(d, g), bits(dinp + i), k); });
+}
+
+void gelu_backward_bf16(bf16* dinp, const float* inp, const float* dout, int64_t n) {
+  gelu_grad_to_bf16(dinp, inp, dout, n);
+}
+
+void gelu_backward_bf16_in(bf16* dinp, const bf16* inp, const bf16* dout, int64_t n) {
+  gelu_grad_to_bf16(dinp, inp, dout, n);
+}
+
+template <typename I>
+void gelu_grad_bias(float* dbias, bf16* dinp, const I* inp, const I* dout, int64_t N, int64_t C) {
+  const DF d;
+  const DU16 dh;
+  sum_columns(dbias, N, C, N * C * int64_t(2 + 2 * sizeof(I)),
+              [&](int64_t r, int64_t c0, int64_t w, float* part) {
+                const int64_t o = r * C + c0;
+                for_lanes(d, 0, w, [&](int64_t c, size_t k) {
+                  const VF g =
+                      gelu_grad(d, load_f32(d, inp + o + c, k), load_f32(d, dout + o + c, k));
+                  store(dh, to_bf16(d, g), bits(dinp + o + c), k);
+                });
+                add_into(d, part, dinp + o, w);
+              });
 }
 
 void gelu_backward_bias(
     float* dbias, bf16* dinp, const float* inp, const float* dout, int64_t N, int64_t C) {
-  const DF d;
-  const DU16 dh;
-  sum_columns(dbias, N, C, N * C * 10, [&](int64_t r, int64_t c0, int64_t w, float* part) {
-    const int64_t o = r * C + c0;
-    for_lanes(d, 0, w, [&](int64_t c, size_t k) {
-      const VF g = gelu_grad(d, load(d, inp + o + c, k), load(d, dout + o + c, k));
-      store(dh, to_bf16(d, g), bits(dinp + o + c), k);
-    });
-    add_into(d, part, dinp + o, w);
-  });
+  gelu_grad_bias(dbias, dinp, inp, dout, N, C);
+}
+
+void gelu_backward_bias_bf16_in(
+    float* dbias, bf16* dinp, const bf16* inp, const bf16* dout, int64_t N, int64_t C) {
+  gelu_grad_bias(dbias, dinp, inp, dout, N, C);
 }
 
 void swiglu_forward(float* out, const float* inp, int64_t N, int64_t F) {

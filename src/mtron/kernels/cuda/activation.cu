@@ -22,12 +22,12 @@ __device__ __forceinline__ float gelu(float x) {
   return x * sigmoid(u2);
 }
 
-// out: float, or uint16_t holding bf16
-template <typename T>
-__global__ void gelu_forward_kernel(T* out, const float* inp, int64_t n) {
+// out (T) and inp (I): float, or uint16_t holding bf16
+template <typename T, typename I>
+__global__ void gelu_forward_kernel(T* out, const I* inp, int64_t n) {
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
        i += int64_t(gridDim.x) * blockDim.x)
-    store_as(out + i, gelu(inp[i]));
+    store_as(out + i, gelu(load_f32(inp + i)));
 }
 
 // dgelu(x) * dy
@@ -38,22 +38,23 @@ __device__ __forceinline__ float gelu_grad(float x, float dy) {
   return fmaf(x * (s * (1.0f - s)), du2, s) * dy;
 }
 
-// dinp: float, or uint16_t holding bf16
-template <typename T>
-__global__ void gelu_backward_kernel(T* dinp, const float* inp, const float* dout, int64_t n) {
+// dinp (T), inp and dout (I): float, or uint16_t holding bf16
+template <typename T, typename I>
+__global__ void gelu_backward_kernel(T* dinp, const I* inp, const I* dout, int64_t n) {
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
        i += int64_t(gridDim.x) * blockDim.x)
-    store_as(dinp + i, gelu_grad(inp[i], dout[i]));
+    store_as(dinp + i, gelu_grad(load_f32(inp + i), load_f32(dout + i)));
 }
 
 // gelu_backward_bias's values for column_sums_of: the gradient written as bf16, its bf16 value
-// summed.
+// summed; inp and dout (I) float, or uint16_t holding bf16.
+template <typename I>
 struct GeluGradBf16 {
   uint16_t* dinp;
-  const float* inp;
-  const float* dout;
+  const I* inp;
+  const I* dout;
   __device__ float operator()(int64_t i) const {
-    const uint16_t b = f32_to_bf16_bits(gelu_grad(inp[i], dout[i]));
+    const uint16_t b = f32_to_bf16_bits(gelu_grad(load_f32(inp + i), load_f32(dout + i)));
     dinp[i] = b;
     return bf16_bits_to_f32(b);
   }
@@ -86,23 +87,35 @@ __global__ void swiglu_backward_kernel(
 }  // namespace
 
 void gelu_forward(const Ctx& ctx, float* out, const float* inp, int64_t n) {
-  launch("gelu_forward", gelu_forward_kernel<float>, grid_for(n, kThreads), kThreads, 0,
+  launch("gelu_forward", gelu_forward_kernel<float, float>, grid_for(n, kThreads), kThreads, 0,
          stream_of(ctx), out, inp, n);
 }
 
 void gelu_forward(const Ctx& ctx, bf16* out, const float* inp, int64_t n) {
-  launch("gelu_forward_bf16", gelu_forward_kernel<uint16_t>, grid_for(n, kThreads), kThreads, 0,
-         stream_of(ctx), reinterpret_cast<uint16_t*>(out), inp, n);
+  launch("gelu_forward_bf16", gelu_forward_kernel<uint16_t, float>, grid_for(n, kThreads), kThreads,
+         0, stream_of(ctx), reinterpret_cast<uint16_t*>(out), inp, n);
+}
+
+void gelu_forward(const Ctx& ctx, bf16* out, const bf16* inp, int64_t n) {
+  launch("gelu_forward_bf16_in", gelu_forward_kernel<uint16_t, uint16_t>, grid_for(n, kThreads),
+         kThreads, 0, stream_of(ctx), reinterpret_cast<uint16_t*>(out),
+         reinterpret_cast<const uint16_t*>(inp), n);
 }
 
 void gelu_backward(const Ctx& ctx, float* dinp, const float* inp, const float* dout, int64_t n) {
-  launch("gelu_backward", gelu_backward_kernel<float>, grid_for(n, kThreads), kThreads, 0,
+  launch("gelu_backward", gelu_backward_kernel<float, float>, grid_for(n, kThreads), kThreads, 0,
          stream_of(ctx), dinp, inp, dout, n);
 }
 
 void gelu_backward(const Ctx& ctx, bf16* dinp, const float* inp, const float* dout, int64_t n) {
-  launch("gelu_backward_bf16", gelu_backward_kernel<uint16_t>, grid_for(n, kThreads), kThreads, 0,
-         stream_of(ctx), reinterpret_cast<uint16_t*>(dinp), inp, dout, n);
+  launch("gelu_backward_bf16", gelu_backward_kernel<uint16_t, float>, grid_for(n, kThreads),
+         kThreads, 0, stream_of(ctx), reinterpret_cast<uint16_t*>(dinp), inp, dout, n);
+}
+
+void gelu_backward(const Ctx& ctx, bf16* dinp, const bf16* inp, const bf16* dout, int64_t n) {
+  launch("gelu_backward_bf16_in", gelu_backward_kernel<uint16_t, uint16_t>, grid_for(n, kThreads),
+         kThreads, 0, stream_of(ctx), reinterpret_cast<uint16_t*>(dinp),
+         reinterpret_cast<const uint16_t*>(inp), reinterpret_cast<const uint16_t*>(dout), n);
 }
 
 void gelu_backward_bias(const Ctx& ctx,
@@ -112,7 +125,21 @@ void gelu_backward_bias(const Ctx& ctx,
                         const float* dout,
                         int64_t N,
                         int64_t C) {
-  column_sums_of(stream_of(ctx), dbias, GeluGradBf16{reinterpret_cast<uint16_t*>(dinp), inp, dout},
+  column_sums_of(stream_of(ctx), dbias,
+                 GeluGradBf16<float>{reinterpret_cast<uint16_t*>(dinp), inp, dout}, N, C);
+}
+
+void gelu_backward_bias(const Ctx& ctx,
+                        float* dbias,
+                        bf16* dinp,
+                        const bf16* inp,
+                        const bf16* dout,
+                        int64_t N,
+                        int64_t C) {
+  column_sums_of(stream_of(ctx), dbias,
+                 GeluGradBf16<uint16_t>{reinterpret_cast<uint16_t*>(dinp),
+                                        reinterpret_cast<const uint16_t*>(inp),
+                                        reinterpret_cast<const uint16_t*>(dout)},
                  N, C);
 }
 
