@@ -196,6 +196,24 @@ int main(int argc, char** argv) {
       attention_backward(ctx, dq.data(), dk.data(), dv.data(), dout.data(), q.data(), k.data(),
                          v.data(), out.data(), lse.data(), s, {true, 0});
     });
+    // the bf16 ops on the fused QKV buffer, as a bf16 GPT-2 layer calls them
+    const AttnShape f{B, S, S, H, H, D, D, 1.0f / 8.0f, true, true};
+    const auto bf16s = [](int64_t n) {
+      std::vector<bf16> x(static_cast<size_t>(n));
+      for (size_t i = 0; i < x.size(); ++i) x[i] = float_to_bf16(0.01f * float(i % 97));
+      return x;
+    };
+    auto qkv16 = bf16s(3 * N * C), o16 = bf16s(N * C), do16 = bf16s(N * C),
+         dqkv16 = bf16s(3 * N * C);
+    const auto views = fused_qkv_views(qkv16.data(), H, H, D);
+    const auto dviews = fused_qkv_views(dqkv16.data(), H, H, D);
+    run("attention_forward_bf16", "B4 S1024 H12 D64 causal fused", fwd, "GFLOP/s", [&] {
+      attention_forward(ctx, o16.data(), lse.data(), views.q, views.k, views.v, f, {true, 0});
+    });
+    run("attention_backward_bf16", "B4 S1024 H12 D64 causal fused", 2.5 * fwd, "GFLOP/s", [&] {
+      attention_backward(ctx, dviews.q, dviews.k, dviews.v, do16.data(), views.q, views.k, views.v,
+                         o16.data(), lse.data(), f, {true, 0});
+    });
   }
   return 0;
 }

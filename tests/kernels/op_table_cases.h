@@ -1,4 +1,5 @@
-// defines: gemm_cases, gemm_fp8_cases (op_table_gemm.cpp): the op table's GEMM cases
+// defines: gemm_cases, gemm_fp8_cases (op_table_gemm.cpp), attention_cases
+//          (op_table_attention.cpp): the op table's cases in files of their own
 #pragma once
 
 #include "op_checker.h"
@@ -7,5 +8,6 @@ namespace mtron::kernels::test {
 
 void gemm_cases(Checker& ck, bool small);
 void gemm_fp8_cases(Checker& ck);
+void attention_cases(Checker& ck, bool small);
 
 }  // namespace mtron::kernels::test

@@ -1,5 +1,5 @@
 // defines: AttnDropout, AttnMask, attention_forward, attention_backward, merge_weights,
-//          attention_merge, attention_max_head_dim
+//          attention_merge, attention_max_head_dim, QkvViews, fused_qkv_views, QkvSpans, qkv_spans
 //
 // Scaled dot-product attention with grouped query heads, tiled with an online softmax, so the
 // memory per head is O(S) (the S x S score matrix never exists). Layout, sequence-major as
@@ -15,6 +15,9 @@
 // row gives out = 0 and lse = -inf. Backward recomputes the scores blockwise from q, k and lse, and
 // ACCUMULATES into dq, dk, dv
 // (+=), so ring attention (context parallelism) can sum contributions of several K/V blocks.
+// The bf16 ops (attention_forward_bf16, attention_backward_bf16) take q, k, v, out, dout in bf16
+// and write out in bf16 (lse stays fp32); their backward WRITES dq, dk, dv (=, rounded once from
+// fp32 sums), so a caller that sums blocks (ring attention) keeps the fp32 ops.
 //
 // Attention dropout (mask.dropout.p > 0): the probabilities P_ij = exp(s_ij - lse_i)
 // are multiplied by z_ij (0 or 1/(1-p), core/philox.h dropout_scales) before P V; the softmax
@@ -33,6 +36,7 @@
 #include <cmath>
 #include <cstdint>
 
+#include "mtron/core/dtype.h"
 #include "mtron/core/philox.h"
 #include "mtron/kernels/op.h"
 
@@ -96,11 +100,27 @@ struct AttnShape {
 };
 
 // q, k, v (or dq, dk, dv) in a fused QKV buffer of H / G query heads per group and head dim D.
+template <typename T>
 struct QkvViews {
-  float *q, *k, *v;
+  T *q, *k, *v;
 };
-inline QkvViews fused_qkv_views(float* qkv, int64_t H, int64_t G, int64_t D) {
+template <typename T>
+QkvViews<T> fused_qkv_views(T* qkv, int64_t H, int64_t G, int64_t D) {
   return {qkv, qkv + H / G * D, qkv + (H / G + 1) * D};
+}
+
+// How q, k, v (or dq, dk, dv) of shape s lie in one buffer of `size` elements, k at k_at and v
+// at v_at: in the fused QKV layout the buffer they view (n_q = size elements from q, none from k
+// and v, which lie in it), else q, k, v one after another (n_q, n_k, n_v elements each).
+struct QkvSpans {
+  int64_t size, k_at, v_at, n_q, n_k, n_v;
+};
+inline QkvSpans qkv_spans(const AttnShape& s) {
+  const int64_t nq = s.Sq * s.B * s.H * s.D, nk = s.Sk * s.B * s.G * s.D;
+  const int64_t nv = s.Sk * s.B * s.G * s.Dv;
+  if (!s.fused_qkv) return {nq + nk + nv, nq, nq + nk, nq, nk, nv};
+  const int64_t hpg = s.H / s.G;
+  return {nq + nk + nv, hpg * s.D, (hpg + 1) * s.D, nq + nk + nv, 0, 0};
 }
 
 // attention_merge's weights of a query row with log-sum-exps l1 (accumulated) and l2 (block):
@@ -116,19 +136,27 @@ MT_HOST_DEVICE inline bool merge_weights(float l1, float l2, float* w1, float* w
 }
 
 // attention_backward: out and lse are the forward's (for ring attention: the final merged ones).
-#define MT_PARAMS_attention_forward                                                            \
-  (float* out, float* lse, const float* q, const float* k, const float* v, const AttnShape& s, \
-   AttnMask mask)
-#define MT_PARAMS_attention_backward                                                   \
-  (float* dq, float* dk, float* dv, const float* dout, const float* q, const float* k, \
-   const float* v, const float* out, const float* lse, const AttnShape& s, AttnMask mask)
+// T: float or bf16 (q, k, v, out, dout, dq, dk, dv; lse is fp32 in both).
+#define MT_PARAMS_attention_forward_of(T) \
+  (T * out, float* lse, const T* q, const T* k, const T* v, const AttnShape& s, AttnMask mask)
+#define MT_PARAMS_attention_backward_of(T)                                                  \
+  (T * dq, T * dk, T * dv, const T* dout, const T* q, const T* k, const T* v, const T* out, \
+   const float* lse, const AttnShape& s, AttnMask mask)
+#define MT_PARAMS_attention_forward MT_PARAMS_attention_forward_of(float)
+#define MT_PARAMS_attention_forward_bf16 MT_PARAMS_attention_forward_of(bf16)
+#define MT_PARAMS_attention_backward MT_PARAMS_attention_backward_of(float)
+#define MT_PARAMS_attention_backward_bf16 MT_PARAMS_attention_backward_of(bf16)
 // attention_merge: out[Sq, B, H, Dv], lse[B, H, Sq] merged with out_blk, lse_blk of the same
 // shapes (s.Sk, s.G, s.D are not read).
 #define MTRON_ATTENTION_OPS(OP)                                                                \
   OP(void, attention_forward, attention_forward, attention_forward_contract,                   \
      MT_PARAMS_attention_forward, (out, lse, q, k, v, s, mask))                                \
+  OP(void, attention_forward, attention_forward_bf16, attention_forward_contract,              \
+     MT_PARAMS_attention_forward_bf16, (out, lse, q, k, v, s, mask))                           \
   OP(void, attention_backward, attention_backward, attention_backward_contract,                \
      MT_PARAMS_attention_backward, (dq, dk, dv, dout, q, k, v, out, lse, s, mask))             \
+  OP(void, attention_backward, attention_backward_bf16, attention_backward_contract,           \
+     MT_PARAMS_attention_backward_bf16, (dq, dk, dv, dout, q, k, v, out, lse, s, mask))        \
   OP(void, attention_merge, attention_merge, attention_merge_contract,                         \
      (float* out, float* lse, const float* out_blk, const float* lse_blk, const AttnShape& s), \
      (out, lse, out_blk, lse_blk, s))

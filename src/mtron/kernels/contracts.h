@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <type_traits>
 
 #include "mtron/core/error.h"
 #include "mtron/core/profile.h"
@@ -286,30 +287,40 @@ inline OpCost attention_flops(const AttnShape& s, AttnMask mask, double passes) 
   const double flops = mask.causal ? f / 2 : f;
   return {flops, 0, 0, s.bf16_products ? flops : 0};
 }
-// The sizes of q (and dq), out (dout), k (dk), v (dv) and lse, in bytes.
+// The sizes of q (and dq), out (dout), k (dk), v (dv) of element type T and lse, in bytes.
 struct AttnBytes {
   double q, o, k, v, lse;
 };
-inline AttnBytes attn_bytes(const AttnShape& s) {
-  return {f32s(s.Sq * s.B * s.H * s.D), f32s(s.Sq * s.B * s.H * s.Dv), f32s(s.Sk * s.B * s.G * s.D),
-          f32s(s.Sk * s.B * s.G * s.Dv), f32s(s.B * s.H * s.Sq)};
+template <typename T = float>
+AttnBytes attn_bytes(const AttnShape& s) {
+  const auto of = [](int64_t n) { return double(sizeof(T)) * double(n); };
+  return {of(s.Sq * s.B * s.H * s.D), of(s.Sq * s.B * s.H * s.Dv), of(s.Sk * s.B * s.G * s.D),
+          of(s.Sk * s.B * s.G * s.Dv), f32s(s.B * s.H * s.Sq)};
 }
 inline OpCost with_traffic(OpCost c, const OpCost& t) {
   c.bytes = t.bytes;
   c.min_bytes = t.min_bytes;
   return c;
 }
-inline OpCost attention_forward_contract(MT_PARAMS(attention_forward)) {
-  unused(out, lse, q, k, v);
-  const AttnBytes b = attn_bytes(s);
-  return with_traffic(attention_flops(s, mask, 1), traffic(b.q + b.k + b.v + b.o, b.lse));
+// fp32 tensors are activations (traffic halves them at the minimum); bf16 ones are at it.
+template <typename T>
+OpCost attn_traffic(double tensors, double stats) {
+  return std::is_same_v<T, float> ? traffic(tensors, stats) : traffic(0, tensors + stats);
 }
-// Reads dout, q, k, v, out, lse; dq, dk, dv +=; delta written and read.
-inline OpCost attention_backward_contract(MT_PARAMS(attention_backward)) {
+template <typename T>
+OpCost attention_forward_contract(MT_PARAMS_OF(attention_forward, T)) {
+  unused(out, lse, q, k, v);
+  const AttnBytes b = attn_bytes<T>(s);
+  return with_traffic(attention_flops(s, mask, 1), attn_traffic<T>(b.q + b.k + b.v + b.o, b.lse));
+}
+// Reads dout, q, k, v, out, lse; delta written and read; dq, dk, dv: fp32 +=, bf16 written.
+template <typename T>
+OpCost attention_backward_contract(MT_PARAMS_OF(attention_backward, T)) {
   unused(dq, dk, dv, dout, q, k, v, out, lse);
-  const AttnBytes b = attn_bytes(s);
+  const AttnBytes b = attn_bytes<T>(s);
+  const double grads = std::is_same_v<T, float> ? 3 : 2;
   return with_traffic(attention_flops(s, mask, 2),
-                      traffic(3 * (b.q + b.k + b.v) + 2 * b.o, 3 * b.lse));
+                      attn_traffic<T>(grads * (b.q + b.k + b.v) + 2 * b.o, 3 * b.lse));
 }
 // Per query row: two multiply-adds per output element.
 inline OpCost attention_merge_contract(

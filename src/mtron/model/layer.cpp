@@ -165,7 +165,7 @@ void TransformerLayer::qkv_attention(const RunCtx& rc,
     if (cfg_.position_embedding_type == PositionEmbedding::kRope)
       kernels::rope_forward(rc.k, qkv, tl.pos, N, qkv_l_ / D_, D_, cfg_.rotary_dim(), rope_,
                             Hl_ / Gl_ + 2);  // the row's heads, in groups of H/G + 2
-    const kernels::QkvViews views = kernels::fused_qkv_views(qkv, Hl_, Gl_, D_);
+    const auto views = kernels::fused_qkv_views(qkv, Hl_, Gl_, D_);
     st.q = views.q;
     st.k = views.k;
     st.v = views.v;
@@ -383,8 +383,7 @@ void TransformerLayer::backward(
   // dq, dk, dv: in the fused layout one buffer, QKV's output gradient
   float *dq = nullptr, *dk = nullptr, *dv = nullptr;
   if (st.fused_qkv) {
-    const kernels::QkvViews d =
-        kernels::fused_qkv_views(scratch.alloc<float>(N * qkv_l_), Hl_, Gl_, D_);
+    const auto d = kernels::fused_qkv_views(scratch.alloc<float>(N * qkv_l_), Hl_, Gl_, D_);
     kernels::fill_zero(rc.k, d.q, int64_t(sizeof(float)) * N * qkv_l_);
     dq = d.q;
     dk = d.k;

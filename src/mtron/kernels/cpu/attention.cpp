@@ -561,6 +561,73 @@ void attention_backward(float* dq,
   });
 }
 
+namespace {
+
+// dst[0, n) = src[0, n) widened (exact) or rounded (narrow_into's rounding), on the threads
+// the traffic is worth.
+void widen_into(DF d, float* HWY_RESTRICT dst, const bf16* HWY_RESTRICT src, int64_t n) {
+  parallel_lanes(d, n, 6 * n,
+                 [&](int64_t c, size_t k) { store(d, load_f32(d, src + c, k), dst + c, k); });
+}
+void narrow_rows(DF d, bf16* HWY_RESTRICT dst, const float* HWY_RESTRICT src, int64_t n) {
+  const DU16 dh;
+  parallel_lanes(d, n, 6 * n, [&](int64_t c, size_t k) {
+    store(dh, to_bf16(d, load(d, src + c, k)), bits(dst + c), k);
+  });
+}
+
+// fp32 copies of bf16 q, k, v (or room for dq, dk, dv, zeroed) as qkv_spans lays them out, in a
+// buffer of the calling thread's that the next call reuses (no fresh pages per call).
+struct WideQkv {
+  QkvSpans sp;
+  float* buf;
+  float* q() const { return buf; }
+  float* k() const { return buf + sp.k_at; }
+  float* v() const { return buf + sp.v_at; }
+};
+WideQkv wide_qkv(const AttnShape& s, std::vector<float>& room) {
+  const QkvSpans sp = qkv_spans(s);
+  return {sp, scratch(room, sp.size)};
+}
+WideQkv widen_qkv(DF d, const bf16* q, const bf16* k, const bf16* v, const AttnShape& s) {
+  thread_local std::vector<float> room;
+  const WideQkv w = wide_qkv(s, room);
+  widen_into(d, w.q(), q, w.sp.n_q);
+  widen_into(d, w.k(), k, w.sp.n_k);
+  widen_into(d, w.v(), v, w.sp.n_v);
+  return w;
+}
+
+}  // namespace
+
+// The bf16 ops: the fp32 kernels on widened copies (the CPU's attention is bound by its
+// arithmetic, not by these passes), each output rounded once.
+void attention_forward_bf16(MT_PARAMS(attention_forward_bf16)) {
+  const DF d;
+  const WideQkv w = widen_qkv(d, q, k, v, s);
+  const int64_t no = s.Sq * s.B * s.H * s.Dv;
+  thread_local std::vector<float> room;
+  float* o = scratch(room, no);
+  attention_forward(o, lse, w.q(), w.k(), w.v(), s, mask);
+  narrow_rows(d, out, o, no);
+}
+
+void attention_backward_bf16(MT_PARAMS(attention_backward_bf16)) {
+  const DF d;
+  const WideQkv w = widen_qkv(d, q, k, v, s);
+  thread_local std::vector<float> grad_room, out_room;
+  const WideQkv g = wide_qkv(s, grad_room);
+  std::fill(g.buf, g.buf + g.sp.size, 0.0f);
+  const int64_t no = s.Sq * s.B * s.H * s.Dv;
+  float* o = scratch(out_room, 2 * no);
+  widen_into(d, o, dout, no);
+  widen_into(d, o + no, out, no);
+  attention_backward(g.q(), g.k(), g.v(), o, w.q(), w.k(), w.v(), o + no, lse, s, mask);
+  narrow_rows(d, dq, g.q(), g.sp.n_q);
+  narrow_rows(d, dk, g.k(), g.sp.n_k);
+  narrow_rows(d, dv, g.v(), g.sp.n_v);
+}
+
 void attention_merge(
     float* out, float* lse, const float* out_blk, const float* lse_blk, const AttnShape& s) {
   const int64_t B = s.B, Sq = s.Sq, H = s.H, Dv = s.Dv;

@@ -30,7 +30,8 @@
 // dP z for dS = P (dP z - delta).
 // Merge (attention_merge): a grid-stride pass over out, then one over lse (merge_weights).
 // With AttnShape::bf16_products and no dropout, attention_forward and attention_backward run the
-// tensor-core kernels of attention_tc.cu instead (the backward after the same delta kernel).
+// tensor-core kernels of attention_tc.cu instead (the backward after the same delta kernel), on
+// fp32 or bf16 tensors (the bf16 ops; elsewhere those run these kernels on widened copies).
 #include <cstdint>
 #include <type_traits>
 
@@ -243,18 +244,17 @@ __global__ void __launch_bounds__(kThreads) attention_forward_kernel(float* out,
 }
 
 // delta[b, h, i] = dO . O over the row; one warp per (i, b, h) row (rows in q's order).
-__global__ void attention_delta_kernel(float* delta,
-                                       const float* dout,
-                                       const float* out,
-                                       AttnShape s) {
+template <typename T>
+__global__ void attention_delta_kernel(float* delta, const T* dout, const T* out, AttnShape s) {
   const int64_t rows = s.Sq * s.B * s.H;
   const int64_t warps = int64_t(gridDim.x) * (blockDim.x / 32);
   for (int64_t row = int64_t(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32; row < rows;
        row += warps) {
-    const float* a = dout + row * s.Dv;
-    const float* o = out + row * s.Dv;
+    const T* a = dout + row * s.Dv;
+    const T* o = out + row * s.Dv;
     float acc = 0;
-    for (int64_t d = threadIdx.x % 32; d < s.Dv; d += 32) acc = fmaf(a[d], o[d], acc);
+    for (int64_t d = threadIdx.x % 32; d < s.Dv; d += 32)
+      acc = fmaf(load_f32(a + d), load_f32(o + d), acc);
     acc = warp_sum(acc);
     if (threadIdx.x % 32 == 0) {
       const int64_t h = row % s.H, b = (row / s.H) % s.B, i = row / (s.H * s.B);
@@ -265,7 +265,7 @@ __global__ void attention_delta_kernel(float* delta,
 
 template <int kMaxD>
 __global__ void __launch_bounds__(kThreads)
-    attention_dkdv_kernel(BwdTensors t, AttnShape s, AttnMask mask) {
+    attention_dkdv_kernel(BwdTensors<float> t, AttnShape s, AttnMask mask) {
   MT_DYNAMIC_SMEM(smem_raw);
   const int D = int(s.D), Dp = padded_d(s.D), Dv = int(s.Dv), Dvp = padded_d(s.Dv);
   const int ld = tile_ld(s);
@@ -346,7 +346,7 @@ __global__ void __launch_bounds__(kThreads)
 
 template <int kMaxD>
 __global__ void __launch_bounds__(kThreads)
-    attention_dq_kernel(BwdTensors t, AttnShape s, AttnMask mask) {
+    attention_dq_kernel(BwdTensors<float> t, AttnShape s, AttnMask mask) {
   MT_DYNAMIC_SMEM(smem_raw);
   const int D = int(s.D), Dp = padded_d(s.D), Dvp = padded_d(s.Dv), ld = tile_ld(s);
   float* Qs = reinterpret_cast<float*>(smem_raw);  // [kT][ld]
@@ -469,15 +469,21 @@ void attention_forward(const Ctx& ctx, MT_PARAMS(attention_forward)) {
   });
 }
 
+// delta = dO . O per query row, in `delta` (B H Sq floats).
+template <typename T>
+void delta_rows(cudaStream_t st, float* delta, const T* dout, const T* out, const AttnShape& s) {
+  const int64_t rows = s.Sq * s.B * s.H;
+  launch(sizeof(T) == 2 ? "attention_delta_bf16" : "attention_delta", attention_delta_kernel<T>,
+         grid_for(rows * 32, 256), 256, 0, st, delta, dout, out, s);
+}
+
 void attention_backward(const Ctx& ctx, MT_PARAMS(attention_backward)) {
   if (s.B == 0 || s.Sq == 0 || s.Sk == 0) return;
   check_shape(s);
   const cudaStream_t st = stream_of(ctx);
   Scratch delta(sizeof(float) * size_t(s.B * s.H * s.Sq), st);
-  const int64_t rows = s.Sq * s.B * s.H;
-  launch("attention_delta", attention_delta_kernel, grid_for(rows * 32, 256), 256, 0, st,
-         delta.as<float>(), dout, out, s);
-  const BwdTensors t{dq, dk, dv, dout, q, k, v, lse, delta.as<float>()};
+  delta_rows(st, delta.as<float>(), dout, out, s);
+  const BwdTensors<float> t{dq, dk, dv, dout, q, k, v, lse, delta.as<float>()};
   if (tensor_cores(s, mask) && attention_backward_tc(st, t, s, mask)) return;
   with_max_d(s, [&](auto max_d) {
     constexpr int kMaxD = decltype(max_d)::value;
@@ -491,6 +497,67 @@ void attention_backward(const Ctx& ctx, MT_PARAMS(attention_backward)) {
            dim3(unsigned((s.Sq + kT - 1) / kT), unsigned(s.B * s.H)), kThreads, smem_q, st, t, s,
            mask);
   });
+}
+
+namespace {
+const uint16_t* bits(const bf16* p) {
+  return reinterpret_cast<const uint16_t*>(p);
+}
+uint16_t* bits(bf16* p) {
+  return reinterpret_cast<uint16_t*>(p);
+}
+// dst = src widened or rounded, n elements (none: no launch).
+template <typename D, typename S>
+void convert_some(const Ctx& ctx, D* dst, const S* src, int64_t n) {
+  if (n > 0) cuda::convert(ctx, dst, src, n);
+}
+}  // namespace
+
+// bf16 tensors: the tensor-core kernels read and write them; where those do not run (dropout,
+// fp32 products, too little shared memory) the fp32 kernels on widened copies, laid out as
+// qkv_spans, the outputs rounded once.
+void attention_forward(const Ctx& ctx, MT_PARAMS(attention_forward_bf16)) {
+  if (s.B == 0 || s.Sq == 0) return;
+  check_shape(s);
+  const cudaStream_t st = stream_of(ctx);
+  if (tensor_cores(s, mask) &&
+      attention_forward_tc(st, bits(out), lse, bits(q), bits(k), bits(v), s, mask))
+    return;
+  const QkvSpans sp = qkv_spans(s);
+  const int64_t no = s.Sq * s.B * s.H * s.Dv;
+  Scratch wide(sizeof(float) * size_t(sp.size + no), st);
+  float* w = wide.as<float>();
+  convert_some(ctx, w, q, sp.n_q);
+  convert_some(ctx, w + sp.k_at, k, sp.n_k);
+  convert_some(ctx, w + sp.v_at, v, sp.n_v);
+  cuda::attention_forward(ctx, w + sp.size, lse, w, w + sp.k_at, w + sp.v_at, s, mask);
+  convert_some(ctx, out, w + sp.size, no);
+}
+
+void attention_backward(const Ctx& ctx, MT_PARAMS(attention_backward_bf16)) {
+  if (s.B == 0 || s.Sq == 0 || s.Sk == 0) return;
+  check_shape(s);
+  const cudaStream_t st = stream_of(ctx);
+  Scratch delta(sizeof(float) * size_t(s.B * s.H * s.Sq), st);
+  delta_rows(st, delta.as<float>(), bits(dout), bits(out), s);
+  const BwdTensors<uint16_t> t{bits(dq), bits(dk), bits(dv), bits(dout),       bits(q),
+                               bits(k),  bits(v),  lse,      delta.as<float>()};
+  if (tensor_cores(s, mask) && attention_backward_tc(st, t, s, mask)) return;
+  const QkvSpans sp = qkv_spans(s);
+  const int64_t no = s.Sq * s.B * s.H * s.Dv;
+  Scratch wide(sizeof(float) * size_t(2 * sp.size + 2 * no), st);
+  float *w = wide.as<float>(), *g = w + sp.size, *o = g + sp.size;
+  convert_some(ctx, w, q, sp.n_q);
+  convert_some(ctx, w + sp.k_at, k, sp.n_k);
+  convert_some(ctx, w + sp.v_at, v, sp.n_v);
+  convert_some(ctx, o, dout, no);
+  convert_some(ctx, o + no, out, no);
+  cuda::fill_zero(ctx, g, int64_t(sizeof(float)) * sp.size);
+  cuda::attention_backward(ctx, g, g + sp.k_at, g + sp.v_at, o, w, w + sp.k_at, w + sp.v_at, o + no,
+                           lse, s, mask);
+  convert_some(ctx, dq, g, sp.n_q);
+  convert_some(ctx, dk, g + sp.k_at, sp.n_k);
+  convert_some(ctx, dv, g + sp.v_at, sp.n_v);
 }
 
 void attention_merge(const Ctx& ctx,

@@ -1,8 +1,9 @@
 // CUDA flash attention on the tensor cores, forward and backward, for AttnShape::bf16_products
 // (kernels/attention.h): the matrix products (Q K^T, P V, dO V^T, dS K, P^T dO, dS^T Q) take
 // bf16 operands and accumulate in fp32 (mma.sync.m16n8k16, common.cuh); the softmax, its
-// statistics (m, l, lse, delta) and every output stay fp32. Layouts, mask, lse and the +=
-// contract of the backward are attention.cu's; no dropout (attention.cu keeps those calls).
+// statistics (m, l, lse, delta) stay fp32; the tensors are fp32 or bf16 (the bf16 ops), the
+// outputs rounded once. Layouts, mask, lse and the backward's contract (fp32 +=, bf16 written)
+// are attention.cu's; no dropout (attention.cu keeps those calls).
 //
 // Tiles of kB = 64 queries by kB = 64 keys. A block has 4 warps; each warp owns 16 rows of the
 // block's tile (query rows in the forward and dQ kernels, key rows in the dK/dV kernel) and
@@ -10,8 +11,8 @@
 // accumulator layout: the scores of a 16 x 64 tile are 8 accumulator tiles of 16 x 8, and two
 // of them, rounded to bf16, are the A operand of the next product (FlashAttention-2's
 // register-resident P). A row's 4 lanes (lane = 4 group + tig) reduce its max and sum with two
-// shuffles. Inputs are fp32 in global memory: each tile is read once with 128-bit loads (where
-// the head dim is a multiple of 4) and stored in shared memory as bf16, in rows ([row][dim],
+// shuffles. Each tile is read from global memory once, with 128-bit (fp32) or 64-bit (bf16) loads
+// where the head dim is a multiple of 4, and stored in shared memory as bf16, in rows ([row][dim],
 // stride padded by 8 so that a fragment load's 32 lanes fall on distinct banks) for an operand
 // whose reduction dim is the head dim, and transposed ([dim][row]) for one whose reduction dim
 // is the row (V in P V, K in dS K, Q and dO in the dK/dV products). Head dims are padded to 16
@@ -48,40 +49,54 @@ __device__ __forceinline__ uint32_t ld32(const uint16_t* p) {
   return *reinterpret_cast<const uint32_t*>(p);
 }
 
-// Rows first.. (kB of them) of a tensor of head dim D, row t at src + row_offset(first + t), as
-// bf16 into `rows` ([kB][row_ld(D)]) and/or `cols` (its transpose, [padded_d(D)][kLdT]); either may
-// be null. Columns past D and rows at or past n_rows are zeros.
-template <typename RowOffset>
+// Elements c.. (4, those below D) of a row at p as bf16 bits, zeros past D; vec: one load of
+// all four (128-bit for fp32, 64-bit for bf16).
+__device__ __forceinline__ void load4(uint16_t (&x)[4], const float* p, int n, bool vec) {
+  if (vec) {
+    const float4 f = *reinterpret_cast<const float4*>(p);
+    x[0] = f32_to_bf16_bits(f.x), x[1] = f32_to_bf16_bits(f.y);
+    x[2] = f32_to_bf16_bits(f.z), x[3] = f32_to_bf16_bits(f.w);
+    return;
+  }
+  for (int u = 0; u < 4; ++u) x[u] = u < n ? f32_to_bf16_bits(p[u]) : uint16_t(0);
+}
+__device__ __forceinline__ void load4(uint16_t (&x)[4], const uint16_t* p, int n, bool vec) {
+  if (vec) {
+    const uint2 w = *reinterpret_cast<const uint2*>(p);
+    x[0] = uint16_t(w.x), x[1] = uint16_t(w.x >> 16), x[2] = uint16_t(w.y),
+    x[3] = uint16_t(w.y >> 16);
+    return;
+  }
+  for (int u = 0; u < 4; ++u) x[u] = u < n ? p[u] : uint16_t(0);
+}
+
+// Rows first.. (kB of them) of a tensor of head dim D and element type T (float, or uint16_t:
+// bf16 bits), row t at src + row_offset(first + t), as bf16 into `rows` ([kB][row_ld(D)]) and/or
+// `cols` (its transpose, [padded_d(D)][kLdT]); either may be null. Columns past D and rows at or
+// past n_rows are zeros.
+template <typename T, typename RowOffset>
 __device__ __forceinline__ void load_bf16(uint16_t* rows,
                                           uint16_t* cols,
-                                          const float* src,
+                                          const T* src,
                                           int64_t first,
                                           int64_t n_rows,
                                           int D,
                                           RowOffset row_offset) {
   const int Dp = padded_d(D), ld = Dp + 8, chunks = Dp / 4;
-  const bool vec = D % 4 == 0 && (reinterpret_cast<uintptr_t>(src) & 15u) == 0;
+  const bool vec = D % 4 == 0 && (reinterpret_cast<uintptr_t>(src) & (4 * sizeof(T) - 1)) == 0;
   for (int e = int(threadIdx.x); e < kB * chunks; e += kThreads) {
     const int t = e / chunks, c = e % chunks * 4;
     const int64_t row = first + t;
-    float x[4] = {0, 0, 0, 0};
-    if (row < n_rows && c < D) {
-      const float* p = src + row_offset(row) + c;
-      if (vec) {
-        const float4 f = *reinterpret_cast<const float4*>(p);
-        x[0] = f.x, x[1] = f.y, x[2] = f.z, x[3] = f.w;
-      } else {
-        for (int u = 0; u < 4 && c + u < D; ++u) x[u] = p[u];
-      }
-    }
+    uint16_t x[4] = {0, 0, 0, 0};
+    if (row < n_rows && c < D) load4(x, src + row_offset(row) + c, D - c, vec);
     if (rows) {
       auto* r = reinterpret_cast<uint32_t*>(rows + t * ld + c);
-      r[0] = pack_bf16x2(x[0], x[1]);
-      r[1] = pack_bf16x2(x[2], x[3]);
+      r[0] = uint32_t(x[0]) | uint32_t(x[1]) << 16;
+      r[1] = uint32_t(x[2]) | uint32_t(x[3]) << 16;
     }
     if (cols) {
       MT_UNROLL
-      for (int u = 0; u < 4; ++u) cols[(c + u) * kLdT + t] = f32_to_bf16_bits(x[u]);
+      for (int u = 0; u < 4; ++u) cols[(c + u) * kLdT + t] = x[u];
     }
   }
 }
@@ -167,14 +182,9 @@ __device__ __forceinline__ void for_acc(const float (&acc)[kMaxN][4], int width,
   }
 }
 
-template <int kMaxD>
-__global__ void __launch_bounds__(kThreads) attention_forward_tc_kernel(float* out,
-                                                                        float* lse,
-                                                                        const float* q,
-                                                                        const float* k,
-                                                                        const float* v,
-                                                                        AttnShape s,
-                                                                        AttnMask mask) {
+template <int kMaxD, typename T>
+__global__ void __launch_bounds__(kThreads) attention_forward_tc_kernel(
+    T* out, float* lse, const T* q, const T* k, const T* v, AttnShape s, AttnMask mask) {
   MT_DYNAMIC_SMEM(smem_raw);
   const int ldq = row_ld(s.D);
   uint16_t* Qs = reinterpret_cast<uint16_t*>(smem_raw);  // [kB][ldq]
@@ -236,7 +246,7 @@ __global__ void __launch_bounds__(kThreads) attention_forward_tc_kernel(float* o
   for_acc(o, int(s.Dv), [&](int rr, int c, float x) {
     const int64_t i = r0 + rr;
     const float li = l[rr / 8];
-    if (i < s.Sq) out[s.o_at(i, b, h) + c] = li > 0 ? x / li : 0.0f;
+    if (i < s.Sq) store_as(out + s.o_at(i, b, h) + c, li > 0 ? x / li : 0.0f);
   });
   if (threadIdx.x % 4 == 0) {
     MT_UNROLL
@@ -247,9 +257,9 @@ __global__ void __launch_bounds__(kThreads) attention_forward_tc_kernel(float* o
   }
 }
 
-template <int kMaxD>
+template <int kMaxD, typename T>
 __global__ void __launch_bounds__(kThreads)
-    attention_dq_tc_kernel(BwdTensors t, AttnShape s, AttnMask mask) {
+    attention_dq_tc_kernel(BwdTensors<T> t, AttnShape s, AttnMask mask) {
   MT_DYNAMIC_SMEM(smem_raw);
   const int ldq = row_ld(s.D), ldv = row_ld(s.Dv);
   uint16_t* Qs = reinterpret_cast<uint16_t*>(smem_raw);  // [kB][ldq]
@@ -298,13 +308,13 @@ __global__ void __launch_bounds__(kThreads)
 
   for_acc(dq, int(s.D), [&](int rr, int c, float x) {
     const int64_t i = r0 + rr;
-    if (i < s.Sq) t.dq[s.q_at(i, b, h) + c] += x * s.scale;
+    if (i < s.Sq) store_grad(t.dq + s.q_at(i, b, h) + c, x * s.scale);
   });
 }
 
-template <int kMaxD>
+template <int kMaxD, typename T>
 __global__ void __launch_bounds__(kThreads)
-    attention_dkdv_tc_kernel(BwdTensors t, AttnShape s, AttnMask mask) {
+    attention_dkdv_tc_kernel(BwdTensors<T> t, AttnShape s, AttnMask mask) {
   MT_DYNAMIC_SMEM(smem_raw);
   const int ldq = row_ld(s.D), ldv = row_ld(s.Dv), Dp = padded_d(s.D), Dvp = padded_d(s.Dv);
   uint16_t* Ks = reinterpret_cast<uint16_t*>(smem_raw);       // [kB][ldq]
@@ -363,11 +373,11 @@ __global__ void __launch_bounds__(kThreads)
 
   for_acc(dk, int(s.D), [&](int rr, int c, float x) {
     const int64_t j = r0 + rr;
-    if (j < s.Sk) t.dk[s.kv_at(j, b, g, s.D) + c] += x * s.scale;
+    if (j < s.Sk) store_grad(t.dk + s.kv_at(j, b, g, s.D) + c, x * s.scale);
   });
   for_acc(dv, int(s.Dv), [&](int rr, int c, float x) {
     const int64_t j = r0 + rr;
-    if (j < s.Sk) t.dv[s.kv_at(j, b, g, s.Dv) + c] += x;
+    if (j < s.Sk) store_grad(t.dv + s.kv_at(j, b, g, s.Dv) + c, x);
   });
 }
 
@@ -401,44 +411,74 @@ bool fits(size_t bytes) {
 
 }  // namespace
 
+template <typename T>
 bool attention_forward_tc(cudaStream_t st,
-                          float* out,
+                          T* out,
                           float* lse,
-                          const float* q,
-                          const float* k,
-                          const float* v,
+                          const T* q,
+                          const T* k,
+                          const T* v,
                           const AttnShape& s,
                           const AttnMask& mask) {
   if (!fits(forward_smem(s))) return false;
   with_max_d(s, [&](auto max_d) {
     constexpr int kMaxD = decltype(max_d)::value;
     const size_t smem = forward_smem(s);
-    allow_smem(attention_forward_tc_kernel<kMaxD>, smem);
-    launch("attention_forward_tc", attention_forward_tc_kernel<kMaxD>,
+    allow_smem(attention_forward_tc_kernel<kMaxD, T>, smem);
+    launch(sizeof(T) == 2 ? "attention_forward_tc_bf16" : "attention_forward_tc",
+           attention_forward_tc_kernel<kMaxD, T>,
            dim3(unsigned((s.Sq + kB - 1) / kB), unsigned(s.B * s.H)), kThreads, smem, st, out, lse,
            q, k, v, s, mask);
   });
   return true;
 }
 
+template <typename T>
 bool attention_backward_tc(cudaStream_t st,
-                           const BwdTensors& t,
+                           const BwdTensors<T>& t,
                            const AttnShape& s,
                            const AttnMask& mask) {
   if (!fits(dq_smem(s)) || !fits(dkdv_smem(s))) return false;
+  const bool bf16 = sizeof(T) == 2;
   with_max_d(s, [&](auto max_d) {
     constexpr int kMaxD = decltype(max_d)::value;
     const size_t smem_kv = dkdv_smem(s), smem_q = dq_smem(s);
-    allow_smem(attention_dkdv_tc_kernel<kMaxD>, smem_kv);
-    allow_smem(attention_dq_tc_kernel<kMaxD>, smem_q);
-    launch("attention_dkdv_tc", attention_dkdv_tc_kernel<kMaxD>,
+    allow_smem(attention_dkdv_tc_kernel<kMaxD, T>, smem_kv);
+    allow_smem(attention_dq_tc_kernel<kMaxD, T>, smem_q);
+    launch(bf16 ? "attention_dkdv_tc_bf16" : "attention_dkdv_tc",
+           attention_dkdv_tc_kernel<kMaxD, T>,
            dim3(unsigned((s.Sk + kB - 1) / kB), unsigned(s.B * s.G)), kThreads, smem_kv, st, t, s,
            mask);
-    launch("attention_dq_tc", attention_dq_tc_kernel<kMaxD>,
+    launch(bf16 ? "attention_dq_tc_bf16" : "attention_dq_tc", attention_dq_tc_kernel<kMaxD, T>,
            dim3(unsigned((s.Sq + kB - 1) / kB), unsigned(s.B * s.H)), kThreads, smem_q, st, t, s,
            mask);
   });
   return true;
 }
+
+template bool attention_forward_tc(cudaStream_t,
+                                   float*,
+                                   float*,
+                                   const float*,
+                                   const float*,
+                                   const float*,
+                                   const AttnShape&,
+                                   const AttnMask&);
+template bool attention_forward_tc(cudaStream_t,
+                                   uint16_t*,
+                                   float*,
+                                   const uint16_t*,
+                                   const uint16_t*,
+                                   const uint16_t*,
+                                   const AttnShape&,
+                                   const AttnMask&);
+template bool attention_backward_tc(cudaStream_t,
+                                    const BwdTensors<float>&,
+                                    const AttnShape&,
+                                    const AttnMask&);
+template bool attention_backward_tc(cudaStream_t,
+                                    const BwdTensors<uint16_t>&,
+                                    const AttnShape&,
+                                    const AttnMask&);
 
 }  // namespace mtron::kernels::cuda

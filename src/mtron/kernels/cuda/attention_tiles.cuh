@@ -1,5 +1,6 @@
 // defines: padded_d, quad_sum, quad_max, visible, stat_at, prob, key_end,
-//          BwdTensors, allow_smem, with_max_d, attention_forward_tc, attention_backward_tc
+//          BwdTensors, store_grad, allow_smem, with_max_d, attention_forward_tc,
+//          attention_backward_tc
 //
 // What the CUDA attention kernels share (kernels/attention.h's layouts and mask): the fp32
 // kernels of attention.cu and the tensor-core kernels of attention_tc.cu, which
@@ -43,15 +44,17 @@ __device__ __forceinline__ float prob(
   return vis ? expf(score * s.scale - l) : 0.0f;
 }
 
-// The backward's tensors (kernels/attention.h) and delta (dO . O per query row).
+// The backward's tensors (kernels/attention.h) and delta (dO . O per query row); T: float, or
+// uint16_t (bf16 bits).
+template <typename T>
 struct BwdTensors {
-  float* dq;
-  float* dk;
-  float* dv;
-  const float* dout;
-  const float* q;
-  const float* k;
-  const float* v;
+  T* dq;
+  T* dk;
+  T* dv;
+  const T* dout;
+  const T* q;
+  const T* k;
+  const T* v;
   const float* lse;
   const float* delta;
   // f(p) for every pointer (the emulation checks that each is device memory).
@@ -65,6 +68,15 @@ struct BwdTensors {
       f(p);
   }
 };
+
+// A gradient's contribution x to *p: fp32 gradients accumulate (+=), bf16 ones are written
+// (kernels/attention.h).
+__device__ __forceinline__ void store_grad(float* p, float x) {
+  *p += x;
+}
+__device__ __forceinline__ void store_grad(uint16_t* p, float x) {
+  *p = f32_to_bf16_bits(x);
+}
 
 // End (exclusive) of the keys visible to query rows [i0, i1).
 __host__ __device__ __forceinline__ int64_t key_end(const AttnShape& s,
@@ -99,19 +111,22 @@ void with_max_d(const AttnShape& s, F f) {
 }
 
 // The tensor-core kernels (attention_tc.cu): bf16 operands, fp32 accumulation; the same
-// layouts, mask, lse and += contract as the fp32 ones. No dropout (the caller checks). False,
-// with nothing launched, where the device gives a block less shared memory than they need (an
-// A100 at head dim 256): the caller runs the fp32 kernels.
+// layouts, mask and lse as the fp32 ones, tensors of element type T (float, or uint16_t: bf16
+// bits) with store_grad's contract for dq, dk, dv. No dropout (the caller checks). False, with
+// nothing launched, where the device gives a block less shared memory than they need (an A100
+// at head dim 256): the caller runs the fp32 kernels.
+template <typename T>
 bool attention_forward_tc(cudaStream_t st,
-                          float* out,
+                          T* out,
                           float* lse,
-                          const float* q,
-                          const float* k,
-                          const float* v,
+                          const T* q,
+                          const T* k,
+                          const T* v,
                           const AttnShape& s,
                           const AttnMask& mask);
+template <typename T>
 bool attention_backward_tc(cudaStream_t st,
-                           const BwdTensors& t,
+                           const BwdTensors<T>& t,
                            const AttnShape& s,
                            const AttnMask& mask);
 

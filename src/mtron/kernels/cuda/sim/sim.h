@@ -44,6 +44,9 @@ struct uint3 {
 struct alignas(16) float4 {
   float x, y, z, w;
 };
+struct alignas(8) uint2 {
+  unsigned x, y;
+};
 
 extern thread_local uint3 threadIdx;
 extern thread_local uint3 blockIdx;
