@@ -128,13 +128,25 @@ Act gathered_gemm_input(
 }
 }  // namespace
 
+kernels::AttnShape TransformerLayer::self_attention_shape(const RunCtx& rc,
+                                                          const TokenLayout& tl,
+                                                          bool fused_qkv) const {
+  return {tl.B, tl.S, tl.S, Hl_, Gl_, D_, Dv_, softmax_scale_, bf16_attention(rc), fused_qkv};
+}
+
+bool TransformerLayer::bf16_qkv(const RunCtx& rc, const TokenLayout& tl, bool fused_qkv) const {
+  return fused_qkv && bf16_attention(rc) && bf16_gemm_outputs(rc, p_.weight(qkv_w_)) &&
+         bf16_gemm_outputs(rc, p_.weight(proj_w_)) &&
+         cfg_.position_embedding_type != PositionEmbedding::kRope &&
+         attention_dropout(rc, cfg_, tl.drop, layer_, Hl_).p == 0;
+}
+
 void TransformerLayer::attention(
     const RunCtx& rc, const TokenLayout& tl, Stash& st, Arena& scratch, const LayerKv* kv) const {
   const float scale = softmax_scale_;
   if (!kv) {
-    const kernels::AttnShape as{
-        tl.B, tl.S, tl.S, Hl_, Gl_, D_, Dv_, scale, bf16_attention(rc), st.fused_qkv};
-    parallel::ring_attention_forward(rc.k, rc.cp, scratch, st.att, st.lse, st.q, st.k, st.v, as,
+    parallel::ring_attention_forward(rc.k, rc.cp, scratch, st.att, st.lse, st.q, st.k, st.v,
+                                     self_attention_shape(rc, tl, st.fused_qkv),
                                      attention_dropout(rc, cfg_, tl.drop, layer_, Hl_));
     return;
   }
@@ -159,6 +171,19 @@ void TransformerLayer::qkv_attention(const RunCtx& rc,
   // Attention reads q, k, v where the QKV projection wrote them (RoPE rotating them there)
   // unless they are normed first (--qk-layernorm), travel (ring attention) or go to a KV cache.
   st.fused_qkv = !mla_ && !kv && rc.cp.size == 1 && q_norm_.w < 0;
+  st.qkv16 = nullptr;
+  st.att = nullptr;
+  if (bf16_qkv(rc, tl, st.fused_qkv)) {
+    st.qkv16 = keep.alloc<bf16>(N * qkv_l_);
+    linear_forward(rc, st.qkv16, st.ln1_in, p_.weight(qkv_w_), opt16(p_, qkv_b_), N, h, qkv_l_);
+    bf16* att = keep.alloc<bf16>(N * Hl_ * Dv_);
+    const auto v = kernels::fused_qkv_views(st.qkv16, Hl_, Gl_, D_);
+    kernels::attention_forward(rc.k, att, st.lse, v.q, v.k, v.v, self_attention_shape(rc, tl, true),
+                               kernels::AttnMask{true, 0});
+    st.att_in = Act::of(att);
+    return;
+  }
+  st.att = keep.alloc<float>(N * Hl_ * Dv_);
   if (st.fused_qkv) {
     float* qkv = keep.alloc<float>(N * qkv_l_);
     linear_forward(rc, qkv, st.ln1_in, p_.weight(qkv_w_), opt(p_, qkv_b_), N, h, qkv_l_);
@@ -236,14 +261,14 @@ void TransformerLayer::forward(const RunCtx& rc,
     MT_ASSERT(rc.tp.size == 1 && rc.cp.size == 1, "a KV cache holds a whole model's heads");
     MT_ASSERT(kv->length + tl.S <= kv->capacity, "the KV cache is full");
   }
-  st.att = keep.alloc<float>(N * Hl_ * Dv_);
   st.lse = keep.alloc<float>(tl.B * Hl_ * tl.S);
   if (mla_ && kv) {  // the cache holds the compressed latent (mla.h)
+    st.att = keep.alloc<float>(N * Hl_ * Dv_);
     mla_->attend_cached(rc, tl.pos, tl.B, tl.S, scratch, st.ln1_in, kv->k, kv->length, st.att);
   } else {
     qkv_attention(rc, tl, st, keep, scratch, kv);
   }
-  st.att_in = as_gemm_input(rc, keep, st.att, N * Hl_ * Dv_);
+  if (st.att) st.att_in = as_gemm_input(rc, keep, st.att, N * Hl_ * Dv_);
 
   st.x2 = keep.alloc<float>(Nl * h);
   float* partial = sp ? scratch.alloc<float>(N * h) : st.x2;
@@ -322,6 +347,93 @@ float* TransformerLayer::dropout_grad(const RunCtx& rc,
   return d;
 }
 
+// The attention block's backward from the output projection's output gradient dpartial [N, h]
+// to QKV's input gradient dln1_full [N, h]: with bf16_qkv the projection's dgrad and attention's
+// gradients in bf16 (attention writes them where QKV's GEMMs read them), else in fp32.
+void TransformerLayer::attention_block_backward(const RunCtx& rc,
+                                                const TokenLayout& tl,
+                                                const Stash& st,
+                                                Arena& scratch,
+                                                const float* dpartial,
+                                                float* dln1_full) const {
+  const int64_t N = tl.rows(), h = h_;
+  const bool sp = rc.tp.sequence_parallel;
+  const auto proj_dgrad = [&](auto* datt) {
+    linear_backward(rc, scratch, datt, p_.grad(proj_w_), sp ? nullptr : opt_grad(p_, proj_b_),
+                    dpartial, st.att_in, p_.weight(proj_w_), N, Hl_ * Dv_, h);
+    return datt;
+  };
+  if (st.qkv16) {
+    const bf16* datt = proj_dgrad(scratch.alloc<bf16>(N * Hl_ * Dv_));
+    bf16* dqkv = scratch.alloc<bf16>(N * qkv_l_);
+    const auto d = kernels::fused_qkv_views(dqkv, Hl_, Gl_, D_);
+    const auto v = kernels::fused_qkv_views(st.qkv16, Hl_, Gl_, D_);
+    kernels::attention_backward(rc.k, d.q, d.k, d.v, datt, v.q, v.k, v.v,
+                                static_cast<const bf16*>(st.att_in.data), st.lse,
+                                self_attention_shape(rc, tl, true), kernels::AttnMask{true, 0});
+    linear_backward(rc, scratch, dln1_full, p_.grad(qkv_w_), opt_grad(p_, qkv_b_), Act::of(dqkv),
+                    st.ln1_in, p_.weight(qkv_w_), N, h, qkv_l_);
+    return;
+  }
+  const float* datt = proj_dgrad(scratch.alloc<float>(N * Hl_ * Dv_));
+  // dq, dk, dv: in the fused layout one buffer, QKV's output gradient
+  float *dq = nullptr, *dk = nullptr, *dv = nullptr;
+  if (st.fused_qkv) {
+    const auto d = kernels::fused_qkv_views(scratch.alloc<float>(N * qkv_l_), Hl_, Gl_, D_);
+    kernels::fill_zero(rc.k, d.q, int64_t(sizeof(float)) * N * qkv_l_);
+    dq = d.q;
+    dk = d.k;
+    dv = d.v;
+  } else {
+    dq = scratch.alloc<float>(N * Hl_ * D_);
+    dk = scratch.alloc<float>(N * Gl_ * D_);
+    dv = scratch.alloc<float>(N * Gl_ * Dv_);
+    kernels::fill_zero(rc.k, dq, int64_t(sizeof(float)) * N * Hl_ * D_);
+    kernels::fill_zero(rc.k, dk, int64_t(sizeof(float)) * N * Gl_ * D_);
+    kernels::fill_zero(rc.k, dv, int64_t(sizeof(float)) * N * Gl_ * Dv_);
+  }
+  parallel::ring_attention_backward(rc.k, rc.cp, scratch, dq, dk, dv, datt, st.q, st.k, st.v,
+                                    st.att, st.lse, self_attention_shape(rc, tl, st.fused_qkv),
+                                    attention_dropout(rc, cfg_, tl.drop, layer_, Hl_));
+  if (st.fused_qkv) {
+    if (cfg_.position_embedding_type == PositionEmbedding::kRope)
+      kernels::rope_backward(rc.k, dq, tl.pos, N, qkv_l_ / D_, D_, cfg_.rotary_dim(), rope_,
+                             Hl_ / Gl_ + 2);
+    // FP8 quantises this gradient from bf16, as from the split path's merge (and as Transformer
+    // Engine from its bf16 attention gradients); its bias gradient then sums bf16 values too.
+    const Act dqkv = fp8_linear(rc, p_.weight(qkv_w_)) ? as_gemm_input(rc, scratch, dq, N * qkv_l_)
+                                                       : Act::of(dq);
+    linear_backward(rc, scratch, dln1_full, p_.grad(qkv_w_), opt_grad(p_, qkv_b_), dqkv, st.ln1_in,
+                    p_.weight(qkv_w_), N, h, qkv_l_);
+  } else if (mla_) {
+    mla_->backward(rc, tl.pos, N, st.mla, scratch, st.ln1_in, dln1_full, dq, dk, dv);
+  } else {
+    if (cfg_.position_embedding_type == PositionEmbedding::kRope) {
+      kernels::rope_backward(rc.k, dq, tl.pos, N, Hl_, D_, cfg_.rotary_dim(), rope_, 0);
+      kernels::rope_backward(rc.k, dk, tl.pos, N, Gl_, D_, cfg_.rotary_dim(), rope_, 0);
+    }
+    if (q_norm_.w >= 0) {
+      float* dq_in = scratch.alloc<float>(N * Hl_ * D_);
+      float* dk_in = scratch.alloc<float>(N * Gl_ * D_);
+      kernels::fill_zero(rc.k, dq_in, int64_t(sizeof(float)) * N * Hl_ * D_);
+      kernels::fill_zero(rc.k, dk_in, int64_t(sizeof(float)) * N * Gl_ * D_);
+      q_norm_.backward(rc, cfg_, p_, dq_in, dq, st.q_in, st.qn_mean, st.qn_rstd, N * Hl_);
+      k_norm_.backward(rc, cfg_, p_, dk_in, dk, st.k_in, st.kn_mean, st.kn_rstd, N * Gl_);
+      dq = dq_in;
+      dk = dk_in;
+    }
+    // In bf16 mode the merge writes the QKV GEMMs' bf16 input itself.
+    const auto merge = [&](auto* dqkv) {
+      kernels::qkv_merge_grad(rc.k, dqkv, dq, dk, dv, N, Gl_, Hl_ / Gl_, D_);
+      return Act::of(dqkv);
+    };
+    const Act dqkv = bf16_gemm_inputs(rc) ? merge(scratch.alloc<bf16>(N * qkv_l_))
+                                          : merge(scratch.alloc<float>(N * qkv_l_));
+    linear_backward(rc, scratch, dln1_full, p_.grad(qkv_w_), opt_grad(p_, qkv_b_), dqkv, st.ln1_in,
+                    p_.weight(qkv_w_), N, h, qkv_l_);
+  }
+}
+
 void TransformerLayer::backward(
     const RunCtx& rc, const TokenLayout& tl, const Stash& st, Arena& scratch, float* dxy) const {
   const auto& tp = rc.tp;
@@ -377,68 +489,8 @@ void TransformerLayer::backward(
     dpartial = scratch.alloc<float>(N * h);
     parallel::exit_tp_backward(tp, dpartial, dattn, N, h);
   }
-  float* datt = scratch.alloc<float>(N * Hl_ * Dv_);
-  linear_backward(rc, scratch, datt, p_.grad(proj_w_), sp ? nullptr : opt_grad(p_, proj_b_),
-                  dpartial, st.att_in, p_.weight(proj_w_), N, Hl_ * Dv_, h);
-  // dq, dk, dv: in the fused layout one buffer, QKV's output gradient
-  float *dq = nullptr, *dk = nullptr, *dv = nullptr;
-  if (st.fused_qkv) {
-    const auto d = kernels::fused_qkv_views(scratch.alloc<float>(N * qkv_l_), Hl_, Gl_, D_);
-    kernels::fill_zero(rc.k, d.q, int64_t(sizeof(float)) * N * qkv_l_);
-    dq = d.q;
-    dk = d.k;
-    dv = d.v;
-  } else {
-    dq = scratch.alloc<float>(N * Hl_ * D_);
-    dk = scratch.alloc<float>(N * Gl_ * D_);
-    dv = scratch.alloc<float>(N * Gl_ * Dv_);
-    kernels::fill_zero(rc.k, dq, int64_t(sizeof(float)) * N * Hl_ * D_);
-    kernels::fill_zero(rc.k, dk, int64_t(sizeof(float)) * N * Gl_ * D_);
-    kernels::fill_zero(rc.k, dv, int64_t(sizeof(float)) * N * Gl_ * Dv_);
-  }
-  const kernels::AttnShape as{
-      tl.B, tl.S, tl.S, Hl_, Gl_, D_, Dv_, softmax_scale_, bf16_attention(rc), st.fused_qkv};
-  parallel::ring_attention_backward(rc.k, rc.cp, scratch, dq, dk, dv, datt, st.q, st.k, st.v,
-                                    st.att, st.lse, as,
-                                    attention_dropout(rc, cfg_, tl.drop, layer_, Hl_));
   float* dln1_full = scratch.alloc<float>(N * h);
-  if (st.fused_qkv) {
-    if (cfg_.position_embedding_type == PositionEmbedding::kRope)
-      kernels::rope_backward(rc.k, dq, tl.pos, N, qkv_l_ / D_, D_, cfg_.rotary_dim(), rope_,
-                             Hl_ / Gl_ + 2);
-    // FP8 quantises this gradient from bf16, as from the split path's merge (and as Transformer
-    // Engine from its bf16 attention gradients); its bias gradient then sums bf16 values too.
-    const Act dqkv = fp8_linear(rc, p_.weight(qkv_w_)) ? as_gemm_input(rc, scratch, dq, N * qkv_l_)
-                                                       : Act::of(dq);
-    linear_backward(rc, scratch, dln1_full, p_.grad(qkv_w_), opt_grad(p_, qkv_b_), dqkv, st.ln1_in,
-                    p_.weight(qkv_w_), N, h, qkv_l_);
-  } else if (mla_) {
-    mla_->backward(rc, tl.pos, N, st.mla, scratch, st.ln1_in, dln1_full, dq, dk, dv);
-  } else {
-    if (cfg_.position_embedding_type == PositionEmbedding::kRope) {
-      kernels::rope_backward(rc.k, dq, tl.pos, N, Hl_, D_, cfg_.rotary_dim(), rope_, 0);
-      kernels::rope_backward(rc.k, dk, tl.pos, N, Gl_, D_, cfg_.rotary_dim(), rope_, 0);
-    }
-    if (q_norm_.w >= 0) {
-      float* dq_in = scratch.alloc<float>(N * Hl_ * D_);
-      float* dk_in = scratch.alloc<float>(N * Gl_ * D_);
-      kernels::fill_zero(rc.k, dq_in, int64_t(sizeof(float)) * N * Hl_ * D_);
-      kernels::fill_zero(rc.k, dk_in, int64_t(sizeof(float)) * N * Gl_ * D_);
-      q_norm_.backward(rc, cfg_, p_, dq_in, dq, st.q_in, st.qn_mean, st.qn_rstd, N * Hl_);
-      k_norm_.backward(rc, cfg_, p_, dk_in, dk, st.k_in, st.kn_mean, st.kn_rstd, N * Gl_);
-      dq = dq_in;
-      dk = dk_in;
-    }
-    // In bf16 mode the merge writes the QKV GEMMs' bf16 input itself.
-    const auto merge = [&](auto* dqkv) {
-      kernels::qkv_merge_grad(rc.k, dqkv, dq, dk, dv, N, Gl_, Hl_ / Gl_, D_);
-      return Act::of(dqkv);
-    };
-    const Act dqkv = bf16_gemm_inputs(rc) ? merge(scratch.alloc<bf16>(N * qkv_l_))
-                                          : merge(scratch.alloc<float>(N * qkv_l_));
-    linear_backward(rc, scratch, dln1_full, p_.grad(qkv_w_), opt_grad(p_, qkv_b_), dqkv, st.ln1_in,
-                    p_.weight(qkv_w_), N, h, qkv_l_);
-  }
+  attention_block_backward(rc, tl, st, scratch, dpartial, dln1_full);
   float* dln1 = sp ? scratch.alloc<float>(Nl * h) : dln1_full;
   parallel::enter_tp_backward(tp, dln1, dln1_full, N, h);
   ln1_.backward(rc, cfg_, p_, dxy, dln1, st.x, st.ln1_mean, st.ln1_rstd, Nl);

@@ -69,8 +69,11 @@ class TransformerLayer {
     float *ln1_mean = nullptr, *ln1_rstd = nullptr;
     Act ln1_in;  // [N, h] QKV's GEMM input
     float *q = nullptr, *k = nullptr,
-          *v = nullptr;        // [N, Hl, D], [N, Gl, D] after RoPE, [N, Gl, Dv]
-    bool fused_qkv = false;    // q, k, v: views of the QKV projection's output (AttnShape)
+          *v = nullptr;      // [N, Hl, D], [N, Gl, D] after RoPE, [N, Gl, Dv]
+    bool fused_qkv = false;  // q, k, v: views of the QKV projection's output (AttnShape)
+    // bf16 attention (bf16_qkv): the QKV projection's bf16 output that attention reads in place
+    // (q, k, v above null); its bf16 output is att_in (att null).
+    bf16* qkv16 = nullptr;
     MlaProjection::Stash mla;  // multi-latent attention's latents
     // --qk-layernorm (without MLA): q and k before their norms, the norms' statistics per head row.
     float *q_in = nullptr, *k_in = nullptr;
@@ -117,14 +120,32 @@ class TransformerLayer {
 
  private:
   bool dense_mlp() const { return fc1_w_ >= 0; }
-  // st.att from the normed input st.ln1_in: q, k and v (QKV or MLA's projections, norms, RoPE;
-  // in st), then attention().
+  // st.att (or, with bf16_qkv, st.att_in) from the normed input st.ln1_in: q, k and v (QKV or
+  // MLA's projections, norms, RoPE; in st), then attention().
   void qkv_attention(const RunCtx& rc,
                      const TokenLayout& tl,
                      Stash& st,
                      Arena& keep,
                      Arena& scratch,
                      const LayerKv* kv) const;
+  // Whether attention in the fused QKV layout reads and writes bf16 (the bf16 attention ops):
+  // the QKV projection's bf16 output in place, a bf16 output that is the output projection's
+  // GEMM input, bf16 gradients that are QKV's. Where the tensor-core kernels run (bf16 products,
+  // no attention dropout), both projections' GEMMs write bf16 (not FP8) and no RoPE rotates q, k.
+  bool bf16_qkv(const RunCtx& rc, const TokenLayout& tl, bool fused_qkv) const;
+  // The shape of the rows' attention over themselves (training), fused_qkv: AttnShape's.
+  kernels::AttnShape self_attention_shape(const RunCtx& rc,
+                                          const TokenLayout& tl,
+                                          bool fused_qkv) const;
+  // The attention block's backward from the output projection's output gradient dpartial
+  // [N, h] (fp32) to QKV's input gradient dln1_full [N, h]: with st.qkv16 (bf16_qkv) in bf16,
+  // else in fp32.
+  void attention_block_backward(const RunCtx& rc,
+                                const TokenLayout& tl,
+                                const Stash& st,
+                                Arena& scratch,
+                                const float* dpartial,
+                                float* dln1_full) const;
   // Attention of the new rows: over themselves (training, with ring attention over CP) or over
   // the cache they are appended to.
   void attention(
