@@ -356,10 +356,16 @@ void activation_cases(Checker& ck, bool small) {
   }
 }
 
+struct RopeShape {
+  int64_t N, G, hpg, D, R;
+};
+// YaRN frequencies for rotary dim s.R.
+RopeFreq yarn_of(const RopeShape& s) {
+  return {10000.0f, 40.0f, 1.0f, float(s.R / 2 - 1), 1.25f};
+}
+
 void rope_cases(Checker& ck, bool small) {
-  struct Shape {
-    int64_t N, G, hpg, D, R;
-  };
+  using Shape = RopeShape;
   std::vector<Shape> shapes = {{1, 1, 1, 2, 2},    {5, 2, 3, 16, 16},  {9, 1, 4, 24, 8},
                                {31, 3, 4, 34, 32}, {33, 1, 3, 80, 38}, {32, 2, 1, 64, 64}};
   if (!small) shapes.push_back({4096, 12, 1, 64, 64});
@@ -390,7 +396,7 @@ void rope_cases(Checker& ck, bool small) {
       ref::rope_backward(x.host(), pos.host(), s.N, H, s.D, s.R, RopeFreq{500000.0f}, 0);
       rope_backward(g_dev, x.dev(), pos.dev(), s.N, H, s.D, s.R, RopeFreq{500000.0f}, 0);
       ck.check("backward", x, kTolF32);
-      const RopeFreq yarn{10000.0f, 40.0f, 1.0f, float(s.R / 2 - 1), 1.25f};  // YaRN
+      const RopeFreq yarn = yarn_of(s);
       ref::rope_forward(x.host(), pos.host(), s.N, H, s.D, s.R, yarn, 0);
       rope_forward(g_dev, x.dev(), pos.dev(), s.N, H, s.D, s.R, yarn, 0);
       ck.check("forward (YaRN)", x, kTolF32);
@@ -418,6 +424,21 @@ void rope_cases(Checker& ck, bool small) {
       ref::rope_backward(x.host(), pos.host(), s.N, nh, s.D, s.R, RopeFreq{10000.0f}, grp);
       rope_backward(g_dev, x.dev(), pos.dev(), s.N, nh, s.D, s.R, RopeFreq{10000.0f}, grp);
       ck.check("backward", x, kTolF32);
+      // bf16 (the QKV GEMM's bf16 output, attention's bf16 gradient): bit for bit the device's
+      // fp32 rotation of the widened values, rounded
+      Pair<bf16> x16(narrow<bf16>(x0));
+      for (const bool adjoint : {false, true}) {
+        Pair<float> xw(widen(x16.dev_result()));
+        const auto rotate = [&](auto* p) {
+          if (adjoint)
+            return rope_backward(g_dev, p, pos.dev(), s.N, nh, s.D, s.R, yarn_of(s), grp);
+          rope_forward(g_dev, p, pos.dev(), s.N, nh, s.D, s.R, yarn_of(s), grp);
+        };
+        rotate(xw.dev());
+        rotate(x16.dev());
+        ck.check_bits(adjoint ? "backward bf16 (bits)" : "forward bf16 (bits)", x16,
+                      narrow<bf16>(xw.dev_result()));
+      }
     });
   }
   // Multi-latent attention: K/V split and merge, and RoPE on the last Dr channels of each head

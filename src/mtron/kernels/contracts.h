@@ -252,14 +252,16 @@ inline OpCost mla_kv_merge_grad_contract(MT_PARAMS(mla_kv_merge_grad)) {
   unused(dkv, dkpe, dk, dv);
   return traffic(f32s(N * H * (Dn + Dv)) + f32s(N * Dr) + f32s(N * H * (Dn + Dr + Dv)));
 }
-inline OpCost rope_contract(const float*,
-                            const int32_t*,
-                            int64_t N,
-                            int64_t nh,
-                            int64_t D,
-                            int64_t rot_dim,
-                            RopeFreq f,
-                            int64_t group) {
+// fp32 x is an activation; bf16 x is at the minimum already.
+template <typename T>
+OpCost rope_contract(const T*,
+                     const int32_t*,
+                     int64_t N,
+                     int64_t nh,
+                     int64_t D,
+                     int64_t rot_dim,
+                     RopeFreq f,
+                     int64_t group) {
   MT_CHECK(rot_dim > 0 && rot_dim % 2 == 0 && rot_dim <= D, "rope: rot_dim=", rot_dim,
            " must be even and in (0, head dim ", D, "]");
   MT_CHECK(f.base > 0 && f.yarn_factor > 0, "rope: base ", f.base, " and YaRN factor ",
@@ -267,7 +269,8 @@ inline OpCost rope_contract(const float*,
   MT_CHECK(group >= 0 && (group == 0 || nh % group == 0), "rope: ", nh, " heads are not groups of ",
            group);
   const int64_t rotated = group == 0 ? nh : nh - nh / group;
-  return traffic(2 * f32s(N * rotated * rot_dim), f32s(N));
+  const double x = 2.0 * double(sizeof(T)) * double(N * rotated * rot_dim);
+  return std::is_same_v<T, float> ? traffic(x, f32s(N)) : traffic(0, x + f32s(N));
 }
 
 // ---- attention ------------------------------------------------------------------------------

@@ -74,12 +74,17 @@ MT_HOST_DEVICE inline bool rope_rotates(int64_t h, int64_t group) {
 #define MT_PARAMS_mla_kv_merge_grad                                                             \
   (float* dkv, float* dkpe, const float* dk, const float* dv, int64_t N, int64_t H, int64_t Dn, \
    int64_t Dr, int64_t Dv)
-#define MT_PARAMS_rope_forward                                                                  \
-  (float* x, const int32_t* pos, int64_t N, int64_t nh, int64_t D, int64_t rot_dim, RopeFreq f, \
+// rope_forward / rope_backward of fp32 or bf16 x (T); bf16 is rotated in fp32 and rounded once.
+#define MT_PARAMS_rope_forward_of(T)                                                         \
+  (T * x, const int32_t* pos, int64_t N, int64_t nh, int64_t D, int64_t rot_dim, RopeFreq f, \
    int64_t group)
-#define MT_PARAMS_rope_backward                                                                  \
-  (float* dx, const int32_t* pos, int64_t N, int64_t nh, int64_t D, int64_t rot_dim, RopeFreq f, \
+#define MT_PARAMS_rope_backward_of(T)                                                         \
+  (T * dx, const int32_t* pos, int64_t N, int64_t nh, int64_t D, int64_t rot_dim, RopeFreq f, \
    int64_t group)
+#define MT_PARAMS_rope_forward MT_PARAMS_rope_forward_of(float)
+#define MT_PARAMS_rope_forward_bf16 MT_PARAMS_rope_forward_of(bf16)
+#define MT_PARAMS_rope_backward MT_PARAMS_rope_backward_of(float)
+#define MT_PARAMS_rope_backward_bf16 MT_PARAMS_rope_backward_of(bf16)
 #define MTRON_ROPE_OPS(OP)                                                                    \
   OP(void, qkv_split, qkv_split, qkv_split_contract, MT_PARAMS_qkv_split,                     \
      (q, k, v, qkv, N, G, hpg, D))                                                            \
@@ -93,7 +98,11 @@ MT_HOST_DEVICE inline bool rope_rotates(int64_t h, int64_t group) {
      MT_PARAMS_mla_kv_merge_grad, (dkv, dkpe, dk, dv, N, H, Dn, Dr, Dv))                      \
   OP(void, rope_forward, rope_forward, rope_contract, MT_PARAMS_rope_forward,                 \
      (x, pos, N, nh, D, rot_dim, f, group))                                                   \
+  OP(void, rope_forward, rope_forward_bf16, rope_contract, MT_PARAMS_rope_forward_bf16,       \
+     (x, pos, N, nh, D, rot_dim, f, group))                                                   \
   OP(void, rope_backward, rope_backward, rope_contract, MT_PARAMS_rope_backward,              \
+     (dx, pos, N, nh, D, rot_dim, f, group))                                                  \
+  OP(void, rope_backward, rope_backward_bf16, rope_contract, MT_PARAMS_rope_backward_bf16,    \
      (dx, pos, N, nh, D, rot_dim, f, group))
 MTRON_ROPE_OPS(MT_OP_DECLARE)
 

@@ -137,8 +137,22 @@ kernels::AttnShape TransformerLayer::self_attention_shape(const RunCtx& rc,
 bool TransformerLayer::bf16_qkv(const RunCtx& rc, const TokenLayout& tl, bool fused_qkv) const {
   return fused_qkv && bf16_attention(rc) && bf16_gemm_outputs(rc, p_.weight(qkv_w_)) &&
          bf16_gemm_outputs(rc, p_.weight(proj_w_)) &&
-         cfg_.position_embedding_type != PositionEmbedding::kRope &&
          attention_dropout(rc, cfg_, tl.drop, layer_, Hl_).p == 0;
+}
+
+template <typename T>
+void TransformerLayer::rope_fused_qkv(const RunCtx& rc,
+                                      const TokenLayout& tl,
+                                      T* qkv,
+                                      bool adjoint) const {
+  if (cfg_.position_embedding_type != PositionEmbedding::kRope) return;
+  // the row's heads, in groups of H/G + 2 (each group's value head left as it is)
+  const int64_t N = tl.rows(), heads = qkv_l_ / D_, group = Hl_ / Gl_ + 2;
+  if (adjoint) {
+    kernels::rope_backward(rc.k, qkv, tl.pos, N, heads, D_, cfg_.rotary_dim(), rope_, group);
+  } else {
+    kernels::rope_forward(rc.k, qkv, tl.pos, N, heads, D_, cfg_.rotary_dim(), rope_, group);
+  }
 }
 
 void TransformerLayer::attention(
@@ -176,6 +190,7 @@ void TransformerLayer::qkv_attention(const RunCtx& rc,
   if (bf16_qkv(rc, tl, st.fused_qkv)) {
     st.qkv16 = keep.alloc<bf16>(N * qkv_l_);
     linear_forward(rc, st.qkv16, st.ln1_in, p_.weight(qkv_w_), opt16(p_, qkv_b_), N, h, qkv_l_);
+    rope_fused_qkv(rc, tl, st.qkv16, false);
     bf16* att = keep.alloc<bf16>(N * Hl_ * Dv_);
     const auto v = kernels::fused_qkv_views(st.qkv16, Hl_, Gl_, D_);
     kernels::attention_forward(rc.k, att, st.lse, v.q, v.k, v.v, self_attention_shape(rc, tl, true),
@@ -187,9 +202,7 @@ void TransformerLayer::qkv_attention(const RunCtx& rc,
   if (st.fused_qkv) {
     float* qkv = keep.alloc<float>(N * qkv_l_);
     linear_forward(rc, qkv, st.ln1_in, p_.weight(qkv_w_), opt(p_, qkv_b_), N, h, qkv_l_);
-    if (cfg_.position_embedding_type == PositionEmbedding::kRope)
-      kernels::rope_forward(rc.k, qkv, tl.pos, N, qkv_l_ / D_, D_, cfg_.rotary_dim(), rope_,
-                            Hl_ / Gl_ + 2);  // the row's heads, in groups of H/G + 2
+    rope_fused_qkv(rc, tl, qkv, false);
     const auto views = kernels::fused_qkv_views(qkv, Hl_, Gl_, D_);
     st.q = views.q;
     st.k = views.k;
@@ -371,6 +384,7 @@ void TransformerLayer::attention_block_backward(const RunCtx& rc,
     kernels::attention_backward(rc.k, d.q, d.k, d.v, datt, v.q, v.k, v.v,
                                 static_cast<const bf16*>(st.att_in.data), st.lse,
                                 self_attention_shape(rc, tl, true), kernels::AttnMask{true, 0});
+    rope_fused_qkv(rc, tl, dqkv, true);
     linear_backward(rc, scratch, dln1_full, p_.grad(qkv_w_), opt_grad(p_, qkv_b_), Act::of(dqkv),
                     st.ln1_in, p_.weight(qkv_w_), N, h, qkv_l_);
     return;
@@ -396,9 +410,7 @@ void TransformerLayer::attention_block_backward(const RunCtx& rc,
                                     st.att, st.lse, self_attention_shape(rc, tl, st.fused_qkv),
                                     attention_dropout(rc, cfg_, tl.drop, layer_, Hl_));
   if (st.fused_qkv) {
-    if (cfg_.position_embedding_type == PositionEmbedding::kRope)
-      kernels::rope_backward(rc.k, dq, tl.pos, N, qkv_l_ / D_, D_, cfg_.rotary_dim(), rope_,
-                             Hl_ / Gl_ + 2);
+    rope_fused_qkv(rc, tl, dq, true);
     // FP8 quantises this gradient from bf16, as from the split path's merge (and as Transformer
     // Engine from its bf16 attention gradients); its bias gradient then sums bf16 values too.
     const Act dqkv = fp8_linear(rc, p_.weight(qkv_w_)) ? as_gemm_input(rc, scratch, dq, N * qkv_l_)

@@ -129,10 +129,16 @@ class TransformerLayer {
                      Arena& scratch,
                      const LayerKv* kv) const;
   // Whether attention in the fused QKV layout reads and writes bf16 (the bf16 attention ops):
-  // the QKV projection's bf16 output in place, a bf16 output that is the output projection's
-  // GEMM input, bf16 gradients that are QKV's. Where the tensor-core kernels run (bf16 products,
-  // no attention dropout), both projections' GEMMs write bf16 (not FP8) and no RoPE rotates q, k.
+  // the QKV projection's bf16 output in place (RoPE rotating it there), a bf16 output that is
+  // the output projection's GEMM input, bf16 gradients that are QKV's. Where the tensor-core
+  // kernels run (bf16 products, no attention dropout) and both projections' GEMMs write bf16
+  // (not FP8).
   bool bf16_qkv(const RunCtx& rc, const TokenLayout& tl, bool fused_qkv) const;
+  // RoPE (with --position-embedding-type rope; else nothing) in place over the fused QKV buffer
+  // qkv [N, Gl, Hl / Gl + 2, D] (fp32 or bf16) or its gradient (adjoint): the query and key
+  // heads rotated, the value heads not.
+  template <typename T>
+  void rope_fused_qkv(const RunCtx& rc, const TokenLayout& tl, T* qkv, bool adjoint) const;
   // The shape of the rows' attention over themselves (training), fused_qkv: AttnShape's.
   kernels::AttnShape self_attention_shape(const RunCtx& rc,
                                           const TokenLayout& tl,

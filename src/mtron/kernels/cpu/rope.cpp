@@ -45,8 +45,18 @@ void merge_qkv(MT_PARAMS_OF(qkv_merge_grad, T)) {
   });
 }
 
-// R = rot_dim. sign = +1: forward rotation by +angle; -1: the adjoint (rotation by -angle).
-void rope_apply(MT_PARAMS(rope_forward), float sign) {
+// x[0, k) = v, rounded to bf16 where x is bf16 (narrow_into's rounding).
+HWY_INLINE void store_f32(DF d, VF v, float* HWY_RESTRICT x, size_t k) {
+  store(d, v, x, k);
+}
+HWY_INLINE void store_f32(DF d, VF v, bf16* HWY_RESTRICT x, size_t k) {
+  store(DU16(), to_bf16(d, v), bits(x), k);
+}
+
+// R = rot_dim. sign = +1: forward rotation by +angle; -1: the adjoint (rotation by -angle). bf16
+// x: each value widened, rotated in fp32 and rounded once.
+template <typename T>
+void rope_apply(MT_PARAMS_OF(rope_forward, T), float sign) {
   const DF d;
   const int64_t R = rot_dim, half = R / 2;
   std::vector<float> inv_freq(static_cast<size_t>(half));
@@ -63,13 +73,13 @@ void rope_apply(MT_PARAMS(rope_forward), float sign) {
       }
       for (int64_t h = 0; h < nh; ++h) {
         if (!rope_rotates(h, group)) continue;
-        float* x1 = x + (n * nh + h) * D;
-        float* x2 = x1 + half;
+        T* x1 = x + (n * nh + h) * D;
+        T* x2 = x1 + half;
         for_lanes(d, 0, half, [&](int64_t i, size_t k) {
-          const VF a = load(d, x1 + i, k), b = load(d, x2 + i, k);
+          const VF a = load_f32(d, x1 + i, k), b = load_f32(d, x2 + i, k);
           const VF c = load(d, cosv + i, k), s = load(d, sinv + i, k);
-          store(d, hn::NegMulAdd(b, s, hn::Mul(a, c)), x1 + i, k);
-          store(d, hn::MulAdd(a, s, hn::Mul(b, c)), x2 + i, k);
+          store_f32(d, hn::NegMulAdd(b, s, hn::Mul(a, c)), x1 + i, k);
+          store_f32(d, hn::MulAdd(a, s, hn::Mul(b, c)), x2 + i, k);
         });
       }
     }
@@ -128,8 +138,13 @@ void mla_kv_merge_grad(MT_PARAMS(mla_kv_merge_grad)) {
 void rope_forward(MT_PARAMS(rope_forward)) {
   rope_apply(x, pos, N, nh, D, rot_dim, f, group, 1.0f);
 }
-
+void rope_forward_bf16(MT_PARAMS(rope_forward_bf16)) {
+  rope_apply(x, pos, N, nh, D, rot_dim, f, group, 1.0f);
+}
 void rope_backward(MT_PARAMS(rope_backward)) {
+  rope_apply(dx, pos, N, nh, D, rot_dim, f, group, -1.0f);
+}
+void rope_backward_bf16(MT_PARAMS(rope_backward_bf16)) {
   rope_apply(dx, pos, N, nh, D, rot_dim, f, group, -1.0f);
 }
 

@@ -88,7 +88,8 @@ __global__ void mla_kv_merge_kernel(MT_PARAMS(mla_kv_merge_grad)) {
 
 // One thread per (token, head, i < R/2), R = rot_dim. sign = +1 rotates by +angle, -1 by -angle
 // (the adjoint).
-__global__ void rope_kernel(MT_PARAMS(rope_forward), float sign) {
+template <typename T>
+__global__ void rope_kernel(MT_PARAMS_OF(rope_forward, T), float sign) {
   const int64_t R = rot_dim, half = R / 2;
   const int64_t n_items = N * nh * half;
   for (int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; t < n_items;
@@ -99,11 +100,11 @@ __global__ void rope_kernel(MT_PARAMS(rope_forward), float sign) {
     const int64_t n = row / nh;
     const float angle = float(pos[n]) * f.inv_freq(i, R);
     const float c = cosf(angle) * f.mscale, s = sign * sinf(angle) * f.mscale;
-    float* x1 = x + row * D + i;
-    float* x2 = x1 + half;
-    const float a = *x1, b = *x2;
-    *x1 = fmaf(-b, s, a * c);
-    *x2 = fmaf(a, s, b * c);
+    T* x1 = x + row * D + i;
+    T* x2 = x1 + half;
+    const float a = load_f32(x1), b = load_f32(x2);
+    store_as(x1, fmaf(-b, s, a * c));
+    store_as(x2, fmaf(a, s, b * c));
   }
 }
 
@@ -139,14 +140,28 @@ void mla_kv_merge_grad(const Ctx& ctx, MT_PARAMS(mla_kv_merge_grad)) {
          stream_of(ctx), dkv, dkpe, dk, dv, N, H, Dn, Dr, Dv);
 }
 
-void rope_forward(const Ctx& ctx, MT_PARAMS(rope_forward)) {
-  launch("rope_forward", rope_kernel, grid_for(N * nh * (rot_dim / 2), kThreads), kThreads, 0,
-         stream_of(ctx), x, pos, N, nh, D, rot_dim, f, group, 1.0f);
+namespace {
+template <typename T>
+void rope_launch(const Ctx& ctx, const char* name, MT_PARAMS_OF(rope_forward, T), float sign) {
+  launch(name, rope_kernel<T>, grid_for(N * nh * (rot_dim / 2), kThreads), kThreads, 0,
+         stream_of(ctx), x, pos, N, nh, D, rot_dim, f, group, sign);
 }
+uint16_t* bits(bf16* p) {
+  return reinterpret_cast<uint16_t*>(p);
+}
+}  // namespace
 
+void rope_forward(const Ctx& ctx, MT_PARAMS(rope_forward)) {
+  rope_launch(ctx, "rope_forward", x, pos, N, nh, D, rot_dim, f, group, 1.0f);
+}
+void rope_forward(const Ctx& ctx, MT_PARAMS(rope_forward_bf16)) {
+  rope_launch(ctx, "rope_forward_bf16", bits(x), pos, N, nh, D, rot_dim, f, group, 1.0f);
+}
 void rope_backward(const Ctx& ctx, MT_PARAMS(rope_backward)) {
-  launch("rope_backward", rope_kernel, grid_for(N * nh * (rot_dim / 2), kThreads), kThreads, 0,
-         stream_of(ctx), dx, pos, N, nh, D, rot_dim, f, group, -1.0f);
+  rope_launch(ctx, "rope_backward", dx, pos, N, nh, D, rot_dim, f, group, -1.0f);
+}
+void rope_backward(const Ctx& ctx, MT_PARAMS(rope_backward_bf16)) {
+  rope_launch(ctx, "rope_backward_bf16", bits(dx), pos, N, nh, D, rot_dim, f, group, -1.0f);
 }
 
 }  // namespace mtron::kernels::cuda
