@@ -563,21 +563,19 @@ void attention_backward(float* dq,
 
 namespace {
 
-// dst[0, n) = src[0, n) widened (exact) or rounded (narrow_into's rounding), on the threads
-// the traffic is worth.
+// dst[0, n) = src[0, n) widened (exact), or rounded (narrow_into), on the threads the traffic
+// is worth.
 void widen_into(DF d, float* HWY_RESTRICT dst, const bf16* HWY_RESTRICT src, int64_t n) {
   parallel_lanes(d, n, 6 * n,
                  [&](int64_t c, size_t k) { store(d, load_f32(d, src + c, k), dst + c, k); });
 }
-void narrow_rows(DF d, bf16* HWY_RESTRICT dst, const float* HWY_RESTRICT src, int64_t n) {
-  const DU16 dh;
-  parallel_lanes(d, n, 6 * n, [&](int64_t c, size_t k) {
-    store(dh, to_bf16(d, load(d, src + c, k)), bits(dst + c), k);
-  });
+void narrow_rows(DF d, bf16* dst, const float* src, int64_t n) {
+  parallel_ranges(n, threads_for(6 * n), kLine,
+                  [&](int64_t i0, int64_t i1) { narrow_into(d, dst + i0, src + i0, i1 - i0); });
 }
 
-// fp32 copies of bf16 q, k, v (or room for dq, dk, dv, zeroed) as qkv_spans lays them out, in a
-// buffer of the calling thread's that the next call reuses (no fresh pages per call).
+// Room for fp32 q, k, v (or dq, dk, dv) as qkv_spans lays them out, in a buffer of the calling
+// thread's that the next call reuses (no fresh pages per call); widen_qkv fills it.
 struct WideQkv {
   QkvSpans sp;
   float* buf;

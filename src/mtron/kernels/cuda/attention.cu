@@ -500,16 +500,24 @@ void attention_backward(const Ctx& ctx, MT_PARAMS(attention_backward)) {
 }
 
 namespace {
-const uint16_t* bits(const bf16* p) {
-  return reinterpret_cast<const uint16_t*>(p);
-}
-uint16_t* bits(bf16* p) {
-  return reinterpret_cast<uint16_t*>(p);
-}
 // dst = src widened or rounded, n elements (none: no launch).
 template <typename D, typename S>
 void convert_some(const Ctx& ctx, D* dst, const S* src, int64_t n) {
   if (n > 0) cuda::convert(ctx, dst, src, n);
+}
+// q, k, v (dq, dk, dv) of one type into (from) the other's buffer w laid out as sp: the one
+// buffer in the fused layout, else three.
+template <typename D, typename S>
+void convert_qkv(const Ctx& ctx, const QkvSpans& sp, D* q, D* k, D* v, const S* w) {
+  convert_some(ctx, q, w, sp.n_q);
+  convert_some(ctx, k, w + sp.k_at, sp.n_k);
+  convert_some(ctx, v, w + sp.v_at, sp.n_v);
+}
+template <typename D, typename S>
+void convert_qkv(const Ctx& ctx, const QkvSpans& sp, D* w, const S* q, const S* k, const S* v) {
+  convert_some(ctx, w, q, sp.n_q);
+  convert_some(ctx, w + sp.k_at, k, sp.n_k);
+  convert_some(ctx, w + sp.v_at, v, sp.n_v);
 }
 }  // namespace
 
@@ -527,9 +535,7 @@ void attention_forward(const Ctx& ctx, MT_PARAMS(attention_forward_bf16)) {
   const int64_t no = s.Sq * s.B * s.H * s.Dv;
   Scratch wide(sizeof(float) * size_t(sp.size + no), st);
   float* w = wide.as<float>();
-  convert_some(ctx, w, q, sp.n_q);
-  convert_some(ctx, w + sp.k_at, k, sp.n_k);
-  convert_some(ctx, w + sp.v_at, v, sp.n_v);
+  convert_qkv(ctx, sp, w, q, k, v);
   cuda::attention_forward(ctx, w + sp.size, lse, w, w + sp.k_at, w + sp.v_at, s, mask);
   convert_some(ctx, out, w + sp.size, no);
 }
@@ -547,17 +553,13 @@ void attention_backward(const Ctx& ctx, MT_PARAMS(attention_backward_bf16)) {
   const int64_t no = s.Sq * s.B * s.H * s.Dv;
   Scratch wide(sizeof(float) * size_t(2 * sp.size + 2 * no), st);
   float *w = wide.as<float>(), *g = w + sp.size, *o = g + sp.size;
-  convert_some(ctx, w, q, sp.n_q);
-  convert_some(ctx, w + sp.k_at, k, sp.n_k);
-  convert_some(ctx, w + sp.v_at, v, sp.n_v);
+  convert_qkv(ctx, sp, w, q, k, v);
   convert_some(ctx, o, dout, no);
   convert_some(ctx, o + no, out, no);
   cuda::fill_zero(ctx, g, int64_t(sizeof(float)) * sp.size);
   cuda::attention_backward(ctx, g, g + sp.k_at, g + sp.v_at, o, w, w + sp.k_at, w + sp.v_at, o + no,
                            lse, s, mask);
-  convert_some(ctx, dq, g, sp.n_q);
-  convert_some(ctx, dk, g + sp.k_at, sp.n_k);
-  convert_some(ctx, dv, g + sp.v_at, sp.n_v);
+  convert_qkv(ctx, sp, dq, dk, dv, g);
 }
 
 void attention_merge(const Ctx& ctx,

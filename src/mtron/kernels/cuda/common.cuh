@@ -1,6 +1,6 @@
 // defines: MT_UNROLL, MT_DYNAMIC_SMEM, launch, grid_for, warp_sum, warp_max, block_sum,
 //          block_max, f32_to_bf16_bits, bf16_bits_to_f32, store_as, load_f32, f32_to_f16_bits,
-//          f16_bits_to_f32, kNegInf, pack_bf16x2, mma_bf16_16816
+//          f16_bits_to_f32, kNegInf, pack_bf16x2, mma_bf16_16816, bits
 //
 // Device-side helpers for the kernels (.cu). Every launch goes through launch(), which checks
 // the launch (runtime.h, check_launch); under MTRON_CUDA_SIM it runs the grid in the CPU
@@ -116,6 +116,14 @@ __device__ __forceinline__ uint16_t f32_to_bf16_bits(float f) {
 }
 __device__ __forceinline__ float bf16_bits_to_f32(uint16_t b) {
   return __uint_as_float(unsigned(b) << 16);
+}
+
+// A host-side bf16 tensor as the kernels take it: its uint16_t bits.
+inline uint16_t* bits(bf16* p) {
+  return reinterpret_cast<uint16_t*>(p);
+}
+inline const uint16_t* bits(const bf16* p) {
+  return reinterpret_cast<const uint16_t*>(p);
 }
 
 // An fp32 value stored as float, or as bf16 bits (f32_to_bf16_bits); read back as fp32.

@@ -146,9 +146,6 @@ void rope_launch(const Ctx& ctx, const char* name, MT_PARAMS_OF(rope_forward, T)
   launch(name, rope_kernel<T>, grid_for(N * nh * (rot_dim / 2), kThreads), kThreads, 0,
          stream_of(ctx), x, pos, N, nh, D, rot_dim, f, group, sign);
 }
-uint16_t* bits(bf16* p) {
-  return reinterpret_cast<uint16_t*>(p);
-}
 }  // namespace
 
 void rope_forward(const Ctx& ctx, MT_PARAMS(rope_forward)) {
