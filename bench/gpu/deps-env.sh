@@ -1,6 +1,6 @@
 # bench/gpu/deps-env.sh: sourced by bench/gpu/run.sh. `deps_setup DIR` unpacks the Debian
-# packages that bench/gpu/pack-deps.sh collected (DIR/*.deb) into a private prefix (never into
-# /) and sets, for the commands that build and run mtron there:
+# packages that bench/gpu/pack-deps.sh collected (DIR/deps.tar.xz) into a private prefix (never
+# into /) and sets, for the commands that build and run mtron there:
 #   DEPS_ENV        environment assignments for `env` (loader path, pkg-config path, Open MPI
 #                   prefix), applied only to mtron's commands, so PyTorch keeps its own libraries
 #   DEPS_CMAKE_ARGS CMake cache settings that point find_package and FindMPI at the prefix
@@ -11,14 +11,13 @@ deps_setup() {
   local src=$1 P=${2:-/tmp/mtron-deps}
   rm -rf "$P"
   mkdir -p "$P"
-  local f
-  for f in "$src"/*.deb; do
-    if command -v dpkg >/dev/null; then
-      dpkg -x "$f" "$P"
-    else  # a .deb is an ar archive; Debian's hold data.tar.xz
-      ar p "$f" data.tar.xz | tar -xJ -C "$P"
-    fi
-  done
+  # tar needs the xz program for .xz; Python's tarfile reads it without
+  if command -v xz >/dev/null; then
+    tar -xJf "$src/deps.tar.xz" -C "$P" || return 1
+  else
+    python3 -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])' \
+      "$src/deps.tar.xz" "$P" || return 1
+  fi
   local l t
   while IFS= read -r l; do
     t=$(readlink "$l")

@@ -1,26 +1,33 @@
 #!/usr/bin/env bash
 # bench/gpu/run.sh: everything mtron checks on a GPU, in one run of under 8 minutes on one H200.
 #
-#   here:   bash bench/gpu/pack-deps.sh            (the build's Debian packages -> .gpudeps/)
+#   here:   cmake --preset cuda-release -B build/cuda-gpu -DCMAKE_CUDA_ARCHITECTURES=90 \
+#             -DMTRON_BUILD_TESTS=OFF && cmake --build build/cuda-gpu --target mtron op_check \
+#             gpu_bench nccl_check          (optional: the programs, built here from HEAD)
+#           bash bench/gpu/pack-deps.sh [build/cuda-gpu]   (the packages [and programs] -> .gpudeps/)
 #   device: run(command="bash bench/gpu/run.sh", carry=[".gpudeps"], timeout_s=600)
 #
-# Stages (each prints a banner, has a time limit, and a failure does not stop the next):
+# Stages in the order they run (each prints a banner, has a time limit, and a failure does not
+# stop the next; the budget drops the last ones first):
 #   0 machine     GPU, driver, nvcc, cmake, PyTorch
-#   a build       cuda-release preset (in build/cuda-gpu), sm_90 only, the libraries + mtron + the GPU programs; with
-#                 .gpudeps/ present, against those packages unpacked into /tmp (deps-env.sh)
-#   b check       op_check: every CUDA op against the reference kernels (fp32 rel <= 1e-5, bf16 <= 1e-2,
-#                 MTRON_CUDA_SYNC=1; head dims up to 256 in --small); op_check --small under
-#                 compute-sanitizer's memcheck; nccl_check: the NCCL Comm on this machine's GPUs
-#   c bench       gpu_bench: mtron's GEMMs and attention at GPT-2 124M / 1.3B shapes (TFLOP/s,
-#                 % of 989.4)
+#   a build       none where .gpudeps/bin.tar.xz holds programs that run there (the CUDA libraries
+#                 from the toolkit or PyTorch's nvidia wheels); else the cuda-release preset in
+#                 build/cuda-gpu, sm_90 only; with .gpudeps/ present, against those packages
+#                 unpacked into /tmp (deps-env.sh)
+#   b check       op_check --small: every CUDA op against the reference kernels on small shapes
+#                 (fp32 rel <= 1e-5, bf16 <= 1e-2, MTRON_CUDA_SYNC=1; head dims up to 256)
 #   d train       mtron train --device cuda: 10 steps of a tiny model (fp32) on the CPU and on the
 #                 GPU (MTRON_CUDA_SYNC=1), losses compared (rel <= 1e-4: cuBLAS sums in its own
 #                 order; 1e-5 on the emulation); then GPT-2 124M (64 x 1024 tokens per step)
 #                 and the 1.3B model (24 layers, hidden 2048, 16 heads, seq 2048, 8 x 2048 tokens
-#                 per step), bf16, 10 steps each: tokens/s and MFU of the last step; then
-#                 PyTorch's side, last so that a slow build drops it rather than mtron's runs:
-#                 torch_ops.py (cuBLAS GEMMs and flash SDPA at gpu_bench's shapes), eager and
-#                 torch.compile on the same models (torch_gpt.py)
+#                 per step), bf16, 10 steps each: tokens/s and MFU of the last step; GPT-2 again
+#                 with MTRON_CUDA_SYNC=1 --profile: every op's GPU time
+#   c bench       gpu_bench: mtron's GEMMs and attention at GPT-2 124M / 1.3B shapes (TFLOP/s,
+#                 % of 989.4); torch_ops.py: cuBLAS GEMMs and flash SDPA at the same shapes
+#   d torch       PyTorch eager and torch.compile on the same models (torch_gpt.py), after
+#                 mtron's runs so that a slow compile drops them rather than mtron's figures
+#   f checks      op_check at GPU sizes (its reference runs on one CPU core), op_check --small
+#                 under compute-sanitizer's memcheck, nccl_check: the NCCL Comm on the GPUs
 #   e report      a summary table; the entry for bench/gpu/RESULTS.md is written to
 #                 $OUT/RESULTS.md (the device machine's copy of the repository is discarded:
 #                 append that file's last entry to bench/gpu/RESULTS.md here)
@@ -101,9 +108,9 @@ MT_GPU=$MT              # mtron for the --device cuda runs
 OP_CHECK=($BUILD/bench/gpu/op_check)
 DEPS_ENV=()
 DEPS_CMAKE_ARGS=()
-if [ -d .gpudeps ] && ls .gpudeps/*.deb >/dev/null 2>&1; then
+if [ -f .gpudeps/deps.tar.xz ]; then
   source bench/gpu/deps-env.sh
-  deps_setup .gpudeps /tmp/mtron-deps && echo "using the $(ls .gpudeps/*.deb | wc -l) carried Debian packages, unpacked in /tmp/mtron-deps"
+  deps_setup .gpudeps /tmp/mtron-deps && echo "using the carried Debian packages, unpacked in /tmp/mtron-deps"
 else
   echo "no .gpudeps/: building against this machine's own packages (run bench/gpu/pack-deps.sh here first if the configure fails)"
 fi
@@ -125,9 +132,50 @@ if [ ! -f "$(dirname "$NVCC")/../include/nccl.h" ] && [ ! -f /usr/include/nccl.h
   fi
 fi
 MENV=(env "${DEPS_ENV[@]}")  # prefix of mtron's commands: they see the carried libraries
+# The CUDA libraries a program built elsewhere links (libcudart, libcublasLt, libnccl): where the
+# loader does not find one, the folder of PyTorch's nvidia wheels that holds it joins the path.
+cuda_lib_path() {
+  local missing d ld
+  missing=$("${MENV[@]}" ldd "$1" 2>/dev/null | awk '/not found/ {print $1}' | grep -E 'libcudart|libcublas|libnccl')
+  [ -z "$missing" ] && return 0
+  for lib in $missing; do
+    d=$($PY -c 'import os, sys, nvidia
+for root in nvidia.__path__:
+    for d, _, files in os.walk(root):
+        if sys.argv[1] in files: print(d); raise SystemExit' "$lib" 2>/dev/null)
+    if [ -n "$d" ]; then
+      echo "$lib from $d"
+      ld=$(printf '%s\n' "${MENV[@]}" | sed -n 's/^LD_LIBRARY_PATH=//p' | tail -1)
+      ld=${ld:-${LD_LIBRARY_PATH:-}}
+      MENV+=("LD_LIBRARY_PATH=${ld:+$ld:}$d")
+    else
+      echo "$lib: not found here nor in PyTorch's nvidia wheels"
+    fi
+  done
+}
 b0=$(elapsed)
 built=0
-if [ $DRY = 1 ]; then
+if [ $DRY = 0 ] && [ -f .gpudeps/bin.tar.xz ]; then
+  # The programs pack-deps.sh built on the development machine: no build here when they load.
+  PRE=build/cuda-prebuilt
+  rm -rf $PRE && mkdir -p $PRE
+  if command -v xz >/dev/null; then
+    tar -xJf .gpudeps/bin.tar.xz -C $PRE
+  else
+    $PY -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])' .gpudeps/bin.tar.xz $PRE
+  fi
+  cuda_lib_path $PRE/apps/mtron
+  if "${MENV[@]}" $PRE/apps/mtron --version; then
+    BUILD=$PRE MT=$PRE/apps/mtron MT_GPU=$PRE/apps/mtron OP_CHECK=($PRE/bench/gpu/op_check) built=1
+    echo "the carried programs of $(cat .gpudeps/bin.commit 2>/dev/null) run here: no build"
+  else
+    "${MENV[@]}" ldd $PRE/apps/mtron | grep 'not found'
+    echo "the carried programs do not run here: building"
+  fi
+fi
+if [ $built = 1 ]; then
+  :
+elif [ $DRY = 1 ]; then
   MT_GPU=$BUILD/tests/train/mtron_cudasim
   OP_CHECK=($BUILD/tests/kernels/op_check_sim --small)
   for f in "$MT" "$MT_GPU" "${OP_CHECK[0]}"; do
@@ -147,7 +195,9 @@ elif run_timed configure "$(limit 90)" "$LOGS/configure.log" "${MENV[@]}" cmake 
 else
   tail -30 "$LOGS/configure.log"
 fi
-if [ $built = 1 ]; then
+if [ $built = 1 ] && [ "$BUILD" = build/cuda-prebuilt ]; then
+  note "a build" "none: the carried programs of $(cat .gpudeps/bin.commit 2>/dev/null)"
+elif [ $built = 1 ]; then
   echo "built in $(($(elapsed) - b0)) s"
   note "a build" "ok ($(($(elapsed) - b0)) s)"
 else
@@ -155,76 +205,44 @@ else
   note "a build" "FAILED: see configure.log / build.log"
 fi
 
-# ---- b check --------------------------------------------------------------------------------
-banner "b op_check: every CUDA op against the reference kernels"
-if [ $built = 1 ]; then
-  run_timed op_check "$(limit 300)" "$LOGS/op_check.txt" "${MENV[@]}" MTRON_CUDA_SYNC=1 "${OP_CHECK[@]}"
-  rc=$?
-  fails=$(grep -c ' FAIL$' "$LOGS/op_check.txt" 2>/dev/null)
-  rows=$(grep -cE ' (ok|FAIL)$' "$LOGS/op_check.txt" 2>/dev/null)
+# ---- b check (small shapes) -----------------------------------------------------------------
+# op_check_stage NAME SECONDS ARGS...: op_check against the reference kernels, a summary line
+op_check_stage() {
+  local name=$1 secs=$2 log=$LOGS/$1.txt
+  shift 2
+  run_timed "$name" "$secs" "$log" "${MENV[@]}" MTRON_CUDA_SYNC=1 "${OP_CHECK[@]}" "$@"
+  local rc=$? fails rows
+  fails=$(grep -c ' FAIL$' "$log" 2>/dev/null)
+  rows=$(grep -cE ' (ok|FAIL)$' "$log" 2>/dev/null)
   fails=${fails:-0} rows=${rows:-0}
   if [ "$rc" = 0 ]; then
-    note "b op_check" "ok: $rows comparisons, 0 failed"
+    note "b $name" "ok: $rows comparisons, 0 failed"
   elif [ "$rows" -gt 0 ]; then
-    note "b op_check" "FAILED (exit $rc): $fails of $rows comparisons failed"
+    note "b $name" "FAILED (exit $rc): $fails of $rows comparisons failed"
   else
-    note "b op_check" "FAILED (exit $rc): $(tail -1 "$LOGS/op_check.txt" 2>/dev/null)"
+    note "b $name" "FAILED (exit $rc): $(tail -1 "$log" 2>/dev/null)"
   fi
-  grep ' FAIL$' "$LOGS/op_check.txt" 2>/dev/null | head -20
-
-  banner "b compute-sanitizer: op_check --small under memcheck"
-  SANITIZER=$(command -v compute-sanitizer || ls "$(dirname "$NVCC")/compute-sanitizer" 2>/dev/null)
+  grep ' FAIL$' "$log" 2>/dev/null | head -20
+}
+# The small shapes first (every op and code path, head dims up to 256, in seconds); the GPU
+# sizes, whose reference runs on one CPU core for minutes, after the benchmarks (stage f).
+banner "b op_check --small: every CUDA op against the reference kernels"
+if [ $built = 1 ]; then
   if [ $DRY = 1 ]; then
-    echo "dry run: skipped (needs a GPU)"
-    note "b compute-sanitizer" "dry run: skipped"
-  elif [ -z "$SANITIZER" ]; then
-    note "b compute-sanitizer" "not run: no compute-sanitizer beside nvcc"
+    op_check_stage op_check "$(limit 300)"
   else
-    run_timed sanitizer "$(limit 150)" "$LOGS/sanitizer.txt" "${MENV[@]}" "$SANITIZER" --tool memcheck \
-      --error-exitcode 3 --print-limit 20 "${OP_CHECK[0]}" --small >/dev/null
-    rc=$?
-    grep -m1 'ERROR SUMMARY' "$LOGS/sanitizer.txt"
-    [ "$rc" = 0 ] && note "b compute-sanitizer" "ok: $(grep -m1 -o 'ERROR SUMMARY: [0-9]* errors' "$LOGS/sanitizer.txt")" ||
-      note "b compute-sanitizer" "FAILED (exit $rc): $(grep -m1 -o 'ERROR SUMMARY: [0-9]* errors' "$LOGS/sanitizer.txt")"
-  fi
-
-  banner "b nccl_check: the NCCL Comm on $NGPU GPU(s)"
-  if [ $DRY = 1 ]; then
-    echo "dry run: skipped (needs GPUs)"
-    note "b nccl_check" "dry run: skipped"
-  else
-  MPIRUN=$("${MENV[@]}" bash -c 'command -v orterun || command -v mpirun' 2>/dev/null)
-  if [ -n "$MPIRUN" ]; then
-    run_timed nccl_check "$(limit 60)" "$LOGS/nccl_check.txt" "${MENV[@]}" NCCL_DEBUG=WARN "$MPIRUN" --allow-run-as-root \
-      --oversubscribe -np "$NGPU" $BUILD/bench/gpu/nccl_check
-  else
-    run_timed nccl_check "$(limit 60)" "$LOGS/nccl_check.txt" "${MENV[@]}" NCCL_DEBUG=WARN $BUILD/bench/gpu/nccl_check
-  fi
-  rc=$?
-  [ "$rc" = 0 ] && note "b nccl_check" "ok ($NGPU rank(s))" || note "b nccl_check" "FAILED (exit $rc)"
+    op_check_stage op_check_small "$(limit 120)" --small
   fi
 else
-  note "b op_check, nccl_check" "not run (no build)"
-fi
-
-# ---- c bench --------------------------------------------------------------------------------
-banner "c gpu_bench: mtron's GEMMs and attention"
-if [ $DRY = 1 ]; then
-  echo "dry run: skipped (needs a GPU)"
-  note "c gpu_bench, torch_ops" "dry run: skipped"
-elif [ $built = 1 ]; then
-  run_timed gpu_bench "$(limit 120)" "$LOGS/gpu_bench.txt" "${MENV[@]}" $BUILD/bench/gpu/gpu_bench 20 &&
-    note "c gpu_bench" "ok (table in gpu_bench.txt)" || note "c gpu_bench" "FAILED (exit $?)"
-else
-  note "c gpu_bench" "not run (no build)"
+  note "b op_check" "not run (no build)"
 fi
 
 # ---- d train --------------------------------------------------------------------------------
 # The two models: name | mtron flags | torch_gpt.py flags | tokens per step
 GPT2_M="--num-layers 12 --hidden-size 768 --num-attention-heads 12 --seq-length 1024 --max-position-embeddings 1024 --micro-batch-size 16 --global-batch-size 64"
 GPT2_T="--layers 12 --hidden 768 --heads 12 --seq 1024 --batch 64"
-# mtron keeps fp32 activations (~100 GB for 8 x 2048 tokens of the 1.3B model): two micro-batches
-# of 4 sequences, the same 8 x 2048 tokens per step
+# two micro-batches of 4 sequences (the fp32 residual stream and gradients of the 1.3B model),
+# the same 8 x 2048 tokens per step
 BIG_M="--num-layers 24 --hidden-size 2048 --num-attention-heads 16 --seq-length 2048 --max-position-embeddings 2048 --micro-batch-size 4 --global-batch-size 8"
 BIG_T="--layers 24 --hidden 2048 --heads 16 --seq 2048 --batch 8"
 # --profile: the per-op table, the step's cost and the step time it gives at an H200's peaks
@@ -265,16 +283,37 @@ if [ $built = 1 ]; then
     fi
     run_timed "mtron $m" "$(limit $secs)" "$LOGS/mtron_$m.log" "${MENV[@]}" $MT_GPU train $flags $COMMON_M --train-iters 10 --device cuda >/dev/null
     TRAIN[mtron_$m]=$(last_rate "$LOGS/mtron_$m.log")
+    grep -E 'iteration +(1|10)/' "$LOGS/mtron_$m.log"
     grep -m1 '(after [0-9]* iterations) memory' "$LOGS/mtron_$m.log"
     note "d mtron $m memory" "$(grep -m1 -o 'max allocated: [0-9.]*' "$LOGS/mtron_$m.log") MB"
     note "d mtron $m predicted" "$(grep -m1 -o 'none overlapped: .*' "$LOGS/mtron_$m.log")"
   done
+  if [ $DRY = 0 ]; then
+    # Every op's GPU time: with MTRON_CUDA_SYNC=1 each launch waits for its kernel, so --profile's
+    # table holds kernel times (plus a launch and a synchronisation each) where the timed runs
+    # above hold launch times. GPT-2, one micro-batch, 3 iterations (the last two profiled).
+    run_timed "mtron gpt2 synced profile" "$(limit 60)" "$LOGS/mtron_gpt2_synced.log" "${MENV[@]}" MTRON_CUDA_SYNC=1 \
+      $MT_GPU train ${GPT2_M/global-batch-size 64/global-batch-size 16} $COMMON_M --train-iters 3 --device cuda >/dev/null &&
+      note "d mtron gpt2 synced profile" "$(grep -m1 -o 'profile of iterations.*' "$LOGS/mtron_gpt2_synced.log")"
+  fi
 else
   note "d mtron training" "not run (no build)"
 fi
 
+# ---- c bench --------------------------------------------------------------------------------
+banner "c gpu_bench: mtron's GEMMs and attention"
+if [ $DRY = 1 ]; then
+  echo "dry run: skipped (needs a GPU)"
+  note "c gpu_bench, torch_ops" "dry run: skipped"
+elif [ $built = 1 ]; then
+  run_timed gpu_bench "$(limit 120)" "$LOGS/gpu_bench.txt" "${MENV[@]}" $BUILD/bench/gpu/gpu_bench 20 &&
+    note "c gpu_bench" "ok (table in gpu_bench.txt)" || note "c gpu_bench" "FAILED (exit $?)"
+else
+  note "c gpu_bench" "not run (no build)"
+fi
+
 # PyTorch's side comes after all of mtron's runs: a slow build then costs the comparisons, not
-# mtron's own figures (the budget drops the last stages first, torch.compile among them).
+# mtron's own figures (the budget drops the last stages first).
 if [ $DRY = 0 ]; then
   banner "c torch_ops: PyTorch's GEMMs and flash attention at the same shapes"
   run_timed torch_ops "$(limit 90)" "$LOGS/torch_ops.txt" $PY bench/gpu/torch_ops.py &&
@@ -292,6 +331,36 @@ torch_run eager_gpt2 90 $GPT2_T
 torch_run eager_1.3b 120 $BIG_T
 torch_run compile_gpt2 150 $GPT2_T --compile
 torch_run compile_1.3b 180 $BIG_T --compile
+
+# ---- f checks that the budget may drop ------------------------------------------------------
+if [ $built = 1 ] && [ $DRY = 0 ]; then
+  banner "f op_check at GPU sizes"
+  op_check_stage op_check "$(limit 240 60)"
+
+  banner "f compute-sanitizer: op_check --small under memcheck"
+  SANITIZER=$(command -v compute-sanitizer || ls "$(dirname "$NVCC")/compute-sanitizer" 2>/dev/null)
+  if [ -z "$SANITIZER" ]; then
+    note "f compute-sanitizer" "not run: no compute-sanitizer beside nvcc"
+  else
+    run_timed sanitizer "$(limit 150)" "$LOGS/sanitizer.txt" "${MENV[@]}" "$SANITIZER" --tool memcheck \
+      --error-exitcode 3 --print-limit 20 "${OP_CHECK[0]}" --small >/dev/null
+    rc=$?
+    grep -m1 'ERROR SUMMARY' "$LOGS/sanitizer.txt"
+    [ "$rc" = 0 ] && note "f compute-sanitizer" "ok: $(grep -m1 -o 'ERROR SUMMARY: [0-9]* errors' "$LOGS/sanitizer.txt")" ||
+      note "f compute-sanitizer" "FAILED (exit $rc): $(grep -m1 -o 'ERROR SUMMARY: [0-9]* errors' "$LOGS/sanitizer.txt")"
+  fi
+
+  banner "f nccl_check: the NCCL Comm on $NGPU GPU(s)"
+  MPIRUN=$("${MENV[@]}" bash -c 'command -v orterun || command -v mpirun' 2>/dev/null)
+  if [ -n "$MPIRUN" ]; then
+    run_timed nccl_check "$(limit 60)" "$LOGS/nccl_check.txt" "${MENV[@]}" NCCL_DEBUG=WARN "$MPIRUN" --allow-run-as-root \
+      --oversubscribe -np "$NGPU" $BUILD/bench/gpu/nccl_check
+  else
+    run_timed nccl_check "$(limit 60)" "$LOGS/nccl_check.txt" "${MENV[@]}" NCCL_DEBUG=WARN $BUILD/bench/gpu/nccl_check
+  fi
+  rc=$?
+  [ "$rc" = 0 ] && note "f nccl_check" "ok ($NGPU rank(s))" || note "f nccl_check" "FAILED (exit $rc)"
+fi
 
 # ---- e report -------------------------------------------------------------------------------
 banner "e summary"
