@@ -27,8 +27,8 @@ packages=(
   libdnnl-dev libopenblas-openmp-dev libopenmpi-dev libfmt-dev nlohmann-json3-dev libcli11-dev
   libpcre2-dev libsentencepiece-dev libzstd-dev zlib1g-dev libbenchmark-dev libhwy-dev libicu-dev
   ocl-icd-opencl-dev opencl-c-headers opencl-clhpp-headers
-  # the libraries they link (the base system's libc, libstdc++, libgomp are assumed present)
-  libdnnl2 ocl-icd-libopencl1 libopenblas0-openmp libgfortran5 libquadmath0 libfmt9
+  # the libraries they link (the base system's libc and libstdc++ are assumed present)
+  libgomp1 libdnnl2 ocl-icd-libopencl1 libopenblas0-openmp libgfortran5 libquadmath0 libfmt9
   libpcre2-8-0 libpcre2-16-0 libpcre2-32-0 libpcre2-posix3 libsentencepiece0 libzstd1 zlib1g
   libbenchmark1debian libhwy1 libicu72 libudev1
   # Open MPI 4.1 and what its plugins load; openmpi-bin has orted/orterun (singleton start)

@@ -61,6 +61,7 @@ PY=${PYTHON:-python3}
 SUMMARY=()
 
 elapsed() { echo $(($(date +%s) - T0)); }
+failed() { echo "FAILED: the end of $(basename "$1"):"; tail -n 6 "$1"; }  # LOG of a failed run
 banner() { printf '\n===== [%4ss] %s\n' "$(elapsed)" "$*"; }
 note() { SUMMARY+=("$(printf '%-34s %s' "$1" "$2")"); }
 # limit WANT: the seconds a stage may take, or 0 when fewer than MIN remain in the budget
@@ -263,9 +264,11 @@ if [ $built = 1 ]; then
   # emulation runs the CPU's order but for the GEMMs (1e-5)
   tiny_secs=60 tol=1e-4
   [ $DRY = 1 ] && tiny_secs=300 tol=1e-5  # the emulation runs a step in seconds
-  run_timed "mtron tiny cpu" "$(limit 60)" "$LOGS/mtron_tiny_cpu.log" "${MENV[@]}" $MT train $TINY >/dev/null
+  run_timed "mtron tiny cpu" "$(limit 60)" "$LOGS/mtron_tiny_cpu.log" "${MENV[@]}" $MT train $TINY >/dev/null ||
+    failed "$LOGS/mtron_tiny_cpu.log"
   # MTRON_CUDA_SYNC=1: an asynchronous fault is reported against the kernel that caused it
-  run_timed "mtron tiny cuda" "$(limit $tiny_secs)" "$LOGS/mtron_tiny_cuda.log" "${MENV[@]}" MTRON_CUDA_SYNC=1 $MT_GPU train $TINY --device cuda >/dev/null
+  run_timed "mtron tiny cuda" "$(limit $tiny_secs)" "$LOGS/mtron_tiny_cuda.log" "${MENV[@]}" MTRON_CUDA_SYNC=1 $MT_GPU train $TINY --device cuda >/dev/null ||
+    failed "$LOGS/mtron_tiny_cuda.log"
   grep -m1 '(after [0-9]* iterations) memory' "$LOGS/mtron_tiny_cuda.log"
   paste <(grep -o 'lm loss: [0-9.E+-]*' "$LOGS/mtron_tiny_cpu.log" | awk '{print $3}') \
     <(grep -o 'lm loss: [0-9.E+-]*' "$LOGS/mtron_tiny_cuda.log" | awk '{print $3}') |
@@ -281,7 +284,8 @@ if [ $built = 1 ]; then
         >"$LOGS/mtron_$m.log" 2>&1 && TRAIN[mtron_$m]="flags ok" || TRAIN[mtron_$m]="BAD FLAGS"
       continue
     fi
-    run_timed "mtron $m" "$(limit $secs)" "$LOGS/mtron_$m.log" "${MENV[@]}" $MT_GPU train $flags $COMMON_M --train-iters 10 --device cuda >/dev/null
+    run_timed "mtron $m" "$(limit $secs)" "$LOGS/mtron_$m.log" "${MENV[@]}" $MT_GPU train $flags $COMMON_M --train-iters 10 --device cuda >/dev/null ||
+      failed "$LOGS/mtron_$m.log"
     TRAIN[mtron_$m]=$(last_rate "$LOGS/mtron_$m.log")
     grep -E 'iteration +(1|10)/' "$LOGS/mtron_$m.log"
     grep -m1 '(after [0-9]* iterations) memory' "$LOGS/mtron_$m.log"
@@ -294,7 +298,8 @@ if [ $built = 1 ]; then
     # above hold launch times. GPT-2, one micro-batch, 3 iterations (the last two profiled).
     run_timed "mtron gpt2 synced profile" "$(limit 60)" "$LOGS/mtron_gpt2_synced.log" "${MENV[@]}" MTRON_CUDA_SYNC=1 \
       $MT_GPU train ${GPT2_M/global-batch-size 64/global-batch-size 16} $COMMON_M --train-iters 3 --device cuda >/dev/null &&
-      note "d mtron gpt2 synced profile" "$(grep -m1 -o 'profile of iterations.*' "$LOGS/mtron_gpt2_synced.log")"
+      note "d mtron gpt2 synced profile" "$(grep -m1 -o 'profile of iterations.*' "$LOGS/mtron_gpt2_synced.log")" ||
+      failed "$LOGS/mtron_gpt2_synced.log"
   fi
 else
   note "d mtron training" "not run (no build)"
