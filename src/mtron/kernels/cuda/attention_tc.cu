@@ -11,18 +11,22 @@
 // accumulator layout: the scores of a 16 x 64 tile are 8 accumulator tiles of 16 x 8, and two
 // of them, rounded to bf16, are the A operand of the next product (FlashAttention-2's
 // register-resident P). A row's 4 lanes (lane = 4 group + tig) reduce its max and sum with two
-// shuffles. Each tile is read from global memory once, with 128-bit (fp32) or 64-bit (bf16) loads
-// where the head dim is a multiple of 4, and stored in shared memory as bf16, in rows ([row][dim],
-// stride padded by 8 so that a fragment load's 32 lanes fall on distinct banks) for an operand
-// whose reduction dim is the head dim, and transposed ([dim][row]) for one whose reduction dim
-// is the row (V in P V, K in dS K, Q and dO in the dK/dV products). Head dims are padded to 16
-// with zeros in shared memory; rows past the sequence are zeros and masked.
+// shuffles. Each tile is read from global memory once, 8 elements per load (128-bit for bf16,
+// two 128-bit loads for fp32) where the head dim is a multiple of 8, and stored in shared memory
+// as bf16 rows ([row][dim], stride padded by 8 so that the 8 rows an ldmatrix phase reads fall
+// on distinct banks). The mma fragments come from those rows by ldmatrix (common.cuh): plain
+// for an operand whose reduction dim is the head dim (Q, K in Q K^T), transposed for one whose
+// reduction dim is the row (V in P V, K in dS K, Q and dO in the dK/dV products), so no tile is
+// stored twice or transposed by scalar stores. Head dims are padded to 16 with zeros in shared
+// memory; rows past the sequence are zeros and masked.
 //
-// Forward: per block, one (batch, head, query tile); online softmax over the key tiles the mask
-// leaves visible; a warp whose rows see none of a tile skips its products.
+// Forward: per block, one (batch, head, query tile), the last query tiles (which see the most
+// keys under a causal mask) first; online softmax over the key tiles the mask leaves visible,
+// the mask applied only to the tiles it cuts; a warp whose rows see none of a tile skips its
+// products.
 // Backward, deterministic (no atomics), after attention.cu's delta kernel:
-//   dQ:    per block, one (batch, head, query tile): S = Q K^T, dP = dO V^T, dS = P (dP -
-//          delta), dQ += dS K over the visible key tiles;
+//   dQ:    per block, one (batch, head, query tile), the last first: S = Q K^T, dP = dO V^T,
+//          dS = P (dP - delta), dQ += dS K over the visible key tiles;
 //   dK/dV: per block, one (batch, group, key tile): S^T = K Q^T, dP^T = V dO^T over the group's
 //          heads and the query tiles that see the keys, dV += P^T dO, dK += dS^T Q.
 // The softmax scale is applied to dQ and dK at the end.
@@ -38,86 +42,84 @@ constexpr int kB = 64;  // queries and keys per tile
 constexpr int kWarps = 4;
 constexpr int kThreads = 32 * kWarps;  // a warp per 16 rows of the tile
 constexpr int kN = kB / 8;             // accumulator tiles across a row of scores
-constexpr int kLdT = kB + 8;           // row stride (bf16) of the transposed tiles [dim][kB]
 
-// Row stride (bf16) of a [kB][D] tile: D padded, + 8 (rows 4 banks apart).
+// Row stride (bf16) of a [kB][D] tile: D padded, + 8 (rows 4 banks apart; 16-byte rows).
 __host__ __device__ __forceinline__ int row_ld(int64_t D) {
   return padded_d(D) + 8;
 }
 
-__device__ __forceinline__ uint32_t ld32(const uint16_t* p) {
-  return *reinterpret_cast<const uint32_t*>(p);
-}
-
-// Elements c.. (4, those below D) of a row at p as bf16 bits, zeros past D; vec: one load of
-// all four (128-bit for fp32, 64-bit for bf16).
-__device__ __forceinline__ void load4(uint16_t (&x)[4], const float* p, int n, bool vec) {
+// Elements c.. (8, those below n) of a row at p as four registers of two bf16 each, zeros past
+// n; vec: all eight with 128-bit loads.
+__device__ __forceinline__ void load8(uint32_t (&w)[4], const float* p, int n, bool vec) {
+  float x[8];
   if (vec) {
-    const float4 f = *reinterpret_cast<const float4*>(p);
-    x[0] = f32_to_bf16_bits(f.x), x[1] = f32_to_bf16_bits(f.y);
-    x[2] = f32_to_bf16_bits(f.z), x[3] = f32_to_bf16_bits(f.w);
+    const float4 lo = *reinterpret_cast<const float4*>(p);
+    const float4 hi = *reinterpret_cast<const float4*>(p + 4);
+    x[0] = lo.x, x[1] = lo.y, x[2] = lo.z, x[3] = lo.w, x[4] = hi.x, x[5] = hi.y, x[6] = hi.z,
+    x[7] = hi.w;
+  } else {
+    for (int u = 0; u < 8; ++u) x[u] = u < n ? p[u] : 0.0f;
+  }
+  MT_UNROLL
+  for (int u = 0; u < 4; ++u)
+    w[u] = uint32_t(f32_to_bf16_bits(x[2 * u])) | uint32_t(f32_to_bf16_bits(x[2 * u + 1])) << 16;
+}
+__device__ __forceinline__ void load8(uint32_t (&w)[4], const uint16_t* p, int n, bool vec) {
+  if (vec) {
+    const uint4 v = *reinterpret_cast<const uint4*>(p);
+    w[0] = v.x, w[1] = v.y, w[2] = v.z, w[3] = v.w;
     return;
   }
-  for (int u = 0; u < 4; ++u) x[u] = u < n ? f32_to_bf16_bits(p[u]) : uint16_t(0);
-}
-__device__ __forceinline__ void load4(uint16_t (&x)[4], const uint16_t* p, int n, bool vec) {
-  if (vec) {
-    const uint2 w = *reinterpret_cast<const uint2*>(p);
-    x[0] = uint16_t(w.x), x[1] = uint16_t(w.x >> 16), x[2] = uint16_t(w.y),
-    x[3] = uint16_t(w.y >> 16);
-    return;
-  }
-  for (int u = 0; u < 4; ++u) x[u] = u < n ? p[u] : uint16_t(0);
+  for (int u = 0; u < 4; ++u)
+    w[u] = uint32_t(2 * u < n ? p[2 * u] : 0) | uint32_t(2 * u + 1 < n ? p[2 * u + 1] : 0) << 16;
 }
 
 // Rows first.. (kB of them) of a tensor of head dim D and element type T (float, or uint16_t:
-// bf16 bits), row t at src + row_offset(first + t), as bf16 into `rows` ([kB][row_ld(D)]) and/or
-// `cols` (its transpose, [padded_d(D)][kLdT]); either may be null. Columns past D and rows at or
-// past n_rows are zeros.
+// bf16 bits), row t at src + row_offset(first + t), as bf16 into `tile` ([kB][row_ld(D)]).
+// Columns past D and rows at or past n_rows are zeros.
 template <typename T, typename RowOffset>
-__device__ __forceinline__ void load_bf16(uint16_t* rows,
-                                          uint16_t* cols,
-                                          const T* src,
-                                          int64_t first,
-                                          int64_t n_rows,
-                                          int D,
-                                          RowOffset row_offset) {
-  const int Dp = padded_d(D), ld = Dp + 8, chunks = Dp / 4;
-  const bool vec = D % 4 == 0 && (reinterpret_cast<uintptr_t>(src) & (4 * sizeof(T) - 1)) == 0;
+__device__ __forceinline__ void load_tile(
+    uint16_t* tile, const T* src, int64_t first, int64_t n_rows, int D, RowOffset row_offset) {
+  const int Dp = padded_d(D), ld = Dp + 8, chunks = Dp / 8;
+  // every row starts a multiple of D elements from src (kernels/attention.h's layouts)
+  const bool vec = D % 8 == 0 && reinterpret_cast<uintptr_t>(src) % 16 == 0;
   for (int e = int(threadIdx.x); e < kB * chunks; e += kThreads) {
-    const int t = e / chunks, c = e % chunks * 4;
+    const int t = e / chunks, c = e % chunks * 8;
     const int64_t row = first + t;
-    uint16_t x[4] = {0, 0, 0, 0};
-    if (row < n_rows && c < D) load4(x, src + row_offset(row) + c, D - c, vec);
-    if (rows) {
-      auto* r = reinterpret_cast<uint32_t*>(rows + t * ld + c);
-      r[0] = uint32_t(x[0]) | uint32_t(x[1]) << 16;
-      r[1] = uint32_t(x[2]) | uint32_t(x[3]) << 16;
-    }
-    if (cols) {
-      MT_UNROLL
-      for (int u = 0; u < 4; ++u) cols[(c + u) * kLdT + t] = x[u];
-    }
+    uint32_t w[4] = {0, 0, 0, 0};
+    if (row < n_rows && c < D) load8(w, src + row_offset(row) + c, D - c, vec);
+    *reinterpret_cast<uint4*>(tile + t * ld + c) = make_uint4(w[0], w[1], w[2], w[3]);
   }
 }
 
-// The A fragment of rows r0.. and columns c0.. of a row-major bf16 tile of stride ld.
+// The A fragment of rows r0.. and columns k0.. of a row-major bf16 tile of stride ld.
 __device__ __forceinline__ void frag_a(
-    uint32_t (&a)[4], const uint16_t* T, int ld, int r0, int c0) {
+    uint32_t (&a)[4], const uint16_t* T, int ld, int r0, int k0) {
   const int lane = int(threadIdx.x % 32);
-  const uint16_t* p = T + (r0 + lane / 4) * ld + c0 + 2 * (lane % 4);
-  a[0] = ld32(p);
-  a[1] = ld32(p + 8 * ld);
-  a[2] = ld32(p + 8);
-  a[3] = ld32(p + 8 * ld + 8);
+  ldmatrix_x4(a, T + (r0 + (lane & 15)) * ld + k0 + 8 * (lane >> 4));
 }
-// The B fragment of B[k][n] = T[n0 + n][k0 + k]: the tile T holds B's columns as its rows.
-__device__ __forceinline__ void frag_b(
-    uint32_t (&b)[2], const uint16_t* T, int ld, int n0, int k0) {
+// The B fragments of accumulator tiles n0 / 8 and n0 / 8 + 1 (b[0..1] and b[2..3]) for
+// B[k][n] = T[n0 + n][k0 + k]: the tile T holds B's columns as its rows.
+__device__ __forceinline__ void frag_b2(
+    uint32_t (&b)[4], const uint16_t* T, int ld, int n0, int k0) {
   const int lane = int(threadIdx.x % 32);
-  const uint16_t* p = T + (n0 + lane / 4) * ld + k0 + 2 * (lane % 4);
-  b[0] = ld32(p);
-  b[1] = ld32(p + 8);
+  ldmatrix_x4(b, T + (n0 + (lane & 7) + 8 * (lane >> 4)) * ld + k0 + 8 * ((lane >> 3) & 1));
+}
+// The same for B[k][n] = T[k0 + k][n0 + n]: the tile T holds B's rows (transposed loads).
+__device__ __forceinline__ void frag_b2_trans(
+    uint32_t (&b)[4], const uint16_t* T, int ld, int k0, int n0) {
+  const int lane = int(threadIdx.x % 32);
+  ldmatrix_x4_trans(b, T + (k0 + (lane & 7) + 8 * ((lane >> 3) & 1)) * ld + n0 + 8 * (lane >> 4));
+}
+// acc[n] += a B and acc[n + 1] += a B' for the fragment pair of frag_b2.
+template <int kMaxN>
+__device__ __forceinline__ void mma_pair(float (&acc)[kMaxN][4],
+                                         int n,
+                                         const uint32_t (&a)[4],
+                                         const uint32_t (&b)[4]) {
+  const uint32_t b0[2] = {b[0], b[1]}, b1[2] = {b[2], b[3]};
+  mma_bf16_16816(acc[n], a, b0);
+  mma_bf16_16816(acc[n + 1], a, b1);
 }
 
 // acc = A[r0..r0+16][0..K] B^T with B^T = Bt[0..kB][0..K] (both row-major bf16 tiles): a warp's
@@ -130,22 +132,20 @@ __device__ __forceinline__ void row_products(
     uint32_t a[4];
     frag_a(a, A, lda, r0, k0);
     MT_UNROLL
-    for (int n = 0; n < kN; ++n) {
-      uint32_t b[2];
-      frag_b(b, Bt, ldb, 8 * n, k0);
-      mma_bf16_16816(acc[n], a, b);
+    for (int n = 0; n < kN; n += 2) {
+      uint32_t b[4];
+      frag_b2(b, Bt, ldb, 8 * n, k0);
+      mma_pair(acc, n, a, b);
     }
   }
 }
 
-// acc[n] += W B for the first n_tiles accumulator tiles, W the warp's 16 x kB tile of weights
-// (P or dS, in accumulator tiles, rounded to bf16 here) and B[k][n] = T[n][k], T a transposed
-// tile [dim][kLdT].
+// acc[n] += W B for the first n_tiles accumulator tiles (an even number), W the warp's 16 x kB
+// tile of weights (P or dS, in accumulator tiles, rounded to bf16 here) and B[k][n] = T[k][n],
+// T a row-major tile [kB][ld] (V, K, Q or dO).
 template <int kMaxN>
-__device__ __forceinline__ void weight_products(float (&acc)[kMaxN][4],
-                                                const float (&w)[kN][4],
-                                                const uint16_t* T,
-                                                int n_tiles) {
+__device__ __forceinline__ void weight_products(
+    float (&acc)[kMaxN][4], const float (&w)[kN][4], const uint16_t* T, int ld, int n_tiles) {
   MT_UNROLL
   for (int kc = 0; kc < kN / 2; ++kc) {
     const float(&lo)[4] = w[2 * kc];
@@ -153,11 +153,11 @@ __device__ __forceinline__ void weight_products(float (&acc)[kMaxN][4],
     const uint32_t a[4] = {pack_bf16x2(lo[0], lo[1]), pack_bf16x2(lo[2], lo[3]),
                            pack_bf16x2(hi[0], hi[1]), pack_bf16x2(hi[2], hi[3])};
     MT_UNROLL
-    for (int n = 0; n < kMaxN; ++n) {
+    for (int n = 0; n < kMaxN; n += 2) {
       if (n < n_tiles) {
-        uint32_t b[2];
-        frag_b(b, T, kLdT, 8 * n, 16 * kc);
-        mma_bf16_16816(acc[n], a, b);
+        uint32_t b[4];
+        frag_b2_trans(b, T, ld, 16 * kc, 8 * n);
+        mma_pair(acc, n, a, b);
       }
     }
   }
@@ -186,18 +186,18 @@ template <int kMaxD, typename T>
 __global__ void __launch_bounds__(kThreads) attention_forward_tc_kernel(
     T* out, float* lse, const T* q, const T* k, const T* v, AttnShape s, AttnMask mask) {
   MT_DYNAMIC_SMEM(smem_raw);
-  const int ldq = row_ld(s.D);
+  const int ldq = row_ld(s.D), ldv = row_ld(s.Dv);
   uint16_t* Qs = reinterpret_cast<uint16_t*>(smem_raw);  // [kB][ldq]
   uint16_t* Ks = Qs + kB * ldq;                          // [kB][ldq]
-  uint16_t* Vt = Ks + kB * ldq;                          // [padded_d(Dv)][kLdT]
+  uint16_t* Vs = Ks + kB * ldq;                          // [kB][ldv]
   const int warp = int(threadIdx.x / 32);
   const int64_t b = blockIdx.y / s.H, h = blockIdx.y % s.H, g = h / (s.H / s.G);
-  const int64_t i0 = int64_t(blockIdx.x) * kB, r0 = i0 + 16 * warp;
+  const int64_t i0 = int64_t(gridDim.x - 1 - blockIdx.x) * kB, r0 = i0 + 16 * warp;
   auto q_at = [&](int64_t row) { return s.q_at(row, b, h); };
   auto k_at = [&](int64_t row) { return s.kv_at(row, b, g, s.D); };
   auto v_at = [&](int64_t row) { return s.kv_at(row, b, g, s.Dv); };
 
-  load_bf16(Qs, nullptr, q, i0, s.Sq, int(s.D), q_at);
+  load_tile(Qs, q, i0, s.Sq, int(s.D), q_at);
   const int64_t kv_end = key_end(s, mask, i0 + kB < s.Sq ? i0 + kB : s.Sq);
   const int64_t warp_end = key_end(s, mask, r0 + 16 < s.Sq ? r0 + 16 : s.Sq);
 
@@ -205,19 +205,22 @@ __global__ void __launch_bounds__(kThreads) attention_forward_tc_kernel(
   float o[kMaxD / 8][4] = {};
   for (int64_t j0 = 0; j0 < kv_end; j0 += kB) {
     __syncthreads();  // the previous K and V are no longer read (and Q is loaded)
-    load_bf16(Ks, nullptr, k, j0, s.Sk, int(s.D), k_at);
-    load_bf16(nullptr, Vt, v, j0, s.Sk, int(s.Dv), v_at);
+    load_tile(Ks, k, j0, s.Sk, int(s.D), k_at);
+    load_tile(Vs, v, j0, s.Sk, int(s.Dv), v_at);
     __syncthreads();
     if (j0 >= warp_end) continue;  // none of this warp's rows sees a key of the tile
     float sc[kN][4];
     row_products(sc, Qs, ldq, 16 * warp, Ks, ldq, padded_d(s.D));
+    // whether the mask cuts this tile for this warp's rows (keys past Sk, or past the first
+    // row's causal limit)
+    const bool cut = j0 + kB > s.Sk || (mask.causal && j0 + kB - 1 > r0 + mask.offset);
     float mx[2] = {kNegInf, kNegInf};
     MT_UNROLL
     for (int n = 0; n < kN; ++n) MT_UNROLL
     for (int e = 0; e < 4; ++e) {
       const int64_t i = r0 + acc_row(e), j = j0 + acc_col(n, e);
       float& x = sc[n][e];
-      x = (j < s.Sk && visible(mask, i, j)) ? x * s.scale : kNegInf;
+      x = (!cut || (j < s.Sk && visible(mask, i, j))) ? x * s.scale : kNegInf;
       mx[e >> 1] = fmaxf(mx[e >> 1], x);
     }
     float alpha[2];
@@ -238,7 +241,7 @@ __global__ void __launch_bounds__(kThreads) attention_forward_tc_kernel(
     MT_UNROLL
     for (int n = 0; n < kMaxD / 8; ++n) MT_UNROLL
     for (int e = 0; e < 4; ++e) o[n][e] *= alpha[e >> 1];
-    weight_products(o, sc, Vt, padded_d(s.Dv) / 8);
+    weight_products(o, sc, Vs, ldv, padded_d(s.Dv) / 8);
   }
 
   l[0] = quad_sum(l[0]);
@@ -266,14 +269,12 @@ __global__ void __launch_bounds__(kThreads)
   uint16_t* dOs = Qs + kB * ldq;                         // [kB][ldv]
   uint16_t* Ks = dOs + kB * ldv;                         // [kB][ldq]
   uint16_t* Vs = Ks + kB * ldq;                          // [kB][ldv]
-  uint16_t* Kt = Vs + kB * ldv;                          // [padded_d(D)][kLdT]
   const int warp = int(threadIdx.x / 32);
   const int64_t b = blockIdx.y / s.H, h = blockIdx.y % s.H, g = h / (s.H / s.G);
-  const int64_t i0 = int64_t(blockIdx.x) * kB, r0 = i0 + 16 * warp;
+  const int64_t i0 = int64_t(gridDim.x - 1 - blockIdx.x) * kB, r0 = i0 + 16 * warp;
 
-  load_bf16(Qs, nullptr, t.q, i0, s.Sq, int(s.D), [&](int64_t row) { return s.q_at(row, b, h); });
-  load_bf16(dOs, nullptr, t.dout, i0, s.Sq, int(s.Dv),
-            [&](int64_t row) { return s.o_at(row, b, h); });
+  load_tile(Qs, t.q, i0, s.Sq, int(s.D), [&](int64_t row) { return s.q_at(row, b, h); });
+  load_tile(dOs, t.dout, i0, s.Sq, int(s.Dv), [&](int64_t row) { return s.o_at(row, b, h); });
   float l[2], dlt[2];
   MT_UNROLL
   for (int r = 0; r < 2; ++r) {
@@ -287,10 +288,8 @@ __global__ void __launch_bounds__(kThreads)
   float dq[kMaxD / 8][4] = {};
   for (int64_t j0 = 0; j0 < kv_end; j0 += kB) {
     __syncthreads();  // the previous K and V are no longer read (and Q, dO are loaded)
-    load_bf16(Ks, Kt, t.k, j0, s.Sk, int(s.D),
-              [&](int64_t row) { return s.kv_at(row, b, g, s.D); });
-    load_bf16(Vs, nullptr, t.v, j0, s.Sk, int(s.Dv),
-              [&](int64_t row) { return s.kv_at(row, b, g, s.Dv); });
+    load_tile(Ks, t.k, j0, s.Sk, int(s.D), [&](int64_t row) { return s.kv_at(row, b, g, s.D); });
+    load_tile(Vs, t.v, j0, s.Sk, int(s.Dv), [&](int64_t row) { return s.kv_at(row, b, g, s.Dv); });
     __syncthreads();
     if (j0 >= warp_end) continue;
     float sc[kN][4], dp[kN][4];
@@ -303,7 +302,7 @@ __global__ void __launch_bounds__(kThreads)
       const float p = prob(s, mask, i, j, sc[n][e], l[e >> 1]);
       sc[n][e] = p * (dp[n][e] - dlt[e >> 1]);  // dS
     }
-    weight_products(dq, sc, Kt, padded_d(s.D) / 8);
+    weight_products(dq, sc, Ks, ldq, padded_d(s.D) / 8);
   }
 
   for_acc(dq, int(s.D), [&](int rr, int c, float x) {
@@ -317,23 +316,19 @@ __global__ void __launch_bounds__(kThreads)
     attention_dkdv_tc_kernel(BwdTensors<T> t, AttnShape s, AttnMask mask) {
   MT_DYNAMIC_SMEM(smem_raw);
   const int ldq = row_ld(s.D), ldv = row_ld(s.Dv), Dp = padded_d(s.D), Dvp = padded_d(s.Dv);
-  uint16_t* Ks = reinterpret_cast<uint16_t*>(smem_raw);       // [kB][ldq]
-  uint16_t* Vs = Ks + kB * ldq;                               // [kB][ldv]
-  uint16_t* Qs = Vs + kB * ldv;                               // [kB][ldq]
-  uint16_t* dOs = Qs + kB * ldq;                              // [kB][ldv]
-  uint16_t* Qt = dOs + kB * ldv;                              // [Dp][kLdT]
-  uint16_t* dOt = Qt + Dp * kLdT;                             // [Dvp][kLdT]
-  float* lse_s = reinterpret_cast<float*>(dOt + Dvp * kLdT);  // [kB]
-  float* delta_s = lse_s + kB;                                // [kB]
+  uint16_t* Ks = reinterpret_cast<uint16_t*>(smem_raw);     // [kB][ldq]
+  uint16_t* Vs = Ks + kB * ldq;                             // [kB][ldv]
+  uint16_t* Qs = Vs + kB * ldv;                             // [kB][ldq]
+  uint16_t* dOs = Qs + kB * ldq;                            // [kB][ldv]
+  float* lse_s = reinterpret_cast<float*>(dOs + kB * ldv);  // [kB]
+  float* delta_s = lse_s + kB;                              // [kB]
   const int warp = int(threadIdx.x / 32);
   const int64_t hpg = s.H / s.G;
   const int64_t b = blockIdx.y / s.G, g = blockIdx.y % s.G;
   const int64_t j0 = int64_t(blockIdx.x) * kB, r0 = j0 + 16 * warp;
 
-  load_bf16(Ks, nullptr, t.k, j0, s.Sk, int(s.D),
-            [&](int64_t row) { return s.kv_at(row, b, g, s.D); });
-  load_bf16(Vs, nullptr, t.v, j0, s.Sk, int(s.Dv),
-            [&](int64_t row) { return s.kv_at(row, b, g, s.Dv); });
+  load_tile(Ks, t.k, j0, s.Sk, int(s.D), [&](int64_t row) { return s.kv_at(row, b, g, s.D); });
+  load_tile(Vs, t.v, j0, s.Sk, int(s.Dv), [&](int64_t row) { return s.kv_at(row, b, g, s.Dv); });
 
   float dk[kMaxD / 8][4] = {}, dv[kMaxD / 8][4] = {};
   // Queries that can see key j0 or later: i + offset >= j0.
@@ -344,9 +339,8 @@ __global__ void __launch_bounds__(kThreads)
     const int64_t h = g * hpg + hh;
     for (int64_t i0 = i_begin; i0 < s.Sq; i0 += kB) {
       __syncthreads();  // the previous tiles are no longer read (and K, V are loaded)
-      load_bf16(Qs, Qt, t.q, i0, s.Sq, int(s.D), [&](int64_t row) { return s.q_at(row, b, h); });
-      load_bf16(dOs, dOt, t.dout, i0, s.Sq, int(s.Dv),
-                [&](int64_t row) { return s.o_at(row, b, h); });
+      load_tile(Qs, t.q, i0, s.Sq, int(s.D), [&](int64_t row) { return s.q_at(row, b, h); });
+      load_tile(dOs, t.dout, i0, s.Sq, int(s.Dv), [&](int64_t row) { return s.o_at(row, b, h); });
       if (threadIdx.x < kB) {
         const int64_t i = i0 + threadIdx.x;
         lse_s[threadIdx.x] = i < s.Sq ? t.lse[stat_at(s, b, h, i)] : kNegInf;
@@ -366,8 +360,8 @@ __global__ void __launch_bounds__(kThreads)
         st[n][e] = p;
         dpt[n][e] = p * (dpt[n][e] - delta_s[ii]);  // dS^T
       }
-      weight_products(dv, st, dOt, Dvp / 8);
-      weight_products(dk, dpt, Qt, Dp / 8);
+      weight_products(dv, st, dOs, ldv, Dvp / 8);
+      weight_products(dk, dpt, Qs, ldq, Dp / 8);
     }
   }
 
@@ -383,20 +377,17 @@ __global__ void __launch_bounds__(kThreads)
 
 // Dynamic shared memory of each kernel, in bytes (the layouts above).
 size_t forward_smem(const AttnShape& s) {
-  return 2 * size_t(2 * kB * row_ld(s.D) + padded_d(s.Dv) * kLdT);
+  return 2 * size_t(kB * (2 * row_ld(s.D) + row_ld(s.Dv)));
 }
 size_t dq_smem(const AttnShape& s) {
-  return 2 * size_t(2 * kB * row_ld(s.D) + 2 * kB * row_ld(s.Dv) + padded_d(s.D) * kLdT);
+  return 2 * size_t(2 * kB * (row_ld(s.D) + row_ld(s.Dv)));
 }
 size_t dkdv_smem(const AttnShape& s) {
-  return 2 * size_t(2 * kB * row_ld(s.D) + 2 * kB * row_ld(s.Dv) +
-                    (padded_d(s.D) + padded_d(s.Dv)) * kLdT) +
-         sizeof(float) * 2 * kB;
+  return dq_smem(s) + sizeof(float) * 2 * kB;
 }
 
 // Whether the device gives a block `bytes` of shared memory (opted in): an H100/H200 227 KiB,
-// an A100 163 KiB, which the head dim 256 backward (168 KiB for dQ, 204.5 KiB for dK/dV)
-// exceeds.
+// an A100 163 KiB; the largest block, the head dim 256 dK/dV kernel's, takes 132.5 KiB.
 bool fits(size_t bytes) {
 #ifdef MTRON_CUDA_SIM
   (void)bytes;

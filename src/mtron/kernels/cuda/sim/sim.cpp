@@ -301,4 +301,24 @@ void mma_bf16_16816(float c[4], const uint32_t a[4], const uint32_t b[2]) {
   sync_warp();
 }
 
+// ldmatrix: lane l's address is row l % 8 of matrix l / 8. Without trans lane t gets row t / 4
+// of each matrix, columns 2 (t % 4) + {0, 1}; with trans column t / 4, rows 2 (t % 4) + {0, 1}.
+void ldmatrix_x4(uint32_t r[4], const uint16_t* row, bool trans) {
+  Block& b = block();
+  const int tid = b.current, lane = tid % 32;
+  b.exchange[size_t(tid)] = to_bits(row);
+  sync_warp();
+  const uint16_t* rows[32];
+  for (int l = 0; l < 32; ++l)
+    rows[l] = reinterpret_cast<const uint16_t*>(b.exchange[size_t(tid - lane + l)]);
+  for (int m = 0; m < 4; ++m) {
+    const uint16_t* lo =
+        trans ? rows[8 * m + 2 * (lane % 4)] : rows[8 * m + lane / 4] + 2 * (lane % 4);
+    const uint16_t* hi = trans ? rows[8 * m + 2 * (lane % 4) + 1] : lo + 1;
+    const int c = trans ? lane / 4 : 0;
+    r[m] = uint32_t(lo[c]) | uint32_t(hi[c]) << 16;
+  }
+  sync_warp();
+}
+
 }  // namespace mtron::sim

@@ -1,7 +1,7 @@
 // defines: the CUDA dialect subset the kernels of kernels/cuda use, emulated on the CPU
 //          (dim3, threadIdx/blockIdx/blockDim/gridDim, __syncthreads, __shfl_xor_sync, the
-//          tensor cores' bf16 mma.sync, the qualifiers, the math functions), and sim::launch,
-//          which runs a grid block by block.
+//          tensor cores' bf16 mma.sync and ldmatrix, the qualifiers, the math functions), and
+//          sim::launch, which runs a grid block by block.
 //
 // Why: this machine and CI have no GPU, but the kernels' logic (indexing, masking, reductions,
 // barriers) can still be checked against the CPU kernels. Compiled with -DMTRON_CUDA_SIM, the
@@ -47,6 +47,12 @@ struct alignas(16) float4 {
 struct alignas(8) uint2 {
   unsigned x, y;
 };
+struct alignas(16) uint4 {
+  unsigned x, y, z, w;
+};
+inline uint4 make_uint4(unsigned x, unsigned y, unsigned z, unsigned w) {
+  return {x, y, z, w};
+}
 
 extern thread_local uint3 threadIdx;
 extern thread_local uint3 blockIdx;
@@ -111,6 +117,9 @@ uint64_t warp_exchange(uint64_t v, int src_lane);
 // The warp-wide mma.sync.m16n8k16.row.col.f32.bf16.bf16.f32 (c += A B) with this lane's
 // fragment registers (the PTX ISA's layout, sim.cpp); products summed in fp32 in k order.
 void mma_bf16_16816(float c[4], const uint32_t a[4], const uint32_t b[2]);
+// The warp-wide ldmatrix.sync.aligned.m8n8.x4[.trans].shared.b16 with this lane's row address
+// (common.cuh ldmatrix_x4): the addresses go through the warp's exchange buffer.
+void ldmatrix_x4(uint32_t r[4], const uint16_t* row, bool trans);
 
 template <typename T>
 uint64_t to_bits(T v) {
@@ -158,4 +167,9 @@ inline unsigned __float_as_uint(float f) {
 }
 inline float rsqrtf(float x) {
   return 1.0f / std::sqrt(x);
+}
+// a product rounded to fp32, never fused into a following addition
+inline float __fmul_rn(float a, float b) {
+  volatile float p = a * b;
+  return p;
 }
