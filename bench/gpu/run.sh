@@ -15,7 +15,8 @@
 #                 build/cuda-gpu, sm_90 only; with .gpudeps/ present, against those packages
 #                 unpacked into /tmp (deps-env.sh)
 #   b check       op_check --small: every CUDA op against the reference kernels on small shapes
-#                 (fp32 rel <= 1e-5, bf16 <= 1e-2, MTRON_CUDA_SYNC=1; head dims up to 256)
+#                 (fp32 rel <= 1e-5, bf16 <= 1e-2, MTRON_CUDA_SYNC=1; head dims up to 256); the
+#                 FP8 GEMM cases again with cuBLASLt's log
 #   d train       mtron train --device cuda: 10 steps of a tiny model (fp32) on the CPU and on the
 #                 GPU (MTRON_CUDA_SYNC=1), losses compared (rel <= 1e-4: cuBLAS sums in its own
 #                 order; 1e-5 on the emulation); then GPT-2 124M (64 x 1024 tokens per step)
@@ -26,8 +27,8 @@
 #                 % of 989.4); torch_ops.py: cuBLAS GEMMs and flash SDPA at the same shapes
 #   d torch       PyTorch eager and torch.compile on the same models (torch_gpt.py), after
 #                 mtron's runs so that a slow compile drops them rather than mtron's figures
-#   f checks      op_check at GPU sizes (its reference runs on one CPU core), op_check --small
-#                 under compute-sanitizer's memcheck, nccl_check: the NCCL Comm on the GPUs
+#   f checks      op_check --small under compute-sanitizer's memcheck, nccl_check: the NCCL Comm
+#                 on the GPUs, op_check at GPU sizes (its reference runs on one CPU core)
 #   e report      a summary table; the entry for bench/gpu/RESULTS.md is written to
 #                 $OUT/RESULTS.md (the device machine's copy of the repository is discarded:
 #                 append that file's last entry to bench/gpu/RESULTS.md here)
@@ -233,6 +234,11 @@ if [ $built = 1 ]; then
     op_check_stage op_check "$(limit 300)"
   else
     op_check_stage op_check_small "$(limit 120)" --small
+    # cuBLASLt's own account of any FP8 GEMM it refuses (mtron then runs them as bf16 GEMMs)
+    run_timed fp8_log "$(limit 30)" "$LOGS/fp8_cublaslt.txt" "${MENV[@]}" CUBLASLT_LOG_LEVEL=2 \
+      "${OP_CHECK[@]}" --small --filter gemm.fp8 >/dev/null
+    grep -m3 -E 'Error|error' "$LOGS/fp8_cublaslt.txt"
+    note "b FP8 GEMM (cuBLASLt log)" "$(grep -m1 -E 'Error|error' "$LOGS/fp8_cublaslt.txt" | cut -c1-160)"
   fi
 else
   note "b op_check" "not run (no build)"
@@ -339,15 +345,12 @@ torch_run compile_1.3b 180 $BIG_T --compile
 
 # ---- f checks that the budget may drop ------------------------------------------------------
 if [ $built = 1 ] && [ $DRY = 0 ]; then
-  banner "f op_check at GPU sizes"
-  op_check_stage op_check "$(limit 240 60)"
-
   banner "f compute-sanitizer: op_check --small under memcheck"
   SANITIZER=$(command -v compute-sanitizer || ls "$(dirname "$NVCC")/compute-sanitizer" 2>/dev/null)
   if [ -z "$SANITIZER" ]; then
     note "f compute-sanitizer" "not run: no compute-sanitizer beside nvcc"
   else
-    run_timed sanitizer "$(limit 150)" "$LOGS/sanitizer.txt" "${MENV[@]}" "$SANITIZER" --tool memcheck \
+    run_timed sanitizer "$(limit 90)" "$LOGS/sanitizer.txt" "${MENV[@]}" "$SANITIZER" --tool memcheck \
       --error-exitcode 3 --print-limit 20 "${OP_CHECK[0]}" --small >/dev/null
     rc=$?
     grep -m1 'ERROR SUMMARY' "$LOGS/sanitizer.txt"
@@ -365,6 +368,9 @@ if [ $built = 1 ] && [ $DRY = 0 ]; then
   fi
   rc=$?
   [ "$rc" = 0 ] && note "f nccl_check" "ok ($NGPU rank(s))" || note "f nccl_check" "FAILED (exit $rc)"
+
+  banner "f op_check at GPU sizes"
+  op_check_stage op_check "$(limit 240 40)"
 fi
 
 # ---- e report -------------------------------------------------------------------------------

@@ -8,9 +8,10 @@
 // fp8_quantize: dst[i] = fp8(src[i] * scale), the product rounded to fp32 first and then to the
 //                format's nearest value, ties to even (subnormals kept); finite values beyond the
 //                format's largest and infinities saturate to +-fp8_max (TE's saturating cast);
-//                NaN stays NaN. amax (one float on ctx's device; skipped when null):
-//                *amax = max(*amax, max_i |src[i]|) of the unscaled input, NaN elements ignored
-//                (fmaxf), so one amax accumulates over several calls.
+//                NaN becomes the quiet NaN (0x7fc00000: the same bits on every device). amax (one
+//                float on ctx's device; skipped when null): *amax = max(*amax, max_i |src[i]|) of
+//                the unscaled input, NaN elements ignored (fmaxf), so one amax accumulates over
+//                several calls.
 // abs_max:       the amax update alone.
 // fp8_encode / fp8_decode: an exact value of the format and its byte (sign, exponent with bias 7
 //                (E4M3) or 15 (E5M2), mantissa), for the FP8 GEMMs of devices that take bytes

@@ -46,7 +46,9 @@ struct RopeFreq {
   float ramp_low = 0.0f, ramp_high = 0.0f;
   float mscale = 1.0f;
   MT_HOST_DEVICE float inv_freq(int64_t i, int64_t R) const {
-    const float p = powf(base, float(2 * i) / float(R));
+    // base^e as a double power rounded once to fp32, the same value on every backend (CUDA's
+    // powf may be 2 ulp off glibc's; far positions' angles turn that into visible differences)
+    const float p = float(pow(double(base), double(float(2 * i) / float(R))));
     if (yarn_factor == 1.0f) return 1.0f / p;
     const float high = ramp_high == ramp_low ? ramp_high + 0.001f : ramp_high;
     const float ramp = fminf(fmaxf((float(i) - ramp_low) / (high - ramp_low), 0.0f), 1.0f);

@@ -10,6 +10,7 @@
 // clang-format on
 
 #include <algorithm>
+#include <limits>
 #include <vector>
 
 #include "mtron/kernels/cpu/cpu_ops.h"
@@ -22,7 +23,8 @@ namespace {
 // The format as compile-time constants: M mantissa bits, smallest normal exponent EMIN.
 template <int M, int EMIN>
 struct Grid {
-  // y rounded to the grid, ties to even; |y| >= max (infinities too) saturates; NaN stays.
+  // y rounded to the grid, ties to even; |y| >= max (infinities too) saturates; NaN becomes the
+  // quiet NaN (the product's NaN bits differ between CPUs and GPUs).
   static VF round(DF d, VF y, float max) {
     const hn::RebindToUnsigned<DF> du;
     const VF a = hn::Abs(y);
@@ -42,7 +44,7 @@ struct Grid {
     VF q = hn::IfThenElse(hn::Lt(a, min_normal), sub, normal);
     q = hn::IfThenElse(hn::Ge(a, hn::Set(d, max)), hn::Set(d, max), q);
     q = hn::CopySignToAbs(q, y);
-    return hn::IfThenElse(hn::IsNaN(y), y, q);
+    return hn::IfThenElse(hn::IsNaN(y), hn::Set(d, std::numeric_limits<float>::quiet_NaN()), q);
   }
 };
 

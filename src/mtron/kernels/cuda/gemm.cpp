@@ -23,6 +23,7 @@
 #include <unordered_map>
 
 #include "mtron/core/error.h"
+#include "mtron/core/log.h"
 #include "mtron/kernels/cuda/cuda_ops.h"
 #include "mtron/kernels/cuda/gemm_layout.h"
 #include "mtron/kernels/cuda/runtime.h"
@@ -161,7 +162,18 @@ std::unique_ptr<Plan> make_plan(cublasLtHandle_t handle,
     st = cublasLtMatmulAlgoGetHeuristic(handle, p->desc, p->a, p->b, p->c, p->c, pref, 1, &result,
                                         &found);
   cublasLtMatmulPreferenceDestroy(pref);
-  if (key.bias && (st != CUBLAS_STATUS_SUCCESS || found == 0)) {  // run() falls back
+  const bool fp8 = key.type_a == CUDA_R_8F_E4M3 || key.type_a == CUDA_R_8F_E5M2;
+  if ((key.bias || fp8) && (st != CUBLAS_STATUS_SUCCESS || found == 0)) {  // the caller falls back
+    if (fp8) {
+      static std::once_flag once;
+      std::call_once(once, [&] {
+        log_warn(
+            "cuBLASLt has no FP8 GEMM for m={} n={} k={} ({}): FP8 GEMMs run as bf16 GEMMs of the "
+            "same FP8 values (the same products, at bf16 speed); CUBLASLT_LOG_LEVEL=2 says why",
+            g.m, g.n, g.k,
+            st == CUBLAS_STATUS_SUCCESS ? "no algorithm" : cublasLtGetStatusName(st));
+      });
+    }
     p->usable = false;
     return p;
   }
@@ -258,6 +270,7 @@ bool run(const Ctx& ctx,
   MT_CUBLAS_CHECK(cublasLtMatmul(r.handle, r.plan->desc, &alpha, g.a, r.plan->a, g.b, r.plan->b,
                                  &beta, Cin ? Cin : C, r.plan->c, C, r.plan->c, &r.plan->algo,
                                  r.workspace, kWorkspaceBytes, stream));
+  check_launch("cublasLtMatmul", stream);  // with MTRON_CUDA_SYNC=1 it waits, as kernels do
   return true;
 }
 
@@ -340,7 +353,7 @@ void gemm_bias(const Ctx& ctx, MT_PARAMS(gemm_bias_to_bf16)) {
   cuda::convert(ctx, C, c.as<float>(), M * N);
 }
 
-void gemm_fp8_packed(const Ctx& ctx,
+bool gemm_fp8_packed(const Ctx& ctx,
                      int64_t M,
                      int64_t N,
                      int64_t K,
@@ -352,8 +365,8 @@ void gemm_fp8_packed(const Ctx& ctx,
                      float beta,
                      float* C,
                      int64_t ldc) {
-  run(ctx, fp8_type(fa), fp8_type(fb), CUDA_R_32F, Trans::kN, Trans::kT, M, N, K, alpha, a, K, b, K,
-      beta, C, ldc);
+  return run(ctx, fp8_type(fa), fp8_type(fb), CUDA_R_32F, Trans::kN, Trans::kT, M, N, K, alpha, a,
+             K, b, K, beta, C, ldc);
 }
 
 }  // namespace mtron::kernels::cuda

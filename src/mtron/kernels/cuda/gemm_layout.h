@@ -69,8 +69,8 @@ inline ColMajorGemm to_col_major(Trans ta,
 // a[M][K] of format fa, b[N][K] of fb, K a multiple of 16 (gemm_fp8 packs them). In cuBLASLt's
 // column-major terms the first operand is b, transposed, and the second a, not: "TN", the one
 // form its FP8 GEMMs take. gemm.cpp runs it on cuBLASLt, the emulation (sim/gemm_sim.cpp) with
-// loops that check that form.
-void gemm_fp8_packed(const Ctx& ctx,
+// loops that check that form. False, with nothing run, where cuBLASLt has no FP8 algorithm for it.
+bool gemm_fp8_packed(const Ctx& ctx,
                      int64_t M,
                      int64_t N,
                      int64_t K,

@@ -83,7 +83,7 @@ __global__ void norm_backward_kernel(MT_PARAMS(layernorm_backward)) {
     float sd = 0, sdn = 0;
     for (int64_t c = threadIdx.x; c < C; c += blockDim.x) {
       const float g = dy[c];
-      const float dn = g * weight[c];
+      const float dn = __fmul_rn(g, weight[c]);  // rounded, as the second pass's
       if constexpr (kLayer) {
         const float n = (x[c] - mu) * rs;
         sd += dn;
@@ -102,11 +102,11 @@ __global__ void norm_backward_kernel(MT_PARAMS(layernorm_backward)) {
     for (int64_t c = threadIdx.x; c < C; c += blockDim.x) {
       if constexpr (kLayer) {
         const float n = (x[c] - mu) * rs;
-        const float dn = dy[c] * weight[c];
+        const float dn = __fmul_rn(dy[c], weight[c]);  // not fused into the subtraction
         dx[c] = fmaf(rs, dn - mdn - n * mdnn, dx[c]);
       } else {
         const float n = x[c] * rs;
-        dx[c] = fmaf(rs, dy[c] * weight[c] - n * mdnn, dx[c]);
+        dx[c] = fmaf(rs, __fmul_rn(dy[c], weight[c]) - n * mdnn, dx[c]);
       }
     }
   }

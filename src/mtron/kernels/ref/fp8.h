@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <type_traits>
 
 #include "mtron/kernels/fp8.h"
@@ -15,12 +16,12 @@
 namespace mtron::kernels::ref {
 
 // y on the grid of `format`: 1 + M mantissa bits in the normal range, the quantum
-// 2^(emin - M) below it, ties to even; |y| >= fp8_max saturates; NaN stays NaN.
+// 2^(emin - M) below it, ties to even; |y| >= fp8_max saturates; NaN becomes the quiet NaN.
 inline float fp8_round(float y, Fp8Format format) {
   const int M = format == Fp8Format::kE4M3 ? 3 : 2;
   const int emin = format == Fp8Format::kE4M3 ? -6 : -14;
   const float max = fp8_max(format);
-  if (std::isnan(y)) return y;
+  if (std::isnan(y)) return std::numeric_limits<float>::quiet_NaN();
   if (std::fabs(y) >= max) return std::copysign(max, y);
   if (y == 0) return y;
   int e;

@@ -139,7 +139,7 @@ void gemm_bias(const Ctx&, MT_PARAMS(gemm_bias_to_bf16)) {
   for (int64_t i = 0; i < M * N; ++i) C[i] = float_to_bf16(c[size_t(i)]);
 }
 
-void gemm_fp8_packed(const Ctx&,
+bool gemm_fp8_packed(const Ctx&,
                      int64_t M,
                      int64_t N,
                      int64_t K,
@@ -161,6 +161,7 @@ void gemm_fp8_packed(const Ctx&,
   run_col_major(
       g, [&](int64_t i) { return fp8_decode(ga[i], fb); },
       [&](int64_t i) { return fp8_decode(gb[i], fa); }, alpha, beta, nullptr, C);
+  return true;
 }
 
 }  // namespace mtron::kernels::cuda
