@@ -53,7 +53,10 @@ struct RopeFreq {
     const float high = ramp_high == ramp_low ? ramp_high + 0.001f : ramp_high;
     const float ramp = fminf(fmaxf((float(i) - ramp_low) / (high - ramp_low), 0.0f), 1.0f);
     const float m = 1.0f - ramp;
-    return 1.0f / (yarn_factor * p) * (1.0f - m) + 1.0f / p * m;
+    // the blend's products are exact in double and its sum rounded once, so no backend's
+    // contraction into a fused multiply-add changes it
+    return float(double(1.0f / (yarn_factor * p)) * double(1.0f - m) +
+                 double(1.0f / p) * double(m));
   }
 };
 

@@ -76,19 +76,32 @@ __device__ __forceinline__ void load8(uint32_t (&w)[4], const uint16_t* p, int n
 
 // Rows first.. (kB of them) of a tensor of head dim D and element type T (float, or uint16_t:
 // bf16 bits), row t at src + row_offset(first + t), as bf16 into `tile` ([kB][row_ld(D)]).
-// Columns past D and rows at or past n_rows are zeros.
+// Columns past D and rows at or past n_rows are zeros. Each thread issues kBatch loads before
+// it stores any, so a tile costs one memory latency per kBatch of its loads, not one per load
+// (a load followed by its store waits for the load).
 template <typename T, typename RowOffset>
 __device__ __forceinline__ void load_tile(
     uint16_t* tile, const T* src, int64_t first, int64_t n_rows, int D, RowOffset row_offset) {
-  const int Dp = padded_d(D), ld = Dp + 8, chunks = Dp / 8;
+  constexpr int kBatch = 4;
+  const int Dp = padded_d(D), ld = Dp + 8, chunks = Dp / 8, total = kB * chunks;
   // every row starts a multiple of D elements from src (kernels/attention.h's layouts)
   const bool vec = D % 8 == 0 && reinterpret_cast<uintptr_t>(src) % 16 == 0;
-  for (int e = int(threadIdx.x); e < kB * chunks; e += kThreads) {
-    const int t = e / chunks, c = e % chunks * 8;
-    const int64_t row = first + t;
-    uint32_t w[4] = {0, 0, 0, 0};
-    if (row < n_rows && c < D) load8(w, src + row_offset(row) + c, D - c, vec);
-    *reinterpret_cast<uint4*>(tile + t * ld + c) = make_uint4(w[0], w[1], w[2], w[3]);
+  for (int e0 = int(threadIdx.x); e0 < total; e0 += kBatch * kThreads) {
+    uint32_t w[kBatch][4];
+    MT_UNROLL
+    for (int u = 0; u < kBatch; ++u) {
+      const int e = e0 + u * kThreads, t = e / chunks, c = e % chunks * 8;
+      w[u][0] = w[u][1] = w[u][2] = w[u][3] = 0;
+      if (e < total && first + t < n_rows && c < D)
+        load8(w[u], src + row_offset(first + t) + c, D - c, vec);
+    }
+    MT_UNROLL
+    for (int u = 0; u < kBatch; ++u) {
+      const int e = e0 + u * kThreads, t = e / chunks, c = e % chunks * 8;
+      if (e < total)
+        *reinterpret_cast<uint4*>(tile + t * ld + c) =
+            make_uint4(w[u][0], w[u][1], w[u][2], w[u][3]);
+    }
   }
 }
 

@@ -168,8 +168,9 @@ std::unique_ptr<Plan> make_plan(cublasLtHandle_t handle,
       static std::once_flag once;
       std::call_once(once, [&] {
         log_warn(
-            "cuBLASLt has no FP8 GEMM for m={} n={} k={} ({}): FP8 GEMMs run as bf16 GEMMs of the "
-            "same FP8 values (the same products, at bf16 speed); CUBLASLT_LOG_LEVEL=2 says why",
+            "cuBLASLt has no FP8 GEMM for m={} n={} k={} ({}; its FP8 kernels need 16-byte "
+            "aligned dimensions): such FP8 GEMMs run as bf16 GEMMs of the same FP8 values (the "
+            "same products, at bf16 speed)",
             g.m, g.n, g.k,
             st == CUBLAS_STATUS_SUCCESS ? "no algorithm" : cublasLtGetStatusName(st));
       });
