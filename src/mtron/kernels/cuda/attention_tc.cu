@@ -109,20 +109,20 @@ __device__ __forceinline__ void load_tile(
 __device__ __forceinline__ void frag_a(
     uint32_t (&a)[4], const uint16_t* T, int ld, int r0, int k0) {
   const int lane = int(threadIdx.x % 32);
-  ldmatrix_x4(a, T + (r0 + (lane & 15)) * ld + k0 + 8 * (lane >> 4));
+  ldmatrix_x4<false>(a, T + (r0 + (lane & 15)) * ld + k0 + 8 * (lane >> 4));
 }
 // The B fragments of accumulator tiles n0 / 8 and n0 / 8 + 1 (b[0..1] and b[2..3]) for
 // B[k][n] = T[n0 + n][k0 + k]: the tile T holds B's columns as its rows.
 __device__ __forceinline__ void frag_b2(
     uint32_t (&b)[4], const uint16_t* T, int ld, int n0, int k0) {
   const int lane = int(threadIdx.x % 32);
-  ldmatrix_x4(b, T + (n0 + (lane & 7) + 8 * (lane >> 4)) * ld + k0 + 8 * ((lane >> 3) & 1));
+  ldmatrix_x4<false>(b, T + (n0 + (lane & 7) + 8 * (lane >> 4)) * ld + k0 + 8 * ((lane >> 3) & 1));
 }
 // The same for B[k][n] = T[k0 + k][n0 + n]: the tile T holds B's rows (transposed loads).
 __device__ __forceinline__ void frag_b2_trans(
     uint32_t (&b)[4], const uint16_t* T, int ld, int k0, int n0) {
   const int lane = int(threadIdx.x % 32);
-  ldmatrix_x4_trans(b, T + (k0 + (lane & 7) + 8 * ((lane >> 3) & 1)) * ld + n0 + 8 * (lane >> 4));
+  ldmatrix_x4<true>(b, T + (k0 + (lane & 7) + 8 * ((lane >> 3) & 1)) * ld + n0 + 8 * (lane >> 4));
 }
 // acc[n] += a B and acc[n + 1] += a B' for the fragment pair of frag_b2.
 template <int kMaxN>

@@ -1,7 +1,6 @@
 // defines: MT_UNROLL, MT_DYNAMIC_SMEM, launch, grid_for, warp_sum, warp_max, block_sum,
 //          block_max, f32_to_bf16_bits, bf16_bits_to_f32, store_as, load_f32, f32_to_f16_bits,
-//          f16_bits_to_f32, kNegInf, pack_bf16x2, mma_bf16_16816, ldmatrix_x4,
-//          ldmatrix_x4_trans, bits
+//          f16_bits_to_f32, kNegInf, pack_bf16x2, mma_bf16_16816, ldmatrix_x4, bits
 //
 // Device-side helpers for the kernels (.cu). Every launch goes through launch(), which checks
 // the launch (runtime.h, check_launch); under MTRON_CUDA_SIM it runs the grid in the CPU
@@ -192,27 +191,23 @@ __device__ __forceinline__ void mma_bf16_16816(float (&c)[4],
 
 // ldmatrix.x4: four 8 x 8 bf16 matrices from shared memory, lane l giving the address of row
 // l % 8 of matrix l / 8 (16 contiguous bytes, 16-byte aligned); r[m] is matrix m's row
-// lane / 4, columns 2 (lane % 4) + {0, 1} (low half first), or with `trans` its column lane / 4,
+// lane / 4, columns 2 (lane % 4) + {0, 1} (low half first), or with kTrans its column lane / 4,
 // rows 2 (lane % 4) + {0, 1}: the mma fragments of a row-major tile (and, transposed, of its
 // transpose) in one instruction. Every lane of the warp calls it.
+template <bool kTrans>
 __device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const uint16_t* row) {
 #ifdef MTRON_CUDA_SIM
-  sim::ldmatrix_x4(r, row, false);
+  sim::ldmatrix_x4(r, row, kTrans);
 #else
   const unsigned a = unsigned(__cvta_generic_to_shared(row));
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(a));
-#endif
-}
-__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const uint16_t* row) {
-#ifdef MTRON_CUDA_SIM
-  sim::ldmatrix_x4(r, row, true);
-#else
-  const unsigned a = unsigned(__cvta_generic_to_shared(row));
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(a));
+  if constexpr (kTrans)
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(a));
+  else
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(a));
 #endif
 }
 
