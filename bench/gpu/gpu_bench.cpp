@@ -111,29 +111,49 @@ void gemms(const Model& m, int64_t tokens, DType t) {
   bench_gemm(str(m.name, " lm-head chunk"), Trans::kN, Trans::kT, 1024, 50304, h, 0.0f, t);
 }
 
-// Attention forward and backward with fp32 products (the fp32 kernels) and bf16 products (the
-// tensor-core kernels of bf16 training), side by side.
-void attention(const Model& m, bool bf16_products) {
+// Attention forward and backward with fp32 products (the fp32 kernels), bf16 products on fp32
+// tensors (the tensor-core kernels), and bf16 products on bf16 tensors (the same kernels as the
+// bf16 ops that bf16 training calls: bf16 tiles copied to shared memory by cp.async), side by side.
+enum class AttnKind { kFp32, kTc, kTcBf16 };
+
+void attention(const Model& m, AttnKind kind) {
   const int64_t D = m.hidden / m.heads;
-  const AttnShape s{m.batch,      m.seq, m.seq, m.heads, m.heads, D, D, 1.0f / std::sqrt(float(D)),
-                    bf16_products};
+  const AttnShape s{m.batch,
+                    m.seq,
+                    m.seq,
+                    m.heads,
+                    m.heads,
+                    D,
+                    D,
+                    1.0f / std::sqrt(float(D)),
+                    kind != AttnKind::kFp32};
   const int64_t nq = s.Sq * s.B * s.H * s.D;
-  Tensor q = filled(nq, DType::kF32), k = filled(nq, DType::kF32), v = filled(nq, DType::kF32);
-  Tensor out = filled(nq, DType::kF32), lse = filled(s.B * s.H * s.Sq, DType::kF32);
-  Tensor dout = filled(nq, DType::kF32), dq = filled(nq, DType::kF32), dk = filled(nq, DType::kF32),
-         dv = filled(nq, DType::kF32);
+  const DType t = kind == AttnKind::kTcBf16 ? DType::kBF16 : DType::kF32;
+  Tensor q = filled(nq, t), k = filled(nq, t), v = filled(nq, t), out = filled(nq, t);
+  Tensor dout = filled(nq, t), dq = filled(nq, t), dk = filled(nq, t), dv = filled(nq, t);
+  Tensor lse = filled(s.B * s.H * s.Sq, DType::kF32);
   const AttnMask mask{true, 0};
   const double flops = 4.0 * double(s.B * s.H) * double(s.Sq) * double(s.Sk) * double(D) / 2;
   const std::string shape = str("B", s.B, " S", s.Sq, " H", s.H, " D", D);
-  const char* kind = bf16_products ? "bf16 tc" : "fp32";
-  const double f = seconds_per_call(
-      [&] { attention_forward(kDev, out.f32(), lse.f32(), q.f32(), k.f32(), v.f32(), s, mask); });
-  row(str(m.name, " attention fwd ", kind), shape, f, flops, kPeakBf16);
-  const double b = seconds_per_call([&] {
-    attention_backward(kDev, dq.f32(), dk.f32(), dv.f32(), dout.f32(), q.f32(), k.f32(), v.f32(),
-                       out.f32(), lse.f32(), s, mask);
+  const char* name = kind == AttnKind::kFp32 ? "fp32"
+                     : kind == AttnKind::kTc ? "bf16 tc"
+                                             : "bf16 tc16";
+  const double f = seconds_per_call([&] {
+    if (t == DType::kBF16)
+      attention_forward(kDev, out.bf(), lse.f32(), q.bf(), k.bf(), v.bf(), s, mask);
+    else
+      attention_forward(kDev, out.f32(), lse.f32(), q.f32(), k.f32(), v.f32(), s, mask);
   });
-  row(str(m.name, " attention bwd ", kind), shape, b, 2 * flops, kPeakBf16);
+  row(str(m.name, " attention fwd ", name), shape, f, flops, kPeakBf16);
+  const double b = seconds_per_call([&] {
+    if (t == DType::kBF16)
+      attention_backward(kDev, dq.bf(), dk.bf(), dv.bf(), dout.bf(), q.bf(), k.bf(), v.bf(),
+                         out.bf(), lse.f32(), s, mask);
+    else
+      attention_backward(kDev, dq.f32(), dk.f32(), dv.f32(), dout.f32(), q.f32(), k.f32(), v.f32(),
+                         out.f32(), lse.f32(), s, mask);
+  });
+  row(str(m.name, " attention bwd ", name), shape, b, 2 * flops, kPeakBf16);
 }
 
 }  // namespace
@@ -152,8 +172,7 @@ int main(int argc, char** argv) {
     const Model big{"1.3b", 2048, 16, 2048, 8};
     for (const Model& m : {gpt2, big}) {
       gemms(m, 16384, DType::kBF16);
-      attention(m, false);
-      attention(m, true);
+      for (AttnKind kind : {AttnKind::kFp32, AttnKind::kTc, AttnKind::kTcBf16}) attention(m, kind);
     }
     gemms(gpt2, 16384, DType::kF32);  // the fp32 path, for reference
     const DeviceMemory mem = device_memory(Device::kCUDA);

@@ -76,9 +76,11 @@ __device__ __forceinline__ void load8(uint32_t (&w)[4], const uint16_t* p, int n
 
 // Rows first.. (kB of them) of a tensor of head dim D and element type T (float, or uint16_t:
 // bf16 bits), row t at src + row_offset(first + t), as bf16 into `tile` ([kB][row_ld(D)]).
-// Columns past D and rows at or past n_rows are zeros. Each thread issues kBatch loads before
-// it stores any, so a tile costs one memory latency per kBatch of its loads, not one per load
-// (a load followed by its store waits for the load).
+// Columns past D and rows at or past n_rows are zeros. bf16 rows of 16-byte chunks are copied by
+// cp.async: they land while the block computes, complete once the thread has passed
+// cp_async_wait_all (the kernels then __syncthreads before reading them). Otherwise (fp32, or an
+// odd head dim) each thread issues kBatch loads before it stores any, so a tile costs one memory
+// latency per kBatch of its loads, not one per load.
 template <typename T, typename RowOffset>
 __device__ __forceinline__ void load_tile(
     uint16_t* tile, const T* src, int64_t first, int64_t n_rows, int D, RowOffset row_offset) {
@@ -86,6 +88,16 @@ __device__ __forceinline__ void load_tile(
   const int Dp = padded_d(D), ld = Dp + 8, chunks = Dp / 8, total = kB * chunks;
   // every row starts a multiple of D elements from src (kernels/attention.h's layouts)
   const bool vec = D % 8 == 0 && reinterpret_cast<uintptr_t>(src) % 16 == 0;
+  if constexpr (std::is_same_v<T, uint16_t>) {
+    if (vec) {
+      for (int e = int(threadIdx.x); e < total; e += kThreads) {
+        const int t = e / chunks, c = e % chunks * 8;
+        const bool in = first + t < n_rows && c < D;
+        cp_async16(tile + t * ld + c, in ? src + row_offset(first + t) + c : src, in ? 16 : 0);
+      }
+      return;
+    }
+  }
   for (int e0 = int(threadIdx.x); e0 < total; e0 += kBatch * kThreads) {
     uint32_t w[kBatch][4];
     MT_UNROLL
@@ -213,49 +225,57 @@ __global__ void __launch_bounds__(kThreads) attention_forward_tc_kernel(
   load_tile(Qs, q, i0, s.Sq, int(s.D), q_at);
   const int64_t kv_end = key_end(s, mask, i0 + kB < s.Sq ? i0 + kB : s.Sq);
   const int64_t warp_end = key_end(s, mask, r0 + 16 < s.Sq ? r0 + 16 : s.Sq);
+  if (kv_end > 0) load_tile(Ks, k, 0, s.Sk, int(s.D), k_at);
 
+  // Each tile's V lands while its scores are computed, the next tile's K while its P V is.
   float m[2] = {kNegInf, kNegInf}, l[2] = {0, 0};
   float o[kMaxD / 8][4] = {};
   for (int64_t j0 = 0; j0 < kv_end; j0 += kB) {
-    __syncthreads();  // the previous K and V are no longer read (and Q is loaded)
-    load_tile(Ks, k, j0, s.Sk, int(s.D), k_at);
+    cp_async_wait_all();
+    __syncthreads();  // K (and Q) are in, and no warp still reads the previous V
     load_tile(Vs, v, j0, s.Sk, int(s.Dv), v_at);
-    __syncthreads();
-    if (j0 >= warp_end) continue;  // none of this warp's rows sees a key of the tile
-    float sc[kN][4];
-    row_products(sc, Qs, ldq, 16 * warp, Ks, ldq, padded_d(s.D));
-    // whether the mask cuts this tile for this warp's rows (keys past Sk, or past the first
-    // row's causal limit)
-    const bool cut = j0 + kB > s.Sk || (mask.causal && j0 + kB - 1 > r0 + mask.offset);
-    float mx[2] = {kNegInf, kNegInf};
-    MT_UNROLL
-    for (int n = 0; n < kN; ++n) MT_UNROLL
-    for (int e = 0; e < 4; ++e) {
-      const int64_t i = r0 + acc_row(e), j = j0 + acc_col(n, e);
-      float& x = sc[n][e];
-      x = (!cut || (j < s.Sk && visible(mask, i, j))) ? x * s.scale : kNegInf;
-      mx[e >> 1] = fmaxf(mx[e >> 1], x);
+    const bool active = j0 < warp_end;  // some row of this warp sees a key of the tile
+    float sc[kN][4], alpha[2] = {1.0f, 1.0f};
+    if (active) {
+      row_products(sc, Qs, ldq, 16 * warp, Ks, ldq, padded_d(s.D));
+      // whether the mask cuts this tile for this warp's rows (keys past Sk, or past the first
+      // row's causal limit)
+      const bool cut = j0 + kB > s.Sk || (mask.causal && j0 + kB - 1 > r0 + mask.offset);
+      float mx[2] = {kNegInf, kNegInf};
+      MT_UNROLL
+      for (int n = 0; n < kN; ++n) MT_UNROLL
+      for (int e = 0; e < 4; ++e) {
+        const int64_t i = r0 + acc_row(e), j = j0 + acc_col(n, e);
+        float& x = sc[n][e];
+        x = (!cut || (j < s.Sk && visible(mask, i, j))) ? x * s.scale : kNegInf;
+        mx[e >> 1] = fmaxf(mx[e >> 1], x);
+      }
+      MT_UNROLL
+      for (int r = 0; r < 2; ++r) {
+        const float m_new = fmaxf(m[r], quad_max(mx[r]));
+        alpha[r] = m[r] == kNegInf ? 0.0f : expf(m[r] - m_new);
+        m[r] = m_new;
+        l[r] *= alpha[r];
+      }
+      MT_UNROLL
+      for (int n = 0; n < kN; ++n) MT_UNROLL
+      for (int e = 0; e < 4; ++e) {
+        float& x = sc[n][e];
+        x = x == kNegInf ? 0.0f : expf(x - m[e >> 1]);
+        l[e >> 1] += x;
+      }
     }
-    float alpha[2];
-    MT_UNROLL
-    for (int r = 0; r < 2; ++r) {
-      const float m_new = fmaxf(m[r], quad_max(mx[r]));
-      alpha[r] = m[r] == kNegInf ? 0.0f : expf(m[r] - m_new);
-      m[r] = m_new;
-      l[r] *= alpha[r];
+    cp_async_wait_all();
+    __syncthreads();  // V is in, and no warp still reads K
+    if (j0 + kB < kv_end) load_tile(Ks, k, j0 + kB, s.Sk, int(s.D), k_at);
+    if (active) {
+      MT_UNROLL
+      for (int n = 0; n < kMaxD / 8; ++n) MT_UNROLL
+      for (int e = 0; e < 4; ++e) o[n][e] *= alpha[e >> 1];
+      weight_products(o, sc, Vs, ldv, padded_d(s.Dv) / 8);
     }
-    MT_UNROLL
-    for (int n = 0; n < kN; ++n) MT_UNROLL
-    for (int e = 0; e < 4; ++e) {
-      float& x = sc[n][e];
-      x = x == kNegInf ? 0.0f : expf(x - m[e >> 1]);
-      l[e >> 1] += x;
-    }
-    MT_UNROLL
-    for (int n = 0; n < kMaxD / 8; ++n) MT_UNROLL
-    for (int e = 0; e < 4; ++e) o[n][e] *= alpha[e >> 1];
-    weight_products(o, sc, Vs, ldv, padded_d(s.Dv) / 8);
   }
+  cp_async_wait_all();
 
   l[0] = quad_sum(l[0]);
   l[1] = quad_sum(l[1]);
@@ -280,11 +300,18 @@ __global__ void __launch_bounds__(kThreads)
   const int ldq = row_ld(s.D), ldv = row_ld(s.Dv);
   uint16_t* Qs = reinterpret_cast<uint16_t*>(smem_raw);  // [kB][ldq]
   uint16_t* dOs = Qs + kB * ldq;                         // [kB][ldv]
-  uint16_t* Ks = dOs + kB * ldv;                         // [kB][ldq]
-  uint16_t* Vs = Ks + kB * ldq;                          // [kB][ldv]
+  uint16_t* Kb = dOs + kB * ldv;                         // two [kB][ldq]: K of even, odd tiles
+  uint16_t* Vb = Kb + 2 * kB * ldq;                      // two [kB][ldv]
   const int warp = int(threadIdx.x / 32);
   const int64_t b = blockIdx.y / s.H, h = blockIdx.y % s.H, g = h / (s.H / s.G);
   const int64_t i0 = int64_t(gridDim.x - 1 - blockIdx.x) * kB, r0 = i0 + 16 * warp;
+  // K and V of the tile at j0 into buffer `buf`
+  auto load_kv = [&](int64_t j0, int buf) {
+    load_tile(Kb + buf * kB * ldq, t.k, j0, s.Sk, int(s.D),
+              [&](int64_t row) { return s.kv_at(row, b, g, s.D); });
+    load_tile(Vb + buf * kB * ldv, t.v, j0, s.Sk, int(s.Dv),
+              [&](int64_t row) { return s.kv_at(row, b, g, s.Dv); });
+  };
 
   load_tile(Qs, t.q, i0, s.Sq, int(s.D), [&](int64_t row) { return s.q_at(row, b, h); });
   load_tile(dOs, t.dout, i0, s.Sq, int(s.Dv), [&](int64_t row) { return s.o_at(row, b, h); });
@@ -298,13 +325,17 @@ __global__ void __launch_bounds__(kThreads)
   const int64_t kv_end = key_end(s, mask, i0 + kB < s.Sq ? i0 + kB : s.Sq);
   const int64_t warp_end = key_end(s, mask, r0 + 16 < s.Sq ? r0 + 16 : s.Sq);
 
+  if (kv_end > 0) load_kv(0, 0);
+
+  // Double-buffered: the next tile's K and V land while this tile's products are computed.
   float dq[kMaxD / 8][4] = {};
-  for (int64_t j0 = 0; j0 < kv_end; j0 += kB) {
-    __syncthreads();  // the previous K and V are no longer read (and Q, dO are loaded)
-    load_tile(Ks, t.k, j0, s.Sk, int(s.D), [&](int64_t row) { return s.kv_at(row, b, g, s.D); });
-    load_tile(Vs, t.v, j0, s.Sk, int(s.Dv), [&](int64_t row) { return s.kv_at(row, b, g, s.Dv); });
-    __syncthreads();
+  for (int64_t j0 = 0, it = 0; j0 < kv_end; j0 += kB, ++it) {
+    cp_async_wait_all();
+    __syncthreads();  // this tile is in, and no warp still reads the other buffer
+    if (j0 + kB < kv_end) load_kv(j0 + kB, int(it + 1) & 1);
     if (j0 >= warp_end) continue;
+    const uint16_t* Ks = Kb + (it & 1) * kB * ldq;
+    const uint16_t* Vs = Vb + (it & 1) * kB * ldv;
     float sc[kN][4], dp[kN][4];
     row_products(sc, Qs, ldq, 16 * warp, Ks, ldq, padded_d(s.D));
     row_products(dp, dOs, ldv, 16 * warp, Vs, ldv, padded_d(s.Dv));
@@ -317,6 +348,7 @@ __global__ void __launch_bounds__(kThreads)
     }
     weight_products(dq, sc, Ks, ldq, padded_d(s.D) / 8);
   }
+  cp_async_wait_all();
 
   for_acc(dq, int(s.D), [&](int rr, int c, float x) {
     const int64_t i = r0 + rr;
@@ -329,12 +361,12 @@ __global__ void __launch_bounds__(kThreads)
     attention_dkdv_tc_kernel(BwdTensors<T> t, AttnShape s, AttnMask mask) {
   MT_DYNAMIC_SMEM(smem_raw);
   const int ldq = row_ld(s.D), ldv = row_ld(s.Dv), Dp = padded_d(s.D), Dvp = padded_d(s.Dv);
-  uint16_t* Ks = reinterpret_cast<uint16_t*>(smem_raw);     // [kB][ldq]
-  uint16_t* Vs = Ks + kB * ldq;                             // [kB][ldv]
-  uint16_t* Qs = Vs + kB * ldv;                             // [kB][ldq]
-  uint16_t* dOs = Qs + kB * ldq;                            // [kB][ldv]
-  float* lse_s = reinterpret_cast<float*>(dOs + kB * ldv);  // [kB]
-  float* delta_s = lse_s + kB;                              // [kB]
+  uint16_t* Ks = reinterpret_cast<uint16_t*>(smem_raw);         // [kB][ldq]
+  uint16_t* Vs = Ks + kB * ldq;                                 // [kB][ldv]
+  uint16_t* Qb = Vs + kB * ldv;                                 // two [kB][ldq]: even, odd steps
+  uint16_t* dOb = Qb + 2 * kB * ldq;                            // two [kB][ldv]
+  float* lse_b = reinterpret_cast<float*>(dOb + 2 * kB * ldv);  // two [kB]
+  float* delta_b = lse_b + 2 * kB;                              // two [kB]
   const int warp = int(threadIdx.x / 32);
   const int64_t hpg = s.H / s.G;
   const int64_t b = blockIdx.y / s.G, g = blockIdx.y % s.G;
@@ -347,36 +379,53 @@ __global__ void __launch_bounds__(kThreads)
   // Queries that can see key j0 or later: i + offset >= j0.
   int64_t i_begin = 0;
   if (mask.causal && j0 - mask.offset > 0) i_begin = (j0 - mask.offset) / kB * kB;
-
-  for (int64_t hh = 0; hh < hpg; ++hh) {
-    const int64_t h = g * hpg + hh;
-    for (int64_t i0 = i_begin; i0 < s.Sq; i0 += kB) {
-      __syncthreads();  // the previous tiles are no longer read (and K, V are loaded)
-      load_tile(Qs, t.q, i0, s.Sq, int(s.D), [&](int64_t row) { return s.q_at(row, b, h); });
-      load_tile(dOs, t.dout, i0, s.Sq, int(s.Dv), [&](int64_t row) { return s.o_at(row, b, h); });
-      if (threadIdx.x < kB) {
-        const int64_t i = i0 + threadIdx.x;
-        lse_s[threadIdx.x] = i < s.Sq ? t.lse[stat_at(s, b, h, i)] : kNegInf;
-        delta_s[threadIdx.x] = i < s.Sq ? t.delta[stat_at(s, b, h, i)] : 0.0f;
-      }
-      __syncthreads();
-      const int64_t i_last = (i0 + kB < s.Sq ? i0 + kB : s.Sq) - 1;
-      if (r0 >= s.Sk || (mask.causal && i_last + mask.offset < r0)) continue;
-      float st[kN][4], dpt[kN][4];  // S^T and dP^T: this warp's 16 keys by the tile's queries
-      row_products(st, Ks, ldq, 16 * warp, Qs, ldq, Dp);
-      row_products(dpt, Vs, ldv, 16 * warp, dOs, ldv, Dvp);
-      MT_UNROLL
-      for (int n = 0; n < kN; ++n) MT_UNROLL
-      for (int e = 0; e < 4; ++e) {
-        const int ii = acc_col(n, e);
-        const float p = prob(s, mask, i0 + ii, r0 + acc_row(e), st[n][e], lse_s[ii]);
-        st[n][e] = p;
-        dpt[n][e] = p * (dpt[n][e] - delta_s[ii]);  // dS^T
-      }
-      weight_products(dv, st, dOs, ldv, Dvp / 8);
-      weight_products(dk, dpt, Qs, ldq, Dp / 8);
+  // Steps: the query tiles from i_begin of each of the group's heads.
+  const int64_t tiles = i_begin < s.Sq ? (s.Sq - i_begin + kB - 1) / kB : 0, steps = hpg * tiles;
+  auto head_of = [&](int64_t step) { return g * hpg + step / tiles; };
+  auto first_of = [&](int64_t step) { return i_begin + step % tiles * kB; };
+  // Q, dO, lse and delta of a step into buffer `buf`
+  auto load_step = [&](int64_t step, int buf) {
+    const int64_t h = head_of(step), i0 = first_of(step);
+    load_tile(Qb + buf * kB * ldq, t.q, i0, s.Sq, int(s.D),
+              [&](int64_t row) { return s.q_at(row, b, h); });
+    load_tile(dOb + buf * kB * ldv, t.dout, i0, s.Sq, int(s.Dv),
+              [&](int64_t row) { return s.o_at(row, b, h); });
+    if (threadIdx.x < kB) {
+      const int64_t i = i0 + threadIdx.x;
+      lse_b[buf * kB + threadIdx.x] = i < s.Sq ? t.lse[stat_at(s, b, h, i)] : kNegInf;
+      delta_b[buf * kB + threadIdx.x] = i < s.Sq ? t.delta[stat_at(s, b, h, i)] : 0.0f;
     }
+  };
+  if (steps > 0) load_step(0, 0);
+
+  // Double-buffered: the next step's tiles land while this step's products are computed.
+  for (int64_t step = 0; step < steps; ++step) {
+    cp_async_wait_all();
+    __syncthreads();  // this step's tiles (and K, V) are in, and no warp reads the other buffer
+    if (step + 1 < steps) load_step(step + 1, int(step + 1) & 1);
+    const int buf = int(step & 1);
+    const uint16_t* Qs = Qb + buf * kB * ldq;
+    const uint16_t* dOs = dOb + buf * kB * ldv;
+    const float* lse_s = lse_b + buf * kB;
+    const float* delta_s = delta_b + buf * kB;
+    const int64_t i0 = first_of(step);
+    const int64_t i_last = (i0 + kB < s.Sq ? i0 + kB : s.Sq) - 1;
+    if (r0 >= s.Sk || (mask.causal && i_last + mask.offset < r0)) continue;
+    float st[kN][4], dpt[kN][4];  // S^T and dP^T: this warp's 16 keys by the tile's queries
+    row_products(st, Ks, ldq, 16 * warp, Qs, ldq, Dp);
+    row_products(dpt, Vs, ldv, 16 * warp, dOs, ldv, Dvp);
+    MT_UNROLL
+    for (int n = 0; n < kN; ++n) MT_UNROLL
+    for (int e = 0; e < 4; ++e) {
+      const int ii = acc_col(n, e);
+      const float p = prob(s, mask, i0 + ii, r0 + acc_row(e), st[n][e], lse_s[ii]);
+      st[n][e] = p;
+      dpt[n][e] = p * (dpt[n][e] - delta_s[ii]);  // dS^T
+    }
+    weight_products(dv, st, dOs, ldv, Dvp / 8);
+    weight_products(dk, dpt, Qs, ldq, Dp / 8);
   }
+  cp_async_wait_all();
 
   for_acc(dk, int(s.D), [&](int rr, int c, float x) {
     const int64_t j = r0 + rr;
@@ -392,15 +441,15 @@ __global__ void __launch_bounds__(kThreads)
 size_t forward_smem(const AttnShape& s) {
   return 2 * size_t(kB * (2 * row_ld(s.D) + row_ld(s.Dv)));
 }
-size_t dq_smem(const AttnShape& s) {
-  return 2 * size_t(2 * kB * (row_ld(s.D) + row_ld(s.Dv)));
+size_t dq_smem(const AttnShape& s) {  // Q, dO and two buffers of K, V
+  return 2 * size_t(3 * kB * (row_ld(s.D) + row_ld(s.Dv)));
 }
-size_t dkdv_smem(const AttnShape& s) {
-  return dq_smem(s) + sizeof(float) * 2 * kB;
+size_t dkdv_smem(const AttnShape& s) {  // K, V and two buffers of Q, dO, lse, delta
+  return dq_smem(s) + sizeof(float) * 4 * kB;
 }
 
 // Whether the device gives a block `bytes` of shared memory (opted in): an H100/H200 227 KiB,
-// an A100 163 KiB; the largest block, the head dim 256 dK/dV kernel's, takes 132.5 KiB.
+// an A100 163 KiB; the largest blocks, the backward's at head dim 256, take 199 KiB.
 bool fits(size_t bytes) {
 #ifdef MTRON_CUDA_SIM
   (void)bytes;

@@ -1,6 +1,7 @@
 // defines: MT_UNROLL, MT_DYNAMIC_SMEM, launch, grid_for, warp_sum, warp_max, block_sum,
 //          block_max, f32_to_bf16_bits, bf16_bits_to_f32, store_as, load_f32, f32_to_f16_bits,
-//          f16_bits_to_f32, kNegInf, pack_bf16x2, mma_bf16_16816, ldmatrix_x4, bits
+//          f16_bits_to_f32, kNegInf, pack_bf16x2, mma_bf16_16816, ldmatrix_x4, cp_async16,
+//          cp_async_wait_all, bits
 //
 // Device-side helpers for the kernels (.cu). Every launch goes through launch(), which checks
 // the launch (runtime.h, check_launch); under MTRON_CUDA_SIM it runs the grid in the CPU
@@ -208,6 +209,24 @@ __device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const uint16_t* ro
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
                  : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                  : "r"(a));
+#endif
+}
+
+// cp.async: 16 bytes from global to shared memory without passing through registers, of which
+// the first src_bytes (0 or 16) are read and the rest zero-filled; both addresses 16-byte aligned.
+// The copies a thread issued are complete (visible to it) after cp_async_wait_all; a
+// __syncthreads after that makes them visible to the block. The emulation copies at once.
+__device__ __forceinline__ void cp_async16(void* smem, const void* gmem, int src_bytes) {
+#ifdef MTRON_CUDA_SIM
+  sim::cp_async16(smem, gmem, src_bytes);
+#else
+  const unsigned a = unsigned(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(a), "l"(gmem), "r"(src_bytes));
+#endif
+}
+__device__ __forceinline__ void cp_async_wait_all() {
+#ifndef MTRON_CUDA_SIM
+  asm volatile("cp.async.wait_all;" ::: "memory");
 #endif
 }
 

@@ -1,7 +1,7 @@
 // defines: the CUDA dialect subset the kernels of kernels/cuda use, emulated on the CPU
 //          (dim3, threadIdx/blockIdx/blockDim/gridDim, __syncthreads, __shfl_xor_sync, the
-//          tensor cores' bf16 mma.sync and ldmatrix, the qualifiers, the math functions), and
-//          sim::launch, which runs a grid block by block.
+//          tensor cores' bf16 mma.sync and ldmatrix, cp.async, the qualifiers, the math functions),
+//          and sim::launch, which runs a grid block by block.
 //
 // Why: this machine and CI have no GPU, but the kernels' logic (indexing, masking, reductions,
 // barriers) can still be checked against the CPU kernels. Compiled with -DMTRON_CUDA_SIM, the
@@ -120,6 +120,11 @@ void mma_bf16_16816(float c[4], const uint32_t a[4], const uint32_t b[2]);
 // The warp-wide ldmatrix.sync.aligned.m8n8.x4[.trans].shared.b16 with this lane's row address
 // (common.cuh ldmatrix_x4): the addresses go through the warp's exchange buffer.
 void ldmatrix_x4(uint32_t r[4], const uint16_t* row, bool trans);
+// cp.async.cg.shared.global of 16 bytes, src_bytes of them read, the rest zeros: done at once.
+inline void cp_async16(void* smem, const void* gmem, int src_bytes) {
+  std::memset(smem, 0, 16);
+  if (src_bytes > 0) std::memcpy(smem, gmem, size_t(src_bytes));
+}
 
 template <typename T>
 uint64_t to_bits(T v) {
