@@ -3,8 +3,9 @@
 // Forward: one block per row; statistics in fp32 with a two-pass variance (the row is re-read
 // from L1/L2). Backward: one block per chunk of kRowChunk rows; each row's two means come from
 // block reductions, dinp is accumulated in place, and each block writes its chunk's dweight /
-// dbias partial sums to a scratch table that add_column_sums reduces in a fixed order, so the
-// parameter gradients are deterministic (no atomics).
+// dbias partial sums (kept in registers over the chunk's rows, up to 8192 columns) to a scratch
+// table that add_column_sums reduces in a fixed order, so the parameter gradients are
+// deterministic (no atomics).
 #include "mtron/kernels/cuda/common.cuh"
 #include "mtron/kernels/cuda/cuda_ops.h"
 
@@ -63,50 +64,99 @@ __global__ void norm_forward_kernel(T* out,
   }
 }
 
-// The arguments of layernorm_backward, but dweight/dbias are [chunks, C] tables of the chunks'
-// partial sums, this block's row of which it writes (RMSNorm: dbias and mean unused).
+// One element of a row in the backward's first pass: the row sums sd (of dn = dy w, LayerNorm)
+// and sdn (of dn n, n the normalised input), and the element's weight and bias gradient
+// partials pw, pb.
 template <bool kLayer>
-__global__ void norm_backward_kernel(MT_PARAMS(layernorm_backward)) {
+__device__ __forceinline__ void backward_sums(
+    float g, float x, float w, float mu, float rs, float& sd, float& sdn, float& pw, float& pb) {
+  const float dn = __fmul_rn(g, w);  // rounded, as the second pass's
+  const float n = kLayer ? (x - mu) * rs : x * rs;
+  if constexpr (kLayer) {
+    sd += dn;
+    pb += g;
+  }
+  sdn = fmaf(dn, n, sdn);
+  pw = fmaf(g, n, pw);
+}
+// The second pass: dx + rs (dn - mean(dn) - n mean(dn n)) (RMSNorm: without mean(dn)).
+template <bool kLayer>
+__device__ __forceinline__ float backward_dx(
+    float g, float x, float w, float mu, float rs, float mdn, float mdnn, float dx) {
+  const float n = kLayer ? (x - mu) * rs : x * rs;
+  const float dn = __fmul_rn(g, w);  // not fused into the subtraction
+  return kLayer ? fmaf(rs, dn - mdn - n * mdnn, dx) : fmaf(rs, dn - n * mdnn, dx);
+}
+
+// The arguments of layernorm_backward, but dweight/dbias are [chunks, C] tables of the chunks'
+// partial sums, this block's row of which it writes (RMSNorm: dbias and mean unused). kPer > 0:
+// each thread owns columns threadIdx.x + k blockDim.x (k < kPer, C <= kPer blockDim.x) and keeps
+// their partials and the row's inputs in registers, so a row is read once and the partials are
+// written once per chunk; kPer = 0 (wider rows): the partials accumulate in the table and the
+// second pass reads the row again. The same arithmetic in the same order either way.
+template <bool kLayer, int kPer>
+__global__ void __launch_bounds__(2 * kThreads)
+    norm_backward_kernel(MT_PARAMS(layernorm_backward)) {
   __shared__ float red[32];
   float* bw = dweight + int64_t(blockIdx.x) * C;
   float* bb = kLayer ? dbias + int64_t(blockIdx.x) * C : nullptr;
-  for (int64_t c = threadIdx.x; c < C; c += blockDim.x) {
-    bw[c] = 0;
-    if constexpr (kLayer) bb[c] = 0;
+  constexpr int kRegs = kPer > 0 ? kPer : 1;
+  float pw[kRegs] = {}, pb[kRegs] = {};
+  if constexpr (kPer == 0) {
+    for (int64_t c = threadIdx.x; c < C; c += blockDim.x) {
+      bw[c] = 0;
+      if constexpr (kLayer) bb[c] = 0;
+    }
   }
   const int64_t r0 = int64_t(blockIdx.x) * kRowChunk;
   const int64_t r1 = r0 + kRowChunk < N ? r0 + kRowChunk : N;
   for (int64_t r = r0; r < r1; ++r) {
     const float* x = inp + r * C;
     const float* dy = dout + r * C;
+    float* dx = dinp + r * C;
     const float mu = kLayer ? mean[r] : 0.0f, rs = rstd[r];
     float sd = 0, sdn = 0;
-    for (int64_t c = threadIdx.x; c < C; c += blockDim.x) {
-      const float g = dy[c];
-      const float dn = __fmul_rn(g, weight[c]);  // rounded, as the second pass's
-      if constexpr (kLayer) {
-        const float n = (x[c] - mu) * rs;
-        sd += dn;
-        sdn = fmaf(dn, n, sdn);
-        bb[c] += g;
-        bw[c] = fmaf(g, n, bw[c]);
-      } else {
-        const float n = x[c] * rs;
-        sdn = fmaf(dn, n, sdn);
-        bw[c] = fmaf(g, n, bw[c]);
+    float xs[kRegs], gs[kRegs];
+    if constexpr (kPer > 0) {
+      MT_UNROLL
+      for (int k = 0; k < kPer; ++k) {
+        const int64_t c = threadIdx.x + int64_t(k) * blockDim.x;
+        xs[k] = c < C ? x[c] : 0.0f;
+        gs[k] = c < C ? dy[c] : 0.0f;
+      }
+      MT_UNROLL
+      for (int k = 0; k < kPer; ++k) {
+        const int64_t c = threadIdx.x + int64_t(k) * blockDim.x;
+        if (c < C) backward_sums<kLayer>(gs[k], xs[k], weight[c], mu, rs, sd, sdn, pw[k], pb[k]);
+      }
+    } else {
+      for (int64_t c = threadIdx.x; c < C; c += blockDim.x) {
+        float w = bw[c], b = kLayer ? bb[c] : 0.0f;
+        backward_sums<kLayer>(dy[c], x[c], weight[c], mu, rs, sd, sdn, w, b);
+        bw[c] = w;
+        if constexpr (kLayer) bb[c] = b;
       }
     }
     const float mdn = kLayer ? block_sum(sd, red) / float(C) : 0.0f;
     const float mdnn = block_sum(sdn, red) / float(C);
-    float* dx = dinp + r * C;
-    for (int64_t c = threadIdx.x; c < C; c += blockDim.x) {
-      if constexpr (kLayer) {
-        const float n = (x[c] - mu) * rs;
-        const float dn = __fmul_rn(dy[c], weight[c]);  // not fused into the subtraction
-        dx[c] = fmaf(rs, dn - mdn - n * mdnn, dx[c]);
-      } else {
-        const float n = x[c] * rs;
-        dx[c] = fmaf(rs, __fmul_rn(dy[c], weight[c]) - n * mdnn, dx[c]);
+    if constexpr (kPer > 0) {
+      MT_UNROLL
+      for (int k = 0; k < kPer; ++k) {
+        const int64_t c = threadIdx.x + int64_t(k) * blockDim.x;
+        if (c < C) dx[c] = backward_dx<kLayer>(gs[k], xs[k], weight[c], mu, rs, mdn, mdnn, dx[c]);
+      }
+    } else {
+      for (int64_t c = threadIdx.x; c < C; c += blockDim.x)
+        dx[c] = backward_dx<kLayer>(dy[c], x[c], weight[c], mu, rs, mdn, mdnn, dx[c]);
+    }
+  }
+  if constexpr (kPer > 0) {
+    MT_UNROLL
+    for (int k = 0; k < kPer; ++k) {
+      const int64_t c = threadIdx.x + int64_t(k) * blockDim.x;
+      if (c < C) {
+        bw[c] = pw[k];
+        if constexpr (kLayer) bb[c] = pb[k];
       }
     }
   }
@@ -137,8 +187,26 @@ void norm_backward(const Ctx& ctx, MT_PARAMS(layernorm_backward)) {
   Scratch part(sizeof(float) * size_t((kLayer ? 2 : 1) * chunks * C), s);
   float* pw = part.as<float>();
   float* pb = kLayer ? pw + chunks * C : nullptr;
-  launch(kLayer ? "layernorm_backward" : "rmsnorm_backward", norm_backward_kernel<kLayer>,
-         unsigned(chunks), kThreads, 0, s, dinp, pw, pb, dout, inp, weight, mean, rstd, N, C);
+  const char* name = kLayer ? "layernorm_backward" : "rmsnorm_backward";
+  // Rows of up to 16 columns a thread (256 threads, 512 past 4096 columns) in registers.
+  const int threads = C <= 16 * kThreads ? kThreads : 2 * kThreads;
+  const int64_t per = (C + threads - 1) / threads;
+  auto run = [&](auto kernel) {
+    launch(name, kernel, unsigned(chunks), threads, 0, s, dinp, pw, pb, dout, inp, weight, mean,
+           rstd, N, C);
+  };
+  if (per <= 1)
+    run(norm_backward_kernel<kLayer, 1>);
+  else if (per <= 2)
+    run(norm_backward_kernel<kLayer, 2>);
+  else if (per <= 4)
+    run(norm_backward_kernel<kLayer, 4>);
+  else if (per <= 8)
+    run(norm_backward_kernel<kLayer, 8>);
+  else if (per <= 16)
+    run(norm_backward_kernel<kLayer, 16>);
+  else
+    run(norm_backward_kernel<kLayer, 0>);
   add_column_sums(s, dweight, pw, chunks, C);
   if (kLayer) add_column_sums(s, dbias, pb, chunks, C);
 }

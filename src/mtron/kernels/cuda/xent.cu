@@ -1,9 +1,10 @@
 // CUDA cross-entropy building blocks over a logits chunk (kernels/xent.h).
 //
-// Stats: one block per row, two passes over the row's valid columns (the max, then the sum of
-// exp(l - max)); a chunk of the LM head's logits (model/lm_head.cpp keeps it near 16 MB) stays
-// in L2 between the passes. Padded columns (global id >= vocab_valid) are never read by the stats
-// and are written as 0 by the backward, as on the CPU.
+// Stats: one block per row, one pass over the row's valid columns, 8 of them per load where the
+// row is 16-byte aligned: each thread keeps the running max of what it read and the sum of
+// exp(l - that max), rescaled when the max grows (once per 8 columns); then the block's max and
+// each thread's sum rescaled to it, summed. Padded columns (global id >= vocab_valid) are never
+// read by the stats and are written as 0 by the backward, as on the CPU.
 #include "mtron/kernels/cuda/common.cuh"
 #include "mtron/kernels/cuda/cuda_ops.h"
 
@@ -21,6 +22,37 @@ __host__ __device__ __forceinline__ int64_t valid_cols(int64_t Vl,
 
 // The kernels take the op's arguments (kernels/xent.h).
 
+// Eight logits from p (16-byte aligned) as floats.
+__device__ __forceinline__ void load8_f32(float (&v)[8], const float* p) {
+  const float4 a = *reinterpret_cast<const float4*>(p), b = *reinterpret_cast<const float4*>(p + 4);
+  v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
+}
+__device__ __forceinline__ void load8_f32(float (&v)[8], const uint16_t* p) {
+  const uint4 w = *reinterpret_cast<const uint4*>(p);
+  const unsigned u[4] = {w.x, w.y, w.z, w.w};
+  MT_UNROLL
+  for (int i = 0; i < 4; ++i) {
+    v[2 * i] = __uint_as_float(u[i] << 16);
+    v[2 * i + 1] = __uint_as_float(u[i] & 0xffff0000u);
+  }
+}
+
+// (m, s) += the values v[0..n): m their running max, s the sum of exp(v - m).
+template <int kN>
+__device__ __forceinline__ void add_exps(float& m, float& s, const float (&v)[kN], int n) {
+  float mv = kNegInf;
+  MT_UNROLL
+  for (int i = 0; i < kN; ++i)
+    if (i < n) mv = fmaxf(mv, v[i]);
+  const float m_new = fmaxf(m, mv);
+  if (m_new == kNegInf) return;  // nothing but -inf so far
+  s = m == kNegInf ? 0.0f : s * expf(m - m_new);
+  MT_UNROLL
+  for (int i = 0; i < kN; ++i)
+    if (i < n) s += expf(v[i] - m_new);
+  m = m_new;
+}
+
 // One block per row; logits: float, or uint16_t holding bf16.
 template <typename L>
 __global__ void xent_stats_kernel(MT_PARAMS_OF(xent_stats, L)) {
@@ -28,15 +60,25 @@ __global__ void xent_stats_kernel(MT_PARAMS_OF(xent_stats, L)) {
   const int64_t r = blockIdx.x, nv = valid_cols(Vl, col_start, vocab_valid);
   if (r >= n) return;
   const L* x = logits + r * Vl;
-  float m = kNegInf;
-  for (int64_t c = threadIdx.x; c < nv; c += blockDim.x) m = fmaxf(m, load_f32(x + c));
-  m = block_max(m, red);
-  float s = 0;
-  if (m != kNegInf)
-    for (int64_t c = threadIdx.x; c < nv; c += blockDim.x) s += expf(load_f32(x + c) - m);
+  float m = kNegInf, s = 0;
+  int64_t done = 0;  // columns below `done` go 8 at a time
+  if (reinterpret_cast<uintptr_t>(x) % 16 == 0) {
+    done = nv / 8 * 8;
+    for (int64_t c = 8 * int64_t(threadIdx.x); c < done; c += 8 * int64_t(blockDim.x)) {
+      float v[8];
+      load8_f32(v, x + c);
+      add_exps(m, s, v, 8);
+    }
+  }
+  for (int64_t c = done + threadIdx.x; c < nv; c += blockDim.x) {
+    const float v[1] = {load_f32(x + c)};
+    add_exps(m, s, v, 1);
+  }
+  const float row_m = block_max(m, red);
+  s = m == kNegInf ? 0.0f : s * expf(m - row_m);
   s = block_sum(s, red);
   if (threadIdx.x == 0) {
-    row_max[r] = m;
+    row_max[r] = row_m;
     row_sumexp[r] = s;
     const int64_t t = int64_t(targets[r]) - col_start;
     target_logit[r] = (t >= 0 && t < Vl) ? load_f32(x + t) : 0.0f;
