@@ -104,24 +104,34 @@ __global__ void xent_loss_sum_kernel(MT_PARAMS(xent_loss_sum)) {
   if (threadIdx.x == 0) *loss_sum += s;
 }
 
-// dlogits (T) and logits (L): float, or uint16_t holding bf16
+// dlogits (T) and logits (L): float, or uint16_t holding bf16. Rows along y, columns along x
+// (grid-stride loops both): a row's statistics are read once per thread, no index is divided.
 template <typename T, typename L>
 __global__ void xent_backward_kernel(MT_PARAMS_EXPAND(MT_PARAMS_xent_backward_in(T, L))) {
-  const int64_t n_items = n * Vl, nv = valid_cols(Vl, col_start, vocab_valid);
-  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n_items;
-       i += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t r = i / Vl, c = i % Vl;
-    float d = 0;
-    if (c < nv) {
-      const float scale = row_scale ? row_scale[r] : 1.0f;
-      const bool empty = row_max[r] == kNegInf || !(row_sumexp[r] > 0);
-      const float vm = empty ? 0.0f : row_max[r];
-      const float vs = empty ? 0.0f : scale / row_sumexp[r];
-      d = expf(load_f32(logits + i) - vm) * vs;
-      if (int64_t(targets[r]) - col_start == c) d -= scale;
+  const int64_t nv = valid_cols(Vl, col_start, vocab_valid);
+  for (int64_t r = blockIdx.y; r < n; r += gridDim.y) {
+    const float scale = row_scale ? row_scale[r] : 1.0f;
+    const bool empty = row_max[r] == kNegInf || !(row_sumexp[r] > 0);
+    const float vm = empty ? 0.0f : row_max[r];
+    const float vs = empty ? 0.0f : scale / row_sumexp[r];
+    const int64_t target = int64_t(targets[r]) - col_start;
+    const L* x = logits + r * Vl;
+    T* dx = dlogits + r * Vl;
+    for (int64_t c = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; c < Vl;
+         c += int64_t(gridDim.x) * blockDim.x) {
+      float d = 0;
+      if (c < nv) {
+        d = expf(load_f32(x + c) - vm) * vs;
+        if (c == target) d -= scale;
+      }
+      store_as(dx + c, d);
     }
-    store_as(dlogits + i, d);
   }
+}
+
+// The backward's grid: columns by blocks of 4 kThreads, rows one a block along y.
+dim3 backward_grid(int64_t n, int64_t Vl) {
+  return dim3(grid_for(Vl, 4 * kThreads), grid_for(n, 1));
 }
 
 }  // namespace
@@ -152,22 +162,22 @@ void xent_loss_sum(const Ctx& ctx, MT_PARAMS(xent_loss_sum)) {
 }
 
 void xent_backward(const Ctx& ctx, MT_PARAMS(xent_backward)) {
-  launch("xent_backward", xent_backward_kernel<float, float>, grid_for(n * Vl, kThreads), kThreads,
-         0, stream_of(ctx), dlogits, logits, targets, row_max, row_sumexp, row_scale, n, Vl,
-         col_start, vocab_valid);
+  launch("xent_backward", xent_backward_kernel<float, float>, backward_grid(n, Vl), kThreads, 0,
+         stream_of(ctx), dlogits, logits, targets, row_max, row_sumexp, row_scale, n, Vl, col_start,
+         vocab_valid);
 }
 
 void xent_backward(const Ctx& ctx, MT_PARAMS(xent_backward_bf16)) {
-  launch("xent_backward_bf16", xent_backward_kernel<uint16_t, float>, grid_for(n * Vl, kThreads),
+  launch("xent_backward_bf16", xent_backward_kernel<uint16_t, float>, backward_grid(n, Vl),
          kThreads, 0, stream_of(ctx), reinterpret_cast<uint16_t*>(dlogits), logits, targets,
          row_max, row_sumexp, row_scale, n, Vl, col_start, vocab_valid);
 }
 
 void xent_backward(const Ctx& ctx, MT_PARAMS(xent_backward_bf16_logits)) {
   launch("xent_backward_bf16_logits", xent_backward_kernel<uint16_t, uint16_t>,
-         grid_for(n * Vl, kThreads), kThreads, 0, stream_of(ctx),
-         reinterpret_cast<uint16_t*>(dlogits), reinterpret_cast<const uint16_t*>(logits), targets,
-         row_max, row_sumexp, row_scale, n, Vl, col_start, vocab_valid);
+         backward_grid(n, Vl), kThreads, 0, stream_of(ctx), reinterpret_cast<uint16_t*>(dlogits),
+         reinterpret_cast<const uint16_t*>(logits), targets, row_max, row_sumexp, row_scale, n, Vl,
+         col_start, vocab_valid);
 }
 
 }  // namespace mtron::kernels::cuda
