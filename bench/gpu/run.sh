@@ -389,7 +389,7 @@ for m in gpt2 1.3b; do
 done
 echo
 echo "mtron GEMM/attention vs PyTorch (TFLOP/s):"
-paste <(grep -E '^(gpt2-124m|1\.3b) ' "$LOGS/gpu_bench.txt" 2>/dev/null | grep -E 'fwd bf16|attention (fwd|bwd) bf16 tc16' | awk '{printf "%-34s %8s\n", $1" "$2" "$3" "$4, $(NF-1)}') \
+paste <(grep -E '^(gpt2-124m|1\.3b) ' "$LOGS/gpu_bench.txt" 2>/dev/null | grep -E ' (qkv|proj|fc1|fc2) fwd bf16 |attention (fwd|bwd) bf16 tc16 ' | awk '{printf "%-34s %8s\n", $1" "$2" "$3" "$4, $(NF-1)}') \
   <(grep -E '^(gpt2-124m|1\.3b) ' "$LOGS/torch_ops.txt" 2>/dev/null | awk '{printf "torch %8s\n", $(NF-1)}') 2>/dev/null | head -24
 
 # The RESULTS.md entry (bench/gpu/RESULTS.md: newest last)
