@@ -79,6 +79,7 @@ void attention_cases(Checker& ck, bool small) {
       {shape(1, 130, 130, 4, 1, 64), {true, 0}},  // several 64-row blocks, MQA
       {shape(2, 67, 130, 2, 1, 16), {false, 0}},
       {shape(2, 130, 67, 6, 3, 128), {true, 100}},  // the head dims of the 1.3B and larger models
+      {shape(1, 200, 200, 2, 1, 128), {true, 0}},   // diagonal tiles of 128 queries by 32 keys
       {shape(1, 70, 70, 2, 2, 256), {true, 0}},
       // value head dim != query/key head dim (multi-latent attention: D = 128 + 64, Dv = 128)
       {shape(1, 70, 70, 2, 2, 24, 16), {true, 0}},
