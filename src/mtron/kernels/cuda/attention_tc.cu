@@ -162,8 +162,9 @@ __device__ __forceinline__ void mma_pair(float (&c0)[4],
 
 // acc[g] = A[r0 + 16 g..][0..K] B^T for the warp's kR row groups, B^T = Bt[0..8 kNt][0..K] (both
 // row-major bf16 tiles): 16 rows per group against 8 kNt rows of the other tile (scores, dP).
-// Each B fragment is read once for the kR groups.
-template <int kR, int kNt>
+// Each B fragment is read once for the kR groups. K <= kMaxK: the loop over K is unrolled, so
+// that ptxas can issue a step's ldmatrix ahead of the previous step's mma.
+template <int kMaxK, int kR, int kNt>
 __device__ __forceinline__ void row_products(float (&acc)[kR][kNt][4],
                                              const uint16_t* A,
                                              int lda,
@@ -174,7 +175,9 @@ __device__ __forceinline__ void row_products(float (&acc)[kR][kNt][4],
   MT_UNROLL
   for (int g = 0; g < kR; ++g) MT_UNROLL
   for (int n = 0; n < kNt; ++n) acc[g][n][0] = acc[g][n][1] = acc[g][n][2] = acc[g][n][3] = 0;
-  for (int k0 = 0; k0 < K; k0 += 16) {
+  MT_UNROLL
+  for (int k0 = 0; k0 < kMaxK; k0 += 16) {
+    if (k0 >= K) break;
     uint32_t a[kR][4];
     MT_UNROLL
     for (int g = 0; g < kR; ++g) frag_a(a[g], A, lda, r0 + 16 * g, k0);
@@ -274,7 +277,7 @@ __global__ void __launch_bounds__(kThreads) attention_forward_tc_kernel(
     const bool active = j0 < warp_end;  // some row of this warp sees a key of the tile
     float sc[kR][kBn / 8][4];
     if (active) {
-      row_products<kR>(sc, Qs, ldq, 16 * kR * warp, Ks, ldq, padded_d(s.D));
+      row_products<kMaxD, kR>(sc, Qs, ldq, 16 * kR * warp, Ks, ldq, padded_d(s.D));
       MT_UNROLL
       for (int rg = 0; rg < kR; ++rg) {
         const int64_t g0 = r0 + 16 * rg;  // the group's first row
@@ -422,8 +425,8 @@ __global__ void __launch_bounds__(kThreads)
     const uint16_t* Ks = Kb + (it & 1) * kB * ldq;
     const uint16_t* Vs = Vb + (it & 1) * kB * ldv;
     float sc[1][kN][4], dp[1][kN][4];
-    row_products<1>(sc, Qs, ldq, 16 * warp, Ks, ldq, padded_d(s.D));
-    row_products<1>(dp, dOs, ldv, 16 * warp, Vs, ldv, padded_d(s.Dv));
+    row_products<kMaxD, 1>(sc, Qs, ldq, 16 * warp, Ks, ldq, padded_d(s.D));
+    row_products<kMaxD, 1>(dp, dOs, ldv, 16 * warp, Vs, ldv, padded_d(s.Dv));
     const bool cut =
         r0 + 16 > s.Sq || j0 + kB > s.Sk || (mask.causal && j0 + kB - 1 > r0 + mask.offset);
     probabilities(
@@ -501,8 +504,8 @@ __global__ void __launch_bounds__(kThreads)
     const int64_t i_last = (i0 + kB < s.Sq ? i0 + kB : s.Sq) - 1;
     if (r0 >= s.Sk || (mask.causal && i_last + mask.offset < r0)) continue;
     float st[1][kN][4], dpt[1][kN][4];  // S^T, dP^T: this warp's 16 keys by the tile's queries
-    row_products<1>(st, Ks, ldq, 16 * warp, Qs, ldq, Dp);
-    row_products<1>(dpt, Vs, ldv, 16 * warp, dOs, ldv, Dvp);
+    row_products<kMaxD, 1>(st, Ks, ldq, 16 * warp, Qs, ldq, Dp);
+    row_products<kMaxD, 1>(dpt, Vs, ldv, 16 * warp, dOs, ldv, Dvp);
     const bool cut =
         i0 + kB > s.Sq || r0 + 16 > s.Sk || (mask.causal && r0 + 15 > i0 + mask.offset);
     // the statistics of the query columns: element e of tile n is column acc_col(n, e)
