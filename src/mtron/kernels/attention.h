@@ -92,8 +92,9 @@ struct AttnShape {
     return q_off(b, h) + i * q_step();
   }
   MT_HOST_DEVICE int64_t o_at(int64_t i, int64_t b, int64_t h) const {
-    return ((i * B + b) * H + h) * Dv;
+    return (b * H + h) * Dv + i * o_step();
   }
+  MT_HOST_DEVICE int64_t o_step() const { return B * H * Dv; }  // between positions in out
   MT_HOST_DEVICE int64_t kv_at(int64_t j, int64_t b, int64_t g, int64_t width) const {
     return kv_off(b, g, width) + j * kv_step(width);
   }

@@ -88,43 +88,61 @@ __device__ __forceinline__ void load8(uint32_t (&w)[4], const uint16_t* p, int n
     w[u] = uint32_t(2 * u < n ? p[2 * u] : 0) | uint32_t(2 * u + 1 < n ? p[2 * u + 1] : 0) << 16;
 }
 
-// Rows first.. (kRows of them) of a tensor of head dim D and element type T (float, or uint16_t:
-// bf16 bits), row t at src + row_offset(first + t), as bf16 into `tile` ([kRows][row_ld(D)]).
-// Columns past D and rows at or past n_rows are zeros. bf16 rows of 16-byte chunks are copied by
-// cp.async: they land while the block computes, complete once the thread has passed
-// cp_async_wait_all (the kernels then __syncthreads before reading them). Otherwise (fp32, or an
-// odd head dim) each thread issues kBatch loads before it stores any, so a tile costs one memory
-// latency per kBatch of its loads, not one per load.
-template <int kRows, typename T, typename RowOffset>
+// Where row r of a tensor lies: off + r step elements from its pointer (kernels/attention.h's
+// q_off and q_step, kv_off and kv_step, o_at and o_step).
+struct Rows {
+  int64_t off, step;
+};
+
+// Rows first.. (kRows of them) of a tensor of head dim D <= kMaxD and element type T (float, or
+// uint16_t: bf16 bits), row r at src + rows.off + r rows.step, as bf16 into `tile`
+// ([kRows][row_ld(D)]). Columns past D and rows at or past n_rows are zeros. A thread copies one
+// 16-byte column chunk of every kStride-th row (kMaxD / 8 chunks per row, a power of 2): its
+// column and first offset are computed once, each further row is one add (no division by the
+// row length per chunk). bf16 rows of 16-byte chunks are copied by cp.async: they land while the
+// block computes, complete once the thread has passed cp_async_wait_all (the kernels then
+// __syncthreads before reading them). Otherwise (fp32, or an odd head dim) each thread issues
+// kBatch loads before it stores any, so a tile costs one memory latency per kBatch of its loads,
+// not one per load.
+template <int kRows, int kMaxD, typename T>
 __device__ __forceinline__ void load_tile(
-    uint16_t* tile, const T* src, int64_t first, int64_t n_rows, int D, RowOffset row_offset) {
+    uint16_t* tile, const T* src, Rows rows, int64_t first, int64_t n_rows, int D) {
+  constexpr int kChunks = kMaxD / 8, kStride = kThreads / kChunks, kPer = kRows / kStride;
+  static_assert(kThreads % kChunks == 0 && kRows % kStride == 0, "whole rows per pass");
   constexpr int kBatch = 4;
-  const int Dp = padded_d(D), ld = Dp + 8, chunks = Dp / 8, total = kRows * chunks;
+  const int Dp = padded_d(D), ld = Dp + 8;
+  const int c = int(threadIdx.x) % kChunks * 8, t0 = int(threadIdx.x) / kChunks;
+  if (c >= Dp) return;  // a chunk past the padded head dim (D < kMaxD)
+  const bool col_in = c < D;
+  const int64_t valid = n_rows - first;  // rows t < valid lie in the tensor
   // every row starts a multiple of D elements from src (kernels/attention.h's layouts)
   const bool vec = D % 8 == 0 && reinterpret_cast<uintptr_t>(src) % 16 == 0;
   if constexpr (std::is_same_v<T, uint16_t>) {
     if (vec) {
-      for (int e = int(threadIdx.x); e < total; e += kThreads) {
-        const int t = e / chunks, c = e % chunks * 8;
-        const bool in = first + t < n_rows && c < D;
-        cp_async16(tile + t * ld + c, in ? src + row_offset(first + t) + c : src, in ? 16 : 0);
+      int64_t at = rows.off + (first + t0) * rows.step + c;
+      const int64_t next = kStride * rows.step;
+      MT_UNROLL
+      for (int u = 0; u < kPer; ++u, at += next) {
+        const int t = t0 + u * kStride;
+        const bool in = col_in && t < valid;
+        cp_async16(tile + t * ld + c, in ? src + at : src, in ? 16 : 0);
       }
       return;
     }
   }
-  for (int e0 = int(threadIdx.x); e0 < total; e0 += kBatch * kThreads) {
+  for (int u0 = 0; u0 < kPer; u0 += kBatch) {
     uint32_t w[kBatch][4];
     MT_UNROLL
     for (int u = 0; u < kBatch; ++u) {
-      const int e = e0 + u * kThreads, t = e / chunks, c = e % chunks * 8;
+      const int t = t0 + (u0 + u) * kStride;
       w[u][0] = w[u][1] = w[u][2] = w[u][3] = 0;
-      if (e < total && first + t < n_rows && c < D)
-        load8(w[u], src + row_offset(first + t) + c, D - c, vec);
+      if (u0 + u < kPer && col_in && t < valid)
+        load8(w[u], src + rows.off + (first + t) * rows.step + c, D - c, vec);
     }
     MT_UNROLL
     for (int u = 0; u < kBatch; ++u) {
-      const int e = e0 + u * kThreads, t = e / chunks, c = e % chunks * 8;
-      if (e < total)
+      const int t = t0 + (u0 + u) * kStride;
+      if (u0 + u < kPer)
         *reinterpret_cast<uint4*>(tile + t * ld + c) =
             make_uint4(w[u][0], w[u][1], w[u][2], w[u][3]);
     }
@@ -254,14 +272,13 @@ __global__ void __launch_bounds__(kThreads) attention_forward_tc_kernel(
   const int warp = int(threadIdx.x / 32);
   const int64_t b = blockIdx.y / s.H, h = blockIdx.y % s.H, g = h / (s.H / s.G);
   const int64_t i0 = int64_t(gridDim.x - 1 - blockIdx.x) * kM, r0 = i0 + 16 * kR * warp;
-  auto q_at = [&](int64_t row) { return s.q_at(row, b, h); };
-  auto k_at = [&](int64_t row) { return s.kv_at(row, b, g, s.D); };
-  auto v_at = [&](int64_t row) { return s.kv_at(row, b, g, s.Dv); };
+  const Rows q_rows{s.q_off(b, h), s.q_step()}, k_rows{s.kv_off(b, g, s.D), s.kv_step(s.D)},
+      v_rows{s.kv_off(b, g, s.Dv), s.kv_step(s.Dv)};
 
-  load_tile<kM>(Qs, q, i0, s.Sq, int(s.D), q_at);
+  load_tile<kM, kMaxD>(Qs, q, q_rows, i0, s.Sq, int(s.D));
   const int64_t kv_end = key_end(s, mask, i0 + kM < s.Sq ? i0 + kM : s.Sq);
   const int64_t warp_end = key_end(s, mask, r0 + 16 * kR < s.Sq ? r0 + 16 * kR : s.Sq);
-  if (kv_end > 0) load_tile<kBn>(Ks, k, 0, s.Sk, int(s.D), k_at);
+  if (kv_end > 0) load_tile<kBn, kMaxD>(Ks, k, k_rows, 0, s.Sk, int(s.D));
 
   // The softmax in base 2: x = score scale log2(e), p = 2^(x - m) (one multiply, one EX2).
   const float scale2 = s.scale * kLog2e;
@@ -273,7 +290,7 @@ __global__ void __launch_bounds__(kThreads) attention_forward_tc_kernel(
   for (int64_t j0 = 0; j0 < kv_end; j0 += kBn) {
     cp_async_wait_all();
     __syncthreads();  // K (and Q) are in, and no warp still reads the previous V
-    load_tile<kBn>(Vs, v, j0, s.Sk, int(s.Dv), v_at);
+    load_tile<kBn, kMaxD>(Vs, v, v_rows, j0, s.Sk, int(s.Dv));
     const bool active = j0 < warp_end;  // some row of this warp sees a key of the tile
     float sc[kR][kBn / 8][4];
     if (active) {
@@ -328,7 +345,7 @@ __global__ void __launch_bounds__(kThreads) attention_forward_tc_kernel(
     }
     cp_async_wait_all();
     __syncthreads();  // V is in, and no warp still reads K
-    if (j0 + kBn < kv_end) load_tile<kBn>(Ks, k, j0 + kBn, s.Sk, int(s.D), k_at);
+    if (j0 + kBn < kv_end) load_tile<kBn, kMaxD>(Ks, k, k_rows, j0 + kBn, s.Sk, int(s.D));
     if (active) weight_products<kR>(o, sc, Vs, ldv, padded_d(s.Dv) / 8);
   }
   cp_async_wait_all();
@@ -337,10 +354,11 @@ __global__ void __launch_bounds__(kThreads) attention_forward_tc_kernel(
   for (int rg = 0; rg < kR; ++rg) {
     const int64_t g0 = r0 + 16 * rg;
     const float l0 = quad_sum(l[rg][0]), l1 = quad_sum(l[rg][1]);
+    // 1 / l per row (a row that saw no key: 0), one division per row, not per element
+    const float inv0 = l0 > 0 ? 1.0f / l0 : 0.0f, inv1 = l1 > 0 ? 1.0f / l1 : 0.0f;
     for_acc(o[rg], int(s.Dv), [&](int rr, int c, float x) {
       const int64_t i = g0 + rr;
-      const float li = rr < 8 ? l0 : l1;
-      if (i < s.Sq) store_as(out + s.o_at(i, b, h) + c, li > 0 ? x / li : 0.0f);
+      if (i < s.Sq) store_as(out + s.o_at(i, b, h) + c, x * (rr < 8 ? inv0 : inv1));
     });
     if (threadIdx.x % 4 == 0) {
       MT_UNROLL
@@ -392,16 +410,16 @@ __global__ void __launch_bounds__(kThreads)
   const int warp = int(threadIdx.x / 32);
   const int64_t b = blockIdx.y / s.H, h = blockIdx.y % s.H, g = h / (s.H / s.G);
   const int64_t i0 = int64_t(gridDim.x - 1 - blockIdx.x) * kB, r0 = i0 + 16 * warp;
+  const Rows k_rows{s.kv_off(b, g, s.D), s.kv_step(s.D)},
+      v_rows{s.kv_off(b, g, s.Dv), s.kv_step(s.Dv)};
   // K and V of the tile at j0 into buffer `buf`
   auto load_kv = [&](int64_t j0, int buf) {
-    load_tile<kB>(Kb + buf * kB * ldq, t.k, j0, s.Sk, int(s.D),
-                  [&](int64_t row) { return s.kv_at(row, b, g, s.D); });
-    load_tile<kB>(Vb + buf * kB * ldv, t.v, j0, s.Sk, int(s.Dv),
-                  [&](int64_t row) { return s.kv_at(row, b, g, s.Dv); });
+    load_tile<kB, kMaxD>(Kb + buf * kB * ldq, t.k, k_rows, j0, s.Sk, int(s.D));
+    load_tile<kB, kMaxD>(Vb + buf * kB * ldv, t.v, v_rows, j0, s.Sk, int(s.Dv));
   };
 
-  load_tile<kB>(Qs, t.q, i0, s.Sq, int(s.D), [&](int64_t row) { return s.q_at(row, b, h); });
-  load_tile<kB>(dOs, t.dout, i0, s.Sq, int(s.Dv), [&](int64_t row) { return s.o_at(row, b, h); });
+  load_tile<kB, kMaxD>(Qs, t.q, Rows{s.q_off(b, h), s.q_step()}, i0, s.Sq, int(s.D));
+  load_tile<kB, kMaxD>(dOs, t.dout, Rows{s.o_at(0, b, h), s.o_step()}, i0, s.Sq, int(s.Dv));
   const float scale2 = s.scale * kLog2e;
   float l2[2], dlt[2];  // lse log2(e) and delta of the thread's two rows
   MT_UNROLL
@@ -462,9 +480,8 @@ __global__ void __launch_bounds__(kThreads)
   const int64_t b = blockIdx.y / s.G, g = blockIdx.y % s.G;
   const int64_t j0 = int64_t(blockIdx.x) * kB, r0 = j0 + 16 * warp;
 
-  load_tile<kB>(Ks, t.k, j0, s.Sk, int(s.D), [&](int64_t row) { return s.kv_at(row, b, g, s.D); });
-  load_tile<kB>(Vs, t.v, j0, s.Sk, int(s.Dv),
-                [&](int64_t row) { return s.kv_at(row, b, g, s.Dv); });
+  load_tile<kB, kMaxD>(Ks, t.k, Rows{s.kv_off(b, g, s.D), s.kv_step(s.D)}, j0, s.Sk, int(s.D));
+  load_tile<kB, kMaxD>(Vs, t.v, Rows{s.kv_off(b, g, s.Dv), s.kv_step(s.Dv)}, j0, s.Sk, int(s.Dv));
 
   const float scale2 = s.scale * kLog2e;
   float dk[1][kMaxD / 8][4] = {}, dv[1][kMaxD / 8][4] = {};
@@ -478,10 +495,10 @@ __global__ void __launch_bounds__(kThreads)
   // Q, dO, lse log2(e) and delta of a step into buffer `buf`
   auto load_step = [&](int64_t step, int buf) {
     const int64_t h = head_of(step), i0 = first_of(step);
-    load_tile<kB>(Qb + buf * kB * ldq, t.q, i0, s.Sq, int(s.D),
-                  [&](int64_t row) { return s.q_at(row, b, h); });
-    load_tile<kB>(dOb + buf * kB * ldv, t.dout, i0, s.Sq, int(s.Dv),
-                  [&](int64_t row) { return s.o_at(row, b, h); });
+    load_tile<kB, kMaxD>(Qb + buf * kB * ldq, t.q, Rows{s.q_off(b, h), s.q_step()}, i0, s.Sq,
+                         int(s.D));
+    load_tile<kB, kMaxD>(dOb + buf * kB * ldv, t.dout, Rows{s.o_at(0, b, h), s.o_step()}, i0, s.Sq,
+                         int(s.Dv));
     if (threadIdx.x < kB) {
       const int64_t i = i0 + threadIdx.x;
       lse_b[buf * kB + threadIdx.x] = i < s.Sq ? t.lse[stat_at(s, b, h, i)] * kLog2e : kNegInf;
