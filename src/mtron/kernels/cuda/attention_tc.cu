@@ -418,7 +418,8 @@ __global__ void __launch_bounds__(kThreads)
     load_tile<kB, kMaxD>(Vb + buf * kB * ldv, t.v, v_rows, j0, s.Sk, int(s.Dv));
   };
 
-  load_tile<kB, kMaxD>(Qs, t.q, Rows{s.q_off(b, h), s.q_step()}, i0, s.Sq, int(s.D));
+  const Rows q_rows{s.q_off(b, h), s.q_step()};  // of q and dq
+  load_tile<kB, kMaxD>(Qs, t.q, q_rows, i0, s.Sq, int(s.D));
   load_tile<kB, kMaxD>(dOs, t.dout, Rows{s.o_at(0, b, h), s.o_step()}, i0, s.Sq, int(s.Dv));
   const float scale2 = s.scale * kLog2e;
   float l2[2], dlt[2];  // lse log2(e) and delta of the thread's two rows
@@ -460,7 +461,7 @@ __global__ void __launch_bounds__(kThreads)
 
   for_acc(dq[0], int(s.D), [&](int rr, int c, float x) {
     const int64_t i = r0 + rr;
-    if (i < s.Sq) store_grad(t.dq + s.q_at(i, b, h) + c, x * s.scale);
+    if (i < s.Sq) store_grad(t.dq + q_rows.off + i * q_rows.step + c, x * s.scale);
   });
 }
 
