@@ -92,7 +92,19 @@ __device__ __forceinline__ void load8(uint32_t (&w)[4], const uint16_t* p, int n
 // q_off and q_step, kv_off and kv_step, o_at and o_step).
 struct Rows {
   int64_t off, step;
+  __device__ int64_t at(int64_t r) const { return off + r * step; }
 };
+// The rows of head h of sequence b in q and dq; of group g in k, dk (width D) or v, dv (width
+// Dv); of head h in out and dout.
+__device__ __forceinline__ Rows q_rows(const AttnShape& s, int64_t b, int64_t h) {
+  return {s.q_off(b, h), s.q_step()};
+}
+__device__ __forceinline__ Rows kv_rows(const AttnShape& s, int64_t b, int64_t g, int64_t width) {
+  return {s.kv_off(b, g, width), s.kv_step(width)};
+}
+__device__ __forceinline__ Rows o_rows(const AttnShape& s, int64_t b, int64_t h) {
+  return {s.o_at(0, b, h), s.o_step()};
+}
 
 // Rows first.. (kRows of them) of a tensor of head dim D <= kMaxD and element type T (float, or
 // uint16_t: bf16 bits), row r at src + rows.off + r rows.step, as bf16 into `tile`
@@ -115,12 +127,13 @@ __device__ __forceinline__ void load_tile(
   if (c >= Dp) return;  // a chunk past the padded head dim (D < kMaxD)
   const bool col_in = c < D;
   const int64_t valid = n_rows - first;  // rows t < valid lie in the tensor
+  // the offset of the thread's chunk in its first row, and from one of its rows to the next
+  int64_t at = rows.at(first + t0) + c;
+  const int64_t next = kStride * rows.step;
   // every row starts a multiple of D elements from src (kernels/attention.h's layouts)
   const bool vec = D % 8 == 0 && reinterpret_cast<uintptr_t>(src) % 16 == 0;
   if constexpr (std::is_same_v<T, uint16_t>) {
     if (vec) {
-      int64_t at = rows.off + (first + t0) * rows.step + c;
-      const int64_t next = kStride * rows.step;
       MT_UNROLL
       for (int u = 0; u < kPer; ++u, at += next) {
         const int t = t0 + u * kStride;
@@ -133,11 +146,10 @@ __device__ __forceinline__ void load_tile(
   for (int u0 = 0; u0 < kPer; u0 += kBatch) {
     uint32_t w[kBatch][4];
     MT_UNROLL
-    for (int u = 0; u < kBatch; ++u) {
+    for (int u = 0; u < kBatch; ++u, at += next) {
       const int t = t0 + (u0 + u) * kStride;
       w[u][0] = w[u][1] = w[u][2] = w[u][3] = 0;
-      if (u0 + u < kPer && col_in && t < valid)
-        load8(w[u], src + rows.off + (first + t) * rows.step + c, D - c, vec);
+      if (u0 + u < kPer && col_in && t < valid) load8(w[u], src + at, D - c, vec);
     }
     MT_UNROLL
     for (int u = 0; u < kBatch; ++u) {
@@ -272,13 +284,12 @@ __global__ void __launch_bounds__(kThreads) attention_forward_tc_kernel(
   const int warp = int(threadIdx.x / 32);
   const int64_t b = blockIdx.y / s.H, h = blockIdx.y % s.H, g = h / (s.H / s.G);
   const int64_t i0 = int64_t(gridDim.x - 1 - blockIdx.x) * kM, r0 = i0 + 16 * kR * warp;
-  const Rows q_rows{s.q_off(b, h), s.q_step()}, k_rows{s.kv_off(b, g, s.D), s.kv_step(s.D)},
-      v_rows{s.kv_off(b, g, s.Dv), s.kv_step(s.Dv)};
+  const Rows k_at = kv_rows(s, b, g, s.D), v_at = kv_rows(s, b, g, s.Dv), o_at = o_rows(s, b, h);
 
-  load_tile<kM, kMaxD>(Qs, q, q_rows, i0, s.Sq, int(s.D));
+  load_tile<kM, kMaxD>(Qs, q, q_rows(s, b, h), i0, s.Sq, int(s.D));
   const int64_t kv_end = key_end(s, mask, i0 + kM < s.Sq ? i0 + kM : s.Sq);
   const int64_t warp_end = key_end(s, mask, r0 + 16 * kR < s.Sq ? r0 + 16 * kR : s.Sq);
-  if (kv_end > 0) load_tile<kBn, kMaxD>(Ks, k, k_rows, 0, s.Sk, int(s.D));
+  if (kv_end > 0) load_tile<kBn, kMaxD>(Ks, k, k_at, 0, s.Sk, int(s.D));
 
   // The softmax in base 2: x = score scale log2(e), p = 2^(x - m) (one multiply, one EX2).
   const float scale2 = s.scale * kLog2e;
@@ -290,7 +301,7 @@ __global__ void __launch_bounds__(kThreads) attention_forward_tc_kernel(
   for (int64_t j0 = 0; j0 < kv_end; j0 += kBn) {
     cp_async_wait_all();
     __syncthreads();  // K (and Q) are in, and no warp still reads the previous V
-    load_tile<kBn, kMaxD>(Vs, v, v_rows, j0, s.Sk, int(s.Dv));
+    load_tile<kBn, kMaxD>(Vs, v, v_at, j0, s.Sk, int(s.Dv));
     const bool active = j0 < warp_end;  // some row of this warp sees a key of the tile
     float sc[kR][kBn / 8][4];
     if (active) {
@@ -306,6 +317,9 @@ __global__ void __launch_bounds__(kThreads) attention_forward_tc_kernel(
         const int n_keys = int(s.Sk - j0 < kBn ? s.Sk - j0 : kBn);
         const int64_t d = g0 + mask.offset - j0;
         const int diag = !mask.causal || d > kBn ? kBn : (d < -kBn ? -kBn : int(d));
+        MT_UNROLL
+        for (int n = 0; n < kBn / 8; ++n) MT_UNROLL
+        for (int e = 0; e < 4; ++e) sc[rg][n][e] *= scale2;
         if (cut) {
           MT_UNROLL
           for (int n = 0; n < kBn / 8; ++n) MT_UNROLL
@@ -317,11 +331,7 @@ __global__ void __launch_bounds__(kThreads) attention_forward_tc_kernel(
         float mx[2] = {kNegInf, kNegInf};
         MT_UNROLL
         for (int n = 0; n < kBn / 8; ++n) MT_UNROLL
-        for (int e = 0; e < 4; ++e) {
-          float& x = sc[rg][n][e];
-          x *= scale2;
-          mx[e >> 1] = fmaxf(mx[e >> 1], x);
-        }
+        for (int e = 0; e < 4; ++e) mx[e >> 1] = fmaxf(mx[e >> 1], sc[rg][n][e]);
         float base[2];  // the row's max, 0 while it has seen no key (so that 2^(-inf - 0) = 0)
         MT_UNROLL
         for (int r = 0; r < 2; ++r) {
@@ -345,7 +355,7 @@ __global__ void __launch_bounds__(kThreads) attention_forward_tc_kernel(
     }
     cp_async_wait_all();
     __syncthreads();  // V is in, and no warp still reads K
-    if (j0 + kBn < kv_end) load_tile<kBn, kMaxD>(Ks, k, k_rows, j0 + kBn, s.Sk, int(s.D));
+    if (j0 + kBn < kv_end) load_tile<kBn, kMaxD>(Ks, k, k_at, j0 + kBn, s.Sk, int(s.D));
     if (active) weight_products<kR>(o, sc, Vs, ldv, padded_d(s.Dv) / 8);
   }
   cp_async_wait_all();
@@ -358,7 +368,7 @@ __global__ void __launch_bounds__(kThreads) attention_forward_tc_kernel(
     const float inv0 = l0 > 0 ? 1.0f / l0 : 0.0f, inv1 = l1 > 0 ? 1.0f / l1 : 0.0f;
     for_acc(o[rg], int(s.Dv), [&](int rr, int c, float x) {
       const int64_t i = g0 + rr;
-      if (i < s.Sq) store_as(out + s.o_at(i, b, h) + c, x * (rr < 8 ? inv0 : inv1));
+      if (i < s.Sq) store_as(out + o_at.at(i) + c, x * (rr < 8 ? inv0 : inv1));
     });
     if (threadIdx.x % 4 == 0) {
       MT_UNROLL
@@ -394,7 +404,7 @@ __device__ __forceinline__ void probabilities(float (&p)[kN][4],
   for (int n = 0; n < kN; ++n) MT_UNROLL
   for (int e = 0; e < 4; ++e) {
     const int64_t i = query(n, e), j = key(n, e);
-    if (!(i < s.Sq && j < s.Sk && visible(m, i, j))) p[n][e] = 0.0f;
+    if (!seen(s, m, i, j)) p[n][e] = 0.0f;
   }
 }
 
@@ -410,17 +420,15 @@ __global__ void __launch_bounds__(kThreads)
   const int warp = int(threadIdx.x / 32);
   const int64_t b = blockIdx.y / s.H, h = blockIdx.y % s.H, g = h / (s.H / s.G);
   const int64_t i0 = int64_t(gridDim.x - 1 - blockIdx.x) * kB, r0 = i0 + 16 * warp;
-  const Rows k_rows{s.kv_off(b, g, s.D), s.kv_step(s.D)},
-      v_rows{s.kv_off(b, g, s.Dv), s.kv_step(s.Dv)};
+  const Rows k_at = kv_rows(s, b, g, s.D), v_at = kv_rows(s, b, g, s.Dv), q_at = q_rows(s, b, h);
   // K and V of the tile at j0 into buffer `buf`
   auto load_kv = [&](int64_t j0, int buf) {
-    load_tile<kB, kMaxD>(Kb + buf * kB * ldq, t.k, k_rows, j0, s.Sk, int(s.D));
-    load_tile<kB, kMaxD>(Vb + buf * kB * ldv, t.v, v_rows, j0, s.Sk, int(s.Dv));
+    load_tile<kB, kMaxD>(Kb + buf * kB * ldq, t.k, k_at, j0, s.Sk, int(s.D));
+    load_tile<kB, kMaxD>(Vb + buf * kB * ldv, t.v, v_at, j0, s.Sk, int(s.Dv));
   };
 
-  const Rows q_rows{s.q_off(b, h), s.q_step()};  // of q and dq
-  load_tile<kB, kMaxD>(Qs, t.q, q_rows, i0, s.Sq, int(s.D));
-  load_tile<kB, kMaxD>(dOs, t.dout, Rows{s.o_at(0, b, h), s.o_step()}, i0, s.Sq, int(s.Dv));
+  load_tile<kB, kMaxD>(Qs, t.q, q_at, i0, s.Sq, int(s.D));
+  load_tile<kB, kMaxD>(dOs, t.dout, o_rows(s, b, h), i0, s.Sq, int(s.Dv));
   const float scale2 = s.scale * kLog2e;
   float l2[2], dlt[2];  // lse log2(e) and delta of the thread's two rows
   MT_UNROLL
@@ -461,7 +469,7 @@ __global__ void __launch_bounds__(kThreads)
 
   for_acc(dq[0], int(s.D), [&](int rr, int c, float x) {
     const int64_t i = r0 + rr;
-    if (i < s.Sq) store_grad(t.dq + q_rows.off + i * q_rows.step + c, x * s.scale);
+    if (i < s.Sq) store_grad(t.dq + q_at.at(i) + c, x * s.scale);
   });
 }
 
@@ -481,8 +489,9 @@ __global__ void __launch_bounds__(kThreads)
   const int64_t b = blockIdx.y / s.G, g = blockIdx.y % s.G;
   const int64_t j0 = int64_t(blockIdx.x) * kB, r0 = j0 + 16 * warp;
 
-  load_tile<kB, kMaxD>(Ks, t.k, Rows{s.kv_off(b, g, s.D), s.kv_step(s.D)}, j0, s.Sk, int(s.D));
-  load_tile<kB, kMaxD>(Vs, t.v, Rows{s.kv_off(b, g, s.Dv), s.kv_step(s.Dv)}, j0, s.Sk, int(s.Dv));
+  const Rows k_at = kv_rows(s, b, g, s.D), v_at = kv_rows(s, b, g, s.Dv);
+  load_tile<kB, kMaxD>(Ks, t.k, k_at, j0, s.Sk, int(s.D));
+  load_tile<kB, kMaxD>(Vs, t.v, v_at, j0, s.Sk, int(s.Dv));
 
   const float scale2 = s.scale * kLog2e;
   float dk[1][kMaxD / 8][4] = {}, dv[1][kMaxD / 8][4] = {};
@@ -496,10 +505,8 @@ __global__ void __launch_bounds__(kThreads)
   // Q, dO, lse log2(e) and delta of a step into buffer `buf`
   auto load_step = [&](int64_t step, int buf) {
     const int64_t h = head_of(step), i0 = first_of(step);
-    load_tile<kB, kMaxD>(Qb + buf * kB * ldq, t.q, Rows{s.q_off(b, h), s.q_step()}, i0, s.Sq,
-                         int(s.D));
-    load_tile<kB, kMaxD>(dOb + buf * kB * ldv, t.dout, Rows{s.o_at(0, b, h), s.o_step()}, i0, s.Sq,
-                         int(s.Dv));
+    load_tile<kB, kMaxD>(Qb + buf * kB * ldq, t.q, q_rows(s, b, h), i0, s.Sq, int(s.D));
+    load_tile<kB, kMaxD>(dOb + buf * kB * ldv, t.dout, o_rows(s, b, h), i0, s.Sq, int(s.Dv));
     if (threadIdx.x < kB) {
       const int64_t i = i0 + threadIdx.x;
       lse_b[buf * kB + threadIdx.x] = i < s.Sq ? t.lse[stat_at(s, b, h, i)] * kLog2e : kNegInf;
@@ -542,11 +549,11 @@ __global__ void __launch_bounds__(kThreads)
 
   for_acc(dk[0], int(s.D), [&](int rr, int c, float x) {
     const int64_t j = r0 + rr;
-    if (j < s.Sk) store_grad(t.dk + s.kv_at(j, b, g, s.D) + c, x * s.scale);
+    if (j < s.Sk) store_grad(t.dk + k_at.at(j) + c, x * s.scale);
   });
   for_acc(dv[0], int(s.Dv), [&](int rr, int c, float x) {
     const int64_t j = r0 + rr;
-    if (j < s.Sk) store_grad(t.dv + s.kv_at(j, b, g, s.Dv) + c, x);
+    if (j < s.Sk) store_grad(t.dv + v_at.at(j) + c, x);
   });
 }
 

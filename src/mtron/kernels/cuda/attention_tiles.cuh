@@ -1,4 +1,4 @@
-// defines: padded_d, quad_sum, quad_max, visible, stat_at, prob, key_end,
+// defines: padded_d, quad_sum, quad_max, visible, stat_at, seen, prob, key_end,
 //          BwdTensors, store_grad, allow_smem, with_max_d, attention_forward_tc,
 //          attention_backward_tc
 //
@@ -37,10 +37,14 @@ __device__ __forceinline__ bool visible(const AttnMask& m, int64_t i, int64_t j)
 __device__ __forceinline__ int64_t stat_at(const AttnShape& s, int64_t b, int64_t h, int64_t i) {
   return (b * s.H + h) * s.Sq + i;
 }
+// Whether query i and key j exist and i sees j.
+__device__ __forceinline__ bool seen(const AttnShape& s, const AttnMask& m, int64_t i, int64_t j) {
+  return i < s.Sq && j < s.Sk && visible(m, i, j);
+}
 // P[i, j] = exp(score * scale - lse_i) where query i exists and sees key j, else 0.
 __device__ __forceinline__ float prob(
     const AttnShape& s, const AttnMask& m, int64_t i, int64_t j, float score, float l) {
-  const bool vis = i < s.Sq && j < s.Sk && visible(m, i, j) && l != kNegInf;
+  const bool vis = seen(s, m, i, j) && l != kNegInf;
   return vis ? expf(score * s.scale - l) : 0.0f;
 }
 
