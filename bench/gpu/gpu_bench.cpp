@@ -8,8 +8,9 @@
 // Each figure is the mean over `reps` launches after 3 warm-up launches, timed on the host
 // around a device synchronisation (launch gaps included, which the large shapes make small).
 // GEMMs: the forward, dgrad and wgrad of each linear layer (gemm.h's three forms) for 16384
-// tokens, and one LM-head chunk of 1024 rows. Attention: causal, fp32, forward and backward
-// (FLOPs counted as Megatron does: the visible half, backward = 2 x forward).
+// tokens, and one LM-head chunk of 1024 rows. Attention: causal, forward and backward, on mtron's
+// kernels and through cuDNN (FLOPs counted as Megatron does: the visible half, backward = 2 x
+// forward).
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -112,9 +113,11 @@ void gemms(const Model& m, int64_t tokens, DType t) {
 }
 
 // Attention forward and backward with fp32 products (the fp32 kernels), bf16 products on fp32
-// tensors (the tensor-core kernels), and bf16 products on bf16 tensors (the same kernels as the
-// bf16 ops that bf16 training calls: bf16 tiles copied to shared memory by cp.async), side by side.
-enum class AttnKind { kFp32, kTc, kTcBf16 };
+// tensors (the tensor-core kernels), bf16 products on bf16 tensors on the same kernels
+// (MTRON_CUDA_ATTENTION=mtron: bf16 tiles copied to shared memory by cp.async) and through cuDNN's
+// fused attention (the default of the bf16 ops that bf16 training calls; mtron warns and runs its
+// kernels where cuDNN takes no graph), side by side.
+enum class AttnKind { kFp32, kTc, kTcBf16, kCudnn };
 
 void attention(const Model& m, AttnKind kind) {
   const int64_t D = m.hidden / m.heads;
@@ -128,16 +131,22 @@ void attention(const Model& m, AttnKind kind) {
                     1.0f / std::sqrt(float(D)),
                     kind != AttnKind::kFp32};
   const int64_t nq = s.Sq * s.B * s.H * s.D;
-  const DType t = kind == AttnKind::kTcBf16 ? DType::kBF16 : DType::kF32;
+  const DType t =
+      kind == AttnKind::kTcBf16 || kind == AttnKind::kCudnn ? DType::kBF16 : DType::kF32;
+  if (kind == AttnKind::kCudnn)
+    unsetenv("MTRON_CUDA_ATTENTION");
+  else
+    setenv("MTRON_CUDA_ATTENTION", "mtron", 1);
   Tensor q = filled(nq, t), k = filled(nq, t), v = filled(nq, t), out = filled(nq, t);
   Tensor dout = filled(nq, t), dq = filled(nq, t), dk = filled(nq, t), dv = filled(nq, t);
   Tensor lse = filled(s.B * s.H * s.Sq, DType::kF32);
   const AttnMask mask{true, 0};
   const double flops = 4.0 * double(s.B * s.H) * double(s.Sq) * double(s.Sk) * double(D) / 2;
   const std::string shape = str("B", s.B, " S", s.Sq, " H", s.H, " D", D);
-  const char* name = kind == AttnKind::kFp32 ? "fp32"
-                     : kind == AttnKind::kTc ? "bf16 tc"
-                                             : "bf16 tc16";
+  const char* name = kind == AttnKind::kFp32     ? "fp32"
+                     : kind == AttnKind::kTc     ? "bf16 tc"
+                     : kind == AttnKind::kTcBf16 ? "bf16 tc16"
+                                                 : "bf16 cudnn";
   const double f = seconds_per_call([&] {
     if (t == DType::kBF16)
       attention_forward(kDev, out.bf(), lse.f32(), q.bf(), k.bf(), v.bf(), s, mask);
@@ -172,7 +181,8 @@ int main(int argc, char** argv) {
     const Model big{"1.3b", 2048, 16, 2048, 8};
     for (const Model& m : {gpt2, big}) {
       gemms(m, 16384, DType::kBF16);
-      for (AttnKind kind : {AttnKind::kFp32, AttnKind::kTc, AttnKind::kTcBf16}) attention(m, kind);
+      for (AttnKind kind : {AttnKind::kFp32, AttnKind::kTc, AttnKind::kTcBf16, AttnKind::kCudnn})
+        attention(m, kind);
     }
     gemms(gpt2, 16384, DType::kF32);  // the fp32 path, for reference
     const DeviceMemory mem = device_memory(Device::kCUDA);

@@ -19,7 +19,8 @@
 #                 FP8 GEMM cases again with cuBLASLt's log
 #   d train       mtron train --device cuda: 10 steps of a tiny model (fp32) on the CPU and on the
 #                 GPU (MTRON_CUDA_SYNC=1), losses compared (rel <= 1e-4: cuBLAS sums in its own
-#                 order; 1e-5 on the emulation); then GPT-2 124M (64 x 1024 tokens per step)
+#                 order; 1e-5 on the emulation), and in bf16 (rel <= 2e-3; attention on cuDNN's
+#                 fused kernels with bf16 products where the CPU's are fp32); then GPT-2 124M (64 x 1024 tokens per step)
 #                 and the 1.3B model (24 layers, hidden 2048, 16 heads, seq 2048, 8 x 2048 tokens
 #                 per step), bf16, 10 steps each: tokens/s and MFU of the last step; GPT-2 again
 #                 with MTRON_CUDA_SYNC=1 --profile: every op's GPU time
@@ -134,11 +135,12 @@ if [ ! -f "$(dirname "$NVCC")/../include/nccl.h" ] && [ ! -f /usr/include/nccl.h
   fi
 fi
 MENV=(env "${DEPS_ENV[@]}")  # prefix of mtron's commands: they see the carried libraries
-# The CUDA libraries a program built elsewhere links (libcudart, libcublasLt, libnccl): where the
-# loader does not find one, the folder of PyTorch's nvidia wheels that holds it joins the path.
+# The CUDA libraries a program built elsewhere links (libcudart, libcublasLt, libnccl, libcudnn):
+# where the loader does not find one, the folder of PyTorch's nvidia wheels that holds it joins
+# the path.
 cuda_lib_path() {
   local missing d ld
-  missing=$("${MENV[@]}" ldd "$1" 2>/dev/null | awk '/not found/ {print $1}' | grep -E 'libcudart|libcublas|libnccl')
+  missing=$("${MENV[@]}" ldd "$1" 2>/dev/null | awk '/not found/ {print $1}' | grep -E 'libcudart|libcublas|libnccl|libcudnn')
   [ -z "$missing" ] && return 0
   for lib in $missing; do
     d=$($PY -c 'import os, sys, nvidia
@@ -264,25 +266,31 @@ last_rate() {
 
 banner "d mtron training on CUDA"
 if [ $built = 1 ]; then
-  # parity: a tiny model, fp32, 10 steps on the CPU and on the GPU
+  # parity: a tiny model, 10 steps on the CPU and on the GPU, in fp32 and in bf16 (attention on
+  # cuDNN's fused kernels: bf16 products, the CPU's fp32)
   TINY="--num-layers 2 --hidden-size 128 --num-attention-heads 4 --seq-length 128 --max-position-embeddings 128 --micro-batch-size 4 --global-batch-size 4 --vocab-size 1000 --mock-data --lr 1e-3 --train-iters 10 --log-interval 1 --eval-iters 0 --metrics-file /dev/null --hidden-dropout 0 --attention-dropout 0"
-  # the bound: cuBLAS and the GPU's reductions sum in other orders than the CPU (1e-4); the
-  # emulation runs the CPU's order but for the GEMMs (1e-5)
-  tiny_secs=60 tol=1e-4
-  [ $DRY = 1 ] && tiny_secs=300 tol=1e-5  # the emulation runs a step in seconds
-  run_timed "mtron tiny cpu" "$(limit 60)" "$LOGS/mtron_tiny_cpu.log" "${MENV[@]}" $MT train $TINY >/dev/null ||
-    failed "$LOGS/mtron_tiny_cpu.log"
-  # MTRON_CUDA_SYNC=1: an asynchronous fault is reported against the kernel that caused it
-  run_timed "mtron tiny cuda" "$(limit $tiny_secs)" "$LOGS/mtron_tiny_cuda.log" "${MENV[@]}" MTRON_CUDA_SYNC=1 $MT_GPU train $TINY --device cuda >/dev/null ||
-    failed "$LOGS/mtron_tiny_cuda.log"
-  grep -m1 '(after [0-9]* iterations) memory' "$LOGS/mtron_tiny_cuda.log"
-  paste <(grep -o 'lm loss: [0-9.E+-]*' "$LOGS/mtron_tiny_cpu.log" | awk '{print $3}') \
-    <(grep -o 'lm loss: [0-9.E+-]*' "$LOGS/mtron_tiny_cuda.log" | awk '{print $3}') |
-    awk -v tol=$tol '{ d = ($1 - $2) / $1; if (d < 0) d = -d; if (d > m) m = d; n++; print "step " n ": cpu " $1 "  cuda " $2 }
-         END { printf "max relative loss difference over %d steps: %.2e (bound %s)\n", n, m, tol;
-               exit !(n == 10 && m <= tol + 0) }' | tee "$LOGS/parity.txt"
-  [ "${PIPESTATUS[1]}" = 0 ] && note "d loss parity (tiny, fp32)" "ok: $(tail -1 "$LOGS/parity.txt")" ||
-    note "d loss parity (tiny, fp32)" "FAILED: $(tail -1 "$LOGS/parity.txt")"
+  # parity NAME TOL [FLAGS]: the bound for fp32: cuBLAS and the GPU's reductions sum in other
+  # orders than the CPU (1e-4); the emulation runs the CPU's order but for the GEMMs (1e-5)
+  parity() {
+    local name=$1 tol=$2 secs=60
+    shift 2
+    [ $DRY = 1 ] && secs=300  # the emulation runs a step in seconds
+    run_timed "mtron tiny $name cpu" "$(limit 60)" "$LOGS/mtron_tiny_${name}_cpu.log" "${MENV[@]}" $MT train $TINY "$@" >/dev/null ||
+      failed "$LOGS/mtron_tiny_${name}_cpu.log"
+    # MTRON_CUDA_SYNC=1: an asynchronous fault is reported against the kernel that caused it
+    run_timed "mtron tiny $name cuda" "$(limit $secs)" "$LOGS/mtron_tiny_${name}_cuda.log" "${MENV[@]}" MTRON_CUDA_SYNC=1 $MT_GPU train $TINY "$@" --device cuda >/dev/null ||
+      failed "$LOGS/mtron_tiny_${name}_cuda.log"
+    grep -m1 '(after [0-9]* iterations) memory' "$LOGS/mtron_tiny_${name}_cuda.log"
+    paste <(grep -o 'lm loss: [0-9.E+-]*' "$LOGS/mtron_tiny_${name}_cpu.log" | awk '{print $3}') \
+      <(grep -o 'lm loss: [0-9.E+-]*' "$LOGS/mtron_tiny_${name}_cuda.log" | awk '{print $3}') |
+      awk -v tol=$tol '{ d = ($1 - $2) / $1; if (d < 0) d = -d; if (d > m) m = d; n++; print "step " n ": cpu " $1 "  cuda " $2 }
+           END { printf "max relative loss difference over %d steps: %.2e (bound %s)\n", n, m, tol;
+                 exit !(n == 10 && m <= tol + 0) }' | tee "$LOGS/parity_$name.txt"
+    [ "${PIPESTATUS[1]}" = 0 ] && note "d loss parity (tiny, $name)" "ok: $(tail -1 "$LOGS/parity_$name.txt")" ||
+      note "d loss parity (tiny, $name)" "FAILED: $(tail -1 "$LOGS/parity_$name.txt")"
+  }
+  if [ $DRY = 1 ]; then parity fp32 1e-5; else parity fp32 1e-4; fi
+  parity bf16 2e-3 --bf16
   for m in gpt2 1.3b; do
     [ $m = gpt2 ] && flags=$GPT2_M secs=90 || flags=$BIG_M secs=150
     if [ $DRY = 1 ]; then  # the flags parse and validate (the trainer is not built)
@@ -297,6 +305,9 @@ if [ $built = 1 ]; then
     grep -m1 '(after [0-9]* iterations) memory' "$LOGS/mtron_$m.log"
     note "d mtron $m memory" "$(grep -m1 -o 'max allocated: [0-9.]*' "$LOGS/mtron_$m.log" | awk '{printf "%s %s %.0f", $1, $2, $3}') MB"
     note "d mtron $m predicted" "$(grep -m1 -o 'none overlapped: .*' "$LOGS/mtron_$m.log")"
+    # attention on cuDNN's fused kernels, unless cuDNN refused the graph (mtron's kernels then)
+    w=$(grep -m1 -o 'cuDNN does not run this attention graph.*' "$LOGS/mtron_$m.log" | cut -c1-240)
+    note "d mtron $m attention" "${w:-cuDNN fused attention (no fallback warning)}"
   done
   if [ $DRY = 0 ]; then
     # Every op's GPU time: with MTRON_CUDA_SYNC=1 each launch waits for its kernel, so --profile's

@@ -24,11 +24,16 @@ struct Case {
 // The bf16 ops on q, k, v (qkv as qkv_spans lays them out) and dout rounded to bf16, against the
 // reference of the rounded values widened: out, lse, and dq, dk, dv, which the backward writes
 // (poison where it does not). The backward reads the reference's out and lse, out rounded.
+// `own`: with MTRON_CUDA_ATTENTION=mtron (CUDA: mtron's tensor-core kernels where cuDNN's fused
+// attention would take the shape by default).
 void check_bf16_ops(Checker& ck,
                     const AttnShape& s,
                     const AttnMask& mask,
                     const std::vector<float>& qkv,
-                    const std::vector<float>& dout) {
+                    const std::vector<float>& dout,
+                    bool own) {
+  const ScopedEnv env("MTRON_CUDA_ATTENTION", own ? "mtron" : nullptr);
+  const std::string tag = own ? ", own kernels" : "";
   const QkvSpans sp = qkv_spans(s);
   const int64_t no = s.Sq * s.B * s.H * s.Dv, nl = s.B * s.H * s.Sq;
   Pair<bf16> q16(narrow<bf16>(qkv)), do16(narrow<bf16>(dout)), o16(narrow<bf16>(poison(no)));
@@ -40,8 +45,8 @@ void check_bf16_ops(Checker& ck,
   ref::attention_forward(want_o.data(), want_l.data(), q, q + sp.k_at, q + sp.v_at, s, mask);
   const bf16* qd = q16.dev();
   attention_forward(g_dev, o16.dev(), lse.dev(), qd, qd + sp.k_at, qd + sp.v_at, s, mask);
-  ck.check("bf16 out", widen(o16.dev_result()), want_o, kTolBf16);
-  ck.check("bf16 lse", lse.dev_result(), want_l, kTolBf16);
+  ck.check("bf16 out" + tag, widen(o16.dev_result()), want_o, kTolBf16);
+  ck.check("bf16 lse" + tag, lse.dev_result(), want_l, kTolBf16);
   float* d = want_d.data();
   ref::attention_backward(d, d + sp.k_at, d + sp.v_at, dw.data(), q, q + sp.k_at, q + sp.v_at, s,
                           mask);
@@ -50,7 +55,7 @@ void check_bf16_ops(Checker& ck,
   bf16* g = dqkv.dev();
   attention_backward(g_dev, g, g + sp.k_at, g + sp.v_at, do16.dev(), qd, qd + sp.k_at, qd + sp.v_at,
                      out16.dev(), l2.dev(), s, mask);
-  ck.check("bf16 dq, dk, dv (=)", widen(dqkv.dev_result()), want_d, kTolBf16);
+  ck.check("bf16 dq, dk, dv (=)" + tag, widen(dqkv.dev_result()), want_d, kTolBf16);
 }
 
 }  // namespace
@@ -150,7 +155,8 @@ void attention_cases(Checker& ck, bool small) {
                          o2.dev(), l2.dev(), s, c.mask);
       ck.check("dq, dk, dv (+=)", dqkv, tol);
       if ((s.bf16_products || c.mask.dropout.p > 0) && s.Sk > 1)
-        check_bf16_ops(ck, c.s, c.mask, qkv.host_result(), dout.host_result());
+        for (bool own : {false, true})
+          check_bf16_ops(ck, c.s, c.mask, qkv.host_result(), dout.host_result(), own);
       if (!s.fused_qkv) return;
       // The reference in the fused layout is the reference of the split tensors, bit for bit.
       AttnShape packed = s;

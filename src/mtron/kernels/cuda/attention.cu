@@ -39,6 +39,7 @@
 #include "mtron/kernels/cuda/attention_tiles.cuh"
 #include "mtron/kernels/cuda/common.cuh"
 #include "mtron/kernels/cuda/cuda_ops.h"
+#include "mtron/kernels/cuda/sdpa_graph.h"
 
 namespace mtron::kernels::cuda {
 namespace {
@@ -521,15 +522,17 @@ void convert_qkv(const Ctx& ctx, const QkvSpans& sp, D* w, const S* q, const S* 
 }
 }  // namespace
 
-// bf16 tensors: the tensor-core kernels read and write them; where those do not run (dropout,
-// fp32 products, too little shared memory) the fp32 kernels on widened copies, laid out as
+// bf16 tensors: cuDNN's fused attention runs the shapes it takes (sdpa_graph.h), the
+// tensor-core kernels read and write the others; where those do not run (dropout, fp32
+// products, too little shared memory) the fp32 kernels on widened copies, laid out as
 // qkv_spans, the outputs rounded once.
 void attention_forward(const Ctx& ctx, MT_PARAMS(attention_forward_bf16)) {
   if (s.B == 0 || s.Sq == 0) return;
   check_shape(s);
   const cudaStream_t st = stream_of(ctx);
   if (tensor_cores(s, mask) &&
-      attention_forward_tc(st, bits(out), lse, bits(q), bits(k), bits(v), s, mask))
+      (attention_forward_cudnn(st, bits(out), lse, bits(q), bits(k), bits(v), s, mask) ||
+       attention_forward_tc(st, bits(out), lse, bits(q), bits(k), bits(v), s, mask)))
     return;
   const QkvSpans sp = qkv_spans(s);
   const int64_t no = s.Sq * s.B * s.H * s.Dv;
@@ -544,6 +547,10 @@ void attention_backward(const Ctx& ctx, MT_PARAMS(attention_backward_bf16)) {
   if (s.B == 0 || s.Sq == 0 || s.Sk == 0) return;
   check_shape(s);
   const cudaStream_t st = stream_of(ctx);
+  if (tensor_cores(s, mask) &&
+      attention_backward_cudnn(st, bits(dq), bits(dk), bits(dv), bits(dout), bits(q), bits(k),
+                               bits(v), bits(out), lse, s, mask))
+    return;
   Scratch delta(sizeof(float) * size_t(s.B * s.H * s.Sq), st);
   delta_rows(st, delta.as<float>(), bits(dout), bits(out), s);
   const BwdTensors<uint16_t> t{bits(dq), bits(dk), bits(dv), bits(dout),       bits(q),
