@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The whole suite `make test` runs (and so CI): formatting, then every CTest test of the build
 # (unit, kernel, reference-against-PyTorch, parallel under mpirun, end-to-end), then the CUDA
-# build (compile and link).
+# build (compile and link) and cuDNN's acceptance of the attention graphs (deviceless).
 set -euo pipefail
 preset=${1:-cpu-release}
 cd "$(dirname "$0")/.."
@@ -44,8 +44,24 @@ elif [ -x "$nvcc" ]; then
   echo "== cuda build (cuda-release, compile and link only)"
   t=$(date +%s)
   cmake --preset cuda-release -DCMAKE_CUDA_COMPILER="$nvcc" -DMTRON_BUILD_TESTS=OFF >/dev/null
-  cmake --build build/cuda-release -j "$(nproc)" --target mtron op_check gpu_bench nccl_check
+  cmake --build build/cuda-release -j "$(nproc)" --target mtron op_check gpu_bench nccl_check \
+    cudnn_check
   echo "== cuda build ok in $(( $(date +%s) - t )) s"
+  # cuDNN takes mtron's attention graphs (forward and backward at the models' shapes) on an
+  # H200: deviceless, its heuristics pick engines and compile their kernels for the GPU that
+  # bench/gpu/h200.cudnn.json describes; the toolkit's stub driver library stands in for the driver
+  # (loading the compiled kernels would need a GPU: the check stops there).
+  stub=$(dirname "$nvcc")/../lib64/stubs/libcuda.so
+  if [ -f "$stub" ]; then
+    echo "== cuDNN attention graphs (deviceless, H200)"
+    stubdir=$(mktemp -d)
+    ln -s "$(readlink -f "$stub")" "$stubdir/libcuda.so.1"
+    LD_LIBRARY_PATH="$stubdir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
+      build/cuda-release/bench/gpu/cudnn_check --device bench/gpu/h200.cudnn.json
+    rm -rf "$stubdir"
+  else
+    echo "== cuDNN attention graphs: not checked (no stub libcuda.so in the toolkit)"
+  fi
 else
   echo "== cuda build skipped: no nvcc (install the CUDA toolkit to check it)"
 fi

@@ -10,7 +10,7 @@
 #                them and no network: deps-env.sh unpacks the archive into a private prefix
 #                (never into /) and points CMake, pkg-config, Open MPI and the loader there.
 #   bin.tar.xz   with BUILD_DIR (a cuda-release build of HEAD, e.g. build/cuda-gpu configured as
-#                run.sh does): mtron, op_check, gpu_bench and nccl_check, stripped, and
+#                run.sh does): mtron, op_check, gpu_bench, nccl_check and cudnn_check, stripped, and
 #   bin.commit   the commit they were built from. run.sh then runs these (when they load there)
 #                instead of spending device time on a build; a tree with uncommitted changes is
 #                refused, so the binaries are the commit that RESULTS.md names.
@@ -21,6 +21,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 build=${1:-}
+programs="apps/mtron bench/gpu/op_check bench/gpu/gpu_bench bench/gpu/nccl_check bench/gpu/cudnn_check"
 
 packages=(
   # build: headers, CMake configs, pkg-config files
@@ -38,7 +39,7 @@ packages=(
 )
 
 if [ -n "$build" ]; then
-  for f in apps/mtron bench/gpu/op_check bench/gpu/gpu_bench bench/gpu/nccl_check; do
+  for f in $programs; do
     [ -x "$build/$f" ] || { echo "pack-deps: $build/$f is missing (build it first)" >&2; exit 1; }
   done
   if [ -n "$(git status --porcelain --untracked-files=no)" ]; then
@@ -82,10 +83,10 @@ echo "pack-deps: $n packages, $(du -m "$out/deps.tar.xz" | cut -f1) MiB in $out/
 
 if [ -n "$build" ]; then
   mkdir -p "$tmp/bin/apps" "$tmp/bin/bench/gpu"
-  for f in apps/mtron bench/gpu/op_check bench/gpu/gpu_bench bench/gpu/nccl_check; do
+  for f in $programs; do
     strip -o "$tmp/bin/$f" "$build/$f"
   done
-  # xz's 64 MiB dictionary at -9 spans the four programs, which share most of their code
+  # xz's 64 MiB dictionary at -9 spans the five programs, which share most of their code
   tar -cf - -C "$tmp/bin" . | xz -9 -T0 >"$out/bin.tar.xz"
   git rev-parse --short HEAD >"$out/bin.commit"
   echo "pack-deps: the programs of $build ($(cat "$out/bin.commit")), $(du -m "$out/bin.tar.xz" | cut -f1) MiB in $out/bin.tar.xz"

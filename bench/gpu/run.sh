@@ -3,7 +3,7 @@
 #
 #   here:   cmake --preset cuda-release -B build/cuda-gpu -DCMAKE_CUDA_ARCHITECTURES=90 \
 #             -DMTRON_BUILD_TESTS=OFF && cmake --build build/cuda-gpu --target mtron op_check \
-#             gpu_bench nccl_check          (optional: the programs, built here from HEAD)
+#             gpu_bench nccl_check cudnn_check   (optional: the programs, built here from HEAD)
 #           bash bench/gpu/pack-deps.sh [build/cuda-gpu]   (the packages [and programs] -> .gpudeps/)
 #   device: run(command="bash bench/gpu/run.sh", carry=[".gpudeps"], timeout_s=600)
 #
@@ -16,7 +16,8 @@
 #                 unpacked into /tmp (deps-env.sh)
 #   b check       op_check --small: every CUDA op against the reference kernels on small shapes
 #                 (fp32 rel <= 1e-5, bf16 <= 1e-2, MTRON_CUDA_SYNC=1; head dims up to 256); the
-#                 FP8 GEMM cases again with cuBLASLt's log
+#                 FP8 GEMM cases again with cuBLASLt's log; cudnn_check: cuDNN's engines for the
+#                 attention graphs, and the GPU's description for CI's deviceless check
 #   d train       mtron train --device cuda: 10 steps of a tiny model (fp32) on the CPU and on the
 #                 GPU (MTRON_CUDA_SYNC=1), losses compared (rel <= 1e-4: cuBLAS sums in its own
 #                 order; 1e-5 on the emulation), and in bf16 (rel <= 2e-3; attention on cuDNN's
@@ -191,7 +192,7 @@ elif run_timed configure "$(limit 90)" "$LOGS/configure.log" "${MENV[@]}" cmake 
   -DCMAKE_CUDA_COMPILER="$NVCC" -DCMAKE_CUDA_ARCHITECTURES=90 -DMTRON_BUILD_TESTS=OFF -DMTRON_WERROR=OFF -DCMAKE_POLICY_VERSION_MINIMUM=3.5 \
   "${DEPS_CMAKE_ARGS[@]}" >/dev/null; then
   if run_timed build "$(limit 300 60)" "$LOGS/build.log" "${MENV[@]}" cmake --build $BUILD -j "$(nproc)" \
-    --target op_check gpu_bench nccl_check mtron >/dev/null; then
+    --target op_check gpu_bench nccl_check cudnn_check mtron >/dev/null; then
     built=1
   else
     grep -E "error|Error" -m 20 "$LOGS/build.log"
@@ -241,6 +242,14 @@ if [ $built = 1 ]; then
       "${OP_CHECK[@]}" --small --filter gemm.fp8 >/dev/null
     grep -m3 -E 'Error|error' "$LOGS/fp8_cublaslt.txt"
     note "b FP8 GEMM (cuBLASLt log)" "$(grep -m1 -E 'Error|error' "$LOGS/fp8_cublaslt.txt" | cut -c1-160)"
+    # cuDNN's engines for the attention graphs on this GPU, and its description of the GPU (for
+    # the deviceless check that CI runs: bench/gpu/h200.cudnn.json)
+    if run_timed cudnn_check "$(limit 60)" "$LOGS/cudnn_check.txt" "${MENV[@]}" $BUILD/bench/gpu/cudnn_check; then
+      note "b cudnn_check" "ok: $(tail -1 "$LOGS/cudnn_check.txt")"
+    else
+      note "b cudnn_check" "FAILED: $(grep -m1 -E 'REQUIRED|cudnn_check:' "$LOGS/cudnn_check.txt" | cut -c1-200)"
+    fi
+    "${MENV[@]}" $BUILD/bench/gpu/cudnn_check --print-device >"$LOGS/device.cudnn.json" 2>&1
   fi
 else
   note "b op_check" "not run (no build)"

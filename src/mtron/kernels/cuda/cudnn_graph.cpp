@@ -174,9 +174,15 @@ Desc operation(const GOp& op, const std::vector<Desc>& t, std::vector<Desc>& kee
   return d;
 }
 
-// The plan of g: its descriptors, the operation graph, the heuristics' engine configurations in
-// their order of preference, the first that finalises. Throws Unsupported.
-void build(cudnnHandle_t handle, const SdpaGraph& g, Plan& p) {
+// What plans are made for: the current device (its handle), or a GPU described by cuDNN's device
+// properties (deviceless: the heuristics and the kernels' compilation need no GPU).
+struct Target {
+  cudnnHandle_t handle = nullptr;
+  const Desc* device = nullptr;
+};
+
+// g's tensor and operation descriptors, kept in `keep`, and its operation graph.
+Desc describe(const SdpaGraph& g, const Target& target, std::vector<Desc>& keep) {
   std::vector<Desc> t;
   for (const GTensor& x : g.tensors) {
     Desc d(CUDNN_BACKEND_TENSOR_DESCRIPTOR);
@@ -194,27 +200,35 @@ void build(cudnnHandle_t handle, const SdpaGraph& g, Plan& p) {
     t.push_back(std::move(d));
   }
   std::vector<cudnnBackendDescriptor_t> ops;
-  std::vector<Desc> op_descs;
   for (const GOp& op : g.ops) {
-    op_descs.push_back(operation(op, t, p.keep));
-    ops.push_back(op_descs.back().get());
+    Desc d = operation(op, t, keep);
+    ops.push_back(d.get());
+    keep.push_back(std::move(d));
   }
+  for (Desc& d : t) keep.push_back(std::move(d));
   Desc graph(CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR);
   graph.set(CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR, ops.data(),
             int64_t(ops.size()));
-  graph.set(CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, &handle);
+  if (target.handle) graph.set(CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, &target.handle);
   graph.finalize();
+  return graph;
+}
 
+// The engine configurations cuDNN's heuristics (mode A) offer for `graph` that can run on the
+// target, in their order of preference; *found: how many the heuristics found before dropping
+// those that cannot.
+std::vector<Desc> engine_configs(const Desc& graph, const Target& target, int64_t* found) {
   Desc heur(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR);
   const cudnnBackendHeurMode_t mode = CUDNN_HEUR_MODE_A;
   heur.ref(CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, graph);
   heur.set(CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, &mode);
+  if (target.device) heur.ref(CUDNN_ATTR_ENGINEHEUR_DEVICEPROP, *target.device);
   heur.finalize();
   int64_t n = 0;
   cudnnStatus_t st = cudnnBackendGetAttribute(heur.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS,
                                               CUDNN_TYPE_BACKEND_DESCRIPTOR, 0, &n, nullptr);
-  if (st != CUDNN_STATUS_SUCCESS || n == 0)
-    throw Unsupported{str("the heuristics found no engine (", cudnn_message(st), ")")};
+  if (st != CUDNN_STATUS_SUCCESS) throw Unsupported{str("heuristics: ", cudnn_message(st))};
+  *found = n;
   std::vector<Desc> cfgs;
   std::vector<cudnnBackendDescriptor_t> raw;
   for (int64_t i = 0; i < n; ++i) {
@@ -224,29 +238,46 @@ void build(cudnnHandle_t handle, const SdpaGraph& g, Plan& p) {
   st = cudnnBackendGetAttribute(heur.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS,
                                 CUDNN_TYPE_BACKEND_DESCRIPTOR, n, &n, raw.data());
   if (st != CUDNN_STATUS_SUCCESS) throw Unsupported{str("engine configs: ", cudnn_message(st))};
-  std::string why;
-  for (int64_t i = 0; i < n && !p.usable; ++i) {
+  while (int64_t(cfgs.size()) > n) cfgs.pop_back();  // keep the viable ones
+  return cfgs;
+}
+
+// The execution plan of engine configuration cfg (its workspace in *workspace). Throws
+// Unsupported.
+Desc make_plan(const Desc& cfg, const Target& target, int64_t* workspace) {
+  Desc plan(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR);
+  if (target.handle) plan.set(CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, &target.handle);
+  if (target.device) plan.ref(CUDNN_ATTR_EXECUTION_PLAN_DEVICEPROP, *target.device);
+  plan.ref(CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, cfg);
+  plan.finalize();
+  int64_t count = 0;
+  const cudnnStatus_t st = cudnnBackendGetAttribute(
+      plan.get(), CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE, CUDNN_TYPE_INT64, 1, &count, workspace);
+  if (st != CUDNN_STATUS_SUCCESS) throw Unsupported{str("workspace: ", cudnn_message(st))};
+  return plan;
+}
+
+// The plan of g on the current device: the first engine configuration, in the heuristics' order,
+// that finalises. Throws Unsupported.
+void build(cudnnHandle_t handle, const SdpaGraph& g, Plan& p) {
+  const Target target{handle, nullptr};
+  Desc graph = describe(g, target, p.keep);
+  int64_t found = 0;
+  std::vector<Desc> cfgs = engine_configs(graph, target, &found);
+  std::string why = str("the heuristics found ", found, " engines, none that runs here");
+  for (size_t i = 0; i < cfgs.size() && !p.usable; ++i) {
     try {
-      Desc plan(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR);
-      plan.set(CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, &handle);
-      plan.ref(CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, cfgs[size_t(i)]);
-      plan.finalize();
-      int64_t count = 0;
-      st = cudnnBackendGetAttribute(plan.get(), CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE,
-                                    CUDNN_TYPE_INT64, 1, &count, &p.workspace);
-      if (st != CUDNN_STATUS_SUCCESS) throw Unsupported{cudnn_message(st)};
+      Desc plan = make_plan(cfgs[i], target, &p.workspace);
       p.plan = plan.get();
       p.keep.push_back(std::move(plan));
       p.usable = true;
     } catch (const Unsupported& u) {
-      why = u.what;
+      why = str("none of ", cfgs.size(), " engine configs finalised: ", u.what);
     }
   }
-  if (!p.usable) throw Unsupported{str("none of ", n, " engine configs finalised (", why, ")")};
-  for (auto* v : {&t, &op_descs, &cfgs})
-    for (Desc& d : *v) p.keep.push_back(std::move(d));
+  if (!p.usable) throw Unsupported{why};
+  for (Desc& d : cfgs) p.keep.push_back(std::move(d));
   p.keep.push_back(std::move(graph));
-  p.keep.push_back(std::move(heur));
 }
 
 // cuDNN handles and plans of the process. Deliberately never destroyed: at exit the CUDA runtime
@@ -261,16 +292,15 @@ class Library {
     cudnnHandle_t handle;
     const Plan* plan;
   };
-  Ready prepare(const SdpaGraph& g) {
-    int device = 0;
-    MT_CUDA_CHECK(cudaGetDevice(&device));
+  // The current device's handle.
+  cudnnHandle_t handle() {
     const std::lock_guard<std::mutex> lock(mu_);
-    cudnnHandle_t& h = handles_[device];
-    if (!h) {
-      const cudnnStatus_t st = cudnnCreate(&h);
-      MT_ASSERT(st == CUDNN_STATUS_SUCCESS, str("cudnnCreate: ", cudnn_message(st)));
-    }
-    std::unique_ptr<Plan>& p = plans_[str(device, ':', g.key())];
+    return handle_locked();
+  }
+  Ready prepare(const SdpaGraph& g) {
+    const std::lock_guard<std::mutex> lock(mu_);
+    const cudnnHandle_t h = handle_locked();
+    std::unique_ptr<Plan>& p = plans_[str(device_, ':', g.key())];
     if (!p) {
       p = std::make_unique<Plan>();
       try {
@@ -286,7 +316,18 @@ class Library {
 
  private:
   std::mutex mu_;
+  int device_ = 0;  // handle_locked's device
   std::unordered_map<int, cudnnHandle_t> handles_;
+
+  cudnnHandle_t handle_locked() {
+    MT_CUDA_CHECK(cudaGetDevice(&device_));
+    cudnnHandle_t& h = handles_[device_];
+    if (!h) {
+      const cudnnStatus_t st = cudnnCreate(&h);
+      MT_ASSERT(st == CUDNN_STATUS_SUCCESS, str("cudnnCreate: ", cudnn_message(st)));
+    }
+    return h;
+  }
   std::unordered_map<std::string, std::unique_ptr<Plan>> plans_;
 };
 
@@ -328,6 +369,72 @@ bool run_graph(cudaStream_t st, const SdpaGraph& g, const std::vector<Binding>& 
   ++work().launches;  // cuDNN runs the graph as one fused kernel
   check_launch("cudnn_sdpa", st);
   return true;
+}
+
+GraphSupport cudnn_graph_support(const SdpaGraph& g, const std::string& device_json) {
+  GraphSupport r;
+  try {
+    std::vector<Desc> keep;
+    Target target;
+    std::unique_ptr<Desc> device;
+    if (device_json.empty()) {
+      target.handle = Library::get().handle();
+    } else {
+      device = std::make_unique<Desc>(CUDNN_BACKEND_DEVICEPROP_DESCRIPTOR);
+      device->set(CUDNN_ATTR_DEVICEPROP_JSON_REPRESENTATION, CUDNN_TYPE_CHAR, device_json.data(),
+                  int64_t(device_json.size()));
+      device->finalize();
+      target.device = device.get();
+    }
+    const Desc graph = describe(g, target, keep);
+    const std::vector<Desc> cfgs = engine_configs(graph, target, &r.engines);
+    r.viable = int64_t(cfgs.size());
+    if (cfgs.empty()) {
+      r.note = "no engine configuration can run it";
+      return r;
+    }
+    // the first configuration's plan, as run_graph would try it first
+    try {
+      make_plan(cfgs[0], target, &r.workspace);
+      r.planned = r.compiled = true;
+      r.note = str("planned, workspace ", r.workspace, " bytes");
+    } catch (const Unsupported& u) {
+      // deviceless, cuDNN compiles the kernels and then fails to load them (no driver)
+      r.compiled = target.device &&
+                   u.what.find("CUDNN_STATUS_EXECUTION_FAILED_CUDA_DRIVER") != std::string::npos;
+      r.note = r.compiled ? "compiled (loading the kernels needs the GPU)" : str("plan: ", u.what);
+    }
+  } catch (const Unsupported& u) {
+    r.note = u.what;
+  }
+  return r;
+}
+
+bool cudnn_in_build() {
+  return true;
+}
+
+std::string cudnn_device_json() {
+  Desc device(CUDNN_BACKEND_DEVICEPROP_DESCRIPTOR);
+  int device_id = 0;
+  MT_CUDA_CHECK(cudaGetDevice(&device_id));
+  const int32_t id = device_id;
+  try {
+    device.set(CUDNN_ATTR_DEVICEPROP_DEVICE_ID, CUDNN_TYPE_INT32, &id);
+    device.finalize();
+  } catch (const Unsupported& u) {
+    MT_CHECK(false, "cuDNN's device properties: ", u.what);
+  }
+  int64_t n = 0;
+  cudnnStatus_t st = cudnnBackendGetAttribute(
+      device.get(), CUDNN_ATTR_DEVICEPROP_JSON_REPRESENTATION, CUDNN_TYPE_CHAR, 0, &n, nullptr);
+  std::string json(size_t(n), '\0');
+  if (st == CUDNN_STATUS_SUCCESS)
+    st = cudnnBackendGetAttribute(device.get(), CUDNN_ATTR_DEVICEPROP_JSON_REPRESENTATION,
+                                  CUDNN_TYPE_CHAR, n, &n, json.data());
+  MT_CHECK(st == CUDNN_STATUS_SUCCESS, "cuDNN's device properties: ", cudnn_message(st));
+  while (!json.empty() && json.back() == '\0') json.pop_back();
+  return json;
 }
 
 }  // namespace mtron::kernels::cuda

@@ -1,6 +1,7 @@
 // defines: GType, GTensor, GMode, GOp, SdpaGraph, SdpaUid, Binding, sdpa_takes,
-//          sdpa_forward_graph, sdpa_backward_graph, run_graph, cudnn_attention_wanted,
-//          attention_forward_cudnn, attention_backward_cudnn
+//          sdpa_forward_graph, sdpa_backward_graph, run_graph, GraphSupport, cudnn_graph_support,
+//          cudnn_in_build, cudnn_device_json, cudnn_attention_wanted, attention_forward_cudnn,
+//          attention_backward_cudnn
 //
 // Attention through cuDNN's fused flash attention (its "scaled dot product attention" engines),
 // for the bf16 ops with bf16 products and no dropout. cuDNN recognises the attention in a graph
@@ -108,6 +109,24 @@ SdpaGraph sdpa_backward_graph(const AttnShape& s, const AttnMask& m);
 // cuDNN has no engine for the graph (warned once per graph) or is absent from the build. The
 // emulation executes the graph with plain loops.
 bool run_graph(cudaStream_t st, const SdpaGraph& g, const std::vector<Binding>& mem);
+
+// What cuDNN makes of a graph for a GPU: `device_json` is cuDNN's device-properties description
+// of it (CUDNN_ATTR_DEVICEPROP_JSON_REPRESENTATION; deviceless: cuDNN's heuristics and kernel
+// compilation run without the GPU), or empty for the current device. engines: the heuristics'
+// engine configurations; viable: those that can run the graph there; planned: the first one's
+// execution plan finalised (workspace bytes); compiled: its kernels compiled (deviceless, loading
+// them fails for want of a driver, so a deviceless check ends there); note: what happened.
+struct GraphSupport {
+  int64_t engines = 0, viable = 0, workspace = 0;
+  bool planned = false, compiled = false;
+  std::string note;
+};
+GraphSupport cudnn_graph_support(const SdpaGraph& g, const std::string& device_json);
+// Whether this build has cuDNN (CMake found it); without, no graph runs.
+bool cudnn_in_build();
+// The current device's description for cudnn_graph_support (throws mtron::Error where cuDNN
+// cannot give it: a build without cuDNN, cuDNN before 9.8).
+std::string cudnn_device_json();
 
 // Whether attention should go to cuDNN: MTRON_CUDA_ATTENTION unset or "cudnn"; "mtron" keeps it
 // on mtron's own tensor-core kernels (attention_tc.cu).
