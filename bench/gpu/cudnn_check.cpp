@@ -95,7 +95,7 @@ int main(int argc, char** argv) {
       const AttnMask mask{c.causal, 0};
       MT_CHECK(sdpa_takes(c.s, mask), "cudnn_check: case ", c.name, " is not one the graphs take");
       for (bool fwd : {true, false}) {
-        const SdpaGraph g = fwd ? sdpa_forward_graph(c.s, mask) : sdpa_backward_graph(c.s, mask);
+        const SdpaGraph& g = fwd ? sdpa_forward_graph(c.s, mask) : sdpa_backward_graph(c.s, mask);
         const GraphSupport r = cudnn_graph_support(g, device_json);
         const bool ok = device_json.empty() ? r.planned : r.compiled;
         if (c.required && !ok) ++bad;

@@ -300,7 +300,7 @@ class Library {
   Ready prepare(const SdpaGraph& g) {
     const std::lock_guard<std::mutex> lock(mu_);
     const cudnnHandle_t h = handle_locked();
-    std::unique_ptr<Plan>& p = plans_[str(device_, ':', g.key())];
+    std::unique_ptr<Plan>& p = plans_[str(device_, ':', g.key)];
     if (!p) {
       p = std::make_unique<Plan>();
       try {

@@ -10,6 +10,10 @@
 #include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <tuple>
 
 #include "mtron/core/error.h"
 
@@ -131,32 +135,7 @@ int masked_scores(Builder& b, int scores, float scale, const AttnMask& m) {
   return b.pointwise(GMode::kBinarySelect, x, hidden, keep);
 }
 
-}  // namespace
-
-std::string SdpaGraph::key() const {
-  std::string k;
-  const auto num = [&](int64_t v) { k += std::to_string(v), k += ','; };
-  for (const GTensor& t : tensors) {
-    num(t.uid);
-    for (int n = 0; n < 4; ++n) num(t.dim[n]), num(t.stride[n]);
-    num(int64_t(t.type)), num(t.is_virtual), num(t.by_value);
-    k += ';';  // by-value scalars' values are data, not part of the graph
-  }
-  for (const GOp& op : ops) {
-    num(int64_t(op.kind)), num(int64_t(op.mode)), num(op.in[0]), num(op.in[1]), num(op.in[2]);
-    num(op.out), num(op.axis), num(int64_t(op.compute));
-    k += ';';
-  }
-  return k;
-}
-
-bool sdpa_takes(const AttnShape& s, const AttnMask& m) {
-  const bool dims = s.D % 8 == 0 && s.Dv % 8 == 0 && s.D <= 256 && s.Dv <= 256;
-  return s.bf16_products && m.dropout.p == 0 && (!m.causal || m.offset == 0) && dims &&
-         (!s.fused_qkv || s.H == s.G) && s.B > 0 && s.Sq > 0 && s.Sk > 0;
-}
-
-SdpaGraph sdpa_forward_graph(const AttnShape& s, const AttnMask& m) {
+SdpaGraph forward_graph(const AttnShape& s, const AttnMask& m) {
   const Layouts l = layouts(s);
   Builder b;
   const int q = b.memory(kUidQ, l.q_dim, l.q_stride, GType::kBf16);
@@ -179,7 +158,7 @@ SdpaGraph sdpa_forward_graph(const AttnShape& s, const AttnMask& m) {
   return b.g;
 }
 
-SdpaGraph sdpa_backward_graph(const AttnShape& s, const AttnMask& m) {
+SdpaGraph backward_graph(const AttnShape& s, const AttnMask& m) {
   const Layouts l = layouts(s);
   Builder b;
   // delta = dO . O per query row, into Sum
@@ -227,20 +206,70 @@ SdpaGraph sdpa_backward_graph(const AttnShape& s, const AttnMask& m) {
   return b.g;
 }
 
+// The whole graph as text (SdpaGraph::key).
+std::string graph_key(const SdpaGraph& g) {
+  std::string k;
+  const auto num = [&](int64_t v) { k += std::to_string(v), k += ','; };
+  for (const GTensor& t : g.tensors) {
+    num(t.uid);
+    for (int n = 0; n < 4; ++n) num(t.dim[n]), num(t.stride[n]);
+    num(int64_t(t.type)), num(t.is_virtual), num(t.by_value);
+    k += ';';  // by-value scalars' values are data, not part of the graph
+  }
+  for (const GOp& op : g.ops) {
+    num(int64_t(op.kind)), num(int64_t(op.mode)), num(op.in[0]), num(op.in[1]), num(op.in[2]);
+    num(op.out), num(op.axis), num(int64_t(op.compute));
+    k += ';';
+  }
+  return k;
+}
+
+// The graph of (s, m) in one direction, made on first use.
+const SdpaGraph& cached(const AttnShape& s, const AttnMask& m, bool forward) {
+  using Key = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, float, bool,
+                         bool, int64_t, bool>;
+  static std::mutex mu;
+  static std::map<Key, std::unique_ptr<SdpaGraph>> graphs;
+  const Key key{s.B,  s.Sq,    s.Sk,        s.H,      s.G,      s.D,
+                s.Dv, s.scale, s.fused_qkv, m.causal, m.offset, forward};
+  const std::lock_guard<std::mutex> lock(mu);
+  std::unique_ptr<SdpaGraph>& g = graphs[key];
+  if (!g) {
+    g = std::make_unique<SdpaGraph>(forward ? forward_graph(s, m) : backward_graph(s, m));
+    g->key = graph_key(*g);
+  }
+  return *g;
+}
+
+// Whether every address is 16-byte aligned (the graphs' tensors say so).
+bool aligned(std::initializer_list<const void*> ptrs) {
+  for (const void* p : ptrs)
+    if (reinterpret_cast<uintptr_t>(p) % 16 != 0) return false;
+  return true;
+}
+
+}  // namespace
+
+bool sdpa_takes(const AttnShape& s, const AttnMask& m) {
+  const bool dims = s.D % 8 == 0 && s.Dv % 8 == 0 && s.D <= 256 && s.Dv <= 256;
+  return s.bf16_products && m.dropout.p == 0 && (!m.causal || m.offset == 0) && dims &&
+         (!s.fused_qkv || s.H == s.G) && s.B > 0 && s.Sq > 0 && s.Sk > 0;
+}
+
+const SdpaGraph& sdpa_forward_graph(const AttnShape& s, const AttnMask& m) {
+  return cached(s, m, true);
+}
+
+const SdpaGraph& sdpa_backward_graph(const AttnShape& s, const AttnMask& m) {
+  return cached(s, m, false);
+}
+
 bool cudnn_attention_wanted() {
   const char* v = std::getenv("MTRON_CUDA_ATTENTION");
   if (!v || !*v || std::strcmp(v, "cudnn") == 0) return true;
   if (std::strcmp(v, "mtron") == 0) return false;
   throw Error(str("MTRON_CUDA_ATTENTION=", v, ": expected cudnn (the default) or mtron"));
 }
-
-namespace {
-bool aligned(std::initializer_list<const void*> ptrs) {
-  for (const void* p : ptrs)
-    if (reinterpret_cast<uintptr_t>(p) % 16 != 0) return false;
-  return true;
-}
-}  // namespace
 
 bool attention_forward_cudnn(cudaStream_t st,
                              uint16_t* out,

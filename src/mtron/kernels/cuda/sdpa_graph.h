@@ -70,7 +70,7 @@ struct GOp {
 struct SdpaGraph {
   std::vector<GTensor> tensors;  // GOp::in and GOp::out index them
   std::vector<GOp> ops;          // in execution order
-  std::string key() const;       // the whole graph as text: equal graphs, equal keys
+  std::string key;               // the whole graph as text: equal graphs, equal keys
 };
 
 // The uids of the tensors in memory.
@@ -98,12 +98,13 @@ struct Binding {
 // (16-byte rows) up to 256, and head strides cuDNN's 4-d tensors can state (the fused QKV layout
 // with one query head per group; with several, the heads of a group are not evenly spaced).
 bool sdpa_takes(const AttnShape& s, const AttnMask& m);
-// out, lse = attention(q, k, v) (uids Q, K, V, O, Stats).
-SdpaGraph sdpa_forward_graph(const AttnShape& s, const AttnMask& m);
+// out, lse = attention(q, k, v) (uids Q, K, V, O, Stats). Made once per shape and mask, then
+// served from a cache (a training step asks for the same few graphs in every layer).
+const SdpaGraph& sdpa_forward_graph(const AttnShape& s, const AttnMask& m);
 // dq, dk, dv written from dout, q, k, v, out, lse (uids DO, Q, K, V, O, Stats, DQ, DK, DV, and
 // Sum: B H Sq floats the graph writes). Deterministic: dQ is one product per row block, with no
 // atomic accumulation across key blocks.
-SdpaGraph sdpa_backward_graph(const AttnShape& s, const AttnMask& m);
+const SdpaGraph& sdpa_backward_graph(const AttnShape& s, const AttnMask& m);
 
 // Runs g on stream st with the tensors at `mem`: true when it ran; false, with nothing run, where
 // cuDNN has no engine for the graph (warned once per graph) or is absent from the build. The
