@@ -114,7 +114,7 @@ void gemms(const Model& m, int64_t tokens, DType t) {
 
 // Attention forward and backward with fp32 products (the fp32 kernels), bf16 products on fp32
 // tensors (the tensor-core kernels), bf16 products on bf16 tensors on the same kernels
-// (MTRON_CUDA_ATTENTION=mtron: bf16 tiles copied to shared memory by cp.async) and through cuDNN's
+// (AttnShape::own_kernels: bf16 tiles copied to shared memory by cp.async) and through cuDNN's
 // fused attention (the default of the bf16 ops that bf16 training calls; mtron warns and runs its
 // kernels where cuDNN takes no graph), side by side.
 enum class AttnKind { kFp32, kTc, kTcBf16, kCudnn };
@@ -129,14 +129,12 @@ void attention(const Model& m, AttnKind kind) {
                     D,
                     D,
                     1.0f / std::sqrt(float(D)),
-                    kind != AttnKind::kFp32};
+                    kind != AttnKind::kFp32,
+                    false,
+                    kind != AttnKind::kCudnn};
   const int64_t nq = s.Sq * s.B * s.H * s.D;
   const DType t =
       kind == AttnKind::kTcBf16 || kind == AttnKind::kCudnn ? DType::kBF16 : DType::kF32;
-  if (kind == AttnKind::kCudnn)
-    unsetenv("MTRON_CUDA_ATTENTION");
-  else
-    setenv("MTRON_CUDA_ATTENTION", "mtron", 1);
   Tensor q = filled(nq, t), k = filled(nq, t), v = filled(nq, t), out = filled(nq, t);
   Tensor dout = filled(nq, t), dq = filled(nq, t), dk = filled(nq, t), dv = filled(nq, t);
   Tensor lse = filled(s.B * s.H * s.Sq, DType::kF32);

@@ -1,5 +1,5 @@
 // defines: the op table's checking tools: Pair (a host array and its device copy), Checker (runs
-//          a case and compares outputs), the inputs' generators, tolerances, ScopedEnv
+//          a case and compares outputs), the inputs' generators, tolerances
 //
 // Shared by the op table's case files (op_table.cpp, op_table_model.cpp).
 #pragma once
@@ -8,7 +8,6 @@
 #include <array>
 #include <cmath>
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <limits>
@@ -48,31 +47,6 @@ inline std::vector<int32_t> randint(int64_t n, int32_t lo, int32_t hi) {
   for (auto& x : v) x = d(g_rng);
   return v;
 }
-// Sets environment variable `name` to `value` (unsets it for null) for the object's lifetime,
-// then restores what it was.
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const char* value) : name_(name) {
-    if (const char* old = std::getenv(name)) had_ = true, old_ = old;
-    if (value)
-      setenv(name, value, 1);
-    else
-      unsetenv(name);
-  }
-  ~ScopedEnv() {
-    if (had_)
-      setenv(name_.c_str(), old_.c_str(), 1);
-    else
-      unsetenv(name_.c_str());
-  }
-  ScopedEnv(const ScopedEnv&) = delete;
-  ScopedEnv& operator=(const ScopedEnv&) = delete;
-
- private:
-  std::string name_, old_;
-  bool had_ = false;
-};
-
 // x rounded to bf16 or f16 (core/dtype.h), and back (exact)
 template <typename H>
 std::vector<H> narrow(const std::vector<float>& x) {

@@ -24,15 +24,15 @@ struct Case {
 // The bf16 ops on q, k, v (qkv as qkv_spans lays them out) and dout rounded to bf16, against the
 // reference of the rounded values widened: out, lse, and dq, dk, dv, which the backward writes
 // (poison where it does not). The backward reads the reference's out and lse, out rounded.
-// `own`: with MTRON_CUDA_ATTENTION=mtron (CUDA: mtron's tensor-core kernels where cuDNN's fused
-// attention would take the shape by default).
+// `own`: AttnShape::own_kernels (CUDA: mtron's tensor-core kernels where cuDNN's fused attention
+// would take the shape by default).
 void check_bf16_ops(Checker& ck,
-                    const AttnShape& s,
+                    AttnShape s,
                     const AttnMask& mask,
                     const std::vector<float>& qkv,
                     const std::vector<float>& dout,
                     bool own) {
-  const ScopedEnv env("MTRON_CUDA_ATTENTION", own ? "mtron" : nullptr);
+  s.own_kernels = own;
   const std::string tag = own ? ", own kernels" : "";
   const QkvSpans sp = qkv_spans(s);
   const int64_t no = s.Sq * s.B * s.H * s.Dv, nl = s.B * s.H * s.Sq;

@@ -72,6 +72,9 @@ struct AttnShape {
   // q, k, v, dq, dk, dv in the fused QKV layout (header comment): k and v point H / G and
   // H / G + 1 heads past q (dk, dv past dq); needs Sq == Sk and D == Dv.
   bool fused_qkv = false;
+  // CUDA, bf16 products: mtron's own tensor-core kernels even where cuDNN's fused attention
+  // takes the shape (--attention-backend flash; kernels/cuda/sdpa_graph.h).
+  bool own_kernels = false;
 
   // Offset of (position 0, sequence b, head h) in q and dq, and the stride between positions.
   MT_HOST_DEVICE int64_t q_off(int64_t b, int64_t h) const {

@@ -131,7 +131,7 @@ Act gathered_gemm_input(
 kernels::AttnShape TransformerLayer::self_attention_shape(const RunCtx& rc,
                                                           const TokenLayout& tl,
                                                           bool fused_qkv) const {
-  return {tl.B, tl.S, tl.S, Hl_, Gl_, D_, Dv_, softmax_scale_, bf16_attention(rc), fused_qkv};
+  return attention_shape(rc, tl.B, tl.S, tl.S, Hl_, Gl_, D_, Dv_, softmax_scale_, fused_qkv);
 }
 
 bool TransformerLayer::bf16_qkv(const RunCtx& rc, const TokenLayout& tl, bool fused_qkv) const {
@@ -168,8 +168,8 @@ void TransformerLayer::attention(
   const int64_t fl = int64_t(sizeof(float)) * tl.S;
   kernels::copy(rc.k, kv->k + kv->length * krow, st.k, fl * krow);
   kernels::copy(rc.k, kv->v + kv->length * vrow, st.v, fl * vrow);
-  const kernels::AttnShape as{tl.B, tl.S,  kv->length + tl.S, Hl_, Gl_, D_,
-                              Dv_,  scale, bf16_attention(rc)};
+  const kernels::AttnShape as =
+      attention_shape(rc, tl.B, tl.S, kv->length + tl.S, Hl_, Gl_, D_, Dv_, scale);
   kernels::attention_forward(rc.k, st.att, st.lse, st.q, kv->k, kv->v, as,
                              kernels::AttnMask{true, kv->length});
 }

@@ -39,8 +39,9 @@ namespace mtron::model {
 struct RunCtx {
   kernels::Ctx k;
   Precision precision = Precision::kFP32;  // kFP32, kBF16 or kFP16
-  bool fp32_attention = false;  // attention's products in fp32 in kBF16 too (bf16_attention)
-  Fp8State* fp8 = nullptr;      // FP8 linear layers (with kBF16), or none
+  bool fp32_attention = false;   // attention's products in fp32 in kBF16 too (bf16_attention)
+  bool flash_attention = false;  // CUDA: mtron's flash kernels where cuDNN's would run
+  Fp8State* fp8 = nullptr;       // FP8 linear layers (with kBF16), or none
   parallel::TensorParallel tp;
   parallel::ContextParallel cp;
   parallel::ExpertParallel ep;
@@ -50,6 +51,22 @@ struct RunCtx {
 // the tensor-core kernels on CUDA): in bf16 mode, FP8 included, unless fp32_attention.
 inline bool bf16_attention(const RunCtx& rc) {
   return rc.precision == Precision::kBF16 && !rc.fp32_attention;
+}
+
+// The attention kernels' shape of these dims under rc's precision and attention backend.
+inline kernels::AttnShape attention_shape(const RunCtx& rc,
+                                          int64_t B,
+                                          int64_t Sq,
+                                          int64_t Sk,
+                                          int64_t H,
+                                          int64_t G,
+                                          int64_t D,
+                                          int64_t Dv,
+                                          float scale,
+                                          bool fused_qkv = false) {
+  kernels::AttnShape s{B, Sq, Sk, H, G, D, Dv, scale, bf16_attention(rc), fused_qkv};
+  s.own_kernels = rc.flash_attention;
+  return s;
 }
 
 // An activation as a GEMM reads it: the fp32 tensor, or its bf16 (fp16) copy in bf16 (fp16) mode.

@@ -202,7 +202,7 @@ void MlaProjection::attend_cached(const RunCtx& rc,
     float* v = scratch.alloc<float>(L * B * Hl_ * Dv);
     kernels::mla_kv_split(rc.k, k, v, kv, kpe_all, L * B, Hl_, Dn, Dr, Dv);
     kernels::attention_forward(rc.k, att, lse, q, k, v,
-                               {B, S, L, Hl_, Hl_, Dq, Dv, scale, bf16_attention(rc)}, causal);
+                               attention_shape(rc, B, S, L, Hl_, Hl_, Dq, Dv, scale), causal);
     return;
   }
   // The absorbed query [N, Hl, W]: q_nope W_UK per head, then q_pe.
@@ -215,7 +215,7 @@ void MlaProjection::attend_cached(const RunCtx& rc,
   kernels::copy_rows(rc.k, qa + kvr, W * f, q + Dn, Dq * f, Dr * f, N * Hl_);
   float* o = scratch.alloc<float>(N * Hl_ * W);
   kernels::attention_forward(rc.k, o, lse, qa, cache, cache,
-                             {B, S, L, Hl_, 1, W, W, scale, bf16_attention(rc)}, causal);
+                             attention_shape(rc, B, S, L, Hl_, 1, W, W, scale), causal);
   // att per head: the output's latent part [N, kvr] through W_UV [Dv, kvr].
   const Act oin = as_gemm_input(rc, scratch, o, N * Hl_ * W);
   for (int64_t hd = 0; hd < Hl_; ++hd) {

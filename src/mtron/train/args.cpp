@@ -176,9 +176,14 @@ bool parse_train_args(int argc, char** argv, int64_t world_size, TrainArgs& a) {
       ->group(t);
   app.add_option_function<std::string>(
          "--attention-backend",
-         [&](const std::string& b) { a.fp32_attention = b == "unfused" || b == "local"; },
-         "auto (default), flash or fused: in --bf16 runs on CUDA attention's matrix products "
-         "take bf16 operands on the tensor cores; unfused or local: fp32 products, the CPU's "
+         [&](const std::string& b) {
+           a.fp32_attention = b == "unfused" || b == "local";
+           a.flash_attention = b == "flash";
+         },
+         "auto (default), fused or flash: in --bf16 runs on CUDA attention's matrix products "
+         "take bf16 operands on the tensor cores, in cuDNN's fused attention (auto, fused; "
+         "mtron's own kernels where cuDNN does not take the shape) or in mtron's own "
+         "FlashAttention-2-style kernels (flash); unfused or local: fp32 products, the CPU's "
          "numbers (every backend is tiled with an online softmax: no score matrix is stored)")
       ->check(CLI::IsMember({"auto", "flash", "fused", "unfused", "local"}))
       ->group(t);

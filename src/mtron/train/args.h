@@ -63,6 +63,9 @@ struct TrainArgs {
   // --attention-backend unfused or local: attention's matrix products in fp32 in bf16 runs too
   // (model::RunCtx::fp32_attention).
   bool fp32_attention = false;
+  // --attention-backend flash: on CUDA mtron's own flash-attention kernels where cuDNN's fused
+  // attention (auto, fused) would run (model::RunCtx::flash_attention).
+  bool flash_attention = false;
   int64_t ddp_bucket_size = 0;  // elements per gradient bucket; 0: Megatron's default
   double distributed_timeout_minutes = 10;
 

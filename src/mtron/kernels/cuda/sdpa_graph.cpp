@@ -7,8 +7,6 @@
 #include "mtron/kernels/cuda/sdpa_graph.h"
 
 #include <array>
-#include <cstdlib>
-#include <cstring>
 #include <limits>
 #include <map>
 #include <memory>
@@ -264,13 +262,6 @@ const SdpaGraph& sdpa_backward_graph(const AttnShape& s, const AttnMask& m) {
   return cached(s, m, false);
 }
 
-bool cudnn_attention_wanted() {
-  const char* v = std::getenv("MTRON_CUDA_ATTENTION");
-  if (!v || !*v || std::strcmp(v, "cudnn") == 0) return true;
-  if (std::strcmp(v, "mtron") == 0) return false;
-  throw Error(str("MTRON_CUDA_ATTENTION=", v, ": expected cudnn (the default) or mtron"));
-}
-
 bool attention_forward_cudnn(cudaStream_t st,
                              uint16_t* out,
                              float* lse,
@@ -279,7 +270,7 @@ bool attention_forward_cudnn(cudaStream_t st,
                              const uint16_t* v,
                              const AttnShape& s,
                              const AttnMask& m) {
-  if (!sdpa_takes(s, m) || !aligned({out, lse, q, k, v}) || !cudnn_attention_wanted()) return false;
+  if (s.own_kernels || !sdpa_takes(s, m) || !aligned({out, lse, q, k, v})) return false;
   return run_graph(st, sdpa_forward_graph(s, m),
                    {{kUidQ, q}, {kUidK, k}, {kUidV, v}, {kUidO, out}, {kUidStats, lse}});
 }
@@ -296,8 +287,7 @@ bool attention_backward_cudnn(cudaStream_t st,
                               const float* lse,
                               const AttnShape& s,
                               const AttnMask& m) {
-  if (!sdpa_takes(s, m) || !aligned({dq, dk, dv, dout, q, k, v, out, lse}) ||
-      !cudnn_attention_wanted())
+  if (s.own_kernels || !sdpa_takes(s, m) || !aligned({dq, dk, dv, dout, q, k, v, out, lse}))
     return false;
   Scratch delta(sizeof(float) * size_t(s.B * s.H * s.Sq), st);
   return run_graph(st, sdpa_backward_graph(s, m),

@@ -1,6 +1,6 @@
 // defines: GType, GTensor, GMode, GOp, SdpaGraph, SdpaUid, Binding, sdpa_takes,
 //          sdpa_forward_graph, sdpa_backward_graph, run_graph, GraphSupport, cudnn_graph_support,
-//          cudnn_in_build, cudnn_device_json, cudnn_attention_wanted, attention_forward_cudnn,
+//          cudnn_in_build, cudnn_device_json, attention_forward_cudnn,
 //          attention_backward_cudnn
 //
 // Attention through cuDNN's fused flash attention (its "scaled dot product attention" engines),
@@ -129,13 +129,10 @@ bool cudnn_in_build();
 // cannot give it: a build without cuDNN, cuDNN before 9.8).
 std::string cudnn_device_json();
 
-// Whether attention should go to cuDNN: MTRON_CUDA_ATTENTION unset or "cudnn"; "mtron" keeps it
-// on mtron's own tensor-core kernels (attention_tc.cu).
-bool cudnn_attention_wanted();
-
 // The bf16 ops through cuDNN (tensors of uint16_t: bf16 bits, lse fp32, layouts of
-// kernels/attention.h): false, with nothing run, where cuDNN is not wanted or does not take
-// the shape or the addresses (16-byte aligned), and the caller runs its own kernels.
+// kernels/attention.h): false, with nothing run, where the shape asks for mtron's own kernels
+// (AttnShape::own_kernels) or cuDNN does not take the shape or the addresses (16-byte aligned),
+// and the caller runs its own kernels.
 bool attention_forward_cudnn(cudaStream_t st,
                              uint16_t* out,
                              float* lse,
