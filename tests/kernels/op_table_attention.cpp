@@ -23,39 +23,42 @@ struct Case {
 
 // The bf16 ops on q, k, v (qkv as qkv_spans lays them out) and dout rounded to bf16, against the
 // reference of the rounded values widened: out, lse, and dq, dk, dv, which the backward writes
-// (poison where it does not). The backward reads the reference's out and lse, out rounded.
-// `own`: AttnShape::own_kernels (CUDA: mtron's tensor-core kernels where cuDNN's fused attention
-// would take the shape by default).
+// (poison where it does not). The backward reads the reference's out and lse, out rounded. Twice
+// on one reference: by default and with AttnShape::own_kernels (CUDA: mtron's tensor-core kernels
+// where cuDNN's fused attention takes the shape by default).
 void check_bf16_ops(Checker& ck,
-                    AttnShape s,
+                    const AttnShape& s,
                     const AttnMask& mask,
                     const std::vector<float>& qkv,
-                    const std::vector<float>& dout,
-                    bool own) {
-  s.own_kernels = own;
-  const std::string tag = own ? ", own kernels" : "";
+                    const std::vector<float>& dout) {
   const QkvSpans sp = qkv_spans(s);
   const int64_t no = s.Sq * s.B * s.H * s.Dv, nl = s.B * s.H * s.Sq;
-  Pair<bf16> q16(narrow<bf16>(qkv)), do16(narrow<bf16>(dout)), o16(narrow<bf16>(poison(no)));
-  Pair<float> lse(poison(nl));
+  Pair<bf16> q16(narrow<bf16>(qkv)), do16(narrow<bf16>(dout));
   const std::vector<float> qw = widen(q16.host_result()), dw = widen(do16.host_result());
   std::vector<float> want_o(static_cast<size_t>(no)), want_l(static_cast<size_t>(nl));
   std::vector<float> want_d(static_cast<size_t>(sp.size), 0.0f);
   const float* q = qw.data();
   ref::attention_forward(want_o.data(), want_l.data(), q, q + sp.k_at, q + sp.v_at, s, mask);
-  const bf16* qd = q16.dev();
-  attention_forward(g_dev, o16.dev(), lse.dev(), qd, qd + sp.k_at, qd + sp.v_at, s, mask);
-  ck.check("bf16 out" + tag, widen(o16.dev_result()), want_o, kTolBf16);
-  ck.check("bf16 lse" + tag, lse.dev_result(), want_l, kTolBf16);
   float* d = want_d.data();
   ref::attention_backward(d, d + sp.k_at, d + sp.v_at, dw.data(), q, q + sp.k_at, q + sp.v_at, s,
                           mask);
-  Pair<bf16> out16(narrow<bf16>(want_o)), dqkv(narrow<bf16>(poison(sp.size)));
-  Pair<float> l2(want_l);
-  bf16* g = dqkv.dev();
-  attention_backward(g_dev, g, g + sp.k_at, g + sp.v_at, do16.dev(), qd, qd + sp.k_at, qd + sp.v_at,
-                     out16.dev(), l2.dev(), s, mask);
-  ck.check("bf16 dq, dk, dv (=)" + tag, widen(dqkv.dev_result()), want_d, kTolBf16);
+  const bf16* qd = q16.dev();
+  for (bool own : {false, true}) {
+    AttnShape so = s;
+    so.own_kernels = own;
+    const std::string tag = own ? ", own kernels" : "";
+    Pair<bf16> o16(narrow<bf16>(poison(no)));
+    Pair<float> lse(poison(nl));
+    attention_forward(g_dev, o16.dev(), lse.dev(), qd, qd + sp.k_at, qd + sp.v_at, so, mask);
+    ck.check("bf16 out" + tag, widen(o16.dev_result()), want_o, kTolBf16);
+    ck.check("bf16 lse" + tag, lse.dev_result(), want_l, kTolBf16);
+    Pair<bf16> out16(narrow<bf16>(want_o)), dqkv(narrow<bf16>(poison(sp.size)));
+    Pair<float> l2(want_l);
+    bf16* g = dqkv.dev();
+    attention_backward(g_dev, g, g + sp.k_at, g + sp.v_at, do16.dev(), qd, qd + sp.k_at,
+                       qd + sp.v_at, out16.dev(), l2.dev(), so, mask);
+    ck.check("bf16 dq, dk, dv (=)" + tag, widen(dqkv.dev_result()), want_d, kTolBf16);
+  }
 }
 
 }  // namespace
@@ -155,8 +158,7 @@ void attention_cases(Checker& ck, bool small) {
                          o2.dev(), l2.dev(), s, c.mask);
       ck.check("dq, dk, dv (+=)", dqkv, tol);
       if ((s.bf16_products || c.mask.dropout.p > 0) && s.Sk > 1)
-        for (bool own : {false, true})
-          check_bf16_ops(ck, c.s, c.mask, qkv.host_result(), dout.host_result(), own);
+        check_bf16_ops(ck, c.s, c.mask, qkv.host_result(), dout.host_result());
       if (!s.fused_qkv) return;
       // The reference in the fused layout is the reference of the split tensors, bit for bit.
       AttnShape packed = s;
