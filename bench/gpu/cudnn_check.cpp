@@ -11,9 +11,11 @@
 // Deviceless, cuDNN still opens the CUDA driver library to compile its kernels: the toolkit's stub
 // (lib64/stubs/libcuda.so, as libcuda.so.1 on LD_LIBRARY_PATH) serves; scripts/run-tests.sh does
 // so after the CUDA build. A line per graph: the heuristics' engine configurations, those that can
-// run it, and what became of the first one's plan. Exit 1 when a model shape's graph has no
-// engine that plans (or, deviceless, compiles); the small shapes (the op table's) are reported,
-// not required: where cuDNN declines one, mtron's own kernels run it.
+// run it and their engines' global indices (cuDNN's numbers for its kernel families), and what
+// became of the first one's plan. The backward twice: deterministic (mtron's default) and with dq
+// accumulated atomically ("bwd nd", AttnShape::nondeterministic). Exit 1 when a model shape's graph
+// has no engine that plans (or, deviceless, compiles); the small shapes (the op table's) are
+// reported, not required: where cuDNN declines one, mtron's own kernels run it.
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -89,19 +91,25 @@ int main(int argc, char** argv) {
         {"small 130, MQA", shape(1, 130, 4, 1, 64), true, false},
         {"small full", shape(2, 67, 2, 1, 16), false, false},
     };
-    std::printf("%-22s %-4s %8s %7s  %s\n", "shape", "pass", "engines", "viable", "plan");
+    std::printf("%-22s %-6s %8s %7s %-9s %s\n", "shape", "pass", "engines", "viable", "engine",
+                "plan");
     int bad = 0;
     for (const Case& c : cases) {
       const AttnMask mask{c.causal, 0};
       MT_CHECK(sdpa_takes(c.s, mask), "cudnn_check: case ", c.name, " is not one the graphs take");
-      for (bool fwd : {true, false}) {
-        const SdpaGraph& g = fwd ? sdpa_forward_graph(c.s, mask) : sdpa_backward_graph(c.s, mask);
+      for (const char* pass : {"fwd", "bwd", "bwd nd"}) {  // nd: AttnShape::nondeterministic
+        const bool fwd = pass[0] == 'f';
+        AttnShape s = c.s;
+        s.nondeterministic = std::strcmp(pass, "bwd nd") == 0;
+        const SdpaGraph& g = fwd ? sdpa_forward_graph(s, mask) : sdpa_backward_graph(s, mask);
         const GraphSupport r = cudnn_graph_support(g, device_json);
         const bool ok = device_json.empty() ? r.planned : r.compiled;
         if (c.required && !ok) ++bad;
-        std::printf("%-22s %-4s %8lld %7lld  %s%s\n", c.name, fwd ? "fwd" : "bwd",
+        std::string ids;
+        for (int64_t id : r.engine_ids) ids += str(ids.empty() ? "" : ",", id);
+        std::printf("%-22s %-6s %8lld %7lld %-9s %s%s\n", c.name, pass,
                     static_cast<long long>(r.engines), static_cast<long long>(r.viable),
-                    r.note.c_str(), ok || !c.required ? "" : "   <- REQUIRED");
+                    ids.c_str(), r.note.c_str(), ok || !c.required ? "" : "   <- REQUIRED");
       }
     }
     std::printf("%s\n", bad ? "cudnn_check: FAILED (a model shape's graph has no engine)"

@@ -116,8 +116,9 @@ void gemms(const Model& m, int64_t tokens, DType t) {
 // tensors (the tensor-core kernels), bf16 products on bf16 tensors on the same kernels
 // (AttnShape::own_kernels: bf16 tiles copied to shared memory by cp.async) and through cuDNN's
 // fused attention (the default of the bf16 ops that bf16 training calls; mtron warns and runs its
-// kernels where cuDNN takes no graph), side by side.
-enum class AttnKind { kFp32, kTc, kTcBf16, kCudnn };
+// kernels where cuDNN takes no graph), deterministic and, for the backward, with dq accumulated
+// atomically (AttnShape::nondeterministic: NVTE_ALLOW_NONDETERMINISTIC_ALGO=1), side by side.
+enum class AttnKind { kFp32, kTc, kTcBf16, kCudnn, kCudnnNondet };
 
 void attention(const Model& m, AttnKind kind) {
   const int64_t D = m.hidden / m.heads;
@@ -131,10 +132,10 @@ void attention(const Model& m, AttnKind kind) {
                     1.0f / std::sqrt(float(D)),
                     kind != AttnKind::kFp32,
                     false,
-                    kind != AttnKind::kCudnn};
+                    kind == AttnKind::kTc || kind == AttnKind::kTcBf16,
+                    kind == AttnKind::kCudnnNondet};
   const int64_t nq = s.Sq * s.B * s.H * s.D;
-  const DType t =
-      kind == AttnKind::kTcBf16 || kind == AttnKind::kCudnn ? DType::kBF16 : DType::kF32;
+  const DType t = kind == AttnKind::kFp32 || kind == AttnKind::kTc ? DType::kF32 : DType::kBF16;
   Tensor q = filled(nq, t), k = filled(nq, t), v = filled(nq, t), out = filled(nq, t);
   Tensor dout = filled(nq, t), dq = filled(nq, t), dk = filled(nq, t), dv = filled(nq, t);
   Tensor lse = filled(s.B * s.H * s.Sq, DType::kF32);
@@ -144,14 +145,17 @@ void attention(const Model& m, AttnKind kind) {
   const char* name = kind == AttnKind::kFp32     ? "fp32"
                      : kind == AttnKind::kTc     ? "bf16 tc"
                      : kind == AttnKind::kTcBf16 ? "bf16 tc16"
-                                                 : "bf16 cudnn";
-  const double f = seconds_per_call([&] {
-    if (t == DType::kBF16)
-      attention_forward(kDev, out.bf(), lse.f32(), q.bf(), k.bf(), v.bf(), s, mask);
-    else
-      attention_forward(kDev, out.f32(), lse.f32(), q.f32(), k.f32(), v.f32(), s, mask);
-  });
-  row(str(m.name, " attention fwd ", name), shape, f, flops, kPeakBf16);
+                     : kind == AttnKind::kCudnn  ? "bf16 cudnn"
+                                                 : "bf16 cudnn nd";
+  if (kind != AttnKind::kCudnnNondet) {  // its forward is kCudnn's
+    const double f = seconds_per_call([&] {
+      if (t == DType::kBF16)
+        attention_forward(kDev, out.bf(), lse.f32(), q.bf(), k.bf(), v.bf(), s, mask);
+      else
+        attention_forward(kDev, out.f32(), lse.f32(), q.f32(), k.f32(), v.f32(), s, mask);
+    });
+    row(str(m.name, " attention fwd ", name), shape, f, flops, kPeakBf16);
+  }
   const double b = seconds_per_call([&] {
     if (t == DType::kBF16)
       attention_backward(kDev, dq.bf(), dk.bf(), dv.bf(), dout.bf(), q.bf(), k.bf(), v.bf(),
@@ -179,7 +183,8 @@ int main(int argc, char** argv) {
     const Model big{"1.3b", 2048, 16, 2048, 8};
     for (const Model& m : {gpt2, big}) {
       gemms(m, 16384, DType::kBF16);
-      for (AttnKind kind : {AttnKind::kFp32, AttnKind::kTc, AttnKind::kTcBf16, AttnKind::kCudnn})
+      for (AttnKind kind : {AttnKind::kFp32, AttnKind::kTc, AttnKind::kTcBf16, AttnKind::kCudnn,
+                            AttnKind::kCudnnNondet})
         attention(m, kind);
     }
     gemms(gpt2, 16384, DType::kF32);  // the fp32 path, for reference

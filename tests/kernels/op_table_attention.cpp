@@ -23,9 +23,10 @@ struct Case {
 
 // The bf16 ops on q, k, v (qkv as qkv_spans lays them out) and dout rounded to bf16, against the
 // reference of the rounded values widened: out, lse, and dq, dk, dv, which the backward writes
-// (poison where it does not). The backward reads the reference's out and lse, out rounded. Twice
-// on one reference: by default and with AttnShape::own_kernels (CUDA: mtron's tensor-core kernels
-// where cuDNN's fused attention takes the shape by default).
+// (poison where it does not). The backward reads the reference's out and lse, out rounded. On one
+// reference: by default, with AttnShape::own_kernels (CUDA: mtron's tensor-core kernels where
+// cuDNN's fused attention takes the shape by default), and the backward with
+// AttnShape::nondeterministic (cuDNN's graph with an fp32 dq accumulator).
 void check_bf16_ops(Checker& ck,
                     const AttnShape& s,
                     const AttnMask& mask,
@@ -43,15 +44,20 @@ void check_bf16_ops(Checker& ck,
   ref::attention_backward(d, d + sp.k_at, d + sp.v_at, dw.data(), q, q + sp.k_at, q + sp.v_at, s,
                           mask);
   const bf16* qd = q16.dev();
-  for (bool own : {false, true}) {
+  for (int variant = 0; variant < 3; ++variant) {
     AttnShape so = s;
-    so.own_kernels = own;
-    const std::string tag = own ? ", own kernels" : "";
-    Pair<bf16> o16(narrow<bf16>(poison(no)));
-    Pair<float> lse(poison(nl));
-    attention_forward(g_dev, o16.dev(), lse.dev(), qd, qd + sp.k_at, qd + sp.v_at, so, mask);
-    ck.check("bf16 out" + tag, widen(o16.dev_result()), want_o, kTolBf16);
-    ck.check("bf16 lse" + tag, lse.dev_result(), want_l, kTolBf16);
+    so.own_kernels = variant == 1;
+    so.nondeterministic = variant == 2;
+    const std::string tag = variant == 1   ? ", own kernels"
+                            : variant == 2 ? ", nondeterministic"
+                                           : "";
+    if (variant < 2) {  // the forward is the same graph either way
+      Pair<bf16> o16(narrow<bf16>(poison(no)));
+      Pair<float> lse(poison(nl));
+      attention_forward(g_dev, o16.dev(), lse.dev(), qd, qd + sp.k_at, qd + sp.v_at, so, mask);
+      ck.check("bf16 out" + tag, widen(o16.dev_result()), want_o, kTolBf16);
+      ck.check("bf16 lse" + tag, lse.dev_result(), want_l, kTolBf16);
+    }
     Pair<bf16> out16(narrow<bf16>(want_o)), dqkv(narrow<bf16>(poison(sp.size)));
     Pair<float> l2(want_l);
     bf16* g = dqkv.dev();

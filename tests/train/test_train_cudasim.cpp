@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -203,6 +204,30 @@ TEST(TrainCudaSim, OffloadNeedsThePrecisionAwareOptimizer) {
 // inputs and accumulate in fp32, in different orders.
 TEST(TrainCudaSim, Gpt2Bf16MatchesCpu) {
   expect_same_training({"--bf16"}, 1e-3);
+}
+
+// NVTE_ALLOW_NONDETERMINISTIC_ALGO=1 (Transformer Engine's switch, which Megatron scripts set):
+// on CUDA attention's backward takes cuDNN's graph with dq accumulated atomically, the same
+// training on the emulation (which adds in order); --deterministic-mode keeps the deterministic
+// graph; on the CPU the variable has no effect.
+TEST(TrainCudaSim, NondeterministicAttentionFollowsTransformerEnginesSwitch) {
+  struct Env {
+    Env() { setenv("NVTE_ALLOW_NONDETERMINISTIC_ALGO", "1", 1); }
+    ~Env() { unsetenv("NVTE_ALLOW_NONDETERMINISTIC_ALGO"); }
+  };
+  {
+    const Env env;
+    EXPECT_FALSE(
+        make_args({"--device", "cuda", "--deterministic-mode"}).nondeterministic_attention);
+    EXPECT_FALSE(make_args({"--device", "cpu"}).nondeterministic_attention);
+    const train::TrainArgs a = make_args({"--device", "cuda", "--bf16"});
+    EXPECT_TRUE(a.nondeterministic_attention);
+    auto world = make_single_comm();
+    const train::Trainer t(a, *world);
+    EXPECT_TRUE(model::attention_shape(t.run_ctx(), 1, 8, 8, 4, 4, 16, 16, 0.25f).nondeterministic);
+    expect_same_training({"--bf16"}, 1e-3);
+  }
+  EXPECT_FALSE(make_args({"--device", "cuda", "--bf16"}).nondeterministic_attention);
 }
 
 // Generation (the training layers without a stash, with a KV cache) on the device: the logits of

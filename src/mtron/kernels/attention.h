@@ -75,6 +75,10 @@ struct AttnShape {
   // CUDA, bf16 products: mtron's own tensor-core kernels even where cuDNN's fused attention
   // takes the shape (--attention-backend flash; kernels/cuda/sdpa_graph.h).
   bool own_kernels = false;
+  // CUDA, cuDNN: the backward may accumulate dq over key blocks by fp32 atomic additions (cuDNN's
+  // faster path on Hopper; the order of the additions, and so dq's last bits, vary from run to
+  // run). Off by default: the deterministic graph writes dq by one product per row block.
+  bool nondeterministic = false;
 
   // Offset of (position 0, sequence b, head h) in q and dq, and the stride between positions.
   MT_HOST_DEVICE int64_t q_off(int64_t b, int64_t h) const {

@@ -41,7 +41,9 @@ struct RunCtx {
   Precision precision = Precision::kFP32;  // kFP32, kBF16 or kFP16
   bool fp32_attention = false;   // attention's products in fp32 in kBF16 too (bf16_attention)
   bool flash_attention = false;  // CUDA: mtron's flash kernels where cuDNN's would run
-  Fp8State* fp8 = nullptr;       // FP8 linear layers (with kBF16), or none
+  // CUDA: cuDNN's attention backward may accumulate dq atomically (kernels::AttnShape)
+  bool nondeterministic_attention = false;
+  Fp8State* fp8 = nullptr;  // FP8 linear layers (with kBF16), or none
   parallel::TensorParallel tp;
   parallel::ContextParallel cp;
   parallel::ExpertParallel ep;
@@ -66,6 +68,7 @@ inline kernels::AttnShape attention_shape(const RunCtx& rc,
                                           bool fused_qkv = false) {
   kernels::AttnShape s{B, Sq, Sk, H, G, D, Dv, scale, bf16_attention(rc), fused_qkv};
   s.own_kernels = rc.flash_attention;
+  s.nondeterministic = rc.nondeterministic_attention;
   return s;
 }
 

@@ -41,7 +41,7 @@ Half half_of(const kernels::AttnShape& s) {
               c * s.B * s.G * s.Dv,
               s.B * s.H * c,
               kernels::AttnShape{s.B, c, c, s.H, s.G, s.D, s.Dv, s.scale, s.bf16_products, false,
-                                 s.own_kernels}};
+                                 s.own_kernels, s.nondeterministic}};
 }
 
 // Which keys of global chunk kc queries of global chunk qc see: none (false), or all / causal;

@@ -3,6 +3,7 @@
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <map>
 
@@ -187,6 +188,12 @@ bool parse_train_args(int argc, char** argv, int64_t world_size, TrainArgs& a) {
          "numbers (every backend is tiled with an online softmax: no score matrix is stored)")
       ->check(CLI::IsMember({"auto", "flash", "fused", "unfused", "local"}))
       ->group(t);
+  bool deterministic_mode = false;
+  app.add_flag("--deterministic-mode", deterministic_mode,
+               "Bitwise reproducible runs even where NVTE_ALLOW_NONDETERMINISTIC_ALGO=1 lets "
+               "cuDNN's attention backward accumulate dq by atomic additions (CUDA); every other "
+               "kernel of mtron is deterministic always")
+      ->group(t);
   app.add_option("--recompute-granularity", a.recompute.granularity, "full or selective")
       ->transform(choices(std::map<std::string, RecomputeGranularity>{
           {"full", RecomputeGranularity::kFull}, {"selective", RecomputeGranularity::kSelective}}))
@@ -330,6 +337,18 @@ bool parse_train_args(int argc, char** argv, int64_t world_size, TrainArgs& a) {
     throw Error(e.what());
   }
   check_unknown_flags(app);
+  // Transformer Engine's switch, which Megatron scripts set: nondeterministic algorithms allowed.
+  const char* nondet = std::getenv("NVTE_ALLOW_NONDETERMINISTIC_ALGO");
+  if (nondet && std::string(nondet) == "1" && !deterministic_mode) {
+    a.nondeterministic_attention = a.device == Device::kCUDA;
+    a.notes.push_back(
+        a.device == Device::kCUDA
+            ? "NVTE_ALLOW_NONDETERMINISTIC_ALGO=1: cuDNN's attention backward accumulates dq by "
+              "atomic additions, so gradients' last bits vary from run to run "
+              "(--deterministic-mode keeps them reproducible)"
+            : "NVTE_ALLOW_NONDETERMINISTIC_ALGO=1 has no effect on --device cpu (its kernels are "
+              "deterministic)");
+  }
   if (a.precision.compute == Precision::kFP16 ||
       (a.precision.compute == Precision::kBF16 && a.loss_scale.static_scale)) {
     // Megatron: a constant scaler with --loss-scale (bf16 too), else a dynamic one for fp16.

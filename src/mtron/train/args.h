@@ -66,6 +66,9 @@ struct TrainArgs {
   // --attention-backend flash: on CUDA mtron's own flash-attention kernels where cuDNN's fused
   // attention (auto, fused) would run (model::RunCtx::flash_attention).
   bool flash_attention = false;
+  // NVTE_ALLOW_NONDETERMINISTIC_ALGO=1 without --deterministic-mode, on CUDA: cuDNN's attention
+  // backward may accumulate dq atomically (model::RunCtx::nondeterministic_attention).
+  bool nondeterministic_attention = false;
   int64_t ddp_bucket_size = 0;  // elements per gradient bucket; 0: Megatron's default
   double distributed_timeout_minutes = 10;
 

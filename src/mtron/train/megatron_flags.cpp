@@ -53,7 +53,6 @@ constexpr Compat kSwitches[] = {
     {"--log-progress", "progress.txt is not written"},
     {"--log-energy", "energy is not measured"},
     {"--no-check-for-nan-in-loss-and-grad", "NaN/Inf iterations are always counted and skipped"},
-    {"--deterministic-mode", "mtron's runs are always deterministic"},
     {"--no-overlap-p2p-communication", "pipeline send/recv scheduling choice"},
     {"--defer-embedding-wgrad-compute", "kernel scheduling choice"},
     {"--enable-experimental", "mtron has no experimental features to enable"},

@@ -35,6 +35,7 @@ Trainer::Trainer(const TrainArgs& args, Comm& world, int ranks_per_node)
   rc_.precision = a_.precision.compute;
   rc_.fp32_attention = a_.fp32_attention;
   rc_.flash_attention = a_.flash_attention;
+  rc_.nondeterministic_attention = a_.nondeterministic_attention;
   rc_.tp = parallel::TensorParallel{&ps_->tp(), ps_->tp_rank(), ps_->tp_size(),
                                     a_.parallel.sequence_parallel};
   rc_.cp = parallel::ContextParallel{&ps_->cp(), ps_->cp_rank(), ps_->cp_size()};

@@ -530,10 +530,9 @@ void attention_forward(const Ctx& ctx, MT_PARAMS(attention_forward_bf16)) {
   if (s.B == 0 || s.Sq == 0) return;
   check_shape(s);
   const cudaStream_t st = stream_of(ctx);
-  if (tensor_cores(s, mask) &&
-      (attention_forward_cudnn(st, bits(out), lse, bits(q), bits(k), bits(v), s, mask) ||
-       attention_forward_tc(st, bits(out), lse, bits(q), bits(k), bits(v), s, mask)))
-    return;
+  if (tensor_cores(s, mask))
+    for (auto* run : {&attention_forward_cudnn, &attention_forward_tc<uint16_t>})
+      if (run(st, bits(out), lse, bits(q), bits(k), bits(v), s, mask)) return;
   const QkvSpans sp = qkv_spans(s);
   const int64_t no = s.Sq * s.B * s.H * s.Dv;
   Scratch wide(sizeof(float) * size_t(sp.size + no), st);

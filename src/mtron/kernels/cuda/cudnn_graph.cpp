@@ -8,6 +8,7 @@
 
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <utility>
@@ -109,6 +110,7 @@ struct Plan {
   cudnnBackendDescriptor_t plan = nullptr;
   int64_t workspace = 0;
   bool usable = false;
+  std::once_flag no_room;  // the warning that its workspace did not fit, once
 };
 
 // The operation descriptor of op, its tensors' descriptors at t.
@@ -242,6 +244,19 @@ std::vector<Desc> engine_configs(const Desc& graph, const Target& target, int64_
   return cfgs;
 }
 
+// The global index of cfg's engine (cuDNN's number for the kernel family), or -1.
+int64_t engine_index(const Desc& cfg) {
+  Desc engine(CUDNN_BACKEND_ENGINE_DESCRIPTOR);
+  cudnnBackendDescriptor_t e = engine.get();
+  int64_t n = 0, index = -1;
+  if (cudnnBackendGetAttribute(cfg.get(), CUDNN_ATTR_ENGINECFG_ENGINE,
+                               CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &n, &e) != CUDNN_STATUS_SUCCESS ||
+      cudnnBackendGetAttribute(e, CUDNN_ATTR_ENGINE_GLOBAL_INDEX, CUDNN_TYPE_INT64, 1, &n,
+                               &index) != CUDNN_STATUS_SUCCESS)
+    return -1;
+  return index;
+}
+
 // The execution plan of engine configuration cfg (its workspace in *workspace). Throws
 // Unsupported.
 Desc make_plan(const Desc& cfg, const Target& target, int64_t* workspace) {
@@ -290,7 +305,7 @@ class Library {
   }
   struct Ready {
     cudnnHandle_t handle;
-    const Plan* plan;
+    Plan* plan;
   };
   // The current device's handle.
   cudnnHandle_t handle() {
@@ -300,7 +315,7 @@ class Library {
   Ready prepare(const SdpaGraph& g) {
     const std::lock_guard<std::mutex> lock(mu_);
     const cudnnHandle_t h = handle_locked();
-    std::unique_ptr<Plan>& p = plans_[str(device_, ':', g.key)];
+    std::unique_ptr<Plan>& p = plans_[device_][g.key];
     if (!p) {
       p = std::make_unique<Plan>();
       try {
@@ -328,7 +343,7 @@ class Library {
     }
     return h;
   }
-  std::unordered_map<std::string, std::unique_ptr<Plan>> plans_;
+  std::unordered_map<int, std::unordered_map<std::string, std::unique_ptr<Plan>>> plans_;
 };
 
 }  // namespace
@@ -350,8 +365,30 @@ bool run_graph(cudaStream_t st, const SdpaGraph& g, const std::vector<Binding>& 
     uids.push_back(b.uid);
     ptrs.push_back(const_cast<void*>(b.ptr));
   }
-  Scratch ws(size_t(r.plan->workspace), st);
-  void* ws_ptr = ws.as<void>();
+  for (const GTensor& t : g.tensors) {
+    if (!t.accumulated || cudnnGetVersion() >= 90600) continue;
+    size_t bytes = sizeof(float);
+    for (int64_t d : t.dim) bytes *= size_t(d);
+    for (const Binding& b : mem)
+      if (b.uid == t.uid) MT_CUDA_CHECK(cudaMemsetAsync(const_cast<void*>(b.ptr), 0, bytes, st));
+  }
+  // The workspace, cuDNN's choice (for attention it may grow with the scores, B H Sq Sk), may not
+  // fit beside the model: mtron's kernels, which need none, run the graph then.
+  std::optional<Scratch> ws;
+  try {
+    ws.emplace(size_t(r.plan->workspace), st);
+  } catch (const Error& e) {
+    std::call_once(r.plan->no_room, [&] {
+      log_warn(
+          "cuDNN's fused attention needs {:.2f} GiB of workspace here ({}): mtron's attention "
+          "kernels run it (the deterministic backward's workspace grows with batch x heads x "
+          "sequence^2; NVTE_ALLOW_NONDETERMINISTIC_ALGO=1 lets cuDNN accumulate dq atomically "
+          "instead)",
+          double(r.plan->workspace) / double(int64_t(1) << 30), e.what());
+    });
+    return false;
+  }
+  void* ws_ptr = ws->as<void>();
   try {
     Desc pack(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR);
     pack.set(CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, uids.data(),
@@ -389,6 +426,7 @@ GraphSupport cudnn_graph_support(const SdpaGraph& g, const std::string& device_j
     const Desc graph = describe(g, target, keep);
     const std::vector<Desc> cfgs = engine_configs(graph, target, &r.engines);
     r.viable = int64_t(cfgs.size());
+    for (const Desc& c : cfgs) r.engine_ids.push_back(engine_index(c));
     if (cfgs.empty()) {
       r.note = "no engine configuration can run it";
       return r;

@@ -79,7 +79,7 @@ class Builder {
     return {x.stride[0], x.stride[1], x.stride[2], x.stride[3]};
   }
   int add(int64_t uid, Dims dim, Dims stride, GType type, bool is_virtual) {
-    GTensor t{uid, {}, {}, type, is_virtual, false, 0.0f};
+    GTensor t{uid, {}, {}, type, is_virtual, false, 0.0f, false};
     for (int n = 0; n < 4; ++n) t.dim[n] = dim[size_t(n)], t.stride[n] = stride[size_t(n)];
     g.tensors.push_back(t);
     return int(g.tensors.size()) - 1;
@@ -200,7 +200,15 @@ SdpaGraph backward_graph(const AttnShape& s, const AttnMask& m) {
   grouped(dst, q, dk, s.D);
   const int k = b.reshape(kt, l.k_dim, l.k_stride, GType::kFloat);
   const int dq = b.memory(kUidDQ, l.q_dim, l.q_stride, GType::kBf16);
-  b.matmul(ds, k, dq);
+  if (!s.nondeterministic) {
+    b.matmul(ds, k, dq);
+    return b.g;
+  }
+  const int acc =
+      b.memory(kUidDQAccum, l.q_dim, {s.H * s.Sq * s.D, s.Sq * s.D, s.D, 1}, GType::kFloat);
+  b.g.tensors[size_t(acc)].accumulated = true;
+  b.matmul(ds, k, acc);
+  b.pointwise(GMode::kIdentity, acc, -1, -1, dq);
   return b.g;
 }
 
@@ -211,7 +219,7 @@ std::string graph_key(const SdpaGraph& g) {
   for (const GTensor& t : g.tensors) {
     num(t.uid);
     for (int n = 0; n < 4; ++n) num(t.dim[n]), num(t.stride[n]);
-    num(int64_t(t.type)), num(t.is_virtual), num(t.by_value);
+    num(int64_t(t.type)), num(t.is_virtual), num(t.by_value), num(t.accumulated);
     k += ';';  // by-value scalars' values are data, not part of the graph
   }
   for (const GOp& op : g.ops) {
@@ -225,11 +233,22 @@ std::string graph_key(const SdpaGraph& g) {
 // The graph of (s, m) in one direction, made on first use.
 const SdpaGraph& cached(const AttnShape& s, const AttnMask& m, bool forward) {
   using Key = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, float, bool,
-                         bool, int64_t, bool>;
+                         bool, int64_t, bool, bool>;
   static std::mutex mu;
   static std::map<Key, std::unique_ptr<SdpaGraph>> graphs;
-  const Key key{s.B,  s.Sq,    s.Sk,        s.H,      s.G,      s.D,
-                s.Dv, s.scale, s.fused_qkv, m.causal, m.offset, forward};
+  const Key key{s.B,
+                s.Sq,
+                s.Sk,
+                s.H,
+                s.G,
+                s.D,
+                s.Dv,
+                s.scale,
+                s.fused_qkv,
+                m.causal,
+                m.offset,
+                forward,
+                !forward && s.nondeterministic};  // the forward graph is the same either way
   const std::lock_guard<std::mutex> lock(mu);
   std::unique_ptr<SdpaGraph>& g = graphs[key];
   if (!g) {
@@ -290,17 +309,13 @@ bool attention_backward_cudnn(cudaStream_t st,
   if (s.own_kernels || !sdpa_takes(s, m) || !aligned({dq, dk, dv, dout, q, k, v, out, lse}))
     return false;
   Scratch delta(sizeof(float) * size_t(s.B * s.H * s.Sq), st);
-  return run_graph(st, sdpa_backward_graph(s, m),
-                   {{kUidDO, dout},
-                    {kUidO, out},
-                    {kUidSum, delta.as<float>()},
-                    {kUidQ, q},
-                    {kUidK, k},
-                    {kUidStats, lse},
-                    {kUidDV, dv},
-                    {kUidV, v},
-                    {kUidDK, dk},
-                    {kUidDQ, dq}});
+  Scratch dq_accum(s.nondeterministic ? sizeof(float) * size_t(s.B * s.H * s.Sq * s.D) : 0, st);
+  std::vector<Binding> mem = {{kUidDO, dout}, {kUidO, out}, {kUidSum, delta.as<float>()},
+                              {kUidQ, q},     {kUidK, k},   {kUidStats, lse},
+                              {kUidDV, dv},   {kUidV, v},   {kUidDK, dk},
+                              {kUidDQ, dq}};
+  if (s.nondeterministic) mem.push_back({kUidDQAccum, dq_accum.as<float>()});
+  return run_graph(st, sdpa_backward_graph(s, m), mem);
 }
 
 }  // namespace mtron::kernels::cuda

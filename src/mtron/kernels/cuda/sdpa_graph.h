@@ -35,6 +35,9 @@ struct GTensor {
   bool is_virtual;
   bool by_value;  // a scalar passed by value: `value` (dims and strides 1)
   float value;
+  // An output (fp32, contiguous) that cuDNN's kernels add partial sums into: zeroed before the
+  // graph runs where cuDNN does not zero it itself (before 9.6).
+  bool accumulated = false;
 };
 
 // Operations: pointwise (the first input's shape; inputs of extent 1 in a dim are broadcast),
@@ -84,7 +87,8 @@ enum SdpaUid : int64_t {
   kUidDQ,
   kUidDK,
   kUidDV,
-  kUidSum,  // the backward's dO . O per query row [B, H, Sq] (fp32)
+  kUidSum,      // the backward's dO . O per query row [B, H, Sq] (fp32)
+  kUidDQAccum,  // the nondeterministic backward's dq accumulator [B, H, Sq, D] (fp32)
 };
 
 // A tensor's address in run_graph.
@@ -103,7 +107,9 @@ bool sdpa_takes(const AttnShape& s, const AttnMask& m);
 const SdpaGraph& sdpa_forward_graph(const AttnShape& s, const AttnMask& m);
 // dq, dk, dv written from dout, q, k, v, out, lse (uids DO, Q, K, V, O, Stats, DQ, DK, DV, and
 // Sum: B H Sq floats the graph writes). Deterministic: dQ is one product per row block, with no
-// atomic accumulation across key blocks.
+// atomic accumulation across key blocks; with AttnShape::nondeterministic dQ = dS K goes to an
+// fp32 accumulator (uid DQAccum, B H Sq D floats, contiguous) that cuDNN adds key blocks into
+// atomically, then to dq by an identity.
 const SdpaGraph& sdpa_backward_graph(const AttnShape& s, const AttnMask& m);
 
 // Runs g on stream st with the tensors at `mem`: true when it ran; false, with nothing run, where
@@ -119,6 +125,7 @@ bool run_graph(cudaStream_t st, const SdpaGraph& g, const std::vector<Binding>& 
 // them fails for want of a driver, so a deviceless check ends there); note: what happened.
 struct GraphSupport {
   int64_t engines = 0, viable = 0, workspace = 0;
+  std::vector<int64_t> engine_ids;  // the viable configurations' engines (global indices)
   bool planned = false, compiled = false;
   std::string note;
 };
