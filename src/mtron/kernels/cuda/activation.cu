@@ -5,6 +5,7 @@
 #include "mtron/kernels/cuda/column_sums.cuh"
 #include "mtron/kernels/cuda/common.cuh"
 #include "mtron/kernels/cuda/cuda_ops.h"
+#include "mtron/kernels/cuda/map.cuh"
 
 namespace mtron::kernels::cuda {
 namespace {
@@ -22,13 +23,9 @@ __device__ __forceinline__ float gelu(float x) {
   return x * sigmoid(u2);
 }
 
-// out (T) and inp (I): float, or uint16_t holding bf16
-template <typename T, typename I>
-__global__ void gelu_forward_kernel(T* out, const I* inp, int64_t n) {
-  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
-       i += int64_t(gridDim.x) * blockDim.x)
-    store_as(out + i, gelu(load_f32(inp + i)));
-}
+struct Gelu {
+  __device__ float operator()(float x) const { return gelu(x); }
+};
 
 // dgelu(x) * dy
 __device__ __forceinline__ float gelu_grad(float x, float dy) {
@@ -38,13 +35,9 @@ __device__ __forceinline__ float gelu_grad(float x, float dy) {
   return fmaf(x * (s * (1.0f - s)), du2, s) * dy;
 }
 
-// dinp (T), inp and dout (I): float, or uint16_t holding bf16
-template <typename T, typename I>
-__global__ void gelu_backward_kernel(T* dinp, const I* inp, const I* dout, int64_t n) {
-  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
-       i += int64_t(gridDim.x) * blockDim.x)
-    store_as(dinp + i, gelu_grad(load_f32(inp + i), load_f32(dout + i)));
-}
+struct GeluGrad {
+  __device__ float operator()(float x, float dy) const { return gelu_grad(x, dy); }
+};
 
 // gelu_backward_bias's values for column_sums_of: the gradient written as bf16, its bf16 value
 // summed; inp and dout (I) float, or uint16_t holding bf16.
@@ -58,6 +51,15 @@ struct GeluGradBf16 {
     dinp[i] = b;
     return bf16_bits_to_f32(b);
   }
+  __device__ void load8(int64_t i, float (&v)[8]) const {
+    float dy[8];
+    cuda::load8(v, inp + i);
+    cuda::load8(dy, dout + i);
+    MT_UNROLL
+    for (int k = 0; k < 8; ++k) v[k] = bf16_bits_to_f32(f32_to_bf16_bits(gelu_grad(v[k], dy[k])));
+    store8(dinp + i, v);  // v holds bf16 values: rounded to themselves
+  }
+  bool aligned() const { return aligned16({dinp, inp, dout}); }
 };
 
 __global__ void swiglu_forward_kernel(float* out, const float* inp, int64_t N, int64_t F) {
@@ -87,35 +89,27 @@ __global__ void swiglu_backward_kernel(
 }  // namespace
 
 void gelu_forward(const Ctx& ctx, float* out, const float* inp, int64_t n) {
-  launch("gelu_forward", gelu_forward_kernel<float, float>, grid_for(n, kThreads), kThreads, 0,
-         stream_of(ctx), out, inp, n);
+  map1("gelu_forward", stream_of(ctx), Gelu{}, out, inp, n);
 }
 
 void gelu_forward(const Ctx& ctx, bf16* out, const float* inp, int64_t n) {
-  launch("gelu_forward_bf16", gelu_forward_kernel<uint16_t, float>, grid_for(n, kThreads), kThreads,
-         0, stream_of(ctx), reinterpret_cast<uint16_t*>(out), inp, n);
+  map1("gelu_forward_bf16", stream_of(ctx), Gelu{}, bits(out), inp, n);
 }
 
 void gelu_forward(const Ctx& ctx, bf16* out, const bf16* inp, int64_t n) {
-  launch("gelu_forward_bf16_in", gelu_forward_kernel<uint16_t, uint16_t>, grid_for(n, kThreads),
-         kThreads, 0, stream_of(ctx), reinterpret_cast<uint16_t*>(out),
-         reinterpret_cast<const uint16_t*>(inp), n);
+  map1("gelu_forward_bf16_in", stream_of(ctx), Gelu{}, bits(out), bits(inp), n);
 }
 
 void gelu_backward(const Ctx& ctx, float* dinp, const float* inp, const float* dout, int64_t n) {
-  launch("gelu_backward", gelu_backward_kernel<float, float>, grid_for(n, kThreads), kThreads, 0,
-         stream_of(ctx), dinp, inp, dout, n);
+  map2("gelu_backward", stream_of(ctx), GeluGrad{}, dinp, inp, dout, n);
 }
 
 void gelu_backward(const Ctx& ctx, bf16* dinp, const float* inp, const float* dout, int64_t n) {
-  launch("gelu_backward_bf16", gelu_backward_kernel<uint16_t, float>, grid_for(n, kThreads),
-         kThreads, 0, stream_of(ctx), reinterpret_cast<uint16_t*>(dinp), inp, dout, n);
+  map2("gelu_backward_bf16", stream_of(ctx), GeluGrad{}, bits(dinp), inp, dout, n);
 }
 
 void gelu_backward(const Ctx& ctx, bf16* dinp, const bf16* inp, const bf16* dout, int64_t n) {
-  launch("gelu_backward_bf16_in", gelu_backward_kernel<uint16_t, uint16_t>, grid_for(n, kThreads),
-         kThreads, 0, stream_of(ctx), reinterpret_cast<uint16_t*>(dinp),
-         reinterpret_cast<const uint16_t*>(inp), reinterpret_cast<const uint16_t*>(dout), n);
+  map2("gelu_backward_bf16_in", stream_of(ctx), GeluGrad{}, bits(dinp), bits(inp), bits(dout), n);
 }
 
 void gelu_backward_bias(const Ctx& ctx,

@@ -1,5 +1,5 @@
-// CUDA AdamW step over a contiguous fp32 range (kernels/adamw.h), writing the bf16 compute copy
-// in the same pass when asked, and the multi-tensor form over a table of runs in one launch.
+// CUDA AdamW step (kernels/adamw.h): the multi-tensor form over a table of runs in one launch,
+// writing the bf16 compute copy in the same pass when asked; the one-range form is one run.
 //
 // The arithmetic is the CPU kernel's, operation for operation (torch.optim.AdamW's order, the
 // bias corrections computed in double on the host and rounded to fp32 once):
@@ -15,53 +15,33 @@ namespace mtron::kernels::cuda {
 namespace {
 
 constexpr int kThreads = 256;
+constexpr int64_t kTile = 4 * kThreads;  // a block's elements at a time: four per thread
 
 struct AdamWConsts {
   float decay, b1, nb1, b2, nb2, step_size, bc2_sqrt, eps;
 };
 
-// Element i of a range whose constants are k.
-__device__ __forceinline__ void adamw_element(float* param,
-                                              float* m,
-                                              float* v,
-                                              const float* grad,
-                                              uint16_t* param_bf16,
-                                              int64_t i,
-                                              int64_t mi,
-                                              const AdamWConsts& k) {
-  const float g = grad[i];
-  const float mm = fmaf(k.nb1, g, k.b1 * m[mi]);
-  const float vv = fmaf(k.nb2 * g, g, k.b2 * v[mi]);
+// One element's step: weight w, moments mm and vv, gradient g.
+__device__ __forceinline__ void adamw_value(
+    float& w, float& mm, float& vv, float g, const AdamWConsts& k) {
+  mm = fmaf(k.nb1, g, k.b1 * mm);
+  vv = fmaf(k.nb2 * g, g, k.b2 * vv);
   const float denom = sqrtf(vv) / k.bc2_sqrt + k.eps;
-  float w = param[i] * k.decay;
-  w = fmaf(-k.step_size, mm / denom, w);
-  m[mi] = mm;
-  v[mi] = vv;
-  param[i] = w;
-  if (param_bf16) param_bf16[i] = f32_to_bf16_bits(w);
+  w = fmaf(-k.step_size, mm / denom, w * k.decay);
 }
 
-__global__ void adamw_kernel(float* param,
-                             float* m,
-                             float* v,
-                             const float* grad,
-                             uint16_t* param_bf16,
-                             int64_t n,
-                             AdamWConsts k) {
-  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
-       i += int64_t(gridDim.x) * blockDim.x) {
-    adamw_element(param, m, v, grad, param_bf16, i, i, k);
-  }
-}
-
-// A run of adamw_step_runs on the device: its first element in the concatenation of the runs,
-// where it starts in the buffers and in the moments, and its constants.
+// A run of adamw_step_runs on the device: its first tile (kTile elements, none spanning two runs)
+// among the runs' tiles, where it starts in the buffers and in the moments, its length and its
+// constants.
 struct DeviceRun {
-  int64_t first, begin, moment;
+  int64_t first_tile, begin, moment, n;
   AdamWConsts k;
 };
 
-// Element i of the runs' concatenation (total elements): its run by binary search on `first`.
+// One block per tile: its run by binary search on first_tile (the same loads for every thread of
+// the block), then four elements per thread, by 16-byte accesses (8-byte for the bf16 copy)
+// where `vec` (the tensors 16-byte aligned) and the run starts at a multiple of 4 in the buffers
+// and in the moments, else one at a time.
 __global__ void adamw_runs_kernel(float* param,
                                   float* m,
                                   float* v,
@@ -69,21 +49,51 @@ __global__ void adamw_runs_kernel(float* param,
                                   uint16_t* param_bf16,
                                   const DeviceRun* runs,
                                   int64_t n_runs,
-                                  int64_t total) {
-  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
-       i += int64_t(gridDim.x) * blockDim.x) {
-    int64_t lo = 0, hi = n_runs - 1;  // the last run whose first element is <= i
+                                  int64_t tiles,
+                                  bool vec) {
+  for (int64_t tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+    int64_t lo = 0, hi = n_runs - 1;  // the last run whose first tile is <= tile
     while (lo < hi) {
       const int64_t mid = (lo + hi + 1) / 2;
-      if (runs[mid].first <= i) {
+      if (runs[mid].first_tile <= tile) {
         lo = mid;
       } else {
         hi = mid - 1;
       }
     }
     const DeviceRun& r = runs[lo];
-    const int64_t j = i - r.first;
-    adamw_element(param, m, v, grad, param_bf16, r.begin + j, r.moment + j, r.k);
+    const int64_t j0 = (tile - r.first_tile) * kTile;
+    const int64_t end = j0 + kTile < r.n ? j0 + kTile : r.n;
+    float* p = param + r.begin;
+    float* mr = m + r.moment;
+    float* vr = v + r.moment;
+    const float* g = grad + r.begin;
+    uint16_t* pb = param_bf16 ? param_bf16 + r.begin : nullptr;
+    const int64_t j = j0 + 4 * int64_t(threadIdx.x);
+    if (vec && r.begin % 4 == 0 && r.moment % 4 == 0 && j + 4 <= end) {
+      float4 w = *reinterpret_cast<const float4*>(p + j);
+      float4 mm = *reinterpret_cast<const float4*>(mr + j);
+      float4 vv = *reinterpret_cast<const float4*>(vr + j);
+      const float4 gg = *reinterpret_cast<const float4*>(g + j);
+      adamw_value(w.x, mm.x, vv.x, gg.x, r.k);
+      adamw_value(w.y, mm.y, vv.y, gg.y, r.k);
+      adamw_value(w.z, mm.z, vv.z, gg.z, r.k);
+      adamw_value(w.w, mm.w, vv.w, gg.w, r.k);
+      *reinterpret_cast<float4*>(p + j) = w;
+      *reinterpret_cast<float4*>(mr + j) = mm;
+      *reinterpret_cast<float4*>(vr + j) = vv;
+      if (pb)
+        *reinterpret_cast<uint2*>(pb + j) =
+            uint2{unsigned(f32_to_bf16_bits(w.x)) | unsigned(f32_to_bf16_bits(w.y)) << 16,
+                  unsigned(f32_to_bf16_bits(w.z)) | unsigned(f32_to_bf16_bits(w.w)) << 16};
+    } else {
+      for (int64_t i = j; i < j + 4 && i < end; ++i) {
+        float w = p[i], mm = mr[i], vv = vr[i];
+        adamw_value(w, mm, vv, g[i], r.k);
+        p[i] = w, mr[i] = mm, vr[i] = vv;
+        if (pb) pb[i] = f32_to_bf16_bits(w);
+      }
+    }
   }
 }
 
@@ -103,29 +113,32 @@ AdamWConsts consts(const AdamWParams& p, float lr, float weight_decay) {
 
 }  // namespace
 
-void adamw_step(const Ctx& ctx, MT_PARAMS(adamw_step)) {
-  launch("adamw_step", adamw_kernel, grid_for(n, kThreads), kThreads, 0, stream_of(ctx), param, m,
-         v, grad, reinterpret_cast<uint16_t*>(param_bf16), n, consts(p, p.lr, p.weight_decay));
-}
-
 // One launch: the runs' table goes to the device by an asynchronous copy (no host wait).
 void adamw_step_runs(const Ctx& ctx, MT_PARAMS(adamw_step_runs)) {
   std::vector<DeviceRun> table;
-  int64_t total = 0;
+  int64_t tiles = 0;
   for (int64_t r = 0; r < n_runs; ++r) {
     if (runs[r].n <= 0) continue;
-    table.push_back(
-        {total, runs[r].begin, runs[r].moment, consts(p, runs[r].lr, runs[r].weight_decay)});
-    total += runs[r].n;
+    table.push_back({tiles, runs[r].begin, runs[r].moment, runs[r].n,
+                     consts(p, runs[r].lr, runs[r].weight_decay)});
+    tiles += (runs[r].n + kTile - 1) / kTile;
   }
-  if (total == 0) return;
+  if (tiles == 0) return;
   const cudaStream_t s = stream_of(ctx);
   Scratch dev(sizeof(DeviceRun) * table.size(), s);
   cuda::copy_from_host_async(ctx, dev.as<DeviceRun>(), table.data(),
                              int64_t(sizeof(DeviceRun) * table.size()));
-  launch("adamw_step_runs", adamw_runs_kernel, grid_for(total, kThreads), kThreads, 0, s, param, m,
-         v, grad, reinterpret_cast<uint16_t*>(param_bf16), dev.as<DeviceRun>(),
-         int64_t(table.size()), total);
+  const bool vec =
+      aligned16({param, m, v, grad}) && reinterpret_cast<uintptr_t>(param_bf16) % 8 == 0;
+  launch("adamw_step_runs", adamw_runs_kernel, grid_for(tiles * kThreads, kThreads), kThreads, 0, s,
+         param, m, v, grad, bits(param_bf16), dev.as<DeviceRun>(), int64_t(table.size()), tiles,
+         vec);
+}
+
+// The one-run form of adamw_step_runs.
+void adamw_step(const Ctx& ctx, MT_PARAMS(adamw_step)) {
+  const AdamWRun run{.begin = 0, .n = n, .moment = 0, .lr = p.lr, .weight_decay = p.weight_decay};
+  cuda::adamw_step_runs(ctx, param, m, v, grad, param_bf16, &run, 1, p);
 }
 
 }  // namespace mtron::kernels::cuda

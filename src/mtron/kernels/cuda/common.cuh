@@ -1,5 +1,6 @@
 // defines: MT_UNROLL, MT_DYNAMIC_SMEM, launch, grid_for, warp_sum, warp_max, block_sum,
-//          block_max, f32_to_bf16_bits, bf16_bits_to_f32, store_as, load_f32, f32_to_f16_bits,
+//          block_max, f32_to_bf16_bits, bf16_bits_to_f32, store_as, load_f32, load8, store8,
+//          aligned16, f32_to_f16_bits,
 //          f16_bits_to_f32, kNegInf, pack_bf16x2, mma_bf16_16816, ldmatrix_x4, cp_async16,
 //          cp_async_wait_all, bits
 //
@@ -10,6 +11,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <initializer_list>
 
 #include "mtron/kernels/cuda/runtime.h"
 
@@ -139,6 +141,41 @@ __device__ __forceinline__ float load_f32(const float* p) {
 }
 __device__ __forceinline__ float load_f32(const uint16_t* p) {
   return bf16_bits_to_f32(*p);
+}
+
+// Eight consecutive values at p (16-byte aligned) as fp32, and stored back (bf16 rounded as
+// store_as): 16-byte loads and stores, one per 8 bf16 or per 4 floats, so that a thread keeps
+// 16 bytes per tensor in flight where a scalar access kept 2 or 4.
+__device__ __forceinline__ void load8(float (&v)[8], const float* p) {
+  const float4 a = *reinterpret_cast<const float4*>(p), b = *reinterpret_cast<const float4*>(p + 4);
+  v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
+}
+__device__ __forceinline__ void load8(float (&v)[8], const uint16_t* p) {
+  const uint4 w = *reinterpret_cast<const uint4*>(p);
+  const unsigned u[4] = {w.x, w.y, w.z, w.w};
+  MT_UNROLL
+  for (int i = 0; i < 4; ++i) {
+    v[2 * i] = __uint_as_float(u[i] << 16);
+    v[2 * i + 1] = __uint_as_float(u[i] & 0xffff0000u);
+  }
+}
+__device__ __forceinline__ void store8(float* p, const float (&v)[8]) {
+  *reinterpret_cast<float4*>(p) = make_float4(v[0], v[1], v[2], v[3]);
+  *reinterpret_cast<float4*>(p + 4) = make_float4(v[4], v[5], v[6], v[7]);
+}
+__device__ __forceinline__ void store8(uint16_t* p, const float (&v)[8]) {
+  unsigned u[4];
+  MT_UNROLL
+  for (int i = 0; i < 4; ++i)
+    u[i] = unsigned(f32_to_bf16_bits(v[2 * i])) | unsigned(f32_to_bf16_bits(v[2 * i + 1])) << 16;
+  *reinterpret_cast<uint4*>(p) = make_uint4(u[0], u[1], u[2], u[3]);
+}
+
+// Whether every address is 16-byte aligned (null ones count as aligned).
+inline bool aligned16(std::initializer_list<const void*> ptrs) {
+  for (const void* p : ptrs)
+    if (reinterpret_cast<uintptr_t>(p) % 16 != 0) return false;
+  return true;
 }
 
 // mtron::float_to_f16 bit for bit (as __float2half_rn, but NaN becomes 0x7e00 with its sign).

@@ -2,46 +2,35 @@
 // bias add and backward, sum of squares, fill, hidden dropout; and the column-sum and
 // matrix-scale helpers of runtime.h.
 //
-// All memory-bound grid-stride loops with 64-bit indices. The reductions (bias_backward,
+// Memory-bound grid-stride loops with 64-bit indices; add, scale and the bf16 conversions by
+// map.cuh's maps (16-byte accesses). The reductions (bias_backward,
 // sum_squares) use a fixed partition that depends on the sizes only, so results are
 // deterministic and independent of the GPU model.
 #include "mtron/kernels/cuda/column_sums.cuh"
 #include "mtron/kernels/cuda/common.cuh"
 #include "mtron/kernels/cuda/cuda_ops.h"
+#include "mtron/kernels/cuda/map.cuh"
 
 namespace mtron::kernels::cuda {
 namespace {
 
 constexpr int kThreads = 256;
 
-__global__ void add_kernel(float* out, const float* a, const float* b, int64_t n) {
-  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
-       i += int64_t(gridDim.x) * blockDim.x)
-    out[i] = a[i] + b[i];
-}
-
-__global__ void scale_kernel(float* x, float s, int64_t n) {
-  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
-       i += int64_t(gridDim.x) * blockDim.x)
-    x[i] *= s;
-}
+struct Add {
+  __device__ float operator()(float a, float b) const { return a + b; }
+};
+struct Scale {
+  float s;
+  __device__ float operator()(float x) const { return x * s; }
+};
+struct Identity {
+  __device__ float operator()(float x) const { return x; }
+};
 
 __global__ void fill_kernel(float* x, float v, int64_t n) {
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
        i += int64_t(gridDim.x) * blockDim.x)
     x[i] = v;
-}
-
-__global__ void to_bf16_kernel(uint16_t* dst, const float* src, int64_t n) {
-  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
-       i += int64_t(gridDim.x) * blockDim.x)
-    dst[i] = f32_to_bf16_bits(src[i]);
-}
-
-__global__ void to_f32_kernel(float* dst, const uint16_t* src, int64_t n) {
-  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
-       i += int64_t(gridDim.x) * blockDim.x)
-    dst[i] = bf16_bits_to_f32(src[i]);
 }
 
 __global__ void to_f16_kernel(uint16_t* dst, const float* src, int64_t n) {
@@ -92,13 +81,20 @@ __global__ void dropout_kernel(float* x, const int32_t* pos, int64_t rows, Dropo
   }
 }
 
-// sum_squares, pass 1: one double partial per block (squares in fp32, sums in double).
-__global__ void sum_squares_kernel(double* part, const float* x, int64_t n) {
+// sum_squares, pass 1: one double partial per block (squares in fp32, sums in double); elements
+// [0, n8) eight at a time (16-byte loads), as map.cuh's maps.
+__global__ void sum_squares_kernel(double* part, const float* x, int64_t n, int64_t n8) {
   __shared__ double red[32];
+  const int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int64_t stride = int64_t(gridDim.x) * blockDim.x;
   double s = 0;
-  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
-       i += int64_t(gridDim.x) * blockDim.x)
-    s += double(x[i] * x[i]);
+  for (int64_t i = 8 * t; i < n8; i += 8 * stride) {
+    float v[8];
+    load8(v, x + i);
+    MT_UNROLL
+    for (int k = 0; k < 8; ++k) s += double(v[k] * v[k]);
+  }
+  for (int64_t i = n8 + t; i < n; i += stride) s += double(x[i] * x[i]);
   s = block_sum(s, red);
   if (threadIdx.x == 0) part[blockIdx.x] = s;
 }
@@ -115,12 +111,11 @@ __global__ void sum_parts_kernel(double* total, const double* part, int64_t n) {
 }  // namespace
 
 void add(const Ctx& ctx, float* out, const float* a, const float* b, int64_t n) {
-  launch("add", add_kernel, grid_for(n, kThreads), kThreads, 0, stream_of(ctx), out, a, b, n);
+  map2("add", stream_of(ctx), Add{}, out, a, b, n);
 }
 
 void scale_inplace(const Ctx& ctx, float* x, float s, int64_t n) {
-  launch("scale_inplace", scale_kernel, grid_for(n, kThreads), kThreads, 0, stream_of(ctx), x, s,
-         n);
+  map1("scale_inplace", stream_of(ctx), Scale{s}, x, x, n);
 }
 
 void fill(const Ctx& ctx, float* x, float value, int64_t n) {
@@ -128,13 +123,11 @@ void fill(const Ctx& ctx, float* x, float value, int64_t n) {
 }
 
 void convert(const Ctx& ctx, bf16* dst, const float* src, int64_t n) {
-  launch("convert_to_bf16", to_bf16_kernel, grid_for(n, kThreads), kThreads, 0, stream_of(ctx),
-         reinterpret_cast<uint16_t*>(dst), src, n);
+  map1("convert_to_bf16", stream_of(ctx), Identity{}, bits(dst), src, n);
 }
 
 void convert(const Ctx& ctx, float* dst, const bf16* src, int64_t n) {
-  launch("convert_to_f32", to_f32_kernel, grid_for(n, kThreads), kThreads, 0, stream_of(ctx), dst,
-         reinterpret_cast<const uint16_t*>(src), n);
+  map1("convert_to_f32", stream_of(ctx), Identity{}, dst, bits(src), n);
 }
 
 void convert(const Ctx& ctx, f16* dst, const float* src, int64_t n) {
@@ -176,9 +169,10 @@ void dropout(const Ctx& ctx, float* x, const int32_t* pos, int64_t rows, const D
 void sum_squares(const Ctx& ctx, double* total, const float* x, int64_t n) {
   if (n <= 0) return;
   const cudaStream_t s = stream_of(ctx);
-  const unsigned blocks = grid_for(n, kThreads);
+  const int64_t n8 = vector_part(n, {x});
+  const unsigned blocks = map_grid(n, n8);
   Scratch part(sizeof(double) * blocks, s);
-  launch("sum_squares", sum_squares_kernel, blocks, kThreads, 0, s, part.as<double>(), x, n);
+  launch("sum_squares", sum_squares_kernel, blocks, kMapThreads, 0, s, part.as<double>(), x, n, n8);
   launch("sum_parts", sum_parts_kernel, 1, kThreads, 0, s, total, part.as<double>(),
          int64_t(blocks));
 }

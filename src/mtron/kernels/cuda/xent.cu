@@ -22,21 +22,6 @@ __host__ __device__ __forceinline__ int64_t valid_cols(int64_t Vl,
 
 // The kernels take the op's arguments (kernels/xent.h).
 
-// Eight logits from p (16-byte aligned) as floats.
-__device__ __forceinline__ void load8_f32(float (&v)[8], const float* p) {
-  const float4 a = *reinterpret_cast<const float4*>(p), b = *reinterpret_cast<const float4*>(p + 4);
-  v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
-}
-__device__ __forceinline__ void load8_f32(float (&v)[8], const uint16_t* p) {
-  const uint4 w = *reinterpret_cast<const uint4*>(p);
-  const unsigned u[4] = {w.x, w.y, w.z, w.w};
-  MT_UNROLL
-  for (int i = 0; i < 4; ++i) {
-    v[2 * i] = __uint_as_float(u[i] << 16);
-    v[2 * i + 1] = __uint_as_float(u[i] & 0xffff0000u);
-  }
-}
-
 // (m, s) += the values v[0..n): m their running max, s the sum of exp(v - m).
 template <int kN>
 __device__ __forceinline__ void add_exps(float& m, float& s, const float (&v)[kN], int n) {
@@ -66,7 +51,7 @@ __global__ void xent_stats_kernel(MT_PARAMS_OF(xent_stats, L)) {
     done = nv / 8 * 8;
     for (int64_t c = 8 * int64_t(threadIdx.x); c < done; c += 8 * int64_t(blockDim.x)) {
       float v[8];
-      load8_f32(v, x + c);
+      load8(v, x + c);
       add_exps(m, s, v, 8);
     }
   }
