@@ -343,8 +343,8 @@ bool parse_train_args(int argc, char** argv, int64_t world_size, TrainArgs& a) {
     a.nondeterministic_attention = a.device == Device::kCUDA;
     a.notes.push_back(
         a.device == Device::kCUDA
-            ? "NVTE_ALLOW_NONDETERMINISTIC_ALGO=1: cuDNN's attention backward accumulates dq by "
-              "atomic additions, so gradients' last bits vary from run to run "
+            ? "NVTE_ALLOW_NONDETERMINISTIC_ALGO=1: cuDNN's fused attention backward (--bf16) "
+              "accumulates dq by atomic additions, so gradients' last bits vary from run to run "
               "(--deterministic-mode keeps them reproducible)"
             : "NVTE_ALLOW_NONDETERMINISTIC_ALGO=1 has no effect on --device cpu (its kernels are "
               "deterministic)");

@@ -1,6 +1,6 @@
 // defines: MT_UNROLL, MT_DYNAMIC_SMEM, launch, grid_for, warp_sum, warp_max, block_sum,
 //          block_max, f32_to_bf16_bits, bf16_bits_to_f32, store_as, load_f32, load8, store8,
-//          aligned16, f32_to_f16_bits,
+//          f32_to_f16_bits,
 //          f16_bits_to_f32, kNegInf, pack_bf16x2, mma_bf16_16816, ldmatrix_x4, cp_async16,
 //          cp_async_wait_all, bits
 //
@@ -11,7 +11,6 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <initializer_list>
 
 #include "mtron/kernels/cuda/runtime.h"
 
@@ -169,13 +168,6 @@ __device__ __forceinline__ void store8(uint16_t* p, const float (&v)[8]) {
   for (int i = 0; i < 4; ++i)
     u[i] = unsigned(f32_to_bf16_bits(v[2 * i])) | unsigned(f32_to_bf16_bits(v[2 * i + 1])) << 16;
   *reinterpret_cast<uint4*>(p) = make_uint4(u[0], u[1], u[2], u[3]);
-}
-
-// Whether every address is 16-byte aligned (null ones count as aligned).
-inline bool aligned16(std::initializer_list<const void*> ptrs) {
-  for (const void* p : ptrs)
-    if (reinterpret_cast<uintptr_t>(p) % 16 != 0) return false;
-  return true;
 }
 
 // mtron::float_to_f16 bit for bit (as __float2half_rn, but NaN becomes 0x7e00 with its sign).

@@ -1,6 +1,6 @@
 // defines: the CUDA dialect switch (the real runtime, or the CPU emulation of sim/sim.h when
 //          MTRON_CUDA_SIM is defined), MT_CUDA_CHECK, cuda_fail, check_launch, stream_of, Scratch,
-//          copy_to_host_sync, scale_matrix, Work, work
+//          copy_to_host_sync, scale_matrix, Work, work, aligned16
 //
 // Host-side helpers shared by the CUDA kernels (.cu) and the host-only CUDA code (runtime.cpp,
 // allocator.cpp, gemm.cpp). The sim build replaces runtime.cpp and allocator.cpp by
@@ -10,6 +10,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <initializer_list>
 
 #ifdef MTRON_CUDA_SIM
 #include "mtron/kernels/cuda/sim/sim.h"
@@ -70,6 +71,13 @@ struct Work {
 inline Work& work() {
   static Work w;
   return w;
+}
+
+// Whether every address is 16-byte aligned (null ones count as aligned).
+inline bool aligned16(std::initializer_list<const void*> ptrs) {
+  for (const void* p : ptrs)
+    if (reinterpret_cast<uintptr_t>(p) % 16 != 0) return false;
+  return true;
 }
 
 // Copies device memory to the host and waits for it (and for the work queued before it).

@@ -258,13 +258,6 @@ const SdpaGraph& cached(const AttnShape& s, const AttnMask& m, bool forward) {
   return *g;
 }
 
-// Whether every address is 16-byte aligned (the graphs' tensors say so).
-bool aligned(std::initializer_list<const void*> ptrs) {
-  for (const void* p : ptrs)
-    if (reinterpret_cast<uintptr_t>(p) % 16 != 0) return false;
-  return true;
-}
-
 }  // namespace
 
 bool sdpa_takes(const AttnShape& s, const AttnMask& m) {
@@ -289,7 +282,7 @@ bool attention_forward_cudnn(cudaStream_t st,
                              const uint16_t* v,
                              const AttnShape& s,
                              const AttnMask& m) {
-  if (s.own_kernels || !sdpa_takes(s, m) || !aligned({out, lse, q, k, v})) return false;
+  if (s.own_kernels || !sdpa_takes(s, m) || !aligned16({out, lse, q, k, v})) return false;
   return run_graph(st, sdpa_forward_graph(s, m),
                    {{kUidQ, q}, {kUidK, k}, {kUidV, v}, {kUidO, out}, {kUidStats, lse}});
 }
@@ -306,7 +299,7 @@ bool attention_backward_cudnn(cudaStream_t st,
                               const float* lse,
                               const AttnShape& s,
                               const AttnMask& m) {
-  if (s.own_kernels || !sdpa_takes(s, m) || !aligned({dq, dk, dv, dout, q, k, v, out, lse}))
+  if (s.own_kernels || !sdpa_takes(s, m) || !aligned16({dq, dk, dv, dout, q, k, v, out, lse}))
     return false;
   Scratch delta(sizeof(float) * size_t(s.B * s.H * s.Sq), st);
   Scratch dq_accum(s.nondeterministic ? sizeof(float) * size_t(s.B * s.H * s.Sq * s.D) : 0, st);
