@@ -10,7 +10,7 @@
 // GEMMs: the forward, dgrad and wgrad of each linear layer (gemm.h's three forms) for 16384
 // tokens, and one LM-head chunk of 1024 rows. Attention: causal, forward and backward, on mtron's
 // kernels and through cuDNN (FLOPs counted as Megatron does: the visible half, backward = 2 x
-// forward).
+// forward). The memory-bound ops of the 1.3B model's bf16 step in GB/s, as a share of 4.8 TB/s.
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -21,10 +21,14 @@
 
 #include "mtron/core/error.h"
 #include "mtron/core/tensor.h"
+#include "mtron/kernels/activation.h"
+#include "mtron/kernels/adamw.h"
 #include "mtron/kernels/attention.h"
 #include "mtron/kernels/device.h"
 #include "mtron/kernels/elementwise.h"
 #include "mtron/kernels/gemm.h"
+#include "mtron/kernels/norm.h"
+#include "mtron/kernels/xent.h"
 
 namespace {
 
@@ -32,7 +36,7 @@ using namespace mtron;
 using namespace mtron::kernels;
 
 const Ctx kDev{Device::kCUDA, nullptr};
-constexpr double kPeakBf16 = 989.4e12, kPeakFp32 = 66.9e12;
+constexpr double kPeakBf16 = 989.4e12, kPeakFp32 = 66.9e12, kBandwidth = 4.8e12;
 int g_reps = 20;
 
 // Device memory holding n random-ish values (a cheap hash, so no value is zero).
@@ -167,6 +171,98 @@ void attention(const Model& m, AttnKind kind) {
   row(str(m.name, " attention bwd ", name), shape, b, 2 * flops, kPeakBf16);
 }
 
+// A memory-bound op's row: its bytes read and written per call, in GB/s and as a share of the
+// H200's 4.8 TB/s.
+void mem_row(const std::string& what, const std::string& shape, double s, double bytes) {
+  std::printf("%-30s %-28s %9.3f %9.1f %7.1f%%\n", what.c_str(), shape.c_str(), s * 1e3,
+              bytes / s / 1e9, 100.0 * bytes / s / kBandwidth);
+  std::fflush(stdout);
+}
+
+// The memory-bound ops of a bf16 training step at m's shapes, 16384 tokens (the 1.3B model's
+// step): GELU forward and backward with fc1's bias gradient (bf16, 4h columns), LayerNorm forward
+// (bf16 output) and backward, the bias gradient and bf16 copy of an fp32 output gradient; the
+// cross-entropy statistics and backward over one LM-head chunk of bf16 logits; AdamW with the
+// bf16 copy, the gradient norm's sum of squares and the clipping scale over 256M parameters.
+// Bytes: each tensor read once and written once at its type.
+void memory_bound(const Model& m, int64_t tokens) {
+  const int64_t h = m.hidden, F = 4 * h, nf = tokens * F, nh = tokens * h;
+  const std::string name = m.name;
+  std::printf("\n%-30s %-28s %9s %9s %8s\n", "memory-bound op", "shape", "ms", "GB/s",
+              "of 4.8TB/s");
+  {
+    Tensor x = filled(nf, DType::kBF16), dy = filled(nf, DType::kBF16),
+           y = filled(nf, DType::kBF16);
+    Tensor db = filled(F, DType::kF32);
+    const std::string shape = str(tokens, "x", F);
+    mem_row(name + " gelu fwd bf16", shape,
+            seconds_per_call([&] { gelu_forward(kDev, y.bf(), x.bf(), nf); }), 4.0 * double(nf));
+    mem_row(name + " gelu bwd+bias bf16", shape, seconds_per_call([&] {
+              gelu_backward_bias(kDev, db.f32(), y.bf(), x.bf(), dy.bf(), tokens, F);
+            }),
+            6.0 * double(nf));
+  }
+  {
+    Tensor x = filled(nh, DType::kF32), g = filled(nh, DType::kF32), dx = filled(nh, DType::kF32);
+    Tensor y = filled(nh, DType::kBF16), w = filled(h, DType::kF32), b = filled(h, DType::kF32);
+    Tensor mean = filled(tokens, DType::kF32), rstd = filled(tokens, DType::kF32);
+    Tensor dw = filled(h, DType::kF32), dbias = filled(h, DType::kF32);
+    const std::string shape = str(tokens, "x", h);
+    mem_row(name + " layernorm fwd bf16", shape, seconds_per_call([&] {
+              layernorm_forward(kDev, y.bf(), mean.f32(), rstd.f32(), x.f32(), w.f32(), b.f32(),
+                                tokens, h, 1e-5f);
+            }),
+            6.0 * double(nh));
+    mem_row(name + " layernorm bwd", shape, seconds_per_call([&] {
+              layernorm_backward(kDev, dx.f32(), dw.f32(), dbias.f32(), g.f32(), x.f32(), w.f32(),
+                                 mean.f32(), rstd.f32(), tokens, h);
+            }),
+            16.0 * double(nh));
+    mem_row(name + " bias grad + bf16 copy", shape, seconds_per_call([&] {
+              bias_backward_narrow(kDev, dbias.f32(), y.bf(), g.f32(), tokens, h);
+            }),
+            6.0 * double(nh));
+  }
+  {
+    const int64_t rows = 1024, V = 50304, n = rows * V;
+    Tensor logits = filled(n, DType::kBF16), dlogits = filled(n, DType::kBF16);
+    Tensor mx = filled(rows, DType::kF32), se = filled(rows, DType::kF32);
+    Tensor tl = filled(rows, DType::kF32), scale = filled(rows, DType::kF32);
+    Tensor targets = Tensor::empty({rows}, DType::kI32, Device::kCUDA);
+    fill_zero(kDev, targets.raw(), rows * 4);
+    const std::string shape = str(rows, "x", V);
+    mem_row(name + " xent stats bf16", shape, seconds_per_call([&] {
+              xent_stats(kDev, mx.f32(), se.f32(), tl.f32(), logits.bf(), targets.i32(), rows, V, 0,
+                         V);
+            }),
+            2.0 * double(n));
+    mem_row(name + " xent bwd bf16", shape, seconds_per_call([&] {
+              xent_backward(kDev, dlogits.bf(), logits.bf(), targets.i32(), mx.f32(), se.f32(),
+                            scale.f32(), rows, V, 0, V);
+            }),
+            4.0 * double(n));
+  }
+  {
+    const int64_t n = int64_t(1) << 28;
+    Tensor p = filled(n, DType::kF32), mo = filled(n, DType::kF32), v = filled(n, DType::kF32);
+    Tensor g = filled(n, DType::kF32), pb = filled(n, DType::kBF16);
+    Tensor total = Tensor::empty({1}, DType::kF64, Device::kCUDA);
+    const AdamWParams ap{.lr = 1e-4f, .weight_decay = 0.1f, .step = 1};
+    const AdamWRun run{.begin = 0, .n = n, .moment = 0, .lr = 1e-4f, .weight_decay = 0.1f};
+    const std::string shape = str(n >> 20, "M params");
+    mem_row(name + " adamw + bf16 copy", shape, seconds_per_call([&] {
+              adamw_step_runs(kDev, p.f32(), mo.f32(), v.f32(), g.f32(), pb.bf(), &run, 1, ap);
+            }),
+            30.0 * double(n));
+    mem_row(name + " grad norm sum_squares", shape, seconds_per_call([&] {
+              sum_squares(kDev, static_cast<double*>(total.raw()), g.f32(), n);
+            }),
+            4.0 * double(n));
+    mem_row(name + " grad clip scale", shape,
+            seconds_per_call([&] { scale_inplace(kDev, g.f32(), 1.0f, n); }), 8.0 * double(n));
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -187,6 +283,7 @@ int main(int argc, char** argv) {
                             AttnKind::kCudnnNondet})
         attention(m, kind);
     }
+    memory_bound(big, 16384);
     gemms(gpt2, 16384, DType::kF32);  // the fp32 path, for reference
     const DeviceMemory mem = device_memory(Device::kCUDA);
     std::printf("\ndevice memory: max allocated %.2f GiB, max reserved %.2f GiB\n",
