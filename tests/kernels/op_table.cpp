@@ -353,6 +353,18 @@ void activation_cases(Checker& ck, bool small) {
       ref::swiglu_backward(dx.host(), x.host(), dout.host(), N, F);
       swiglu_backward(g_dev, dx.dev(), x.dev(), dout.dev(), N, F);
       ck.check("dinp", dx, kTolF32);
+      // bf16 to bf16: the device's fp32 op on the widened values, each output rounded once
+      Pair<bf16> x16(narrow<bf16>(x.host_result())), dout16(narrow<bf16>(dout.host_result()));
+      Pair<float> xw(widen(x16.host_result())), doutw(widen(dout16.host_result()));
+      Pair<float> ow(poison(N * F)), gw(poison(N * 2 * F));
+      Pair<bf16> o16(std::vector<bf16>(size_t(N * F), bf16{0xffff}));
+      Pair<bf16> g16(std::vector<bf16>(size_t(N * 2 * F), bf16{0xffff}));
+      swiglu_forward(g_dev, o16.dev(), x16.dev(), N, F);
+      swiglu_forward(g_dev, ow.dev(), xw.dev(), N, F);
+      ck.check_bits("out bf16 from bf16 (bits)", o16, narrow<bf16>(ow.dev_result()));
+      swiglu_backward(g_dev, g16.dev(), x16.dev(), dout16.dev(), N, F);
+      swiglu_backward(g_dev, gw.dev(), xw.dev(), doutw.dev(), N, F);
+      ck.check_bits("dinp bf16 from bf16 (bits)", g16, narrow<bf16>(gw.dev_result()));
     });
   }
 }

@@ -1,5 +1,6 @@
 // defines: gelu_forward/backward (tanh approximation; both also to a bf16 output, and from bf16
-//          inputs), gelu_backward_bias (also from bf16 inputs), swiglu_forward/backward
+//          inputs), gelu_backward_bias (also from bf16 inputs), swiglu_forward/backward (also
+//          bf16 to bf16)
 //
 // Backward WRITES dinp (=).
 #pragma once
@@ -20,7 +21,10 @@ namespace mtron::kernels {
 // From bf16 inputs (the fc1 GEMM's bf16 pre-activation, fc2's bf16 dgrad) to bf16: each input
 //               read widened to fp32 (exact), then as from fp32 inputs, bit for bit.
 // swiglu_forward: inp[N, 2F] = [gate | up] per row (Megatron's fused fc1 with --swiglu);
-//                 out[N, F] = silu(gate) * up, silu(x) = x * sigmoid(x).
+//                 out[N, F] = silu(gate) * up, silu(x) = x * sigmoid(x). From bf16 inputs (the
+//                 fc1 GEMM's bf16 output; in the backward also fc2's bf16 dgrad) to bf16 (the
+//                 next GEMMs' input): the fp32 op on the widened values, each output rounded once,
+//                 bit for bit.
 #define MTRON_ACTIVATION_OPS(OP)                                                            \
   OP(void, gelu_forward, gelu_forward, gelu_forward_contract,                               \
      (float* out, const float* inp, int64_t n), (out, inp, n))                              \
@@ -42,8 +46,13 @@ namespace mtron::kernels {
      (dbias, dinp, inp, dout, N, C))                                                        \
   OP(void, swiglu_forward, swiglu_forward, swiglu_forward_contract,                         \
      (float* out, const float* inp, int64_t N, int64_t F), (out, inp, N, F))                \
+  OP(void, swiglu_forward, swiglu_forward_bf16_in, swiglu_forward_contract,                 \
+     (bf16 * out, const bf16* inp, int64_t N, int64_t F), (out, inp, N, F))                 \
   OP(void, swiglu_backward, swiglu_backward, swiglu_backward_contract,                      \
      (float* dinp, const float* inp, const float* dout, int64_t N, int64_t F),              \
+     (dinp, inp, dout, N, F))                                                               \
+  OP(void, swiglu_backward, swiglu_backward_bf16_in, swiglu_backward_contract,              \
+     (bf16 * dinp, const bf16* inp, const bf16* dout, int64_t N, int64_t F),                \
      (dinp, inp, dout, N, F))
 MTRON_ACTIVATION_OPS(MT_OP_DECLARE)
 

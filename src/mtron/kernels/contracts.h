@@ -119,11 +119,15 @@ template <typename I>
 OpCost gelu_backward_bias_contract(float*, bf16*, const I*, const I*, int64_t N, int64_t C) {
   return {0, double(2 * sizeof(I) + 2) * double(N * C) + 2 * f32s(C), 2.0 * double(N * C)};
 }
-inline OpCost swiglu_forward_contract(float*, const float*, int64_t N, int64_t F) {
-  return traffic(3 * f32s(N * F));
+// Reads [gate | up] (2F a row), writes F; the backward reads them and dout, writes 2F. The
+// minimum: bf16 activations.
+template <typename T>
+OpCost swiglu_forward_contract(T*, const T*, int64_t N, int64_t F) {
+  return {0, 3.0 * sizeof(T) * double(N * F), 6.0 * double(N * F)};
 }
-inline OpCost swiglu_backward_contract(float*, const float*, const float*, int64_t N, int64_t F) {
-  return traffic(5 * f32s(N * F));
+template <typename T>
+OpCost swiglu_backward_contract(T*, const T*, const T*, int64_t N, int64_t F) {
+  return {0, 5.0 * sizeof(T) * double(N * F), 10.0 * double(N * F)};
 }
 // out: fp32, or bf16 (the next GEMM's input); the minimum is the same for both.
 inline OpCost norm_forward_cost(double out_bytes, int64_t N, int64_t C, double other) {

@@ -317,10 +317,10 @@ void TransformerLayer::forward(const RunCtx& rc,
   if (dense_mlp()) {
     if (!ln2_to_gemm) st.ln2_in = gathered_gemm_input(rc, keep, scratch, ln2, N, h);
 
-    // GELU's input (and, in the backward, fc2's dgrad) in bf16 where both GEMMs may write it
+    // The activation's input (and, in the backward, fc2's dgrad) in bf16 where both GEMMs may
+    // write it
     const int64_t fc1_w = cfg_.swiglu ? 2 * Fl_ : Fl_;
-    if (!cfg_.swiglu && bf16_gemm_outputs(rc, p_.weight(fc1_w_)) &&
-        bf16_gemm_outputs(rc, p_.weight(fc2_w_))) {
+    if (bf16_gemm_outputs(rc, p_.weight(fc1_w_)) && bf16_gemm_outputs(rc, p_.weight(fc2_w_))) {
       bf16* fc1 = keep.alloc<bf16>(N * fc1_w);
       linear_forward(rc, fc1, st.ln2_in, p_.weight(fc1_w_), opt16(p_, fc1_b_), N, h, fc1_w);
       st.fc1 = Act::of(fc1);

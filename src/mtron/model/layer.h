@@ -83,7 +83,7 @@ class TransformerLayer {
     float* x2 = nullptr;                   // [Nl, h]
     float *ln2_mean = nullptr, *ln2_rstd = nullptr;
     Act ln2_in;  // [N, h]
-    Act fc1;     // [N, Fl or 2 Fl] before the activation: fp32, or bf16 (GELU, bf16_gemm_outputs)
+    Act fc1;     // [N, Fl or 2 Fl] before the activation: fp32, or bf16 (bf16_gemm_outputs)
     Act act_in;  // [N, Fl] fc2's GEMM input
     MoELayer::Stash moe;  // MoE layers
   };

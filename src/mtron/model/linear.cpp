@@ -101,13 +101,18 @@ float* gemm_input_buffer(const RunCtx& rc, Arena& keep, Arena& scratch, int64_t 
 
 Act mlp_activation(
     const RunCtx& rc, Arena& keep, Arena& scratch, Act fc1_in, int64_t N, int64_t F, bool swiglu) {
+  if (swiglu && fc1_in.dtype == DType::kBF16) {
+    bf16* act = keep.alloc<bf16>(N * F);
+    kernels::swiglu_forward(rc.k, act, static_cast<const bf16*>(fc1_in.data), N, F);
+    return Act::of(act);
+  }
   if (!swiglu && bf16_gemm_inputs(rc)) {
     bf16* act = keep.alloc<bf16>(N * F);
     with_data(fc1_in, [&](auto fc1) { kernels::gelu_forward(rc.k, act, fc1, N * F); });
     return Act::of(act);
   }
   MT_ASSERT(fc1_in.dtype == DType::kF32, "mlp_activation: a ", dtype_name(fc1_in.dtype),
-            " fc1 output outside bf16 GELU");
+            " fc1 output outside bf16 mode");
   const float* fc1 = static_cast<const float*>(fc1_in.data);
   float* act = gemm_input_buffer(rc, keep, scratch, N * F);
   if (swiglu) {
@@ -128,6 +133,12 @@ Act mlp_activation_grad(const RunCtx& rc,
                         float** dbias) {
   MT_ASSERT(fc1_in.dtype == dact_in.dtype, "mlp_activation_grad: fc1 output ",
             dtype_name(fc1_in.dtype), " and its gradient ", dtype_name(dact_in.dtype));
+  if (swiglu && fc1_in.dtype == DType::kBF16) {  // fc1's bias gradient: linear_backward's
+    bf16* d = scratch.alloc<bf16>(N * 2 * F);
+    kernels::swiglu_backward(rc.k, d, static_cast<const bf16*>(fc1_in.data),
+                             static_cast<const bf16*>(dact_in.data), N, F);
+    return Act::of(d);
+  }
   if (!swiglu && bf16_gemm_inputs(rc)) {
     bf16* d = scratch.alloc<bf16>(N * F);
     with_data(fc1_in, [&](auto fc1) {
@@ -142,7 +153,7 @@ Act mlp_activation_grad(const RunCtx& rc,
     return Act::of(d);
   }
   MT_ASSERT(fc1_in.dtype == DType::kF32, "mlp_activation_grad: a ", dtype_name(fc1_in.dtype),
-            " fc1 output outside bf16 GELU");
+            " fc1 output outside bf16 mode");
   const float* fc1 = static_cast<const float*>(fc1_in.data);
   const float* dact = static_cast<const float*>(dact_in.data);
   float* d = scratch.alloc<float>(N * (swiglu ? 2 * F : F));

@@ -111,14 +111,15 @@ inline bool bf16_gemm_outputs(const RunCtx& rc, Act w) {
 }
 
 // The MLP's activation of fc1's output (GELU of [N, F], or SwiGLU of [N, 2F]) as fc2's stashed
-// GEMM input [N, F]: GELU in bf16 mode writes it in one pass (from an fp32 or a bf16 fc1), else
-// the fp32 activation goes through as_gemm_input.
+// GEMM input [N, F]: GELU in bf16 mode writes it in one pass (from an fp32 or a bf16 fc1), as
+// SwiGLU does from a bf16 fc1; else the fp32 activation goes through as_gemm_input.
 Act mlp_activation(
     const RunCtx& rc, Arena& keep, Arena& scratch, Act fc1, int64_t N, int64_t F, bool swiglu);
 
 // fc1's output gradient from the activation's gradient dact [N, F], as fc1's backward reads it:
-// GELU in bf16 mode writes the bf16 GEMM input in one pass, else the fp32 gradient ([N, F], or
-// [N, 2F] for SwiGLU). fc1 and dact are both fp32, or (GELU in bf16 mode) both bf16. With
+// GELU in bf16 mode, and SwiGLU from a bf16 fc1, write the bf16 GEMM input in one pass, else
+// the fp32 gradient ([N, F], or [N, 2F] for SwiGLU). fc1 and dact are both fp32, or (bf16 mode,
+// the GEMMs writing bf16) both bf16. With
 // *dbias (fc1's bias gradient; dbias and *dbias may be null), GELU in bf16 mode adds that
 // gradient's column sums to it in the same pass and sets *dbias to null (nothing left for
 // linear_backward).

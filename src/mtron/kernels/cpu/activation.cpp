@@ -124,39 +124,66 @@ void gelu_backward_bias_bf16_in(
   gelu_grad_bias(dbias, dinp, inp, dout, N, C);
 }
 
-void swiglu_forward(float* out, const float* inp, int64_t N, int64_t F) {
+// v into p[0, k): fp32, or rounded to bf16 (convert's rounding).
+HWY_INLINE void store_f32(DF d, VF v, float* p, size_t k) {
+  store(d, v, p, k);
+}
+HWY_INLINE void store_f32(DF d, VF v, bf16* p, size_t k) {
+  store(DU16(), to_bf16(d, v), bits(p), k);
+}
+
+// T: float, or bf16 (the inputs widened, the outputs rounded once).
+template <typename T>
+void swiglu_rows(T* out, const T* inp, int64_t N, int64_t F) {
   const DF d;
-  parallel_rows(N, threads_for(N * F * 12), [&](int64_t r) {
-    const float* gate = inp + r * 2 * F;
-    const float* up = gate + F;
-    float* o = out + r * F;
+  parallel_rows(N, threads_for(N * F * 3 * int64_t(sizeof(T))), [&](int64_t r) {
+    const T* gate = inp + r * 2 * F;
+    const T* up = gate + F;
+    T* o = out + r * F;
     for_lanes(d, 0, F, [&](int64_t c, size_t k) {
-      const VF g = load(d, gate + c, k);
-      store(d, hn::Mul(hn::Mul(g, sigmoid(d, g)), load(d, up + c, k)), o + c, k);
+      const VF g = load_f32(d, gate + c, k);
+      store_f32(d, hn::Mul(hn::Mul(g, sigmoid(d, g)), load_f32(d, up + c, k)), o + c, k);
     });
   });
 }
 
+void swiglu_forward(float* out, const float* inp, int64_t N, int64_t F) {
+  swiglu_rows(out, inp, N, F);
+}
+
+void swiglu_forward_bf16_in(bf16* out, const bf16* inp, int64_t N, int64_t F) {
+  swiglu_rows(out, inp, N, F);
+}
+
 // d gate = dout up s (1 + g (1 - s)),  d up = dout g s   (s = sigmoid(g))
-void swiglu_backward(float* dinp, const float* inp, const float* dout, int64_t N, int64_t F) {
+template <typename T>
+void swiglu_grad_rows(T* dinp, const T* inp, const T* dout, int64_t N, int64_t F) {
   const DF d;
   const VF one = hn::Set(d, 1.0f);
-  parallel_rows(N, threads_for(N * F * 20), [&](int64_t r) {
-    const float* gate = inp + r * 2 * F;
-    const float* up = gate + F;
-    const float* dy = dout + r * F;
-    float* dgate = dinp + r * 2 * F;
-    float* dup = dgate + F;
+  parallel_rows(N, threads_for(N * F * 5 * int64_t(sizeof(T))), [&](int64_t r) {
+    const T* gate = inp + r * 2 * F;
+    const T* up = gate + F;
+    const T* dy = dout + r * F;
+    T* dgate = dinp + r * 2 * F;
+    T* dup = dgate + F;
     for_lanes(d, 0, F, [&](int64_t c, size_t k) {
-      const VF g = load(d, gate + c, k);
-      const VF u = load(d, up + c, k);
-      const VF dd = load(d, dy + c, k);
+      const VF g = load_f32(d, gate + c, k);
+      const VF u = load_f32(d, up + c, k);
+      const VF dd = load_f32(d, dy + c, k);
       const VF s = sigmoid(d, g);
       const VF t = hn::MulAdd(g, hn::Sub(one, s), one);
-      store(d, hn::Mul(hn::Mul(dd, u), hn::Mul(s, t)), dgate + c, k);
-      store(d, hn::Mul(dd, hn::Mul(g, s)), dup + c, k);
+      store_f32(d, hn::Mul(hn::Mul(dd, u), hn::Mul(s, t)), dgate + c, k);
+      store_f32(d, hn::Mul(dd, hn::Mul(g, s)), dup + c, k);
     });
   });
+}
+
+void swiglu_backward(float* dinp, const float* inp, const float* dout, int64_t N, int64_t F) {
+  swiglu_grad_rows(dinp, inp, dout, N, F);
+}
+
+void swiglu_backward_bf16_in(bf16* dinp, const bf16* inp, const bf16* dout, int64_t N, int64_t F) {
+  swiglu_grad_rows(dinp, inp, dout, N, F);
 }
 
 }  // namespace mtron::kernels::cpu::HWY_NAMESPACE

@@ -62,27 +62,30 @@ struct GeluGradBf16 {
   bool aligned() const { return aligned16({dinp, inp, dout}); }
 };
 
-__global__ void swiglu_forward_kernel(float* out, const float* inp, int64_t N, int64_t F) {
+// T: float, or uint16_t holding bf16 (inputs widened, outputs rounded once).
+template <typename T>
+__global__ void swiglu_forward_kernel(T* out, const T* inp, int64_t N, int64_t F) {
   const int64_t n = N * F;
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
        i += int64_t(gridDim.x) * blockDim.x) {
     const int64_t r = i / F, c = i % F;
-    const float g = inp[r * 2 * F + c], u = inp[r * 2 * F + F + c];
-    out[i] = g * sigmoid(g) * u;
+    const float g = load_f32(inp + r * 2 * F + c), u = load_f32(inp + r * 2 * F + F + c);
+    store_as(out + i, g * sigmoid(g) * u);
   }
 }
 
 // d gate = dout up s (1 + g (1 - s)),  d up = dout g s   (s = sigmoid(g))
-__global__ void swiglu_backward_kernel(
-    float* dinp, const float* inp, const float* dout, int64_t N, int64_t F) {
+template <typename T>
+__global__ void swiglu_backward_kernel(T* dinp, const T* inp, const T* dout, int64_t N, int64_t F) {
   const int64_t n = N * F;
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
        i += int64_t(gridDim.x) * blockDim.x) {
     const int64_t r = i / F, c = i % F;
-    const float g = inp[r * 2 * F + c], u = inp[r * 2 * F + F + c], d = dout[i];
+    const float g = load_f32(inp + r * 2 * F + c), u = load_f32(inp + r * 2 * F + F + c);
+    const float d = load_f32(dout + i);
     const float s = sigmoid(g);
-    dinp[r * 2 * F + c] = (d * u) * (s * fmaf(g, 1.0f - s, 1.0f));
-    dinp[r * 2 * F + F + c] = d * (g * s);
+    store_as(dinp + r * 2 * F + c, (d * u) * (s * fmaf(g, 1.0f - s, 1.0f)));
+    store_as(dinp + r * 2 * F + F + c, d * (g * s));
   }
 }
 
@@ -138,14 +141,25 @@ void gelu_backward_bias(const Ctx& ctx,
 }
 
 void swiglu_forward(const Ctx& ctx, float* out, const float* inp, int64_t N, int64_t F) {
-  launch("swiglu_forward", swiglu_forward_kernel, grid_for(N * F, kThreads), kThreads, 0,
+  launch("swiglu_forward", swiglu_forward_kernel<float>, grid_for(N * F, kThreads), kThreads, 0,
          stream_of(ctx), out, inp, N, F);
+}
+
+void swiglu_forward(const Ctx& ctx, bf16* out, const bf16* inp, int64_t N, int64_t F) {
+  launch("swiglu_forward_bf16_in", swiglu_forward_kernel<uint16_t>, grid_for(N * F, kThreads),
+         kThreads, 0, stream_of(ctx), bits(out), bits(inp), N, F);
 }
 
 void swiglu_backward(
     const Ctx& ctx, float* dinp, const float* inp, const float* dout, int64_t N, int64_t F) {
-  launch("swiglu_backward", swiglu_backward_kernel, grid_for(N * F, kThreads), kThreads, 0,
+  launch("swiglu_backward", swiglu_backward_kernel<float>, grid_for(N * F, kThreads), kThreads, 0,
          stream_of(ctx), dinp, inp, dout, N, F);
+}
+
+void swiglu_backward(
+    const Ctx& ctx, bf16* dinp, const bf16* inp, const bf16* dout, int64_t N, int64_t F) {
+  launch("swiglu_backward_bf16_in", swiglu_backward_kernel<uint16_t>, grid_for(N * F, kThreads),
+         kThreads, 0, stream_of(ctx), bits(dinp), bits(inp), bits(dout), N, F);
 }
 
 }  // namespace mtron::kernels::cuda
