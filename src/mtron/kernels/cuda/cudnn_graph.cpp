@@ -6,6 +6,7 @@
 // about once with cuDNN's own message, and left to mtron's kernels.
 #include <cudnn.h>
 
+#include <atomic>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -110,7 +111,9 @@ struct Plan {
   cudnnBackendDescriptor_t plan = nullptr;
   int64_t workspace = 0;
   bool usable = false;
-  std::once_flag no_room;  // the warning that its workspace did not fit, once
+  // Its workspace did not fit once: mtron's kernels run the graph from then on (no allocation is
+  // tried again on each call, and the warning is given once).
+  std::atomic<bool> no_room{false};
 };
 
 // The operation descriptor of op, its tensors' descriptors at t.
@@ -350,7 +353,7 @@ class Library {
 
 bool run_graph(cudaStream_t st, const SdpaGraph& g, const std::vector<Binding>& mem) {
   const Library::Ready r = Library::get().prepare(g);
-  if (!r.plan->usable) return false;
+  if (!r.plan->usable || r.plan->no_room.load(std::memory_order_relaxed)) return false;
   std::vector<int64_t> uids;
   std::vector<void*> ptrs;
   std::vector<float> values;
@@ -373,19 +376,18 @@ bool run_graph(cudaStream_t st, const SdpaGraph& g, const std::vector<Binding>& 
       if (b.uid == t.uid) MT_CUDA_CHECK(cudaMemsetAsync(const_cast<void*>(b.ptr), 0, bytes, st));
   }
   // The workspace, cuDNN's choice (for attention it may grow with the scores, B H Sq Sk), may not
-  // fit beside the model: mtron's kernels, which need none, run the graph then.
+  // fit beside the model: mtron's kernels, which need none, run the graph then and from then on.
   std::optional<Scratch> ws;
   try {
     ws.emplace(size_t(r.plan->workspace), st);
   } catch (const Error& e) {
-    std::call_once(r.plan->no_room, [&] {
+    if (!r.plan->no_room.exchange(true))
       log_warn(
           "cuDNN's fused attention needs {:.2f} GiB of workspace here ({}): mtron's attention "
-          "kernels run it (the deterministic backward's workspace grows with batch x heads x "
-          "sequence^2; NVTE_ALLOW_NONDETERMINISTIC_ALGO=1 lets cuDNN accumulate dq atomically "
-          "instead)",
+          "kernels run it from now on (the deterministic backward's workspace grows with batch x "
+          "heads x sequence^2; NVTE_ALLOW_NONDETERMINISTIC_ALGO=1 lets cuDNN accumulate dq "
+          "atomically instead)",
           double(r.plan->workspace) / double(int64_t(1) << 30), e.what());
-    });
     return false;
   }
   void* ws_ptr = ws->as<void>();
