@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "mtron/core/error.h"
+#include "mtron/core/profile.h"
 #include "mtron/core/tensor.h"
 #include "mtron/kernels/activation.h"
 #include "mtron/kernels/adamw.h"
@@ -171,9 +172,26 @@ void attention(const Model& m, AttnKind kind) {
   row(str(m.name, " attention bwd ", name), shape, b, 2 * flops, kPeakBf16);
 }
 
-// A memory-bound op's row: its bytes read and written per call, in GB/s and as a share of the
-// H200's 4.8 TB/s.
-void mem_row(const std::string& what, const std::string& shape, double s, double bytes) {
+// The bytes one call of `call` reads and writes, as its op's contract counts them
+// (kernels/contracts.h, the cost `mtron train --profile` reports): the profile's total before and
+// after one call.
+double contract_bytes(const std::function<void()>& call) {
+  const auto total = [] {
+    double b = 0;
+    for (const ProfileEntry& e : profile_report()) b += e.cost.bytes;
+    return b;
+  };
+  const double before = total();
+  profile_enable(true);
+  call();
+  profile_enable(false);
+  return total() - before;
+}
+
+// A memory-bound op's row: its time per call, and its bytes read and written per call in GB/s
+// and as a share of the H200's 4.8 TB/s.
+void mem_row(const std::string& what, const std::string& shape, const std::function<void()>& call) {
+  const double bytes = contract_bytes(call), s = seconds_per_call(call);
   std::printf("%-30s %-28s %9.3f %9.1f %7.1f%%\n", what.c_str(), shape.c_str(), s * 1e3,
               bytes / s / 1e9, 100.0 * bytes / s / kBandwidth);
   std::fflush(stdout);
@@ -184,7 +202,6 @@ void mem_row(const std::string& what, const std::string& shape, double s, double
 // (bf16 output) and backward, the bias gradient and bf16 copy of an fp32 output gradient; the
 // cross-entropy statistics and backward over one LM-head chunk of bf16 logits; AdamW with the
 // bf16 copy, the gradient norm's sum of squares and the clipping scale over 256M parameters.
-// Bytes: each tensor read once and written once at its type.
 void memory_bound(const Model& m, int64_t tokens) {
   const int64_t h = m.hidden, F = 4 * h, nf = tokens * F, nh = tokens * h;
   const std::string name = m.name;
@@ -195,12 +212,9 @@ void memory_bound(const Model& m, int64_t tokens) {
            y = filled(nf, DType::kBF16);
     Tensor db = filled(F, DType::kF32);
     const std::string shape = str(tokens, "x", F);
-    mem_row(name + " gelu fwd bf16", shape,
-            seconds_per_call([&] { gelu_forward(kDev, y.bf(), x.bf(), nf); }), 4.0 * double(nf));
-    mem_row(name + " gelu bwd+bias bf16", shape, seconds_per_call([&] {
-              gelu_backward_bias(kDev, db.f32(), y.bf(), x.bf(), dy.bf(), tokens, F);
-            }),
-            6.0 * double(nf));
+    mem_row(name + " gelu fwd bf16", shape, [&] { gelu_forward(kDev, y.bf(), x.bf(), nf); });
+    mem_row(name + " gelu bwd+bias bf16", shape,
+            [&] { gelu_backward_bias(kDev, db.f32(), y.bf(), x.bf(), dy.bf(), tokens, F); });
   }
   {
     Tensor x = filled(nh, DType::kF32), g = filled(nh, DType::kF32), dx = filled(nh, DType::kF32);
@@ -208,20 +222,16 @@ void memory_bound(const Model& m, int64_t tokens) {
     Tensor mean = filled(tokens, DType::kF32), rstd = filled(tokens, DType::kF32);
     Tensor dw = filled(h, DType::kF32), dbias = filled(h, DType::kF32);
     const std::string shape = str(tokens, "x", h);
-    mem_row(name + " layernorm fwd bf16", shape, seconds_per_call([&] {
-              layernorm_forward(kDev, y.bf(), mean.f32(), rstd.f32(), x.f32(), w.f32(), b.f32(),
-                                tokens, h, 1e-5f);
-            }),
-            6.0 * double(nh));
-    mem_row(name + " layernorm bwd", shape, seconds_per_call([&] {
-              layernorm_backward(kDev, dx.f32(), dw.f32(), dbias.f32(), g.f32(), x.f32(), w.f32(),
-                                 mean.f32(), rstd.f32(), tokens, h);
-            }),
-            16.0 * double(nh));
-    mem_row(name + " bias grad + bf16 copy", shape, seconds_per_call([&] {
-              bias_backward_narrow(kDev, dbias.f32(), y.bf(), g.f32(), tokens, h);
-            }),
-            6.0 * double(nh));
+    mem_row(name + " layernorm fwd bf16", shape, [&] {
+      layernorm_forward(kDev, y.bf(), mean.f32(), rstd.f32(), x.f32(), w.f32(), b.f32(), tokens, h,
+                        1e-5f);
+    });
+    mem_row(name + " layernorm bwd", shape, [&] {
+      layernorm_backward(kDev, dx.f32(), dw.f32(), dbias.f32(), g.f32(), x.f32(), w.f32(),
+                         mean.f32(), rstd.f32(), tokens, h);
+    });
+    mem_row(name + " bias grad + bf16 copy", shape,
+            [&] { bias_backward_narrow(kDev, dbias.f32(), y.bf(), g.f32(), tokens, h); });
   }
   {
     const int64_t rows = 1024, V = 50304, n = rows * V;
@@ -231,16 +241,13 @@ void memory_bound(const Model& m, int64_t tokens) {
     Tensor targets = Tensor::empty({rows}, DType::kI32, Device::kCUDA);
     fill_zero(kDev, targets.raw(), rows * 4);
     const std::string shape = str(rows, "x", V);
-    mem_row(name + " xent stats bf16", shape, seconds_per_call([&] {
-              xent_stats(kDev, mx.f32(), se.f32(), tl.f32(), logits.bf(), targets.i32(), rows, V, 0,
-                         V);
-            }),
-            2.0 * double(n));
-    mem_row(name + " xent bwd bf16", shape, seconds_per_call([&] {
-              xent_backward(kDev, dlogits.bf(), logits.bf(), targets.i32(), mx.f32(), se.f32(),
-                            scale.f32(), rows, V, 0, V);
-            }),
-            4.0 * double(n));
+    mem_row(name + " xent stats bf16", shape, [&] {
+      xent_stats(kDev, mx.f32(), se.f32(), tl.f32(), logits.bf(), targets.i32(), rows, V, 0, V);
+    });
+    mem_row(name + " xent bwd bf16", shape, [&] {
+      xent_backward(kDev, dlogits.bf(), logits.bf(), targets.i32(), mx.f32(), se.f32(), scale.f32(),
+                    rows, V, 0, V);
+    });
   }
   {
     const int64_t n = int64_t(1) << 28;
@@ -250,16 +257,12 @@ void memory_bound(const Model& m, int64_t tokens) {
     const AdamWParams ap{.lr = 1e-4f, .weight_decay = 0.1f, .step = 1};
     const AdamWRun run{.begin = 0, .n = n, .moment = 0, .lr = 1e-4f, .weight_decay = 0.1f};
     const std::string shape = str(n >> 20, "M params");
-    mem_row(name + " adamw + bf16 copy", shape, seconds_per_call([&] {
-              adamw_step_runs(kDev, p.f32(), mo.f32(), v.f32(), g.f32(), pb.bf(), &run, 1, ap);
-            }),
-            30.0 * double(n));
-    mem_row(name + " grad norm sum_squares", shape, seconds_per_call([&] {
-              sum_squares(kDev, static_cast<double*>(total.raw()), g.f32(), n);
-            }),
-            4.0 * double(n));
-    mem_row(name + " grad clip scale", shape,
-            seconds_per_call([&] { scale_inplace(kDev, g.f32(), 1.0f, n); }), 8.0 * double(n));
+    mem_row(name + " adamw + bf16 copy", shape, [&] {
+      adamw_step_runs(kDev, p.f32(), mo.f32(), v.f32(), g.f32(), pb.bf(), &run, 1, ap);
+    });
+    mem_row(name + " grad norm sum_squares", shape,
+            [&] { sum_squares(kDev, static_cast<double*>(total.raw()), g.f32(), n); });
+    mem_row(name + " grad clip scale", shape, [&] { scale_inplace(kDev, g.f32(), 1.0f, n); });
   }
 }
 
