@@ -234,9 +234,13 @@ void check_bf16_out(Checker& ck, const char* what, const Pair<float>& out, Run r
 }
 
 void norm_cases(Checker& ck, bool small) {
-  // C 5000 and 9000: the CUDA backward's rows of 512 threads and its rows too wide for registers
+  // The CUDA backward's paths: 8 columns a thread (C a multiple of 8) with 1 or 2 groups of them
+  // in registers (C 96 and 4096: 32 and 512 threads; 5000) or too wide for registers (9000); one
+  // column a thread with 2, 4 or 16 in registers (C 300, 1001, 5001: rows of 512 threads) or too
+  // wide (9001).
   std::vector<std::pair<int64_t, int64_t>> shapes = {
-      {1, 1}, {7, 31}, {33, 96}, {65, 300}, {31, 32}, {32, 33}, {130, 768}, {3, 5000}, {2, 9000}};
+      {1, 1},    {7, 31},   {33, 96},  {65, 300}, {31, 32},  {32, 33}, {130, 768},
+      {3, 5000}, {2, 9000}, {9, 1001}, {3, 4096}, {3, 5001}, {2, 9001}};
   if (!small) {
     shapes.push_back({4096, 768});
     shapes.push_back({2048, 2048});

@@ -2,6 +2,9 @@
 //
 // GELU uses the same identity as the CPU kernel: 0.5 x (1 + tanh(u)) = x sigmoid(2u), which
 // keeps its digits for large negative x; the derivative is s + 2 x s (1 - s) u'.
+#include <algorithm>
+#include <initializer_list>
+
 #include "mtron/kernels/cuda/column_sums.cuh"
 #include "mtron/kernels/cuda/common.cuh"
 #include "mtron/kernels/cuda/cuda_ops.h"
@@ -62,31 +65,79 @@ struct GeluGradBf16 {
   bool aligned() const { return aligned16({dinp, inp, dout}); }
 };
 
-// T: float, or uint16_t holding bf16 (inputs widened, outputs rounded once).
-template <typename T>
+// T: float, or uint16_t holding bf16 (inputs widened, outputs rounded once). Rows along y
+// (grid-stride), columns along x in groups of W (8: 16-byte accesses, 1: scalar ones), so no
+// index is divided; a row's gate and up halves are read at the same column.
+template <int W, typename T>
 __global__ void swiglu_forward_kernel(T* out, const T* inp, int64_t N, int64_t F) {
-  const int64_t n = N * F;
-  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
-       i += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t r = i / F, c = i % F;
-    const float g = load_f32(inp + r * 2 * F + c), u = load_f32(inp + r * 2 * F + F + c);
-    store_as(out + i, g * sigmoid(g) * u);
+  const int64_t c = W * (int64_t(blockIdx.x) * blockDim.x + threadIdx.x);
+  if (c >= F) return;
+  for (int64_t r = blockIdx.y; r < N; r += gridDim.y) {
+    const T* x = inp + r * 2 * F + c;
+    float g[W], u[W];
+    load_n<W>(g, x);
+    load_n<W>(u, x + F);
+    MT_UNROLL
+    for (int k = 0; k < W; ++k) g[k] = g[k] * sigmoid(g[k]) * u[k];
+    store_n<W>(out + r * F + c, g);
   }
 }
 
 // d gate = dout up s (1 + g (1 - s)),  d up = dout g s   (s = sigmoid(g))
-template <typename T>
+template <int W, typename T>
 __global__ void swiglu_backward_kernel(T* dinp, const T* inp, const T* dout, int64_t N, int64_t F) {
-  const int64_t n = N * F;
-  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
-       i += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t r = i / F, c = i % F;
-    const float g = load_f32(inp + r * 2 * F + c), u = load_f32(inp + r * 2 * F + F + c);
-    const float d = load_f32(dout + i);
-    const float s = sigmoid(g);
-    store_as(dinp + r * 2 * F + c, (d * u) * (s * fmaf(g, 1.0f - s, 1.0f)));
-    store_as(dinp + r * 2 * F + F + c, d * (g * s));
+  const int64_t c = W * (int64_t(blockIdx.x) * blockDim.x + threadIdx.x);
+  if (c >= F) return;
+  for (int64_t r = blockIdx.y; r < N; r += gridDim.y) {
+    const T* x = inp + r * 2 * F + c;
+    float g[W], u[W], d[W];
+    load_n<W>(g, x);
+    load_n<W>(u, x + F);
+    load_n<W>(d, dout + r * F + c);
+    MT_UNROLL
+    for (int k = 0; k < W; ++k) {
+      const float s = sigmoid(g[k]);
+      const float dg = (d[k] * u[k]) * (s * fmaf(g[k], 1.0f - s, 1.0f));
+      u[k] = d[k] * (g[k] * s);
+      g[k] = dg;
+    }
+    T* dx = dinp + r * 2 * F + c;
+    store_n<W>(dx, g);
+    store_n<W>(dx + F, u);
   }
+}
+
+// The SwiGLU kernels' launch over N rows of F outputs: W = 8 where F is a multiple of 8 and every
+// tensor 16-byte aligned (a row's halves then are too), else 1; column groups along x (up to
+// kThreads a block), rows along y.
+struct SwigluGrid {
+  bool vec;
+  dim3 grid;
+  int threads;
+};
+SwigluGrid swiglu_grid(int64_t N, int64_t F, std::initializer_list<const void*> ptrs) {
+  const bool vec = F % 8 == 0 && aligned16(ptrs);
+  const int64_t groups = vec ? F / 8 : F;
+  const int threads = int(std::min<int64_t>(kThreads, (groups + 31) / 32 * 32));
+  return {vec, dim3(unsigned((groups + threads - 1) / threads), grid_for(N, 1)), threads};
+}
+
+template <typename T>
+void swiglu_forward_as(
+    const char* name, cudaStream_t st, T* out, const T* inp, int64_t N, int64_t F) {
+  if (N <= 0 || F <= 0) return;
+  const SwigluGrid g = swiglu_grid(N, F, {out, inp});
+  launch(name, g.vec ? swiglu_forward_kernel<8, T> : swiglu_forward_kernel<1, T>, g.grid, g.threads,
+         0, st, out, inp, N, F);
+}
+
+template <typename T>
+void swiglu_backward_as(
+    const char* name, cudaStream_t st, T* dinp, const T* inp, const T* dout, int64_t N, int64_t F) {
+  if (N <= 0 || F <= 0) return;
+  const SwigluGrid g = swiglu_grid(N, F, {dinp, inp, dout});
+  launch(name, g.vec ? swiglu_backward_kernel<8, T> : swiglu_backward_kernel<1, T>, g.grid,
+         g.threads, 0, st, dinp, inp, dout, N, F);
 }
 
 }  // namespace
@@ -141,25 +192,22 @@ void gelu_backward_bias(const Ctx& ctx,
 }
 
 void swiglu_forward(const Ctx& ctx, float* out, const float* inp, int64_t N, int64_t F) {
-  launch("swiglu_forward", swiglu_forward_kernel<float>, grid_for(N * F, kThreads), kThreads, 0,
-         stream_of(ctx), out, inp, N, F);
+  swiglu_forward_as("swiglu_forward", stream_of(ctx), out, inp, N, F);
 }
 
 void swiglu_forward(const Ctx& ctx, bf16* out, const bf16* inp, int64_t N, int64_t F) {
-  launch("swiglu_forward_bf16_in", swiglu_forward_kernel<uint16_t>, grid_for(N * F, kThreads),
-         kThreads, 0, stream_of(ctx), bits(out), bits(inp), N, F);
+  swiglu_forward_as("swiglu_forward_bf16_in", stream_of(ctx), bits(out), bits(inp), N, F);
 }
 
 void swiglu_backward(
     const Ctx& ctx, float* dinp, const float* inp, const float* dout, int64_t N, int64_t F) {
-  launch("swiglu_backward", swiglu_backward_kernel<float>, grid_for(N * F, kThreads), kThreads, 0,
-         stream_of(ctx), dinp, inp, dout, N, F);
+  swiglu_backward_as("swiglu_backward", stream_of(ctx), dinp, inp, dout, N, F);
 }
 
 void swiglu_backward(
     const Ctx& ctx, bf16* dinp, const bf16* inp, const bf16* dout, int64_t N, int64_t F) {
-  launch("swiglu_backward_bf16_in", swiglu_backward_kernel<uint16_t>, grid_for(N * F, kThreads),
-         kThreads, 0, stream_of(ctx), bits(dinp), bits(inp), bits(dout), N, F);
+  swiglu_backward_as("swiglu_backward_bf16_in", stream_of(ctx), bits(dinp), bits(inp), bits(dout),
+                     N, F);
 }
 
 }  // namespace mtron::kernels::cuda

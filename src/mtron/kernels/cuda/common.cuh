@@ -1,8 +1,7 @@
 // defines: MT_UNROLL, MT_DYNAMIC_SMEM, launch, grid_for, warp_sum, warp_max, block_sum,
-//          block_max, f32_to_bf16_bits, bf16_bits_to_f32, store_as, load_f32, load8, store8,
-//          f32_to_f16_bits,
-//          f16_bits_to_f32, kNegInf, pack_bf16x2, mma_bf16_16816, ldmatrix_x4, cp_async16,
-//          cp_async_wait_all, bits
+//          block_sum2, block_max, f32_to_bf16_bits, bf16_bits_to_f32, store_as, load_f32, load8,
+//          store8, load_n, store_n, f32_to_f16_bits, f16_bits_to_f32, kNegInf, pack_bf16x2,
+//          mma_bf16_16816, ldmatrix_x4, cp_async16, cp_async_wait_all, bits
 //
 // Device-side helpers for the kernels (.cu). Every launch goes through launch(), which checks
 // the launch (runtime.h, check_launch); under MTRON_CUDA_SIM it runs the grid in the CPU
@@ -101,6 +100,27 @@ __device__ __forceinline__ T block_sum(T v, T* red) {
   return total;
 }
 
+// block_sum of a and of b with one pair of barriers (red: at least 64 elements); each the same
+// value, in the same order of operations, as its own block_sum.
+__device__ __forceinline__ void block_sum2(float& a, float& b, float* red) {
+  const int lane = int(threadIdx.x % 32), warp = int(threadIdx.x / 32),
+            nwarps = int(blockDim.x / 32);
+  a = warp_sum(a);
+  b = warp_sum(b);
+  __syncthreads();
+  if (lane == 0) {
+    red[warp] = a;
+    red[32 + warp] = b;
+  }
+  __syncthreads();
+  a = 0;
+  b = 0;
+  for (int w = 0; w < nwarps; ++w) {
+    a += red[w];
+    b += red[32 + w];
+  }
+}
+
 template <typename T>
 __device__ __forceinline__ T block_max(T v, T* red) {
   const int nwarps = warp_partials(v, red, [](T x) { return warp_max(x); });
@@ -168,6 +188,23 @@ __device__ __forceinline__ void store8(uint16_t* p, const float (&v)[8]) {
   for (int i = 0; i < 4; ++i)
     u[i] = unsigned(f32_to_bf16_bits(v[2 * i])) | unsigned(f32_to_bf16_bits(v[2 * i + 1])) << 16;
   *reinterpret_cast<uint4*>(p) = make_uint4(u[0], u[1], u[2], u[3]);
+}
+
+// W = 8 consecutive values (load8/store8, 16-byte aligned) or W = 1 (load_f32/store_as): kernels
+// templated on W take the vector path where every tensor allows it and the scalar one elsewhere.
+template <int W, typename T>
+__device__ __forceinline__ void load_n(float (&v)[W], const T* p) {
+  if constexpr (W == 8)
+    load8(v, p);
+  else
+    v[0] = load_f32(p);
+}
+template <int W, typename T>
+__device__ __forceinline__ void store_n(T* p, const float (&v)[W]) {
+  if constexpr (W == 8)
+    store8(p, v);
+  else
+    store_as(p, v[0]);
 }
 
 // mtron::float_to_f16 bit for bit (as __float2half_rn, but NaN becomes 0x7e00 with its sign).

@@ -1,11 +1,16 @@
 // CUDA LayerNorm and RMSNorm, forward and backward (kernels/norm.h).
 //
 // Forward: one block per row; statistics in fp32 with a two-pass variance (the row is re-read
-// from L1/L2). Backward: one block per chunk of kRowChunk rows; each row's two means come from
-// block reductions, dinp is accumulated in place, and each block writes its chunk's dweight /
-// dbias partial sums (kept in registers over the chunk's rows, up to 8192 columns) to a scratch
-// table that add_column_sums reduces in a fixed order, so the parameter gradients are
-// deterministic (no atomics).
+// from L1/L2). Backward: one block per chunk of kRowChunk rows; each row's two means come from one
+// block reduction of both, dinp is accumulated in place, and each block writes its chunk's
+// dweight / dbias partial sums (kept in registers over the chunk's rows, up to 8192 columns) to a
+// scratch table that add_column_sums reduces in a fixed order, so the parameter gradients are
+// deterministic (no atomics). Both move W consecutive columns a thread at a time: W = 8 (16-byte
+// loads and stores, load_n/store_n) where C is a multiple of 8 and every tensor 16-byte aligned,
+// else W = 1.
+#include <algorithm>
+#include <initializer_list>
+
 #include "mtron/kernels/cuda/common.cuh"
 #include "mtron/kernels/cuda/cuda_ops.h"
 
@@ -15,16 +20,10 @@ namespace {
 constexpr int kThreads = 256;
 constexpr int64_t kRowChunk = 32;
 
-__device__ __forceinline__ void store_out(float* p, float v) {
-  *p = v;
-}
-__device__ __forceinline__ void store_out(uint16_t* p, float v) {
-  *p = f32_to_bf16_bits(v);
-}
-
 // kLayer: LayerNorm (the mean subtracted, the bias added); else RMSNorm (mean and bias unused).
-// The arguments of layernorm_forward, out fp32 or (uint16_t) bf16; one block per row.
-template <bool kLayer, typename T>
+// The arguments of layernorm_forward, out fp32 or (uint16_t) bf16; one block per row, thread t
+// taking columns W t.. W t + W - 1, then W (t + blockDim.x)...
+template <bool kLayer, int W, typename T>
 __global__ void norm_forward_kernel(T* out,
                                     float* mean,
                                     float* rstd,
@@ -38,17 +37,33 @@ __global__ void norm_forward_kernel(T* out,
   const int64_t r = blockIdx.x;
   if (r >= N) return;
   const float* x = inp + r * C;
+  const int64_t c0 = W * int64_t(threadIdx.x), step = W * int64_t(blockDim.x);
   float mu = 0, v = 0;
   if constexpr (kLayer) {
     float s = 0;
-    for (int64_t c = threadIdx.x; c < C; c += blockDim.x) s += x[c];
+    for (int64_t c = c0; c < C; c += step) {
+      float xs[W];
+      load_n<W>(xs, x + c);
+      MT_UNROLL
+      for (int j = 0; j < W; ++j) s += xs[j];
+    }
     mu = block_sum(s, red) / float(C);
-    for (int64_t c = threadIdx.x; c < C; c += blockDim.x) {
-      const float d = x[c] - mu;
-      v += d * d;
+    for (int64_t c = c0; c < C; c += step) {
+      float xs[W];
+      load_n<W>(xs, x + c);
+      MT_UNROLL
+      for (int j = 0; j < W; ++j) {
+        const float d = xs[j] - mu;
+        v += d * d;
+      }
     }
   } else {
-    for (int64_t c = threadIdx.x; c < C; c += blockDim.x) v = fmaf(x[c], x[c], v);
+    for (int64_t c = c0; c < C; c += step) {
+      float xs[W];
+      load_n<W>(xs, x + c);
+      MT_UNROLL
+      for (int j = 0; j < W; ++j) v = fmaf(xs[j], xs[j], v);
+    }
   }
   const float rs = 1.0f / sqrtf(block_sum(v, red) / float(C) + eps);
   if (threadIdx.x == 0) {
@@ -56,11 +71,20 @@ __global__ void norm_forward_kernel(T* out,
     rstd[r] = rs;
   }
   T* o = out + r * C;
-  for (int64_t c = threadIdx.x; c < C; c += blockDim.x) {
-    if constexpr (kLayer)
-      store_out(o + c, fmaf((x[c] - mu) * rs, weight[c], bias[c]));
-    else
-      store_out(o + c, x[c] * rs * weight[c]);
+  for (int64_t c = c0; c < C; c += step) {
+    float xs[W], w[W];
+    load_n<W>(xs, x + c);
+    load_n<W>(w, weight + c);
+    if constexpr (kLayer) {
+      float b[W];
+      load_n<W>(b, bias + c);
+      MT_UNROLL
+      for (int j = 0; j < W; ++j) xs[j] = fmaf((xs[j] - mu) * rs, w[j], b[j]);
+    } else {
+      MT_UNROLL
+      for (int j = 0; j < W; ++j) xs[j] = xs[j] * rs * w[j];
+    }
+    store_n<W>(o + c, xs);
   }
 }
 
@@ -89,23 +113,43 @@ __device__ __forceinline__ float backward_dx(
 }
 
 // The arguments of layernorm_backward, but dweight/dbias are [chunks, C] tables of the chunks'
-// partial sums, this block's row of which it writes (RMSNorm: dbias and mean unused). kPer > 0:
-// each thread owns columns threadIdx.x + k blockDim.x (k < kPer, C <= kPer blockDim.x) and keeps
-// their partials and the row's inputs in registers, so a row is read once and the partials are
-// written once per chunk; kPer = 0 (wider rows): the partials accumulate in the table and the
-// second pass reads the row again. The same arithmetic in the same order either way.
-template <bool kLayer, int kPer>
+// partial sums, this block's row of which it writes (RMSNorm: dbias and mean unused). Thread t
+// owns columns W (t + k blockDim.x) .. + W - 1. kPer > 0 (C <= W kPer blockDim.x): each thread
+// keeps its columns' partials (and weights, W = 8) and the row's inputs in registers, so a row is
+// read once and the partials are written once per chunk; kPer = 0 (wider rows): the partials
+// accumulate in the table and the second pass reads the row again. The same arithmetic in the same
+// order either way.
+template <bool kLayer, int kPer, int W>
 __global__ void __launch_bounds__(2 * kThreads)
     norm_backward_kernel(MT_PARAMS(layernorm_backward)) {
-  __shared__ float red[32];
+  __shared__ float red[64];
   float* bw = dweight + int64_t(blockIdx.x) * C;
   float* bb = kLayer ? dbias + int64_t(blockIdx.x) * C : nullptr;
   constexpr int kRegs = kPer > 0 ? kPer : 1;
-  float pw[kRegs] = {}, pb[kRegs] = {};
+  const int64_t c0 = W * int64_t(threadIdx.x), step = W * int64_t(blockDim.x);
+  float pw[kRegs][W] = {}, pb[kRegs][W] = {};
+  // The weights of group k, kept in registers where W = 8 (at most 16 of them); W = 1 reads them
+  // per row (512 threads leave 128 registers a thread: 16 more would spill).
+  constexpr bool kKeepW = W == 8 && kPer > 0;
+  float ws[kKeepW ? kRegs : 1][W] = {};
+  const auto weights_of = [&](int k, float(&w)[W]) {
+    if constexpr (kKeepW) {
+      MT_UNROLL
+      for (int j = 0; j < W; ++j) w[j] = ws[k][j];
+    } else {
+      load_n<W>(w, weight + c0 + k * step);
+    }
+  };
+  if constexpr (kKeepW) {
+    MT_UNROLL
+    for (int k = 0; k < kPer; ++k)
+      if (c0 + k * step < C) load_n<W>(ws[k], weight + c0 + k * step);
+  }
   if constexpr (kPer == 0) {
-    for (int64_t c = threadIdx.x; c < C; c += blockDim.x) {
-      bw[c] = 0;
-      if constexpr (kLayer) bb[c] = 0;
+    const float zero[W] = {};
+    for (int64_t c = c0; c < C; c += step) {
+      store_n<W>(bw + c, zero);
+      if constexpr (kLayer) store_n<W>(bb + c, zero);
     }
   }
   const int64_t r0 = int64_t(blockIdx.x) * kRowChunk;
@@ -116,50 +160,82 @@ __global__ void __launch_bounds__(2 * kThreads)
     float* dx = dinp + r * C;
     const float mu = kLayer ? mean[r] : 0.0f, rs = rstd[r];
     float sd = 0, sdn = 0;
-    float xs[kRegs], gs[kRegs];
+    float xs[kRegs][W] = {}, gs[kRegs][W] = {};
     if constexpr (kPer > 0) {
       MT_UNROLL
       for (int k = 0; k < kPer; ++k) {
-        const int64_t c = threadIdx.x + int64_t(k) * blockDim.x;
-        xs[k] = c < C ? x[c] : 0.0f;
-        gs[k] = c < C ? dy[c] : 0.0f;
+        if (c0 + k * step >= C) continue;
+        load_n<W>(xs[k], x + c0 + k * step);
+        load_n<W>(gs[k], dy + c0 + k * step);
       }
       MT_UNROLL
       for (int k = 0; k < kPer; ++k) {
-        const int64_t c = threadIdx.x + int64_t(k) * blockDim.x;
-        if (c < C) backward_sums<kLayer>(gs[k], xs[k], weight[c], mu, rs, sd, sdn, pw[k], pb[k]);
+        if (c0 + k * step >= C) continue;
+        float w[W];
+        weights_of(k, w);
+        MT_UNROLL
+        for (int j = 0; j < W; ++j)
+          backward_sums<kLayer>(gs[k][j], xs[k][j], w[j], mu, rs, sd, sdn, pw[k][j], pb[k][j]);
       }
     } else {
-      for (int64_t c = threadIdx.x; c < C; c += blockDim.x) {
-        float w = bw[c], b = kLayer ? bb[c] : 0.0f;
-        backward_sums<kLayer>(dy[c], x[c], weight[c], mu, rs, sd, sdn, w, b);
-        bw[c] = w;
-        if constexpr (kLayer) bb[c] = b;
+      for (int64_t c = c0; c < C; c += step) {
+        float g[W], xv[W], w[W], pwc[W], pbc[W] = {};
+        load_n<W>(g, dy + c);
+        load_n<W>(xv, x + c);
+        load_n<W>(w, weight + c);
+        load_n<W>(pwc, bw + c);
+        if constexpr (kLayer) load_n<W>(pbc, bb + c);
+        MT_UNROLL
+        for (int j = 0; j < W; ++j)
+          backward_sums<kLayer>(g[j], xv[j], w[j], mu, rs, sd, sdn, pwc[j], pbc[j]);
+        store_n<W>(bw + c, pwc);
+        if constexpr (kLayer) store_n<W>(bb + c, pbc);
       }
     }
-    const float mdn = kLayer ? block_sum(sd, red) / float(C) : 0.0f;
-    const float mdnn = block_sum(sdn, red) / float(C);
+    block_sum2(sd, sdn, red);
+    const float mdn = kLayer ? sd / float(C) : 0.0f, mdnn = sdn / float(C);
     if constexpr (kPer > 0) {
       MT_UNROLL
       for (int k = 0; k < kPer; ++k) {
-        const int64_t c = threadIdx.x + int64_t(k) * blockDim.x;
-        if (c < C) dx[c] = backward_dx<kLayer>(gs[k], xs[k], weight[c], mu, rs, mdn, mdnn, dx[c]);
+        const int64_t c = c0 + k * step;
+        if (c >= C) continue;
+        float d[W], w[W];
+        load_n<W>(d, dx + c);
+        weights_of(k, w);
+        MT_UNROLL
+        for (int j = 0; j < W; ++j)
+          d[j] = backward_dx<kLayer>(gs[k][j], xs[k][j], w[j], mu, rs, mdn, mdnn, d[j]);
+        store_n<W>(dx + c, d);
       }
     } else {
-      for (int64_t c = threadIdx.x; c < C; c += blockDim.x)
-        dx[c] = backward_dx<kLayer>(dy[c], x[c], weight[c], mu, rs, mdn, mdnn, dx[c]);
+      for (int64_t c = c0; c < C; c += step) {
+        float g[W], xv[W], w[W], d[W];
+        load_n<W>(g, dy + c);
+        load_n<W>(xv, x + c);
+        load_n<W>(w, weight + c);
+        load_n<W>(d, dx + c);
+        MT_UNROLL
+        for (int j = 0; j < W; ++j)
+          d[j] = backward_dx<kLayer>(g[j], xv[j], w[j], mu, rs, mdn, mdnn, d[j]);
+        store_n<W>(dx + c, d);
+      }
     }
   }
   if constexpr (kPer > 0) {
     MT_UNROLL
     for (int k = 0; k < kPer; ++k) {
-      const int64_t c = threadIdx.x + int64_t(k) * blockDim.x;
-      if (c < C) {
-        bw[c] = pw[k];
-        if constexpr (kLayer) bb[c] = pb[k];
-      }
+      const int64_t c = c0 + k * step;
+      if (c >= C) continue;
+      store_n<W>(bw + c, pw[k]);
+      if constexpr (kLayer) store_n<W>(bb + c, pb[k]);
     }
   }
+}
+
+// Whether the norm kernels take 8 columns at a time: C a multiple of 8, every tensor 16-byte
+// aligned (then so is every row).
+bool norm_vec(int64_t C, std::initializer_list<const void*> ptrs) {
+  return C % 8 == 0 && aligned16(ptrs);
 }
 
 // The ops, RMSNorm's with layernorm's arguments (its mean and dbias null).
@@ -175,8 +251,24 @@ void norm_forward(const Ctx& ctx,
                   int64_t C,
                   float eps) {
   if (N <= 0 || C <= 0) return;
-  launch(kLayer ? "layernorm_forward" : "rmsnorm_forward", norm_forward_kernel<kLayer, T>,
-         unsigned(N), kThreads, 0, stream_of(ctx), out, mean, rstd, inp, weight, bias, N, C, eps);
+  const bool vec = norm_vec(C, {out, inp, weight, bias});
+  // 8 columns a thread: up to kThreads threads, a multiple of 32, for C / 8 column groups.
+  const int threads = vec ? int(std::min<int64_t>(kThreads, (C / 8 + 31) / 32 * 32)) : kThreads;
+  launch(kLayer ? "layernorm_forward" : "rmsnorm_forward",
+         vec ? norm_forward_kernel<kLayer, 8, T> : norm_forward_kernel<kLayer, 1, T>, unsigned(N),
+         threads, 0, stream_of(ctx), out, mean, rstd, inp, weight, bias, N, C, eps);
+}
+
+// Launches norm_backward_kernel<kLayer, kPer, W> for the least kPer in {1, 2, 4, ...} up to kMax
+// that covers `per` column groups a thread, else kPer = 0.
+template <bool kLayer, int W, int kPer, int kMax, typename Run>
+void backward_per(int64_t per, Run run) {
+  if constexpr (kPer > kMax)
+    run(norm_backward_kernel<kLayer, 0, W>);
+  else if (per <= kPer)
+    run(norm_backward_kernel<kLayer, kPer, W>);
+  else
+    backward_per<kLayer, W, 2 * kPer, kMax>(per, run);
 }
 
 template <bool kLayer>
@@ -188,25 +280,21 @@ void norm_backward(const Ctx& ctx, MT_PARAMS(layernorm_backward)) {
   float* pw = part.as<float>();
   float* pb = kLayer ? pw + chunks * C : nullptr;
   const char* name = kLayer ? "layernorm_backward" : "rmsnorm_backward";
-  // Rows of up to 16 columns a thread (256 threads, 512 past 4096 columns) in registers.
-  const int threads = C <= 16 * kThreads ? kThreads : 2 * kThreads;
-  const int64_t per = (C + threads - 1) / threads;
-  auto run = [&](auto kernel) {
-    launch(name, kernel, unsigned(chunks), threads, 0, s, dinp, pw, pb, dout, inp, weight, mean,
-           rstd, N, C);
+  auto run = [&](int threads) {
+    return [=](auto kernel) {
+      launch(name, kernel, unsigned(chunks), threads, 0, s, dinp, pw, pb, dout, inp, weight, mean,
+             rstd, N, C);
+    };
   };
-  if (per <= 1)
-    run(norm_backward_kernel<kLayer, 1>);
-  else if (per <= 2)
-    run(norm_backward_kernel<kLayer, 2>);
-  else if (per <= 4)
-    run(norm_backward_kernel<kLayer, 4>);
-  else if (per <= 8)
-    run(norm_backward_kernel<kLayer, 8>);
-  else if (per <= 16)
-    run(norm_backward_kernel<kLayer, 16>);
-  else
-    run(norm_backward_kernel<kLayer, 0>);
+  if (norm_vec(C, {dinp, pw, pb, dout, inp, weight})) {
+    // Up to 2 groups of 8 columns a thread in registers (8192 columns at 512 threads).
+    const int threads = int(std::min<int64_t>(2 * kThreads, (C / 8 + 31) / 32 * 32));
+    backward_per<kLayer, 8, 1, 2>((C / 8 + threads - 1) / threads, run(threads));
+  } else {
+    // Up to 16 columns a thread (256 threads, 512 past 4096 columns) in registers.
+    const int threads = C <= 16 * kThreads ? kThreads : 2 * kThreads;
+    backward_per<kLayer, 1, 1, 16>((C + threads - 1) / threads, run(threads));
+  }
   add_column_sums(s, dweight, pw, chunks, C);
   if (kLayer) add_column_sums(s, dbias, pb, chunks, C);
 }
