@@ -5,6 +5,8 @@
 
 #include <algorithm>
 #include <cctype>
+#include <chrono>
+#include <cstdint>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -175,6 +177,28 @@ double mem_total_bytes() {
   return 0;
 }
 
+// The clock the cores run at, in MHz: a chain of dependent integer adds (one cycle each on every
+// x86-64 and Arm core), timed; the fastest of 20 samples of about 0.2 ms each, so that a sample
+// the scheduler did not interrupt (other ranks share the cores) sets it. Some 5 ms once a
+// process.
+double measure_clock_mhz() {
+  double best = 0;
+  for (int s = 0; s < 20; ++s) {
+    uint64_t x = 0;
+    constexpr int kIters = 1 << 16, kAdds = 8;
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < kIters; ++i) {
+      for (int a = 0; a < kAdds; ++a) {
+        asm volatile("" : "+r"(x));  // keeps each add: the compiler cannot fold the chain
+        x += 1;
+      }
+    }
+    const double t = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (t > 0) best = std::max(best, double(kIters) * kAdds / t / 1e6);
+  }
+  return best;
+}
+
 bool profile_matches(const json& match, const CpuInfo& c) {
   if (match.contains("vendor") && match["vendor"].get<std::string>() != c.vendor) return false;
   if (match.contains("family") && match["family"].get<int>() != c.family) return false;
@@ -282,12 +306,17 @@ const Hardware* find_hardware_by_device_name(std::string_view device_name) {
 }
 
 Hardware detect_local_cpu() {
+  static const double measured_mhz = measure_clock_mhz();
   std::ifstream in("/proc/cpuinfo");
-  return detect_cpu(in);
+  return detect_cpu(in, measured_mhz);
 }
 
-Hardware detect_cpu(std::istream& cpuinfo) {
-  const CpuInfo info = read_cpuinfo(cpuinfo);
+Hardware detect_cpu(std::istream& cpuinfo, double measured_mhz) {
+  CpuInfo info = read_cpuinfo(cpuinfo);
+  // A VM's /proc/cpuinfo reports its base (or TSC) clock while the cores run at their boost
+  // clock: the measured clock where it is higher.
+  const bool measured = measured_mhz > info.mhz;
+  if (measured) info.mhz = measured_mhz;
   const int cores = node_cores();
   for (const json& p : catalog_entries("cpus")) {
     if (!profile_matches(p.value("match", json::object()), info)) continue;
@@ -305,6 +334,10 @@ Hardware detect_cpu(std::istream& cpuinfo) {
       h.peak_fp8 = g.value("fp8", 0.0) * 1e9;
     } else {
       const double hz = (info.mhz > 0 ? info.mhz : 2000.0) * 1e6;
+      h.description += fmt::format(" at {:.2f} GHz{}", hz / 1e9,
+                                   measured       ? " (measured)"
+                                   : info.mhz > 0 ? ""
+                                                  : " (assumed)");
       const json& f = p.at("flops_per_cycle");
       h.peak_fp32 = f.value("fp32", 0.0) * hz;
       h.peak_bf16 = f.value("bf16", 0.0) * hz;

@@ -92,10 +92,12 @@ const std::vector<Network>& network_catalog();
 const Network& find_network(std::string_view name);
 
 // This machine as a CPU node: cores (the container's cpuset, else the online CPUs), memory
-// (MemTotal), and the first profile of catalog/hardware/cpu.json that matches /proc/cpuinfo.
+// (MemTotal), and the first profile of catalog/hardware/cpu.json that matches /proc/cpuinfo; a
+// profile in FLOP per cycle takes the clock measured once a process where it is above
+// /proc/cpuinfo's (a VM reports its base clock while the cores boost).
 Hardware detect_local_cpu();
-// The same from a /proc/cpuinfo text (x86 or aarch64).
-Hardware detect_cpu(std::istream& cpuinfo);
+// The same from a /proc/cpuinfo text (x86 or aarch64) and, where > 0, a measured clock in MHz.
+Hardware detect_cpu(std::istream& cpuinfo, double measured_mhz = 0);
 
 // What one rank sees when `ranks_per_node` ranks share a node. A GPU is unchanged (one rank per
 // GPU). A CPU node's cores, memory and bandwidths are divided among its ranks; with more ranks
