@@ -28,27 +28,36 @@ for isa in $isas; do
   [ "$isa" = best ] || MTRON_CPU_ISA=$isa "$mtron" --version >/dev/null ||
     { echo "MTRON_ISAS: $isa is not available on this CPU" >&2; exit 2; }
 done
+# OpenBLAS takes its kernels from OPENBLAS_CORETYPE where it is set, and a value inherited from
+# the environment may not fit this CPU (a Haswell setting on an AVX-512 CPU): mtron runs without
+# it and chooses for itself, PyTorch gets the kernels mtron chose at its best level.
+core=$(env -u OPENBLAS_CORETYPE "$mtron" --version 2>/dev/null |
+  sed -n 's/.*GEMM fp32 OpenBLAS (\([A-Za-z0-9_]*\) kernels).*/\1/p')
 mtron_run() {  # isa precision round
   local extra="" log="$tmp/mtron-$1_$2_$3.log"
   [ "$2" = bf16 ] && extra="--bf16"
   # iteration 1 warms up; the profile covers iterations 2..N
   if [ "$1" = best ]; then
-    "$mtron" train $shape $extra --train-iters $((iters + 1)) --profile >"$log" 2>&1
+    env -u OPENBLAS_CORETYPE "$mtron" train $shape $extra --train-iters $((iters + 1)) --profile \
+      >"$log" 2>&1
   else
-    MTRON_CPU_ISA=$1 "$mtron" train $shape $extra --train-iters $((iters + 1)) --profile >"$log" 2>&1
+    env -u OPENBLAS_CORETYPE MTRON_CPU_ISA="$1" "$mtron" train $shape $extra \
+      --train-iters $((iters + 1)) --profile >"$log" 2>&1
   fi
   # median of the per-iteration times after the first
   grep -o "elapsed time per iteration (ms): [0-9.]*" "$log" | tail -n +2 |
     awk '{print $NF/1000}' | sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'
 }
 torch_run() {
-  "$py" bench/train_step/torch_gpt2.py --precision "$1" --iters "$iters" --threads "$threads" |
+  env -u OPENBLAS_CORETYPE ${core:+OPENBLAS_CORETYPE=$core} \
+    "$py" bench/train_step/torch_gpt2.py --precision "$1" --iters "$iters" --threads "$threads" |
     awk '{print $4}'
 }
 median() { sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 
 echo "GPT-2 124M step (B 4, T 1024), $threads threads, $iters timed iterations x $rounds rounds"
 echo "machine: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), load $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "PyTorch's OpenBLAS kernels: ${core:-its own choice} (OPENBLAS_CORETYPE)"
 for r in $(seq "$rounds"); do
   for p in fp32 bf16; do
     for isa in $isas; do mtron_run "$isa" "$p" "$r" >>"$tmp/mtron-${isa}_$p"; done

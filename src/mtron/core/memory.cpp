@@ -1,5 +1,7 @@
 #include "mtron/core/memory.h"
 
+#include <sys/mman.h>
+
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
@@ -21,14 +23,45 @@ struct Counters {
 Counters g_counters[kNumDevices];
 DeviceAllocator g_allocators[kNumDevices];
 
+// CPU blocks of kHugeMin bytes or more (activation arenas, large tensors) are mapped on their
+// own, 2 MiB aligned, whole 2 MiB pages, and marked MADV_HUGEPAGE: with Linux's usual
+// transparent-huge-page setting ("madvise") the kernel then backs them with 2 MiB pages. In 4 KiB
+// pages, the first touch of a step's gigabytes of activations costs a page fault per 4 KiB
+// (millions per step until the arenas settle) and the memory-bound kernels that sweep them miss
+// the TLB. Smaller blocks come from the C library, 64-byte aligned.
+constexpr size_t kHugePage = size_t(2) << 20;
+constexpr size_t kHugeMin = size_t(8) << 20;
+
+size_t huge_bytes(size_t bytes) {
+  return (bytes + kHugePage - 1) / kHugePage * kHugePage;
+}
+
+void* huge_alloc(size_t bytes) {
+  const size_t size = huge_bytes(bytes), span = size + kHugePage;
+  void* m = mmap(nullptr, span, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (m == MAP_FAILED) throw std::bad_alloc();
+  char* raw = static_cast<char*>(m);
+  char* p = raw + (kHugePage - reinterpret_cast<uintptr_t>(raw) % kHugePage) % kHugePage;
+  if (p > raw) munmap(raw, size_t(p - raw));
+  if (raw + span > p + size) munmap(p + size, size_t(raw + span - (p + size)));
+#ifdef MADV_HUGEPAGE
+  madvise(p, size, MADV_HUGEPAGE);  // a kernel without transparent huge pages: 4 KiB pages
+#endif
+  return p;
+}
+
 void* cpu_alloc(size_t bytes) {
+  if (bytes >= kHugeMin) return huge_alloc(bytes);
   size_t rounded = (bytes + 63) / 64 * 64;
   void* p = std::aligned_alloc(64, rounded == 0 ? 64 : rounded);
   if (!p) throw std::bad_alloc();
   return p;
 }
-void cpu_free(void* p, size_t) {
-  std::free(p);
+void cpu_free(void* p, size_t bytes) {
+  if (bytes >= kHugeMin)
+    munmap(p, huge_bytes(bytes));
+  else
+    std::free(p);
 }
 
 void account(Device d, int64_t delta) {

@@ -1,9 +1,11 @@
 // defines: device_alloc, device_free, set_device_allocator, MemoryStats, memory_stats
 //
 // Every byte a Tensor or Arena owns comes through device_alloc, so the per-device counters
-// (allocated now, peak) are exact. The CPU allocator aligns to 64 bytes (one cache line, one
-// AVX-512 vector). Other devices register their allocator at start-up (the CUDA backend does);
-// asking for a device with none registered is a user error naming the device.
+// (allocated now, peak) are exact; device_free takes the size device_alloc was given. The CPU
+// allocator aligns to 64 bytes (one cache line, one AVX-512 vector), and maps blocks of 8 MiB and
+// more on their own in transparent huge pages (2 MiB, aligned to them). Other devices register
+// their allocator at start-up (the CUDA backend does); asking for a device with none registered is
+// a user error naming the device.
 #pragma once
 
 #include <cstddef>
