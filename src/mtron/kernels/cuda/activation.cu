@@ -2,7 +2,6 @@
 //
 // GELU uses the same identity as the CPU kernel: 0.5 x (1 + tanh(u)) = x sigmoid(2u), which
 // keeps its digits for large negative x; the derivative is s + 2 x s (1 - s) u'.
-#include <algorithm>
 #include <initializer_list>
 
 #include "mtron/kernels/cuda/column_sums.cuh"
@@ -116,9 +115,9 @@ struct SwigluGrid {
   int threads;
 };
 SwigluGrid swiglu_grid(int64_t N, int64_t F, std::initializer_list<const void*> ptrs) {
-  const bool vec = F % 8 == 0 && aligned16(ptrs);
+  const bool vec = rows_by8(F, ptrs);
   const int64_t groups = vec ? F / 8 : F;
-  const int threads = int(std::min<int64_t>(kThreads, (groups + 31) / 32 * 32));
+  const int threads = row_threads(groups, kThreads);
   return {vec, dim3(unsigned((groups + threads - 1) / threads), grid_for(N, 1)), threads};
 }
 

@@ -1,5 +1,5 @@
 // defines: MT_UNROLL, MT_DYNAMIC_SMEM, launch, grid_for, warp_sum, warp_max, block_sum,
-//          block_sum2, block_max, f32_to_bf16_bits, bf16_bits_to_f32, store_as, load_f32, load8,
+//          block_sums, block_max, f32_to_bf16_bits, bf16_bits_to_f32, store_as, load_f32, load8,
 //          store8, load_n, store_n, f32_to_f16_bits, f16_bits_to_f32, kNegInf, pack_bf16x2,
 //          mma_bf16_16816, ldmatrix_x4, cp_async16, cp_async_wait_all, bits
 //
@@ -81,52 +81,48 @@ __device__ __forceinline__ T warp_max(T v) {
 // `red` is a shared array of at least 32 elements; the leading barrier lets calls follow one
 // another.
 
-// Puts warp w's reduction of v (warp_op) in red[w] for every warp; returns the number of warps.
-template <typename T, typename WarpOp>
-__device__ __forceinline__ int warp_partials(T v, T* red, WarpOp warp_op) {
+// Puts warp w's reduction (warp_op) of v[k] in red[32 k + w] for every warp and each k < N (red:
+// at least 32 N elements); returns the number of warps. N values share one pair of barriers.
+template <int N, typename T, typename WarpOp>
+__device__ __forceinline__ int warp_partials(T (&v)[N], T* red, WarpOp warp_op) {
   const int lane = int(threadIdx.x % 32), warp = int(threadIdx.x / 32);
-  v = warp_op(v);
+  MT_UNROLL
+  for (int k = 0; k < N; ++k) v[k] = warp_op(v[k]);
   __syncthreads();
-  if (lane == 0) red[warp] = v;
+  if (lane == 0) {
+    MT_UNROLL
+    for (int k = 0; k < N; ++k) red[32 * k + warp] = v[k];
+  }
   __syncthreads();
   return int(blockDim.x / 32);
 }
 
-template <typename T>
-__device__ __forceinline__ T block_sum(T v, T* red) {
+// v[k] = the block's sum of v[k] for each k < N (red: at least 32 N elements); each sum the same
+// value, in the same order of operations, whatever N.
+template <int N, typename T>
+__device__ __forceinline__ void block_sums(T (&v)[N], T* red) {
   const int nwarps = warp_partials(v, red, [](T x) { return warp_sum(x); });
-  T total = 0;
-  for (int w = 0; w < nwarps; ++w) total += red[w];
-  return total;
+  MT_UNROLL
+  for (int k = 0; k < N; ++k) {
+    v[k] = 0;
+    for (int w = 0; w < nwarps; ++w) v[k] += red[32 * k + w];
+  }
 }
 
-// block_sum of a and of b with one pair of barriers (red: at least 64 elements); each the same
-// value, in the same order of operations, as its own block_sum.
-__device__ __forceinline__ void block_sum2(float& a, float& b, float* red) {
-  const int lane = int(threadIdx.x % 32), warp = int(threadIdx.x / 32),
-            nwarps = int(blockDim.x / 32);
-  a = warp_sum(a);
-  b = warp_sum(b);
-  __syncthreads();
-  if (lane == 0) {
-    red[warp] = a;
-    red[32 + warp] = b;
-  }
-  __syncthreads();
-  a = 0;
-  b = 0;
-  for (int w = 0; w < nwarps; ++w) {
-    a += red[w];
-    b += red[32 + w];
-  }
+template <typename T>
+__device__ __forceinline__ T block_sum(T v, T* red) {
+  T s[1] = {v};
+  block_sums(s, red);
+  return s[0];
 }
 
 template <typename T>
 __device__ __forceinline__ T block_max(T v, T* red) {
-  const int nwarps = warp_partials(v, red, [](T x) { return warp_max(x); });
-  T m = red[0];
-  for (int w = 1; w < nwarps; ++w) m = red[w] > m ? red[w] : m;
-  return m;
+  T m[1] = {v};
+  const int nwarps = warp_partials(m, red, [](T x) { return warp_max(x); });
+  T r = red[0];
+  for (int w = 1; w < nwarps; ++w) r = red[w] > r ? red[w] : r;
+  return r;
 }
 
 // mtron::float_to_bf16 bit for bit: round to nearest even, NaN stays NaN (quieted).

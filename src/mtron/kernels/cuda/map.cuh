@@ -1,4 +1,4 @@
-// defines: map_kernel, map2_kernel, map1, map2
+// defines: map_kernel, map2_kernel, map1, map2, rows_by8, row_threads
 //
 // Elementwise maps over float tensors or bf16 ones (uint16_t bits): out[i] = f(a[i]) or
 // f(a[i], b[i]) for i < n, in fp32, stored as store_as does. Memory-bound, so each thread moves
@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <initializer_list>
 
 #include "mtron/kernels/cuda/common.cuh"
 
@@ -55,6 +56,16 @@ inline int64_t vector_part(int64_t n, std::initializer_list<const void*> ptrs) {
 }
 inline unsigned map_grid(int64_t n, int64_t n8) {
   return grid_for(n8 / 8 + (n - n8), kMapThreads);
+}
+
+// Whether kernels over rows of `cols` elements take 8 columns a thread (load_n/store_n<8>): cols
+// a multiple of 8 and every tensor 16-byte aligned (then so is every row); else 1.
+inline bool rows_by8(int64_t cols, std::initializer_list<const void*> ptrs) {
+  return cols % 8 == 0 && aligned16(ptrs);
+}
+// The threads of a block over `groups` column groups of a row: a multiple of 32, at most cap.
+inline int row_threads(int64_t groups, int cap) {
+  return int(groups < cap ? (groups + 31) / 32 * 32 : cap);
 }
 
 // out = f(a), out = f(a, b): one launch named `name` on `stream`.

@@ -8,11 +8,10 @@
 // deterministic (no atomics). Both move W consecutive columns a thread at a time: W = 8 (16-byte
 // loads and stores, load_n/store_n) where C is a multiple of 8 and every tensor 16-byte aligned,
 // else W = 1.
-#include <algorithm>
-#include <initializer_list>
 
 #include "mtron/kernels/cuda/common.cuh"
 #include "mtron/kernels/cuda/cuda_ops.h"
+#include "mtron/kernels/cuda/map.cuh"
 
 namespace mtron::kernels::cuda {
 namespace {
@@ -159,7 +158,7 @@ __global__ void __launch_bounds__(2 * kThreads)
     const float* dy = dout + r * C;
     float* dx = dinp + r * C;
     const float mu = kLayer ? mean[r] : 0.0f, rs = rstd[r];
-    float sd = 0, sdn = 0;
+    float sums[2] = {};  // the row's sd and sdn
     float xs[kRegs][W] = {}, gs[kRegs][W] = {};
     if constexpr (kPer > 0) {
       MT_UNROLL
@@ -175,7 +174,8 @@ __global__ void __launch_bounds__(2 * kThreads)
         weights_of(k, w);
         MT_UNROLL
         for (int j = 0; j < W; ++j)
-          backward_sums<kLayer>(gs[k][j], xs[k][j], w[j], mu, rs, sd, sdn, pw[k][j], pb[k][j]);
+          backward_sums<kLayer>(gs[k][j], xs[k][j], w[j], mu, rs, sums[0], sums[1], pw[k][j],
+                                pb[k][j]);
       }
     } else {
       for (int64_t c = c0; c < C; c += step) {
@@ -187,13 +187,13 @@ __global__ void __launch_bounds__(2 * kThreads)
         if constexpr (kLayer) load_n<W>(pbc, bb + c);
         MT_UNROLL
         for (int j = 0; j < W; ++j)
-          backward_sums<kLayer>(g[j], xv[j], w[j], mu, rs, sd, sdn, pwc[j], pbc[j]);
+          backward_sums<kLayer>(g[j], xv[j], w[j], mu, rs, sums[0], sums[1], pwc[j], pbc[j]);
         store_n<W>(bw + c, pwc);
         if constexpr (kLayer) store_n<W>(bb + c, pbc);
       }
     }
-    block_sum2(sd, sdn, red);
-    const float mdn = kLayer ? sd / float(C) : 0.0f, mdnn = sdn / float(C);
+    block_sums(sums, red);
+    const float mdn = kLayer ? sums[0] / float(C) : 0.0f, mdnn = sums[1] / float(C);
     if constexpr (kPer > 0) {
       MT_UNROLL
       for (int k = 0; k < kPer; ++k) {
@@ -232,12 +232,6 @@ __global__ void __launch_bounds__(2 * kThreads)
   }
 }
 
-// Whether the norm kernels take 8 columns at a time: C a multiple of 8, every tensor 16-byte
-// aligned (then so is every row).
-bool norm_vec(int64_t C, std::initializer_list<const void*> ptrs) {
-  return C % 8 == 0 && aligned16(ptrs);
-}
-
 // The ops, RMSNorm's with layernorm's arguments (its mean and dbias null).
 template <bool kLayer, typename T>
 void norm_forward(const Ctx& ctx,
@@ -251,9 +245,8 @@ void norm_forward(const Ctx& ctx,
                   int64_t C,
                   float eps) {
   if (N <= 0 || C <= 0) return;
-  const bool vec = norm_vec(C, {out, inp, weight, bias});
-  // 8 columns a thread: up to kThreads threads, a multiple of 32, for C / 8 column groups.
-  const int threads = vec ? int(std::min<int64_t>(kThreads, (C / 8 + 31) / 32 * 32)) : kThreads;
+  const bool vec = rows_by8(C, {out, inp, weight, bias});
+  const int threads = vec ? row_threads(C / 8, kThreads) : kThreads;
   launch(kLayer ? "layernorm_forward" : "rmsnorm_forward",
          vec ? norm_forward_kernel<kLayer, 8, T> : norm_forward_kernel<kLayer, 1, T>, unsigned(N),
          threads, 0, stream_of(ctx), out, mean, rstd, inp, weight, bias, N, C, eps);
@@ -286,9 +279,9 @@ void norm_backward(const Ctx& ctx, MT_PARAMS(layernorm_backward)) {
              rstd, N, C);
     };
   };
-  if (norm_vec(C, {dinp, pw, pb, dout, inp, weight})) {
+  if (rows_by8(C, {dinp, pw, pb, dout, inp, weight})) {
     // Up to 2 groups of 8 columns a thread in registers (8192 columns at 512 threads).
-    const int threads = int(std::min<int64_t>(2 * kThreads, (C / 8 + 31) / 32 * 32));
+    const int threads = row_threads(C / 8, 2 * kThreads);
     backward_per<kLayer, 8, 1, 2>((C / 8 + threads - 1) / threads, run(threads));
   } else {
     // Up to 16 columns a thread (256 threads, 512 past 4096 columns) in registers.
