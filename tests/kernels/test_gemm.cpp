@@ -27,6 +27,27 @@ TEST(Gemm, Fp32RunsOnOpenBlasOnlyWhereItsKernelsFitTheCpu) {
   EXPECT_EQ(paths.find(openblas_core_fits() ? "fp32 OpenBLAS (" : "fp32 oneDNN"), 0u) << paths;
 }
 
+// A mixture of experts' expert GEMMs take a new row count per expert and micro-batch: more
+// shapes than the CPU's primitive cache holds (256), each right, and the first ones right again
+// after their eviction.
+TEST(Gemm, Bf16StaysRightOverMoreShapesThanTheCacheHolds) {
+  const int64_t N = 8, K = 16, maxM = 300;
+  const std::vector<float> a = randn(maxM * K, 1), b = randn(N * K, 2);
+  std::vector<bf16> A(a.size()), B(b.size());
+  std::vector<float> Aw(a.size()), Bw(b.size());  // the bf16 values widened
+  for (size_t i = 0; i < a.size(); ++i) Aw[i] = bf16_to_float(A[i] = float_to_bf16(a[i]));
+  for (size_t i = 0; i < b.size(); ++i) Bw[i] = bf16_to_float(B[i] = float_to_bf16(b[i]));
+  for (const int64_t last : {maxM, int64_t(40)})  // the second pass finds M = 1..40 evicted
+    for (int64_t M = 1; M <= last; ++M) {
+      std::vector<float> C(size_t(M * N)), want(size_t(M * N));
+      gemm(kCpu, Trans::kN, Trans::kT, M, N, K, 1.0f, A.data(), K, B.data(), K, 0.0f, C.data(), N);
+      ref::gemm(Trans::kN, Trans::kT, M, N, K, 1.0f, Aw.data(), K, Bw.data(), K, 0.0f, want.data(),
+                N);
+      expect_close(C, want, 1e-5, 1e-5, "M=" + std::to_string(M));
+      if (HasFailure()) return;
+    }
+}
+
 // Every byte of both formats decodes to a value on the format's grid (the reference's rounding,
 // an independent definition) and encodes back to itself; the largest finite values and NaN are
 // where the formats put them.

@@ -4,10 +4,12 @@
 // and the products accumulate in fp32 as on a GPU's fp16 tensor cores with fp32 accumulation).
 // kernels/cpu_isa.h has the rules, docs/kernels.md the measurements.
 //
-// oneDNN: creating a primitive costs tens to hundreds of microseconds, so primitives are cached
-// per (shape, strides, transposes, dtype, alpha, beta) for the life of the process. A training
-// step uses a few dozen distinct shapes; the cache never needs evicting. oneDNN reports failure
-// by throwing dnnl::error; every call here turns that into mtron::Error naming the GEMM.
+// oneDNN: creating a primitive costs about half a millisecond, so primitives are cached per
+// (shape, strides, transposes, dtype, alpha, beta): the most recently used kPrimitives of them
+// (core/lru_cache.h). A dense model's step uses a few dozen shapes; the experts of a mixture of
+// experts a new row count each. oneDNN's own primitive cache is off, so an evicted primitive's
+// memory (about half a megabyte) goes with it. oneDNN reports failure by throwing dnnl::error;
+// every call here turns that into mtron::Error naming the GEMM.
 //
 // OpenBLAS 0.3.21 picks its kernels once, when the library loads, from OPENBLAS_CORETYPE or its
 // CPUID tables (which send Sapphire/Emerald Rapids to Prescott kernels). A process whose
@@ -28,6 +30,7 @@
 
 #include "mtron/core/error.h"
 #include "mtron/core/log.h"
+#include "mtron/core/lru_cache.h"
 #include "mtron/kernels/cpu/cpu_ops.h"
 #include "mtron/kernels/cpu_isa.h"
 
@@ -60,6 +63,8 @@ struct Entry {
   dnnl::matmul prim;
 };
 
+constexpr size_t kPrimitives = 256;  // cached oneDNN primitives
+
 std::string describe(const Key& k) {
   return str(k.bf16 ? "bf16" : "fp32", " gemm M=", k.M, " N=", k.N, " K=", k.K, k.ta ? " A^T" : "",
              k.tb ? " B^T" : "");
@@ -87,12 +92,12 @@ class OneDnn {
 
   void run(const Key& k, const void* A, const void* B, float* C) {
     try {
-      const Entry& e = entry(k);
-      memory am(e.a, engine_, const_cast<void*>(A));
-      memory bm(e.b, engine_, const_cast<void*>(B));
-      memory cm(e.c, engine_, C);
+      const std::shared_ptr<const Entry> e = entry(k);
+      memory am(e->a, engine_, const_cast<void*>(A));
+      memory bm(e->b, engine_, const_cast<void*>(B));
+      memory cm(e->c, engine_, C);
       thread_local dnnl::stream stream(engine_);
-      e.prim.execute(stream, {{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, cm}});
+      e->prim.execute(stream, {{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, cm}});
       stream.wait();
     } catch (const dnnl::error& ex) {
       throw Error(str("oneDNN failed on a ", describe(k), ": ", ex.what()));
@@ -133,13 +138,16 @@ class OneDnn {
 #if defined(__x86_64__)
     if (cpu_isa() != cpu_isa_best()) dnnl::set_max_cpu_isa(dnnl_isa(cpu_isa()));
 #endif
+    dnnl::set_primitive_cache_capacity(0);  // cache_ holds the primitives
     return dnnl::engine(dnnl::engine::kind::cpu, 0);
   }
 
-  const Entry& entry(const Key& k) {
+  std::shared_ptr<const Entry> entry(const Key& k) {
     std::lock_guard<std::mutex> lock(mu_);
-    auto it = cache_.find(k);
-    if (it != cache_.end()) return *it->second;
+    return cache_.get(k, [&] { return make_entry(k); });
+  }
+
+  std::unique_ptr<Entry> make_entry(const Key& k) const {
     const auto dt = k.bf16 ? memory::data_type::bf16 : memory::data_type::f32;
     // op(A)[M,K]: stored row-major [M,K] (strides lda,1) or [K,M] read transposed (1,lda).
     memory::desc a({k.M, k.K}, dt, k.ta ? memory::dims{1, k.lda} : memory::dims{k.lda, 1});
@@ -153,14 +161,13 @@ class OneDnn {
       attr.set_post_ops(po);
     }
     dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a, b, c), attr, engine_);
-    auto e = std::make_unique<Entry>(Entry{a, b, c, dnnl::matmul(pd)});
-    return *cache_.emplace(k, std::move(e)).first->second;
+    return std::make_unique<Entry>(Entry{a, b, c, dnnl::matmul(pd)});
   }
 
   dnnl::engine engine_;
   bool has_bf16_ = false;
   std::mutex mu_;
-  std::unordered_map<Key, std::unique_ptr<Entry>, KeyHash> cache_;
+  LruCache<Key, const Entry, KeyHash> cache_{kPrimitives};
 };
 
 // OpenBLAS x86 cores by the widest vectors their sgemm uses: 1 SSE, 2 AVX, 3 AVX2, 4 AVX-512

@@ -7,7 +7,9 @@
 // The row-major call becomes a column-major one (gemm_layout.h). Each distinct problem (device,
 // dtype, transposes, sizes, leading dimensions, pointer alignments) gets a plan: the matmul
 // descriptor, the three layouts and the algorithm cuBLASLt's heuristic picked, made once and
-// cached, so a training step makes no descriptor or heuristic calls after its first. Alignment
+// cached (the most recently used kPlans: core/lru_cache.h), so a dense model's training step
+// makes no descriptor or heuristic calls after its first; a mixture of experts' expert GEMMs take
+// a new row count per expert and micro-batch, and an unbounded cache grew without end. Alignment
 // is part of the key because the heuristic assumes 256-byte aligned operands unless told
 // otherwise, and views into flat buffers often are less aligned. One 32 MiB workspace per
 // (device, stream), as NVIDIA recommends for Hopper, so GEMMs on different streams never share
@@ -24,6 +26,7 @@
 
 #include "mtron/core/error.h"
 #include "mtron/core/log.h"
+#include "mtron/core/lru_cache.h"
 #include "mtron/kernels/cuda/cuda_ops.h"
 #include "mtron/kernels/cuda/gemm_layout.h"
 #include "mtron/kernels/cuda/runtime.h"
@@ -44,6 +47,7 @@ namespace {
   } while (0)
 
 constexpr size_t kWorkspaceBytes = size_t(32) << 20;
+constexpr size_t kPlans = 1024;  // cached GEMM plans
 
 // Largest power of two dividing the address, at most 256 (cuBLASLt's default assumption).
 uint32_t alignment(const void* p) {
@@ -198,7 +202,7 @@ class Library {
   // The plan for `key` and the handle and workspace to run it with on `stream`.
   struct Ready {
     cublasLtHandle_t handle;
-    const Plan* plan;
+    std::shared_ptr<const Plan> plan;
     void* workspace;
   };
   Ready prepare(const PlanKey& key, const ColMajorGemm& g, cudaStream_t stream) {
@@ -207,9 +211,7 @@ class Library {
     if (!dev.handle) MT_CUBLAS_CHECK(cublasLtCreate(&dev.handle));
     void*& ws = dev.workspaces[stream];
     if (!ws) MT_CUDA_CHECK(cudaMalloc(&ws, kWorkspaceBytes));
-    std::unique_ptr<Plan>& plan = plans_[key];
-    if (!plan) plan = make_plan(dev.handle, key, g);
-    return {dev.handle, plan.get(), ws};
+    return {dev.handle, plans_.get(key, [&] { return make_plan(dev.handle, key, g); }), ws};
   }
 
  private:
@@ -219,7 +221,7 @@ class Library {
   };
   std::mutex mu_;
   std::unordered_map<int, Device> devices_;
-  std::unordered_map<PlanKey, std::unique_ptr<Plan>, PlanKeyHash> plans_;
+  LruCache<PlanKey, const Plan, PlanKeyHash> plans_{kPlans};
 };
 
 // A of type_A and B of type_B, as the row-major call has them, C of type_C (fp32 or bf16, and
