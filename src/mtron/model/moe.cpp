@@ -86,6 +86,14 @@ kernels::MoeRouting MoELayer::routing(int64_t T, const float* bias) const {
           .scale = cfg_.moe_router_topk_scaling_factor};
 }
 
+bool MoELayer::bf16_outputs(const RunCtx& rc) const {
+  for (int64_t e = 0; e < El_; ++e)
+    if (!bf16_gemm_outputs(rc, experts_.weight(fc1_w_[e])) ||
+        !bf16_gemm_outputs(rc, experts_.weight(fc2_w_[e])))
+      return false;
+  return true;
+}
+
 void MoELayer::count_tokens(const Stash& st) {
   for (int64_t e = 0; e < E_; ++e) tokens_per_expert_[size_t(e)] += double(st.kept[size_t(e)]);
 }
@@ -251,15 +259,20 @@ void MoELayer::forward(const RunCtx& rc,
   st.plan.to_experts(ein, perm, h, scratch);
   st.expert_in = as_gemm_input(rc, keep, ein, R * h);
 
+  // fc1's output (the activation's input) in bf16 where every expert's GEMMs may write bf16, as
+  // in the dense MLP
   const int64_t w1 = cfg_.swiglu ? 2 * Fl_ : Fl_;
-  st.fc1 = keep.alloc<float>(R * w1);
-  for (int64_t e = 0; e < El_; ++e) {
-    const int64_t b = st.plan.expert_begin(e), n = st.plan.expert_begin(e + 1) - b;
-    if (n == 0) continue;
-    linear_forward(rc, st.fc1 + b * w1, st.expert_in.at(b * h), experts_.weight(fc1_w_[e]), nullptr,
-                   n, h, w1);
-  }
-  st.act_in = mlp_activation(rc, keep, scratch, Act::of(st.fc1), R, Fl_, cfg_.swiglu);
+  const auto fc1 = [&](auto* out) {
+    for (int64_t e = 0; e < El_; ++e) {
+      const int64_t b = st.plan.expert_begin(e), n = st.plan.expert_begin(e + 1) - b;
+      if (n == 0) continue;
+      linear_forward(rc, out + b * w1, st.expert_in.at(b * h), experts_.weight(fc1_w_[e]), nullptr,
+                     n, h, w1);
+    }
+    return Act::of(out);
+  };
+  st.fc1 = bf16_outputs(rc) ? fc1(keep.alloc<bf16>(R * w1)) : fc1(keep.alloc<float>(R * w1));
+  st.act_in = mlp_activation(rc, keep, scratch, st.fc1, R, Fl_, cfg_.swiglu);
   float* eout = scratch.alloc<float>(R * h);  // partial over ETP
   for (int64_t e = 0; e < El_; ++e) {
     const int64_t b = st.plan.expert_begin(e), n = st.plan.expert_begin(e + 1) - b;
@@ -290,15 +303,19 @@ void MoELayer::backward(const RunCtx& rc,
   float* deout = scratch.alloc<float>(R * h);
   st.plan.to_experts(deout, dcomb, h, scratch);
   const int64_t w1 = cfg_.swiglu ? 2 * Fl_ : Fl_;
-  float* dact = scratch.alloc<float>(R * Fl_);
-  for (int64_t e = 0; e < El_; ++e) {
-    const int64_t b = st.plan.expert_begin(e), n = st.plan.expert_begin(e + 1) - b;
-    if (n == 0) continue;
-    linear_backward(rc, scratch, dact + b * Fl_, experts_.grad(fc2_w_[e]), nullptr, deout + b * h,
-                    st.act_in.at(b * Fl_), experts_.weight(fc2_w_[e]), n, Fl_, h);
-  }
-  const Act dfc1 =
-      mlp_activation_grad(rc, scratch, Act::of(st.fc1), Act::of(dact), R, Fl_, cfg_.swiglu);
+  // fc2's dgrad in fc1's output type (the activation's backward reads both)
+  const auto fc2_dgrad = [&](auto* dact) {
+    for (int64_t e = 0; e < El_; ++e) {
+      const int64_t b = st.plan.expert_begin(e), n = st.plan.expert_begin(e + 1) - b;
+      if (n == 0) continue;
+      linear_backward(rc, scratch, dact + b * Fl_, experts_.grad(fc2_w_[e]), nullptr, deout + b * h,
+                      st.act_in.at(b * Fl_), experts_.weight(fc2_w_[e]), n, Fl_, h);
+    }
+    return Act::of(dact);
+  };
+  const Act dact = st.fc1.dtype == DType::kBF16 ? fc2_dgrad(scratch.alloc<bf16>(R * Fl_))
+                                                : fc2_dgrad(scratch.alloc<float>(R * Fl_));
+  const Act dfc1 = mlp_activation_grad(rc, scratch, st.fc1, dact, R, Fl_, cfg_.swiglu);
   float* dein = scratch.alloc<float>(R * h);  // partial over ETP
   for (int64_t e = 0; e < El_; ++e) {
     const int64_t b = st.plan.expert_begin(e), n = st.plan.expert_begin(e + 1) - b;

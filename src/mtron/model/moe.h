@@ -88,7 +88,7 @@ class MoELayer {
     float* counts = nullptr;   // aux_loss [E] / seq_aux_loss [B, E] counts over the micro-batch
     parallel::DispatchPlan plan;
     Act expert_in;              // [R, h]
-    float* fc1 = nullptr;       // [R, Fl or 2 Fl] before the activation
+    Act fc1;                    // [R, Fl or 2 Fl] before the activation (bf16 or fp32)
     Act act_in;                 // [R, Fl]
     float* combined = nullptr;  // [P, h] expert outputs back in local order
     MoEStats stats;             // this micro-batch, this layer
@@ -155,6 +155,9 @@ class MoELayer {
                          int64_t T) const;
   // Drops the pairs over capacity (r.row = -1 before the permutation), counting them in stats.
   void apply_capacity(const RunCtx& rc, Routing& r, MoEStats& stats, int64_t T) const;
+  // Whether every local expert's fc1 and fc2 GEMMs may write bf16 (bf16_gemm_outputs): fc1's
+  // output and fc2's dgrad are then bf16.
+  bool bf16_outputs(const RunCtx& rc) const;
 
   const ModelConfig& cfg_;
   const ParamBuffer& dense_;
