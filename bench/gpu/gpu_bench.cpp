@@ -201,7 +201,8 @@ void mem_row(const std::string& what, const std::string& shape, const std::funct
 // step): GELU forward and backward with fc1's bias gradient (bf16, 4h columns), LayerNorm forward
 // (bf16 output) and backward, the bias gradient and bf16 copy of an fp32 output gradient; the
 // cross-entropy statistics and backward over one LM-head chunk of bf16 logits; AdamW with the
-// bf16 copy, the gradient norm's sum of squares and the clipping scale over 256M parameters.
+// bf16 copy and a clipping factor, the gradient norm's sum of squares and an in-place scaling (the
+// fp16 loss scaler's unscaling) over 256M parameters.
 void memory_bound(const Model& m, int64_t tokens) {
   const int64_t h = m.hidden, F = 4 * h, nf = tokens * F, nh = tokens * h;
   const std::string name = m.name;
@@ -254,7 +255,7 @@ void memory_bound(const Model& m, int64_t tokens) {
     Tensor p = filled(n, DType::kF32), mo = filled(n, DType::kF32), v = filled(n, DType::kF32);
     Tensor g = filled(n, DType::kF32), pb = filled(n, DType::kBF16);
     Tensor total = Tensor::empty({1}, DType::kF64, Device::kCUDA);
-    const AdamWParams ap{.lr = 1e-4f, .weight_decay = 0.1f, .step = 1};
+    const AdamWParams ap{.lr = 1e-4f, .weight_decay = 0.1f, .step = 1, .grad_scale = 0.5f};
     const AdamWRun run{.begin = 0, .n = n, .moment = 0, .lr = 1e-4f, .weight_decay = 0.1f};
     const std::string shape = str(n >> 20, "M params");
     mem_row(name + " adamw + bf16 copy", shape, [&] {
@@ -262,7 +263,7 @@ void memory_bound(const Model& m, int64_t tokens) {
     });
     mem_row(name + " grad norm sum_squares", shape,
             [&] { sum_squares(kDev, static_cast<double*>(total.raw()), g.f32(), n); });
-    mem_row(name + " grad clip scale", shape, [&] { scale_inplace(kDev, g.f32(), 1.0f, n); });
+    mem_row(name + " grad scale_inplace", shape, [&] { scale_inplace(kDev, g.f32(), 1.0f, n); });
   }
 }
 

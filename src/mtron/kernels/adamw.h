@@ -12,6 +12,10 @@
 // is elements [begin, begin + n) of param, grad and param_bf16 with their moments at
 // m/v[moment, moment + n), stepped with the run's lr and weight decay (p gives beta1, beta2, eps
 // and step; its lr and weight_decay are not used). Every element gets adamw_step's arithmetic.
+//
+// g is grad * grad_scale rounded to fp32, the gradient that scaling it in place before the step
+// (gradient clipping's factor) would leave, without that pass over the gradients: they stay as
+// they are.
 #pragma once
 
 #include <cstdint>
@@ -24,7 +28,8 @@ struct AdamWParams {
   float lr = 0;
   float beta1 = 0.9f, beta2 = 0.999f, eps = 1e-8f;
   float weight_decay = 0;
-  int64_t step = 1;  // 1-based, for bias correction
+  int64_t step = 1;         // 1-based, for bias correction
+  float grad_scale = 1.0f;  // the gradients' factor
 };
 
 struct AdamWRun {

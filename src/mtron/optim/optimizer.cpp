@@ -150,7 +150,6 @@ bool AdamW::step(double lr, double grad_norm, std::optional<double> decoupled_lr
   const double coeff = cfg_.clip_grad > 0 ? cfg_.clip_grad / (grad_norm + 1e-6) : 1.0;
   const float clip = coeff < 1.0 ? float(coeff) : 1.0f;
   ++step_;
-  if (clip != 1.0f) scale_grads(clip);
   // The offloaded parts' gradients and weights to the host first, then the device's steps are
   // queued (one multi-tensor launch per buffer), and the host's run while the device runs them.
   for (size_t i = 0; i < buffers_.size(); ++i) {
@@ -158,8 +157,9 @@ bool AdamW::step(double lr, double grad_norm, std::optional<double> decoupled_lr
     offload_copy(i, buffers_[i].grad, grad_h_[i].f32(), true);
     offload_copy(i, buffers_[i].master, master_h_[i].f32(), true);
   }
+  // The clipping factor is applied as the step reads the gradients (no pass of its own).
   const kernels::AdamWParams p{
-      .beta1 = cfg_.beta1, .beta2 = cfg_.beta2, .eps = cfg_.eps, .step = step_};
+      .beta1 = cfg_.beta1, .beta2 = cfg_.beta2, .eps = cfg_.eps, .step = step_, .grad_scale = clip};
   std::vector<std::vector<kernels::AdamWRun>> host_runs(buffers_.size());
   for (size_t i = 0; i < buffers_.size(); ++i) {
     const OptimBuffer& b = buffers_[i];

@@ -82,11 +82,12 @@ class AdamW {
   // The global gradient norm over this rank's shards, summed over `norm_group` (the ranks that
   // hold different parts of the gradient: model parallel, and data parallel when sharded).
   double grad_norm(Comm& norm_group) const;
-  // Clips by the given global norm, then one AdamW step with learning rate lr over each
-  // buffer's shard (decoupled_lr, when given, for the ranges marked decoupled_lr). Returns false
-  // (and changes nothing) if the norm is not finite.
+  // One AdamW step with learning rate lr over each buffer's shard (decoupled_lr, when given, for
+  // the ranges marked decoupled_lr), of the gradients clipped by the given global norm (the
+  // factor applied as the step reads them; the gradient buffers are left as they are). Returns
+  // false (and changes nothing) if the norm is not finite.
   bool step(double lr, double grad_norm, std::optional<double> decoupled_lr = std::nullopt);
-  // grad *= s over this rank's shards (clipping; the loss scaler's unscaling).
+  // grad *= s over this rank's shards (the loss scaler's unscaling).
   void scale_grads(float s);
 
   int64_t steps() const { return step_; }

@@ -1,7 +1,7 @@
 // CPU AdamW step over a contiguous fp32 range, optionally writing the bf16 compute copy.
 //
 // The arithmetic follows torch.optim.AdamW's single-tensor path in fp32, scalars in double:
-//   p *= 1 - lr wd;  m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g^2;
+//   g = grad grad_scale;  p *= 1 - lr wd;  m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g^2;
 //   p -= (lr / bc1) * m / (sqrt(v) / sqrt(bc2) + eps)
 // which is adamw.h's formula with the operations in the order PyTorch rounds them.
 #undef HWY_TARGET_INCLUDE
@@ -30,8 +30,9 @@ void adamw_step(MT_PARAMS(adamw_step)) {
   const VF step_size = hn::Set(d, float(double(p.lr) / bc1));
   const VF bc2_sqrt = hn::Set(d, float(std::sqrt(bc2)));
   const VF eps = hn::Set(d, p.eps);
+  const VF grad_scale = hn::Set(d, p.grad_scale);
   parallel_lanes(d, n, n * 18, [&](int64_t i, size_t k) {
-    const VF g = load(d, grad + i, k);
+    const VF g = hn::Mul(load(d, grad + i, k), grad_scale);
     const VF mm = hn::MulAdd(nb1, g, hn::Mul(b1, load(d, m + i, k)));
     const VF vv = hn::MulAdd(hn::Mul(nb2, g), g, hn::Mul(b2, load(d, v + i, k)));
     const VF denom = hn::Add(hn::Div(hn::Sqrt(vv), bc2_sqrt), eps);

@@ -3,7 +3,7 @@
 //
 // The arithmetic is the CPU kernel's, operation for operation (torch.optim.AdamW's order, the
 // bias corrections computed in double on the host and rounded to fp32 once):
-//   p *= 1 - lr wd;  m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g^2;
+//   g = grad grad_scale;  p *= 1 - lr wd;  m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g^2;
 //   p -= (lr / bc1) * m / (sqrt(v) / sqrt(bc2) + eps)
 #include <cmath>
 #include <vector>
@@ -18,12 +18,14 @@ constexpr int kThreads = 256;
 constexpr int64_t kTile = 4 * kThreads;  // a block's elements at a time: four per thread
 
 struct AdamWConsts {
-  float decay, b1, nb1, b2, nb2, step_size, bc2_sqrt, eps;
+  float decay, b1, nb1, b2, nb2, step_size, bc2_sqrt, eps, grad_scale;
 };
 
-// One element's step: weight w, moments mm and vv, gradient g.
+// One element's step: weight w, moments mm and vv, gradient grad (its product with the scale
+// rounded on its own, never fused into an FMA).
 __device__ __forceinline__ void adamw_value(
-    float& w, float& mm, float& vv, float g, const AdamWConsts& k) {
+    float& w, float& mm, float& vv, float grad, const AdamWConsts& k) {
+  const float g = __fmul_rn(grad, k.grad_scale);
   mm = fmaf(k.nb1, g, k.b1 * mm);
   vv = fmaf(k.nb2 * g, g, k.b2 * vv);
   const float denom = sqrtf(vv) / k.bc2_sqrt + k.eps;
@@ -108,7 +110,8 @@ AdamWConsts consts(const AdamWParams& p, float lr, float weight_decay) {
           1.0f - p.beta2,
           float(double(lr) / bc1),
           float(std::sqrt(bc2)),
-          p.eps};
+          p.eps,
+          p.grad_scale};
 }
 
 }  // namespace
