@@ -28,8 +28,8 @@ TEST(Gemm, Fp32RunsOnOpenBlasOnlyWhereItsKernelsFitTheCpu) {
 }
 
 // A mixture of experts' expert GEMMs take a new row count per expert and micro-batch: more
-// shapes than the CPU's primitive cache holds (256), each right, and the first ones right again
-// after their eviction.
+// shapes than the CPU's primitive cache holds, each right, the first ones right again after their
+// eviction, and the cache no larger than its capacity (where bf16 GEMMs run on oneDNN).
 TEST(Gemm, Bf16StaysRightOverMoreShapesThanTheCacheHolds) {
   const int64_t N = 8, K = 16, maxM = 300;
   const std::vector<float> a = randn(maxM * K, 1), b = randn(N * K, 2);
@@ -46,6 +46,11 @@ TEST(Gemm, Bf16StaysRightOverMoreShapesThanTheCacheHolds) {
       expect_close(C, want, 1e-5, 1e-5, "M=" + std::to_string(M));
       if (HasFailure()) return;
     }
+  const OneDnnPrimitives p = cpu_gemm_primitives();
+  if (cpu_gemm_paths().find("bf16 oneDNN") == std::string::npos) return;  // widened to fp32
+  EXPECT_LT(p.capacity, maxM);
+  EXPECT_GE(p.made, maxM + 40);  // every shape made, the evicted ones again
+  EXPECT_EQ(p.cached, p.capacity);
 }
 
 // Every byte of both formats decodes to a value on the format's grid (the reference's rounding,

@@ -1,6 +1,6 @@
 // defines: cpu_isa, cpu_isa_best, cpu_isa_levels, cpu_simd_target, cpu_simd_targets,
-//          use_cpu_simd_target, cpu_gemm_paths, cpu_summary, openblas_core_fits,
-//          openblas_core_for_cpu
+//          use_cpu_simd_target, cpu_gemm_paths, cpu_gemm_primitives, cpu_summary,
+//          openblas_core_fits, openblas_core_for_cpu
 //
 // What the CPU kernels run on. The instruction-set levels, lowest first:
 //   x86-64:  scalar, sse4, avx2, avx512, avx512_bf16, amx
@@ -45,6 +45,12 @@ void use_cpu_simd_target(const std::string& target);
 
 // "fp32 OpenBLAS (Haswell kernels), bf16 oneDNN 2.6.3 (AMX)" or similar.
 std::string cpu_gemm_paths();
+// The oneDNN matmul primitives the CPU GEMMs keep (at most a fixed number, the most recently
+// used) and have made so far.
+struct OneDnnPrimitives {
+  int64_t cached = 0, made = 0, capacity = 0;
+};
+OneDnnPrimitives cpu_gemm_primitives();
 // One line for logs and --version: level, SIMD target, GEMM paths, OpenMP threads.
 std::string cpu_summary();
 

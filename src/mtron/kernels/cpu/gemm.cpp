@@ -106,6 +106,10 @@ class OneDnn {
 
   // Whether oneDNN has a bf16 matmul at the level in use (it has none below AVX-512).
   bool has_bf16() const { return has_bf16_; }
+  OneDnnPrimitives primitives() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return {int64_t(cache_.size()), cache_.made(), int64_t(cache_.capacity())};
+  }
   std::string isa() const {
     switch (dnnl::get_effective_cpu_isa()) {
       case dnnl::cpu_isa::avx512_core_amx:
@@ -300,6 +304,10 @@ std::string cpu_gemm_paths() {
                               : str("widened to fp32 and run as fp32 (oneDNN ", v->major, ".",
                                     v->minor, " has no bf16 matmul at ", cpu_isa(), ")");
   return str("fp32 ", f32, ", bf16 ", b16);
+}
+
+OneDnnPrimitives cpu_gemm_primitives() {
+  return OneDnn::get().primitives();
 }
 
 namespace cpu {
