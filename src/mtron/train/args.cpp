@@ -274,6 +274,25 @@ bool parse_train_args(int argc, char** argv, int64_t world_size, TrainArgs& a) {
                "Megatron's precision-aware optimizer; with its default fp32 moments and master "
                "weights the arithmetic is mtron's AdamW's")
       ->group(o);
+  // The precision-aware optimizer's storage types, Megatron's names, choices and defaults. mtron
+  // keeps all four in fp32.
+  struct StateDtype {
+    const char* flag;
+    const char* what;
+    std::vector<std::string> choices;
+    std::string value = "fp32";
+  };
+  std::vector<StateDtype> state_dtypes = {
+      {"--main-grads-dtype", "main gradients", {"fp32", "bf16"}},
+      {"--main-params-dtype", "master weights", {"fp32", "fp16"}},
+      {"--exp-avg-dtype", "Adam's first moments", {"fp32", "fp16", "bf16", "fp8"}},
+      {"--exp-avg-sq-dtype", "Adam's second moments", {"fp32", "fp16", "bf16", "fp8"}}};
+  for (StateDtype& d : state_dtypes)
+    app.add_option(d.flag, d.value,
+                   str("Storage type of ", d.what,
+                       " with --use-precision-aware-optimizer; mtron keeps fp32 (the default)"))
+        ->check(CLI::IsMember(d.choices))
+        ->group(o);
   app.add_option("--loss-scale", a.loss_scale.static_scale,
                  "Static loss scale (with --fp16, or --bf16); default: dynamic with --fp16")
       ->group(o);
@@ -459,6 +478,17 @@ bool parse_train_args(int argc, char** argv, int64_t world_size, TrainArgs& a) {
         "results are the same)");
   }
 
+  for (const StateDtype& d : state_dtypes) {
+    if (d.value == "fp32") continue;
+    // Megatron's rule (OptimizerConfig), its words.
+    std::string name = std::string(d.flag + 2);
+    std::replace(name.begin(), name.end(), '-', '_');
+    MT_CHECK(precision_aware, name, " can only be fp32 when not using precision-aware optimizer");
+    MT_CHECK(false, d.flag, " ", d.value, ": mtron keeps ", d.what,
+             " in fp32 (Megatron's default; drop the flag or pass fp32); to save device memory "
+             "keep part of the optimizer state in host memory with --optimizer-cpu-offload "
+             "--optimizer-offload-fraction F, or shard it with --use-distributed-optimizer");
+  }
   MT_CHECK(offload_fraction >= 0 && offload_fraction <= 1,
            "--optimizer-offload-fraction must be in [0, 1] (got ", offload_fraction, ")");
   if (cpu_offload) {
