@@ -79,6 +79,13 @@ void add_model_flags(CLI::App& app, ModelConfig& m) {
          "rope, where it changes nothing).")
       ->group("Model");
   m.add_position_embedding = true;
+  // Megatron's legacy flag: rope whatever --position-embedding-type says (its callback runs after
+  // that option's).
+  app.add_flag_callback(
+         "--use-rotary-position-embeddings",
+         [&m] { m.position_embedding_type = PositionEmbedding::kRope; },
+         "Use rotary positional embeddings. Deprecated: use --position-embedding-type rope.")
+      ->group("Model");
   opt<float>(app, "--rotary-base", m.rotary_base, 10000.0f,
              "Base to use for rotary positional "
              "embeddings.");

@@ -199,6 +199,13 @@ bool parse_train_args(int argc, char** argv, int64_t world_size, TrainArgs& a) {
           {"full", RecomputeGranularity::kFull}, {"selective", RecomputeGranularity::kSelective}}))
       ->type_name("TEXT")
       ->group(t);
+  // Megatron's legacy flag: selective recompute whatever --recompute-granularity says (its
+  // callback runs after that option's).
+  app.add_flag_callback(
+         "--recompute-activations",
+         [&a] { a.recompute.granularity = RecomputeGranularity::kSelective; },
+         "Recompute activations: --recompute-granularity selective")
+      ->group(t);
   bool recompute_method_set = false;
   app.add_option_function<model::RecomputeMethod>(
          "--recompute-method",
