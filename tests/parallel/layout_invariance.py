@@ -30,7 +30,7 @@ must equal the 1-process run's (moe_expert_bias_hash), or dsv3 (DeepSeek-V3-shap
 attention, a dense first layer, 8 experts top-2 in 4 groups of which 2 are chosen, sigmoid scores
 with the expert bias, a shared expert, seq_aux_loss and one MTP depth, an MoE layer); mtp (llama with two multi-token
 prediction depths, whose logged losses must match too) and mtp_tied (with tied embeddings).
-These run without dropout; gpt2_dropout and llama_dropout
+qwen2: llama with a bias on the QKV projection alone (--add-qkv-bias). These run without dropout; gpt2_dropout and llama_dropout
 are gpt2 and llama with --hidden-dropout 0.1 --attention-dropout 0.1 (Megatron's default), whose
 masks every layout must reproduce. fp32, same seed and data; gpt2_fp16: gpt2 in fp16 with
 dynamic loss scaling (the same iterations must be skipped with the same loss scales); llama_fp8:
@@ -62,6 +62,8 @@ ARCH["moe_cap"] = ARCH["llama"] + (
 # iterations with the same scales. fp32 rounding differences between layouts move values across
 # fp16 rounding boundaries, hence its looser tolerance.
 ARCH["gpt2_fp16"] = ARCH["gpt2"] + "--fp16 --initial-loss-scale 1048576 --loss-scale-window 2".split()
+# Qwen2's biases: the QKV projection's alone (--add-qkv-bias), sharded over TP with its weight.
+ARCH["qwen2"] = ARCH["llama"] + ["--add-qkv-bias"]
 ARCH["llama_fp8"] = ARCH["llama"] + (
     "--bf16 --fp8-format hybrid --fp8-recipe delayed --fp8-amax-history-len 16 "
     "--fp8-amax-compute-algo max").split()

@@ -42,6 +42,17 @@ TEST(Memory, StageParametersAddUpToTheModel) {
   EXPECT_DOUBLE_EQ(total, full + copy);
 }
 
+// --add-qkv-bias (Qwen2): one bias of the QKV projection's width per layer, in the model's count
+// and the planner's alike.
+TEST(Memory, QkvBiasAloneAddsOneBiasPerLayer) {
+  ModelConfig m = test::model("llama2-7b");
+  const int64_t base = m.num_parameters(1);
+  m.add_qkv_bias = true;
+  EXPECT_EQ(m.num_parameters(1) - base, m.num_layers * (m.q_size() + 2 * m.kv_size()));
+  EXPECT_EQ(stage_parameters(m, make(m, 1, 1, 1, 1, 1).parallel, 0).total(),
+            double(m.num_parameters(1)));
+}
+
 // An MTP depth on the last stage: a layer's parameters (as one of the decoder's), three norms,
 // eh_proj [h, 2h] split over TP and, with untied embeddings under PP, the word embeddings'
 // replica; the first stage is unchanged, and the last stage's memory and step time grow.

@@ -63,6 +63,8 @@ void check_model(const ModelConfig& ck, const ModelConfig& run, const std::strin
        run.qk_layernorm ? "on" : "off");
   same(ck.add_bias_linear == run.add_bias_linear, "biases (--disable-bias-linear)",
        ck.add_bias_linear ? "on" : "off", run.add_bias_linear ? "on" : "off");
+  same(ck.qkv_bias() == run.qkv_bias(), "a QKV bias (--add-qkv-bias)", ck.qkv_bias() ? "on" : "off",
+       run.qkv_bias() ? "on" : "off");
   same(ck.vocab_size == run.vocab_size, "a vocabulary of", ck.vocab_size, run.vocab_size);
   if (run.position_embedding_type == PositionEmbedding::kLearnedAbsolute) {
     same(ck.max_position_embeddings == run.max_position_embeddings, "--max-position-embeddings",

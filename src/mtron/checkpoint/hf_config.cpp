@@ -74,6 +74,8 @@ std::string deepseek_reason(const ModelConfig& c, const std::string& name) {
 
 std::string arch_reason(const ModelConfig& c, HfArch arch) {
   const std::string name = std::string(hf_arch_name(arch)) + " ";
+  if (c.add_qkv_bias && !c.add_bias_linear && !c.mla.enabled)
+    return name + "has no bias on the QKV projection alone (--add-qkv-bias)";
   switch (arch) {
     case HfArch::kDeepseekV3:
       return deepseek_reason(c, name);

@@ -90,6 +90,7 @@ ordered_json model_config_to_json(const ModelConfig& m) {
   j["rotary_percent"] = tidy(m.rotary_percent);
   j["untie_embeddings_and_output_weights"] = m.untie_embeddings_and_output_weights;
   j["add_bias_linear"] = m.add_bias_linear;
+  j["add_qkv_bias"] = m.add_qkv_bias;
   j["make_vocab_size_divisible_by"] = m.make_vocab_size_divisible_by;
   j["init_method_std"] = tidy(m.init_method_std);
   j["seq_length"] = m.seq_length;
@@ -158,6 +159,7 @@ ModelConfig model_config_from_json(const json& j, const std::string& file) {
   m.untie_embeddings_and_output_weights =
       field<bool>(j, "untie_embeddings_and_output_weights", file);
   m.add_bias_linear = field<bool>(j, "add_bias_linear", file);
+  m.add_qkv_bias = field_or<bool>(j, "add_qkv_bias", false, file);
   m.make_vocab_size_divisible_by = field<int64_t>(j, "make_vocab_size_divisible_by", file);
   m.init_method_std = field_or<float>(j, "init_method_std", 0.02f, file);
   m.seq_length = field<int64_t>(j, "seq_length", file);

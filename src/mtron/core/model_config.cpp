@@ -143,8 +143,8 @@ int64_t ModelConfig::num_parameters(int64_t tp) const {
   const int64_t attn =
       mla.enabled
           ? mla.tp_sharded_attention_parameters(*this) + mla.replicated_attention_parameters(*this)
-          : h * (q_size() + 2 * kv_size()) + bias * (q_size() + 2 * kv_size()) + q_size() * h +
-                bias * h;
+          : h * (q_size() + 2 * kv_size()) + (qkv_bias() ? 1 : 0) * (q_size() + 2 * kv_size()) +
+                q_size() * h + bias * h;
   auto mlp = [&](int64_t f) {
     const int64_t up = swiglu ? 2 * f : f;
     return h * up + bias * up + f * h + bias * h;

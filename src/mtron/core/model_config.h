@@ -45,6 +45,7 @@ struct ModelConfig {
   bool add_position_embedding = true;
   bool untie_embeddings_and_output_weights = false;
   bool add_bias_linear = true;  // --disable-bias-linear clears it
+  bool add_qkv_bias = false;    // --add-qkv-bias: the QKV projection's bias without the others'
   int64_t make_vocab_size_divisible_by = 128;
   float init_method_std = 0.02f;
   int64_t seq_length = 0;
@@ -100,6 +101,9 @@ struct ModelConfig {
   int64_t qk_dim() const { return mla.enabled ? mla.q_head_dim() : kv_channels; }
   int64_t v_dim() const { return mla.enabled ? mla.v_head_dim : kv_channels; }
   int64_t q_size() const { return num_attention_heads * kv_channels; }
+  // Whether the (non-MLA) QKV projection has a bias: with every linear layer's, or alone
+  // (--add-qkv-bias), as Megatron's SelfAttention.
+  bool qkv_bias() const { return add_bias_linear || add_qkv_bias; }
   int64_t kv_size() const { return query_groups() * kv_channels; }
   int64_t ffn() const { return ffn_hidden_size; }
   int64_t moe_ffn() const { return moe_ffn_hidden_size; }

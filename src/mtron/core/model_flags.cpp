@@ -110,6 +110,8 @@ void add_model_flags(CLI::App& app, ModelConfig& m) {
          "Disable bias in the linear layers.")
       ->group("Model");
   m.add_bias_linear = true;
+  flag(app, "--add-qkv-bias", m.add_qkv_bias,
+       "Enable bias only in the QKV linear layers (with --disable-bias-linear; not with MLA).");
   opt<int64_t>(app, "--seq-length", m.seq_length, 0, "Maximum sequence length to process.");
   opt<float>(app, "--init-method-std", m.init_method_std, 0.02f,
              "Standard deviation of the zero mean normal distribution used for weight "
@@ -216,6 +218,7 @@ std::vector<std::string> model_flag_args(const ModelConfig& m) {
   on("--swiglu", m.swiglu);
   on("--untie-embeddings-and-output-weights", m.untie_embeddings_and_output_weights);
   on("--disable-bias-linear", !m.add_bias_linear);
+  on("--add-qkv-bias", m.add_qkv_bias && !m.add_bias_linear);
   add("--seq-length", m.seq_length);
   add("--vocab-size", m.vocab_size);
   add("--init-method-std", m.init_method_std);

@@ -68,7 +68,7 @@ TransformerLayer::TransformerLayer(const ModelConfig& cfg,
     // block of whole groups.
     qkv_w_ = params.add(
         sharded(pre + "self_attention.linear_qkv.weight", {G * (H / G + 2) * D, h}, 0, tp, std));
-    if (bias) {
+    if (cfg.qkv_bias()) {
       qkv_b_ = params.add(
           sharded(pre + "self_attention.linear_qkv.bias", {G * (H / G + 2) * D}, 0, tp, 0, false));
     }

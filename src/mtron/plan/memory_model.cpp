@@ -63,8 +63,9 @@ StageParams stage_parameters(const ModelConfig& m, const ParallelConfig& p, int6
   StageParams s;
   const double layers = layers_in_stage(m, p, stage);
   const double moe = moe_layers_in_stage(m, p, stage), dense = layers - moe;
-  const double attention = m.mla.enabled ? double(m.mla.tp_sharded_attention_parameters(m))
-                                         : h * (q + 2 * kv) + q * h + bias * (q + 2 * kv);
+  const double attention = m.mla.enabled
+                               ? double(m.mla.tp_sharded_attention_parameters(m))
+                               : h * (q + 2 * kv) + q * h + (m.qkv_bias() ? q + 2 * kv : 0);
   s.tp_sharded = (layers * attention + dense * mlp(double(m.ffn()))) / t;
   s.replicated =
       layers * (2 * norm +
