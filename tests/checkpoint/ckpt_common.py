@@ -10,6 +10,8 @@ from mtron_run import env, mpi_prefix, read_metrics, train  # noqa: E402,F401
 # Hugging Face's Qwen3 (hf_reference.py): llama with --qk-layernorm; Qwen3-MoE with a dense first
 # layer (its config's mlp_only_layers).
 ARCH["qwen3"] = ARCH["llama"] + ["--qk-layernorm"]
+# Llama 3.1's RoPE scaling (rope_scaling of rope_type "llama3", factor 8).
+ARCH["llama31"] = ARCH["llama"] + ["--use-rope-scaling"]
 ARCH["qwen3moe_mixed"] = [("([0]+[1]*3)" if v == "([1]*4)" else v) for v in ARCH["qwen3moe"]]
 assert ARCH["qwen3moe_mixed"] != ARCH["qwen3moe"]
 # Qwen3-MoE with norm_topk_prob false: Megatron's --moe-router-pre-softmax.

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # corrupt_cli_test.sh MTRON WORKDIR: `mtron train --load` of a damaged checkpoint exits 2 with
 # one clear error line naming the file and the tensor (no stack trace), for a flipped data byte,
-# a truncated shard and a mismatched model; the same for hostile Hugging Face folders; then
+# a truncated shard and a mismatched model; the same for hostile Hugging Face folders and a
+# rope_scaling mtron does not have; then
 # Megatron's --ckpt-step, --no-save-optim and --ckpt-format.
 set -u
 mtron=$1 work=$2
@@ -51,6 +52,16 @@ truncate -s 5000 "$work/hf_bad/model.safetensors"
 expect_cmd "model\.safetensors: (file is truncated|tensor '[^']+')" import --input "$work/hf_bad" --output "$work/imp2"
 sed -i 's/"gpt2"/"bert"/' "$work/hf_bad/config.json"
 expect_cmd "model_type 'bert' is not supported" import --input "$work/hf_bad" --output "$work/imp3"
+# A Llama 3.1 config (rope_scaling "llama3") whose scaling mtron does not have.
+"$mtron" train "${flags[@]}" --group-query-attention --num-query-groups 2 --swiglu \
+  --normalization RMSNorm --position-embedding-type rope --untie-embeddings-and-output-weights \
+  --disable-bias-linear --use-rope-scaling --save "$work/ck31" --save-interval 2 >/dev/null 2>&1 &&
+  "$mtron" export --load "$work/ck31" --output "$work/hf31" >/dev/null 2>&1 ||
+  { echo "llama 3.1 setup failed"; exit 1; }
+sed -i 's/"low_freq_factor": 1.0/"low_freq_factor": 2.0/' "$work/hf31/config.json"
+expect_cmd "rope_scaling low_freq_factor 2 is not supported" import --input "$work/hf31" --output "$work/imp4"
+sed -i 's/"rope_type": "llama3"/"rope_type": "dynamic"/' "$work/hf31/config.json"
+expect_cmd "rope_scaling type 'dynamic' is not supported" import --input "$work/hf31" --output "$work/imp5"
 expect_cmd "--output .* exists and is not an empty directory" export --load "$work/ck" --output "$work/hf"
 
 # --no-save-optim writes weights only; --ckpt-step picks an older iteration; --ckpt-format is a note.

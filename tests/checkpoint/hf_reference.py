@@ -160,6 +160,17 @@ def llama_logits(cfg, w, ids):
         return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * w[p + ".weight"]
 
     inv = 1.0 / (cfg["rope_theta"] ** (torch.arange(0, D, 2) / D))
+    ys = cfg.get("rope_scaling")
+    if ys:  # transformers' "llama3" rope_scaling (_compute_llama3_parameters)
+        assert ys["rope_type"] == "llama3", ys
+        f, old = ys["factor"], ys["original_max_position_embeddings"]
+        lo, hi = ys["low_freq_factor"], ys["high_freq_factor"]
+        wavelen = 2 * math.pi / inv
+        scaled = torch.where(wavelen > old / lo, inv / f, inv)
+        smooth = (old / wavelen - lo) / (hi - lo)
+        blended = (1 - smooth) * scaled / f + smooth * scaled
+        medium = ~(wavelen < old / hi) * ~(wavelen > old / lo)
+        inv = torch.where(medium, blended, scaled)
     ang = torch.arange(S)[:, None] * inv[None, :]
     cos, sin = torch.cat([ang.cos()] * 2, -1), torch.cat([ang.sin()] * 2, -1)
     rot = lambda t: torch.cat([-t[..., D // 2:], t[..., :D // 2]], -1)  # rotate_half

@@ -169,6 +169,8 @@ class Model:
         self.rms = cfg.get("normalization", "LayerNorm") == "RMSNorm"
         self.rope = cfg.get("position_embedding_type", "learned_absolute") == "rope"
         self.rotary_base = cfg.get("rotary_base", "10000")
+        self.rope_scaling = (float(cfg.get("rope_scaling_factor", 8))
+                             if "use_rope_scaling" in cfg else None)
         self.vocab = int(cfg["vocab_size"])
         self.eps = float(cfg.get("norm_epsilon", 1e-5))
         self.p = {k[len("param/"):]: torch.tensor(v.copy(), dtype=torch.float32,
@@ -309,6 +311,16 @@ class Model:
         base = float(self.rotary_base)
         pos_freq = base ** (torch.arange(0, R, 2, dtype=torch.float32) / R)
         inv_freq, attn = 1.0 / pos_freq, 1.0
+        if self.rope_scaling and not yarn:
+            # Llama 3.x (Megatron's RotaryEmbedding._apply_scaling): wavelengths above the
+            # original context 8192 divided by the factor, below 8192 / 4 kept, blended between
+            f = self.rope_scaling
+            wavelen = 2 * math.pi / inv_freq
+            scaled = torch.where(wavelen > 8192, inv_freq / f, inv_freq)
+            smooth = (8192 / wavelen - 1) / (4 - 1)
+            blended = (1 - smooth) * scaled / f + smooth * scaled
+            medium = ~(wavelen < 8192 / 4) * ~(wavelen > 8192)
+            inv_freq = torch.where(medium, blended, scaled)
         if yarn and self.yarn_factor != 1:
             f = self.yarn_factor
 

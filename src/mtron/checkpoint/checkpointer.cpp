@@ -77,6 +77,13 @@ void check_model(const ModelConfig& ck, const ModelConfig& run, const std::strin
       log_warn("checkpoint was trained with --rotary-base {}; continuing with {}", ck.rotary_base,
                run.rotary_base);
     }
+    const auto scaling = [](const ModelConfig& m) {
+      return m.rope_scaling
+                 ? str("--use-rope-scaling --rope-scaling-factor ", m.rope_scaling_factor)
+                 : std::string("no --use-rope-scaling");
+    };
+    if (scaling(ck) != scaling(run))
+      log_warn("checkpoint was trained with {}; continuing with {}", scaling(ck), scaling(run));
   }
   same(ck.mtp_num_layers == run.mtp_num_layers, "--mtp-num-layers", ck.mtp_num_layers,
        run.mtp_num_layers);

@@ -76,6 +76,10 @@ std::string arch_reason(const ModelConfig& c, HfArch arch) {
   const std::string name = std::string(hf_arch_name(arch)) + " ";
   if (c.add_qkv_bias && !c.add_bias_linear && !c.mla.enabled)
     return name + "has no bias on the QKV projection alone (--add-qkv-bias)";
+  if (c.rope_scaling && arch != HfArch::kLlama)
+    return name +
+           "is exported without Llama 3.x's rope_scaling (--use-rope-scaling): LlamaForCausalLM "
+           "has it";
   switch (arch) {
     case HfArch::kDeepseekV3:
       return deepseek_reason(c, name);
@@ -160,10 +164,46 @@ void read_llama_common(const json& j, const std::string& file, ModelConfig& m) {
   m.untie_embeddings_and_output_weights = !cfg_or<bool>(j, "tie_word_embeddings", false, file);
 }
 
+// Llama 3.x's rope_scaling (transformers' "llama3" rope_type) with Megatron's constants, the only
+// scaling mtron's standard attention has (--use-rope-scaling).
+constexpr double kLlama3LowFreq = 1.0, kLlama3HighFreq = 4.0, kLlama3Context = 8192.0;
+
+void read_llama3_rope_scaling(const json& j, const std::string& file, ModelConfig& m) {
+  if (!j.contains("rope_scaling") || j["rope_scaling"].is_null()) return;
+  const json& r = j["rope_scaling"];
+  MT_CHECK(r.is_object(), file, ": rope_scaling is not an object");
+  const std::string type =
+      cfg_or<std::string>(r, "rope_type", cfg_or<std::string>(r, "type", "", file), file);
+  MT_CHECK(type == "llama3", file, ": rope_scaling type '", type,
+           "' is not supported (mtron's standard attention has plain RoPE or Llama 3.x's "
+           "'llama3' scaling)");
+  const auto want = [&](const char* key, double v) {
+    const double got = cfg_or<double>(r, key, -1.0, file);
+    MT_CHECK(got == v, file, ": rope_scaling ", key, " ", got,
+             " is not supported (mtron's Llama 3.x scaling, as Megatron's --use-rope-scaling, has ",
+             v, ")");
+  };
+  want("low_freq_factor", kLlama3LowFreq);
+  want("high_freq_factor", kLlama3HighFreq);
+  want("original_max_position_embeddings", kLlama3Context);
+  m.rope_scaling = true;
+  m.rope_scaling_factor = float(cfg_or<double>(r, "factor", 8.0, file));
+}
+
+ordered_json llama3_rope_scaling(const ModelConfig& c) {
+  if (!c.rope_scaling) return nullptr;
+  ordered_json r;
+  r["factor"] = as_double(c.rope_scaling_factor);
+  r["high_freq_factor"] = kLlama3HighFreq;
+  r["low_freq_factor"] = kLlama3LowFreq;
+  r["original_max_position_embeddings"] = int64_t(kLlama3Context);
+  r["rope_type"] = "llama3";
+  return r;
+}
+
 void read_llama_family(const json& j, const std::string& file, ModelConfig& m) {
   read_llama_common(j, file, m);
-  MT_CHECK(!j.contains("rope_scaling") || j["rope_scaling"].is_null(), file,
-           ": rope_scaling is not supported (mtron's standard attention has plain RoPE)");
+  read_llama3_rope_scaling(j, file, m);
   const auto kv = cfg_or<int64_t>(j, "num_key_value_heads", m.num_attention_heads, file);
   m.group_query_attention = kv != m.num_attention_heads;
   m.num_query_groups = kv;
@@ -449,7 +489,7 @@ ordered_json hf_config_json(const ModelConfig& c, HfArch arch, const std::string
     j["output_router_logits"] = false;
     j["router_jitter_noise"] = 0.0;
   } else {
-    j["rope_scaling"] = nullptr;
+    j["rope_scaling"] = llama3_rope_scaling(c);
     j["attention_bias"] = c.add_bias_linear;
     if (arch == HfArch::kLlama) j["mlp_bias"] = c.add_bias_linear;
   }

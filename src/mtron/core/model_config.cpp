@@ -52,6 +52,13 @@ void ModelConfig::finalize() {
     MT_CHECK(rotary_dim() % 2 == 0 && rotary_dim() > 0, "rotary dimension (kv channels ",
              kv_channels, " x --rotary-percent ", rotary_percent, ") must be even and positive");
   }
+  if (rope_scaling) {
+    MT_CHECK(position_embedding_type == PositionEmbedding::kRope && !mla.enabled,
+             "--use-rope-scaling (Llama 3.x's RoPE frequencies) needs --position-embedding-type "
+             "rope without --multi-latent-attention (whose RoPE is YaRN: --rotary-scaling-factor)");
+    MT_CHECK(rope_scaling_factor > 0, "--rope-scaling-factor must be positive (got ",
+             rope_scaling_factor, ")");
+  }
   mla.validate(*this);
   if (is_moe()) {
     MT_CHECK(num_experts > 0, "--num-experts must be positive (got ", num_experts, ")");

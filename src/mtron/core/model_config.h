@@ -40,6 +40,8 @@ struct ModelConfig {
   PositionEmbedding position_embedding_type = PositionEmbedding::kLearnedAbsolute;
   float rotary_base = 10000.0f;
   float rotary_percent = 1.0f;
+  bool rope_scaling = false;         // --use-rope-scaling: Llama 3.x's frequencies
+  float rope_scaling_factor = 8.0f;  // --rope-scaling-factor
   // --no-position-embedding clears it: Megatron's deprecated switch, valid with rope only
   // (where there is no learned position table to drop).
   bool add_position_embedding = true;

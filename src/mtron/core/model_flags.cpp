@@ -91,6 +91,9 @@ void add_model_flags(CLI::App& app, ModelConfig& m) {
              "embeddings.");
   opt<float>(app, "--rotary-percent", m.rotary_percent, 1.0f,
              "Percent of rotary dimension to use.");
+  flag(app, "--use-rope-scaling", m.rope_scaling, "Apply rope scaling as used in llama3.x");
+  opt<float>(app, "--rope-scaling-factor", m.rope_scaling_factor, 8.0f,
+             "Rope scaling factor in llama3.x models");
   opt<int64_t>(app, "--make-vocab-size-divisible-by", m.make_vocab_size_divisible_by, 128,
                "Pad the vocab size to be divisible by this value (times the tensor parallel "
                "size). This is added for computational efficiency reasons.");
@@ -209,6 +212,10 @@ std::vector<std::string> model_flag_args(const ModelConfig& m) {
   if (m.position_embedding_type == PositionEmbedding::kRope) {
     add("--rotary-base", m.rotary_base);
     add("--rotary-percent", m.rotary_percent);
+    if (m.rope_scaling) {
+      on("--use-rope-scaling", true);
+      add("--rope-scaling-factor", m.rope_scaling_factor);
+    }
   }
   add("--make-vocab-size-divisible-by", m.make_vocab_size_divisible_by);
   add("--normalization", name_of(kNormalizationNames, m.normalization));

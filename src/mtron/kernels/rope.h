@@ -39,16 +39,32 @@ namespace mtron::kernels {
 // 1 / (factor base^(2i/R)) by the linear ramp r_i = clamp((i - low) / (high - low), 0, 1) over
 // the correction range [low, high] (high + 0.001 when equal): with m_i = 1 - r_i,
 // inv_freq_i = interpolated (1 - m_i) + e_i m_i, Megatron's expression; cos and sin are
-// multiplied by mscale (YaRN's concentration factor). The one formula of every backend.
+// multiplied by mscale (YaRN's concentration factor). Llama 3.x's scaling (llama3_factor > 0:
+// Megatron's RotaryEmbedding._apply_scaling, Hugging Face's "llama3" rope_type, with their
+// constants: low and high frequency factors 1 and 4, an original context of 8192) keeps the
+// plain frequencies of wavelengths below 8192 / 4, divides those above 8192 by the factor and
+// blends the two between, in PyTorch's fp32 operations in PyTorch's order (scalar / tensor is
+// the tensor's reciprocal times the scalar; each product rounded to fp32 before a sum, so no
+// backend's contraction into a fused multiply-add changes it). The one formula of every backend.
 struct RopeFreq {
   float base = 10000.0f;
   float yarn_factor = 1.0f;  // 1: plain RoPE
   float ramp_low = 0.0f, ramp_high = 0.0f;
   float mscale = 1.0f;
+  float llama3_factor = 0.0f;  // 0: no Llama 3.x scaling
+  MT_HOST_DEVICE static float mul(float a, float b) { return float(double(a) * double(b)); }
+  MT_HOST_DEVICE float llama3(float f) const {
+    const float wavelen = mul(1.0f / f, 6.2831855f);  // 2 pi / f as PyTorch computes it
+    const float scaled = wavelen > 8192.0f ? f / llama3_factor : f;
+    if (wavelen < 2048.0f || wavelen > 8192.0f) return scaled;
+    const float smooth = (mul(1.0f / wavelen, 8192.0f) - 1.0f) / 3.0f;
+    return mul(1.0f - smooth, scaled) / llama3_factor + mul(smooth, scaled);
+  }
   MT_HOST_DEVICE float inv_freq(int64_t i, int64_t R) const {
     // base^e as a double power rounded once to fp32, the same value on every backend (CUDA's
     // powf may be 2 ulp off glibc's; far positions' angles turn that into visible differences)
     const float p = float(pow(double(base), double(float(2 * i) / float(R))));
+    if (llama3_factor > 0.0f) return llama3(1.0f / p);
     if (yarn_factor == 1.0f) return 1.0f / p;
     const float high = ramp_high == ramp_low ? ramp_high + 0.001f : ramp_high;
     const float ramp = fminf(fmaxf((float(i) - ramp_low) / (high - ramp_low), 0.0f), 1.0f);
