@@ -146,12 +146,11 @@ int64_t ModelConfig::num_parameters(int64_t tp) const {
   const int64_t qk_norm = qk_layernorm && !mla.enabled
                               ? (normalization == Normalization::kLayerNorm ? 4 : 2) * kv_channels
                               : 0;
-  const int64_t bias = add_bias_linear ? 1 : 0;
+  const int64_t bias = add_bias_linear ? 1 : 0, qkv_b = qkv_bias() ? 1 : 0;
   const int64_t attn =
       mla.enabled
           ? mla.tp_sharded_attention_parameters(*this) + mla.replicated_attention_parameters(*this)
-          : h * (q_size() + 2 * kv_size()) + (qkv_bias() ? 1 : 0) * (q_size() + 2 * kv_size()) +
-                q_size() * h + bias * h;
+          : (h + qkv_b) * (q_size() + 2 * kv_size()) + q_size() * h + bias * h;
   auto mlp = [&](int64_t f) {
     const int64_t up = swiglu ? 2 * f : f;
     return h * up + bias * up + f * h + bias * h;

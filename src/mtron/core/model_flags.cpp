@@ -212,10 +212,8 @@ std::vector<std::string> model_flag_args(const ModelConfig& m) {
   if (m.position_embedding_type == PositionEmbedding::kRope) {
     add("--rotary-base", m.rotary_base);
     add("--rotary-percent", m.rotary_percent);
-    if (m.rope_scaling) {
-      on("--use-rope-scaling", true);
-      add("--rope-scaling-factor", m.rope_scaling_factor);
-    }
+    on("--use-rope-scaling", m.rope_scaling);
+    if (m.rope_scaling) add("--rope-scaling-factor", m.rope_scaling_factor);
   }
   add("--make-vocab-size-divisible-by", m.make_vocab_size_divisible_by);
   add("--normalization", name_of(kNormalizationNames, m.normalization));

@@ -263,23 +263,19 @@ void MoELayer::forward(const RunCtx& rc,
   // in the dense MLP
   const int64_t w1 = cfg_.swiglu ? 2 * Fl_ : Fl_;
   const auto fc1 = [&](auto* out) {
-    for (int64_t e = 0; e < El_; ++e) {
-      const int64_t b = st.plan.expert_begin(e), n = st.plan.expert_begin(e + 1) - b;
-      if (n == 0) continue;
+    st.plan.for_each_expert([&](int64_t e, int64_t b, int64_t n) {
       linear_forward(rc, out + b * w1, st.expert_in.at(b * h), experts_.weight(fc1_w_[e]), nullptr,
                      n, h, w1);
-    }
+    });
     return Act::of(out);
   };
   st.fc1 = bf16_outputs(rc) ? fc1(keep.alloc<bf16>(R * w1)) : fc1(keep.alloc<float>(R * w1));
   st.act_in = mlp_activation(rc, keep, scratch, st.fc1, R, Fl_, cfg_.swiglu);
   float* eout = scratch.alloc<float>(R * h);  // partial over ETP
-  for (int64_t e = 0; e < El_; ++e) {
-    const int64_t b = st.plan.expert_begin(e), n = st.plan.expert_begin(e + 1) - b;
-    if (n == 0) continue;
+  st.plan.for_each_expert([&](int64_t e, int64_t b, int64_t n) {
     linear_forward(rc, eout + b * h, st.act_in.at(b * Fl_), experts_.weight(fc2_w_[e]), nullptr, n,
                    Fl_, h);
-  }
+  });
   st.combined = keep.alloc<float>(P * h);
   st.plan.from_experts(st.combined, eout, h, scratch);
   kernels::moe_combine(rc.k, y, st.combined, st.row, st.weight, routing(T), h);
@@ -305,24 +301,20 @@ void MoELayer::backward(const RunCtx& rc,
   const int64_t w1 = cfg_.swiglu ? 2 * Fl_ : Fl_;
   // fc2's dgrad in fc1's output type (the activation's backward reads both)
   const auto fc2_dgrad = [&](auto* dact) {
-    for (int64_t e = 0; e < El_; ++e) {
-      const int64_t b = st.plan.expert_begin(e), n = st.plan.expert_begin(e + 1) - b;
-      if (n == 0) continue;
+    st.plan.for_each_expert([&](int64_t e, int64_t b, int64_t n) {
       linear_backward(rc, scratch, dact + b * Fl_, experts_.grad(fc2_w_[e]), nullptr, deout + b * h,
                       st.act_in.at(b * Fl_), experts_.weight(fc2_w_[e]), n, Fl_, h);
-    }
+    });
     return Act::of(dact);
   };
   const Act dact = st.fc1.dtype == DType::kBF16 ? fc2_dgrad(scratch.alloc<bf16>(R * Fl_))
                                                 : fc2_dgrad(scratch.alloc<float>(R * Fl_));
   const Act dfc1 = mlp_activation_grad(rc, scratch, st.fc1, dact, R, Fl_, cfg_.swiglu);
   float* dein = scratch.alloc<float>(R * h);  // partial over ETP
-  for (int64_t e = 0; e < El_; ++e) {
-    const int64_t b = st.plan.expert_begin(e), n = st.plan.expert_begin(e + 1) - b;
-    if (n == 0) continue;
+  st.plan.for_each_expert([&](int64_t e, int64_t b, int64_t n) {
     linear_backward(rc, scratch, dein + b * h, experts_.grad(fc1_w_[e]), nullptr, dfc1.at(b * w1),
                     st.expert_in.at(b * h), experts_.weight(fc1_w_[e]), n, h, w1);
-  }
+  });
   float* dperm = scratch.alloc<float>(P * h);
   st.plan.from_experts(dperm, dein, h, scratch);
 

@@ -61,6 +61,14 @@ class DispatchPlan {
   int64_t local_experts() const { return local_experts_; }
   // Expert-major rows of local expert e: [expert_begin(e), expert_begin(e + 1)).
   int64_t expert_begin(int64_t e) const { return expert_begin_[size_t(e)]; }
+  // f(e, begin, rows) for each local expert e that has rows, in order.
+  template <typename F>
+  void for_each_expert(F&& f) const {
+    for (int64_t e = 0; e < local_experts_; ++e) {
+      const int64_t b = expert_begin(e), n = expert_begin(e + 1) - b;
+      if (n > 0) f(e, b, n);
+    }
+  }
 
   // expert[R, C] <- local[P, C]
   void to_experts(float* expert, const float* local, int64_t C, Arena& scratch) const;

@@ -284,10 +284,10 @@ StepTime estimate_step_time(const ModelConfig& m, const Layout& l, const PerfPar
     double bytes = (4 + 6) * e * T * h / st + mlp_elem;
     // Biases: added to each linear output (read + write), reduced over tokens backward (read),
     // about 1.5 passes over [T, outputs] per direction.
-    if (m.add_bias_linear && !pp.fused_bias)
-      bytes += 1.5 * e * T * ((q + 2 * kv) / t + h / st + F * up / t + h / st);
-    else if (m.add_qkv_bias && !pp.fused_bias)
-      bytes += 1.5 * e * T * (q + 2 * kv) / t;
+    if (!pp.fused_bias) {
+      if (m.qkv_bias()) bytes += 1.5 * e * T * (q + 2 * kv) / t;
+      if (m.add_bias_linear) bytes += 1.5 * e * T * (h / st + F * up / t + h / st);
+    }
     if (m.hidden_dropout > 0) bytes += 2 * T * h / st;
     if (!m.mla.enabled && m.position_embedding_type == PositionEmbedding::kRope)
       bytes += 2 * e * T * (q + kv) / t;

@@ -11,6 +11,10 @@ namespace {
 
 constexpr const char* kGroup = "Accepted for Megatron scripts (no effect in mtron: docs/flags.md)";
 
+constexpr const char* kNoCudaGraphs = "mtron does not capture CUDA graphs (docs/cuda.md says why)";
+constexpr const char* kNoRngTracker =
+    "mtron's dropout masks come from Philox counters, with no RNG tracker";
+
 struct Compat {
   const char* flag;
   const char* why;  // completes "<flag> has no effect: <why>"
@@ -56,11 +60,10 @@ constexpr Compat kSwitches[] = {
     {"--no-overlap-p2p-communication", "pipeline send/recv scheduling choice"},
     {"--defer-embedding-wgrad-compute", "kernel scheduling choice"},
     {"--enable-experimental", "mtron has no experimental features to enable"},
-    {"--enable-cuda-graph", "mtron does not capture CUDA graphs (docs/cuda.md says why)"},
-    {"--external-cuda-graph", "mtron does not capture CUDA graphs (docs/cuda.md says why)"},
-    {"--te-rng-tracker", "mtron's dropout masks come from Philox counters, with no RNG tracker"},
-    {"--inference-rng-tracker",
-     "mtron's dropout masks come from Philox counters, with no RNG tracker"},
+    {"--enable-cuda-graph", kNoCudaGraphs},
+    {"--external-cuda-graph", kNoCudaGraphs},
+    {"--te-rng-tracker", kNoRngTracker},
+    {"--inference-rng-tracker", kNoRngTracker},
     {"--apply-query-key-layer-scaling",
      "it scales Q K^T by 1 / layer number and the softmax back, the same in exact arithmetic; "
      "mtron's softmax runs in fp32"},
@@ -96,15 +99,9 @@ const std::vector<CompatValue>& value_flags() {
       {"--dataloader-type",
        "mtron's sampler is Megatron's 'single' (in order from consumed samples)",
        {"single"}},
-      {"--cuda-graph-impl",
-       "mtron does not capture CUDA graphs (docs/cuda.md says why)",
-       {"none", "local", "transformer_engine"}},
-      {"--cuda-graph-scope",
-       "mtron does not capture CUDA graphs (docs/cuda.md says why)",
-       {"full", "attn", "full_iteration"}},
-      {"--cuda-graph-warmup-steps",
-       "mtron does not capture CUDA graphs (docs/cuda.md says why)",
-       {}},
+      {"--cuda-graph-impl", kNoCudaGraphs, {"none", "local", "transformer_engine"}},
+      {"--cuda-graph-scope", kNoCudaGraphs, {"full", "attn", "full_iteration"}},
+      {"--cuda-graph-warmup-steps", kNoCudaGraphs, {}},
       {"--profile-step-start", "--profile times every iteration after the first", {}},
       {"--profile-step-end", "--profile times every iteration after the first", {}},
       {"--tensorboard-queue-size", "mtron flushes the event file at every logged iteration", {}},
