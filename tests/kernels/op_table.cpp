@@ -562,9 +562,18 @@ void xent_cases(Checker& ck, bool small) {
       ck.check("rescaled row_max", mr, 0.0);
       ck.check("rescaled row_sumexp", sr, kTolF32);
       Pair<double> sum(std::vector<double>{0.5});
-      ref::xent_loss_sum(sum.host(), mx.host(), se.host(), tg.host(), s.n);
-      xent_loss_sum(g_dev, sum.dev(), mx.dev(), se.dev(), tg.dev(), s.n);
+      ref::xent_loss_sum(sum.host(), mx.host(), se.host(), tg.host(), (const float*)nullptr, s.n);
+      xent_loss_sum(g_dev, sum.dev(), mx.dev(), se.dev(), tg.dev(), nullptr, s.n);
       ck.check("loss sum", {float(sum.dev_result()[0])}, {float(sum.host_result()[0])}, kTolF32);
+      // rows masked out (--eod-mask-loss) are left out of the sum
+      std::vector<float> keep(size_t(s.n));
+      for (size_t r = 0; r < keep.size(); ++r) keep[r] = float((r * 7 + 3) % 4 != 0);
+      Pair<float> mask(keep);
+      Pair<double> msum(std::vector<double>{0.5});
+      ref::xent_loss_sum(msum.host(), mx.host(), se.host(), tg.host(), mask.host(), s.n);
+      xent_loss_sum(g_dev, msum.dev(), mx.dev(), se.dev(), tg.dev(), mask.dev(), s.n);
+      ck.check("masked loss sum", {float(msum.dev_result()[0])}, {float(msum.host_result()[0])},
+               kTolF32);
       // backward from the reference's statistics, once with row scales and once in place without
       Pair<float> m2(mx.host_result()), s2(se.host_result()), scale(randn(s.n)), dl(poison(nv));
       ref::xent_backward(dl.host(), logits.host(), targets.host(), m2.host(), s2.host(),

@@ -30,7 +30,10 @@ must equal the 1-process run's (moe_expert_bias_hash), or dsv3 (DeepSeek-V3-shap
 attention, a dense first layer, 8 experts top-2 in 4 groups of which 2 are chosen, sigmoid scores
 with the expert bias, a shared expert, seq_aux_loss and one MTP depth, an MoE layer); mtp (llama with two multi-token
 prediction depths, whose logged losses must match too) and mtp_tied (with tied embeddings).
-qwen2: llama with a bias on the QKV projection alone (--add-qkv-bias). These run without dropout; gpt2_dropout and llama_dropout
+qwen2: llama with a bias on the QKV projection alone (--add-qkv-bias). llama_eod and mtp_eod:
+llama and mtp with --eod-mask-loss on a corpus of short documents (tests/data/eod_corpus.py, made
+by the baseline run in the current folder), so every rank's micro-batches mask a different number
+of tokens while the loss stays the mean over the global batch's unmasked ones. These run without dropout; gpt2_dropout and llama_dropout
 are gpt2 and llama with --hidden-dropout 0.1 --attention-dropout 0.1 (Megatron's default), whose
 masks every layout must reproduce. fp32, same seed and data; gpt2_fp16: gpt2 in fp16 with
 dynamic loss scaling (the same iterations must be skipped with the same loss scales); llama_fp8:
@@ -50,6 +53,9 @@ import tempfile
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts"))
 import mtron_run  # noqa: E402
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "data"))
+import eod_corpus  # noqa: E402
+
 COMMON = mtron_run.TINY + ["--train-iters", "10"]
 ARCH = dict(mtron_run.TINY_ARCH)
 ARCH["moe_cap"] = ARCH["llama"] + (
@@ -67,6 +73,9 @@ ARCH["qwen2"] = ARCH["llama"] + ["--add-qkv-bias"]
 ARCH["llama_fp8"] = ARCH["llama"] + (
     "--bf16 --fp8-format hybrid --fp8-recipe delayed --fp8-amax-history-len 16 "
     "--fp8-amax-compute-algo max").split()
+EOD = ["--eod-mask-loss", "--tokenizer-type", "NullTokenizer", "--data-path", "@CORPUS@"]
+ARCH["llama_eod"] = ARCH["llama"] + EOD
+ARCH["mtp_eod"] = ARCH["mtp"] + EOD
 NO_DROPOUT = "--hidden-dropout 0 --attention-dropout 0".split()
 DROPOUT = "--hidden-dropout 0.1 --attention-dropout 0.1".split()
 for a in list(ARCH):
@@ -100,8 +109,16 @@ def moe_layers(args):
     return layers + layers[-1:] * flag(args, "--mtp-num-layers", 0)
 
 
+def corpus(arch):
+    """The path of an --eod-mask-loss arch's corpus (made by its baseline run)."""
+    return os.path.abspath("eod_corpus_%s_text_document" % arch)
+
+
 def train(mtron, arch, np_, flags, metrics):
-    return mtron_run.train(mtron, np_, COMMON + ARCH[arch] + flags, metrics, timeout=600)
+    args = COMMON + ARCH[arch] + flags
+    if "@CORPUS@" in args:
+        args = [corpus(arch) if a == "@CORPUS@" else a for a in args if a != "--mock-data"]
+    return mtron_run.train(mtron, np_, args, metrics, timeout=600)
 
 
 def seeds(mtron, arch, base):
@@ -125,6 +142,8 @@ def seeds(mtron, arch, base):
 def main():
     mode, mtron, arch = sys.argv[1], sys.argv[2], sys.argv[3]
     if mode == "baseline":
+        if "@CORPUS@" in ARCH[arch]:
+            eod_corpus.make(mtron, corpus(arch)[:-len("_text_document")], mtron_run.emulator())
         rows, out = train(mtron, arch, 1, [], sys.argv[4])
         with open(sys.argv[4] + ".log", "w") as f:
             f.write(out)

@@ -21,6 +21,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
+#include <numeric>
 #include <string>
 #include <vector>
 
@@ -111,6 +112,9 @@ int main(int argc, char** argv) {
   }
   std::vector<std::string> flags = base_flags(argv[1]);
   for (int i = 3; i < argc; ++i) flags.push_back(argv[i]);
+  // Extra flags with --data-path train on that data instead of the mock data.
+  if (std::find(flags.begin(), flags.end(), "--data-path") != flags.end())
+    flags.erase(std::find(flags.begin(), flags.end(), "--mock-data"));
   std::vector<char*> av = {const_cast<char*>("train")};
   for (auto& f : flags) av.push_back(f.data());
 
@@ -148,8 +152,20 @@ int main(int argc, char** argv) {
   double loss_sum = 0;
   const int64_t D = a.model.mtp_num_layers;
   std::vector<double> mtp(size_t(D), 0.0);
+  // The tokens whose loss counts, from the micro-batches' masks (--eod-mask-loss) or all
+  // positions (with a target at each MTP depth).
+  double counted = 0;
+  std::vector<double> mtp_counted(size_t(D), 0.0);
   for (int64_t j = 0; j < M; ++j) {
     model::MicroBatch mb = t.microbatch(j);
+    const auto count = [&](const std::vector<float>& mask, int64_t k, int64_t all) {
+      if (mask.empty()) return double(all);
+      return std::accumulate(mask.begin() + k * N, mask.begin() + (k + 1) * N, 0.0);
+    };
+    counted += count(mb.loss_mask, 0, N);
+    for (int64_t k = 0; k < D; ++k)
+      mtp_counted[size_t(k)] +=
+          count(mb.mtp_loss_mask, k, a.parallel.micro_batch_size * (a.model.seq_length - k - 1));
     st.logits_out = j == 0 ? logits.data() : nullptr;
     chunk.forward(t.run_ctx(), mb, st, nullptr, true);
     loss_sum += st.loss_sum;
@@ -157,10 +173,9 @@ int main(int argc, char** argv) {
     chunk.backward(t.run_ctx(), mb, st, nullptr);
   }
   record("step0/logits", 0, {N, V}, logits.data(), 4);
-  double loss = loss_sum / double(a.parallel.global_batch_size * a.model.seq_length);
+  double loss = loss_sum / counted;
   record("step0/loss", 2, {1}, &loss, 8);
-  for (int64_t k = 0; k < D; ++k)
-    mtp[size_t(k)] /= double(a.parallel.global_batch_size * (a.model.seq_length - k - 1));
+  for (int64_t k = 0; k < D; ++k) mtp[size_t(k)] /= mtp_counted[size_t(k)];
   if (D > 0) record("step0/mtp_losses", 2, {D}, mtp.data(), 8);
   for (const model::ParamBuffer* b : {&params, &experts}) {
     for (size_t i = 0; i < b->specs().size(); ++i)

@@ -27,6 +27,9 @@ while the reported loss stays the main model's; each depth's mean loss is compar
 With --hidden-dropout / --attention-dropout > 0 (mtron's default, Megatron's 0.1) every
 training forward applies dropout with masks regenerated here by an independent Philox4x32-10
 (keyed and indexed as mtron's model/dropout.h documents), so the checks cover dropout too.
+--eod-mask-loss (Megatron's GPTDataset loss mask) leaves out the positions whose input token is
+the NullTokenizer's end-of-document id (vocab size - 1), at each MTP depth the rolled input's,
+and every loss is the mean over the global batch's positions left in.
 Exit code 1 on any failure. Run with Debian's /usr/bin/python3 (python3-torch, python3-numpy).
 """
 import math
@@ -172,6 +175,7 @@ class Model:
         self.rope_scaling = (float(cfg.get("rope_scaling_factor", 8))
                              if "use_rope_scaling" in cfg else None)
         self.vocab = int(cfg["vocab_size"])
+        self.eod = self.vocab - 1 if "eod_mask_loss" in cfg else None
         self.eps = float(cfg.get("norm_epsilon", 1e-5))
         self.p = {k[len("param/"):]: torch.tensor(v.copy(), dtype=torch.float32,
                                                    requires_grad=True)
@@ -445,9 +449,17 @@ class Model:
             hidden = self.norm(x, pre + "final_layernorm")
             keep = S - k - 1  # positions with a target k + 1 tokens further
             lg = self.head(hidden)[:keep]
-            sums.append(F.cross_entropy(lg.reshape(-1, lg.shape[-1]), y[:keep].reshape(-1),
-                                        reduction="sum"))
+            sums.append(self.masked_sum(lg, y[:keep], t[:keep], k + 1))
         return sums
+
+    def masked_sum(self, lg, y, t, depth):
+        """The summed token losses of logits lg against labels y, leaving out (--eod-mask-loss)
+        the positions whose input token t is the end-of-document id; counts the positions left
+        in self.counted[depth]."""
+        losses = F.cross_entropy(lg.reshape(-1, lg.shape[-1]), y.reshape(-1), reduction="none")
+        keep = torch.ones_like(losses) if self.eod is None else (t.reshape(-1) != self.eod).float()
+        self.counted[depth] += int(keep.sum().item())
+        return (losses * keep).sum()
 
     def loss_sum(self, tokens, labels, it, sample0, count=False):
         """The micro-batch's summed token losses; its aux losses go to self.aux, its MTP
@@ -457,18 +469,18 @@ class Model:
         if self.mtp:
             sums = self.mtp_loss_sums(tokens, labels, hidden, it, sample0, count)
             self.mtp_sums = [a + b for a, b in zip(self.mtp_sums, sums)]
-        return F.cross_entropy(lg.reshape(-1, lg.shape[-1]),
-                               torch.tensor(labels, dtype=torch.long).reshape(-1), reduction="sum")
+        return self.masked_sum(lg, torch.tensor(labels, dtype=torch.long),
+                               torch.tensor(tokens, dtype=torch.long), 0)
 
-    def objective(self, d, it, M, B, ntok, count=False):
+    def objective(self, d, it, M, B, count=False):
         """(lm loss, the loss differentiated: lm loss + each micro-batch's aux losses / M + the
         MTP loss) of iteration it's global batch; each MTP depth's mean loss in self.mtp_means."""
         self.aux = 0.0
         self.mtp_sums = [0.0] * self.mtp
+        self.counted = [0] * (1 + self.mtp)
         lm = sum(self.loss_sum(d["tokens/it%d/mb%d" % (it, j)], d["labels/it%d/mb%d" % (it, j)],
-                               it, j * B, count) for j in range(M)) / ntok
-        samples = ntok // self.S
-        self.mtp_means = [s / (samples * (self.S - k - 1)) for k, s in enumerate(self.mtp_sums)]
+                               it, j * B, count) for j in range(M)) / self.counted[0]
+        self.mtp_means = [s / self.counted[k + 1] for k, s in enumerate(self.mtp_sums)]
         mtp = self.mtp_factor / self.mtp * sum(self.mtp_means) if self.mtp else 0.0
         return lm, lm + self.aux / M + mtp
 
@@ -512,9 +524,6 @@ def main():
 
     iters = int(cfg["train_iters"])
     M = len([k for k in d if k.startswith("tokens/it0/")])
-    S = int(cfg["seq_length"])
-    gbs = int(cfg["global_batch_size"])
-    ntok = gbs * S
 
     B = d["tokens/it0/mb0"].shape[1]
     lg = m.logits(d["tokens/it0/mb0"], 0, 0).detach().numpy()
@@ -522,7 +531,7 @@ def main():
     ref_logits = d["step0/logits"].reshape(lg.shape[0], lg.shape[1], -1)
     check("logits (micro-batch 0)", rel_norm(ref_logits[:, :, :V], lg[:, :, :V]), 1e-5)
 
-    loss, total = m.objective(d, 0, M, B, ntok)
+    loss, total = m.objective(d, 0, M, B)
     total.backward()
     check("loss (iteration 1)", abs(float(d["step0/loss"][0]) - loss.item()) / loss.item(), 1e-5)
     for k, v in enumerate(m.mtp_means):
@@ -547,7 +556,7 @@ def main():
         for g in opt.param_groups:
             g["lr"] = lr
         opt.zero_grad()
-        loss, total = m.objective(d, it, M, B, ntok, count=True)
+        loss, total = m.objective(d, it, M, B, count=True)
         total.backward()
         torch.nn.utils.clip_grad_norm_(list(m.p.values()), float(cfg["clip_grad"]))
         opt.step()

@@ -1,5 +1,7 @@
 #include "mtron/data/sampler.h"
 
+#include <algorithm>
+
 #include "mtron/core/error.h"
 
 namespace mtron::data {
@@ -43,6 +45,26 @@ TokenRows sample_rows(const SampleDataset& ds,
     }
   }
   return t;
+}
+
+std::vector<int64_t> loss_token_counts(
+    const SampleDataset& ds, Split split, int64_t base, int64_t batch, int32_t eod, int64_t ahead) {
+  const int64_t S = ds.sample_length() - 1;
+  std::vector<int64_t> counts(size_t(1 + ahead));
+  for (int64_t d = 0; d <= ahead; ++d) counts[size_t(d)] = batch * std::max<int64_t>(0, S - d);
+  if (eod < 0) return counts;
+  std::vector<int32_t> sample(size_t(ds.sample_length()));
+  for (int64_t i = base; i < base + batch; ++i) {
+    MT_CHECK(i < ds.size(), "the ", split_name(split), " split has ", ds.size(),
+             " samples; sample ", i, " was asked for");
+    ds.get(i, sample.data());
+    for (int64_t s = 0; s < S; ++s) {
+      if (sample[size_t(s)] != eod) continue;
+      // The input token at s is masked at every depth d <= s (position s - d).
+      for (int64_t d = 0; d <= std::min(ahead, s); ++d) --counts[size_t(d)];
+    }
+  }
+  return counts;
 }
 
 }  // namespace mtron::data

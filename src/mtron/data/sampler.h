@@ -1,4 +1,4 @@
-// defines: TokenRows, sample_rows
+// defines: TokenRows, sample_rows, loss_token_counts
 //
 // Megatron's pretraining sampler (MegatronPretrainingSampler) and the context-parallel slicing
 // of its samples: one micro-batch as one data-parallel and context-parallel rank sees it.
@@ -37,5 +37,14 @@ TokenRows sample_rows(const SampleDataset& ds,
                       int64_t dp_rank,
                       const std::vector<int64_t>& positions,
                       int64_t ahead = 0);
+
+// The tokens whose loss counts in the global batch of `batch` samples at sample `base` of
+// `split`: [0] for the loss, [d] for multi-token-prediction depth d = 1..ahead. A position s of
+// a sample counts at depth d when s + d < S and its input token at s + d is not `eod`
+// (--eod-mask-loss, Megatron's loss mask rolled d positions for depth d); eod < 0 masks nothing:
+// batch (S - d) without reading a sample. Every rank computes the same numbers from the samples
+// themselves, so the loss's normalisation needs no communication.
+std::vector<int64_t> loss_token_counts(
+    const SampleDataset& ds, Split split, int64_t base, int64_t batch, int32_t eod, int64_t ahead);
 
 }  // namespace mtron::data

@@ -359,7 +359,7 @@ inline OpCost xent_rescale_contract(MT_PARAMS(xent_rescale)) {
 }
 inline OpCost xent_loss_sum_contract(MT_PARAMS(xent_loss_sum)) {
   unused(loss_sum, row_max, row_sumexp, target_logit);
-  return traffic(0, 3 * f32s(n));
+  return traffic(0, (row_mask ? 4 : 3) * f32s(n));
 }
 template <typename T, typename L>
 OpCost xent_backward_contract(MT_PARAMS_EXPAND(MT_PARAMS_xent_backward_in(T, L))) {

@@ -32,7 +32,8 @@ MT_HOST_DEVICE inline double xent_row_loss(float row_max, float sumexp, float ta
 //   row_sumexp[r] *= exp(row_max[r] - global_max[r]) (0 where row_max is -inf), row_max[r] =
 //   global_max[r].
 // xent_loss_sum: *loss_sum += sum over rows of log(row_sumexp) + row_max - target_logit, each
-//   term and the sum in double, on the device (the host reads the sum when it needs it).
+//   term and the sum in double, on the device (the host reads the sum when it needs it). Rows
+//   whose row_mask is 0 are left out (--eod-mask-loss); row_mask == nullptr counts every row.
 // xent_backward: dlogits[r, c] = row_scale[r] * (exp(logits[r,c] - row_max[r]) / row_sumexp[r]
 //   - [c is target]) with the *global* row_max/row_sumexp; 0 on padded columns. dlogits may alias
 //   logits. row_scale == nullptr means 1 for every row. To a bf16 dlogits (the LM-head GEMMs'
@@ -58,7 +59,7 @@ MT_HOST_DEVICE inline double xent_row_loss(float row_max, float sumexp, float ta
   (float* row_max, float* row_sumexp, const float* global_max, int64_t n)
 #define MT_PARAMS_xent_loss_sum                                                                \
   (double* loss_sum, const float* row_max, const float* row_sumexp, const float* target_logit, \
-   int64_t n)
+   const float* row_mask, int64_t n)
 #define MTRON_XENT_OPS(OP)                                                                      \
   OP(void, xent_stats, xent_stats, xent_stats_contract, MT_PARAMS_xent_stats,                   \
      (row_max, row_sumexp, target_logit, logits, targets, n, Vl, col_start, vocab_valid))       \
@@ -67,7 +68,7 @@ MT_HOST_DEVICE inline double xent_row_loss(float row_max, float sumexp, float ta
   OP(void, xent_rescale, xent_rescale, xent_rescale_contract, MT_PARAMS_xent_rescale,           \
      (row_max, row_sumexp, global_max, n))                                                      \
   OP(void, xent_loss_sum, xent_loss_sum, xent_loss_sum_contract, MT_PARAMS_xent_loss_sum,       \
-     (loss_sum, row_max, row_sumexp, target_logit, n))                                          \
+     (loss_sum, row_max, row_sumexp, target_logit, row_mask, n))                                \
   OP(void, xent_backward, xent_backward, xent_backward_contract, MT_PARAMS_xent_backward,       \
      (dlogits, logits, targets, row_max, row_sumexp, row_scale, n, Vl, col_start, vocab_valid)) \
   OP(void, xent_backward, xent_backward_bf16, xent_backward_contract,                           \

@@ -1,6 +1,7 @@
 #include "mtron/model/gpt.h"
 
 #include <algorithm>
+#include <type_traits>
 
 #include "mtron/kernels/device.h"
 #include "mtron/kernels/elementwise.h"
@@ -16,9 +17,12 @@ void use_device(Arena& a, Device d) {
 }
 
 // A copy of ids on rc's device, in `arena`, queued without waiting for it.
-const int32_t* ids_on_device(const RunCtx& rc, Arena& arena, const std::vector<int32_t>& ids) {
-  int32_t* d = arena.alloc<int32_t>(int64_t(ids.size()));
-  kernels::copy_from_host_async(rc.k, d, ids.data(), int64_t(sizeof(int32_t) * ids.size()));
+// A host vector copied to `arena` on the run's device (null when empty).
+template <typename T>
+const T* on_device(const RunCtx& rc, Arena& arena, const std::vector<T>& v) {
+  if (v.empty()) return nullptr;
+  T* d = arena.alloc<T>(int64_t(v.size()));
+  kernels::copy_from_host_async(rc.k, d, v.data(), int64_t(sizeof(T) * v.size()));
   return d;
 }
 
@@ -157,7 +161,8 @@ void GPTChunk::mtp_forward(
   const auto& tp = rc.tp;
   const int64_t N = tl.rows(), Nl = tp.sp_rows(N), h = cfg_.hidden_size, S = cfg_.seq_length;
   const size_t D = mtp_.size();
-  MT_ASSERT(mb.mtp_tokens.size() == D * size_t(N) && mb.mtp_labels.size() == D * size_t(N),
+  MT_ASSERT(mb.mtp_tokens.size() == D * size_t(N) && mb.mtp_labels.size() == D * size_t(N) &&
+                mb.mtp_dloss.size() == D,
             "a micro-batch without the tokens ahead for multi-token prediction");
   st.mtp_tokens.assign(D, nullptr);
   st.mtp.assign(D, {});
@@ -171,11 +176,14 @@ void GPTChunk::mtp_forward(
     while (rows < N && mb.pos[size_t(rows)] + depth < S) ++rows;
     for (int64_t n = rows; n < N; ++n)
       MT_ASSERT(mb.pos[size_t(n)] + depth >= S, "rows with an MTP target after rows without");
-    const auto part = [&](const std::vector<int32_t>& v) {
-      return std::vector<int32_t>(v.begin() + int64_t(k) * N, v.begin() + (int64_t(k) + 1) * N);
+    const auto part = [&](const auto& v) {
+      using T = typename std::decay_t<decltype(v)>::value_type;
+      if (v.empty()) return std::vector<T>();
+      return std::vector<T>(v.begin() + int64_t(k) * N, v.begin() + (int64_t(k) + 1) * N);
     };
-    st.mtp_tokens[k] = ids_on_device(rc, st.keep, part(mb.mtp_tokens));
-    const int32_t* labels = ids_on_device(rc, st.keep, part(mb.mtp_labels));
+    st.mtp_tokens[k] = on_device(rc, st.keep, part(mb.mtp_tokens));
+    const int32_t* labels = on_device(rc, st.keep, part(mb.mtp_labels));
+    const float* mask = on_device(rc, st.keep, part(mb.mtp_loss_mask));
     const float* e = embed(rc, st.keep, tl, st.mtp_tokens[k], cfg_.num_layers + int64_t(k));
     float* out = st.keep.alloc<float>(Nl * h);
     scratch_.reset();
@@ -189,24 +197,23 @@ void GPTChunk::mtp_forward(
       full = scratch_.alloc<float>(N * h);
       parallel::enter_tp_forward(tp, full, out, N, h);
     }
-    // The shared output layer on those rows; each of the global batch's (S - depth) B targets
-    // weighs the scaling factor / D / their number.
+    // The shared output layer on those rows; each of the global batch's targets whose loss
+    // counts weighs the scaling factor / D / their number (MicroBatch::mtp_dloss).
     float* dh = st.keep.alloc<float>(N * h);
     kernels::fill_zero(rc.k, dh + rows * h, int64_t(sizeof(float)) * (N - rows) * h);
-    const double weight =
-        double(cfg_.mtp_loss_scaling_factor) / double(D) * double(S) / double(S - depth);
     LmHeadArgs a{.h = as_gemm_input(rc, scratch_, full, rows * h),
                  .w = params_.weight(out_w_),
                  .dw = params_.grad(out_w_),
                  .dh = dh,
                  .targets = labels,
+                 .mask = mask,
                  .loss_sum = mtp_loss + k,
                  .N = rows,
                  .hidden = h,
                  .Vl = vocab_local_,
                  .col_start = vocab_start_,
                  .vocab_valid = cfg_.vocab_size,
-                 .dloss = float(double(mb.dloss) * weight)};
+                 .dloss = mb.mtp_dloss[k]};
     lm_head_loss(rc, scratch_, a);
     st.mtp_dhead[k] = dh;
     hid = out;
@@ -259,11 +266,11 @@ void GPTChunk::forward_cached(
   for (Arena* a : {&scratch_, &cached_}) use_device(*a, rc.k.device);
   cached_.reset();
   TokenLayout tl = mb.layout();
-  tl.pos = ids_on_device(rc, cached_, mb.pos);
+  tl.pos = on_device(rc, cached_, mb.pos);
   tl.drop.on = false;  // generation runs without dropout
   const int64_t N = tl.rows(), h = cfg_.hidden_size;
   MT_ASSERT(rows >= 1 && rows <= N, "logits of ", rows, " of ", N, " rows");
-  const float* x = embed(rc, cached_, tl, ids_on_device(rc, cached_, mb.tokens));
+  const float* x = embed(rc, cached_, tl, on_device(rc, cached_, mb.tokens));
   for (size_t i = 0; i < layers_.size(); ++i) {
     float* y = cached_.alloc<float>(N * h);
     scratch_.reset();
@@ -309,9 +316,10 @@ const float* GPTChunk::forward(const RunCtx& rc,
   const auto& tp = rc.tp;
   for (Arena* a : {&st.keep, &scratch_, &recompute_arena_}) use_device(*a, rc.k.device);
   st.keep.reset();
-  st.tokens = ids_on_device(rc, st.keep, mb.tokens);
-  st.labels = ids_on_device(rc, st.keep, mb.labels);
-  st.pos = ids_on_device(rc, st.keep, mb.pos);
+  st.tokens = on_device(rc, st.keep, mb.tokens);
+  st.labels = on_device(rc, st.keep, mb.labels);
+  st.loss_mask = on_device(rc, st.keep, mb.loss_mask);
+  st.pos = on_device(rc, st.keep, mb.pos);
   TokenLayout tl = mb.layout();
   tl.pos = st.pos;
   tl.drop.on = tl.drop.on && train;  // evaluation runs without dropout
@@ -394,6 +402,7 @@ const float* GPTChunk::forward(const RunCtx& rc,
                .dw = train ? params_.grad(out_w_) : nullptr,
                .dh = st.dhead,
                .targets = st.labels,
+               .mask = st.loss_mask,
                .loss_sum = acc,
                .logits = st.logits_out,
                .N = N,

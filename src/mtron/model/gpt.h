@@ -48,7 +48,14 @@ struct MicroBatch {
   // --mtp-num-layers D: the tokens and labels k = 1..D positions further, [D, S*B] (0 past the
   // sequence's end; data::TokenRows::ahead_tokens/ahead_labels).
   std::vector<int32_t> mtp_tokens, mtp_labels;
-  float dloss = 1.0f;       // d(loss)/d(token loss): 1 / number of tokens in the global batch
+  // --eod-mask-loss: 1 where a token's loss counts, 0 where it is masked, [S*B] for the loss and
+  // [D, S*B] for the MTP depths' (empty: every token counts).
+  std::vector<float> loss_mask{}, mtp_loss_mask{};
+  float dloss =
+      1.0f;  // d(loss)/d(token loss): 1 / the tokens whose loss counts in the global batch
+  // d(loss)/d(token loss) of each MTP depth: --mtp-loss-scaling-factor / D / that depth's tokens
+  // whose loss counts in the global batch
+  std::vector<float> mtp_dloss{};
   float aux_weight = 1.0f;  // weight of per-micro-batch auxiliary losses (MoE): 1 / micro-batches
                             // in the global batch
   StepDropout drop{};       // the dropout masks' key (on only in a training forward/backward)
@@ -110,6 +117,7 @@ class GPTChunk {
     // Copies of the micro-batch's tokens, labels and positions on the run's device, set by
     // forward.
     const int32_t *tokens = nullptr, *labels = nullptr, *pos = nullptr;
+    const float* loss_mask = nullptr;  // MicroBatch::loss_mask (null when empty)
   };
 
   GPTChunk(const ModelConfig& cfg,

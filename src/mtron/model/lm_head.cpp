@@ -28,17 +28,18 @@ void lm_head_loss(const RunCtx& rc, Arena& scratch, const LmHeadArgs& a) {
     const int64_t n = std::min(R, a.N - r0);
     const Act hc = a.h.at(r0 * a.hidden);
     const int32_t* tg = a.targets + r0;
+    const float* mask = a.mask ? a.mask + r0 : nullptr;
     if (logits16) {
       kernels::gemm_bias(rc.k, Trans::kN, Trans::kT, n, a.Vl, a.hidden, hc, a.hidden, a.w, a.hidden,
                          l16, nullptr);
-      xent.forward(l16, tg, n, a.Vl, a.col_start, a.vocab_valid, a.loss_sum);
+      xent.forward(l16, tg, n, a.Vl, a.col_start, a.vocab_valid, a.loss_sum, mask);
     } else {
       kernels::gemm(rc.k, Trans::kN, Trans::kT, n, a.Vl, a.hidden, 1.0f, hc, a.hidden, a.w,
                     a.hidden, 0.0f, logits, a.Vl);
       if (a.logits) {
         kernels::copy(rc.k, a.logits + r0 * a.Vl, logits, int64_t(sizeof(float)) * n * a.Vl);
       }
-      xent.forward(logits, tg, n, a.Vl, a.col_start, a.vocab_valid, a.loss_sum);
+      xent.forward(logits, tg, n, a.Vl, a.col_start, a.vocab_valid, a.loss_sum, mask);
     }
     if (!train) continue;
     Act g;

@@ -24,18 +24,21 @@
 namespace mtron::model {
 
 struct LmHeadArgs {
-  Act h;                       // [N, hidden] as a GEMM input
-  Act w;                       // [Vl, hidden]
-  float* dw = nullptr;         // [Vl, hidden], += (training only)
-  float* dh = nullptr;         // [N, hidden], written (training only; null: forward only)
-  const int32_t* targets;      // [N]
-  double* loss_sum = nullptr;  // += the sum of the N token losses (device memory)
-  float* logits = nullptr;     // [N, Vl] the logits, optional, on the run's device (tests, eval)
+  Act h;                        // [N, hidden] as a GEMM input
+  Act w;                        // [Vl, hidden]
+  float* dw = nullptr;          // [Vl, hidden], += (training only)
+  float* dh = nullptr;          // [N, hidden], written (training only; null: forward only)
+  const int32_t* targets;       // [N]
+  const float* mask = nullptr;  // [N] on the device: 1 where the token's loss counts, 0 where
+                                // it is masked (--eod-mask-loss); null: every token counts
+  double* loss_sum = nullptr;   // += the sum of the N token losses (device memory)
+  float* logits = nullptr;      // [N, Vl] the logits, optional, on the run's device (tests, eval)
   int64_t N, hidden, Vl, col_start, vocab_valid;
   float dloss = 1.0f;  // d(total loss)/d(token loss), e.g. 1 / tokens in the global batch
 };
 
-// Adds the sum of the N token losses to *a.loss_sum on the device (no host round trip).
+// Adds the sum of the N token losses (those a.mask keeps) to *a.loss_sum on the device (no host
+// round trip).
 void lm_head_loss(const RunCtx& rc, Arena& scratch, const LmHeadArgs& a);
 
 }  // namespace mtron::model

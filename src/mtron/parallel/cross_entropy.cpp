@@ -11,6 +11,7 @@ VocabParallelCrossEntropy::VocabParallelCrossEntropy(
     : k_(k),
       tp_(tp),
       R_(max_rows),
+      scale_(scale),
       stats_(arena.alloc<float>(4 * max_rows)),
       global_(tp.size > 1 ? arena.alloc<float>(max_rows) : nullptr) {
   kernels::fill(k_, stats_ + 3 * R_, scale, R_);
@@ -23,7 +24,8 @@ void VocabParallelCrossEntropy::forward(const L* logits,
                                         int64_t Vl,
                                         int64_t col_start,
                                         int64_t vocab_valid,
-                                        double* loss_sum) {
+                                        double* loss_sum,
+                                        const float* row_mask) {
   MT_ASSERT(n <= R_, "a cross-entropy chunk of ", n, " rows exceeds ", R_);
   float* row_max = stats_;
   float* row_sum = stats_ + R_;
@@ -38,12 +40,16 @@ void VocabParallelCrossEntropy::forward(const L* logits,
     tp_.comm->all_reduce(row_sum, n);
     tp_.comm->all_reduce(row_tgt, n);
   }
-  kernels::xent_loss_sum(k_, loss_sum, row_max, row_sum, row_tgt, n);
+  kernels::xent_loss_sum(k_, loss_sum, row_max, row_sum, row_tgt, row_mask, n);
+  if (row_mask) {  // the rows' gradient scales: scale x 0 or 1, exactly
+    kernels::copy(k_, stats_ + 3 * R_, row_mask, int64_t(sizeof(float)) * n);
+    kernels::scale_inplace(k_, stats_ + 3 * R_, scale_, n);
+  }
 }
 template void VocabParallelCrossEntropy::forward(
-    const float*, const int32_t*, int64_t, int64_t, int64_t, int64_t, double*);
+    const float*, const int32_t*, int64_t, int64_t, int64_t, int64_t, double*, const float*);
 template void VocabParallelCrossEntropy::forward(
-    const bf16*, const int32_t*, int64_t, int64_t, int64_t, int64_t, double*);
+    const bf16*, const int32_t*, int64_t, int64_t, int64_t, int64_t, double*, const float*);
 
 template <typename T, typename L>
 void VocabParallelCrossEntropy::backward(T* dlogits,

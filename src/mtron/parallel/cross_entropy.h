@@ -30,7 +30,9 @@ class VocabParallelCrossEntropy {
                             float row_scale);
 
   // Adds the sum of a chunk's n row losses to *loss_sum (device memory). Collective over the TP
-  // group. Logits: float, or bf16 (the LM head's bf16 GEMM output).
+  // group. Logits: float, or bf16 (the LM head's bf16 GEMM output). row_mask (device, [n], 0 or
+  // 1; nullptr: every row): rows with 0 add nothing and get no gradient (--eod-mask-loss); every
+  // chunk of an instance passes one or none.
   template <typename L>
   void forward(const L* logits,
                const int32_t* targets,
@@ -38,10 +40,11 @@ class VocabParallelCrossEntropy {
                int64_t Vl,
                int64_t col_start,
                int64_t vocab_valid,
-               double* loss_sum);
-  // dlogits[n, Vl] = row_scale (softmax - one-hot of the target) of the last forward's chunk,
-  // 0 on padded columns; dlogits (float, or bf16: the LM-head GEMMs' input) may alias logits
-  // (float, or bf16 with a bf16 dlogits).
+               double* loss_sum,
+               const float* row_mask = nullptr);
+  // dlogits[n, Vl] = row_scale (softmax - one-hot of the target) of the last forward's chunk
+  // (times its row_mask), 0 on padded columns; dlogits (float, or bf16: the LM-head GEMMs' input)
+  // may alias logits (float, or bf16 with a bf16 dlogits).
   template <typename T, typename L>
   void backward(T* dlogits,
                 const L* logits,
@@ -55,6 +58,7 @@ class VocabParallelCrossEntropy {
   kernels::Ctx k_;
   TensorParallel tp_;
   int64_t R_;
+  float scale_;
   float* stats_;   // device [4, R]: max | sum of exp | target logit | row scale
   float* global_;  // device [R]: the TP group's max (TP > 1)
 };

@@ -9,6 +9,7 @@
 
 #include "mtron/core/error.h"
 #include "mtron/core/model_flags.h"
+#include "mtron/data/null_tokenizer.h"
 #include "mtron/data/tokenizer.h"
 #include "mtron/train/fp8_flags.h"
 #include "mtron/train/megatron_flags.h"
@@ -331,6 +332,9 @@ bool parse_train_args(int argc, char** argv, int64_t world_size, TrainArgs& a) {
       ->group(d);
   app.add_option("--data-cache-path", a.data_cache_path, "Where dataset indices are cached")
       ->group(d);
+  app.add_flag("--eod-mask-loss", a.eod_mask_loss,
+               "Leave the tokens whose input is the end-of-document token out of the loss")
+      ->group(d);
   app.add_option("--eval-interval", a.eval_interval,
                  "Iterations between evaluations (default 1000)")
       ->group(d);
@@ -416,6 +420,7 @@ bool parse_train_args(int argc, char** argv, int64_t world_size, TrainArgs& a) {
   if (a.tokenizer_type == "NullTokenizer") {
     MT_CHECK(a.vocab_size > 0, "--tokenizer-type NullTokenizer needs --vocab-size");
     a.model.vocab_size = a.vocab_size;
+    a.eod = data::NullTokenizer(a.vocab_size, std::nullopt, std::nullopt).eod();
   } else if (a.print_layout) {
     data::check_tokenizer_type(a.tokenizer_type);
     a.model.vocab_size = a.vocab_size > 0 ? a.vocab_size : usual_vocab_size(a.tokenizer_type);
@@ -431,7 +436,19 @@ bool parse_train_args(int argc, char** argv, int64_t world_size, TrainArgs& a) {
     to.vocab_file = a.vocab_file;
     to.merge_file = a.merge_file;
     to.model = a.tokenizer_model;
-    a.model.vocab_size = data::make_tokenizer(to)->vocab_size();
+    const auto tokenizer = data::make_tokenizer(to);
+    a.model.vocab_size = tokenizer->vocab_size();
+    a.eod = tokenizer->eod();
+    MT_CHECK(!a.eod_mask_loss || a.eod >= 0, "--eod-mask-loss: the ", a.tokenizer_type,
+             " has no end-of-document token");
+  }
+  if (!a.eod_mask_loss) {
+    a.eod = -1;
+  } else if (!a.print_layout) {
+    a.notes.push_back(
+        "--eod-mask-loss: the gradient is that of the mean over the global batch's tokens whose "
+        "loss counts (Megatron's with --calculate-per-token-loss; without it Megatron averages "
+        "each micro-batch's own mean, which depends on the micro-batch and data-parallel sizes)");
   }
   MT_CHECK(a.model.num_layers != 0, "--num-layers is required");
   MT_CHECK(a.model.hidden_size != 0, "--hidden-size is required");

@@ -77,6 +77,10 @@ struct TrainArgs {
   std::string tokenizer_type;
   int64_t vocab_size = 0;
   std::vector<std::string> data_path;
+  // --eod-mask-loss: the loss leaves out the tokens whose input is the tokenizer's end-of-document
+  // token `eod` (set from the tokenizer; -1 without the flag).
+  bool eod_mask_loss = false;
+  int32_t eod = -1;
   std::string split = "969, 30, 1";
   std::string vocab_file, merge_file, tokenizer_model, data_cache_path;
   int64_t eval_interval = 1000, eval_iters = 100;

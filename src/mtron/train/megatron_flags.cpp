@@ -76,8 +76,8 @@ constexpr Compat kSwitches[] = {
     {"--no-pin-cpu-grads", "staging memory choice (the offloaded step's copies)"},
     {"--no-pin-cpu-params", "staging memory choice (the offloaded step's copies)"},
     {"--calculate-per-token-loss",
-     "every token of every sample counts (mtron has no loss mask), so the per-token mean over "
-     "the global batch equals Megatron's per-micro-batch mean"},
+     "mtron's loss is always the mean over the global batch's tokens whose loss counts; "
+     "without --eod-mask-loss every token counts, so that is Megatron's per-micro-batch mean"},
 };
 
 // Flags with a value.

@@ -181,7 +181,17 @@ checkpoint::RunInfo Trainer::checkpoint_run_info() const {
   return r;
 }
 
-model::MicroBatch Trainer::microbatch(data::Split split, int64_t base, int64_t j) const {
+const std::vector<int64_t>& Trainer::loss_tokens(data::Split split, int64_t base) {
+  LossTokens& c = loss_tokens_;
+  if (c.split != split || c.base != base || c.batch != batch_size_) {
+    c = {split, base, batch_size_,
+         data::loss_token_counts(*datasets_[split], split, base, batch_size_, a_.eod,
+                                 a_.model.mtp_num_layers)};
+  }
+  return c.counts;
+}
+
+model::MicroBatch Trainer::microbatch(data::Split split, int64_t base, int64_t j) {
   const auto& par = a_.parallel;
   // Context parallelism: this rank's two chunks of each sequence (rc_.cp.position).
   const int64_t S = a_.model.seq_length, Sl = S / par.cp();
@@ -200,9 +210,31 @@ model::MicroBatch Trainer::microbatch(data::Split split, int64_t base, int64_t j
   // Dropout masks by (seed, iteration) and the sequences' indices in the global batch.
   mb.drop = {
       .on = true, .seed = uint64_t(a_.seed), .iteration = iteration_, .sample0 = t.first - base};
-  // With a loss scaler, the scaled loss's gradient (scale 1 otherwise).
+  // --eod-mask-loss: the tokens whose input is the end-of-document token add nothing, at every
+  // MTP depth too (the depth's input token).
+  const int64_t D = a_.model.mtp_num_layers, N = mb.B * mb.S;
+  if (a_.eod >= 0) {
+    mb.loss_mask.resize(size_t(N));
+    for (int64_t r = 0; r < N; ++r) mb.loss_mask[size_t(r)] = float(mb.tokens[size_t(r)] != a_.eod);
+    mb.mtp_loss_mask.resize(size_t(D * N));
+    for (int64_t d = 1; d <= D; ++d) {
+      for (int64_t r = 0; r < N; ++r) {
+        const size_t at = size_t((d - 1) * N + r);
+        mb.mtp_loss_mask[at] = float(mb.pos[size_t(r)] + d < S && mb.mtp_tokens[at] != a_.eod);
+      }
+    }
+  }
+  // With a loss scaler, the scaled loss's gradient (scale 1 otherwise), over the global batch's
+  // tokens whose loss counts (at least 1, as Megatron's clamp).
   const double scale = scaler_ ? double(scaler_->scale()) : 1.0;
-  mb.dloss = float(scale / double(batch_size_ * S));
+  const std::vector<int64_t>& counts = loss_tokens(split, base);
+  const auto per_token = [&](int64_t d) {
+    return scale / double(std::max<int64_t>(1, counts[size_t(d)]));
+  };
+  mb.dloss = float(per_token(0));
+  for (int64_t d = 1; d <= D; ++d)
+    mb.mtp_dloss.push_back(
+        float(double(a_.model.mtp_loss_scaling_factor) / double(D) * per_token(d)));
   mb.aux_weight = float(double(t.B) / double(batch_size_) * scale);
   return mb;
 }
@@ -215,16 +247,18 @@ double Trainer::evaluate(data::Split split, int64_t iters) {
   batch_size_ = par.global_batch_size;
   num_microbatches_ = par.num_microbatches();
   double loss = 0;
+  int64_t tokens = 0;
   int64_t& consumed = consumed_eval_samples_[int(split)];
   for (int64_t it = 0; it < iters; ++it) {
     stages_->begin(false, split, consumed);
     parallel::run_pipeline(*stages_, ps_->pp(), int(par.vpp()), par.num_microbatches(), true);
     if (ps_->is_last_pp_stage()) loss += stages_->loss_sum();
+    tokens += loss_tokens(split, consumed)[0];
     consumed += par.global_batch_size;
   }
   if (ps_->dp_cp().size() > 1) loss = ps_->dp_cp().all_reduce_sum(loss);
   if (ps_->pp().size() > 1) loss = ps_->pp().all_reduce_sum(loss);
-  return loss / double(std::max<int64_t>(1, iters) * par.global_batch_size * a_.model.seq_length);
+  return loss / double(std::max<int64_t>(1, tokens));
 }
 
 StepResult Trainer::step() {
@@ -275,7 +309,8 @@ StepResult Trainer::step() {
   double loss = ps_->is_last_pp_stage() ? stages_->loss_sum() : 0.0;
   loss = ps_->dp_cp().size() > 1 ? ps_->dp_cp().all_reduce_sum(loss) : loss;
   loss = ps_->pp().size() > 1 ? ps_->pp().all_reduce_sum(loss) : loss;
-  r.lm_loss = loss / double(batch_size_ * a_.model.seq_length);
+  const std::vector<int64_t>& tokens = loss_tokens(data::Split::kTrain, consumed_samples_);
+  r.lm_loss = loss / double(std::max<int64_t>(1, tokens[0]));
   // The MTP losses likewise (the last stage's sums; zeros elsewhere).
   r.mtp_losses = stages_->mtp_loss_sum();
   if (!r.mtp_losses.empty()) {
@@ -284,7 +319,7 @@ StepResult Trainer::step() {
         g->all_reduce(r.mtp_losses.data(), int64_t(r.mtp_losses.size()), DType::kF64,
                       ReduceOp::kSum);
     for (size_t k = 0; k < r.mtp_losses.size(); ++k)
-      r.mtp_losses[k] /= double(batch_size_ * (a_.model.seq_length - int64_t(k) - 1));
+      r.mtp_losses[k] /= double(std::max<int64_t>(1, tokens[k + 1]));
   }
   consumed_samples_ += batch_size_;
   ++iteration_;

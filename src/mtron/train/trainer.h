@@ -57,8 +57,8 @@ class Trainer {
   const optim::AdamW& optimizer() const { return *optimizer_; }
   // Micro-batch `j` of the global batch that starts at sample `base` of a split, as this rank
   // sees it (its data-parallel slice); without a split: the current training iteration's.
-  model::MicroBatch microbatch(data::Split split, int64_t base, int64_t j) const;
-  model::MicroBatch microbatch(int64_t j) const {
+  model::MicroBatch microbatch(data::Split split, int64_t base, int64_t j);
+  model::MicroBatch microbatch(int64_t j) {
     return microbatch(data::Split::kTrain, consumed_samples_, j);
   }
   // Mean loss over `iters` global batches of a split (forward only), continuing where the
@@ -77,6 +77,9 @@ class Trainer {
   double learning_rate(int64_t samples) const;
   std::optional<double> decoupled_learning_rate(int64_t samples) const;  // --decoupled-lr
   void moe_stats(StepResult& r) const;
+  // The tokens whose loss counts in the current-size global batch at sample `base` of a split,
+  // for the loss and each MTP depth (data::loss_token_counts), kept for the batch last asked.
+  const std::vector<int64_t>& loss_tokens(data::Split split, int64_t base);
   // After an iteration's micro-batches: the FP8 amaxes reduced (MAX) over the ranks holding each
   // layer's shards and replicas (TP and DP x CP; the experts' ETP and EDP), then every delayed
   // scale updated, as Transformer Engine's amax reduction and scale update.
@@ -111,6 +114,11 @@ class Trainer {
   // The current global batch (--rampup-batch-size, --step-batch-size-schedule) and its
   // micro-batches per data-parallel rank.
   int64_t batch_size_ = 0, num_microbatches_ = 0;
+  struct LossTokens {
+    data::Split split = data::Split::kTrain;
+    int64_t base = -1, batch = 0;
+    std::vector<int64_t> counts;
+  } loss_tokens_;
   double pipeline_compute_s_ = 0, pipeline_wait_s_ = 0;  // over profiled steps
 };
 

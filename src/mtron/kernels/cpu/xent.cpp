@@ -94,7 +94,8 @@ void xent_rescale(MT_PARAMS(xent_rescale)) {
 void xent_loss_sum(MT_PARAMS(xent_loss_sum)) {
   double s = 0;
   for (int64_t r = 0; r < n; ++r) {
-    s += xent_row_loss(row_max[r], row_sumexp[r], target_logit[r]);
+    if (!row_mask || row_mask[r] != 0.0f)
+      s += xent_row_loss(row_max[r], row_sumexp[r], target_logit[r]);
   }
   *loss_sum += s;
 }

@@ -83,7 +83,8 @@ __global__ void xent_loss_sum_kernel(MT_PARAMS(xent_loss_sum)) {
   __shared__ double red[32];
   double s = 0;
   for (int64_t r = threadIdx.x; r < n; r += blockDim.x) {
-    s += xent_row_loss(row_max[r], row_sumexp[r], target_logit[r]);
+    if (!row_mask || row_mask[r] != 0.0f)
+      s += xent_row_loss(row_max[r], row_sumexp[r], target_logit[r]);
   }
   s = block_sum(s, red);
   if (threadIdx.x == 0) *loss_sum += s;
@@ -143,7 +144,7 @@ void xent_rescale(const Ctx& ctx, MT_PARAMS(xent_rescale)) {
 void xent_loss_sum(const Ctx& ctx, MT_PARAMS(xent_loss_sum)) {
   if (n <= 0) return;
   launch("xent_loss_sum", xent_loss_sum_kernel, 1, kThreads, 0, stream_of(ctx), loss_sum, row_max,
-         row_sumexp, target_logit, n);
+         row_sumexp, target_logit, row_mask, n);
 }
 
 void xent_backward(const Ctx& ctx, MT_PARAMS(xent_backward)) {

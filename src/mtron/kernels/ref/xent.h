@@ -44,9 +44,14 @@ void xent_rescale(T* row_max, T* row_sumexp, const T* global_max, int64_t n) {
 }
 
 template <typename T>
-void xent_loss_sum(
-    double* loss_sum, const T* row_max, const T* row_sumexp, const T* target_logit, int64_t n) {
+void xent_loss_sum(double* loss_sum,
+                   const T* row_max,
+                   const T* row_sumexp,
+                   const T* target_logit,
+                   const T* row_mask,
+                   int64_t n) {
   for (int64_t r = 0; r < n; ++r) {
+    if (row_mask && row_mask[r] == T(0)) continue;
     *loss_sum += std::log(double(row_sumexp[r])) + double(row_max[r]) - double(target_logit[r]);
   }
 }
