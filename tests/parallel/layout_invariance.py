@@ -33,7 +33,9 @@ prediction depths, whose logged losses must match too) and mtp_tied (with tied e
 qwen2: llama with a bias on the QKV projection alone (--add-qkv-bias). llama_eod and mtp_eod:
 llama and mtp with --eod-mask-loss on a corpus of short documents (tests/data/eod_corpus.py, made
 by the baseline run in the current folder), so every rank's micro-batches mask a different number
-of tokens while the loss stays the mean over the global batch's unmasked ones. These run without dropout; gpt2_dropout and llama_dropout
+of tokens while the loss stays the mean over the global batch's unmasked ones; gpt2_reset: gpt2
+with --eod-mask-loss and --reset-position-ids (its learned positions from 0 after each
+end-of-document token, which CP ranks must find in their chunks' samples). These run without dropout; gpt2_dropout and llama_dropout
 are gpt2 and llama with --hidden-dropout 0.1 --attention-dropout 0.1 (Megatron's default), whose
 masks every layout must reproduce. fp32, same seed and data; gpt2_fp16: gpt2 in fp16 with
 dynamic loss scaling (the same iterations must be skipped with the same loss scales); llama_fp8:
@@ -75,6 +77,7 @@ ARCH["llama_fp8"] = ARCH["llama"] + (
     "--fp8-amax-compute-algo max").split()
 EOD = ["--eod-mask-loss", "--tokenizer-type", "NullTokenizer", "--data-path", "@CORPUS@"]
 ARCH["llama_eod"] = ARCH["llama"] + EOD
+ARCH["gpt2_reset"] = ARCH["gpt2"] + EOD + ["--reset-position-ids"]
 ARCH["mtp_eod"] = ARCH["mtp"] + EOD
 NO_DROPOUT = "--hidden-dropout 0 --attention-dropout 0".split()
 DROPOUT = "--hidden-dropout 0.1 --attention-dropout 0.1".split()

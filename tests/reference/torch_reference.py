@@ -27,7 +27,9 @@ while the reported loss stays the main model's; each depth's mean loss is compar
 With --hidden-dropout / --attention-dropout > 0 (mtron's default, Megatron's 0.1) every
 training forward applies dropout with masks regenerated here by an independent Philox4x32-10
 (keyed and indexed as mtron's model/dropout.h documents), so the checks cover dropout too.
---eod-mask-loss (Megatron's GPTDataset loss mask) leaves out the positions whose input token is
+Learned absolute position embeddings take Megatron's position ids: 0, 1, ... down each sequence,
+with --reset-position-ids from 0 again after each end-of-document token, rolled with the tokens
+at each MTP depth. --eod-mask-loss (Megatron's GPTDataset loss mask) leaves out the positions whose input token is
 the NullTokenizer's end-of-document id (vocab size - 1), at each MTP depth the rolled input's,
 and every loss is the mean over the global batch's positions left in.
 Exit code 1 on any failure. Run with Debian's /usr/bin/python3 (python3-torch, python3-numpy).
@@ -176,6 +178,7 @@ class Model:
                              if "use_rope_scaling" in cfg else None)
         self.vocab = int(cfg["vocab_size"])
         self.eod = self.vocab - 1 if "eod_mask_loss" in cfg else None
+        self.reset_eod = self.vocab - 1 if "reset_position_ids" in cfg else None
         self.eps = float(cfg.get("norm_epsilon", 1e-5))
         self.p = {k[len("param/"):]: torch.tensor(v.copy(), dtype=torch.float32,
                                                    requires_grad=True)
@@ -355,11 +358,22 @@ class Model:
         t = torch.tensor(tokens, dtype=torch.long)
         x = self.p["embedding.word_embeddings.weight"][t]
         if not self.rope:
-            x = x + self.p["embedding.position_embeddings.weight"][:S][:, None, :]
+            x = x + self.p["embedding.position_embeddings.weight"][self.position_ids(t)]
         x = self.hidden_drop(x, it, sample0, -1, "embedding")
         x = self.block(x, [(l, "decoder.layers.%d." % l) for l in range(self.L)], it, sample0,
                        count)
         return self.norm(x, "decoder.final_layernorm")
+
+    def position_ids(self, t):
+        """The learned position embedding's indices [S, B] of input tokens t: 0, 1, ... down each
+        sequence; with --reset-position-ids from 0 again after each end-of-document token."""
+        S, B = t.shape
+        pos = torch.arange(S)[:, None].repeat(1, B)
+        if self.reset_eod is not None:
+            for b in range(B):
+                for i in (t[:, b] == self.reset_eod).nonzero().flatten().tolist():
+                    pos[i + 1:, b] = torch.arange(S - i - 1)
+        return pos
 
     def block(self, x, layers, it, sample0, count):
         """Transformer layers (layer index, parameter prefix) over x [S, B, h]."""
@@ -435,14 +449,19 @@ class Model:
         S = tokens.shape[0]
         t = torch.tensor(tokens, dtype=torch.long)
         y = torch.tensor(labels, dtype=torch.long)
+        pos = self.position_ids(t)
         sums = []
         for k in range(self.mtp):
             t = torch.roll(t, -1, 0)
             t[-1] = 0
             y = torch.roll(y, -1, 0)
+            pos = torch.roll(pos, -1, 0)  # Megatron's MTP rolls the position ids with the tokens
+            pos[-1] = 0
             pre = "mtp.layers.%d." % k
-            e = self.hidden_drop(self.p["embedding.word_embeddings.weight"][t], it, sample0,
-                                 self.L + k, "embedding")
+            e = self.p["embedding.word_embeddings.weight"][t]
+            if not self.rope:
+                e = e + self.p["embedding.position_embeddings.weight"][pos]
+            e = self.hidden_drop(e, it, sample0, self.L + k, "embedding")
             x = torch.cat([self.norm(e, pre + "enorm"), self.norm(hidden, pre + "hnorm")], -1)
             x = self.block(self.lin(x, pre + "eh_proj"), [(self.L + k, pre + "transformer_layer.")],
                            it, sample0, count)

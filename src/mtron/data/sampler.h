@@ -20,14 +20,19 @@ struct TokenRows {
   // positions further, [ahead, S * B] (depth d at (d - 1) S B); 0 where that position is past the
   // sequence (Megatron's roll fills 0 there).
   std::vector<int32_t> ahead_tokens, ahead_labels;
+  // The learned position embedding's index of each row, [S * B]: the global position, or with
+  // --reset-position-ids the position within its document (0 at the token after an
+  // end-of-document token).
+  std::vector<int32_t> embed_pos;
 };
 
 // Micro-batch j of the global batch that starts at sample `base` of `split` (dataset `ds`), for
 // data-parallel rank dp_rank of dp: it takes samples [dp_rank B, (dp_rank + 1) B) of the j-th
 // block of B dp samples. Local token s of each sequence is the sample's token at global position
 // positions[s] (the context-parallel rank's chunks; 0, 1, ... without context parallelism), its
-// label the token after it; `ahead`: TokenRows::ahead_tokens/ahead_labels. Throws mtron::Error
-// when the split has too few samples.
+// label the token after it; `ahead`: TokenRows::ahead_tokens/ahead_labels; reset_eod >= 0: the
+// end-of-document id after which TokenRows::embed_pos starts again (--reset-position-ids).
+// Throws mtron::Error when the split has too few samples.
 TokenRows sample_rows(const SampleDataset& ds,
                       Split split,
                       int64_t base,
@@ -36,7 +41,8 @@ TokenRows sample_rows(const SampleDataset& ds,
                       int64_t dp,
                       int64_t dp_rank,
                       const std::vector<int64_t>& positions,
-                      int64_t ahead = 0);
+                      int64_t ahead = 0,
+                      int32_t reset_eod = -1);
 
 // The tokens whose loss counts in the global batch of `batch` samples at sample `base` of
 // `split`: [0] for the loss, [d] for multi-token-prediction depth d = 1..ahead. A position s of

@@ -114,10 +114,10 @@ float* GPTChunk::embed(const RunCtx& rc,
                        Arena& out_arena,
                        const TokenLayout& tl,
                        const int32_t* tokens,
+                       const int32_t* wpe_pos,
                        int64_t layer) {
   const auto& tp = rc.tp;
   const int64_t h = cfg_.hidden_size, N = tl.rows();
-  const int32_t* pos = tl.pos;
   scratch_.reset();
   // The vocabulary-parallel lookup gives partial sums over the TP ranks' vocabulary shards.
   float* emb = tp.sequence_parallel ? scratch_.alloc<float>(N * h) : out_arena.alloc<float>(N * h);
@@ -125,7 +125,7 @@ float* GPTChunk::embed(const RunCtx& rc,
                              vocab_local_, false);
   parallel::reduce_from_tp(tp, emb, N * h);
   if (wpe_ >= 0) {
-    kernels::embedding_forward(rc.k, emb, pos, params_.master(wpe_), N, h, 0,
+    kernels::embedding_forward(rc.k, emb, wpe_pos, params_.master(wpe_), N, h, 0,
                                cfg_.max_position_embeddings, true);
   }
   float* mine = emb;
@@ -137,8 +137,12 @@ float* GPTChunk::embed(const RunCtx& rc,
   return mine;
 }
 
-void GPTChunk::embed_backward(
-    const RunCtx& rc, const TokenLayout& tl, float* g, const int32_t* tokens, int64_t layer) {
+void GPTChunk::embed_backward(const RunCtx& rc,
+                              const TokenLayout& tl,
+                              float* g,
+                              const int32_t* tokens,
+                              const int32_t* wpe_pos,
+                              int64_t layer) {
   const auto& tp = rc.tp;
   const int64_t h = cfg_.hidden_size, N = tl.rows();
   scratch_.reset();
@@ -149,7 +153,7 @@ void GPTChunk::embed_backward(
     parallel::gather_from_sp(tp, dfull, g, N, h);
   }
   if (wpe_ >= 0) {
-    kernels::embedding_backward(rc.k, params_.grad(wpe_), dfull, tl.pos, N, h, 0,
+    kernels::embedding_backward(rc.k, params_.grad(wpe_), dfull, wpe_pos, N, h, 0,
                                 cfg_.max_position_embeddings);
   }
   kernels::embedding_backward(rc.k, params_.grad(wte_), dfull, tokens, N, h, vocab_start_,
@@ -184,7 +188,8 @@ void GPTChunk::mtp_forward(
     st.mtp_tokens[k] = on_device(rc, st.keep, part(mb.mtp_tokens));
     const int32_t* labels = on_device(rc, st.keep, part(mb.mtp_labels));
     const float* mask = on_device(rc, st.keep, part(mb.mtp_loss_mask));
-    const float* e = embed(rc, st.keep, tl, st.mtp_tokens[k], cfg_.num_layers + int64_t(k));
+    const float* e =
+        embed(rc, st.keep, tl, st.mtp_tokens[k], nullptr, cfg_.num_layers + int64_t(k));
     float* out = st.keep.alloc<float>(Nl * h);
     scratch_.reset();
     mtp_[k].forward(rc, tl, st.mtp[k], st.keep, scratch_, e, hid, out);
@@ -239,7 +244,7 @@ void GPTChunk::mtp_backward(const RunCtx& rc, Stash& st, const TokenLayout& tl, 
       kernels::fill_zero(rc.k, dhid, bytes);
     }
     mtp_[size_t(k)].backward(rc, tl, st.mtp[size_t(k)], scratch_, dout, de, dhid);
-    embed_backward(rc, tl, de, st.mtp_tokens[size_t(k)], cfg_.num_layers + k);
+    embed_backward(rc, tl, de, st.mtp_tokens[size_t(k)], nullptr, cfg_.num_layers + k);
     from_next = dhid;
   }
 }
@@ -270,7 +275,7 @@ void GPTChunk::forward_cached(
   tl.drop.on = false;  // generation runs without dropout
   const int64_t N = tl.rows(), h = cfg_.hidden_size;
   MT_ASSERT(rows >= 1 && rows <= N, "logits of ", rows, " of ", N, " rows");
-  const float* x = embed(rc, cached_, tl, on_device(rc, cached_, mb.tokens));
+  const float* x = embed(rc, cached_, tl, on_device(rc, cached_, mb.tokens), tl.pos);
   for (size_t i = 0; i < layers_.size(); ++i) {
     float* y = cached_.alloc<float>(N * h);
     scratch_.reset();
@@ -320,6 +325,7 @@ const float* GPTChunk::forward(const RunCtx& rc,
   st.labels = on_device(rc, st.keep, mb.labels);
   st.loss_mask = on_device(rc, st.keep, mb.loss_mask);
   st.pos = on_device(rc, st.keep, mb.pos);
+  st.embed_pos = wpe_ < 0 || mb.embed_pos.empty() ? st.pos : on_device(rc, st.keep, mb.embed_pos);
   TokenLayout tl = mb.layout();
   tl.pos = st.pos;
   tl.drop.on = tl.drop.on && train;  // evaluation runs without dropout
@@ -335,7 +341,7 @@ const float* GPTChunk::forward(const RunCtx& rc,
   const float* x = input;
   if (place_.has_embedding) {
     need(0, layer_first_.front());
-    x = embed(rc, st.keep, tl, st.tokens);
+    x = embed(rc, st.keep, tl, st.tokens, st.embed_pos);
   }
   MT_ASSERT(x != nullptr, "a chunk without embeddings needs an input");
 
@@ -474,7 +480,7 @@ const float* GPTChunk::backward(const RunCtx& rc,
   }
 
   if (!place_.has_embedding) return g;
-  embed_backward(rc, tl, g, st.tokens);
+  embed_backward(rc, tl, g, st.tokens, st.embed_pos);
   if (grads_ready) grads_ready(0);
   return nullptr;
 }

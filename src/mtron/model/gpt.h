@@ -48,6 +48,8 @@ struct MicroBatch {
   // --mtp-num-layers D: the tokens and labels k = 1..D positions further, [D, S*B] (0 past the
   // sequence's end; data::TokenRows::ahead_tokens/ahead_labels).
   std::vector<int32_t> mtp_tokens, mtp_labels;
+  // The learned position embedding's indices, [S*B] (data::TokenRows::embed_pos; empty: pos).
+  std::vector<int32_t> embed_pos{};
   // --eod-mask-loss: 1 where a token's loss counts, 0 where it is masked, [S*B] for the loss and
   // [D, S*B] for the MTP depths' (empty: every token counts).
   std::vector<float> loss_mask{}, mtp_loss_mask{};
@@ -117,7 +119,8 @@ class GPTChunk {
     // Copies of the micro-batch's tokens, labels and positions on the run's device, set by
     // forward.
     const int32_t *tokens = nullptr, *labels = nullptr, *pos = nullptr;
-    const float* loss_mask = nullptr;  // MicroBatch::loss_mask (null when empty)
+    const int32_t* embed_pos = nullptr;  // MicroBatch::embed_pos (or pos)
+    const float* loss_mask = nullptr;    // MicroBatch::loss_mask (null when empty)
   };
 
   GPTChunk(const ModelConfig& cfg,
@@ -176,16 +179,23 @@ class GPTChunk {
  private:
   // The embeddings of this rank's rows [Nl, h] (SP: its block of the sequence) in `out_arena`,
   // after hidden dropout (tl.drop) keyed by layer index `layer` (-1: the decoder's input, an
-  // MTP depth's layer index for its embeddings).
+  // MTP depth's layer index for its embeddings). wpe_pos [N]: the rows' learned position
+  // embedding indices (MicroBatch::embed_pos on the device; unused without them, as in the MTP
+  // depths, which need rope or no position embedding).
   float* embed(const RunCtx& rc,
                Arena& out_arena,
                const TokenLayout& tl,
                const int32_t* tokens,
+               const int32_t* wpe_pos,
                int64_t layer = -1);
   // Conjugate of embed: g [Nl, h] = d(loss)/d(embeddings) (consumed) into the embeddings'
   // gradients.
-  void embed_backward(
-      const RunCtx& rc, const TokenLayout& tl, float* g, const int32_t* tokens, int64_t layer = -1);
+  void embed_backward(const RunCtx& rc,
+                      const TokenLayout& tl,
+                      float* g,
+                      const int32_t* tokens,
+                      const int32_t* wpe_pos,
+                      int64_t layer = -1);
   // The MTP depths of a training forward, from the decoder's normed output st.lnf_out; depth k's
   // token-loss sum is added to mtp_loss[k] (device memory).
   void mtp_forward(

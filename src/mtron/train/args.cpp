@@ -335,6 +335,12 @@ bool parse_train_args(int argc, char** argv, int64_t world_size, TrainArgs& a) {
   app.add_flag("--eod-mask-loss", a.eod_mask_loss,
                "Leave the tokens whose input is the end-of-document token out of the loss")
       ->group(d);
+  app.add_flag("--reset-position-ids", a.reset_position_ids,
+               "Learned position embeddings count from 0 after each end-of-document token")
+      ->group(d);
+  app.add_flag("--reset-attention-mask", a.reset_attention_mask,
+               "Accepted; attention stays causal over the whole sequence (docs/flags.md)")
+      ->group(d);
   app.add_option("--eval-interval", a.eval_interval,
                  "Iterations between evaluations (default 1000)")
       ->group(d);
@@ -420,7 +426,7 @@ bool parse_train_args(int argc, char** argv, int64_t world_size, TrainArgs& a) {
   if (a.tokenizer_type == "NullTokenizer") {
     MT_CHECK(a.vocab_size > 0, "--tokenizer-type NullTokenizer needs --vocab-size");
     a.model.vocab_size = a.vocab_size;
-    a.eod = data::NullTokenizer(a.vocab_size, std::nullopt, std::nullopt).eod();
+    a.eod_id = data::NullTokenizer(a.vocab_size, std::nullopt, std::nullopt).eod();
   } else if (a.print_layout) {
     data::check_tokenizer_type(a.tokenizer_type);
     a.model.vocab_size = a.vocab_size > 0 ? a.vocab_size : usual_vocab_size(a.tokenizer_type);
@@ -438,13 +444,14 @@ bool parse_train_args(int argc, char** argv, int64_t world_size, TrainArgs& a) {
     to.model = a.tokenizer_model;
     const auto tokenizer = data::make_tokenizer(to);
     a.model.vocab_size = tokenizer->vocab_size();
-    a.eod = tokenizer->eod();
-    MT_CHECK(!a.eod_mask_loss || a.eod >= 0, "--eod-mask-loss: the ", a.tokenizer_type,
-             " has no end-of-document token");
+    a.eod_id = tokenizer->eod();
+    for (const auto& [on, flag] : {std::pair{a.eod_mask_loss, "--eod-mask-loss"},
+                                   std::pair{a.reset_position_ids, "--reset-position-ids"}}) {
+      MT_CHECK(!on || a.eod_id >= 0, flag, ": the ", a.tokenizer_type,
+               " has no end-of-document token");
+    }
   }
-  if (!a.eod_mask_loss) {
-    a.eod = -1;
-  } else if (!a.print_layout) {
+  if (a.eod_mask_loss && !a.print_layout) {
     a.notes.push_back(
         "--eod-mask-loss: the gradient is that of the mean over the global batch's tokens whose "
         "loss counts (Megatron's with --calculate-per-token-loss; without it Megatron averages "
@@ -455,6 +462,18 @@ bool parse_train_args(int argc, char** argv, int64_t world_size, TrainArgs& a) {
   MT_CHECK(a.model.num_attention_heads != 0, "--num-attention-heads is required");
   MT_CHECK(a.model.seq_length != 0, "--seq-length is required");
   a.model.finalize();
+  if (a.reset_position_ids &&
+      a.model.position_embedding_type != PositionEmbedding::kLearnedAbsolute) {
+    a.notes.push_back(
+        "--reset-position-ids has no effect: position ids only index learned absolute position "
+        "embeddings; rotary embeddings run over the sequence's positions, as in Megatron-Core");
+  }
+  if (a.reset_attention_mask) {
+    a.notes.push_back(
+        "--reset-attention-mask has no effect: attention stays causal over the whole sequence, so "
+        "a packed document sees the ones before it, as in Megatron-Core with Transformer Engine "
+        "(whose causal attention ignores the data loader's mask)");
+  }
   MT_CHECK(!a.model.is_moe() || !a.model.add_bias_linear,
            "--num-experts: experts with biases are not supported yet; pass --disable-bias-linear");
 

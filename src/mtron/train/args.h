@@ -78,9 +78,9 @@ struct TrainArgs {
   int64_t vocab_size = 0;
   std::vector<std::string> data_path;
   // --eod-mask-loss: the loss leaves out the tokens whose input is the tokenizer's end-of-document
-  // token `eod` (set from the tokenizer; -1 without the flag).
-  bool eod_mask_loss = false;
-  int32_t eod = -1;
+  // token; --reset-position-ids: learned position embeddings count from 0 after it.
+  bool eod_mask_loss = false, reset_position_ids = false, reset_attention_mask = false;
+  int32_t eod_id = -1;  // the tokenizer's end-of-document id (-1: none, or not read)
   std::string split = "969, 30, 1";
   std::string vocab_file, merge_file, tokenizer_model, data_cache_path;
   int64_t eval_interval = 1000, eval_iters = 100;

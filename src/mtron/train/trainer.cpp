@@ -185,8 +185,8 @@ const std::vector<int64_t>& Trainer::loss_tokens(data::Split split, int64_t base
   LossTokens& c = loss_tokens_;
   if (c.split != split || c.base != base || c.batch != batch_size_) {
     c = {split, base, batch_size_,
-         data::loss_token_counts(*datasets_[split], split, base, batch_size_, a_.eod,
-                                 a_.model.mtp_num_layers)};
+         data::loss_token_counts(*datasets_[split], split, base, batch_size_,
+                                 a_.eod_mask_loss ? a_.eod_id : -1, a_.model.mtp_num_layers)};
   }
   return c.counts;
 }
@@ -197,30 +197,32 @@ model::MicroBatch Trainer::microbatch(data::Split split, int64_t base, int64_t j
   const int64_t S = a_.model.seq_length, Sl = S / par.cp();
   std::vector<int64_t> positions(static_cast<size_t>(Sl));
   for (int64_t s = 0; s < Sl; ++s) positions[size_t(s)] = rc_.cp.position(s, Sl);
-  data::TokenRows t =
-      data::sample_rows(*datasets_[split], split, base, j, par.micro_batch_size, par.dp(),
-                        ps_->dp_rank(), positions, a_.model.mtp_num_layers);
+  data::TokenRows t = data::sample_rows(
+      *datasets_[split], split, base, j, par.micro_batch_size, par.dp(), ps_->dp_rank(), positions,
+      a_.model.mtp_num_layers, a_.reset_position_ids ? a_.eod_id : -1);
   model::MicroBatch mb{t.B,
                        t.S,
                        std::move(t.tokens),
                        std::move(t.labels),
                        std::move(t.pos),
                        std::move(t.ahead_tokens),
-                       std::move(t.ahead_labels)};
+                       std::move(t.ahead_labels),
+                       std::move(t.embed_pos)};
   // Dropout masks by (seed, iteration) and the sequences' indices in the global batch.
   mb.drop = {
       .on = true, .seed = uint64_t(a_.seed), .iteration = iteration_, .sample0 = t.first - base};
   // --eod-mask-loss: the tokens whose input is the end-of-document token add nothing, at every
   // MTP depth too (the depth's input token).
   const int64_t D = a_.model.mtp_num_layers, N = mb.B * mb.S;
-  if (a_.eod >= 0) {
+  if (a_.eod_mask_loss) {
     mb.loss_mask.resize(size_t(N));
-    for (int64_t r = 0; r < N; ++r) mb.loss_mask[size_t(r)] = float(mb.tokens[size_t(r)] != a_.eod);
+    for (int64_t r = 0; r < N; ++r)
+      mb.loss_mask[size_t(r)] = float(mb.tokens[size_t(r)] != a_.eod_id);
     mb.mtp_loss_mask.resize(size_t(D * N));
     for (int64_t d = 1; d <= D; ++d) {
       for (int64_t r = 0; r < N; ++r) {
         const size_t at = size_t((d - 1) * N + r);
-        mb.mtp_loss_mask[at] = float(mb.pos[size_t(r)] + d < S && mb.mtp_tokens[at] != a_.eod);
+        mb.mtp_loss_mask[at] = float(mb.pos[size_t(r)] + d < S && mb.mtp_tokens[at] != a_.eod_id);
       }
     }
   }
