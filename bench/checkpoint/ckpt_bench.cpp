@@ -104,8 +104,7 @@ int main(int argc, char** argv) {
     double t0 = now_seconds();
     checkpoint::Progress progress;
     progress.iteration = r + 1;
-    const std::string d =
-        checkpoint::save_checkpoint(dir, st, info, progress, g, /*keep_last_n=*/0);
+    const std::string d = checkpoint::save_checkpoint(dir, st, info, progress, g, {});
     save.push_back(now_seconds() - t0);
     bytes = dir_bytes(d);
     t0 = now_seconds();

@@ -37,7 +37,7 @@ class CheckpointCudaSim : public ::testing::Test {
     info.model = m.cfg;
     info.seed = 1;
     return save_checkpoint(dir_ + "/" + sub, m.state(), info, Progress{it, it * 4, it, it * 4, {}},
-                           g_, 0);
+                           g_, {});
   }
   std::string dir_;
   std::unique_ptr<Comm> world_;
@@ -100,7 +100,7 @@ TEST_F(CheckpointCudaSim, OffloadedMomentsSaveAndLoadAsOnTheDevice) {
   info.model = gpu.cfg;
   info.seed = 1;
   const std::string b =
-      save_checkpoint(dir_ + "/split", split, info, Progress{2, 8, 2, 8, {}}, g_, 0);
+      save_checkpoint(dir_ + "/split", split, info, Progress{2, 8, 2, 8, {}}, g_, {});
   EXPECT_GT(expect_same_tensors(a, b), 30);
 
   // Loaded into a split state of another model: both parts get the saved moments.

@@ -2,6 +2,7 @@
 // marker and retention, and a clear error (naming file and tensor) for every corruption.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <random>
@@ -31,7 +32,7 @@ class CheckpointIO : public ::testing::Test {
     world_ = make_single_comm();
     g_ = RankGroups{world_.get(), world_.get(), 0};
   }
-  std::string save(Model& m, int64_t it, int64_t keep = 0) {
+  std::string save(Model& m, int64_t it, Retention keep = {}) {
     RunInfo info;
     info.model = m.cfg;
     info.seed = 1;
@@ -117,7 +118,7 @@ TEST_F(CheckpointIO, RetentionAndCrashLeftovers) {
   fs::create_directories(dir_ + "/.tmp.iter_0000004");
   fs::create_directories(dir_ + "/.trash.iter_0000001.123");
   // A complete directory the marker never named (killed between rename and marker update).
-  for (int64_t it : {1, 2, 3, 4}) save(a, it, 2);
+  for (int64_t it : {1, 2, 3, 4}) save(a, it, {.keep_last_n = 2});
   EXPECT_FALSE(fs::exists(dir_ + "/.tmp.iter_0000004"));
   EXPECT_FALSE(fs::exists(dir_ + "/.trash.iter_0000001.123"));
   EXPECT_FALSE(fs::exists(dir_ + "/iter_0000001"));
@@ -126,8 +127,27 @@ TEST_F(CheckpointIO, RetentionAndCrashLeftovers) {
   EXPECT_TRUE(fs::exists(dir_ + "/iter_0000004/manifest.json"));
   // Saving an iteration again replaces the stale directory.
   write_file_atomic(dir_ + "/latest_checkpointed_iteration.txt", "3");
-  save(a, 4, 0);
+  save(a, 4);
   EXPECT_EQ(*find_checkpoint(dir_), dir_ + "/iter_0000004");
+}
+
+// --save-retain-interval 2 (Megatron's rule): each save deletes the previous latest checkpoint
+// unless its iteration is a multiple of 2 or it is a symbolic link.
+TEST_F(CheckpointIO, SaveRetainIntervalKeepsMultiplesAndTheLatest) {
+  Model a(tiny(), 1);
+  for (int64_t it : {1, 2, 3, 4, 5}) save(a, it, {.retain_interval = 2});
+  std::vector<std::string> left;
+  for (const auto& e : fs::directory_iterator(dir_))
+    if (e.path().filename().string().rfind("iter_", 0) == 0)
+      left.push_back(e.path().filename().string());
+  std::sort(left.begin(), left.end());
+  EXPECT_EQ(left, (std::vector<std::string>{"iter_0000002", "iter_0000004", "iter_0000005"}));
+  // A symbolic link in place of the previous latest stays.
+  fs::rename(dir_ + "/iter_0000005", dir_ + "/elsewhere");
+  fs::create_directory_symlink(dir_ + "/elsewhere", dir_ + "/iter_0000005");
+  save(a, 6, {.retain_interval = 2});
+  EXPECT_TRUE(fs::is_symlink(dir_ + "/iter_0000005"));
+  EXPECT_TRUE(fs::exists(dir_ + "/iter_0000006/manifest.json"));
 }
 
 TEST_F(CheckpointIO, CorruptionIsReportedWithFileAndTensor) {

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <ctime>
 #include <filesystem>
+#include <optional>
 
 #include "mtron/checkpoint/crc32c.h"
 #include "mtron/checkpoint/file_io.h"
@@ -162,9 +163,29 @@ TokenizerRecord carry_tokenizer(const TokenizerRecord& t, const fs::path& dir) {
   return r;
 }
 
+// The marker's text, trimmed ("" without a marker).
+std::string marker_text(const fs::path& root) {
+  const fs::path marker = root / kMarker;
+  if (!fs::exists(marker)) return "";
+  std::string text = read_small_file(marker.string(), 64);
+  while (!text.empty() && std::isspace(static_cast<unsigned char>(text.back()))) text.pop_back();
+  return text;
+}
+bool is_iteration_number(const std::string& text) {
+  return !text.empty() && text.size() <= 12 &&
+         std::all_of(text.begin(), text.end(), [](char c) { return std::isdigit(c); });
+}
+// The iteration the marker names (none: no marker, "release" or not a number).
+std::optional<int64_t> marked_iteration(const fs::path& root) {
+  const std::string text = marker_text(root);
+  if (!is_iteration_number(text)) return std::nullopt;
+  return std::stoll(text);
+}
+
 // Rank 0's part of the commit, once every rank's file is durable in `tmp`.
-void commit(const fs::path& root, const fs::path& tmp, const Manifest& m, int64_t keep_last_n) {
+void commit(const fs::path& root, const fs::path& tmp, const Manifest& m, const Retention& keep) {
   const fs::path final = root / iteration_dir_name(m.iteration);
+  const std::optional<int64_t> previous = marked_iteration(root);
   write_file_atomic((tmp / "manifest.json").string(), manifest_to_json(m));  // fsyncs tmp
   // A stale directory of the same iteration (a run that crashed before its marker update, or
   // an abandoned future after a rollback) is replaced.
@@ -174,6 +195,16 @@ void commit(const fs::path& root, const fs::path& tmp, const Manifest& m, int64_
   check_ec(ec, "cannot rename " + tmp.string() + " to " + final.string());
   fsync_path(root.string());
   write_file_atomic((root / kMarker).string(), std::to_string(m.iteration));
+  if (keep.retain_interval > 0 && previous && *previous > 0 && *previous != m.iteration &&
+      *previous % keep.retain_interval != 0) {
+    const fs::path old = root / iteration_dir_name(*previous);
+    if (fs::is_symlink(old)) {
+      log_info("--save-retain-interval: {} is a symbolic link; not deleted", old.string());
+    } else {
+      remove_tree(old.string());
+    }
+  }
+  const int64_t keep_last_n = keep.keep_last_n;
   if (keep_last_n > 0) {
     std::vector<int64_t> old;
     for (int64_t it : committed_iterations(root)) {
@@ -201,7 +232,7 @@ std::string save_checkpoint(const std::string& save_dir,
                             const RunInfo& info,
                             const Progress& progress,
                             const RankGroups& g,
-                            int64_t keep_last_n) {
+                            const Retention& keep) {
   Comm& world = *g.world;
   const double t0 = now_seconds();
   const fs::path root(save_dir);
@@ -303,7 +334,7 @@ std::string save_checkpoint(const std::string& save_dir,
       m.files.push_back({rank_file_name(r), uint64_t(x[1]), uint32_t(x[2]), x[3]});
       total += uint64_t(x[1]);
     }
-    commit(root, tmp, m, keep_last_n);
+    commit(root, tmp, m, keep);
     const double dt = now_seconds() - t0;
     log_info("saved checkpoint at iteration {} to {}: {:.1f} MB in {:.2f} s ({:.2f} GB/s)",
              progress.iteration, (root / name).string(), double(total) / 1e6, dt,
@@ -375,15 +406,13 @@ std::optional<std::string> find_checkpoint(const std::string& load_dir) {
   if (fs::exists(root / "manifest.json")) return root.string();
   const fs::path marker = root / kMarker;
   if (!fs::exists(marker)) return std::nullopt;
-  std::string text = read_small_file(marker.string(), 64);
-  while (!text.empty() && std::isspace(static_cast<unsigned char>(text.back()))) text.pop_back();
+  const std::string text = marker_text(root);
   fs::path dir;
   if (text == "release") {
     dir = root / "release";
   } else {
-    MT_CHECK(!text.empty() && text.size() <= 12 &&
-                 std::all_of(text.begin(), text.end(), [](char c) { return std::isdigit(c); }),
-             marker.string(), " does not hold an iteration number (got '", text, "')");
+    MT_CHECK(is_iteration_number(text), marker.string(),
+             " does not hold an iteration number (got '", text, "')");
     dir = root / iteration_dir_name(std::stoll(text));
   }
   MT_CHECK(fs::exists(dir / "manifest.json"), marker.string(), " names ", dir.string(),

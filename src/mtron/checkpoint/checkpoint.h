@@ -108,14 +108,22 @@ std::string iteration_dir_name(int64_t iteration);
 // True for the tensors whose dimension 0 is the padded vocabulary (its padding depends on TP).
 bool is_vocab_parameter(const std::string& name);
 
-// Collective over g.world. Writes and commits <save_dir>/iter_NNNNNNN; with keep_last_n > 0
-// deletes all but the newest keep_last_n committed checkpoints. Returns the directory.
+// Which earlier checkpoints a save deletes once it is committed.
+struct Retention {
+  int64_t keep_last_n = 0;  // > 0: all but the newest keep_last_n committed checkpoints
+  // > 0 (--save-retain-interval, Megatron's rule): the previous latest checkpoint unless its
+  // iteration is a multiple of it (or it is a symbolic link)
+  int64_t retain_interval = 0;
+};
+
+// Collective over g.world. Writes and commits <save_dir>/iter_NNNNNNN, then deletes what `keep`
+// says. Returns the directory.
 std::string save_checkpoint(const std::string& save_dir,
                             const std::vector<ChunkState>& chunks,
                             const RunInfo& info,
                             const Progress& progress,
                             const RankGroups& g,
-                            int64_t keep_last_n);
+                            const Retention& keep);
 
 // Collective over g.world. Fills the chunks' master weights (refreshing their compute copies) and,
 // with load_optimizer, the moments, from the checkpoint directory `dir` (holding

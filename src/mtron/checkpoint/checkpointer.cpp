@@ -195,6 +195,10 @@ void add_checkpoint_flags(CLI::App& app, CheckpointArgs& a) {
   app.add_option("--keep-last-n-checkpoints", a.keep_last_n_checkpoints,
                  "Keep only the newest N checkpoints in --save (default: all)")
       ->group(g);
+  app.add_option("--save-retain-interval", a.save_retain_interval,
+                 "Keep the checkpoints of iterations that are multiples of N and the latest; "
+                 "delete the others as newer ones are saved (default: keep all)")
+      ->group(g);
   app.add_flag("--override-opt_param-scheduler,--override-lr-scheduler",
                a.override_opt_param_scheduler,
                "Use the flags' learning-rate schedule instead of requiring the checkpoint's")
@@ -215,6 +219,8 @@ void validate_checkpoint_args(const CheckpointArgs& a) {
   MT_CHECK(a.ckpt_step >= -1, "--ckpt-step must be >= 0 (got ", a.ckpt_step, ")");
   MT_CHECK(a.keep_last_n_checkpoints >= 0, "--keep-last-n-checkpoints must be >= 0 (got ",
            a.keep_last_n_checkpoints, ")");
+  MT_CHECK(a.save_retain_interval >= 0, "--save-retain-interval must be positive (got ",
+           a.save_retain_interval, ")");
   MT_CHECK(!(a.override_opt_param_scheduler && a.use_checkpoint_opt_param_scheduler),
            "both --override-opt_param-scheduler and --use-checkpoint-opt_param-scheduler are set "
            "(Megatron: 'both override and use-checkpoint are set.')");
@@ -322,7 +328,8 @@ void Checkpointer::save(const TrainView& v) {
   }
   Progress progress{*v.iteration, *v.consumed_samples, v.optimizer->steps(), *v.lr_samples, {}};
   if (v.scaler && v.scaler->dynamic()) progress.grad_scaler = v.scaler->state();
-  save_checkpoint(a_.save, chunks, info_, progress, groups_, a_.keep_last_n_checkpoints);
+  save_checkpoint(a_.save, chunks, info_, progress, groups_,
+                  {a_.keep_last_n_checkpoints, a_.save_retain_interval});
   last_saved_ = *v.iteration;
 }
 

@@ -53,6 +53,7 @@ struct CheckpointArgs {
   int64_t exit_interval = 0;
   double exit_duration_in_mins = 0;     // Megatron takes an int; fractions are accepted too
   int64_t keep_last_n_checkpoints = 0;  // 0: keep all
+  int64_t save_retain_interval = 0;     // 0: keep all (Retention::retain_interval)
   bool override_opt_param_scheduler = false;
   bool use_checkpoint_opt_param_scheduler = false;
 };

@@ -598,8 +598,8 @@ HfArch import_hf(const std::string& hf_dir, const std::string& out, const HfImpo
   auto world = make_single_comm();
   std::vector<ChunkState> bufs = {dense};
   if (cfg.is_moe()) bufs.push_back({&experts, {}, {}, {{0, experts.size()}}, true, {}});
-  const std::string d = save_checkpoint(out, bufs, info, Progress{},
-                                        RankGroups{world.get(), world.get(), 0, world.get(), 0}, 0);
+  const std::string d = save_checkpoint(
+      out, bufs, info, Progress{}, RankGroups{world.get(), world.get(), 0, world.get(), 0}, {});
   log_info("imported {} ({}, {}) into {}", hf_dir, hf_arch_name(arch), cfg.summary(), d);
   log_info("continue with: mtron train --load {} {} (vocabulary {}: {})", out, model_flags(cfg),
            cfg.vocab_size,
