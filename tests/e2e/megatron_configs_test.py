@@ -1,0 +1,71 @@
+#!/usr/bin/python3
+"""Megatron-LM's own functional-test configurations (megatron_configs/*.yaml, each with its source
+in its first line), run with `mtron train --print-layout` at 8 ranks, as Megatron's CI runs them
+on one 8-GPU node: every flag of MODEL_ARGS must be accepted (or noted), the layout printed, and
+the notes expected for the config's checkpoint, scheduling and checking flags said.
+
+MODEL_ARGS is turned into a command line as Megatron's test harness does: `--flag: true` is the
+switch, `false` leaves it out, any other value follows the flag; ${VAR}/$VAR placeholders (data,
+checkpoint and tokenizer paths) become /nonexistent, which --print-layout never opens.
+
+  megatron_configs_test.py MTRON
+"""
+import os
+import re
+import subprocess
+import sys
+
+HERE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "megatron_configs")
+# Notes each config must produce (beyond accepting every flag).
+NOTES = {
+    "mr_mcore_te_tp1_pp4_persistent_ckpt_disable_bias_linear":
+        ["--use-persistent-ckpt-worker has no effect", "--dist-ckpt-save-pre-mcore-014 has no effect"],
+    "mr_mcore_te_tp1_pp4_vp1_dist_optimizer_overlap_grad_reduce_param_gather_overlap_optimizer":
+        ["--overlap-param-gather-with-optimizer-step has no effect",
+         "--check-weight-hash-across-dp-replicas-interval 10 has no effect"],
+    "mr_mcore_te_tp2_pp1_multi_dist_optimizer_instances":
+        ["--num-distributed-optimizer-instances 2 has no effect"],
+    "mr_mcore_reruns_disable": ["--rerun-mode disabled has no effect"],
+    "mr_mcore_te_tp2_pp2_ddp_average_in_collective": ["--ddp-average-in-collective has no effect"],
+    "mcore_te_tp2_pp2_ep4_etp1_memory_speed": ["--cross-entropy-fusion-impl native has no effect"],
+}
+
+
+def model_args(path):
+    args, inside = [], False
+    for line in open(path):
+        line = line.rstrip("\n")
+        if line.startswith("MODEL_ARGS:"):
+            inside = True
+            continue
+        if inside and line and not line.startswith(" "):
+            break
+        m = re.match(r"\s+(--[\w-]+):\s*(.*?)\s*(#.*)?$", line) if inside else None
+        if not m:
+            continue
+        flag, value = m.group(1), m.group(2).strip("\"'")
+        if value.lower() == "false":
+            continue
+        args.append(flag)
+        if value.lower() != "true":
+            args += re.sub(r"\$\{?\w+\}?", "/nonexistent", value).split()
+    return args
+
+
+def main():
+    mtron, failed = sys.argv[1], 0
+    for name in sorted(NOTES):
+        args = model_args(os.path.join(HERE, name + ".yaml"))
+        p = subprocess.run([mtron, "train"] + args + ["--print-layout", "--world-size", "8"],
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        missing = [n for n in NOTES[name] if "note: " + n not in p.stdout]
+        ok = p.returncode == 0 and "world 8 = " in p.stdout and not missing
+        print("%-90s %s" % (name, "ok" if ok else "FAILED (exit %d, missing %s)" % (p.returncode, missing)))
+        if not ok:
+            print(p.stdout[-2000:])
+            failed += 1
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
