@@ -99,6 +99,28 @@ struct Model {
   int64_t hidden, heads, seq, batch;  // batch: sequences per attention call
 };
 
+// fc1's forward with its bias and GELU in the epilogue (bf16 output and pre-activation) and fc2's
+// dgrad with GELU's derivative in it, to set beside the plain "fc1 fwd" and "fc2 dgrad" rows.
+void gelu_gemms(const Model& m, int64_t tokens) {
+  const int64_t h = m.hidden, F = 4 * h;
+  Tensor x = filled(tokens * h, DType::kBF16), w1 = filled(F * h, DType::kBF16);
+  Tensor b1 = filled(F, DType::kBF16), act = filled(tokens * F, DType::kBF16);
+  Tensor pre = filled(tokens * F, DType::kBF16), dy = filled(tokens * h, DType::kBF16);
+  Tensor w2 = filled(h * F, DType::kBF16);
+  const double flops = 2.0 * double(tokens) * double(F) * double(h);
+  const std::string shape = str(tokens, "x", F, "x", h);
+  row(str(m.name, " fc1 fwd+gelu bf16"), shape, seconds_per_call([&] {
+        gemm_gelu(kDev, Trans::kN, Trans::kT, tokens, F, h, x.bf(), h, w1.bf(), h, act.bf(),
+                  pre.bf(), b1.bf());
+      }),
+      flops, kPeakBf16);
+  row(str(m.name, " fc2 dgrad+dgelu bf16"), shape, seconds_per_call([&] {
+        gemm_dgelu(kDev, Trans::kN, Trans::kN, tokens, F, h, dy.bf(), h, w2.bf(), F, act.bf(),
+                   pre.bf());
+      }),
+      flops, kPeakBf16);
+}
+
 void gemms(const Model& m, int64_t tokens, DType t) {
   const int64_t h = m.hidden;
   struct Lin {
@@ -115,6 +137,7 @@ void gemms(const Model& m, int64_t tokens, DType t) {
                t);
   }
   bench_gemm(str(m.name, " lm-head chunk"), Trans::kN, Trans::kT, 1024, 50304, h, 0.0f, t);
+  if (t == DType::kBF16) gelu_gemms(m, tokens);
 }
 
 // Attention forward and backward with fp32 products (the fp32 kernels), bf16 products on fp32

@@ -1,5 +1,6 @@
 // The op table's GEMM cases (op_table.h): gemm in fp32, bf16 and fp16 (every transpose, beta 0
-// and 1, padded leading dimensions and unaligned views), gemm_bias (also to bf16), and gemm_fp8.
+// and 1, padded leading dimensions and unaligned views), gemm_bias (also to bf16), gemm_gelu,
+// gemm_dgelu and gemm_fp8.
 #include <algorithm>
 #include <string>
 #include <type_traits>
@@ -101,29 +102,78 @@ void check_gemm_bias(
   });
 }
 
-// gemm_bias to bf16: the fp32 reference (the GEMM and bias_add of the widened bf16 bias) rounded
-// to bf16, C poisoned; bias_off as check_gemm_bias's (in bf16 elements).
-void check_gemm_bias_to_bf16(Checker& ck, const GemmCase& g, Trans ta, Trans tb, int bias_off) {
-  const int64_t lda = (ta == Trans::kN ? g.K : g.M) + g.pad;
-  const int64_t ldb = (tb == Trans::kN ? g.N : g.K) + g.pad;
-  const int64_t a_rows = ta == Trans::kN ? g.M : g.K, b_rows = tb == Trans::kN ? g.K : g.N;
-  const std::string shape = str("M", g.M, " N", g.N, " K", g.K, ta == Trans::kT ? " At" : "",
-                                tb == Trans::kT ? " Bt" : "", g.pad ? " pad" : "",
-                                bias_off > 0   ? " bias+1"
-                                : bias_off < 0 ? " no bias"
-                                               : "");
-  ck.run("gemm_bias.to_bf16", shape, [&] {
-    Pair<bf16> A(narrow<bf16>(randn(a_rows * lda))), B(narrow<bf16>(randn(b_rows * ldb)));
-    Pair<bf16> bias(narrow<bf16>(randn(g.N + std::max(bias_off, 0))));
-    Pair<bf16> c(narrow<bf16>(poison(g.M * g.N)));
+// A bf16-output GEMM's case in form (ta, tb): bf16 operands of normal samples, a bf16 bias starting
+// bias_off elements into its buffer (1: not 16-byte aligned, which CUDA runs without the
+// epilogue; -1: none), and the fp32 reference v = op(A) op(B) + the widened bias.
+struct Bf16Case {
+  Bf16Case(const GemmCase& g, Trans ta, Trans tb, int bias_off)
+      : lda((ta == Trans::kN ? g.K : g.M) + g.pad),
+        ldb((tb == Trans::kN ? g.N : g.K) + g.pad),
+        A(narrow<bf16>(randn((ta == Trans::kN ? g.M : g.K) * lda))),
+        B(narrow<bf16>(randn((tb == Trans::kN ? g.K : g.N) * ldb))),
+        bias(narrow<bf16>(randn(g.N + std::max(bias_off, 0)))),
+        bias_off(bias_off),
+        v(size_t(g.M * g.N)) {
     const std::vector<float> aw = widen(A.host_result()), bw = widen(B.host_result());
-    const std::vector<float> biasw = widen(bias.host_result());
-    std::vector<float> want(size_t(g.M * g.N));
-    ref::gemm(ta, tb, g.M, g.N, g.K, 1.0f, aw.data(), lda, bw.data(), ldb, 0.0f, want.data(), g.N);
-    if (bias_off >= 0) ref::bias_add(want.data(), biasw.data() + bias_off, g.M, g.N);
-    gemm_bias(g_dev, ta, tb, g.M, g.N, g.K, A.dev(), lda, B.dev(), ldb, c.dev(),
-              bias_off >= 0 ? bias.dev() + bias_off : nullptr);
-    ck.check("C", widen(c.dev_result()), widen(narrow<bf16>(want)), kTolBf16);
+    ref::gemm(ta, tb, g.M, g.N, g.K, 1.0f, aw.data(), lda, bw.data(), ldb, 0.0f, v.data(), g.N);
+    if (bias_off >= 0)
+      ref::bias_add(v.data(), widen(bias.host_result()).data() + bias_off, g.M, g.N);
+  }
+  const bf16* bias_dev() const { return bias_off >= 0 ? bias.dev() + bias_off : nullptr; }
+
+  int64_t lda, ldb;
+  Pair<bf16> A, B, bias;
+  int bias_off;
+  std::vector<float> v;
+};
+
+std::string bf16_case_label(const GemmCase& g, Trans ta, Trans tb, int bias_off) {
+  return str("M", g.M, " N", g.N, " K", g.K, ta == Trans::kT ? " At" : "",
+             tb == Trans::kT ? " Bt" : "", g.pad ? " pad" : "",
+             bias_off > 0   ? " bias+1"
+             : bias_off < 0 ? " no bias"
+                            : "");
+}
+
+// gemm_bias to bf16: the fp32 reference rounded to bf16, C poisoned.
+void check_gemm_bias_to_bf16(Checker& ck, const GemmCase& g, Trans ta, Trans tb, int bias_off) {
+  ck.run("gemm_bias.to_bf16", bf16_case_label(g, ta, tb, bias_off), [&] {
+    const Bf16Case t(g, ta, tb, bias_off);
+    Pair<bf16> c(narrow<bf16>(poison(g.M * g.N)));
+    gemm_bias(g_dev, ta, tb, g.M, g.N, g.K, t.A.dev(), t.lda, t.B.dev(), t.ldb, c.dev(),
+              t.bias_dev());
+    ck.check("C", widen(c.dev_result()), widen(narrow<bf16>(t.v)), kTolBf16);
+  });
+}
+
+// gemm_gelu: the fp32 reference rounded into pre and its reference GELU rounded into C, C and pre
+// poisoned.
+void check_gemm_gelu(Checker& ck, const GemmCase& g, Trans ta, Trans tb, int bias_off) {
+  ck.run("gemm_gelu", bf16_case_label(g, ta, tb, bias_off), [&] {
+    const Bf16Case t(g, ta, tb, bias_off);
+    Pair<bf16> c(narrow<bf16>(poison(g.M * g.N))), pre(narrow<bf16>(poison(g.M * g.N)));
+    std::vector<float> y(t.v.size());
+    ref::gelu_forward(y.data(), t.v.data(), g.M * g.N);
+    gemm_gelu(g_dev, ta, tb, g.M, g.N, g.K, t.A.dev(), t.lda, t.B.dev(), t.ldb, c.dev(), pre.dev(),
+              t.bias_dev());
+    ck.check("C", widen(c.dev_result()), widen(narrow<bf16>(y)), kTolBf16);
+    ck.check("pre", widen(pre.dev_result()), widen(narrow<bf16>(t.v)), kTolBf16);
+  });
+}
+
+// gemm_dgelu: the fp32 reference GEMM times the reference GELU derivative at a bf16 pre (normal
+// samples scaled by 3: GELU's curved part and both tails), rounded; C poisoned.
+void check_gemm_dgelu(Checker& ck, const GemmCase& g, Trans ta, Trans tb) {
+  ck.run("gemm_dgelu", bf16_case_label(g, ta, tb, 0), [&] {
+    const Bf16Case t(g, ta, tb, -1);
+    std::vector<float> x = randn(g.M * g.N);
+    for (float& e : x) e *= 3.0f;
+    Pair<bf16> pre(narrow<bf16>(x)), c(narrow<bf16>(poison(g.M * g.N)));
+    std::vector<float> d(t.v.size());
+    ref::gelu_backward(d.data(), widen(pre.host_result()).data(), t.v.data(), g.M * g.N);
+    gemm_dgelu(g_dev, ta, tb, g.M, g.N, g.K, t.A.dev(), t.lda, t.B.dev(), t.ldb, c.dev(),
+               pre.dev());
+    ck.check("C", widen(c.dev_result()), widen(narrow<bf16>(d)), kTolBf16);
   });
 }
 
@@ -192,7 +242,11 @@ void gemm_cases(Checker& ck, bool small) {
           for (int bias_off : {0, 1, -1})
             for (bool residual : {false, true})
               if (bias_off >= 0 || residual) check_gemm_bias(ck, g, ta, tb, in, bias_off, residual);
-        for (int bias_off : {0, 1, -1}) check_gemm_bias_to_bf16(ck, g, ta, tb, bias_off);
+        for (int bias_off : {0, 1, -1}) {
+          check_gemm_bias_to_bf16(ck, g, ta, tb, bias_off);
+          check_gemm_gelu(ck, g, ta, tb, bias_off);
+        }
+        check_gemm_dgelu(ck, g, ta, tb);
       }
 }
 

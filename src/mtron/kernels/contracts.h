@@ -217,6 +217,24 @@ inline OpCost gemm_bias_to_bf16_contract(MT_PARAMS(gemm_bias_to_bf16)) {
   return {c.flops, bytes, bytes};
 }
 
+// C and pre written at two bytes each (the bias read at two).
+inline OpCost gemm_gelu_contract(MT_PARAMS(gemm_gelu)) {
+  MT_CHECK(pre && pre != C, "gemm_gelu: pre is null or the output C itself");
+  OpCost c = gemm_bias_to_bf16_contract(ta, tb, M, N, K, A, lda, B, ldb, C, bias);
+  c.bytes += 2.0 * double(M * N);
+  c.min_bytes = c.bytes;
+  return c;
+}
+
+// pre read and C written at two bytes each.
+inline OpCost gemm_dgelu_contract(MT_PARAMS(gemm_dgelu)) {
+  MT_CHECK(pre && pre != C, "gemm_dgelu: pre is null or the output C itself");
+  OpCost c = gemm_bias_to_bf16_contract(ta, tb, M, N, K, A, lda, B, ldb, C, nullptr);
+  c.bytes += 2.0 * double(M * N);
+  c.min_bytes = c.bytes;
+  return c;
+}
+
 inline OpCost gemm_fp8_contract(Trans ta,
                                 Trans tb,
                                 int64_t M,

@@ -1,5 +1,5 @@
 // defines: Trans, gemm (fp32, bf16 and fp16 inputs, fp32 output), gemm_bias (fp32 output, or bf16
-//          from bf16 inputs), gemm_fp8
+//          from bf16 inputs), gemm_gelu, gemm_dgelu, gemm_fp8
 //
 // Row-major GEMM: C[M,N] = alpha * op(A)[M,K] * op(B)[K,N] + beta * C.
 // op(X) = X (kN) or X^T (kT); lda/ldb/ldc are row strides in elements of the stored matrices.
@@ -25,6 +25,16 @@
 // epilogue reads a bias of D's type): the GEMM output that only feeds bf16 consumers (fc1's
 // pre-activation, the logits, dgrads a bf16 kernel reads). On the CPU the fp32 GEMM in blocks of
 // rows, the widened bias added as bias_add adds it, then convert: the fp32 path's values rounded.
+//
+// gemm_gelu (bf16 operands, bias bf16 or null): v = op(A) op(B) + bias accumulated in fp32, pre =
+// v rounded to bf16 (GELU's input, kept for the backward) and C = gelu(v) rounded to bf16
+// (kernels/activation.h's GELU of the fp32 value, not of the rounded pre): an MLP's fc1 with its
+// activation, as cuBLASLt's GELU_AUX_BIAS epilogue writes it (D and the aux matrix, both bf16).
+// gemm_dgelu: C = op(A) op(B) * gelu'(pre) accumulated in fp32 and rounded to bf16 once, pre the
+// bf16 GELU input gemm_gelu kept: fc2's dgrad times GELU's derivative, fc1's output gradient,
+// as cuBLASLt's DGELU epilogue writes it. On the CPU (and on CUDA where cuBLASLt has no algorithm
+// for the epilogue, or the row length is not a multiple of 8) the fp32 GEMM in blocks of rows, then
+// the activation kernels on each block.
 //
 // gemm_fp8: the same product of two FP8 operands, A holding exact values of format fa and B of
 // fb in bf16 storage (fp8_quantize's output; kernels/fp8.h), accumulated in fp32. On the CPU it is
@@ -67,6 +77,12 @@ enum class Trans { kN, kT };
 #define MT_PARAMS_gemm_bias_to_bf16                                                                \
   (Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, const bf16* A, int64_t lda, const bf16* B, \
    int64_t ldb, bf16* C, const bf16* bias)
+#define MT_PARAMS_gemm_gelu                                                                        \
+  (Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, const bf16* A, int64_t lda, const bf16* B, \
+   int64_t ldb, bf16* C, bf16* pre, const bf16* bias)
+#define MT_PARAMS_gemm_dgelu                                                                       \
+  (Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, const bf16* A, int64_t lda, const bf16* B, \
+   int64_t ldb, bf16* C, const bf16* pre)
 #define MTRON_GEMM_OPS(OP)                                                                        \
   OP(void, gemm, gemm_fp32, gemm_contract, MT_PARAMS_gemm_fp32,                                   \
      (ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc))                                      \
@@ -82,6 +98,10 @@ enum class Trans { kN, kT };
      (ta, tb, M, N, K, A, lda, B, ldb, C, bias, residual))                                        \
   OP(void, gemm_bias, gemm_bias_to_bf16, gemm_bias_to_bf16_contract, MT_PARAMS_gemm_bias_to_bf16, \
      (ta, tb, M, N, K, A, lda, B, ldb, C, bias))                                                  \
+  OP(void, gemm_gelu, gemm_gelu, gemm_gelu_contract, MT_PARAMS_gemm_gelu,                         \
+     (ta, tb, M, N, K, A, lda, B, ldb, C, pre, bias))                                             \
+  OP(void, gemm_dgelu, gemm_dgelu, gemm_dgelu_contract, MT_PARAMS_gemm_dgelu,                     \
+     (ta, tb, M, N, K, A, lda, B, ldb, C, pre))                                                   \
   OP(void, gemm_fp8, gemm_fp8, gemm_fp8_contract, MT_PARAMS_gemm_fp8,                             \
      (ta, tb, M, N, K, alpha, A, fa, lda, B, fb, ldb, beta, C, ldc))
 MTRON_GEMM_OPS(MT_OP_DECLARE)

@@ -1,5 +1,5 @@
-// defines: GemmOperand, narrow_operand, gemm and gemm_bias (of dtype-tagged operands; gemm_bias
-//          also to a bf16 output)
+// defines: GemmOperand, narrow_operand, bf16_data, gemm, gemm_bias, gemm_gelu and gemm_dgelu (of
+//          dtype-tagged operands; gemm_bias also to a bf16 output)
 //
 // A GEMM input tagged with its dtype, so that a layer holding activations and weights in the
 // run's precision (fp32, or their bf16 or fp16 copies) calls one gemm and never branches on
@@ -99,6 +99,13 @@ inline void gemm_bias(const Ctx& ctx,
   });
 }
 
+// A bf16 operand's data (`op` names the GEMM in the error).
+inline const bf16* bf16_data(const char* op, GemmOperand X) {
+  MT_ASSERT(X.dtype == DType::kBF16, op, ": an operand of dtype ", dtype_name(X.dtype),
+            " where bf16 ones are read");
+  return static_cast<const bf16*>(X.data);
+}
+
 // gemm_bias to a bf16 C (kernels/gemm.h) of two bf16 operands.
 inline void gemm_bias(const Ctx& ctx,
                       Trans ta,
@@ -112,11 +119,43 @@ inline void gemm_bias(const Ctx& ctx,
                       int64_t ldb,
                       bf16* C,
                       const bf16* bias) {
-  MT_ASSERT(A.dtype == DType::kBF16 && B.dtype == DType::kBF16,
-            "gemm_bias to bf16: operands of dtypes ", dtype_name(A.dtype), " and ",
-            dtype_name(B.dtype));
-  gemm_bias(ctx, ta, tb, M, N, K, static_cast<const bf16*>(A.data), lda,
-            static_cast<const bf16*>(B.data), ldb, C, bias);
+  const char* op = "gemm_bias to bf16";
+  gemm_bias(ctx, ta, tb, M, N, K, bf16_data(op, A), lda, bf16_data(op, B), ldb, C, bias);
+}
+
+// gemm_gelu (kernels/gemm.h) of two bf16 operands.
+inline void gemm_gelu(const Ctx& ctx,
+                      Trans ta,
+                      Trans tb,
+                      int64_t M,
+                      int64_t N,
+                      int64_t K,
+                      GemmOperand A,
+                      int64_t lda,
+                      GemmOperand B,
+                      int64_t ldb,
+                      bf16* C,
+                      bf16* pre,
+                      const bf16* bias) {
+  gemm_gelu(ctx, ta, tb, M, N, K, bf16_data("gemm_gelu", A), lda, bf16_data("gemm_gelu", B), ldb, C,
+            pre, bias);
+}
+
+// gemm_dgelu (kernels/gemm.h) of two bf16 operands.
+inline void gemm_dgelu(const Ctx& ctx,
+                       Trans ta,
+                       Trans tb,
+                       int64_t M,
+                       int64_t N,
+                       int64_t K,
+                       GemmOperand A,
+                       int64_t lda,
+                       GemmOperand B,
+                       int64_t ldb,
+                       bf16* C,
+                       const bf16* pre) {
+  gemm_dgelu(ctx, ta, tb, M, N, K, bf16_data("gemm_dgelu", A), lda, bf16_data("gemm_dgelu", B), ldb,
+             C, pre);
 }
 
 }  // namespace mtron::kernels

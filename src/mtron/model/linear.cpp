@@ -193,6 +193,19 @@ void linear_forward(
   kernels::gemm_bias(rc.k, Trans::kN, Trans::kT, N, out, in, x, in, w, in, y, bias);
 }
 
+void linear_forward_gelu(const RunCtx& rc,
+                         bf16* act,
+                         bf16* pre,
+                         Act x,
+                         Act w,
+                         const bf16* bias,
+                         int64_t N,
+                         int64_t in,
+                         int64_t out) {
+  MT_ASSERT(bf16_gemm_outputs(rc, w), "linear_forward_gelu outside bf16 mode or in FP8");
+  kernels::gemm_gelu(rc.k, Trans::kN, Trans::kT, N, out, in, x, in, w, in, act, pre, bias);
+}
+
 template <typename DX>
 void linear_backward(const RunCtx& rc,
                      Arena& scratch,
@@ -204,10 +217,12 @@ void linear_backward(const RunCtx& rc,
                      Act w,
                      int64_t N,
                      int64_t in,
-                     int64_t out) {
+                     int64_t out,
+                     const bf16* gelu_pre) {
   const int id = fp8_id(rc, w);
   constexpr bool dx16 = std::is_same_v<DX, bf16>;
   MT_ASSERT(!dx16 || bf16_gemm_outputs(rc, w), "a bf16 dgrad outside bf16 mode or in FP8");
+  MT_ASSERT(!gelu_pre || (dx16 && dx), "linear_backward: GELU's input without a bf16 dgrad");
   Act g = dy;  // the output gradient as the bf16/fp16/fp32 GEMMs read it
   if (db && dy.dtype == DType::kF32 && id < 0 && bf16_gemm_inputs(rc)) {  // one pass for both
     bf16* g16 = scratch.alloc<bf16>(N * out);
@@ -231,16 +246,40 @@ void linear_backward(const RunCtx& rc,
     return;
   }
   if constexpr (dx16) {
-    if (dx) kernels::gemm_bias(rc.k, Trans::kN, Trans::kN, N, in, out, g, out, w, in, dx, nullptr);
+    if (gelu_pre) {
+      kernels::gemm_dgelu(rc.k, Trans::kN, Trans::kN, N, in, out, g, out, w, in, dx, gelu_pre);
+    } else if (dx) {
+      kernels::gemm_bias(rc.k, Trans::kN, Trans::kN, N, in, out, g, out, w, in, dx, nullptr);
+    }
   } else {
     if (dx)
       kernels::gemm(rc.k, Trans::kN, Trans::kN, N, in, out, 1.0f, g, out, w, in, 0.0f, dx, in);
   }
   kernels::gemm(rc.k, Trans::kT, Trans::kN, out, in, N, 1.0f, g, out, x, in, 1.0f, dw, in);
 }
-template void linear_backward(
-    const RunCtx&, Arena&, float*, float*, float*, Act, Act, Act, int64_t, int64_t, int64_t);
-template void linear_backward(
-    const RunCtx&, Arena&, bf16*, float*, float*, Act, Act, Act, int64_t, int64_t, int64_t);
+template void linear_backward(const RunCtx&,
+                              Arena&,
+                              float*,
+                              float*,
+                              float*,
+                              Act,
+                              Act,
+                              Act,
+                              int64_t,
+                              int64_t,
+                              int64_t,
+                              const bf16*);
+template void linear_backward(const RunCtx&,
+                              Arena&,
+                              bf16*,
+                              float*,
+                              float*,
+                              Act,
+                              Act,
+                              Act,
+                              int64_t,
+                              int64_t,
+                              int64_t,
+                              const bf16*);
 
 }  // namespace mtron::model

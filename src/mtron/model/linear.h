@@ -1,6 +1,6 @@
 // defines: RunCtx, Act, GemmInputRoom, gemm_input_room, as_gemm_input, gemm_input_buffer,
 //          fp8_linear, bf16_gemm_inputs, bf16_gemm_outputs, mlp_activation, mlp_activation_grad,
-//          linear_forward, linear_backward
+//          linear_forward, linear_forward_gelu, linear_backward
 //
 // A linear layer's three GEMMs in the run's precision. In bf16 (fp16) mode the GEMMs read bf16
 // (fp16) activations, output gradients and weights and write fp32 (fp32 accumulation); the fp32
@@ -147,13 +147,27 @@ void linear_forward(const RunCtx& rc,
 // null)
 void linear_forward(
     const RunCtx& rc, bf16* y, Act x, Act w, const bf16* bias, int64_t N, int64_t in, int64_t out);
+// An MLP's fc1 and GELU in one GEMM (kernels::gemm_gelu; bf16_gemm_outputs): pre[N,out] = x W^T +
+// bias and act = gelu of it (of the fp32 value), both rounded to bf16 once; linear_backward of the
+// next layer (fc2) with gelu_pre = pre writes fc1's output gradient.
+void linear_forward_gelu(const RunCtx& rc,
+                         bf16* act,
+                         bf16* pre,
+                         Act x,
+                         Act w,
+                         const bf16* bias,
+                         int64_t N,
+                         int64_t in,
+                         int64_t out);
 
 // dx[N,in] = dy W (written, fp32 or, where bf16_gemm_outputs, bf16; skipped when dx is null),
 // dw[out,in] += dy^T x,
 // db[out] += column sums of dy (skipped when db is null). dy: fp32 (made a GEMM input here; in
 // bf16 mode with db in the same pass as the column sums), or the GEMM input an op wrote itself
 // (bf16 mode: the column sums are then those of the bf16 values, as a bias-gradient GEMM
-// epilogue sums them). Temporaries come from `scratch`.
+// epilogue sums them). Temporaries come from `scratch`. With gelu_pre (a bf16 dx; the layer's input
+// x being gelu of gelu_pre, linear_forward_gelu's), dx = (dy W) gelu'(gelu_pre) in the same GEMM
+// (kernels::gemm_dgelu): the gradient of GELU's input.
 template <typename DX>
 void linear_backward(const RunCtx& rc,
                      Arena& scratch,
@@ -165,7 +179,8 @@ void linear_backward(const RunCtx& rc,
                      Act w,
                      int64_t N,
                      int64_t in,
-                     int64_t out);
+                     int64_t out,
+                     const bf16* gelu_pre = nullptr);
 template <typename DX>
 inline void linear_backward(const RunCtx& rc,
                             Arena& scratch,
@@ -177,8 +192,9 @@ inline void linear_backward(const RunCtx& rc,
                             Act w,
                             int64_t N,
                             int64_t in,
-                            int64_t out) {
-  linear_backward(rc, scratch, dx, dw, db, Act::of(dy), x, w, N, in, out);
+                            int64_t out,
+                            const bf16* gelu_pre = nullptr) {
+  linear_backward(rc, scratch, dx, dw, db, Act::of(dy), x, w, N, in, out, gelu_pre);
 }
 
 }  // namespace mtron::model

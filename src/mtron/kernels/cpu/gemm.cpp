@@ -358,9 +358,21 @@ void gemm_bias(const Ctx& ctx, MT_PARAMS(gemm_bias_fp16)) {
   gemm_then_bias(ctx, ta, tb, M, N, K, A, lda, B, ldb, C, bias, residual);
 }
 
-// The fp32 GEMM of blocks of up to kBlockElems output elements (whole rows) into one buffer, the
-// widened bias added as bias_add adds it, each block then rounded into C.
-void gemm_bias(const Ctx& ctx, MT_PARAMS(gemm_bias_to_bf16)) {
+// The fp32 GEMM of blocks of up to 2^22 output elements (whole rows) into one buffer, the widened
+// bias (bf16 or null) added as bias_add adds it; then f(first row, rows, block).
+template <typename F>
+void gemm_row_blocks(const Ctx& ctx,
+                     Trans ta,
+                     Trans tb,
+                     int64_t M,
+                     int64_t N,
+                     int64_t K,
+                     const bf16* A,
+                     int64_t lda,
+                     const bf16* B,
+                     int64_t ldb,
+                     const bf16* bias,
+                     F f) {
   constexpr int64_t kBlockElems = int64_t(1) << 22;
   if (M == 0 || N == 0) return;
   std::vector<float> wide_bias;
@@ -375,8 +387,35 @@ void gemm_bias(const Ctx& ctx, MT_PARAMS(gemm_bias_to_bf16)) {
     const bf16* a = A + (ta == Trans::kN ? r0 * lda : r0);  // op(A)'s rows r0..
     cpu::gemm(ctx, ta, tb, m, N, K, 1.0f, a, lda, B, ldb, 0.0f, block.data(), N);
     if (bias) cpu::bias_add(ctx, block.data(), wide_bias.data(), m, N);
-    cpu::convert(ctx, C + r0 * N, block.data(), m * N);
+    f(r0, m, block.data());
   }
+}
+
+// Each block rounded into C.
+void gemm_bias(const Ctx& ctx, MT_PARAMS(gemm_bias_to_bf16)) {
+  gemm_row_blocks(
+      ctx, ta, tb, M, N, K, A, lda, B, ldb, bias,
+      [&](int64_t r0, int64_t m, const float* v) { cpu::convert(ctx, C + r0 * N, v, m * N); });
+}
+
+// Each block rounded into pre, and its GELU rounded into C.
+void gemm_gelu(const Ctx& ctx, MT_PARAMS(gemm_gelu)) {
+  gemm_row_blocks(ctx, ta, tb, M, N, K, A, lda, B, ldb, bias,
+                  [&](int64_t r0, int64_t m, const float* v) {
+                    cpu::convert(ctx, pre + r0 * N, v, m * N);
+                    cpu::gelu_forward(ctx, C + r0 * N, v, m * N);
+                  });
+}
+
+// Each block times GELU's derivative at pre (widened, exactly), rounded into C.
+void gemm_dgelu(const Ctx& ctx, MT_PARAMS(gemm_dgelu)) {
+  std::vector<float> x;
+  gemm_row_blocks(ctx, ta, tb, M, N, K, A, lda, B, ldb, nullptr,
+                  [&](int64_t r0, int64_t m, const float* dv) {
+                    x.resize(size_t(m * N));
+                    cpu::convert(ctx, x.data(), pre + r0 * N, m * N);
+                    cpu::gelu_backward(ctx, C + r0 * N, x.data(), dv, m * N);
+                  });
 }
 
 // Exact FP8 values in bf16: the bf16 GEMM computes the FP8 product.

@@ -1,41 +1,20 @@
-// CUDA GELU (tanh approximation) and SwiGLU (kernels/activation.h), elementwise.
-//
-// GELU uses the same identity as the CPU kernel: 0.5 x (1 + tanh(u)) = x sigmoid(2u), which
-// keeps its digits for large negative x; the derivative is s + 2 x s (1 - s) u'.
+// CUDA GELU (tanh approximation; gelu.cuh) and SwiGLU (kernels/activation.h), elementwise.
 #include <initializer_list>
 
 #include "mtron/kernels/cuda/column_sums.cuh"
 #include "mtron/kernels/cuda/common.cuh"
 #include "mtron/kernels/cuda/cuda_ops.h"
+#include "mtron/kernels/cuda/gelu.cuh"
 #include "mtron/kernels/cuda/map.cuh"
 
 namespace mtron::kernels::cuda {
 namespace {
 
 constexpr int kThreads = 256;
-constexpr float kGeluK = 0.7978845608028654f;  // sqrt(2/pi)
-constexpr float kGeluC = 0.044715f;
-
-__device__ __forceinline__ float sigmoid(float x) {
-  return 1.0f / (1.0f + expf(-x));
-}
-
-__device__ __forceinline__ float gelu(float x) {
-  const float u2 = (2 * kGeluK) * x * fmaf(kGeluC, x * x, 1.0f);
-  return x * sigmoid(u2);
-}
 
 struct Gelu {
   __device__ float operator()(float x) const { return gelu(x); }
 };
-
-// dgelu(x) * dy
-__device__ __forceinline__ float gelu_grad(float x, float dy) {
-  const float x2 = x * x;
-  const float s = sigmoid((2 * kGeluK) * x * fmaf(kGeluC, x2, 1.0f));
-  const float du2 = (2 * kGeluK) * fmaf(3 * kGeluC, x2, 1.0f);
-  return fmaf(x * (s * (1.0f - s)), du2, s) * dy;
-}
 
 struct GeluGrad {
   __device__ float operator()(float x, float dy) const { return gelu_grad(x, dy); }

@@ -2,7 +2,8 @@
 // FP8 (E4M3 or E5M2 bytes, packed "TN" by gemm_fp8: gemm_layout.h gemm_fp8_packed), all
 // accumulating in fp32 (CUBLAS_COMPUTE_32F: no TF32, so fp32 results agree with the CPU to fp32
 // rounding; FP8 without fast accumulation) and writing fp32. beta == 1 accumulates into C (weight
-// gradients); beta == 0 does not read C.
+// gradients); beta == 0 does not read C. Epilogues: the bias, and GELU with its input written as
+// the aux matrix (GELU_AUX, GELU_AUX_BIAS) or GELU's derivative at an aux input (DGELU).
 //
 // The row-major call becomes a column-major one (gemm_layout.h). Each distinct problem (device,
 // dtype, transposes, sizes, leading dimensions, pointer alignments) gets a plan: the matmul
@@ -63,13 +64,13 @@ struct PlanKey {
   cudaDataType_t type_c;          // of C and D (fp32, or bf16 with a bias of that type)
   bool trans_a, trans_b;
   int64_t m, n, k, lda, ldb, ldc;
-  uint32_t align_a, align_b, align_c;
-  bool bias;  // the bias epilogue
+  uint32_t align_a, align_b, align_c;  // align_c: of C, D and the aux matrix
+  cublasLtEpilogue_t epilogue;
   bool operator==(const PlanKey& o) const {
     return std::tie(device, type_a, type_b, type_c, trans_a, trans_b, m, n, k, lda, ldb, ldc,
-                    align_a, align_b, align_c, bias) ==
+                    align_a, align_b, align_c, epilogue) ==
            std::tie(o.device, o.type_a, o.type_b, o.type_c, o.trans_a, o.trans_b, o.m, o.n, o.k,
-                    o.lda, o.ldb, o.ldc, o.align_a, o.align_b, o.align_c, o.bias);
+                    o.lda, o.ldb, o.ldc, o.align_a, o.align_b, o.align_c, o.epilogue);
   }
 };
 
@@ -79,7 +80,8 @@ struct PlanKeyHash {
     auto mix = [&](uint64_t v) { h = (h ^ v) * 1099511628211ull; };
     mix(uint64_t(k.device));
     mix(uint64_t(k.type_a) << 32 | uint64_t(k.type_b) << 16 | uint64_t(k.type_c));
-    mix(uint64_t(k.trans_a) * 4 + uint64_t(k.trans_b) * 2 + uint64_t(k.bias));
+    mix(uint64_t(k.trans_a) * 2 + uint64_t(k.trans_b));
+    mix(uint64_t(k.epilogue));
     for (int64_t v : {k.m, k.n, k.k, k.lda, k.ldb, k.ldc}) mix(uint64_t(v));
     mix(uint64_t(k.align_a) << 32 | uint64_t(k.align_b) << 16 | k.align_c);
     return h;
@@ -92,7 +94,8 @@ PlanKey make_key(int device,
                  cudaDataType_t type_c,
                  const ColMajorGemm& g,
                  const void* C,
-                 const void* Cin) {
+                 const void* Cin,
+                 cublasLtEpilogue_t epilogue) {
   PlanKey key;
   key.device = device;
   key.type_a = type_a;
@@ -108,8 +111,8 @@ PlanKey make_key(int device,
   key.ldc = g.ldc;
   key.align_a = alignment(g.a);
   key.align_b = alignment(g.b);
-  key.align_c = std::min(alignment(C), alignment(Cin ? Cin : C));  // C and D share a layout
-  key.bias = g.bias != nullptr;
+  key.align_c = std::min({alignment(C), alignment(Cin ? Cin : C), alignment(g.aux ? g.aux : C)});
+  key.epilogue = epilogue;
   return key;
 }
 
@@ -117,7 +120,7 @@ struct Plan {
   cublasLtMatmulDesc_t desc = nullptr;
   cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
   cublasLtMatmulAlgo_t algo{};
-  bool usable = true;  // false: cuBLASLt has no algorithm for this bias epilogue
+  bool usable = true;  // false: cuBLASLt has no algorithm for this epilogue
   ~Plan() {
     if (c) cublasLtMatrixLayoutDestroy(c);
     if (b) cublasLtMatrixLayoutDestroy(b);
@@ -137,10 +140,15 @@ std::unique_ptr<Plan> make_plan(cublasLtHandle_t handle,
       cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
   MT_CUBLAS_CHECK(
       cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
-  if (key.bias) {  // a bias of the output type, its pointer set per call
-    const cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
+  if (key.epilogue != CUBLASLT_EPILOGUE_DEFAULT) {  // a bias of the output type; the pointers
     MT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE,
-                                                   &epilogue, sizeof epilogue));
+                                                   &key.epilogue, sizeof key.epilogue));
+  }
+  if (g.aux) {  // the aux matrix has D's layout; the heuristic reads its pointer's alignment
+    MT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD,
+                                                   &g.ldc, sizeof g.ldc));
+    MT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
+        p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &g.aux, sizeof g.aux));
   }
   MT_CUBLAS_CHECK(
       cublasLtMatrixLayoutCreate(&p->a, key.type_a, uint64_t(g.a_rows), uint64_t(g.a_cols), g.lda));
@@ -167,7 +175,8 @@ std::unique_ptr<Plan> make_plan(cublasLtHandle_t handle,
                                         &found);
   cublasLtMatmulPreferenceDestroy(pref);
   const bool fp8 = key.type_a == CUDA_R_8F_E4M3 || key.type_a == CUDA_R_8F_E5M2;
-  if ((key.bias || fp8) && (st != CUBLAS_STATUS_SUCCESS || found == 0)) {  // the caller falls back
+  const bool fused = key.epilogue != CUBLASLT_EPILOGUE_DEFAULT;
+  if ((fused || fp8) && (st != CUBLAS_STATUS_SUCCESS || found == 0)) {  // the caller falls back
     if (fp8) {
       static std::once_flag once;
       std::call_once(once, [&] {
@@ -226,7 +235,8 @@ class Library {
 
 // A of type_A and B of type_B, as the row-major call has them, C of type_C (fp32 or bf16, and
 // the bias of that type); beta scales Cin (C itself where null, else a matrix of C's layout).
-// With `bias`, false (nothing run) where cuBLASLt has no algorithm for the bias epilogue.
+// With an epilogue, false (nothing run) where cuBLASLt has no algorithm for it. `aux`: the GELU
+// epilogues' matrix of C's layout and type (written by GELU_AUX*, read by DGELU).
 bool run(const Ctx& ctx,
          cudaDataType_t type_A,
          cudaDataType_t type_B,
@@ -245,11 +255,15 @@ bool run(const Ctx& ctx,
          void* C,
          int64_t ldc,
          const void* bias = nullptr,
-         const float* Cin = nullptr) {
+         const float* Cin = nullptr,
+         cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_DEFAULT,
+         const void* aux = nullptr) {
   if (M == 0 || N == 0) return true;
+  if (bias && epilogue == CUBLASLT_EPILOGUE_DEFAULT) epilogue = CUBLASLT_EPILOGUE_BIAS;
   const cudaStream_t stream = stream_of(ctx);
   if (K == 0) {  // op(A) op(B) is empty: C = beta Cin
-    MT_ASSERT(!bias && type_C == CUDA_R_32F, "gemm: K = 0 with a bias epilogue or a bf16 output");
+    MT_ASSERT(epilogue == CUBLASLT_EPILOGUE_DEFAULT && type_C == CUDA_R_32F,
+              "gemm: K = 0 with an epilogue or a bf16 output");
     if (Cin)
       MT_CUDA_CHECK(cudaMemcpy2DAsync(C, sizeof(float) * size_t(ldc), Cin,
                                       sizeof(float) * size_t(ldc), sizeof(float) * size_t(N),
@@ -259,17 +273,22 @@ bool run(const Ctx& ctx,
   }
   ColMajorGemm g = to_col_major(ta, tb, M, N, K, A, lda, B, ldb, ldc);
   g.bias = bias;
+  g.aux = aux;
   int device = 0;
   MT_CUDA_CHECK(cudaGetDevice(&device));
-  const PlanKey key = make_key(device, type_B, type_A, type_C, g, C, Cin);  // column-major a is B
+  const PlanKey key =
+      make_key(device, type_B, type_A, type_C, g, C, Cin, epilogue);  // column-major a is B
   const Library::Ready r = Library::get().prepare(key, g, stream);
   if (!r.plan->usable) return false;
   ++work().gemms;
   // The plan's descriptor is shared by the calls of its key, which come from the one thread
-  // that runs the process's ops: the bias pointer is set before each.
+  // that runs the process's ops: the bias and aux pointers are set before each.
   if (bias)
     MT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(r.plan->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
                                                    &bias, sizeof bias));
+  if (aux)
+    MT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
+        r.plan->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof aux));
   MT_CUBLAS_CHECK(cublasLtMatmul(r.handle, r.plan->desc, &alpha, g.a, r.plan->a, g.b, r.plan->b,
                                  &beta, Cin ? Cin : C, r.plan->c, C, r.plan->c, &r.plan->algo,
                                  r.workspace, kWorkspaceBytes, stream));
@@ -335,25 +354,72 @@ void gemm_bias(const Ctx& ctx, MT_PARAMS(gemm_bias_fp16)) {
   gemm_with_bias(ctx, CUDA_R_16F, ta, tb, M, N, K, A, lda, B, ldb, C, bias, residual);
 }
 
+// The fallback of the bf16-output GEMMs: v[M, N] = op(A) op(B) in fp32, the widened bf16 bias (or
+// none) added as bias_add adds it.
+void fp32_product(const Ctx& ctx,
+                  Trans ta,
+                  Trans tb,
+                  int64_t M,
+                  int64_t N,
+                  int64_t K,
+                  const bf16* A,
+                  int64_t lda,
+                  const bf16* B,
+                  int64_t ldb,
+                  const bf16* bias,
+                  float* v) {
+  run(ctx, CUDA_R_16BF, CUDA_R_16BF, CUDA_R_32F, ta, tb, M, N, K, 1.0f, A, lda, B, ldb, 0.0f, v, N);
+  if (bias) {
+    Scratch b(sizeof(float) * size_t(N), stream_of(ctx));
+    cuda::convert(ctx, b.as<float>(), bias, N);
+    cuda::bias_add(ctx, v, b.as<float>(), M, N);
+  }
+}
+
 // One GEMM writing bf16 with the bias epilogue (a bf16 bias, 16-byte aligned); else (K = 0, an
-// unaligned bias, no algorithm) the fp32 GEMM into a temporary, the widened bias added as
-// bias_add adds it, then convert: the same values, rounded once.
+// unaligned bias, no algorithm) fp32_product, then convert: the same values, rounded once.
 void gemm_bias(const Ctx& ctx, MT_PARAMS(gemm_bias_to_bf16)) {
   if (M == 0 || N == 0) return;
   if (K > 0 && reinterpret_cast<uintptr_t>(bias) % 16 == 0 &&
       run(ctx, CUDA_R_16BF, CUDA_R_16BF, CUDA_R_16BF, ta, tb, M, N, K, 1.0f, A, lda, B, ldb, 0.0f,
           C, N, bias))
     return;
-  const cudaStream_t stream = stream_of(ctx);
-  Scratch c(sizeof(float) * size_t(M * N), stream);
-  run(ctx, CUDA_R_16BF, CUDA_R_16BF, CUDA_R_32F, ta, tb, M, N, K, 1.0f, A, lda, B, ldb, 0.0f,
-      c.as<float>(), N);
-  if (bias) {
-    Scratch b(sizeof(float) * size_t(N), stream);
-    cuda::convert(ctx, b.as<float>(), bias, N);
-    cuda::bias_add(ctx, c.as<float>(), b.as<float>(), M, N);
-  }
-  cuda::convert(ctx, C, c.as<float>(), M * N);
+  const Scratch v(sizeof(float) * size_t(M * N), stream_of(ctx));
+  fp32_product(ctx, ta, tb, M, N, K, A, lda, B, ldb, bias, v.as<float>());
+  cuda::convert(ctx, C, v.as<float>(), M * N);
+}
+
+// The GELU epilogues need a 16-byte aligned bias and an aux leading dimension that is a multiple
+// of 8; where they cannot run, fp32_product, then the activation kernels, as on the CPU.
+bool gelu_epilogue_fits(int64_t N, int64_t K, const void* bias) {
+  return K > 0 && N % 8 == 0 && reinterpret_cast<uintptr_t>(bias) % 16 == 0;
+}
+
+void gemm_gelu(const Ctx& ctx, MT_PARAMS(gemm_gelu)) {
+  if (M == 0 || N == 0) return;
+  const cublasLtEpilogue_t epi =
+      bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX;
+  if (gelu_epilogue_fits(N, K, bias) &&
+      run(ctx, CUDA_R_16BF, CUDA_R_16BF, CUDA_R_16BF, ta, tb, M, N, K, 1.0f, A, lda, B, ldb, 0.0f,
+          C, N, bias, nullptr, epi, pre))
+    return;
+  const Scratch v(sizeof(float) * size_t(M * N), stream_of(ctx));
+  fp32_product(ctx, ta, tb, M, N, K, A, lda, B, ldb, bias, v.as<float>());
+  cuda::convert(ctx, pre, v.as<float>(), M * N);
+  cuda::gelu_forward(ctx, C, v.as<float>(), M * N);
+}
+
+void gemm_dgelu(const Ctx& ctx, MT_PARAMS(gemm_dgelu)) {
+  if (M == 0 || N == 0) return;
+  if (gelu_epilogue_fits(N, K, nullptr) &&
+      run(ctx, CUDA_R_16BF, CUDA_R_16BF, CUDA_R_16BF, ta, tb, M, N, K, 1.0f, A, lda, B, ldb, 0.0f,
+          C, N, nullptr, nullptr, CUBLASLT_EPILOGUE_DGELU, pre))
+    return;
+  const Scratch dv(sizeof(float) * size_t(M * N), stream_of(ctx));
+  const Scratch x(sizeof(float) * size_t(M * N), stream_of(ctx));
+  fp32_product(ctx, ta, tb, M, N, K, A, lda, B, ldb, nullptr, dv.as<float>());
+  cuda::convert(ctx, x.as<float>(), pre, M * N);
+  cuda::gelu_backward(ctx, C, x.as<float>(), dv.as<float>(), M * N);
 }
 
 bool gemm_fp8_packed(const Ctx& ctx,

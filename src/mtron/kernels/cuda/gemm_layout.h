@@ -29,6 +29,9 @@ struct ColMajorGemm {
   // Added to every column of D (cuBLASLt's bias epilogue: bias[i] to row i, m values; the
   // row-major call's bias over its N columns), or none.
   const void* bias = nullptr;  // of D's type
+  // The GELU epilogues' matrix of D's type and layout (ldc): GELU's input, written by the forward
+  // epilogue and read by DGELU's; or none.
+  const void* aux = nullptr;
 };
 
 inline ColMajorGemm to_col_major(Trans ta,

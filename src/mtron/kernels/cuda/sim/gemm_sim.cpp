@@ -7,6 +7,7 @@
 
 #include "mtron/core/error.h"
 #include "mtron/kernels/cuda/cuda_ops.h"
+#include "mtron/kernels/cuda/gelu.cuh"
 #include "mtron/kernels/cuda/gemm_layout.h"
 #include "mtron/kernels/cuda/runtime.h"
 
@@ -127,16 +128,55 @@ void gemm_bias(const Ctx&, MT_PARAMS(gemm_bias_fp16)) {
   run(ta, tb, M, N, K, 1.0f, A, lda, B, ldb, residual ? 1.0f : 0.0f, C, N, bias, residual);
 }
 
-// cuBLASLt's bf16 D: the fp32 result (with the bias widened: a bias of D's type) rounded once.
+// The fp32 result of bf16 operands with a bias of D's type (bf16, widened; or none), before a
+// bf16 D's rounding and the GELU epilogue.
+std::vector<float> product_bf16(Trans ta,
+                                Trans tb,
+                                int64_t M,
+                                int64_t N,
+                                int64_t K,
+                                const bf16* A,
+                                int64_t lda,
+                                const bf16* B,
+                                int64_t ldb,
+                                const bf16* bias) {
+  std::vector<float> v(size_t(M * N)), wide_bias;
+  if (bias)
+    for (int64_t j = 0; j < N; ++j) wide_bias.push_back(bf16_to_float(bias[j]));
+  multiply(ta, tb, M, N, K, 1.0f, A, lda, B, ldb, 0.0f, v.data(), N,
+           bias ? wide_bias.data() : nullptr, nullptr);
+  return v;
+}
+
+// cuBLASLt's bf16 D: the fp32 result rounded once.
 void gemm_bias(const Ctx&, MT_PARAMS(gemm_bias_to_bf16)) {
   gemm_pointers({A, B, C, bias});
   const sim::DeviceAccess access;
-  std::vector<float> c(size_t(M * N)), wide_bias;
-  if (bias)
-    for (int64_t j = 0; j < N; ++j) wide_bias.push_back(bf16_to_float(bias[j]));
-  multiply(ta, tb, M, N, K, 1.0f, A, lda, B, ldb, 0.0f, c.data(), N,
-           bias ? wide_bias.data() : nullptr, nullptr);
-  for (int64_t i = 0; i < M * N; ++i) C[i] = float_to_bf16(c[size_t(i)]);
+  const std::vector<float> v = product_bf16(ta, tb, M, N, K, A, lda, B, ldb, bias);
+  for (int64_t i = 0; i < M * N; ++i) C[i] = float_to_bf16(v[size_t(i)]);
+}
+
+// cuBLASLt's GELU_AUX(_BIAS) epilogue on bf16 D and aux: GELU of the fp32 value (in fp32, as
+// mtron's GELU kernels compute it: cuBLASLt's own arithmetic is not documented) and the value
+// itself, each rounded once.
+void gemm_gelu(const Ctx&, MT_PARAMS(gemm_gelu)) {
+  gemm_pointers({A, B, C, pre, bias});
+  const sim::DeviceAccess access;
+  const std::vector<float> v = product_bf16(ta, tb, M, N, K, A, lda, B, ldb, bias);
+  for (int64_t i = 0; i < M * N; ++i) {
+    pre[i] = float_to_bf16(v[size_t(i)]);
+    C[i] = float_to_bf16(gelu(v[size_t(i)]));
+  }
+}
+
+// cuBLASLt's DGELU epilogue: the fp32 product times GELU's derivative at the bf16 aux input (in
+// fp32, as gemm_gelu's), rounded once.
+void gemm_dgelu(const Ctx&, MT_PARAMS(gemm_dgelu)) {
+  gemm_pointers({A, B, C, pre});
+  const sim::DeviceAccess access;
+  const std::vector<float> dv = product_bf16(ta, tb, M, N, K, A, lda, B, ldb, nullptr);
+  for (int64_t i = 0; i < M * N; ++i)
+    C[i] = float_to_bf16(gelu_grad(bf16_to_float(pre[i]), dv[size_t(i)]));
 }
 
 bool gemm_fp8_packed(const Ctx&,
