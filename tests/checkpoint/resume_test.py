@@ -10,7 +10,8 @@
   resume_test.py reshard [--device D] [--iters N] MTRON WORKDIR NP ARCH [FLAGS...]
       loads the iteration-N/2 checkpoint an `exact` run (with the same N) left in WORKDIR under
       another layout and trains to N: every loss must match that run's (un-resharded)
-      continuation, rel <= 1e-5.
+      continuation, rel <= 1e-5. With --use-checkpoint-args in FLAGS the model's flags are left
+      out (FLAGS may give contrary ones): the checkpoint supplies them.
   resume_test.py exchange [--iters N] MTRON WORKDIR NP ARCH [FLAGS...]
       MTRON is mtron_cudasim (its CUDA device is the CPU emulation). N iterations on
       --device cpu and on --device cuda, saving at N/2; then the CUDA checkpoint continued on the
@@ -81,16 +82,31 @@ def exact(mtron, tool, work, np_, arch, flags, device, n):
     return 0 if bad == 0 and p.returncode == 0 else 1
 
 
+def without_model_flags(flags):
+    """COMMON without the model's shape: what --use-checkpoint-args takes from the checkpoint."""
+    out = list(flags)
+    for f in ("--num-layers", "--hidden-size", "--seq-length"):
+        i = out.index(f)
+        del out[i:i + 2]
+    return out
+
+
 def reshard(mtron, work, np_, arch, flags, device, n):
     h = n // 2
     ref = read_metrics(work + "/second.jsonl")
     assert len(ref) == n - h, "run the exact test with --iters %d first (fixture)" % n
     tag = "_".join(f.strip("-") for f in flags) or "np1"
-    rows, out = train(mtron, np_, COMMON + ARCH[arch] + ["--train-iters", str(n), "--load",
-                                                         work + "/split/iter_%07d" % h] + flags +
+    # With --use-checkpoint-args the model's flags come from the checkpoint (FLAGS may add
+    # contrary ones, which it overrides)
+    from_ckpt = "--use-checkpoint-args" in flags
+    base = without_model_flags(COMMON) if from_ckpt else COMMON + ARCH[arch]
+    rows, out = train(mtron, np_, base + ["--train-iters", str(n), "--load",
+                                          work + "/split/iter_%07d" % h] + flags +
                       device_flags(device),
                       work + "/reshard_%d_%s.jsonl" % (np_, tag))
     assert "(iteration %d, saved under" % h in out, out
+    if from_ckpt:
+        assert "--use-checkpoint-args: from" in out and "--num-layers 4" in out, out
     assert [r["iteration"] for r in rows] == list(range(h + 1, n + 1)), rows
     worst, routing = 0.0, 0
     for b, r in zip(ref, rows):

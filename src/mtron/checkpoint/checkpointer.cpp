@@ -207,6 +207,16 @@ void add_checkpoint_flags(CLI::App& app, CheckpointArgs& a) {
                a.use_checkpoint_opt_param_scheduler,
                "Use the checkpoint's learning-rate schedule instead of the flags'")
       ->group(g);
+  app.add_flag("--use-checkpoint-args", a.use_checkpoint_args,
+               "Override model-related command-line arguments with arguments from checkpoint")
+      ->group(g);
+  app.add_flag("--use-mp-args-from-checkpoint-args", a.use_mp_args_from_checkpoint_args,
+               "Copy model parallelism command-line arguments from checkpoint")
+      ->group(g);
+  app.add_flag("!--no-use-tokenizer-model-from-checkpoint-args",
+               a.use_tokenizer_model_from_checkpoint_args,
+               "If set, do not use tokenizer model path from checkpoint")
+      ->group(g);
 }
 
 void validate_checkpoint_args(const CheckpointArgs& a) {
@@ -254,14 +264,17 @@ Checkpointer::Checkpointer(CheckpointArgs args, RunInfo info, const ParallelStat
 
 Checkpointer::~Checkpointer() = default;
 
+std::optional<std::string> checkpoint_to_load(const CheckpointArgs& a) {
+  if (a.load.empty()) return std::nullopt;
+  if (a.ckpt_step >= 0)
+    return (std::filesystem::path(a.load) / iteration_dir_name(a.ckpt_step)).string();
+  return find_checkpoint(a.load);
+}
+
 void Checkpointer::load(const TrainView& v) {
   if (a_.load.empty()) return;
   const bool root = ps_.rank() == 0;
-  const std::optional<std::string> dir =
-      a_.ckpt_step >= 0
-          ? std::optional<std::string>(
-                (std::filesystem::path(a_.load) / iteration_dir_name(a_.ckpt_step)).string())
-          : find_checkpoint(a_.load);
+  const std::optional<std::string> dir = checkpoint_to_load(a_);
   if (!dir) {
     if (root) {
       log_warn(

@@ -56,6 +56,12 @@ struct CheckpointArgs {
   int64_t save_retain_interval = 0;     // 0: keep all (Retention::retain_interval)
   bool override_opt_param_scheduler = false;
   bool use_checkpoint_opt_param_scheduler = false;
+  // --use-checkpoint-args: the model flags from --load's checkpoint (train/checkpoint_args.h),
+  // with the tokenizer model (unless --no-use-tokenizer-model-from-checkpoint-args) and, with
+  // --use-mp-args-from-checkpoint-args, the model-parallel sizes.
+  bool use_checkpoint_args = false;
+  bool use_mp_args_from_checkpoint_args = false;
+  bool use_tokenizer_model_from_checkpoint_args = true;
 };
 
 void add_checkpoint_flags(CLI::App& app, CheckpointArgs& a);
@@ -64,6 +70,9 @@ void validate_checkpoint_args(const CheckpointArgs& a);
 // Creates --save and writes a probe file there, so that a --save this rank cannot write is
 // reported at start-up, before any compute; throws mtron::Error naming the directory.
 void check_save_dir(const std::string& dir, int rank);
+// The checkpoint directory --load (and --ckpt-step) designate; nullopt without --load or when
+// --load holds no checkpoint yet (find_checkpoint).
+std::optional<std::string> checkpoint_to_load(const CheckpointArgs& a);
 
 // The trainer's state as the checkpointer reads and restores it.
 struct TrainView {

@@ -97,6 +97,8 @@ ordered_json model_config_to_json(const ModelConfig& m) {
   j["seq_length"] = m.seq_length;
   j["max_position_embeddings"] = m.max_position_embeddings;
   j["vocab_size"] = m.vocab_size;
+  j["hidden_dropout"] = tidy(m.hidden_dropout);
+  j["attention_dropout"] = tidy(m.attention_dropout);
   if (m.mtp_num_layers > 0) {  // manifests without MTP carry neither
     j["mtp_num_layers"] = m.mtp_num_layers;
     j["mtp_loss_scaling_factor"] = tidy(m.mtp_loss_scaling_factor);
@@ -168,6 +170,8 @@ ModelConfig model_config_from_json(const json& j, const std::string& file) {
   m.seq_length = field<int64_t>(j, "seq_length", file);
   m.max_position_embeddings = field<int64_t>(j, "max_position_embeddings", file);
   m.vocab_size = field<int64_t>(j, "vocab_size", file);
+  m.hidden_dropout = field_or<float>(j, "hidden_dropout", 0.0f, file);
+  m.attention_dropout = field_or<float>(j, "attention_dropout", 0.0f, file);
   m.mtp_num_layers = field_or<int64_t>(j, "mtp_num_layers", 0, file);
   m.mtp_loss_scaling_factor = field_or<float>(j, "mtp_loss_scaling_factor", 0.1f, file);
   m.num_experts = field_or<int64_t>(j, "num_experts", 0, file);
@@ -329,6 +333,7 @@ Manifest manifest_from_json(std::string_view text, const std::string& file) {
            ": negative iteration or consumed samples");
   MT_CHECK(j.contains("model"), file, ": missing field 'model'");
   m.model = model_config_from_json(j["model"], file);
+  m.dropout_recorded = j["model"].contains("hidden_dropout");
   if (j.contains("layout") && j["layout"].is_object()) {
     const json& l = j["layout"];
     m.layout.world_size = field_or<int64_t>(l, "world_size", 1, file);

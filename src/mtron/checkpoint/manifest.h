@@ -53,6 +53,9 @@ struct Manifest {
   int64_t iteration = 0;
   int64_t consumed_samples = 0;
   ModelConfig model;
+  // Whether model's hidden_dropout and attention_dropout are the run's (manifests written before
+  // they were recorded read 0).
+  bool dropout_recorded = true;
   LayoutRecord layout;
   Precision precision = Precision::kFP32;  // the weights are fp32 masters either way
   // Optimizer state (per-parameter exp_avg / exp_avg_sq tensors in the files); absent for

@@ -11,6 +11,7 @@
 #include "mtron/core/model_flags.h"
 #include "mtron/data/null_tokenizer.h"
 #include "mtron/data/tokenizer.h"
+#include "mtron/train/checkpoint_args.h"
 #include "mtron/train/fp8_flags.h"
 #include "mtron/train/megatron_flags.h"
 
@@ -373,6 +374,12 @@ bool parse_train_args(int argc, char** argv, int64_t world_size, TrainArgs& a) {
     throw Error(e.what());
   }
   check_unknown_flags(app);
+  if (a.checkpoint.use_checkpoint_args) {
+    apply_checkpoint_args(a);
+  } else if (a.checkpoint.use_mp_args_from_checkpoint_args) {
+    a.notes.push_back(
+        "--use-mp-args-from-checkpoint-args has no effect without --use-checkpoint-args");
+  }
   // Transformer Engine's switch, which Megatron scripts set: nondeterministic algorithms allowed.
   const char* nondet = std::getenv("NVTE_ALLOW_NONDETERMINISTIC_ALGO");
   if (nondet && std::string(nondet) == "1" && !deterministic_mode) {
