@@ -9,7 +9,6 @@
 #include <cstring>
 #include <filesystem>
 
-#include "mtron/checkpoint/file_io.h"
 #include "mtron/core/log.h"
 #include "mtron/core/moe_layer_freq.h"
 #include "mtron/core/timer.h"
@@ -284,8 +283,7 @@ void Checkpointer::load(const TrainView& v) {
     }
     return;
   }
-  const std::string mpath = (std::filesystem::path(*dir) / "manifest.json").string();
-  const Manifest m = manifest_from_json(read_small_file(mpath, 64 << 20), mpath);
+  const Manifest m = read_manifest(*dir);
   check_model(m.model, info_.model, *dir);
   bool load_optim = !a_.no_load_optim && !a_.finetune;
   if (load_optim && !m.has_optimizer) {

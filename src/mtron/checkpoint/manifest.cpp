@@ -6,6 +6,7 @@
 #include <optional>
 #include <string>
 
+#include "mtron/checkpoint/file_io.h"
 #include "mtron/checkpoint/safetensors.h"
 #include "mtron/core/error.h"
 #include "mtron/core/model_names.h"
@@ -419,6 +420,11 @@ Manifest manifest_from_json(std::string_view text, const std::string& file) {
   }
   m.saved_at = field_or<std::string>(j, "saved_at", "", file);
   return m;
+}
+
+Manifest read_manifest(const std::string& dir) {
+  const std::string path = (std::filesystem::path(dir) / "manifest.json").string();
+  return manifest_from_json(read_small_file(path, 64 << 20), path);
 }
 
 }  // namespace mtron::checkpoint

@@ -82,6 +82,8 @@ ModelConfig model_config_from_json(const nlohmann::json& j, const std::string& f
 std::string manifest_to_json(const Manifest& m);
 // Parses and validates; `file` names the manifest in errors.
 Manifest manifest_from_json(std::string_view text, const std::string& file);
+// The manifest.json of checkpoint directory `dir`, read and parsed (errors name the file).
+Manifest read_manifest(const std::string& dir);
 
 std::string lr_style_name(optim::LrDecayStyle s);
 

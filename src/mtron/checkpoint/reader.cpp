@@ -6,7 +6,6 @@
 #include <nlohmann/json.hpp>
 
 #include "mtron/checkpoint/crc32c.h"
-#include "mtron/checkpoint/file_io.h"
 
 namespace mtron::checkpoint {
 
@@ -47,7 +46,7 @@ CheckpointReader::CheckpointReader(std::string dir) : dir_(std::move(dir)) {
   namespace fs = std::filesystem;
   const std::string mpath = (fs::path(dir_) / "manifest.json").string();
   MT_CHECK(fs::exists(mpath), "no checkpoint at ", dir_, " (", mpath, " does not exist)");
-  manifest_ = manifest_from_json(read_small_file(mpath, 64 << 20), mpath);
+  manifest_ = read_manifest(dir_);
 
   for (const FileRecord& rec : manifest_.files) {
     const std::string path = (fs::path(dir_) / rec.name).string();

@@ -1,9 +1,6 @@
 #include "mtron/checkpoint/whole_model.h"
 
-#include <filesystem>
-
 #include "mtron/checkpoint/checkpoint.h"
-#include "mtron/checkpoint/file_io.h"
 #include "mtron/comm/single.h"
 
 namespace mtron::checkpoint {
@@ -14,8 +11,7 @@ std::unique_ptr<WholeModel> load_whole_model(const std::string& load_dir) {
            " (neither manifest.json nor latest_checkpointed_iteration.txt)");
   auto m = std::make_unique<WholeModel>();
   m->dir = *dir;
-  const std::string mpath = (std::filesystem::path(*dir) / "manifest.json").string();
-  m->manifest = manifest_from_json(read_small_file(mpath, 64 << 20), mpath);
+  m->manifest = read_manifest(*dir);
   m->cfg = m->manifest.model;
   m->chunk = std::make_unique<model::GPTChunk>(
       m->cfg, model::ChunkPlacement{0, m->cfg.num_layers, true, true}, parallel::TensorParallel{},

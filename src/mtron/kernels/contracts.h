@@ -217,22 +217,22 @@ inline OpCost gemm_bias_to_bf16_contract(MT_PARAMS(gemm_bias_to_bf16)) {
   return {c.flops, bytes, bytes};
 }
 
-// C and pre written at two bytes each (the bias read at two).
-inline OpCost gemm_gelu_contract(MT_PARAMS(gemm_gelu)) {
-  MT_CHECK(pre && pre != C, "gemm_gelu: pre is null or the output C itself");
-  OpCost c = gemm_bias_to_bf16_contract(ta, tb, M, N, K, A, lda, B, ldb, C, bias);
+// A bf16-output GEMM's cost c with GELU's bf16 input matrix pre [M, N] (the epilogue's aux
+// matrix) written or read besides C.
+inline OpCost with_gelu_aux(
+    OpCost c, const char* op, const void* C, const void* pre, int64_t M, int64_t N) {
+  MT_CHECK(pre && pre != C, op, ": pre is null or the output C itself");
   c.bytes += 2.0 * double(M * N);
   c.min_bytes = c.bytes;
   return c;
 }
-
-// pre read and C written at two bytes each.
+inline OpCost gemm_gelu_contract(MT_PARAMS(gemm_gelu)) {
+  return with_gelu_aux(gemm_bias_to_bf16_contract(ta, tb, M, N, K, A, lda, B, ldb, C, bias),
+                       "gemm_gelu", C, pre, M, N);
+}
 inline OpCost gemm_dgelu_contract(MT_PARAMS(gemm_dgelu)) {
-  MT_CHECK(pre && pre != C, "gemm_dgelu: pre is null or the output C itself");
-  OpCost c = gemm_bias_to_bf16_contract(ta, tb, M, N, K, A, lda, B, ldb, C, nullptr);
-  c.bytes += 2.0 * double(M * N);
-  c.min_bytes = c.bytes;
-  return c;
+  return with_gelu_aux(gemm_bias_to_bf16_contract(ta, tb, M, N, K, A, lda, B, ldb, C, nullptr),
+                       "gemm_dgelu", C, pre, M, N);
 }
 
 inline OpCost gemm_fp8_contract(Trans ta,

@@ -3,11 +3,9 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
-#include <filesystem>
 #include <string>
 #include <vector>
 
-#include "mtron/checkpoint/file_io.h"
 #include "mtron/checkpoint/manifest.h"
 #include "mtron/core/error.h"
 #include "mtron/core/model_names.h"
@@ -111,9 +109,7 @@ void apply_checkpoint_args(TrainArgs& a) {
                     c.load));
     return;
   }
-  const std::string path = (std::filesystem::path(*dir) / "manifest.json").string();
-  const checkpoint::Manifest m =
-      checkpoint::manifest_from_json(checkpoint::read_small_file(path, 64 << 20), path);
+  const checkpoint::Manifest m = checkpoint::read_manifest(*dir);
   Taken t;
   take_model(t, a.model, m);
   if (!m.tokenizer.type.empty()) {
