@@ -45,6 +45,31 @@ TEST(ParallelFlags, RoundTrip) {
   EXPECT_EQ(parallel_flag_args(q, true), parallel_flag_args(p, true));
 }
 
+// The pipeline split flags: the embedding and loss counted as layers, and the layout string
+// (whose '|' and '*' pass through as one argument).
+TEST(ParallelFlags, PipelineSplitsRoundTrip) {
+  const ModelConfig dense = model(0);
+  for (const bool layout : {false, true}) {
+    ParallelConfig p = tests::layout({.world = 2, .pp = 2, .mbs = 1, .gbs = 4});
+    if (layout) {
+      p.pipeline_model_parallel_layout = "Et|t*3|t*2|ttL";
+    } else {
+      p.account_for_embedding_in_pipeline_split = p.account_for_loss_in_pipeline_split = true;
+    }
+    p.finalize(dense);
+    ParallelConfig q = parse(parallel_flag_args(p, false));
+    q.world_size = 2;
+    q.finalize(dense);
+    EXPECT_EQ(parallel_flag_args(q, false), parallel_flag_args(p, false));
+    for (int64_t vs = 0; vs < p.pp() * p.vpp(); ++vs) {
+      EXPECT_EQ(q.virtual_stage_layers(vs).first_layer, p.virtual_stage_layers(vs).first_layer);
+      EXPECT_EQ(q.virtual_stage_layers(vs).num_layers, p.virtual_stage_layers(vs).num_layers);
+    }
+    EXPECT_EQ(q.vpp(), layout ? 2 : 1);
+    EXPECT_EQ(q.uneven_stages(), layout);  // 8 layers + 2 over PP 2: 4 and 4
+  }
+}
+
 TEST(ParallelFlags, DenseOmitsExpertSizesAndTheLastValueWins) {
   ParallelConfig p = tests::layout({.world = 4, .tp = 2, .mbs = 1});
   p.finalize(model(0));

@@ -1,8 +1,9 @@
 #!/usr/bin/python3
 """Megatron-LM's own functional-test configurations (megatron_configs/*.yaml, each with its source
 in its first line), run with `mtron train --print-layout` at 8 ranks, as Megatron's CI runs them
-on one 8-GPU node: every flag of MODEL_ARGS must be accepted (or noted), the layout printed, and
-the notes expected for the config's checkpoint, scheduling and checking flags said.
+on one 8-GPU node: every flag of MODEL_ARGS must be accepted (or noted), the layout printed, the
+notes expected for the config's checkpoint, scheduling and checking flags said, and the pipeline
+splits of the uneven-pipeline configs shown in the stage table.
 
 MODEL_ARGS is turned into a command line as Megatron's test harness does: `--flag: true` is the
 switch, `false` leaves it out, any other value follows the flag; ${VAR}/$VAR placeholders (data,
@@ -28,6 +29,17 @@ NOTES = {
     "mr_mcore_reruns_disable": ["--rerun-mode disabled has no effect"],
     "mr_mcore_te_tp2_pp2_ddp_average_in_collective": ["--ddp-average-in-collective has no effect"],
     "mcore_te_tp2_pp2_ep4_etp1_memory_speed": ["--cross-entropy-fusion-impl native has no effect"],
+    "mr_mcore_te_tp1_pp4_vp1_uneven_pipeline": [],
+    "mr_mcore_te_tp1_pp4_vp2_account_for_embedding_loss_in_pipeline_split": [],
+}
+# Rows of --print-layout's stage table each config must produce (its pipeline split): 12 layers
+# over PP4 with 2 on the first and last stages; 6 layers over PP4 x VPP2 with the embedding and
+# the loss counted as layers, so that the first and last virtual stages hold none.
+STAGES = {
+    "mr_mcore_te_tp1_pp4_vp1_uneven_pipeline":
+        ["    0  [0, 2) +embedding", "    1  [2, 6)", "    3  [10, 12) +output layer and loss"],
+    "mr_mcore_te_tp1_pp4_vp2_account_for_embedding_loss_in_pipeline_split":
+        ["    0  (no layers) +embedding [3, 4)", "    3  [2, 3) (no layers) +output layer and loss"],
 }
 
 
@@ -59,6 +71,7 @@ def main():
         p = subprocess.run([mtron, "train"] + args + ["--print-layout", "--world-size", "8"],
                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         missing = [n for n in NOTES[name] if "note: " + n not in p.stdout]
+        missing += [r for r in STAGES.get(name, []) if "\n" + r + "\n" not in p.stdout]
         ok = p.returncode == 0 and "world 8 = " in p.stdout and not missing
         print("%-90s %s" % (name, "ok" if ok else "FAILED (exit %d, missing %s)" % (p.returncode, missing)))
         if not ok:

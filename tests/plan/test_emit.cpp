@@ -120,9 +120,9 @@ TEST(Emit, CpuMpirunScriptRunsHere) {
   EXPECT_TRUE(bash_accepts(s));
 }
 
-// What mtron train cannot run (uneven stages): no script, and the error says why; checkpoints
-// are emitted for GPUs, and MoE plans with expert parallelism get their script.
-TEST(Emit, RefusesWhatMtronTrainCannotRun) {
+// Checkpoints are emitted for GPUs, uneven pipeline stages are carried, and MoE plans with expert
+// parallelism get their script.
+TEST(Emit, CarriesWhatMtronTrainRuns) {
   const Cluster c = test::gpus("h100-sxm", 64);
   SearchOptions o;
   o.global_batch_size = 1024;
@@ -142,9 +142,13 @@ TEST(Emit, RefusesWhatMtronTrainCannotRun) {
   EXPECT_EQ(message(dense, l, t), "(no error)");
   const std::vector<std::string> saved = train_args(dense, l, c, t);
   EXPECT_NE(std::find(saved.begin(), saved.end(), "--save"), saved.end());
+  // Uneven stages run as planned: the script carries the split.
   Layout uneven = l;
   uneven.parallel.decoder_first_pipeline_num_layers = 19;
-  EXPECT_NE(message(dense, uneven, {}).find("uneven pipeline stages"), std::string::npos);
+  const std::vector<std::string> split = train_args(dense, uneven, c, {});
+  const auto first = std::find(split.begin(), split.end(), "--decoder-first-pipeline-num-layers");
+  ASSERT_NE(first, split.end());
+  EXPECT_EQ(*(first + 1), "19");
   const ModelConfig moe = test::model("mixtral-8x7b");
   o.global_batch_size = 256;
   const SearchResult r = test::plan(moe, c, o);
@@ -203,16 +207,23 @@ TEST(Emit, Fp8PlansRunDelayedScaling) {
   EXPECT_FALSE(has(train_args(mla, mla_fp8, c, {}), "--fp8-format"));
 }
 
-TEST(Emit, MtronPlansHaveEvenStages) {
-  const ModelConfig m = test::model("llama3.1-405b");
+// 126 layers do not divide over 8 stages: the best plan for Llama 3.1 405B at 32K tokens on 128
+// H100s (TP8 PP8 CP2) splits them Megatron's way, 15 + 6 x 16 + 15, and its script carries the
+// split (emit_roundtrip.sh and top_plans_train.py run such scripts).
+TEST(Emit, PlansSplitLayersUnevenly) {
+  const ModelConfig m = test::model("llama3.1-405b", {"--seq-length", "32768"});
+  const Cluster c = test::gpus("h100-sxm", 128);
   SearchOptions o;
-  o.global_batch_size = 2048;
-  o.uneven_pipeline = false;
-  const SearchResult r = test::plan(m, test::gpus("h100-sxm", 896), o);
+  o.global_batch_size = 512;
+  o.grads_fp32 = false;
+  const SearchResult r = test::plan(m, c, o);
   ASSERT_FALSE(r.plans.empty());
-  for (const Candidate& p : r.plans) {
-    EXPECT_EQ(p.layout.parallel.decoder_first_pipeline_num_layers, 0);
-    EXPECT_EQ(m.num_layers % p.layout.parallel.pp(), 0);
+  const std::vector<std::string> a = train_args(m, r.plans[0].layout, c, {});
+  for (const char* flag :
+       {"--decoder-first-pipeline-num-layers", "--decoder-last-pipeline-num-layers"}) {
+    const auto it = std::find(a.begin(), a.end(), flag);
+    ASSERT_NE(it, a.end()) << flag;
+    EXPECT_EQ(*(it + 1), "15") << flag;
   }
 }
 

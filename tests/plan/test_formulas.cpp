@@ -1,6 +1,7 @@
 // Megatron's formulas in core: bytes per parameter, the "Theoretical memory footprints" of
 // theoretical_memory_usage.py (against numbers from Megatron's own code), Korthikanti's table,
-// the model flags, and the uneven-pipeline rules added to ParallelConfig.
+// the model flags, and ParallelConfig's pipeline splits: uneven stages, the embedding and loss
+// counted as layers, and the layout string, against Megatron's layer offsets and rules.
 #include <gtest/gtest.h>
 
 #include <CLI/CLI.hpp>
@@ -194,6 +195,114 @@ TEST(ParallelConfig, InterleavingNeedsMicroBatchesInMultiplesOfPP) {
   p.global_batch_size = 8;
   p.finalize(m);
   EXPECT_EQ(p.vpp(), 3);
+}
+
+// Each virtual stage's layers as [first, count) pairs, in virtual-stage order.
+std::vector<std::pair<int64_t, int64_t>> stages(const ParallelConfig& p) {
+  std::vector<std::pair<int64_t, int64_t>> v;
+  for (int64_t vs = 0; vs < p.pp() * p.vpp(); ++vs) {
+    const ParallelConfig::StageLayers l = p.virtual_stage_layers(vs);
+    v.emplace_back(l.first_layer, l.num_layers);
+  }
+  return v;
+}
+
+using Stages = std::vector<std::pair<int64_t, int64_t>>;
+
+TEST(ParallelConfig, PipelineSplitsFollowMegatronsLayerOffsets) {
+  ModelConfig m = plan::test::model("gpt2-124m");  // 12 layers
+  // Uneven with VPP 2 (Megatron's functional test tp1_pp4_vp1_uneven_pipeline, with VPP): per
+  // round of virtual stages first/2 = 1, the middle 8 layers / 2 ranks / 2 = 2, last/2 = 1.
+  ParallelConfig u = layout(4, 1, 4, 1, 8);
+  u.decoder_first_pipeline_num_layers = 2;
+  u.decoder_last_pipeline_num_layers = 2;
+  u.num_virtual_stages_per_pipeline_rank = 2;
+  u.finalize(m);
+  EXPECT_EQ(stages(u), (Stages{{0, 1}, {1, 2}, {3, 2}, {5, 1}, {6, 1}, {7, 2}, {9, 2}, {11, 1}}));
+  EXPECT_EQ(u.num_layers_in_stage(0), 2);
+  EXPECT_EQ(u.num_layers_in_stage(1), 4);
+  EXPECT_TRUE(u.uneven_stages());
+  ParallelConfig over = layout(2, 1, 2, 1, 8);  // 30 + 31 layers of a 12-layer model
+  over.decoder_first_pipeline_num_layers = 30;
+  over.decoder_last_pipeline_num_layers = 31;
+  EXPECT_NE(error_of([&] { over.finalize(m); }).find("Mismatch: -49 middle layers"),
+            std::string::npos);
+  // The embedding and the loss counted as layers (Megatron's tp1_pp4_vp2
+  // account_for_embedding_loss_in_pipeline_split: 6 layers, PP 4, VPP 2): 8 units, one per
+  // virtual stage, so the first holds the embedding alone and the last the loss alone;
+  // get_transformer_layer_offset gives 0, 0, 1, 2, 3, 4, 5, 6.
+  m.num_layers = 6;
+  ParallelConfig a = layout(4, 1, 4, 1, 8);
+  a.num_virtual_stages_per_pipeline_rank = 2;
+  a.account_for_embedding_in_pipeline_split = true;
+  a.account_for_loss_in_pipeline_split = true;
+  a.finalize(m);
+  EXPECT_EQ(stages(a), (Stages{{0, 0}, {0, 1}, {1, 1}, {2, 1}, {3, 1}, {4, 1}, {5, 1}, {6, 0}}));
+  // The layout string of Megatron's selective_recompute_experimental test shape, with an MTP
+  // stage: "Ettt|tt|tt|mL".
+  m.num_layers = 7;
+  m.mtp_num_layers = 1;
+  ParallelConfig l = layout(4, 1, 4, 1, 8);
+  l.pipeline_model_parallel_layout = "Et*3|(tt|)*2mL";
+  l.finalize(m);
+  EXPECT_EQ(l.vpp(), 1);
+  EXPECT_EQ(stages(l), (Stages{{0, 3}, {3, 2}, {5, 2}, {7, 0}}));
+  // Even: no flags, the old split.
+  m.mtp_num_layers = 0;
+  m.num_layers = 8;
+  ParallelConfig e = layout(4, 1, 4, 1, 8);
+  e.finalize(m);
+  EXPECT_EQ(stages(e), (Stages{{0, 2}, {2, 2}, {4, 2}, {6, 2}}));
+  EXPECT_FALSE(e.uneven_stages());
+}
+
+TEST(ParallelConfig, PipelineLayoutRules) {
+  ModelConfig m = plan::test::model("gpt2-124m");
+  m.num_layers = 4;
+  // The error finalize gives for `layout` at PP 2, after `more` has set other flags.
+  auto error = [&](const std::string& layout, auto&& more) {
+    ParallelConfig p = tests::layout({.world = 2, .pp = 2, .mbs = 1, .gbs = 4});
+    p.pipeline_model_parallel_layout = layout;
+    more(p);
+    return error_of([&] { p.finalize(m); });
+  };
+  auto none = [](ParallelConfig&) {};
+  auto has = [](const std::string& e, const char* what) {
+    return e.find(what) != std::string::npos;
+  };
+  EXPECT_EQ(error("Ett|ttL", none), "");
+  EXPECT_EQ(error("E|t|ttt|L", none), "");  // VPP 2, stages of the embedding / loss alone
+  EXPECT_TRUE(has(error("Ett|t|tL", none), "divisible by pipeline_model_parallel_size (3 stages"));
+  EXPECT_TRUE(has(error("Ett|tXL", none), "invalid layer character 'X' in stage 1"));
+  EXPECT_TRUE(has(error("tEt|ttL", none), "the first layer must be embedding"));
+  EXPECT_TRUE(has(error("Ett|tLt", none), "the last layer must be loss"));
+  EXPECT_TRUE(has(error("Ett|EttL", none), "embedding must be specified exactly once"));
+  EXPECT_TRUE(has(error("Ett|tttL", none), "number of decoder layers 5 must match num_layers 4"));
+  EXPECT_TRUE(has(error("Ett|tLtL", none), "loss must be specified exactly once"));
+  EXPECT_TRUE(has(error("Ett|tmL", none), "number of decoder layers 3"));
+  m.mtp_num_layers = 1;
+  EXPECT_TRUE(has(error("Ett|ttL", none), "number of mtp layers 0 must match --mtp-num-layers 1"));
+  EXPECT_TRUE(has(error("Ett|tmtL", none), "decoder layers must be placed before MTP layers"));
+  EXPECT_TRUE(has(error("Etttt|m|L|", none), "and the loss (L) in the last"));
+  EXPECT_TRUE(has(error("|Etttt|m|L", none), "the embedding (E) must be in the first stage"));
+  EXPECT_TRUE(has(error("Etttt|m||L", none), "MTP layers must be in the last stage"));
+  EXPECT_EQ(error("Ettt|tmL", none), "");
+  m.mtp_num_layers = 0;
+  EXPECT_TRUE(
+      has(error("Ett|ttL", [](ParallelConfig& p) { p.account_for_loss_in_pipeline_split = true; }),
+          "cannot be set with other pipeline layout arguments"));
+  EXPECT_TRUE(
+      has(error("Ett|ttL", [](ParallelConfig& p) { p.num_virtual_stages_per_pipeline_rank = 2; }),
+          "No more than one of the following arguments"));
+  EXPECT_TRUE(has(error("",
+                        [](ParallelConfig& p) {
+                          p.decoder_first_pipeline_num_layers = 1;
+                          p.account_for_embedding_in_pipeline_split = true;
+                        }),
+                  "cannot be set at the same time with --account-for"));
+  EXPECT_TRUE(has(error("", [](ParallelConfig& p) { p.account_for_loss_in_pipeline_split = true; }),
+                  "Number of layers (4 + 1 accounted for the embedding and loss) should be "
+                  "divisible"));
 }
 
 }  // namespace

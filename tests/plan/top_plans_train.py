@@ -25,16 +25,18 @@ and 10; 4 experts (8 with router groups: 4 groups, 2 chosen) with top-k at most 
 48, shared expert 64, --moe-layer-freq lists sampled at evenly spaced layers (DeepSeek-V3 at
 PP1: [0,1]). Each parallel size (TP, PP, CP, EP, ETP, DP) is capped at 2 (DP raised to 2 where
 the expert grid needs it), virtual pipeline stages become 2 where PP stays 2 (one layer per
-virtual stage); sequence parallelism, the distributed optimizer and its overlaps,
+virtual stage); an uneven split stays uneven at PP2 (v layers first, 2v last, 3v in all, v the
+virtual stages per rank; dropped at PP1); sequence parallelism, the distributed optimizer and its overlaps,
 --tp-comm-overlap, recompute, precision and FP8 flags, dropout, normalization, activation,
 positions, MTP and routing are kept. The batch is 2 x PP micro-batches of 1 sequence per DP
 rank; --train-iters 2, --lr-warmup-iters 1, --eval-iters 0, --log-interval 1. The top plans
 scale to DP2 (2 ranks), TP2 SP DP2 (4), TP2 SP PP2 VPP2 DP2 (8), TP2 SP PP2 DP2 with full
 recompute (8; Llama 3.1 405B), PP2 VPP2 EP2 DP2 (4; Mixtral 8x7B), TP2 SP PP2 VPP2 EP2 DP2 (8;
-Mixtral 8x22B) and TP2 SP EP2 DP2 with full recompute (4; DeepSeek-V3), all with the distributed
-optimizer and bf16. Copies that differ only in constants that select no code path (rotary base,
-norm epsilon, init std, the aux-loss coefficient, max positions) train once: the 27 plans come
-down to 17 runs, listed in the output (about 75 CPU-seconds).
+Mixtral 8x22B) and TP2 SP PP2 EP2 DP2 with stages of 1 and 2 layers and full recompute (8;
+DeepSeek-V3, whose plan splits its 61 layers 30/31), all with the distributed optimizer and
+bf16. Copies that differ only in constants that select no code path (rotary base, norm epsilon,
+init std, the aux-loss coefficient, max positions) train once: the 27 plans come down to 19
+runs, listed in the output (about 60 CPU-seconds).
 """
 import glob
 import json
@@ -72,6 +74,7 @@ SCHEDULE = {"--train-iters": "2", "--lr-warmup-iters": "1", "--eval-iters": "0",
 # Values that select no code path: copies differing only in them are one run.
 CONSTANTS = {"--rotary-base", "--norm-epsilon", "--init-method-std", "--moe-aux-loss-coeff",
              "--max-position-embeddings"}
+UNEVEN = ["--decoder-first-pipeline-num-layers", "--decoder-last-pipeline-num-layers"]
 PARALLEL = ["--tensor-model-parallel-size", "--pipeline-model-parallel-size",
             "--context-parallel-size", "--expert-model-parallel-size",
             "--expert-tensor-parallel-size"]
@@ -157,9 +160,20 @@ def scale(argv, world):
         if grouped:
             a.set("--moe-router-num-groups", "4")
             a.set("--moe-router-group-topk", "2")
-        if a.has("--moe-layer-freq"):
-            a.set("--moe-layer-freq", sampled_layer_freq(a.get("--moe-layer-freq"), 2 * pp_s))
-    a.set("--num-layers", str(2 * pp_s))
+    layers = 2 * pp_s
+    uneven = [f for f in UNEVEN if a.has(f)]
+    if uneven and pp_s == 1:
+        for f in uneven:
+            a.drop(f)
+    elif uneven:
+        # PP2 keeps an uneven split: v layers first, 2v last (v virtual stages per rank).
+        v = int(a.get("--num-virtual-stages-per-pipeline-rank", "1"))
+        layers = 3 * v
+        for f in uneven:
+            a.set(f, str(v if f == UNEVEN[0] else 2 * v))
+    if a.has("--moe-layer-freq"):
+        a.set("--moe-layer-freq", sampled_layer_freq(a.get("--moe-layer-freq"), layers))
+    a.set("--num-layers", str(layers))
     a.set("--micro-batch-size", "1")
     a.set("--global-batch-size", str(dp_s * 2 * pp_s))
     for flag, v in SCHEDULE.items():
@@ -177,6 +191,8 @@ def layout(ranks, argv):
     words.append("PP%d" % pp)
     if a.has("--num-virtual-stages-per-pipeline-rank"):
         words.append("VPP" + a.get("--num-virtual-stages-per-pipeline-rank"))
+    if any(a.has(f) for f in UNEVEN):
+        words.append("(stages %s/%s)" % tuple(a.get(f, "-") for f in UNEVEN))
     if cp > 1:
         words.append("CP%d" % cp)
     if ep > 1:

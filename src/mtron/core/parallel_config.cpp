@@ -2,7 +2,11 @@
 
 #include <fmt/core.h>
 
+#include <algorithm>
+#include <functional>
+
 #include "mtron/core/error.h"
+#include "mtron/core/pipeline_layout.h"
 
 namespace mtron {
 
@@ -46,65 +50,7 @@ void ParallelConfig::finalize(const ModelConfig& m) {
              tp(), ")");
   }
 
-  MT_CHECK(num_layers_per_virtual_pipeline_stage == 0 || num_virtual_stages_per_pipeline_rank == 0,
-           "--num-layers-per-virtual-pipeline-stage and --num-virtual-stages-per-pipeline-rank "
-           "cannot be set together");
-  num_layers_ = m.num_layers;
-  const bool uneven = decoder_first_pipeline_num_layers > 0 || decoder_last_pipeline_num_layers > 0;
-  MT_CHECK(decoder_first_pipeline_num_layers >= 0 && decoder_last_pipeline_num_layers >= 0,
-           "--decoder-first-pipeline-num-layers and --decoder-last-pipeline-num-layers must be "
-           "larger than 0");
-  vpp_ = 1;
-  if (num_layers_per_virtual_pipeline_stage > 0) {
-    MT_CHECK(!uneven,
-             "please use --num-virtual-stages-per-pipeline-rank to specify virtual pipeline "
-             "parallel degree when enable uneven pipeline parallelism");
-    MT_CHECK(m.num_layers % pp() == 0,
-             "number of layers of the model must be divisible pipeline model parallel size (",
-             m.num_layers, " layers, --pipeline-model-parallel-size ", pp(), ")");
-    const int64_t layers_per_stage = m.num_layers / pp();
-    MT_CHECK(layers_per_stage % num_layers_per_virtual_pipeline_stage == 0,
-             "number of layers per pipeline stage (", layers_per_stage,
-             ") must be divisible by number of layers per virtual pipeline stage (",
-             num_layers_per_virtual_pipeline_stage, ")");
-    vpp_ = layers_per_stage / num_layers_per_virtual_pipeline_stage;
-  } else if (num_virtual_stages_per_pipeline_rank > 0) {
-    vpp_ = num_virtual_stages_per_pipeline_rank;
-  }
-  if (vpp_ > 1) {
-    MT_CHECK(pp() > 1,
-             "pipeline-model-parallel size should be greater than 1 with interleaved schedule");
-  }
-  if (uneven) {
-    // Megatron's TransformerConfig rules for uneven pipeline parallelism.
-    MT_CHECK(pp() > 1,
-             "--decoder-first/last-pipeline-num-layers need "
-             "--pipeline-model-parallel-size > 1");
-    int64_t layers = m.num_layers, stages = pp();
-    for (auto [n, which] : {std::pair{decoder_first_pipeline_num_layers, "first"},
-                            std::pair{decoder_last_pipeline_num_layers, "last"}}) {
-      if (n == 0) continue;
-      MT_CHECK(n % vpp_ == 0, "number of layers at ", which, " stage: ", n,
-               " must be divisible by virtual pipeline parallel degree ", vpp_);
-      layers -= n;
-      stages -= 1;
-    }
-    MT_CHECK((layers > 0) == (stages > 0), "Mismatch: ", layers, " middle layers remaining but ",
-             stages, " middle PP stages available.");
-    if (stages > 0) {
-      MT_CHECK(layers % stages == 0, "number of layers at middle stage: ", layers,
-               " must be divisible by the middle pipeline model parallel size ", stages);
-      MT_CHECK(layers / stages % vpp_ == 0,
-               "number of layers on each middle pipeline rank: ", layers / stages,
-               " must be divisible by virtual pipeline parallel degree ", vpp_);
-    }
-  } else {
-    MT_CHECK(m.num_layers % pp() == 0, "Number of layers (", m.num_layers,
-             ") should be divisible by the pipeline-model-parallel size (", pp(), ")");
-    MT_CHECK(m.num_layers / pp() % vpp_ == 0, "number of layers per pipeline stage (",
-             m.num_layers / pp(), ") must be divisible by --num-virtual-stages-per-pipeline-rank (",
-             vpp_, ")");
-  }
+  split_layers(m);
 
   if (cp() > 1) {
     MT_CHECK(m.seq_length % (2 * cp()) == 0, "seq-length (", m.seq_length,
@@ -146,14 +92,150 @@ void ParallelConfig::finalize(const ModelConfig& m) {
   }
 }
 
+void ParallelConfig::split_layers(const ModelConfig& m) {
+  const int64_t P = pp(), first = decoder_first_pipeline_num_layers,
+                last = decoder_last_pipeline_num_layers;
+  const int64_t e = account_for_embedding_in_pipeline_split, l = account_for_loss_in_pipeline_split;
+  const bool uneven = first > 0 || last > 0, account = e + l > 0;
+  const bool layout = !pipeline_model_parallel_layout.empty();
+  MT_CHECK(first >= 0 && last >= 0,
+           "--decoder-first-pipeline-num-layers and --decoder-last-pipeline-num-layers must be "
+           "larger than 0");
+  MT_CHECK(int(num_layers_per_virtual_pipeline_stage > 0) +
+                   int(num_virtual_stages_per_pipeline_rank > 0) + int(layout) <=
+               1,
+           "No more than one of the following arguments can be set at the same time: "
+           "--num-layers-per-virtual-pipeline-stage, --num-virtual-stages-per-pipeline-rank, "
+           "--pipeline-model-parallel-layout");
+  MT_CHECK(!layout || (!uneven && !account),
+           "--pipeline-model-parallel-layout cannot be set with other pipeline layout arguments "
+           "(--decoder-first/last-pipeline-num-layers, "
+           "--account-for-embedding/loss-in-pipeline-split)");
+  MT_CHECK(!uneven || !account,
+           "--decoder-first-pipeline-num-layers and --decoder-last-pipeline-num-layers cannot be "
+           "set at the same time with --account-for-embedding-in-pipeline-split and "
+           "--account-for-loss-in-pipeline-split");
+  // The even split's layers: the embedding and the loss count as one each when accounted for.
+  const int64_t units = m.num_layers + e + l;
+  std::vector<std::string> stages;
+  vpp_ = 1;
+  if (layout) {
+    stages = parse_pipeline_layout(pipeline_model_parallel_layout);
+    MT_CHECK(int64_t(stages.size()) % P == 0,
+             "The length of pipeline_model_parallel_layout must be divisible by "
+             "pipeline_model_parallel_size (",
+             stages.size(), " stages, --pipeline-model-parallel-size ", P, ")");
+    vpp_ = int64_t(stages.size()) / P;
+  } else if (num_layers_per_virtual_pipeline_stage > 0) {
+    MT_CHECK(!uneven,
+             "please use --num-virtual-stages-per-pipeline-rank to specify virtual pipeline "
+             "parallel degree when enable uneven pipeline parallelism");
+    MT_CHECK(units % P == 0,
+             "number of layers of the model must be divisible pipeline model parallel size (",
+             units, " layers, --pipeline-model-parallel-size ", P, ")");
+    MT_CHECK(units / P % num_layers_per_virtual_pipeline_stage == 0,
+             "number of layers per pipeline stage (", units / P,
+             ") must be divisible by number of layers per virtual pipeline stage (",
+             num_layers_per_virtual_pipeline_stage, ")");
+    vpp_ = units / P / num_layers_per_virtual_pipeline_stage;
+  } else if (num_virtual_stages_per_pipeline_rank > 0) {
+    vpp_ = num_virtual_stages_per_pipeline_rank;
+  }
+  if (vpp_ > 1) {
+    MT_CHECK(P > 1,
+             "pipeline-model-parallel size should be greater than 1 with interleaved schedule");
+  }
+  const int64_t S = P * vpp_;  // virtual stages
+  stage_layers_.assign(size_t(S), 0);
+  if (layout) {
+    // Megatron's PipelineParallelLayerLayout.validate_layer_layout, in its order.
+    std::string flat;
+    for (const std::string& st : stages) flat += st;
+    auto count = [&](char c) { return int64_t(std::count(flat.begin(), flat.end(), c)); };
+    const char* flag = "--pipeline-model-parallel-layout: ";
+    MT_CHECK(!flat.empty() && flat.front() == 'E', flag, "the first layer must be embedding (E)");
+    MT_CHECK(flat.back() == 'L', flag, "the last layer must be loss (L)");
+    MT_CHECK(count('E') == 1, flag, "embedding must be specified exactly once");
+    MT_CHECK(count('L') == 1, flag, "loss must be specified exactly once");
+    MT_CHECK(count('t') == m.num_layers, flag, "number of decoder layers ", count('t'),
+             " must match num_layers ", m.num_layers);
+    MT_CHECK(count('m') == m.mtp_num_layers, flag, "number of mtp layers ", count('m'),
+             " must match --mtp-num-layers ", m.mtp_num_layers);
+    const size_t first_mtp = flat.find('m');
+    MT_CHECK(first_mtp == std::string::npos || flat.find('t', first_mtp) == std::string::npos, flag,
+             "decoder layers must be placed before MTP layers");
+    // Megatron builds the embedding on the first virtual stage and the loss on the last wherever
+    // the string puts them; mtron holds the string to that.
+    MT_CHECK(stages.front().find('E') != std::string::npos &&
+                 stages.back().find('L') != std::string::npos,
+             flag, "the embedding (E) must be in the first stage and the loss (L) in the last");
+    for (int64_t vs = 0; vs < S; ++vs) {
+      const std::string& st = stages[size_t(vs)];
+      MT_CHECK(vs == S - 1 || st.find('m') == std::string::npos, flag,
+               "MTP layers must be in the last stage together with Loss stage (stage ", vs,
+               " holds '", st, "')");
+      stage_layers_[size_t(vs)] = int64_t(std::count(st.begin(), st.end(), 't'));
+    }
+  } else if (uneven) {
+    // Megatron's TransformerConfig rules for uneven pipeline parallelism.
+    MT_CHECK(P > 1,
+             "--decoder-first/last-pipeline-num-layers need "
+             "--pipeline-model-parallel-size > 1");
+    int64_t layers = m.num_layers, stages_left = P;
+    for (auto [n, which] : {std::pair{first, "first"}, std::pair{last, "last"}}) {
+      if (n == 0) continue;
+      MT_CHECK(n % vpp_ == 0, "number of layers at ", which, " stage: ", n,
+               " must be divisible by virtual pipeline parallel degree ", vpp_);
+      layers -= n;
+      stages_left -= 1;
+    }
+    // Megatron has no check for first + last > num-layers without middle stages (it would build
+    // more layers than the model has).
+    MT_CHECK(layers >= 0 && (layers > 0) == (stages_left > 0), "Mismatch: ", layers,
+             " middle layers remaining but ", stages_left, " middle PP stages available.");
+    if (stages_left > 0) {
+      MT_CHECK(layers % stages_left == 0, "number of layers at middle stage: ", layers,
+               " must be divisible by the middle pipeline model parallel size ", stages_left);
+      MT_CHECK(layers / stages_left % vpp_ == 0,
+               "number of layers on each middle pipeline rank: ", layers / stages_left,
+               " must be divisible by virtual pipeline parallel degree ", vpp_);
+    }
+    for (int64_t vs = 0; vs < S; ++vs) {
+      const int64_t s = vs % P;
+      const int64_t n = s == 0 && first > 0      ? first
+                        : s == P - 1 && last > 0 ? last
+                                                 : layers / std::max<int64_t>(1, stages_left);
+      stage_layers_[size_t(vs)] = n / vpp_;
+    }
+  } else {
+    MT_CHECK(units % P == 0, "Number of layers (", m.num_layers, account ? " + " : "",
+             account ? fmt::format("{} accounted for the embedding and loss", e + l) : "",
+             ") should be divisible by the pipeline-model-parallel size (", P, ")");
+    MT_CHECK(units / P % vpp_ == 0, "number of layers per pipeline stage (", units / P,
+             ") must be divisible by --num-virtual-stages-per-pipeline-rank (", vpp_, ")");
+    stage_layers_.assign(size_t(S), units / S);
+    stage_layers_.front() -= e;
+    stage_layers_.back() -= l;
+  }
+}
+
 int64_t ParallelConfig::num_layers_in_stage(int64_t stage) const {
   MT_ASSERT(stage >= 0 && stage < pp(), "stage ", stage, " out of range");
-  const int64_t first = decoder_first_pipeline_num_layers, last = decoder_last_pipeline_num_layers;
-  if (first == 0 && last == 0) return num_layers_ / pp();
-  if (stage == 0 && first > 0) return first;
-  if (stage == pp() - 1 && last > 0) return last;
-  const int64_t middle_stages = pp() - (first > 0) - (last > 0);
-  return (num_layers_ - first - last) / middle_stages;
+  int64_t n = 0;
+  for (int64_t c = 0; c < vpp_; ++c) n += stage_layers_[size_t(c * pp() + stage)];
+  return n;
+}
+
+ParallelConfig::StageLayers ParallelConfig::virtual_stage_layers(int64_t vs) const {
+  MT_ASSERT(vs >= 0 && vs < int64_t(stage_layers_.size()), "virtual stage ", vs, " out of range");
+  int64_t first = 0;
+  for (int64_t k = 0; k < vs; ++k) first += stage_layers_[size_t(k)];
+  return {first, stage_layers_[size_t(vs)]};
+}
+
+bool ParallelConfig::uneven_stages() const {
+  return std::adjacent_find(stage_layers_.begin(), stage_layers_.end(), std::not_equal_to<>()) !=
+         stage_layers_.end();
 }
 
 std::string ParallelConfig::summary() const {

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "mtron/core/model_config.h"
 
@@ -24,6 +25,10 @@ struct ParallelConfig {
   int64_t num_virtual_stages_per_pipeline_rank = 0;   // alternative way to set VPP
   int64_t decoder_first_pipeline_num_layers = 0;      // 0: even split (uneven PP otherwise)
   int64_t decoder_last_pipeline_num_layers = 0;       // 0: even split
+  // Count the embedding / the output layer and loss as one layer each in the even split.
+  bool account_for_embedding_in_pipeline_split = false;
+  bool account_for_loss_in_pipeline_split = false;
+  std::string pipeline_model_parallel_layout;  // Megatron's layout string (pipeline_layout.h)
   bool sequence_parallel = false;
   bool use_distributed_optimizer = false;
   bool overlap_grad_reduce = false;
@@ -47,12 +52,24 @@ struct ParallelConfig {
   int64_t num_microbatches() const { return global_batch_size / (micro_batch_size * dp()); }
   // Transformer layers held by pipeline stage `stage` (all its virtual chunks together).
   int64_t num_layers_in_stage(int64_t stage) const;
+  // The transformer layers [first_layer, first_layer + num_layers) of virtual stage `vs` (model
+  // chunk vs / PP of pipeline rank vs % PP). Virtual stage 0 also holds the embedding, the last
+  // one the output layer, the loss and the MTP layers; a stage may hold no transformer layer.
+  struct StageLayers {
+    int64_t first_layer = 0, num_layers = 0;
+  };
+  StageLayers virtual_stage_layers(int64_t vs) const;
+  // Whether the stages differ from the even split of num-layers / (PP x VPP) layers each.
+  bool uneven_stages() const;
   std::string order() const { return use_tp_pp_dp_mapping ? "tp-cp-ep-pp-dp" : "tp-cp-ep-dp-pp"; }
   std::string summary() const;
 
  private:
+  // Derives stage_layers_ from the split flags, checking Megatron's rules.
+  void split_layers(const ModelConfig& m);
+
   int64_t vpp_ = 1;
-  int64_t num_layers_ = 0;
+  std::vector<int64_t> stage_layers_;  // transformer layers of each virtual stage, in order
 };
 
 }  // namespace mtron

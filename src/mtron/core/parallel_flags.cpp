@@ -60,7 +60,16 @@ constexpr SwitchFlag kSwitchFlags[] = {
      &ParallelConfig::overlap_param_gather},
     {"--use-tp-pp-dp-mapping", "Rank order tp-cp-ep-pp-dp instead of tp-cp-ep-dp-pp",
      &ParallelConfig::use_tp_pp_dp_mapping},
+    {"--account-for-embedding-in-pipeline-split",
+     "Count the embedding as one layer when splitting the layers over pipeline stages",
+     &ParallelConfig::account_for_embedding_in_pipeline_split},
+    {"--account-for-loss-in-pipeline-split",
+     "Count the output layer and loss as one layer when splitting the layers over pipeline "
+     "stages",
+     &ParallelConfig::account_for_loss_in_pipeline_split},
 };
+
+constexpr const char* kLayoutFlag = "--pipeline-model-parallel-layout";
 
 }  // namespace
 
@@ -76,6 +85,12 @@ void add_parallel_flags(CLI::App& app, ParallelConfig& p, ParallelFlags which, c
         ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast)
         ->group(group);
   }
+  app.add_option(kLayoutFlag, p.pipeline_model_parallel_layout,
+                 "The layers of each virtual pipeline stage, '|' between stages: E embedding, t "
+                 "transformer layer, m MTP layer, L loss; x*n and (...)*n repeat (e.g. "
+                 "\"Et*3|(tt|)*29,m|L\"); sets the virtual stages per rank")
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast)
+      ->group(group);
 }
 
 std::vector<std::string> parallel_flag_args(const ParallelConfig& p, bool moe) {
@@ -89,6 +104,10 @@ std::vector<std::string> parallel_flag_args(const ParallelConfig& p, bool moe) {
   }
   for (const SwitchFlag& f : kSwitchFlags) {
     if (p.*f.field) a.push_back(f.name);
+  }
+  if (!p.pipeline_model_parallel_layout.empty()) {
+    a.push_back(kLayoutFlag);
+    a.push_back(p.pipeline_model_parallel_layout);
   }
   return a;
 }

@@ -21,7 +21,8 @@ namespace mtron {
 
 enum class ParallelFlags {
   kSizes,  // the parallel sizes, virtual and uneven pipeline stages, micro and global batch
-  kAll,    // and the execution switches: SP, distributed optimizer, overlaps, rank order
+  kAll,    // and the execution switches (SP, distributed optimizer, overlaps, rank order), the
+           // embedding and loss in the pipeline split, and the pipeline layout string
 };
 
 // Registers the flags in `group`, bound to `p`'s fields (which keep their current values as

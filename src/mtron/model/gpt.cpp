@@ -34,7 +34,7 @@ GPTChunk::GPTChunk(const ModelConfig& cfg,
                    Recompute recompute,
                    const parallel::ExpertParallel& ep)
     : cfg_(cfg), place_(place), recompute_(recompute) {
-  MT_ASSERT(place.num_layers >= 1, "a model chunk needs at least one layer");
+  MT_ASSERT(place.num_layers >= 0, "negative layer count ", place.num_layers);
   const int64_t h = cfg.hidden_size;
   const int64_t V = cfg.padded_vocab_size(tp.size);
   vocab_local_ = V / tp.size;
@@ -340,7 +340,7 @@ const float* GPTChunk::forward(const RunCtx& rc,
 
   const float* x = input;
   if (place_.has_embedding) {
-    need(0, layer_first_.front());
+    need(0, next_first(-1));
     x = embed(rc, st.keep, tl, st.tokens, st.embed_pos);
   }
   MT_ASSERT(x != nullptr, "a chunk without embeddings needs an input");

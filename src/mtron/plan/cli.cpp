@@ -377,12 +377,11 @@ int run_plan(std::vector<std::string> args) {
   }
   MT_CHECK(
       fixed.decoder_first_pipeline_num_layers == 0 && fixed.decoder_last_pipeline_num_layers == 0,
-      "--decoder-first/last-pipeline-num-layers: mtron train has only even pipeline stages");
+      "--decoder-first/last-pipeline-num-layers: the planner chooses them (Megatron's uneven split "
+      "with lighter first and last stages, where the pipeline size does not divide the layers)");
   o.micro_batch_size = fixed.micro_batch_size;
   o.global_batch_size = fixed.global_batch_size;
-  // Plans are for mtron train: even pipeline stages; on GPUs no context parallelism unless
-  // asked for (--context-parallel-size).
-  o.uneven_pipeline = false;
+  // On GPUs no context parallelism unless asked for (--context-parallel-size).
   if (o.cp == 0 && !find_hardware(hardware).is_cpu) o.cp = 1;
   if (o.global_batch_size == 0) o.global_batch_size = catalog_gbs;
   MT_CHECK(o.global_batch_size > 0,

@@ -69,11 +69,8 @@ std::vector<std::string> train_args(const ModelConfig& m,
   const ParallelConfig& p = l.parallel;
   const bool gpu = !c.hardware.is_cpu;
   const bool fp8 = l.precision == Precision::kFP8;
-  // What `mtron train` runs: even pipeline stages; FP8 GEMMs outside multi-latent attention, with
-  // --fp8-param-gather only beside the distributed optimizer (Megatron's rule).
-  MT_CHECK(p.decoder_first_pipeline_num_layers == 0 && p.decoder_last_pipeline_num_layers == 0,
-           "no launch script: the plan has uneven pipeline stages, which mtron train does not "
-           "have yet (fix --pipeline-model-parallel-size to a divisor of the layers)");
+  // What `mtron train` runs: FP8 GEMMs outside multi-latent attention, with --fp8-param-gather
+  // only beside the distributed optimizer (Megatron's rule).
   MT_CHECK(!fp8 || !m.mla.enabled,
            "no launch script: mtron train has no FP8 path for multi-latent attention's "
            "projections (plan this model with --bf16 instead of --fp8-format)");

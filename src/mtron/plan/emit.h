@@ -6,7 +6,7 @@
 // user reads the same flags they would pass to pretrain_gpt.py. The model, layout and precision
 // flags come from the definitions `mtron train` parses (model_flags.h, parallel_flags.h), FP8
 // plans run --bf16 with Megatron's delayed-scaling flags, GPU plans run with --device cuda, and a
-// plan `mtron train` cannot run as written (uneven stages, FP8 with multi-latent attention) gets
+// plan `mtron train` cannot run as written (FP8 with multi-latent attention) gets
 // no script but an error saying why.
 #pragma once
 

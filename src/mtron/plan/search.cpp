@@ -87,7 +87,6 @@ Shapes search_shapes(const ModelConfig& m,
               for (int64_t v : vpps) {
                 int64_t first = 0, last = 0;
                 if (!split_pipeline_layers(m.num_layers, pp, v, &first, &last)) continue;
-                if (!o.uneven_pipeline && (first > 0 || last > 0)) continue;
                 for (RecomputeGranularity rc : recomputes) {
                   Layout l;
                   ParallelConfig& p = l.parallel;

@@ -38,7 +38,6 @@ struct SearchOptions {
   // --overlap-grad-reduce / --overlap-param-gather on GPUs (false: DP communication after the
   // backward pass, as Megatron without those flags)
   bool overlap_dp_comm = true;
-  bool uneven_pipeline = true;  // Megatron's uneven first/last stages (mtron train has none yet)
   bool allow_cross_node_tp = false;
   double memory_margin = 0.10;  // fraction of device memory kept free
   int64_t max_micro_batch_size = 16;

@@ -488,9 +488,6 @@ bool parse_train_args(int argc, char** argv, int64_t world_size, TrainArgs& a) {
   auto& par = a.parallel;
   par.world_size = a.layout_world_size > 0 ? a.layout_world_size : world_size;
   MT_CHECK(par.micro_batch_size != 0, "--micro-batch-size is required");
-  MT_CHECK(par.decoder_first_pipeline_num_layers == 0 && par.decoder_last_pipeline_num_layers == 0,
-           "--decoder-first/last-pipeline-num-layers: uneven pipeline stages are not supported "
-           "by mtron train yet (every stage holds num-layers / PP layers)");
   // The batch schedule: its last size is the global batch size the layout is checked with.
   const std::string step_schedule = fmt::format("{}", fmt::join(step_words, " "));
   MT_CHECK(rampup.empty() || step_schedule.empty(),

@@ -64,6 +64,11 @@ void log_run_header(const TrainArgs& a, int rank, bool logger, const RunHeader& 
                        megatron_theoretical_memory(a.model, par, a.recompute.granularity)));
     for (const auto& n : a.notes) log_info("note: {}", n);
   }
+  if (h.first_of_dp_cp) {
+    log_plain(fmt::format(
+        " > number of parameters on (tensor, pipeline) model parallel rank ({}, {}): {}", h.tp_rank,
+        h.pp_rank, h.params_on_rank));
+  }
   if (rank != 0 && !logger) return;
   log_info("optimizer state: {:.3f} MB ({} bytes) on this rank{}{}",
            double(h.optimizer_state_bytes) / 1048576.0, h.optimizer_state_bytes,

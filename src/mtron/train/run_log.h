@@ -44,12 +44,17 @@ struct RunHeader {
   int64_t expert_elems = 0;                // this rank's routed expert weights
   int64_t fp8_layers = 0;                  // this rank's linear layers in FP8 (--fp8-format)
   int64_t fp8_state_bytes = 0;             // their amax histories and scales
+  int64_t params_on_rank = 0;              // this rank's parameters, its experts' included
+  int tp_rank = 0, pp_rank = 0;
+  bool first_of_dp_cp = false;  // data- and context-parallel rank 0
 };
 
 // The lines a run starts with: on rank 0 the version and CPU kernels, the model, the layout,
 // the batch schedule when it varies, the parameter count, the precision and MFU denominator,
-// Megatron's theoretical memory footprints and the flags' notes; on rank 0 and the logging rank
-// (`logger`) the optimizer state and, for MoE, the expert weights this rank holds.
+// Megatron's theoretical memory footprints and the flags' notes; Megatron's "number of
+// parameters on (tensor, pipeline) model parallel rank" line on each rank of data- and
+// context-parallel rank 0; on rank 0 and the logging rank (`logger`) the optimizer state and,
+// for MoE, the expert weights this rank holds.
 void log_run_header(const TrainArgs& a, int rank, bool logger, const RunHeader& h);
 
 // --profile's counters at the first profiled iteration: the bytes each of the ParallelState's

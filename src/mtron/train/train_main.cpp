@@ -15,13 +15,21 @@ namespace {
 
 // Which layers each pipeline stage (and virtual stage) holds, for --print-layout.
 std::string stage_layers(const TrainArgs& a) {
-  const int64_t P = a.parallel.pp(), v = a.parallel.vpp(), per = a.model.num_layers / (P * v);
+  const int64_t P = a.parallel.pp(), v = a.parallel.vpp();
   std::string out = "\nstage  layers\n";
   for (int64_t s = 0; s < P; ++s) {
     out += fmt::format("{:5d} ", s);
     for (int64_t c = 0; c < v; ++c) {
       const int64_t vs = c * P + s;
-      out += fmt::format(" [{}, {}){}{}", vs * per, (vs + 1) * per, vs == 0 ? " +embedding" : "",
+      const ParallelConfig::StageLayers l = a.parallel.virtual_stage_layers(vs);
+      out += fmt::format(" {}{}{}{}",
+                         l.num_layers > 0
+                             ? fmt::format("[{}, {})", l.first_layer, l.first_layer + l.num_layers)
+                             : "(no layers)",
+                         vs == 0 ? " +embedding" : "",
+                         vs == P * v - 1 && a.model.mtp_num_layers > 0
+                             ? fmt::format(" +{} MTP", a.model.mtp_num_layers)
+                             : "",
                          vs == P * v - 1 ? " +output layer and loss" : "");
     }
     out += "\n";

@@ -90,14 +90,15 @@ void Trainer::build_model() {
   const auto& m = a_.model;
   const auto& par = a_.parallel;
   const int64_t P = par.pp(), v = par.vpp();
-  const int64_t per_chunk = m.num_layers / (P * v);
   const DdpOptions ddp{
       ddp_bucket_elems(a_.ddp_bucket_size, par.overlap_grad_reduce, ps_->dp_cp().size()),
       a_.precision.grad_reduce_in_bf16, a_.decoupled_lr.has_value()};
   std::vector<optim::OptimBuffer> bufs;
   for (int64_t c = 0; c < v; ++c) {
     const int64_t vs = c * P + ps_->pp_rank();  // virtual stage
-    model::ChunkPlacement place{vs * per_chunk, per_chunk, vs == 0, vs == P * v - 1};
+    const ParallelConfig::StageLayers layers = par.virtual_stage_layers(vs);
+    const model::ChunkPlacement place{layers.first_layer, layers.num_layers, vs == 0,
+                                      vs == P * v - 1};
     chunks_.push_back(std::make_unique<model::GPTChunk>(m, place, rc_.tp, a_.recompute, rc_.ep));
     bufs.push_back(
         ddp_buffer(rc_, *ps_, ddp, chunks_.back()->params(), false, a_.seed, grad_syncs_));
@@ -382,8 +383,14 @@ void Trainer::run() {
     header.fp8_layers = fp8_->size();
     header.fp8_state_bytes = fp8_->state_bytes();
   }
-  for (const auto& c : chunks_)
+  for (const auto& c : chunks_) {
     for (const model::ParamSpec& s : c->expert_params().specs()) header.expert_elems += s.numel();
+    for (const model::ParamSpec& s : c->params().specs()) header.params_on_rank += s.numel();
+  }
+  header.params_on_rank += header.expert_elems;
+  header.tp_rank = ps_->tp_rank();
+  header.pp_rank = ps_->pp_rank();
+  header.first_of_dp_cp = ps_->dp_rank() == 0 && ps_->cp_rank() == 0;
   log_run_header(a_, world_.rank(), logger, header);
 
   Interval in;
