@@ -5,14 +5,17 @@ on one 8-GPU node: every flag of MODEL_ARGS must be accepted (or noted), the lay
 notes expected for the config's checkpoint, scheduling and checking flags said, and the pipeline
 splits of the uneven-pipeline configs shown in the stage table.
 
-MODEL_ARGS is turned into a command line as Megatron's test harness does: `--flag: true` is the
-switch, `false` leaves it out, any other value follows the flag; ${VAR}/$VAR placeholders (data,
-checkpoint and tokenizer paths) become /nonexistent, which --print-layout never opens.
+MODEL_ARGS is turned into a command line as Megatron's test harness does
+(tests/functional_tests/shell_test_utils/_run_training.sh): `--flag: true` is the switch, `false`
+leaves it out, a value in square brackets follows the flag as its words ("[384 384 97656250]"),
+any other value as one argument; ${VAR}/$VAR placeholders (data, checkpoint and tokenizer paths)
+become /nonexistent, which --print-layout never opens.
 
   megatron_configs_test.py MTRON
 """
 import os
 import re
+import shlex
 import subprocess
 import sys
 
@@ -55,12 +58,24 @@ def model_args(path):
         m = re.match(r"\s+(--[\w-]+):\s*(.*?)\s*(#.*)?$", line) if inside else None
         if not m:
             continue
-        flag, value = m.group(1), m.group(2).strip("\"'")
+        flag, value = m.group(1), m.group(2).strip("\"'").strip()
         if value.lower() == "false":
             continue
         args.append(flag)
-        if value.lower() != "true":
-            args += re.sub(r"\$\{?\w+\}?", "/nonexistent", value).split()
+        value = re.sub(r"\$\{?\w+\}?", "/nonexistent", value)
+        # _run_training.sh's cases: true is the switch; "[a b c]" loses its brackets and gives one
+        # argument per word (--rampup-batch-size); anything else is one argument, spaces and all.
+        # The value passes `xargs` (quotes and backslashes) and, without spaces, the shell's eval
+        # (backslashes again): the layout "Et*3\\|\\(tt\\|\\)*6tmL" arrives as "Et*3|(tt|)*6tmL".
+        if value.lower() == "true":
+            continue
+        value = " ".join(shlex.split(value))
+        if re.fullmatch(r"\[[^]]+\]", value):
+            args += value[1:-1].split()
+        elif " " in value:
+            args.append(value)
+        else:
+            args += shlex.split(value)
     return args
 
 

@@ -295,6 +295,39 @@ void norm_cases(Checker& ck, bool small) {
   }
 }
 
+// An elementwise activation (fwd, bwd; rfwd, rbwd the reference's) on x0 with the output
+// gradient dout0: fp32 against the reference, to bf16 outputs as convert's rounding of the fp32
+// ones, and from bf16 inputs bit for bit as from their widened values.
+template <class Fwd, class Bwd, class RefFwd, class RefBwd>
+void check_elementwise_activation(Checker& ck,
+                                  const std::vector<float>& x0,
+                                  const std::vector<float>& dout0,
+                                  Fwd fwd,
+                                  Bwd bwd,
+                                  RefFwd rfwd,
+                                  RefBwd rbwd) {
+  const int64_t n = int64_t(x0.size());
+  Pair<float> x(x0), out(poison(n)), dout(dout0), dx(poison(n));
+  rfwd(out.host(), x.host(), n);
+  fwd(out.dev(), x.dev(), n);
+  ck.check("out", out, kTolF32);
+  check_bf16_out(ck, "out to bf16 (bits)", out, [&](bf16* o) { fwd(o, x.dev(), n); });
+  rbwd(dx.host(), x.host(), dout.host(), n);
+  bwd(dx.dev(), x.dev(), dout.dev(), n);
+  ck.check("dinp", dx, kTolF32);
+  check_bf16_out(ck, "dinp to bf16 (bits)", dx, [&](bf16* d) { bwd(d, x.dev(), dout.dev(), n); });
+  const std::vector<bf16> nan16(size_t(n), bf16{0xffff});
+  Pair<bf16> x16(narrow<bf16>(x0)), dout16(narrow<bf16>(dout0));
+  Pair<float> xw(widen(x16.host_result())), doutw(widen(dout16.host_result()));
+  Pair<bf16> o16(nan16), ow(nan16), g16(nan16), gw(nan16);
+  fwd(o16.dev(), x16.dev(), n);
+  fwd(ow.dev(), xw.dev(), n);
+  ck.check_bits("out from bf16 (bits)", o16, ow.dev_result());
+  bwd(g16.dev(), x16.dev(), dout16.dev(), n);
+  bwd(gw.dev(), xw.dev(), doutw.dev(), n);
+  ck.check_bits("dinp from bf16 (bits)", g16, gw.dev_result());
+}
+
 void activation_cases(Checker& ck, bool small) {
   std::vector<std::pair<int64_t, int64_t>> shapes = {
       {1, 1},     {3, 31},  {17, 100}, {1, 33},
@@ -305,22 +338,18 @@ void activation_cases(Checker& ck, bool small) {
     const std::string shape = str("N", N, " F", F);
     ck.run("gelu", shape, [&] {
       const int64_t n = N * F;
-      Pair<float> x(randn(n, 3.0f)), out(poison(n)), dout(randn(n)), dx(poison(n));
-      ref::gelu_forward(out.host(), x.host(), n);
-      gelu_forward(g_dev, out.dev(), x.dev(), n);
-      ck.check("out", out, kTolF32);
-      check_bf16_out(ck, "out to bf16 (bits)", out,
-                     [&](bf16* o) { gelu_forward(g_dev, o, x.dev(), n); });
-      ref::gelu_backward(dx.host(), x.host(), dout.host(), n);
-      gelu_backward(g_dev, dx.dev(), x.dev(), dout.dev(), n);
-      ck.check("dinp", dx, kTolF32);
-      check_bf16_out(ck, "dinp to bf16 (bits)", dx,
-                     [&](bf16* d) { gelu_backward(g_dev, d, x.dev(), dout.dev(), n); });
+      const std::vector<float> x0 = randn(n, 3.0f), dout0 = randn(n);
+      check_elementwise_activation(
+          ck, x0, dout0, [](auto... a) { gelu_forward(g_dev, a...); },
+          [](auto... a) { gelu_backward(g_dev, a...); }, [](auto... a) { ref::gelu_forward(a...); },
+          [](auto... a) { ref::gelu_backward(a...); });
       // fc1's output and bias gradients in one pass: gelu_backward to bf16 and bias_backward of
       // that, bit for bit
+      std::vector<float> dx0(size_t(n), 0.0f);
+      ref::gelu_backward(dx0.data(), x0.data(), dout0.data(), n);
       const std::vector<float> db0 = randn(F);
       const std::vector<bf16> nan16(size_t(n), bf16{0xffff});
-      Pair<float> dbias(db0), plain(db0), want(db0);
+      Pair<float> x(x0), dout(dout0), dbias(db0), plain(db0), want(db0);
       Pair<bf16> d16(nan16), plain16(nan16);
       gelu_backward_bias(g_dev, dbias.dev(), d16.dev(), x.dev(), dout.dev(), N, F);
       gelu_backward(g_dev, plain16.dev(), x.dev(), dout.dev(), n);
@@ -328,18 +357,11 @@ void activation_cases(Checker& ck, bool small) {
       ck.check_bits("gelu_backward_bias dinp as gelu_backward's (bits)", d16, plain16.dev_result());
       ck.check("gelu_backward_bias dbias as bias_backward's (bits)", dbias.dev_result(),
                plain.dev_result(), 0.0);
-      ref::bias_backward(want.host(), widen(narrow<bf16>(dx.host_result())).data(), N, F);
+      ref::bias_backward(want.host(), widen(narrow<bf16>(dx0)).data(), N, F);
       ck.check("gelu_backward_bias dbias", dbias.dev_result(), want.host_result(), kTolBf16);
-      // from bf16 inputs (the bf16 GEMM outputs): bit for bit the same ops on the widened values
-      Pair<bf16> x16(narrow<bf16>(x.host_result())), dout16(narrow<bf16>(dout.host_result()));
+      // from bf16 inputs: bit for bit the same op on the widened values
+      Pair<bf16> x16(narrow<bf16>(x0)), dout16(narrow<bf16>(dout0));
       Pair<float> xw(widen(x16.host_result())), doutw(widen(dout16.host_result()));
-      Pair<bf16> o16(nan16), ow(nan16), g16(nan16), gw(nan16);
-      gelu_forward(g_dev, o16.dev(), x16.dev(), n);
-      gelu_forward(g_dev, ow.dev(), xw.dev(), n);
-      ck.check_bits("out from bf16 (bits)", o16, ow.dev_result());
-      gelu_backward(g_dev, g16.dev(), x16.dev(), dout16.dev(), n);
-      gelu_backward(g_dev, gw.dev(), xw.dev(), doutw.dev(), n);
-      ck.check_bits("dinp from bf16 (bits)", g16, gw.dev_result());
       Pair<float> db16(db0), dbw(db0);
       Pair<bf16> b16(nan16), bw(nan16);
       gelu_backward_bias(g_dev, db16.dev(), b16.dev(), x16.dev(), dout16.dev(), N, F);
@@ -347,6 +369,29 @@ void activation_cases(Checker& ck, bool small) {
       ck.check_bits("gelu_backward_bias dinp from bf16 (bits)", b16, bw.dev_result());
       ck.check("gelu_backward_bias dbias from bf16 (bits)", db16.dev_result(), dbw.dev_result(),
                0.0);
+    });
+    ck.run("relu2", shape, [&] {
+      std::vector<float> x0 = randn(N * F, 3.0f);
+      x0[0] = 0.0f;
+      check_elementwise_activation(
+          ck, x0, randn(N * F), [](auto... a) { relu2_forward(g_dev, a...); },
+          [](auto... a) { relu2_backward(g_dev, a...); },
+          [](auto... a) { ref::relu2_forward(a...); },
+          [](auto... a) { ref::relu2_backward(a...); });
+      // a NaN input gives NaN, forward and backward, as torch's relu: 1 where NaN
+      const float nan = std::numeric_limits<float>::quiet_NaN();
+      Pair<float> xn(std::vector<float>{nan, -1, 0, 2}), on(poison(4)), dn(poison(4));
+      Pair<float> ones(std::vector<float>(4, 1.0f));
+      relu2_forward(g_dev, on.dev(), xn.dev(), 4);
+      relu2_backward(g_dev, dn.dev(), xn.dev(), ones.dev(), 4);
+      const auto nans = [](const std::vector<float>& v) {
+        std::vector<float> f;
+        for (float x : v) f.push_back(std::isnan(x) ? 1.0f : 0.0f);
+        return f;
+      };
+      const std::vector<float> first = {1, 0, 0, 0};
+      ck.check("NaN in, NaN out", nans(on.dev_result()), first, 0.0);
+      ck.check("NaN in, NaN gradient", nans(dn.dev_result()), first, 0.0);
     });
     ck.run("swiglu", shape, [&] {
       Pair<float> x(randn(N * 2 * F, 3.0f)), out(poison(N * F)), dout(randn(N * F)),

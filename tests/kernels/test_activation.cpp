@@ -1,5 +1,5 @@
-// GELU (tanh) and SwiGLU: reference backward against finite differences, and GELU against
-// PyTorch's gelu(approximate='tanh') values (the CPU kernels against the reference: the op
+// GELU (tanh), squared ReLU and SwiGLU: reference backward against finite differences, and GELU
+// and squared ReLU against PyTorch's values (the CPU kernels against the reference: the op
 // table, test_op_table.cpp).
 #include "kernel_test_util.h"
 #include "mtron/kernels/activation.h"
@@ -30,6 +30,34 @@ TEST(Gelu, ReferenceBackwardMatchesFiniteDifferences) {
         return project(y, R);
       },
       "gelu x");
+}
+
+TEST(Relu2, KnownValues) {
+  // torch.pow(torch.nn.functional.relu(torch.tensor([-3., -1., 0.5, 2.])), 2) (Megatron's
+  // squared_relu)
+  const std::vector<float> x = {-3.0f, -1.0f, 0.5f, 2.0f};
+  const std::vector<float> want = {0.0f, 0.0f, 0.25f, 4.0f};
+  std::vector<float> y(4), dy(4);
+  relu2_forward(kCpu, y.data(), x.data(), 4);
+  expect_close(y, want, 0, 0, "relu2 values");
+  const std::vector<float> ones(4, 1.0f), dwant = {0.0f, 0.0f, 1.0f, 4.0f};  // 2 max(x, 0)
+  relu2_backward(kCpu, dy.data(), x.data(), ones.data(), 4);
+  expect_close(dy, dwant, 0, 0, "relu2 derivative");
+}
+
+TEST(Relu2, ReferenceBackwardMatchesFiniteDifferences) {
+  const int64_t n = 40;
+  auto x = to_double(randn(n, 1, 3.0f)), R = to_double(randn(n, 2));
+  std::vector<double> dx(static_cast<size_t>(n));
+  ref::relu2_backward(dx.data(), x.data(), R.data(), n);
+  expect_fd(
+      x, dx,
+      [&] {
+        std::vector<double> y(static_cast<size_t>(n));
+        ref::relu2_forward(y.data(), x.data(), n);
+        return project(y, R);
+      },
+      "relu2 x");
 }
 
 TEST(SwiGLU, ReferenceBackwardMatchesFiniteDifferences) {

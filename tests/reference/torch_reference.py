@@ -171,6 +171,7 @@ class Model:
                          if self.moe_layers[l]}
             self.counts = {l: torch.zeros(self.E) for l in self.bias}
         self.swiglu = "swiglu" in cfg
+        self.squared_relu = "squared_relu" in cfg
         self.rms = cfg.get("normalization", "LayerNorm") == "RMSNorm"
         self.rope = cfg.get("position_embedding_type", "learned_absolute") == "rope"
         self.rotary_base = cfg.get("rotary_base", "10000")
@@ -221,6 +222,8 @@ class Model:
         if self.swiglu:
             gate, up = f.chunk(2, dim=-1)
             act = F.silu(gate) * up
+        elif self.squared_relu:  # Megatron's squared_relu
+            act = torch.pow(F.relu(f), 2)
         else:
             act = F.gelu(f, approximate="tanh")
         return self.lin(act, pre + "linear_fc2")

@@ -418,6 +418,9 @@ void read_deepseek_v3(const json& j, const std::string& file, ModelConfig& m) {
 }  // namespace
 
 HfArch hf_arch_of(const ModelConfig& c) {
+  MT_CHECK(!c.squared_relu,
+           "cannot convert this model to Hugging Face: none of the converter's architectures has "
+           "a squared-ReLU MLP (--squared-relu)");
   MT_CHECK(c.mtp_num_layers == 0 || c.mla.enabled,
            "cannot convert this model to Hugging Face: only DeepseekV3ForCausalLM "
            "(--multi-latent-attention) holds multi-token prediction layers (--mtp-num-layers)");

@@ -82,6 +82,7 @@ ordered_json model_config_to_json(const ModelConfig& m) {
   j["kv_channels"] = m.kv_channels;
   j["ffn_hidden_size"] = m.ffn_hidden_size;
   j["swiglu"] = m.swiglu;
+  if (m.squared_relu) j["squared_relu"] = true;  // older manifests: GELU or SwiGLU
   j["normalization"] = name_of(kNormalizationNames, m.normalization);
   j["norm_epsilon"] = tidy(m.norm_epsilon);
   j["apply_layernorm_1p"] = m.apply_layernorm_1p;
@@ -152,6 +153,7 @@ ModelConfig model_config_from_json(const json& j, const std::string& file) {
   m.kv_channels = field<int64_t>(j, "kv_channels", file);
   m.ffn_hidden_size = field<int64_t>(j, "ffn_hidden_size", file);
   m.swiglu = field<bool>(j, "swiglu", file);
+  m.squared_relu = field_or<bool>(j, "squared_relu", false, file);
   m.normalization = named_field(j, "normalization", kNormalizationNames, "normalization", file);
   m.norm_epsilon = field<float>(j, "norm_epsilon", file);
   m.apply_layernorm_1p = field_or<bool>(j, "apply_layernorm_1p", false, file);

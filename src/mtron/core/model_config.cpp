@@ -23,6 +23,8 @@ void ModelConfig::finalize() {
            hidden_dropout, ")");
   MT_CHECK(attention_dropout >= 0 && attention_dropout < 1,
            "--attention-dropout must be in [0, 1) (got ", attention_dropout, ")");
+  // Megatron asserts `not args.swiglu` with --squared-relu.
+  MT_CHECK(!(squared_relu && swiglu), "--squared-relu and --swiglu exclude each other");
   if (kv_channels == 0) {
     MT_CHECK(hidden_size % num_attention_heads == 0, "--hidden-size (", hidden_size,
              ") must be divisible by --num-attention-heads (", num_attention_heads, ")");
@@ -182,7 +184,8 @@ std::string ModelConfig::summary() const {
                                               num_attention_heads, query_groups(), kv_channels);
   return fmt::format(
       "{} layers, hidden {}, {}, ffn {}{}, {}, {}, vocab {} (padded {}), seq {}{}{}", num_layers,
-      hidden_size, heads, ffn_hidden_size, swiglu ? " SwiGLU" : " GELU",
+      hidden_size, heads, ffn_hidden_size,
+      swiglu ? " SwiGLU" : (squared_relu ? " squared ReLU" : " GELU"),
       normalization == Normalization::kLayerNorm ? "LayerNorm" : "RMSNorm",
       position_embedding_type == PositionEmbedding::kRope              ? "RoPE"
       : position_embedding_type == PositionEmbedding::kLearnedAbsolute ? "learned positions"

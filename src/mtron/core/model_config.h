@@ -19,6 +19,9 @@ enum class PositionEmbedding { kLearnedAbsolute, kRope, kNone };
 enum class RouterLoadBalancing { kAuxLoss, kSeqAuxLoss, kNone };
 enum class RouterScore { kSoftmax, kSigmoid };
 enum class TokenDropPolicy { kProbs, kPosition };
+// The MLP's activation: GELU (tanh approximation), SwiGLU (--swiglu: fc1 twice as wide, gate
+// and up) or squared ReLU (--squared-relu).
+enum class MlpActivation { kGelu, kSwiglu, kSquaredRelu };
 
 struct ModelConfig {
   int64_t num_layers = 0;
@@ -29,6 +32,7 @@ struct ModelConfig {
   int64_t kv_channels = 0;       // 0: hidden_size / num_attention_heads
   int64_t ffn_hidden_size = 0;   // 0: 4h, or int(8h/3/64)*64 with --swiglu
   bool swiglu = false;
+  bool squared_relu = false;  // --squared-relu: relu(x)^2 instead of GELU (Nemotron-4)
   Normalization normalization = Normalization::kLayerNorm;
   float norm_epsilon = 1e-5f;
   // --apply-layernorm-1p: norm weights are stored zero-centred (initialised to 0) and applied as
@@ -108,6 +112,10 @@ struct ModelConfig {
   bool qkv_bias() const { return add_bias_linear || add_qkv_bias; }
   int64_t kv_size() const { return query_groups() * kv_channels; }
   int64_t ffn() const { return ffn_hidden_size; }
+  MlpActivation activation() const {
+    return swiglu ? MlpActivation::kSwiglu
+                  : (squared_relu ? MlpActivation::kSquaredRelu : MlpActivation::kGelu);
+  }
   int64_t moe_ffn() const { return moe_ffn_hidden_size; }
   bool is_moe() const { return num_experts > 0; }
   // Layers from num_layers up are the MTP depths' layers: of the last decoder layer's kind

@@ -106,6 +106,8 @@ void add_model_flags(CLI::App& app, ModelConfig& m) {
   flag(app, "--qk-layernorm", m.qk_layernorm,
        "Whether to layer normalize the q and k attention embeddings.");
   flag(app, "--swiglu", m.swiglu, "Use gated linear units and SiLU activation instead of GeLU.");
+  flag(app, "--squared-relu", m.squared_relu,
+       "Use squared relu activation instead of default gelu");
   flag(app, "--untie-embeddings-and-output-weights", m.untie_embeddings_and_output_weights,
        "Untie embeddings and output weights.");
   app.add_flag_callback(
@@ -221,6 +223,7 @@ std::vector<std::string> model_flag_args(const ModelConfig& m) {
   on("--apply-layernorm-1p", m.apply_layernorm_1p);
   on("--qk-layernorm", m.qk_layernorm);
   on("--swiglu", m.swiglu);
+  on("--squared-relu", m.squared_relu);
   on("--untie-embeddings-and-output-weights", m.untie_embeddings_and_output_weights);
   on("--disable-bias-linear", !m.add_bias_linear);
   on("--add-qkv-bias", m.add_qkv_bias && !m.add_bias_linear);

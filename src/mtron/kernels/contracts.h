@@ -105,12 +105,13 @@ inline OpCost embedding_backward_contract(
   return traffic(f32s(N * C), 2 * f32s(std::min(N, rows) * C) + f32s(N));
 }
 // With a GELU epilogue the GEMM also writes the pre-activation (bf16) that dGELU reads.
+// The elementwise activations (GELU, squared ReLU).
 template <typename T, typename I>
-OpCost gelu_forward_contract(T*, const I*, int64_t n) {
+OpCost activation_forward_contract(T*, const I*, int64_t n) {
   return {0, double(sizeof(I) + sizeof(T)) * double(n), 2.0 * double(n)};
 }
 template <typename T, typename I>
-OpCost gelu_backward_contract(T*, const I*, const I*, int64_t n) {
+OpCost activation_backward_contract(T*, const I*, const I*, int64_t n) {
   return {0, double(2 * sizeof(I) + sizeof(T)) * double(n), 2.0 * double(n)};
 }
 // gelu_backward to bf16 and bias_backward of its output; the minimum reads dout and the

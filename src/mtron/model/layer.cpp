@@ -319,12 +319,13 @@ void TransformerLayer::forward(const RunCtx& rc,
     if (!ln2_to_gemm) st.ln2_in = gathered_gemm_input(rc, keep, scratch, ln2, N, h);
 
     // The activation's input (and, in the backward, fc2's dgrad) in bf16 where both GEMMs may
-    // write it; GELU then in fc1's GEMM, and its derivative in fc2's dgrad GEMM
+    // write it; GELU then in fc1's GEMM, and its derivative in fc2's dgrad GEMM (squared ReLU and
+    // SwiGLU: their own kernels)
     const int64_t fc1_w = cfg_.swiglu ? 2 * Fl_ : Fl_;
     Act gelu_out{DType::kBF16, nullptr};
     if (bf16_gemm_outputs(rc, p_.weight(fc1_w_)) && bf16_gemm_outputs(rc, p_.weight(fc2_w_))) {
       bf16* fc1 = keep.alloc<bf16>(N * fc1_w);
-      if (cfg_.swiglu) {
+      if (cfg_.activation() != MlpActivation::kGelu) {
         linear_forward(rc, fc1, st.ln2_in, p_.weight(fc1_w_), opt16(p_, fc1_b_), N, h, fc1_w);
       } else {
         bf16* act = keep.alloc<bf16>(N * Fl_);
@@ -338,8 +339,9 @@ void TransformerLayer::forward(const RunCtx& rc,
       linear_forward(rc, fc1, st.ln2_in, p_.weight(fc1_w_), opt(p_, fc1_b_), N, h, fc1_w);
       st.fc1 = Act::of(fc1);
     }
-    st.act_in =
-        gelu_out.data ? gelu_out : mlp_activation(rc, keep, scratch, st.fc1, N, Fl_, cfg_.swiglu);
+    st.act_in = gelu_out.data
+                    ? gelu_out
+                    : mlp_activation(rc, keep, scratch, st.fc1, N, Fl_, cfg_.activation());
 
     partial = sp ? scratch.alloc<float>(N * h) : y;
     linear_forward(rc, partial, st.act_in, p_.weight(fc2_w_),
@@ -477,7 +479,8 @@ void TransformerLayer::backward(
     }
     // fc2's dgrad in fc1's output type (the activation's backward reads both); with GELU in
     // fc1's GEMM (a bf16 fc1 output) fc1's output gradient itself
-    const bool gelu_in_gemm = !cfg_.swiglu && st.fc1.dtype == DType::kBF16;
+    const bool gelu_in_gemm =
+        cfg_.activation() == MlpActivation::kGelu && st.fc1.dtype == DType::kBF16;
     const auto fc2_dgrad = [&](auto* dact) {
       linear_backward(rc, scratch, dact, p_.grad(fc2_w_), sp ? nullptr : opt_grad(p_, fc2_b_),
                       dpartial, st.act_in, p_.weight(fc2_w_), N, Fl_, h,
@@ -488,9 +491,9 @@ void TransformerLayer::backward(
                                                   : fc2_dgrad(scratch.alloc<float>(N * Fl_));
     const int64_t fc1_w = cfg_.swiglu ? 2 * Fl_ : Fl_;
     float* dfc1_b = opt_grad(p_, fc1_b_);
-    const Act dfc1 =
-        gelu_in_gemm ? dact
-                     : mlp_activation_grad(rc, scratch, st.fc1, dact, N, Fl_, cfg_.swiglu, &dfc1_b);
+    const Act dfc1 = gelu_in_gemm ? dact
+                                  : mlp_activation_grad(rc, scratch, st.fc1, dact, N, Fl_,
+                                                        cfg_.activation(), &dfc1_b);
     float* dln2_full = scratch.alloc<float>(N * h);
     linear_backward(rc, scratch, dln2_full, p_.grad(fc1_w_), dfc1_b, dfc1, st.ln2_in,
                     p_.weight(fc1_w_), N, h, fc1_w);

@@ -99,28 +99,58 @@ float* gemm_input_buffer(const RunCtx& rc, Arena& keep, Arena& scratch, int64_t 
   return (rc.precision == Precision::kFP32 ? keep : scratch).alloc<float>(n);
 }
 
-Act mlp_activation(
-    const RunCtx& rc, Arena& keep, Arena& scratch, Act fc1_in, int64_t N, int64_t F, bool swiglu) {
+namespace {
+
+// The elementwise activation (GELU or squared ReLU) of n values, and its gradient.
+template <typename T, typename I>
+void activation_forward(const RunCtx& rc, MlpActivation act, T* out, const I* inp, int64_t n) {
+  if (act == MlpActivation::kSquaredRelu) {
+    kernels::relu2_forward(rc.k, out, inp, n);
+  } else {
+    kernels::gelu_forward(rc.k, out, inp, n);
+  }
+}
+
+template <typename T, typename I>
+void activation_backward(
+    const RunCtx& rc, MlpActivation act, T* dinp, const I* inp, const I* dout, int64_t n) {
+  if (act == MlpActivation::kSquaredRelu) {
+    kernels::relu2_backward(rc.k, dinp, inp, dout, n);
+  } else {
+    kernels::gelu_backward(rc.k, dinp, inp, dout, n);
+  }
+}
+
+}  // namespace
+
+Act mlp_activation(const RunCtx& rc,
+                   Arena& keep,
+                   Arena& scratch,
+                   Act fc1_in,
+                   int64_t N,
+                   int64_t F,
+                   MlpActivation act) {
+  const bool swiglu = act == MlpActivation::kSwiglu;
   if (swiglu && fc1_in.dtype == DType::kBF16) {
-    bf16* act = keep.alloc<bf16>(N * F);
-    kernels::swiglu_forward(rc.k, act, static_cast<const bf16*>(fc1_in.data), N, F);
-    return Act::of(act);
+    bf16* out = keep.alloc<bf16>(N * F);
+    kernels::swiglu_forward(rc.k, out, static_cast<const bf16*>(fc1_in.data), N, F);
+    return Act::of(out);
   }
   if (!swiglu && bf16_gemm_inputs(rc)) {
-    bf16* act = keep.alloc<bf16>(N * F);
-    with_data(fc1_in, [&](auto fc1) { kernels::gelu_forward(rc.k, act, fc1, N * F); });
-    return Act::of(act);
+    bf16* out = keep.alloc<bf16>(N * F);
+    with_data(fc1_in, [&](auto fc1) { activation_forward(rc, act, out, fc1, N * F); });
+    return Act::of(out);
   }
   MT_ASSERT(fc1_in.dtype == DType::kF32, "mlp_activation: a ", dtype_name(fc1_in.dtype),
             " fc1 output outside bf16 mode");
   const float* fc1 = static_cast<const float*>(fc1_in.data);
-  float* act = gemm_input_buffer(rc, keep, scratch, N * F);
+  float* out = gemm_input_buffer(rc, keep, scratch, N * F);
   if (swiglu) {
-    kernels::swiglu_forward(rc.k, act, fc1, N, F);
+    kernels::swiglu_forward(rc.k, out, fc1, N, F);
   } else {
-    kernels::gelu_forward(rc.k, act, fc1, N * F);
+    activation_forward(rc, act, out, fc1, N * F);
   }
-  return as_gemm_input(rc, keep, act, N * F);
+  return as_gemm_input(rc, keep, out, N * F);
 }
 
 Act mlp_activation_grad(const RunCtx& rc,
@@ -129,10 +159,11 @@ Act mlp_activation_grad(const RunCtx& rc,
                         Act dact_in,
                         int64_t N,
                         int64_t F,
-                        bool swiglu,
+                        MlpActivation act,
                         float** dbias) {
   MT_ASSERT(fc1_in.dtype == dact_in.dtype, "mlp_activation_grad: fc1 output ",
             dtype_name(fc1_in.dtype), " and its gradient ", dtype_name(dact_in.dtype));
+  const bool swiglu = act == MlpActivation::kSwiglu;
   if (swiglu && fc1_in.dtype == DType::kBF16) {  // fc1's bias gradient: linear_backward's
     bf16* d = scratch.alloc<bf16>(N * 2 * F);
     kernels::swiglu_backward(rc.k, d, static_cast<const bf16*>(fc1_in.data),
@@ -143,11 +174,11 @@ Act mlp_activation_grad(const RunCtx& rc,
     bf16* d = scratch.alloc<bf16>(N * F);
     with_data(fc1_in, [&](auto fc1) {
       const auto* dact = static_cast<decltype(fc1)>(dact_in.data);
-      if (dbias && *dbias) {
+      if (act == MlpActivation::kGelu && dbias && *dbias) {
         kernels::gelu_backward_bias(rc.k, *dbias, d, fc1, dact, N, F);
         *dbias = nullptr;
       } else {
-        kernels::gelu_backward(rc.k, d, fc1, dact, N * F);
+        activation_backward(rc, act, d, fc1, dact, N * F);
       }
     });
     return Act::of(d);
@@ -160,7 +191,7 @@ Act mlp_activation_grad(const RunCtx& rc,
   if (swiglu) {
     kernels::swiglu_backward(rc.k, d, fc1, dact, N, F);
   } else {
-    kernels::gelu_backward(rc.k, d, fc1, dact, N * F);
+    activation_backward(rc, act, d, fc1, dact, N * F);
   }
   return Act::of(d);
 }

@@ -26,6 +26,7 @@
 #include <cstdint>
 
 #include "mtron/core/arena.h"
+#include "mtron/core/model_config.h"
 #include "mtron/core/precision.h"
 #include "mtron/kernels/ctx.h"
 #include "mtron/kernels/gemm_operand.h"
@@ -110,26 +111,31 @@ inline bool bf16_gemm_outputs(const RunCtx& rc, Act w) {
   return bf16_gemm_inputs(rc) && !fp8_linear(rc, w);
 }
 
-// The MLP's activation of fc1's output (GELU of [N, F], or SwiGLU of [N, 2F]) as fc2's stashed
-// GEMM input [N, F]: GELU in bf16 mode writes it in one pass (from an fp32 or a bf16 fc1), as
-// SwiGLU does from a bf16 fc1; else the fp32 activation goes through as_gemm_input.
-Act mlp_activation(
-    const RunCtx& rc, Arena& keep, Arena& scratch, Act fc1, int64_t N, int64_t F, bool swiglu);
+// The MLP's activation of fc1's output (GELU or squared ReLU of [N, F], or SwiGLU of [N, 2F]) as
+// fc2's stashed GEMM input [N, F]: GELU and squared ReLU in bf16 mode write it in one pass (from
+// an fp32 or a bf16 fc1), as SwiGLU does from a bf16 fc1; else the fp32 activation goes through
+// as_gemm_input.
+Act mlp_activation(const RunCtx& rc,
+                   Arena& keep,
+                   Arena& scratch,
+                   Act fc1,
+                   int64_t N,
+                   int64_t F,
+                   MlpActivation act);
 
 // fc1's output gradient from the activation's gradient dact [N, F], as fc1's backward reads it:
-// GELU in bf16 mode, and SwiGLU from a bf16 fc1, write the bf16 GEMM input in one pass, else
-// the fp32 gradient ([N, F], or [N, 2F] for SwiGLU). fc1 and dact are both fp32, or (bf16 mode,
-// the GEMMs writing bf16) both bf16. With
-// *dbias (fc1's bias gradient; dbias and *dbias may be null), GELU in bf16 mode adds that
-// gradient's column sums to it in the same pass and sets *dbias to null (nothing left for
-// linear_backward).
+// GELU and squared ReLU in bf16 mode, and SwiGLU from a bf16 fc1, write the bf16 GEMM input in
+// one pass, else the fp32 gradient ([N, F], or [N, 2F] for SwiGLU). fc1 and dact are both fp32,
+// or (bf16 mode, the GEMMs writing bf16) both bf16. With *dbias (fc1's bias gradient; dbias and
+// *dbias may be null), GELU in bf16 mode adds that gradient's column sums to it in the same pass
+// and sets *dbias to null (nothing left for linear_backward).
 Act mlp_activation_grad(const RunCtx& rc,
                         Arena& scratch,
                         Act fc1,
                         Act dact,
                         int64_t N,
                         int64_t F,
-                        bool swiglu,
+                        MlpActivation act,
                         float** dbias = nullptr);
 
 // y[N,out] = x[N,in] W[out,in]^T + bias + residual (bias and residual may be null; residual

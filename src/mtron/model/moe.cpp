@@ -270,7 +270,7 @@ void MoELayer::forward(const RunCtx& rc,
     return Act::of(out);
   };
   st.fc1 = bf16_outputs(rc) ? fc1(keep.alloc<bf16>(R * w1)) : fc1(keep.alloc<float>(R * w1));
-  st.act_in = mlp_activation(rc, keep, scratch, st.fc1, R, Fl_, cfg_.swiglu);
+  st.act_in = mlp_activation(rc, keep, scratch, st.fc1, R, Fl_, cfg_.activation());
   float* eout = scratch.alloc<float>(R * h);  // partial over ETP
   st.plan.for_each_expert([&](int64_t e, int64_t b, int64_t n) {
     linear_forward(rc, eout + b * h, st.act_in.at(b * Fl_), experts_.weight(fc2_w_[e]), nullptr, n,
@@ -309,7 +309,7 @@ void MoELayer::backward(const RunCtx& rc,
   };
   const Act dact = st.fc1.dtype == DType::kBF16 ? fc2_dgrad(scratch.alloc<bf16>(R * Fl_))
                                                 : fc2_dgrad(scratch.alloc<float>(R * Fl_));
-  const Act dfc1 = mlp_activation_grad(rc, scratch, st.fc1, dact, R, Fl_, cfg_.swiglu);
+  const Act dfc1 = mlp_activation_grad(rc, scratch, st.fc1, dact, R, Fl_, cfg_.activation());
   float* dein = scratch.alloc<float>(R * h);  // partial over ETP
   st.plan.for_each_expert([&](int64_t e, int64_t b, int64_t n) {
     linear_backward(rc, scratch, dein + b * h, experts_.grad(fc1_w_[e]), nullptr, dfc1.at(b * w1),

@@ -71,6 +71,7 @@ void take_model(Taken& t, ModelConfig& m, const checkpoint::Manifest& manifest) 
   t.force("--add-bias-linear", m.add_bias_linear, ck.add_bias_linear);
   t.force("--add-qkv-bias", m.add_qkv_bias, ck.add_qkv_bias);
   t.force("--swiglu", m.swiglu, ck.swiglu);
+  t.force("--squared-relu", m.squared_relu, ck.squared_relu);
   t.force("--untie-embeddings-and-output-weights", m.untie_embeddings_and_output_weights,
           ck.untie_embeddings_and_output_weights);
   t.force("--apply-layernorm-1p", m.apply_layernorm_1p, ck.apply_layernorm_1p);

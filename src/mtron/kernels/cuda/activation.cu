@@ -1,4 +1,5 @@
-// CUDA GELU (tanh approximation; gelu.cuh) and SwiGLU (kernels/activation.h), elementwise.
+// CUDA GELU (tanh approximation; gelu.cuh), squared ReLU and SwiGLU (kernels/activation.h),
+// elementwise.
 #include <initializer_list>
 
 #include "mtron/kernels/cuda/column_sums.cuh"
@@ -18,6 +19,22 @@ struct Gelu {
 
 struct GeluGrad {
   __device__ float operator()(float x, float dy) const { return gelu_grad(x, dy); }
+};
+
+// Squared ReLU; a NaN input stays NaN (x < 0 is false), as torch's relu.
+__device__ __forceinline__ float relu(float x) {
+  return x < 0.0f ? 0.0f : x;
+}
+
+struct Relu2 {
+  __device__ float operator()(float x) const {
+    const float r = relu(x);
+    return r * r;
+  }
+};
+
+struct Relu2Grad {
+  __device__ float operator()(float x, float dy) const { return (2.0f * relu(x)) * dy; }
 };
 
 // gelu_backward_bias's values for column_sums_of: the gradient written as bf16, its bf16 value
@@ -142,6 +159,30 @@ void gelu_backward(const Ctx& ctx, bf16* dinp, const float* inp, const float* do
 
 void gelu_backward(const Ctx& ctx, bf16* dinp, const bf16* inp, const bf16* dout, int64_t n) {
   map2("gelu_backward_bf16_in", stream_of(ctx), GeluGrad{}, bits(dinp), bits(inp), bits(dout), n);
+}
+
+void relu2_forward(const Ctx& ctx, float* out, const float* inp, int64_t n) {
+  map1("relu2_forward", stream_of(ctx), Relu2{}, out, inp, n);
+}
+
+void relu2_forward(const Ctx& ctx, bf16* out, const float* inp, int64_t n) {
+  map1("relu2_forward_bf16", stream_of(ctx), Relu2{}, bits(out), inp, n);
+}
+
+void relu2_forward(const Ctx& ctx, bf16* out, const bf16* inp, int64_t n) {
+  map1("relu2_forward_bf16_in", stream_of(ctx), Relu2{}, bits(out), bits(inp), n);
+}
+
+void relu2_backward(const Ctx& ctx, float* dinp, const float* inp, const float* dout, int64_t n) {
+  map2("relu2_backward", stream_of(ctx), Relu2Grad{}, dinp, inp, dout, n);
+}
+
+void relu2_backward(const Ctx& ctx, bf16* dinp, const float* inp, const float* dout, int64_t n) {
+  map2("relu2_backward_bf16", stream_of(ctx), Relu2Grad{}, bits(dinp), inp, dout, n);
+}
+
+void relu2_backward(const Ctx& ctx, bf16* dinp, const bf16* inp, const bf16* dout, int64_t n) {
+  map2("relu2_backward_bf16_in", stream_of(ctx), Relu2Grad{}, bits(dinp), bits(inp), bits(dout), n);
 }
 
 void gelu_backward_bias(const Ctx& ctx,

@@ -31,6 +31,22 @@ void gelu_backward(T* dinp, const T* inp, const T* dout, int64_t n) {
 }
 
 template <typename T>
+void relu2_forward(T* out, const T* inp, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    const Acc<T> x = inp[i] < 0 ? Acc<T>(0) : Acc<T>(inp[i]);  // NaN stays NaN
+    out[i] = T(x * x);
+  }
+}
+
+template <typename T>
+void relu2_backward(T* dinp, const T* inp, const T* dout, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    const Acc<T> x = inp[i] < 0 ? Acc<T>(0) : Acc<T>(inp[i]);
+    dinp[i] = T(2 * x * dout[i]);
+  }
+}
+
+template <typename T>
 void swiglu_forward(T* out, const T* inp, int64_t N, int64_t F) {
   for (int64_t r = 0; r < N; ++r)
     for (int64_t c = 0; c < F; ++c) {
