@@ -2,8 +2,8 @@
 """Megatron-LM's own functional-test configurations (megatron_configs/*.yaml, each with its source
 in its first line), run with `mtron train --print-layout` at 8 ranks, as Megatron's CI runs them
 on one 8-GPU node: every flag of MODEL_ARGS must be accepted (or noted), the layout printed, the
-notes expected for the config's checkpoint, scheduling and checking flags said, and the pipeline
-splits of the uneven-pipeline configs shown in the stage table.
+notes expected for the config's checkpoint, scheduling and checking flags said, and what the
+layout report must show of the pipeline split, the schedule and the model (SHOWN).
 
 MODEL_ARGS is turned into a command line as Megatron's test harness does
 (tests/functional_tests/shell_test_utils/_run_training.sh): `--flag: true` is the switch, `false`
@@ -34,15 +34,22 @@ NOTES = {
     "mcore_te_tp2_pp2_ep4_etp1_memory_speed": ["--cross-entropy-fusion-impl native has no effect"],
     "mr_mcore_te_tp1_pp4_vp1_uneven_pipeline": [],
     "mr_mcore_te_tp1_pp4_vp2_account_for_embedding_loss_in_pipeline_split": [],
+    "mr_mcore_te_tp1_pp2_rope_embeddings_interleaved_no_fusion": ["--no-rope-fusion has no effect"],
+    "mr_mcore_te_tp1_pp4_vp1_tunable_overlap": [],
 }
-# Rows of --print-layout's stage table each config must produce (its pipeline split): 12 layers
-# over PP4 with 2 on the first and last stages; 6 layers over PP4 x VPP2 with the embedding and
-# the loss counted as layers, so that the first and last virtual stages hold none.
-STAGES = {
+# What --print-layout must show for a config (its pipeline split and schedule): 12 layers over
+# PP4 with 2 on the first and last stages; 6 layers over PP4 x VPP2 with the embedding and the
+# loss counted as layers, so that the first and last virtual stages hold none; the interleaved
+# schedule's micro-batches in one group of 5 (M = 40 / (4 x DP2)); the model summary naming the
+# interleaved RoPE.
+SHOWN = {
     "mr_mcore_te_tp1_pp4_vp1_uneven_pipeline":
         ["    0  [0, 2) +embedding", "    1  [2, 6)", "    3  [10, 12) +output layer and loss"],
     "mr_mcore_te_tp1_pp4_vp2_account_for_embedding_loss_in_pipeline_split":
         ["    0  (no layers) +embedding [3, 4)", "    3  [2, 3) (no layers) +output layer and loss"],
+    "mr_mcore_te_tp1_pp4_vp1_tunable_overlap":
+        ["DP 2 x PP 4 (VPP 3, micro-batch groups of 5)"],
+    "mr_mcore_te_tp1_pp2_rope_embeddings_interleaved_no_fusion": ["RoPE (interleaved)"],
 }
 
 
@@ -86,7 +93,7 @@ def main():
         p = subprocess.run([mtron, "train"] + args + ["--print-layout", "--world-size", "8"],
                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         missing = [n for n in NOTES[name] if "note: " + n not in p.stdout]
-        missing += [r for r in STAGES.get(name, []) if "\n" + r + "\n" not in p.stdout]
+        missing += [r for r in SHOWN.get(name, []) if r not in p.stdout]
         ok = p.returncode == 0 and "world 8 = " in p.stdout and not missing
         print("%-90s %s" % (name, "ok" if ok else "FAILED (exit %d, missing %s)" % (p.returncode, missing)))
         if not ok:

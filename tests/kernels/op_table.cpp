@@ -452,19 +452,22 @@ void rope_cases(Checker& ck, bool small) {
     ck.run("rope", shape, [&] {
       Pair<float> x(randn(nq));
       Pair<int32_t> pos(randint(s.N, 0, 8192));
-      ref::rope_forward(x.host(), pos.host(), s.N, H, s.D, s.R, RopeFreq{10000.0f}, 0);
-      rope_forward(g_dev, x.dev(), pos.dev(), s.N, H, s.D, s.R, RopeFreq{10000.0f}, 0);
-      ck.check("forward", x, kTolF32);
-      ref::rope_backward(x.host(), pos.host(), s.N, H, s.D, s.R, RopeFreq{500000.0f}, 0);
-      rope_backward(g_dev, x.dev(), pos.dev(), s.N, H, s.D, s.R, RopeFreq{500000.0f}, 0);
-      ck.check("backward", x, kTolF32);
-      const RopeFreq yarn = yarn_of(s);
-      ref::rope_forward(x.host(), pos.host(), s.N, H, s.D, s.R, yarn, 0);
-      rope_forward(g_dev, x.dev(), pos.dev(), s.N, H, s.D, s.R, yarn, 0);
-      ck.check("forward (YaRN)", x, kTolF32);
-      ref::rope_backward(x.host(), pos.host(), s.N, H, s.D, s.R, yarn, 0);
-      rope_backward(g_dev, x.dev(), pos.dev(), s.N, H, s.D, s.R, yarn, 0);
-      ck.check("backward (YaRN)", x, kTolF32);
+      RopeFreq interleaved{10000.0f};  // --rotary-interleaved: pairs (2i, 2i + 1)
+      interleaved.interleaved = true;
+      const struct {
+        const char* what;
+        RopeFreq forward, backward;
+      } freqs[] = {{"", RopeFreq{10000.0f}, RopeFreq{500000.0f}},
+                   {" (YaRN)", yarn_of(s), yarn_of(s)},
+                   {" (interleaved)", interleaved, interleaved}};
+      for (const auto& f : freqs) {
+        ref::rope_forward(x.host(), pos.host(), s.N, H, s.D, s.R, f.forward, 0);
+        rope_forward(g_dev, x.dev(), pos.dev(), s.N, H, s.D, s.R, f.forward, 0);
+        ck.check(str("forward", f.what), x, kTolF32);
+        ref::rope_backward(x.host(), pos.host(), s.N, H, s.D, s.R, f.backward, 0);
+        rope_backward(g_dev, x.dev(), pos.dev(), s.N, H, s.D, s.R, f.backward, 0);
+        ck.check(str("backward", f.what), x, kTolF32);
+      }
     });
     // On the fused QKV buffer: the query and key heads of every group rotated, the value heads
     // not; the reference's result bit for bit the split tensors' rotated.
@@ -489,18 +492,21 @@ void rope_cases(Checker& ck, bool small) {
       // bf16 (the QKV GEMM's bf16 output, attention's bf16 gradient): bit for bit the device's
       // fp32 rotation of the widened values, rounded
       Pair<bf16> x16(narrow<bf16>(x0));
-      for (const bool adjoint : {false, true}) {
-        Pair<float> xw(widen(x16.dev_result()));
-        const auto rotate = [&](auto* p) {
-          if (adjoint)
-            return rope_backward(g_dev, p, pos.dev(), s.N, nh, s.D, s.R, yarn_of(s), grp);
-          rope_forward(g_dev, p, pos.dev(), s.N, nh, s.D, s.R, yarn_of(s), grp);
-        };
-        rotate(xw.dev());
-        rotate(x16.dev());
-        ck.check_bits(adjoint ? "backward bf16 (bits)" : "forward bf16 (bits)", x16,
-                      narrow<bf16>(xw.dev_result()));
-      }
+      for (const bool interleaved : {false, true})
+        for (const bool adjoint : {false, true}) {
+          Pair<float> xw(widen(x16.dev_result()));
+          RopeFreq f = yarn_of(s);
+          f.interleaved = interleaved;
+          const auto rotate = [&](auto* p) {
+            if (adjoint) return rope_backward(g_dev, p, pos.dev(), s.N, nh, s.D, s.R, f, grp);
+            rope_forward(g_dev, p, pos.dev(), s.N, nh, s.D, s.R, f, grp);
+          };
+          rotate(xw.dev());
+          rotate(x16.dev());
+          ck.check_bits(str(adjoint ? "backward" : "forward", " bf16",
+                            interleaved ? " interleaved" : "", " (bits)"),
+                        x16, narrow<bf16>(xw.dev_result()));
+        }
     });
   }
   // Multi-latent attention: K/V split and merge, and RoPE on the last Dr channels of each head

@@ -44,8 +44,11 @@ check 2 "number of layers per pipeline stage \(2\) must be divisible by number o
   --pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 3
 check 2 "pipeline-model-parallel size should be greater than 1 with interleaved schedule" \
   --num-layers-per-virtual-pipeline-stage 1 --global-batch-size 4
-check 2 "number of microbatches \(3\) is not divisible by pipeline-model-parallel-size \(2\) when using interleaved schedule" \
+check 2 "The remainder of M \(the total micro-batches\) divided by N \(number of contiguous micro-batches in a virtual pipeline stage\) should be 0, or larger than or equal to the pipeline-parallel size, but it is 1 \(M = 3, N = 2\)" \
   --pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 1 --global-batch-size 6
+check 2 "The number of contiguous micro-batches in a virtual pipeline stage should range in \[PP=2 , M=3\]" \
+  --pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 1 --global-batch-size 6 \
+  --microbatch-group-size-per-virtual-pipeline-stage 4
 check 2 "--overlap-param-gather only supported with distributed optimizer" --overlap-param-gather
 # Context and expert parallelism.
 check 2 "seq-length \(30\) should be a multiple of 2 \* context-parallel-size \(4\) if context-parallel-size > 1" \

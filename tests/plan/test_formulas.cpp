@@ -183,18 +183,27 @@ TEST(ParallelConfig, UnevenPipelineRules) {
             std::string::npos);
 }
 
-TEST(ParallelConfig, InterleavingNeedsMicroBatchesInMultiplesOfPP) {
+TEST(ParallelConfig, InterleavingGroupsMicroBatches) {
   const ModelConfig m = plan::test::model("gpt2-124m");
   ParallelConfig p = layout(4, 1, 4, 1, 6);  // 6 micro-batches, PP 4
   p.num_virtual_stages_per_pipeline_rank = 3;
   EXPECT_NE(error_of([&] {
               ParallelConfig x = p;
               x.finalize(m);
-            }).find("interleaved"),
+            }).find("but it is 2 (M = 6, N = 4)"),
+            std::string::npos);  // groups of PP: a last group of 2
+  ParallelConfig six = p;
+  six.microbatch_group_size_per_vp_stage = 6;  // one group of all 6
+  six.finalize(m);
+  EXPECT_EQ(six.microbatch_group(), 6);
+  ParallelConfig seven = p;
+  seven.microbatch_group_size_per_vp_stage = 7;
+  EXPECT_NE(error_of([&] { seven.finalize(m); }).find("should range in [PP=4 , M=6]"),
             std::string::npos);
   p.global_batch_size = 8;
   p.finalize(m);
   EXPECT_EQ(p.vpp(), 3);
+  EXPECT_EQ(p.microbatch_group(), 4);
 }
 
 // Each virtual stage's layers as [first, count) pairs, in virtual-stage order.

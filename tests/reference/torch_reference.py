@@ -175,6 +175,7 @@ class Model:
         self.rms = cfg.get("normalization", "LayerNorm") == "RMSNorm"
         self.rope = cfg.get("position_embedding_type", "learned_absolute") == "rope"
         self.rotary_base = cfg.get("rotary_base", "10000")
+        self.interleaved = "rotary_interleaved" in cfg
         self.rope_scaling = (float(cfg.get("rope_scaling_factor", 8))
                              if "use_rope_scaling" in cfg else None)
         self.vocab = int(cfg["vocab_size"])
@@ -345,6 +346,10 @@ class Model:
             attn = (self.yarn_attention_factor(f, self.yarn_mscale) /
                     self.yarn_attention_factor(f, self.yarn_mscale_all_dim))
         freqs = torch.outer(torch.arange(S, dtype=torch.float32), inv_freq)
+        if self.interleaved and not yarn:  # Megatron's rotary_interleaved: pairs (2i, 2i + 1)
+            emb = torch.stack((freqs, freqs), dim=-1).view(S, R)[:, None, None, :]
+            x1, x2 = x[..., 0::2], x[..., 1::2]
+            return (x * emb.cos() + torch.stack((-x2, x1), dim=-1).view(x.shape) * emb.sin()) * attn
         emb = torch.cat([freqs, freqs], dim=-1)[:, None, None, :]
         x1, x2 = x[..., : R // 2], x[..., R // 2:]
         return (x * emb.cos() + torch.cat([-x2, x1], dim=-1) * emb.sin()) * attn

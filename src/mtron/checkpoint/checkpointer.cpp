@@ -47,6 +47,8 @@ void check_model(const ModelConfig& ck, const ModelConfig& run, const std::strin
          run.ffn_hidden_size);
   }
   same(ck.swiglu == run.swiglu, "--swiglu", ck.swiglu ? "on" : "off", run.swiglu ? "on" : "off");
+  same(ck.rotary_interleaved == run.rotary_interleaved, "--rotary-interleaved",
+       ck.rotary_interleaved ? "on" : "off", run.rotary_interleaved ? "on" : "off");
   same(ck.squared_relu == run.squared_relu, "--squared-relu", ck.squared_relu ? "on" : "off",
        run.squared_relu ? "on" : "off");
   same(ck.normalization == run.normalization, "--normalization",

@@ -418,6 +418,9 @@ void read_deepseek_v3(const json& j, const std::string& file, ModelConfig& m) {
 }  // namespace
 
 HfArch hf_arch_of(const ModelConfig& c) {
+  MT_CHECK(!c.rotary_interleaved,
+           "cannot convert this model to Hugging Face: its architectures rotate half the "
+           "channels (--rotary-interleaved pairs neighbours)");
   MT_CHECK(!c.squared_relu,
            "cannot convert this model to Hugging Face: none of the converter's architectures has "
            "a squared-ReLU MLP (--squared-relu)");

@@ -91,6 +91,7 @@ ordered_json model_config_to_json(const ModelConfig& m) {
   j["rotary_base"] = tidy(m.rotary_base);
   j["rotary_percent"] = tidy(m.rotary_percent);
   if (m.rope_scaling) j["rope_scaling_factor"] = tidy(m.rope_scaling_factor);
+  if (m.rotary_interleaved) j["rotary_interleaved"] = true;  // older manifests: rotate-half
   j["untie_embeddings_and_output_weights"] = m.untie_embeddings_and_output_weights;
   j["add_bias_linear"] = m.add_bias_linear;
   j["add_qkv_bias"] = m.add_qkv_bias;
@@ -164,6 +165,7 @@ ModelConfig model_config_from_json(const json& j, const std::string& file) {
   m.rotary_percent = field<float>(j, "rotary_percent", file);
   m.rope_scaling = j.contains("rope_scaling_factor");
   if (m.rope_scaling) m.rope_scaling_factor = field<float>(j, "rope_scaling_factor", file);
+  m.rotary_interleaved = field_or<bool>(j, "rotary_interleaved", false, file);
   m.untie_embeddings_and_output_weights =
       field<bool>(j, "untie_embeddings_and_output_weights", file);
   m.add_bias_linear = field<bool>(j, "add_bias_linear", file);

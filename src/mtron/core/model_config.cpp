@@ -61,6 +61,9 @@ void ModelConfig::finalize() {
     MT_CHECK(rope_scaling_factor > 0, "--rope-scaling-factor must be positive (got ",
              rope_scaling_factor, ")");
   }
+  // Megatron's TransformerConfig rule and message; without RoPE the flag has no effect there.
+  MT_CHECK(!(rotary_interleaved && mla.enabled),
+           "rotary_interleaved does not work with multi_latent_attention.");
   mla.validate(*this);
   if (is_moe()) {
     MT_CHECK(num_experts > 0, "--num-experts must be positive (got ", num_experts, ")");
@@ -187,7 +190,8 @@ std::string ModelConfig::summary() const {
       hidden_size, heads, ffn_hidden_size,
       swiglu ? " SwiGLU" : (squared_relu ? " squared ReLU" : " GELU"),
       normalization == Normalization::kLayerNorm ? "LayerNorm" : "RMSNorm",
-      position_embedding_type == PositionEmbedding::kRope              ? "RoPE"
+      position_embedding_type == PositionEmbedding::kRope
+          ? (rotary_interleaved ? "RoPE (interleaved)" : "RoPE")
       : position_embedding_type == PositionEmbedding::kLearnedAbsolute ? "learned positions"
                                                                        : "no positions",
       vocab_size, padded_vocab_size(1), seq_length,

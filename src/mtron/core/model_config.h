@@ -45,6 +45,7 @@ struct ModelConfig {
   float rotary_base = 10000.0f;
   float rotary_percent = 1.0f;
   bool rope_scaling = false;         // --use-rope-scaling: Llama 3.x's frequencies
+  bool rotary_interleaved = false;   // --rotary-interleaved: RoPE pairs (2i, 2i + 1)
   float rope_scaling_factor = 8.0f;  // --rope-scaling-factor
   // --no-position-embedding clears it: Megatron's deprecated switch, valid with rope only
   // (where there is no learned position table to drop).

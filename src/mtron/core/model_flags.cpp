@@ -92,6 +92,7 @@ void add_model_flags(CLI::App& app, ModelConfig& m) {
   opt<float>(app, "--rotary-percent", m.rotary_percent, 1.0f,
              "Percent of rotary dimension to use.");
   flag(app, "--use-rope-scaling", m.rope_scaling, "Apply rope scaling as used in llama3.x");
+  flag(app, "--rotary-interleaved", m.rotary_interleaved, "Use interleaved rotary embedding.");
   opt<float>(app, "--rope-scaling-factor", m.rope_scaling_factor, 8.0f,
              "Rope scaling factor in llama3.x models");
   opt<int64_t>(app, "--make-vocab-size-divisible-by", m.make_vocab_size_divisible_by, 128,
@@ -216,6 +217,7 @@ std::vector<std::string> model_flag_args(const ModelConfig& m) {
     add("--rotary-percent", m.rotary_percent);
     on("--use-rope-scaling", m.rope_scaling);
     if (m.rope_scaling) add("--rope-scaling-factor", m.rope_scaling_factor);
+    on("--rotary-interleaved", m.rotary_interleaved);
   }
   add("--make-vocab-size-divisible-by", m.make_vocab_size_divisible_by);
   add("--normalization", name_of(kNormalizationNames, m.normalization));

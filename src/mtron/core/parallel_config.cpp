@@ -82,14 +82,27 @@ void ParallelConfig::finalize(const ModelConfig& m) {
   MT_CHECK(global_batch_size % (micro_batch_size * dp()) == 0, "global batch size (",
            global_batch_size, ") is not divisible by micro batch size (", micro_batch_size,
            ") times data parallel size (", dp(), ")");
-  if (vpp_ > 1) {
-    // The interleaved schedule groups N = PP contiguous micro-batches per virtual stage
-    // (Megatron's default --microbatch-group-size-per-virtual-pipeline-stage): N <= M, and a
-    // last group shorter than PP would leave dependency bubbles, so M % PP == 0.
-    MT_CHECK(num_microbatches() % pp() == 0, "number of microbatches (", num_microbatches(),
-             ") is not divisible by pipeline-model-parallel-size (", pp(),
-             ") when using interleaved schedule");
-  }
+  MT_CHECK(microbatch_group_size_per_vp_stage >= 0,
+           "--microbatch-group-size-per-virtual-pipeline-stage must be positive (got ",
+           microbatch_group_size_per_vp_stage, ")");
+  check_microbatch_groups(num_microbatches());
+}
+
+void ParallelConfig::check_microbatch_groups(int64_t M) const {
+  if (vpp_ == 1) return;
+  const int64_t N = microbatch_group();
+  MT_CHECK(N >= pp() && N <= M,
+           "The number of contiguous micro-batches in a virtual pipeline stage should range in "
+           "[PP=",
+           pp(), " , M=", M, "] (--microbatch-group-size-per-virtual-pipeline-stage ", N, ")");
+  const int64_t last = M % N;
+  MT_CHECK(last == 0 || last >= pp(),
+           "The remainder of M (the total micro-batches) divided by N (number of contiguous "
+           "micro-batches in a virtual pipeline stage) should be 0, or larger than or equal to "
+           "the pipeline-parallel size, but it is ",
+           last, " (M = ", M, ", N = ", N,
+           "). Otherwise, it introduces dependency bubbles in the pipeline and reduces "
+           "throughput.");
 }
 
 void ParallelConfig::split_layers(const ModelConfig& m) {
@@ -241,7 +254,12 @@ bool ParallelConfig::uneven_stages() const {
 std::string ParallelConfig::summary() const {
   std::string s =
       fmt::format("world {} = TP {} x CP {} x DP {} x PP {}", world_size, tp(), cp(), dp(), pp());
-  if (vpp() > 1) s += fmt::format(" (VPP {})", vpp());
+  if (vpp() > 1) {
+    s += fmt::format(" (VPP {}{})", vpp(),
+                     microbatch_group() != pp()
+                         ? fmt::format(", micro-batch groups of {}", microbatch_group())
+                         : "");
+  }
   if (ep() > 1 || etp() != tp())
     s += fmt::format("; experts ETP {} x EP {} x EDP {}", etp(), ep(), edp());
   if (sequence_parallel) s += ", sequence parallel";

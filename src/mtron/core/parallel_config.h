@@ -23,6 +23,7 @@ struct ParallelConfig {
   int64_t expert_tensor_parallel_size = 0;            // 0: equal to TP (Megatron's default)
   int64_t num_layers_per_virtual_pipeline_stage = 0;  // 0: no interleaving
   int64_t num_virtual_stages_per_pipeline_rank = 0;   // alternative way to set VPP
+  int64_t microbatch_group_size_per_vp_stage = 0;     // interleaved: 0 means PP (Megatron's)
   int64_t decoder_first_pipeline_num_layers = 0;      // 0: even split (uneven PP otherwise)
   int64_t decoder_last_pipeline_num_layers = 0;       // 0: even split
   // Count the embedding / the output layer and loss as one layer each in the even split.
@@ -50,6 +51,14 @@ struct ParallelConfig {
   int64_t edp() const { return world_size / (etp() * ep() * pp()); }
   int64_t vpp() const { return vpp_; }  // model chunks per pipeline rank (1: not interleaved)
   int64_t num_microbatches() const { return global_batch_size / (micro_batch_size * dp()); }
+  // The interleaved schedule's contiguous micro-batches per virtual stage (N).
+  int64_t microbatch_group() const {
+    return microbatch_group_size_per_vp_stage > 0 ? microbatch_group_size_per_vp_stage : pp();
+  }
+  // Megatron's rules for M micro-batches under the interleaved schedule (none without it):
+  // PP <= N <= M, and M % N either 0 or at least PP (a shorter last group leaves dependency
+  // bubbles); throws mtron::Error with Megatron's message.
+  void check_microbatch_groups(int64_t M) const;
   // Transformer layers held by pipeline stage `stage` (all its virtual chunks together).
   int64_t num_layers_in_stage(int64_t stage) const;
   // The transformer layers [first_layer, first_layer + num_layers) of virtual stage `vs` (model

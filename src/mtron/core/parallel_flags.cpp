@@ -34,6 +34,10 @@ constexpr SizeFlag kSizeFlags[] = {
      "Interleaved pipeline: virtual stages (model "
      "chunks) per pipeline rank",
      &ParallelConfig::num_virtual_stages_per_pipeline_rank, false},
+    {"--microbatch-group-size-per-virtual-pipeline-stage",
+     "Interleaved pipeline: contiguous micro-batches run on a virtual stage before the next "
+     "(default: PP)",
+     &ParallelConfig::microbatch_group_size_per_vp_stage, false},
     {"--decoder-first-pipeline-num-layers", "Uneven pipeline: layers of the first stage",
      &ParallelConfig::decoder_first_pipeline_num_layers, false},
     {"--decoder-last-pipeline-num-layers", "Uneven pipeline: layers of the last stage",

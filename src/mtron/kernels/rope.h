@@ -19,6 +19,7 @@
 // c = cos(angle) * mscale, s = sin(angle) * mscale,
 //   x[i]       <- x[i] c - x[i + R/2] s
 //   x[i + R/2] <- x[i + R/2] c + x[i] s
+// With RopeFreq::interleaved (--rotary-interleaved) pair i is channels 2i and 2i + 1 instead.
 // Channels >= R pass unchanged. In place over x[N, nh, D]; pos[N] is each token's position. With
 // group > 0 the heads come in groups of `group` whose last head is left as it is: the fused QKV
 // layout [N, G, hpg + 2, D] with nh = G (hpg + 2) and group = hpg + 2 rotates the query and key
@@ -52,6 +53,10 @@ struct RopeFreq {
   float ramp_low = 0.0f, ramp_high = 0.0f;
   float mscale = 1.0f;
   float llama3_factor = 0.0f;  // 0: no Llama 3.x scaling
+  bool interleaved = false;    // pairs (2i, 2i + 1) instead of (i, i + R/2)
+  // The channels of pair i: (pair_first(i), pair_first(i) + pair_step(R)).
+  MT_HOST_DEVICE int64_t pair_first(int64_t i) const { return interleaved ? 2 * i : i; }
+  MT_HOST_DEVICE int64_t pair_step(int64_t R) const { return interleaved ? 1 : R / 2; }
   MT_HOST_DEVICE static float mul(float a, float b) { return float(double(a) * double(b)); }
   MT_HOST_DEVICE float llama3(float f) const {
     const float wavelen = mul(1.0f / f, 6.2831855f);  // 2 pi / f as PyTorch computes it

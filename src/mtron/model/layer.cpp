@@ -52,6 +52,7 @@ TransformerLayer::TransformerLayer(const ModelConfig& cfg,
   softmax_scale_ = cfg.mla.enabled ? cfg.mla.softmax_scale() : 1.0f / std::sqrt(float(D));
   rope_.base = cfg.rotary_base;
   if (cfg.rope_scaling) rope_.llama3_factor = cfg.rope_scaling_factor;
+  rope_.interleaved = cfg.rotary_interleaved;
   Fl_ = F / tp.size;
   h_ = h;
   qkv_l_ = Gl_ * (H / G + 2) * D;

@@ -11,18 +11,26 @@
 
 namespace mtron::parallel {
 
-std::vector<PipelineOp> pipeline_ops(int rank, int pp, int vpp, int64_t M, bool forward_only) {
-  MT_ASSERT(vpp == 1 || M % pp == 0, "interleaved schedule needs micro-batches % PP == 0");
+std::vector<PipelineOp> pipeline_ops(
+    int rank, int pp, int vpp, int64_t M, int64_t group, bool forward_only) {
+  if (vpp == 1) group = M;
+  MT_ASSERT(group >= 1 && group <= M && (M % group == 0 || M % group >= pp || vpp == 1),
+            "interleaved schedule: micro-batch groups of ", group, " over ", M,
+            " micro-batches at PP ", pp);
   const int64_t total = M * vpp;
-  // Megatron's chunk/micro-batch of the k-th forward (backwards run the chunks in reverse):
-  // micro-batches go in groups of PP through every chunk before the next group starts.
-  const int64_t group = vpp == 1 ? M : pp;
+  // Megatron's schedule table (get_schedule_table): the chunk and micro-batch of the k-th
+  // forward; micro-batches go in groups through every chunk before the next group starts, the
+  // last group taking what is left. Backwards run the chunks in reverse.
+  std::vector<std::pair<int, int64_t>> table;
+  table.reserve(size_t(total));
+  for (int64_t first = 0; first < M; first += group) {
+    const int64_t end = first + group >= M ? M : first + group;
+    for (int c = 0; c < vpp; ++c)
+      for (int64_t mb = first; mb < end; ++mb) table.emplace_back(c, mb);
+  }
   auto op = [&](int64_t k, bool forward) {
-    const int64_t in_group = k % (group * vpp);
-    int chunk = int(in_group / group);
-    if (!forward) chunk = vpp - 1 - chunk;
-    const int64_t mb = k / (group * vpp) * group + in_group % group;
-    return PipelineOp{forward, chunk, mb};
+    const auto [chunk, mb] = table[size_t(k)];
+    return PipelineOp{forward, forward ? chunk : vpp - 1 - chunk, mb};
   };
   int64_t warmup;
   if (forward_only) {
@@ -30,7 +38,7 @@ std::vector<PipelineOp> pipeline_ops(int rank, int pp, int vpp, int64_t M, bool 
   } else if (vpp == 1) {
     warmup = std::min<int64_t>(pp - rank - 1, M);
   } else {
-    warmup = std::min<int64_t>(int64_t(pp - rank - 1) * 2 + int64_t(vpp - 1) * pp, total);
+    warmup = std::min<int64_t>(int64_t(pp - rank - 1) * 2 + int64_t(vpp - 1) * group, total);
   }
   std::vector<PipelineOp> ops;
   ops.reserve(size_t(2 * total));
@@ -45,7 +53,8 @@ std::vector<PipelineOp> pipeline_ops(int rank, int pp, int vpp, int64_t M, bool 
   return ops;
 }
 
-PipelineTimes run_pipeline(StageModel& model, Comm& pp, int vpp, int64_t M, bool forward_only) {
+PipelineTimes run_pipeline(
+    StageModel& model, Comm& pp, int vpp, int64_t M, int64_t group, bool forward_only) {
   PipelineTimes times;
   const int P = pp.size(), r = pp.rank();
   const int last_vs = P * vpp - 1;
@@ -65,7 +74,7 @@ PipelineTimes run_pipeline(StageModel& model, Comm& pp, int vpp, int64_t M, bool
   std::map<std::pair<int, int64_t>, Tensor> inputs;  // received activations until backward
   Tensor grad_in = Tensor::empty({n}, DType::kF32, k.device);
 
-  for (const PipelineOp& op : pipeline_ops(r, P, vpp, M, forward_only)) {
+  for (const PipelineOp& op : pipeline_ops(r, P, vpp, M, group, forward_only)) {
     const int vs = op.chunk * P + r;
     const auto key = std::make_pair(op.chunk, op.microbatch);
     if (op.forward) {

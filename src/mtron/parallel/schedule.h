@@ -3,8 +3,10 @@
 // Megatron's pipeline schedules over PP ranks with v model chunks per rank (v = 1: 1F1B;
 // v > 1: interleaved). A rank's work is the list of ops pipeline_ops() returns: warmup
 // forwards, then one-forward-one-backward, then cooldown backwards, with Megatron's warmup
-// counts (PP - rank - 1 for 1F1B; (PP - rank - 1) * 2 + (v - 1) * PP interleaved) and its
-// chunk/micro-batch order (groups of PP micro-batches per chunk).
+// counts (PP - rank - 1 for 1F1B; (PP - rank - 1) * 2 + (v - 1) * N interleaved) and its
+// chunk/micro-batch order (groups of N micro-batches per chunk, N being
+// --microbatch-group-size-per-virtual-pipeline-stage, PP by default; the last group takes what
+// is left: 0 or at least PP micro-batches, ParallelConfig's rule).
 //
 // run_pipeline executes the ops with point-to-point messages between neighbouring stages:
 // sends are non-blocking and their buffers kept until the end of the step; receives block
@@ -28,10 +30,11 @@ struct PipelineOp {
   int64_t microbatch;
 };
 
-// The op order of pipeline rank `rank` of `pp`, with `vpp` chunks per rank and M micro-batches.
-// forward_only (evaluation): every forward in schedule order, no backward.
+// The op order of pipeline rank `rank` of `pp`, with `vpp` chunks per rank, M micro-batches in
+// groups of `group` (interleaved only). forward_only (evaluation): every forward in schedule
+// order, no backward.
 std::vector<PipelineOp> pipeline_ops(
-    int rank, int pp, int vpp, int64_t M, bool forward_only = false);
+    int rank, int pp, int vpp, int64_t M, int64_t group, bool forward_only = false);
 
 // What the schedule drives: this rank's model chunks (chunk c is virtual stage c * PP + rank).
 class StageModel {
@@ -59,6 +62,6 @@ struct PipelineTimes {
 // Runs one step's forwards and backwards (or forwards only) of M micro-batches over the
 // pipeline group `pp`.
 PipelineTimes run_pipeline(
-    StageModel& model, Comm& pp, int vpp, int64_t M, bool forward_only = false);
+    StageModel& model, Comm& pp, int vpp, int64_t M, int64_t group, bool forward_only = false);
 
 }  // namespace mtron::parallel

@@ -511,7 +511,7 @@ bool parse_train_args(int argc, char** argv, int64_t world_size, TrainArgs& a) {
   } else if (step_schedule.empty()) {
     a.batches = BatchSchedule::constant(par.global_batch_size);
   }
-  a.batches.validate(par.micro_batch_size, par.dp(), par.vpp() > 1 ? par.pp() : 1);
+  a.batches.validate(par);
   // Megatron's MoELayer raises this in training: each TP rank must route distinct tokens.
   MT_CHECK(!a.model.is_moe() || par.tp() == 1 || par.sequence_parallel,
            "During training, performance may degrade if MoE and tensor parallelism are "

@@ -142,7 +142,8 @@ int64_t BatchSchedule::iterations_for(int64_t train_samples) const {
   return train_samples / global_;
 }
 
-void BatchSchedule::validate(int64_t mbs, int64_t dp, int64_t interleaved_pp) const {
+void BatchSchedule::validate(const ParallelConfig& par) const {
+  const int64_t mbs = par.micro_batch_size, dp = par.dp();
   std::vector<int64_t> sizes = {global_};
   if (!rampup_.empty()) {
     for (int64_t b = rampup_[0]; b < global_; b += rampup_[1]) sizes.push_back(b);
@@ -152,10 +153,11 @@ void BatchSchedule::validate(int64_t mbs, int64_t dp, int64_t interleaved_pp) co
     MT_CHECK(b % (mbs * dp) == 0, "current global batch size (", b,
              ") is not divisible by micro-batch-size (", mbs, ") times data parallel size (", dp,
              ")");
-    MT_CHECK(interleaved_pp <= 1 || b / (mbs * dp) % interleaved_pp == 0,
-             "number of microbatches (", b / (mbs * dp),
-             ") is not divisible by pipeline-model-parallel-size (", interleaved_pp,
-             ") when using interleaved schedule (global batch size ", b, ")");
+    try {
+      par.check_microbatch_groups(b / (mbs * dp));
+    } catch (const Error& e) {
+      MT_CHECK(false, e.what(), " (global batch size ", b, ")");
+    }
   }
 }
 

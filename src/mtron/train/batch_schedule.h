@@ -17,6 +17,8 @@
 #include <utility>
 #include <vector>
 
+#include "mtron/core/parallel_config.h"
+
 namespace mtron::train {
 
 class BatchSchedule {
@@ -33,10 +35,10 @@ class BatchSchedule {
   bool varies() const { return !rampup_.empty() || steps_.size() > 1; }
   // Megatron's update_train_iters for --train-samples.
   int64_t iterations_for(int64_t train_samples) const;
-  // Every batch size the schedule can use must split into micro-batches of `mbs` over `dp`
-  // data-parallel ranks (and, interleaved, into a multiple of `pp` micro-batches): Megatron's
-  // messages, thrown as mtron::Error.
-  void validate(int64_t mbs, int64_t dp, int64_t interleaved_pp) const;
+  // Every batch size the schedule can use must split into micro-batches of par's size over its
+  // data-parallel ranks (and, interleaved, into groups by par.check_microbatch_groups):
+  // Megatron's messages, thrown as mtron::Error.
+  void validate(const ParallelConfig& par) const;
   std::string describe() const;  // for the start-up log
 
  private:

@@ -254,7 +254,8 @@ double Trainer::evaluate(data::Split split, int64_t iters) {
   int64_t& consumed = consumed_eval_samples_[int(split)];
   for (int64_t it = 0; it < iters; ++it) {
     stages_->begin(false, split, consumed);
-    parallel::run_pipeline(*stages_, ps_->pp(), int(par.vpp()), par.num_microbatches(), true);
+    parallel::run_pipeline(*stages_, ps_->pp(), int(par.vpp()), par.num_microbatches(),
+                           par.microbatch_group(), true);
     if (ps_->is_last_pp_stage()) loss += stages_->loss_sum();
     tokens += loss_tokens(split, consumed)[0];
     consumed += par.global_batch_size;
@@ -277,8 +278,8 @@ StepResult Trainer::step() {
 
   stages_->begin(true, data::Split::kTrain, consumed_samples_);
   if (fp8_) fp8_->set_recording(true);
-  const parallel::PipelineTimes pt =
-      parallel::run_pipeline(*stages_, ps_->pp(), int(par.vpp()), num_microbatches_);
+  const parallel::PipelineTimes pt = parallel::run_pipeline(
+      *stages_, ps_->pp(), int(par.vpp()), num_microbatches_, par.microbatch_group());
   if (fp8_) {
     fp8_->set_recording(false);
     if (a_.fp8.recipe == model::Fp8Recipe::kDelayed) update_fp8_scales(*fp8_, *ps_);

@@ -15,8 +15,10 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
+#include "mtron/core/dtype.h"
 #include "mtron/kernels/cpu/cpu_ops.h"
 #include "mtron/kernels/cpu/parallel.h"
 
@@ -53,6 +55,21 @@ HWY_INLINE void store_f32(DF d, VF v, bf16* HWY_RESTRICT x, size_t k) {
   store(DU16(), to_bf16(d, v), bits(x), k);
 }
 
+HWY_INLINE float to_f32(float v) {
+  return v;
+}
+HWY_INLINE float to_f32(bf16 v) {
+  return bf16_to_float(v);
+}
+template <typename T>
+HWY_INLINE T from_f32(float v) {
+  if constexpr (std::is_same_v<T, bf16>) {
+    return float_to_bf16(v);
+  } else {
+    return v;
+  }
+}
+
 // R = rot_dim. sign = +1: forward rotation by +angle; -1: the adjoint (rotation by -angle). bf16
 // x: each value widened, rotated in fp32 and rounded once.
 template <typename T>
@@ -74,6 +91,14 @@ void rope_apply(MT_PARAMS_OF(rope_forward, T), float sign) {
       for (int64_t h = 0; h < nh; ++h) {
         if (!rope_rotates(h, group)) continue;
         T* x1 = x + (n * nh + h) * D;
+        if (f.interleaved) {  // pairs (2i, 2i + 1): scalar, as the vector body's arithmetic
+          for (int64_t i = 0; i < half; ++i) {
+            const float a = to_f32(x1[2 * i]), b = to_f32(x1[2 * i + 1]);
+            x1[2 * i] = from_f32<T>(std::fma(-b, sinv[i], a * cosv[i]));
+            x1[2 * i + 1] = from_f32<T>(std::fma(a, sinv[i], b * cosv[i]));
+          }
+          continue;
+        }
         T* x2 = x1 + half;
         for_lanes(d, 0, half, [&](int64_t i, size_t k) {
           const VF a = load_f32(d, x1 + i, k), b = load_f32(d, x2 + i, k);

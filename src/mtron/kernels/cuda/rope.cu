@@ -100,8 +100,8 @@ __global__ void rope_kernel(MT_PARAMS_OF(rope_forward, T), float sign) {
     const int64_t n = row / nh;
     const float angle = float(pos[n]) * f.inv_freq(i, R);
     const float c = cosf(angle) * f.mscale, s = sign * sinf(angle) * f.mscale;
-    T* x1 = x + row * D + i;
-    T* x2 = x1 + half;
+    T* x1 = x + row * D + f.pair_first(i);
+    T* x2 = x1 + f.pair_step(R);
     const float a = load_f32(x1), b = load_f32(x2);
     store_as(x1, fmaf(-b, s, a * c));
     store_as(x2, fmaf(a, s, b * c));

@@ -100,10 +100,11 @@ void rotate(T* x,
                    s = sign * std::sin(double(angle)) * f.mscale;
       for (int64_t h = 0; h < nh; ++h) {
         if (!rope_rotates(h, group)) continue;
-        T* row = x + (n * nh + h) * D;
-        const Acc<T> a = row[i], b = row[i + half];
-        row[i] = T(a * c - b * s);
-        row[i + half] = T(b * c + a * s);
+        T* row = x + (n * nh + h) * D + f.pair_first(i);
+        const int64_t step = f.pair_step(R);
+        const Acc<T> a = row[0], b = row[step];
+        row[0] = T(a * c - b * s);
+        row[step] = T(b * c + a * s);
       }
     }
 }
