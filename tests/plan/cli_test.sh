@@ -43,6 +43,13 @@ set +e
 "$MTRON" plan --model llama2-7b --gpus 8 --hardware h1000 2> "$TMP/err"; rc=$?
 set -e
 [ $rc -eq 2 ] && grep -q "h100-sxm" "$TMP/err" || fail "unknown hardware message"
+# Layout flags the planner does not take: refused by name, not ignored.
+for flag in --microbatch-group-size-per-virtual-pipeline-stage --decoder-first-pipeline-num-layers; do
+  set +e
+  "$MTRON" plan --model llama2-7b --gpus 8 "$flag" 3 2> "$TMP/err"; rc=$?
+  set -e
+  [ $rc -eq 2 ] && grep -q -- "${flag%%-pipeline*}" "$TMP/err" || fail "$flag: exit $rc, $(cat "$TMP/err")"
+done
 
 # The doctor: 1 with findings, 0 on a healthy log, JSON.
 set +e

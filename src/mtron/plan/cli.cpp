@@ -379,6 +379,9 @@ int run_plan(std::vector<std::string> args) {
       fixed.decoder_first_pipeline_num_layers == 0 && fixed.decoder_last_pipeline_num_layers == 0,
       "--decoder-first/last-pipeline-num-layers: the planner chooses them (Megatron's uneven split "
       "with lighter first and last stages, where the pipeline size does not divide the layers)");
+  MT_CHECK(fixed.microbatch_group_size_per_vp_stage == 0,
+           "--microbatch-group-size-per-virtual-pipeline-stage: plans use Megatron's default "
+           "groups of PP micro-batches (the time model prices that schedule)");
   o.micro_batch_size = fixed.micro_batch_size;
   o.global_batch_size = fixed.global_batch_size;
   // On GPUs no context parallelism unless asked for (--context-parallel-size).

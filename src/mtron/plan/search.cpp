@@ -167,6 +167,14 @@ std::string pct(double part, double whole) {
 }
 
 // Why `c` costs what it does, and where it loses to `best` (nullptr for the best itself).
+// The pipeline stages' layer counts: "30/31", or "15/16x6/15" (the middle stages are equal).
+std::string stage_sizes(const ParallelConfig& p) {
+  const int64_t P = p.pp();
+  std::string s = std::to_string(p.num_layers_in_stage(0));
+  if (P > 2) s += fmt::format("/{}x{}", p.num_layers_in_stage(1), P - 2);
+  return s + "/" + std::to_string(p.num_layers_in_stage(P - 1));
+}
+
 std::vector<std::string> explain(const ModelConfig& m,
                                  const Candidate& c,
                                  const Candidate* best,
@@ -188,15 +196,11 @@ std::vector<std::string> explain(const ModelConfig& m,
                     p.sequence_parallel ? " (sequence parallel: all-gather/reduce-scatter)" : ""));
   }
   if (p.pp() > 1) {
-    r.push_back(fmt::format(
-        "PP {}{}: bubble (p-1)/(v*m) = {}/({}*{}) costs {}{}", p.pp(),
-        p.vpp() > 1 ? fmt::format(" interleaved x{}", p.vpp()) : "", p.pp() - 1, p.vpp(),
-        p.num_microbatches(), pct(t.pp_bubble, t.total),
-        p.decoder_first_pipeline_num_layers > 0
-            ? fmt::format("; uneven stages {}/{}/{} layers", p.decoder_first_pipeline_num_layers,
-                          p.num_layers_in_stage(std::min<int64_t>(1, p.pp() - 1)),
-                          p.decoder_last_pipeline_num_layers)
-            : ""));
+    r.push_back(
+        fmt::format("PP {}{}: bubble (p-1)/(v*m) = {}/({}*{}) costs {}{}", p.pp(),
+                    p.vpp() > 1 ? fmt::format(" interleaved x{}", p.vpp()) : "", p.pp() - 1,
+                    p.vpp(), p.num_microbatches(), pct(t.pp_bubble, t.total),
+                    p.uneven_stages() ? "; uneven stages " + stage_sizes(p) + " layers" : ""));
   }
   if (p.cp() > 1)
     r.push_back(fmt::format("CP {}: each GPU holds {} of the {} tokens; ring exchange {}", p.cp(),
