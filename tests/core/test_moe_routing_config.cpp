@@ -125,5 +125,53 @@ TEST(MoeRouting, ExpertBiasNeedsSigmoid) {
   m.finalize();
 }
 
+TEST(MoeRouting, TopOneSoftmaxNeedsPreSoftmax) {
+  ModelConfig m = moe();
+  m.moe_router_topk = 1;  // a softmax over one chosen logit: weight 1, no gradient
+  EXPECT_EQ(error_of([&] { m.finalize(); }), "Please use --moe-router-pre-softmax when topk is 1.");
+  m.moe_router_pre_softmax = true;
+  m.finalize();
+  m = moe();
+  m.moe_router_topk = 1;
+  m.moe_router_score_function = RouterScore::kSigmoid;
+  m.finalize();
+}
+
+TEST(MoeRouting, SinkhornChecks) {
+  ModelConfig m = moe();
+  m.moe_router_load_balancing_type = RouterLoadBalancing::kSinkhorn;
+  m.moe_router_topk = 1;  // Megatron's exception to the top-1 rule
+  m.moe_z_loss_coeff = 1e-3f;
+  m.finalize();
+  m.moe_aux_loss_coeff = 1e-2f;
+  EXPECT_EQ(error_of([&] { m.finalize(); }), "Sinkhorn routing does not support aux loss.");
+  m.moe_aux_loss_coeff = 0;
+  m.moe_expert_capacity_factor = 1.0f;
+  EXPECT_EQ(error_of([&] { m.finalize(); }),
+            "moe_expert_capacity_factor only works with aux_loss, seq_aux_loss, global_aux_loss "
+            "or none load balancing");
+  m.moe_expert_capacity_factor = 0;
+  // Options Megatron's Sinkhorn routing ignores are refused by name.
+  const auto refused = [&](const char* flag, auto set) {
+    ModelConfig c = m;
+    set(c);
+    const std::string e = error_of([&] { c.finalize(); });
+    EXPECT_NE(e.find(std::string("which ignores ") + flag + ": drop it"), std::string::npos) << e;
+  };
+  refused("--moe-router-score-function sigmoid",
+          [](ModelConfig& c) { c.moe_router_score_function = RouterScore::kSigmoid; });
+  refused("--moe-router-pre-softmax", [](ModelConfig& c) { c.moe_router_pre_softmax = true; });
+  refused("--moe-router-group-topk", [](ModelConfig& c) {
+    c.moe_router_num_groups = 4;
+    c.moe_router_group_topk = 1;
+  });
+  refused("--moe-router-topk-scaling-factor",
+          [](ModelConfig& c) { c.moe_router_topk_scaling_factor = 2.0f; });
+  refused("--moe-router-enable-expert-bias", [](ModelConfig& c) {
+    c.moe_router_enable_expert_bias = true;
+    c.moe_router_score_function = RouterScore::kSigmoid;
+  });
+}
+
 }  // namespace
 }  // namespace mtron

@@ -31,8 +31,10 @@ struct Case {
   std::string name() const {
     return std::string(swiglu ? "swiglu" : "gelu") +
            (score == RouterScore::kSigmoid ? " sigmoid" : " softmax") +
-           (lb == RouterLoadBalancing::kSeqAuxLoss ? " seq_aux" : " aux") + " k" +
-           std::to_string(k) +
+           (lb == RouterLoadBalancing::kSeqAuxLoss ? " seq_aux"
+            : lb == RouterLoadBalancing::kSinkhorn ? " sinkhorn"
+                                                   : " aux") +
+           " k" + std::to_string(k) +
            (capacity > 0 ? (policy == TokenDropPolicy::kProbs ? " cap/probs" : " cap/position")
                          : " dropless");
   }
@@ -50,7 +52,7 @@ ModelConfig config(const Case& c) {
   m.moe_router_topk = c.k;
   m.moe_router_score_function = c.score;
   m.moe_router_load_balancing_type = c.lb;
-  m.moe_aux_loss_coeff = kAuxCoeff;
+  m.moe_aux_loss_coeff = c.lb == RouterLoadBalancing::kSinkhorn ? 0.0f : kAuxCoeff;
   m.moe_z_loss_coeff = kZCoeff;
   m.moe_expert_capacity_factor = c.capacity;
   m.moe_token_drop_policy = c.policy;
@@ -120,6 +122,31 @@ struct Reference {
   int64_t dropped = 0;
 };
 
+// Megatron's sinkhorn(cost) of the logits [kT, kE], as written there: exp, then d0 and d1
+// alternately until the mean change of d1 is at most 1e-4.
+std::vector<double> megatron_sinkhorn(const std::vector<double>& logits) {
+  std::vector<double> cost(logits.size()), d0(size_t(kT), 1.0), d1(size_t(kE), 1.0);
+  for (size_t i = 0; i < logits.size(); ++i) cost[i] = std::exp(logits[i]);
+  for (double error = 1e9; error > 1e-4;) {
+    for (int64_t t = 0; t < kT; ++t) {
+      double sum = 0;
+      for (int64_t e = 0; e < kE; ++e) sum += d1[size_t(e)] * cost[size_t(t * kE + e)];
+      d0[size_t(t)] = 1.0 / kT / (sum + 1e-8);
+    }
+    error = 0;
+    for (int64_t e = 0; e < kE; ++e) {
+      double sum = 0;
+      for (int64_t t = 0; t < kT; ++t) sum += d0[size_t(t)] * cost[size_t(t * kE + e)];
+      const double d = 1.0 / kE / (sum + 1e-8);
+      error += std::abs(d - d1[size_t(e)]) / kE;
+      d1[size_t(e)] = d;
+    }
+  }
+  for (int64_t t = 0; t < kT; ++t)
+    for (int64_t e = 0; e < kE; ++e) cost[size_t(t * kE + e)] *= d0[size_t(t)] * d1[size_t(e)];
+  return cost;
+}
+
 Reference reference(const Case& c, Layer& s, const std::vector<float>& x) {
   const int64_t k = c.k;
   const float* W = s.dense.master(0);
@@ -127,14 +154,17 @@ Reference reference(const Case& c, Layer& s, const std::vector<float>& x) {
   std::vector<std::vector<int>> chosen(static_cast<size_t>(kT));
   std::vector<std::vector<double>> weight(static_cast<size_t>(kT));
   Reference out;
-  for (int64_t t = 0; t < kT; ++t) {
-    double* l = &logits[size_t(t * kE)];
+  for (int64_t t = 0; t < kT; ++t)
     for (int64_t e = 0; e < kE; ++e) {
       double a = 0;
       for (int64_t i = 0; i < kH; ++i) a += double(W[e * kH + i]) * x[size_t(t * kH + i)];
-      l[e] = a;
+      logits[size_t(t * kE + e)] = a;
     }
-    std::vector<double> sc(l, l + kE);
+  const bool sinkhorn = c.lb == RouterLoadBalancing::kSinkhorn && s.tl.train;
+  const std::vector<double> balanced = sinkhorn ? megatron_sinkhorn(logits) : logits;
+  for (int64_t t = 0; t < kT; ++t) {
+    const double* l = &logits[size_t(t * kE)];
+    std::vector<double> sc(&balanced[size_t(t * kE)], &balanced[size_t(t * kE)] + kE);
     if (c.score == RouterScore::kSigmoid)
       for (auto& v : sc) v = sigmoid(v);
     std::vector<int> order(kE);
@@ -145,17 +175,26 @@ Reference reference(const Case& c, Layer& s, const std::vector<float>& x) {
     chosen[size_t(t)] = order;
     std::vector<double> w;
     double sum = 0;
+    const double m = *std::max_element(l, l + kE);
     for (int e : order) {
-      const double v =
-          c.score == RouterScore::kSigmoid ? sc[size_t(e)] : std::exp(l[e] - l[order[0]]);
+      const double v = c.score == RouterScore::kSigmoid ? sc[size_t(e)]
+                       : c.lb == RouterLoadBalancing::kSinkhorn
+                           ? (k == 1 ? sigmoid(l[e]) : std::exp(l[e] - m))
+                           : std::exp(l[e] - l[order[0]]);
       w.push_back(v);
       sum += v;
     }
-    if (c.score == RouterScore::kSoftmax || k > 1)
+    if (c.lb == RouterLoadBalancing::kSinkhorn) {
+      // Sinkhorn's weights: the sigmoid (k = 1), or the softmax over all experts (k > 1)
+      double all = 0;
+      for (int64_t e = 0; e < kE; ++e) all += std::exp(l[e] - m);
+      for (auto& v : w) v /= k == 1 ? 1.0 : all;
+    } else if (c.score == RouterScore::kSoftmax || k > 1) {
       for (auto& v : w) v /= (sum + (c.score == RouterScore::kSigmoid ? 1e-20 : 0.0));
+    }
     weight[size_t(t)] = w;
     // aux scores: softmax of all logits, or sigmoids normalised
-    double m = *std::max_element(l, l + kE), se = 0, ss = 0;
+    double se = 0, ss = 0;
     for (int64_t e = 0; e < kE; ++e) se += std::exp(l[e] - m);
     for (int64_t e = 0; e < kE; ++e) ss += sigmoid(l[e]);
     for (int64_t e = 0; e < kE; ++e)
@@ -165,8 +204,10 @@ Reference reference(const Case& c, Layer& s, const std::vector<float>& x) {
     out.z += lse * lse / double(kT);
   }
   // Megatron's aux loss E * sum_i f_i P_i, over the micro-batch or per sequence (averaged).
+  // (Sinkhorn routing: none.)
   const bool seq = c.lb == RouterLoadBalancing::kSeqAuxLoss;
-  for (int64_t b = 0; b < (seq ? kB : 1); ++b) {
+  const int64_t vectors = c.lb == RouterLoadBalancing::kSinkhorn ? 0 : seq ? kB : 1;
+  for (int64_t b = 0; b < vectors; ++b) {
     std::vector<double> f(kE, 0.0), P(kE, 0.0);
     int64_t n = 0;
     for (int64_t t = 0; t < kT; ++t) {
@@ -245,6 +286,19 @@ TEST_P(MoE, ForwardMatchesReferenceAndBackwardMatchesFiniteDifferences) {
   EXPECT_NEAR(s.stats.load_balancing, ref.aux, 1e-5 * ref.aux) << c.name();
   EXPECT_NEAR(s.stats.z_loss, ref.z, 1e-5 * ref.z) << c.name();
   EXPECT_EQ(int64_t(s.stats.dropped), ref.dropped) << c.name();
+  if (c.lb == RouterLoadBalancing::kSinkhorn) {
+    // An evaluation forward chooses the plain top-k, with the same weights; the balancing of
+    // the training forward chose otherwise for some tokens.
+    s.tl.train = false;
+    std::vector<float> ye;
+    std::vector<int64_t> plain;
+    s.loss(x, r, &ye, &plain);
+    const Reference eval = reference(c, s, x);
+    s.tl.train = true;
+    for (size_t i = 0; i < ye.size(); ++i)
+      EXPECT_NEAR(ye[i], eval.y[i], 1e-5 + 1e-4 * std::abs(eval.y[i])) << c.name() << " eval y";
+    EXPECT_NE(plain, routing) << c.name() << ": the balancing changed no choice";
+  }
   if (c.capacity > 0) {
     EXPECT_GT(ref.dropped, 0) << c.name() << ": the case should drop pairs";
   }
@@ -300,26 +354,28 @@ TEST_P(MoE, ForwardMatchesReferenceAndBackwardMatchesFiniteDifferences) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Cases,
-                         MoE,
-                         ::testing::Values(Case{},
-                                           Case{.swiglu = false},
-                                           Case{.score = RouterScore::kSigmoid},
-                                           Case{.score = RouterScore::kSigmoid, .k = 1},
-                                           Case{.lb = RouterLoadBalancing::kSeqAuxLoss},
-                                           Case{.capacity = 0.5f},
-                                           Case{.capacity = 0.75f,
-                                                .policy = TokenDropPolicy::kPosition},
-                                           Case{.score = RouterScore::kSigmoid,
-                                                .lb = RouterLoadBalancing::kSeqAuxLoss,
-                                                .capacity = 0.5f,
-                                                .k = 3}),
-                         [](const ::testing::TestParamInfo<Case>& info) {
-                           std::string n = info.param.name();
-                           for (char& ch : n)
-                             if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
-                           return n;
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    Cases,
+    MoE,
+    ::testing::Values(Case{},
+                      Case{.swiglu = false},
+                      Case{.score = RouterScore::kSigmoid},
+                      Case{.score = RouterScore::kSigmoid, .k = 1},
+                      Case{.lb = RouterLoadBalancing::kSeqAuxLoss},
+                      Case{.lb = RouterLoadBalancing::kSinkhorn, .k = 1},
+                      Case{.swiglu = false, .lb = RouterLoadBalancing::kSinkhorn},
+                      Case{.capacity = 0.5f},
+                      Case{.capacity = 0.75f, .policy = TokenDropPolicy::kPosition},
+                      Case{.score = RouterScore::kSigmoid,
+                           .lb = RouterLoadBalancing::kSeqAuxLoss,
+                           .capacity = 0.5f,
+                           .k = 3}),
+    [](const ::testing::TestParamInfo<Case>& info) {
+      std::string n = info.param.name();
+      for (char& ch : n)
+        if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
+      return n;
+    });
 
 }  // namespace
 }  // namespace mtron::model

@@ -21,7 +21,8 @@ SwiGLU, RoPE, GQA with 4 query groups for 8 heads, untied, no biases); mla (llam
 and embeddings with multi-latent attention: 4 heads, q and kv latents); moe (llama with 8 experts
 per layer, top-2 softmax routing, dropless, aux loss and z-loss: Mixtral-like) or moe_cap (llama
 with MoE every 2nd layer, sigmoid top-2 routing, a shared expert, capacity factor 1 dropping
-by weight, seq_aux_loss and z-loss); qwen3moe (llama with --qk-layernorm, head dim 16, 8 experts
+by weight, seq_aux_loss and z-loss) or moe_sinkhorn (llama with 8 experts, Sinkhorn top-1
+routing and z-loss); qwen3moe (llama with --qk-layernorm, head dim 16, 8 experts
 top-2 in every layer (--moe-layer-freq "([1]*4)"), no shared expert, aux loss: Qwen3-MoE-like) or
 dsmoe (DeepSeek-V3-like: a dense first layer by --moe-layer-freq "[0,1,1,1]", 16 experts top-4
 in 4 groups of which 2 are chosen, sigmoid scores with the aux-loss-free expert bias, top-k
@@ -65,6 +66,11 @@ ARCH["moe_cap"] = ARCH["llama"] + (
     "--moe-router-score-function sigmoid --moe-shared-expert-intermediate-size 64 "
     "--moe-expert-capacity-factor 1.0 --moe-router-load-balancing-type seq_aux_loss "
     "--moe-aux-loss-coeff 1e-2 --moe-z-loss-coeff 1e-3").split()
+# Sinkhorn routing, top-1 (sigmoid weights) with the z-loss: every layout balances the whole
+# micro-batch's logits, so the routed pairs are the 1-process run's.
+ARCH["moe_sinkhorn"] = ARCH["llama"] + (
+    "--num-experts 8 --moe-router-topk 1 --moe-ffn-hidden-size 96 "
+    "--moe-router-load-balancing-type sinkhorn --moe-z-loss-coeff 1e-3").split()
 # fp16 with dynamic loss scaling, from a scale low enough to take steps within 10 iterations and
 # a window of 2 so that it grows into overflows again: every layout must skip the same
 # iterations with the same scales. fp32 rounding differences between layouts move values across

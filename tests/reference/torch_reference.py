@@ -12,8 +12,8 @@ Reads the dump written by ref_dump (weights, micro-batches, mtron's logits/loss/
   - 10 AdamW steps (torch.optim.AdamW, clip_grad_norm_, Megatron's sample-based LR schedule
     written here independently): each loss rel <= 1e-4.
 MoE models (--num-experts) are Megatron-Core's MoE layer written here from its definitions:
-the router (softmax or sigmoid scores, group-limited top-k, top-k scaling factor, the
-aux-loss-free expert bias for the choice only, updated after each global batch from the routed
+the router (softmax or sigmoid scores, group-limited top-k, top-k scaling factor, Sinkhorn
+routing, the aux-loss-free expert bias for the choice only, updated after each global batch from the routed
 tokens per expert), the experts and the shared expert, and the aux_loss / seq_aux_loss terms of
 the gradient; the final expert biases are compared too. --qk-layernorm normalises each head's
 queries and keys before RoPE.
@@ -123,6 +123,26 @@ def dropout_mask(key, index, p):
     return torch.tensor(np.where(u >= np.float32(p), keep, np.float32(0)).astype(np.float32))
 
 
+def sinkhorn_route(logits, k):
+    """Megatron's sinkhorn_load_balancing in training (S-BASE): the top k of the Sinkhorn-
+    balanced exp(logits) (written here from moe_utils.sinkhorn: d0 and d1 alternately, eps 1e-8,
+    until the mean change of d1 is at most 1e-4), weighted by the sigmoid (k = 1) or the softmax
+    over all experts (k > 1) of the logits: (experts [T, k], weights [T, k])."""
+    with torch.no_grad():
+        cost = torch.exp(logits.float())
+        d0 = torch.ones(cost.shape[0])
+        d1 = torch.ones(cost.shape[1])
+        error, d1_old = 1e9, d1
+        while error > 1e-4:
+            d0 = (1 / d0.shape[0]) / ((d1 * cost).sum(1) + 1e-8)
+            d1 = (1 / d1.shape[0]) / ((d0.unsqueeze(1) * cost).sum(0) + 1e-8)
+            error = torch.mean(torch.abs(d1_old - d1))
+            d1_old = d1
+        idx = torch.topk(d1 * cost * d0.unsqueeze(1), k, dim=1)[1]
+    probs = torch.sigmoid(logits) if k == 1 else torch.softmax(logits, dim=-1)
+    return idx, probs.gather(1, idx)
+
+
 class Model:
     def __init__(self, cfg, weights):
         self.L = int(cfg["num_layers"])
@@ -146,7 +166,9 @@ class Model:
             self.scale = float(cfg.get("moe_router_topk_scaling_factor", 0))
             self.pre_softmax = "moe_router_pre_softmax" in cfg
             self.aux_coeff = float(cfg.get("moe_aux_loss_coeff", 0))
-            self.seq_aux = cfg.get("moe_router_load_balancing_type", "aux_loss") == "seq_aux_loss"
+            balancing = cfg.get("moe_router_load_balancing_type", "aux_loss")
+            self.seq_aux = balancing == "seq_aux_loss"
+            self.sinkhorn = balancing == "sinkhorn"
             self.rate = (float(cfg.get("moe_router_bias_update_rate", 1e-3))
                          if "moe_router_enable_expert_bias" in cfg else None)
         self.mla = "multi_latent_attention" in cfg
@@ -232,6 +254,8 @@ class Model:
     def route(self, logits, layer):
         """Megatron's topk_routing_with_score_function: (experts [T, k], weights [T, k])."""
         T, E, k = logits.shape[0], self.E, self.topk
+        if self.sinkhorn:  # every forward here is a training forward
+            return sinkhorn_route(logits, k)
         if self.sigmoid:
             scores = torch.sigmoid(logits)
         else:  # pre-softmax: the probabilities over all experts are chosen and kept as weights

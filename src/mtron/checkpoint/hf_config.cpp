@@ -32,6 +32,8 @@ std::string llama_family_reason(const ModelConfig& c, const std::string& name) {
 std::string softmax_router_reason(const ModelConfig& c, const std::string& name) {
   if (c.moe_router_score_function != RouterScore::kSoftmax)
     return name + "routes by softmax (not --moe-router-score-function sigmoid)";
+  if (c.moe_router_load_balancing_type == RouterLoadBalancing::kSinkhorn)
+    return name + "weighs by softmax (not --moe-router-load-balancing-type sinkhorn)";
   if (c.moe_shared_expert_intermediate_size > 0)
     return name + "has no shared experts (--moe-shared-expert-intermediate-size)";
   if (c.moe_router_group_topk > 0 || c.moe_router_topk_scaling_factor > 0 ||

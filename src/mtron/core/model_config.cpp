@@ -118,6 +118,31 @@ void ModelConfig::finalize() {
              "'sqrtsoftplus', or unset --moe-router-enable-expert-bias.");
     MT_CHECK(moe_aux_loss_coeff >= 0, "--moe-aux-loss-coeff must be >= 0");
     MT_CHECK(moe_z_loss_coeff >= 0, "--moe-z-loss-coeff must be >= 0");
+    // Megatron's TransformerConfig rules and its router's assertion on Sinkhorn routing.
+    const bool sinkhorn = moe_router_load_balancing_type == RouterLoadBalancing::kSinkhorn;
+    MT_CHECK(moe_router_topk != 1 || moe_router_score_function != RouterScore::kSoftmax ||
+                 moe_router_pre_softmax || sinkhorn,
+             "Please use --moe-router-pre-softmax when topk is 1.");
+    MT_CHECK(moe_expert_capacity_factor <= 0 || !sinkhorn,
+             "moe_expert_capacity_factor only works with aux_loss, seq_aux_loss, global_aux_loss "
+             "or none load balancing");
+    if (sinkhorn) {
+      MT_CHECK(moe_aux_loss_coeff == 0, "Sinkhorn routing does not support aux loss.");
+      // Megatron's Sinkhorn routing ignores these options: refused rather than ignored.
+      const char* ignored = moe_router_enable_expert_bias ? "--moe-router-enable-expert-bias"
+                            : moe_router_score_function != RouterScore::kSoftmax
+                                ? "--moe-router-score-function sigmoid"
+                            : moe_router_pre_softmax    ? "--moe-router-pre-softmax"
+                            : moe_router_group_topk > 0 ? "--moe-router-group-topk"
+                            : moe_router_topk_scaling_factor > 0
+                                ? "--moe-router-topk-scaling-factor"
+                                : nullptr;
+      MT_CHECK(!ignored,
+               "--moe-router-load-balancing-type sinkhorn chooses the experts by the "
+               "Sinkhorn-balanced logits and weighs them by the sigmoid (top-1) or the softmax "
+               "over all experts (top-k), as Megatron, which ignores ",
+               ignored, ": drop it");
+    }
   }
   MT_CHECK(mtp_num_layers >= 0, "--mtp-num-layers must be positive (got ", mtp_num_layers, ")");
   if (mtp_num_layers > 0) {
@@ -195,11 +220,14 @@ std::string ModelConfig::summary() const {
       : position_embedding_type == PositionEmbedding::kLearnedAbsolute ? "learned positions"
                                                                        : "no positions",
       vocab_size, padded_vocab_size(1), seq_length,
-      !is_moe() ? ""
-      : num_moe_layers() < num_layers
-          ? fmt::format(", MoE {} experts top-{} in {} layers", num_experts, moe_router_topk,
-                        num_moe_layers())
-          : fmt::format(", MoE {} experts top-{}", num_experts, moe_router_topk),
+      !is_moe()
+          ? ""
+          : fmt::format(
+                ", MoE {} experts top-{}{}{}", num_experts, moe_router_topk,
+                moe_router_load_balancing_type == RouterLoadBalancing::kSinkhorn ? " (Sinkhorn)"
+                                                                                 : "",
+                num_moe_layers() < num_layers ? fmt::format(" in {} layers", num_moe_layers())
+                                              : ""),
       mla.enabled
           ? fmt::format(", MLA (q rank {}, kv rank {}, qk {}+{}, v {})", mla.q_lora_rank,
                         mla.kv_lora_rank, mla.qk_head_dim, mla.qk_pos_emb_head_dim, mla.v_head_dim)

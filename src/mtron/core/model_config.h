@@ -16,7 +16,7 @@ namespace mtron {
 
 enum class Normalization { kLayerNorm, kRMSNorm };
 enum class PositionEmbedding { kLearnedAbsolute, kRope, kNone };
-enum class RouterLoadBalancing { kAuxLoss, kSeqAuxLoss, kNone };
+enum class RouterLoadBalancing { kAuxLoss, kSeqAuxLoss, kSinkhorn, kNone };
 enum class RouterScore { kSoftmax, kSigmoid };
 enum class TokenDropPolicy { kProbs, kPosition };
 // The MLP's activation: GELU (tanh approximation), SwiGLU (--swiglu: fc1 twice as wide, gate

@@ -29,6 +29,7 @@ inline constexpr EnumName<PositionEmbedding> kPositionEmbeddingNames[] = {
 inline constexpr EnumName<RouterLoadBalancing> kRouterLoadBalancingNames[] = {
     {RouterLoadBalancing::kAuxLoss, "aux_loss"},
     {RouterLoadBalancing::kSeqAuxLoss, "seq_aux_loss"},
+    {RouterLoadBalancing::kSinkhorn, "sinkhorn"},
     {RouterLoadBalancing::kNone, "none"}};
 inline constexpr EnumName<RouterScore> kRouterScoreNames[] = {{RouterScore::kSoftmax, "softmax"},
                                                               {RouterScore::kSigmoid, "sigmoid"}};

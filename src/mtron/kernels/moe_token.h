@@ -1,4 +1,5 @@
-// defines: moe_token::sigmoid, softmax_sum, logsumexp, route, aux_scores, router_backward
+// defines: moe_token::sigmoid, softmax_sum, logsumexp, weights, route, aux_scores,
+//          router_backward
 //
 // The router's arithmetic for one token over its E logits (kernels/moe.h), written once for the
 // CPU kernels (cpu/moe.cpp) and the CUDA ones (cuda/moe.cu, host and device functions), so both
@@ -78,6 +79,27 @@ MT_HD int64_t next_best(const float* l,
   return best;
 }
 
+// w[k]: the weights of the chosen experts idx[k] (kernels/moe.h, moe_route).
+MT_HD void weights(const float* l, const MoeRouting& r, const int32_t* idx, float* w) {
+  const int64_t E = r.E, k = r.k;
+  double sum = 0;
+  if (!r.sigmoid && r.pre_softmax) {  // the softmax over all E at the chosen experts
+    float mx;
+    sum = softmax_sum(l, E, &mx);
+    for (int64_t j = 0; j < k; ++j) w[j] = float(expf(l[idx[j]] - mx) / sum);
+  } else if (!r.sigmoid) {  // softmax over the chosen logits
+    const float mx = l[idx[0]];
+    for (int64_t j = 0; j < k; ++j) sum += (w[j] = expf(l[idx[j]] - mx));
+    for (int64_t j = 0; j < k; ++j) w[j] = float(w[j] / sum);
+  } else {  // sigmoids, normalised to sum 1 when k > 1
+    for (int64_t j = 0; j < k; ++j) sum += (w[j] = sigmoid(l[idx[j]]));
+    if (k > 1)
+      for (int64_t j = 0; j < k; ++j) w[j] = float(w[j] / (sum + 1e-20));
+  }
+  if (r.scale > 0)
+    for (int64_t j = 0; j < k; ++j) w[j] *= r.scale;
+}
+
 // idx[k]: the chosen experts, best first; w[k]: their weights (kernels/moe.h, moe_route). With
 // groups, w holds the chosen groups while the experts are chosen.
 MT_HD void route(const float* l, const MoeRouting& r, int32_t* idx, float* w) {
@@ -110,22 +132,7 @@ MT_HD void route(const float* l, const MoeRouting& r, int32_t* idx, float* w) {
     e = next_best(l, r, 0, E, e, w, ng);
     idx[j] = int32_t(e);
   }
-  double sum = 0;
-  if (!r.sigmoid && r.pre_softmax) {  // the softmax over all E at the chosen experts
-    float mx;
-    sum = softmax_sum(l, E, &mx);
-    for (int64_t j = 0; j < k; ++j) w[j] = float(expf(l[idx[j]] - mx) / sum);
-  } else if (!r.sigmoid) {  // softmax over the chosen logits
-    const float mx = l[idx[0]];
-    for (int64_t j = 0; j < k; ++j) sum += (w[j] = expf(l[idx[j]] - mx));
-    for (int64_t j = 0; j < k; ++j) w[j] = float(w[j] / sum);
-  } else {  // sigmoids, normalised to sum 1 when k > 1
-    for (int64_t j = 0; j < k; ++j) sum += (w[j] = sigmoid(l[idx[j]]));
-    if (k > 1)
-      for (int64_t j = 0; j < k; ++j) w[j] = float(w[j] / (sum + 1e-20));
-  }
-  if (r.scale > 0)
-    for (int64_t j = 0; j < k; ++j) w[j] *= r.scale;
+  weights(l, r, idx, w);
 }
 
 // s[E]: softmax of the logits, or their sigmoids normalised to sum 1.

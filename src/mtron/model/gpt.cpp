@@ -329,6 +329,7 @@ const float* GPTChunk::forward(const RunCtx& rc,
   TokenLayout tl = mb.layout();
   tl.pos = st.pos;
   tl.drop.on = tl.drop.on && train;  // evaluation runs without dropout
+  tl.train = train;
   const int64_t N = tl.rows(), Nl = tp.sp_rows(N), h = cfg_.hidden_size;
   st.layers.assign(layers_.size(), {});
   st.inputs.assign(layers_.size(), nullptr);

@@ -48,6 +48,7 @@ struct TokenLayout {
   const int32_t* pos = nullptr;  // [S*B] position of each row in its sequence
   float aux_weight = 1.0f;       // weight of per-micro-batch auxiliary losses (MoE)
   StepDropout drop{};            // the masks' key (dropout.h); off: no dropout
+  bool train = true;             // a training forward (false: evaluation; moe.h's Sinkhorn)
   int64_t rows() const { return S * B; }
 };
 

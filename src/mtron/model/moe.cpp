@@ -8,6 +8,7 @@
 #include "mtron/kernels/device.h"
 #include "mtron/kernels/gemm.h"
 #include "mtron/kernels/moe.h"
+#include "mtron/kernels/moe_token.h"
 #include "mtron/model/layer.h"
 
 namespace mtron::model {
@@ -31,6 +32,43 @@ std::vector<T> to_host(const kernels::Ctx& k, const T* src, int64_t n) {
   std::vector<T> v(static_cast<size_t>(n));
   kernels::copy_to_host(k, v.data(), src, int64_t(sizeof(T)) * n);
   return v;
+}
+
+// c[E] = exp(l[e] - max l): a token's Sinkhorn costs, Megatron's exp(l) scaled by a constant
+// that the token's scale d0 absorbs (the same balanced matrix up to the eps terms, without
+// overflow above l = 88).
+void sinkhorn_costs(const float* l, int64_t E, double* c) {
+  const double m = *std::max_element(l, l + E);
+  for (int64_t e = 0; e < E; ++e) c[e] = std::exp(double(l[e]) - m);
+}
+
+// Megatron's sinkhorn() on the costs of logits l[T, E], in double: d0[t] = 1 / T / (sum_e d1[e]
+// c[t, e] + eps), d1[e] = 1 / E / (sum_t d0[t] c[t, e] + eps), from d1 = 1, until the mean change
+// of d1 is at most 1e-4 (NaN logits end it). Returns d1: the balanced matrix is
+// d0[t] d1[e] c[t, e], whose order within a row is that of d1[e] c[t, e].
+std::vector<double> sinkhorn_scales(const std::vector<float>& l, int64_t T, int64_t E) {
+  constexpr double kEps = 1e-8, kTol = 1e-4;
+  std::vector<double> cost(static_cast<size_t>(T * E)), d1(static_cast<size_t>(E), 1.0),
+      col(static_cast<size_t>(E));
+  for (int64_t t = 0; t < T; ++t) sinkhorn_costs(l.data() + t * E, E, cost.data() + t * E);
+  for (double error = 1e9; error > kTol;) {
+    std::fill(col.begin(), col.end(), 0.0);
+    for (int64_t t = 0; t < T; ++t) {
+      const double* c = cost.data() + t * E;
+      double row = 0;
+      for (int64_t e = 0; e < E; ++e) row += d1[size_t(e)] * c[e];
+      const double d0 = 1.0 / double(T) / (row + kEps);
+      for (int64_t e = 0; e < E; ++e) col[size_t(e)] += d0 * c[e];
+    }
+    error = 0;
+    for (int64_t e = 0; e < E; ++e) {
+      const double d = 1.0 / double(E) / (col[size_t(e)] + kEps);
+      error += std::abs(d - d1[size_t(e)]);
+      d1[size_t(e)] = d;
+    }
+    error /= double(E);
+  }
+  return d1;
 }
 
 }  // namespace
@@ -75,11 +113,13 @@ MoELayer::MoELayer(const ModelConfig& cfg,
 
 kernels::MoeRouting MoELayer::routing(int64_t T, const float* bias) const {
   const bool groups = cfg_.moe_router_group_topk > 0;
+  // Sinkhorn routing weighs by the sigmoid (top-1) or the softmax over all experts (top-k).
+  const bool sinkhorn = cfg_.moe_router_load_balancing_type == RouterLoadBalancing::kSinkhorn;
   return {.T = T,
           .E = E_,
           .k = k_,
-          .sigmoid = cfg_.moe_router_score_function == RouterScore::kSigmoid,
-          .pre_softmax = cfg_.moe_router_pre_softmax,
+          .sigmoid = sinkhorn ? k_ == 1 : cfg_.moe_router_score_function == RouterScore::kSigmoid,
+          .pre_softmax = sinkhorn ? k_ > 1 : cfg_.moe_router_pre_softmax,
           .groups = groups ? cfg_.moe_router_num_groups : 0,
           .group_topk = groups ? cfg_.moe_router_group_topk : 0,
           .bias = bias,
@@ -141,6 +181,59 @@ void MoELayer::apply_capacity(const RunCtx& rc, Routing& r, MoEStats& stats, int
   }
 }
 
+std::vector<int64_t> MoELayer::token_index(const RunCtx& rc,
+                                           const TokenLayout& tl,
+                                           int64_t T) const {
+  const int64_t row0 = rc.tp.sequence_parallel ? rc.tp.rank * T : 0;
+  const std::vector<int32_t> pos = to_host(rc.k, tl.pos + row0, T);
+  std::vector<int64_t> token(static_cast<size_t>(T));
+  for (int64_t t = 0; t < T; ++t)
+    token[size_t(t)] = int64_t(pos[size_t(t)]) * tl.B + (row0 + t) % tl.B;
+  return token;
+}
+
+void MoELayer::sinkhorn_route(const RunCtx& rc, Stash& st, Routing& r, int64_t T) const {
+  const int64_t E = E_, k = k_;
+  const std::vector<float> l = to_host(rc.k, st.logits, T * E);
+  // The micro-batch's logits in its 1-process row order, gathered over the TP x CP group: every
+  // layout balances the same matrix with the same sums.
+  const Comm* g = rc.ep.tokens;
+  const int64_t gs = g ? g->size() : 1, n = T * (E + 1);
+  std::vector<double> mine(static_cast<size_t>(n)), all(static_cast<size_t>(n * gs));
+  for (int64_t t = 0; t < T; ++t) {
+    mine[size_t(t * (E + 1))] = double(r.token[size_t(t)]);
+    std::copy(l.begin() + t * E, l.begin() + (t + 1) * E, mine.begin() + t * (E + 1) + 1);
+  }
+  parallel::gather_over_tokens(rc.ep, mine.data(), all.data(), n);
+  std::vector<float> mb(static_cast<size_t>(T * gs * E));
+  for (int64_t i = 0; i < T * gs; ++i) {
+    const double* src = all.data() + i * (E + 1);
+    std::transform(src + 1, src + 1 + E, mb.begin() + int64_t(src[0]) * E,
+                   [](double v) { return float(v); });
+  }
+  const std::vector<double> d1 = sinkhorn_scales(mb, T * gs, E);
+
+  // Each token's k largest balanced costs (ties: the lower index), weighed as moe_route weighs.
+  const kernels::MoeRouting rt = routing(T);
+  r.idx.assign(size_t(T * k), 0);
+  std::vector<float> w(static_cast<size_t>(T * k));
+  std::vector<double> score(static_cast<size_t>(E));
+  std::vector<int32_t> order(static_cast<size_t>(E));
+  for (int64_t t = 0; t < T; ++t) {
+    const float* lt = l.data() + t * E;
+    sinkhorn_costs(lt, E, score.data());
+    for (int64_t e = 0; e < E; ++e) score[size_t(e)] *= d1[size_t(e)];
+    std::iota(order.begin(), order.end(), 0);
+    std::partial_sort(order.begin(), order.begin() + k, order.end(), [&](int32_t a, int32_t b) {
+      return score[size_t(a)] > score[size_t(b)] || (score[size_t(a)] == score[size_t(b)] && a < b);
+    });
+    std::copy(order.begin(), order.begin() + k, r.idx.begin() + t * k);
+    kernels::moe_token::weights(lt, rt, r.idx.data() + t * k, w.data() + t * k);
+  }
+  kernels::copy_from_host(rc.k, st.idx, r.idx.data(), int64_t(sizeof(int32_t)) * T * k);
+  kernels::copy_from_host(rc.k, st.weight, w.data(), int64_t(sizeof(float)) * T * k);
+}
+
 void MoELayer::router_statistics(const RunCtx& rc,
                                  const TokenLayout& tl,
                                  Stash& st,
@@ -152,13 +245,6 @@ void MoELayer::router_statistics(const RunCtx& rc,
   const Comm* group = rc.ep.tokens;
   const int64_t T_mb = T * (group ? group->size() : 1);
   const int64_t row0 = rc.tp.sequence_parallel ? rc.tp.rank * T : 0;
-  // Each local row's index in the micro-batch's 1-process row order (s * B + b, s the global
-  // position).
-  const std::vector<int32_t> pos = to_host(rc.k, tl.pos + row0, T);
-  r.token.resize(size_t(T));
-  for (int64_t t = 0; t < T; ++t)
-    r.token[size_t(t)] = int64_t(pos[size_t(t)]) * tl.B + (row0 + t) % tl.B;
-
   const auto lb = cfg_.moe_router_load_balancing_type;
   st.scores = nullptr;
   st.counts = nullptr;
@@ -225,18 +311,23 @@ void MoELayer::forward(const RunCtx& rc,
   st.idx = keep.alloc<int32_t>(T * k);
   st.weight = keep.alloc<float>(T * k);
   st.row = keep.alloc<int64_t>(T * k);
-  float* bias = nullptr;
-  if (cfg_.moe_router_enable_expert_bias) {
-    bias = scratch.alloc<float>(E);
-    kernels::copy_from_host(rc.k, bias, expert_bias_.data(), int64_t(sizeof(float)) * E);
+  Routing r;
+  if (stash) r.token = token_index(rc, tl, T);
+  if (stash && tl.train && cfg_.moe_router_load_balancing_type == RouterLoadBalancing::kSinkhorn) {
+    sinkhorn_route(rc, st, r, T);
+  } else {
+    float* bias = nullptr;
+    if (cfg_.moe_router_enable_expert_bias) {
+      bias = scratch.alloc<float>(E);
+      kernels::copy_from_host(rc.k, bias, expert_bias_.data(), int64_t(sizeof(float)) * E);
+    }
+    kernels::moe_route(rc.k, st.idx, st.weight, st.logits, routing(T, bias));
+    r.idx = to_host(rc.k, st.idx, T * k);
   }
-  kernels::moe_route(rc.k, st.idx, st.weight, st.logits, routing(T, bias));
 
   // The routing plan is made on the host from the pairs' experts (T k integers): the auxiliary
   // statistics and the capacity limit (training only), then each kept pair's row in the order
   // by expert (then token), which goes back to the device for the permutation.
-  Routing r;
-  r.idx = to_host(rc.k, st.idx, T * k);
   r.row.assign(size_t(T * k), 0);
   if (stash) router_statistics(rc, tl, st, keep, scratch, r, T);
   std::vector<int64_t> counts(size_t(E), 0);

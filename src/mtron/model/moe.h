@@ -8,6 +8,13 @@
 //   router   logits = x W_r^T in fp32; softmax: top-k of the logits, weights = softmax over the
 //            k chosen logits; sigmoid: top-k of sigmoid(logits), weights normalised to sum 1
 //            (k > 1). Ties go to the lower expert index.
+//   Sinkhorn (--moe-router-load-balancing-type sinkhorn: Megatron's S-BASE routing) in a
+//            training forward, the top-k of the micro-batch's Sinkhorn-balanced exp(logits)
+//            (rows to 1 / T, columns to 1 / E, Megatron's iteration and tolerance), weighted by
+//            the sigmoid (k = 1) or the softmax over all E (k > 1) of the logits; evaluation
+//            and inference choose the top-k of the logits with the same weights, as Megatron.
+//            Megatron balances each rank's tokens; mtron balances the whole micro-batch
+//            (gathered across TP x CP, on the host), so the choice is the same for every layout.
 //   capacity (--moe-expert-capacity-factor cf; default dropless) each expert keeps at most
 //            ceil(T_mb * k / E * cf) of its (token, expert) pairs, T_mb = the micro-batch's
 //            tokens; policy probs keeps the highest weights, position the earliest tokens (ties:
@@ -144,8 +151,14 @@ class MoELayer {
     std::vector<float> weight;
     std::vector<int64_t> token, row;
   };
+  // Each local row's index in the micro-batch's 1-process row order (s * B + b, s the global
+  // position).
+  std::vector<int64_t> token_index(const RunCtx& rc, const TokenLayout& tl, int64_t T) const;
+  // Sinkhorn routing of a training forward: st.idx, st.weight and r.idx from st.logits and
+  // r.token.
+  void sinkhorn_route(const RunCtx& rc, Stash& st, Routing& r, int64_t T) const;
   // The auxiliary losses' scores and statistics, the routed pairs' checksum and the capacity
-  // limit (training only).
+  // limit (training only; r.token set).
   void router_statistics(const RunCtx& rc,
                          const TokenLayout& tl,
                          Stash& st,
