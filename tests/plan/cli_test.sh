@@ -50,6 +50,20 @@ for flag in --microbatch-group-size-per-virtual-pipeline-stage --decoder-first-p
   set -e
   [ $rc -eq 2 ] && grep -q -- "${flag%%-pipeline*}" "$TMP/err" || fail "$flag: exit $rc, $(cat "$TMP/err")"
 done
+# A fixed split: DeepSeek-V3 at Megatron-Bridge's published layout (the embedding and 1 layer, 30
+# virtual stages of 2, the MTP layer and the loss over PP8 x VP4: 7, 8 x 6 and 6 layers per rank);
+# a layout needs the pipeline size.
+"$MTRON" plan --model deepseek-v3 --gpus 1024 --fp8-format hybrid --global-batch-size 8192 \
+  --tensor-model-parallel-size 2 --pipeline-model-parallel-size 8 --expert-model-parallel-size 64 \
+  --pipeline-model-parallel-layout "Et|(tt|)*30mL" > "$TMP/ds.txt"
+grep -q "PP 8 interleaved x4: .*uneven stages 7/8x6/6 layers" "$TMP/ds.txt" \
+  || fail "DeepSeek-V3 at its layout: $(head -20 "$TMP/ds.txt")"
+set +e
+"$MTRON" plan --model deepseek-v3 --gpus 1024 --pipeline-model-parallel-layout "Et|(tt|)*30mL" \
+  2> "$TMP/err"; rc=$?
+set -e
+[ $rc -eq 2 ] && grep -q "needs --pipeline-model-parallel-size" "$TMP/err" \
+  || fail "layout without PP: exit $rc, $(cat "$TMP/err")"
 
 # The doctor: 1 with findings, 0 on a healthy log, JSON.
 set +e

@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
-# The planner's launch scripts run as written: for six catalog models and the three launchers
+# The planner's launch scripts run as written: for eight catalog plans and the three launchers
 # (mpirun, srun, sbatch), `mtron plan --emit` writes a script, which is then executed with
 # stand-in launchers on PATH (tests/e2e/launchers: they run its `mtron train` line once, with
 # --print-layout --world-size N appended, and srun requires --mpi=pmix), so mtron train's own
 # parser checks every flag of every script at the script's world size. GPU scripts must select
 # --device cuda. The committed examples/ and a fresh regeneration of them are checked the same
 # way. GPT-3 plans with its dropout (0.1, the default) and Mixtral with expert parallelism, which
-# --device cuda runs.
+# --device cuda runs; DeepSeek-V3 at Megatron-Bridge's pipeline layout and Llama 3.1 405B with the
+# embedding and loss counted as layers: the fixed splits reach the script.
 # Usage: emit_roundtrip.sh MTRON_BINARY
 set -euo pipefail
 MTRON=$1
@@ -33,6 +34,8 @@ plans=(
   "gpt3-175b --gpus 128"
   "mixtral-8x7b --gpus 64"
   "gpt2-124m --hardware local-cpu --gpus 4 --global-batch-size 8 --fp32 --calibration /nonexistent"
+  "deepseek-v3 --gpus 1024 --global-batch-size 8192 --tensor-model-parallel-size 2 --pipeline-model-parallel-size 8 --expert-model-parallel-size 64 --pipeline-model-parallel-layout Et|(tt|)*30mL"
+  "llama3.1-405b --gpus 1024 --global-batch-size 512 --tensor-model-parallel-size 8 --pipeline-model-parallel-size 8 --context-parallel-size 2 --num-virtual-stages-per-pipeline-rank 8 --account-for-embedding-in-pipeline-split --account-for-loss-in-pipeline-split"
 )
 n=0
 for p in "${plans[@]}"; do
@@ -45,11 +48,17 @@ for p in "${plans[@]}"; do
       *local-cpu*) ! grep -q -- "--device cuda" "$script" || fail "$p: a CPU plan selects --device cuda" ;;
       *) grep -q -- "--device cuda" "$script" || fail "$p: no --device cuda in $script" ;;
     esac
+    case "$p" in
+      *layout*) grep -q -- "--pipeline-model-parallel-layout 'Et|(tt|)\*30mL'" "$script" \
+        || fail "$p: no layout in $script" ;;
+      *account*) grep -q -- "--account-for-loss-in-pipeline-split" "$script" \
+        || fail "$p: no --account-for-loss-in-pipeline-split in $script" ;;
+    esac
     run_script "$script" "$TMP/$n.out"
     n=$((n + 1))
   done
 done
-[ $n -eq 18 ] || fail "$n scripts"
+[ $n -eq 24 ] || fail "$n scripts"
 
 # The examples as committed, and regenerated.
 cp -r "$ROOT/examples" "$TMP/regenerated"

@@ -64,6 +64,10 @@ constexpr SwitchFlag kSwitchFlags[] = {
      &ParallelConfig::overlap_param_gather},
     {"--use-tp-pp-dp-mapping", "Rank order tp-cp-ep-pp-dp instead of tp-cp-ep-dp-pp",
      &ParallelConfig::use_tp_pp_dp_mapping},
+};
+
+// The switches of the pipeline split (kSizes).
+constexpr SwitchFlag kSplitFlags[] = {
     {"--account-for-embedding-in-pipeline-split",
      "Count the embedding as one layer when splitting the layers over pipeline stages",
      &ParallelConfig::account_for_embedding_in_pipeline_split},
@@ -83,18 +87,21 @@ void add_parallel_flags(CLI::App& app, ParallelConfig& p, ParallelFlags which, c
         ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast)
         ->group(group);
   }
-  if (which == ParallelFlags::kSizes) return;
-  for (const SwitchFlag& f : kSwitchFlags) {
-    app.add_flag(f.name, p.*f.field, f.help)
-        ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast)
-        ->group(group);
-  }
+  const auto switches = [&](const auto& flags) {
+    for (const SwitchFlag& f : flags) {
+      app.add_flag(f.name, p.*f.field, f.help)
+          ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast)
+          ->group(group);
+    }
+  };
+  switches(kSplitFlags);
   app.add_option(kLayoutFlag, p.pipeline_model_parallel_layout,
                  "The layers of each virtual pipeline stage, '|' between stages: E embedding, t "
                  "transformer layer, m MTP layer, L loss; x*n and (...)*n repeat (e.g. "
                  "\"Et*3|(tt|)*29,m|L\"); sets the virtual stages per rank")
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast)
       ->group(group);
+  if (which == ParallelFlags::kAll) switches(kSwitchFlags);
 }
 
 std::vector<std::string> parallel_flag_args(const ParallelConfig& p, bool moe) {
@@ -106,9 +113,12 @@ std::vector<std::string> parallel_flag_args(const ParallelConfig& p, bool moe) {
     a.push_back(f.name);
     a.push_back(fmt::format("{}", v));
   }
-  for (const SwitchFlag& f : kSwitchFlags) {
-    if (p.*f.field) a.push_back(f.name);
-  }
+  const auto switches = [&](const auto& flags) {
+    for (const SwitchFlag& f : flags)
+      if (p.*f.field) a.push_back(f.name);
+  };
+  switches(kSwitchFlags);
+  switches(kSplitFlags);
   if (!p.pipeline_model_parallel_layout.empty()) {
     a.push_back(kLayoutFlag);
     a.push_back(p.pipeline_model_parallel_layout);

@@ -20,9 +20,9 @@
 namespace mtron {
 
 enum class ParallelFlags {
-  kSizes,  // the parallel sizes, virtual and uneven pipeline stages, micro and global batch
-  kAll,    // and the execution switches (SP, distributed optimizer, overlaps, rank order), the
-           // embedding and loss in the pipeline split, and the pipeline layout string
+  kSizes,  // the parallel sizes, micro and global batch, and the pipeline split: virtual and
+           // uneven stages, the embedding and loss counted as layers, the layout string
+  kAll,    // and the execution switches (SP, distributed optimizer, overlaps, rank order)
 };
 
 // Registers the flags in `group`, bound to `p`'s fields (which keep their current values as

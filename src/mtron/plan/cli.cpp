@@ -379,6 +379,13 @@ int run_plan(std::vector<std::string> args) {
       fixed.decoder_first_pipeline_num_layers == 0 && fixed.decoder_last_pipeline_num_layers == 0,
       "--decoder-first/last-pipeline-num-layers: the planner chooses them (Megatron's uneven split "
       "with lighter first and last stages, where the pipeline size does not divide the layers)");
+  o.pipeline_layout = fixed.pipeline_model_parallel_layout;
+  o.account_for_embedding = fixed.account_for_embedding_in_pipeline_split;
+  o.account_for_loss = fixed.account_for_loss_in_pipeline_split;
+  MT_CHECK(o.pipeline_layout.empty() || (o.pp > 0 && o.vpp == 0),
+           "--pipeline-model-parallel-layout needs --pipeline-model-parallel-size and sets the "
+           "virtual stages itself (no --num-virtual-stages-per-pipeline-rank or "
+           "--num-layers-per-virtual-pipeline-stage)");
   MT_CHECK(fixed.microbatch_group_size_per_vp_stage == 0,
            "--microbatch-group-size-per-virtual-pipeline-stage: plans use Megatron's default "
            "groups of PP micro-batches (the time model prices that schedule)");

@@ -52,6 +52,9 @@ void apply_settings(const json& s, SearchOptions* o) {
   o->cp = s.value("cp", o->cp);
   o->ep = s.value("ep", o->ep);
   o->vpp = s.value("vpp", o->vpp);
+  o->pipeline_layout = s.value("layout", o->pipeline_layout);
+  o->account_for_embedding = s.value("account_for_embedding", o->account_for_embedding);
+  o->account_for_loss = s.value("account_for_loss", o->account_for_loss);
   o->micro_batch_size = s.value("mbs", o->micro_batch_size);
   o->global_batch_size = s.value("gbs", o->global_batch_size);
 }

@@ -77,16 +77,20 @@ Shapes search_shapes(const ModelConfig& m,
               if (o.micro_batch_size > 0 && mbs != o.micro_batch_size) continue;
               if (o.global_batch_size % (mbs * dp)) continue;
               const int64_t M = o.global_batch_size / (mbs * dp);
-              std::vector<int64_t> vpps = {1};
-              if (pp > 1 && o.vpp != 1 && M % pp == 0) {
+              // (a layout string sets VPP itself: 0 here)
+              std::vector<int64_t> vpps = {o.pipeline_layout.empty() ? 1 : 0};
+              if (pp > 1 && o.vpp != 1 && M % pp == 0 && o.pipeline_layout.empty()) {
                 const int64_t per_stage = m.num_layers / pp;
                 for (int64_t v = 2; v <= per_stage; ++v)
                   if (o.vpp == 0 || v == o.vpp) vpps.push_back(v);
               }
-              if (o.vpp > 1) vpps.erase(vpps.begin());
+              if (o.vpp > 1 && o.pipeline_layout.empty()) vpps.erase(vpps.begin());
+              const bool fixed_split =
+                  !o.pipeline_layout.empty() || o.account_for_embedding || o.account_for_loss;
               for (int64_t v : vpps) {
                 int64_t first = 0, last = 0;
-                if (!split_pipeline_layers(m.num_layers, pp, v, &first, &last)) continue;
+                if (!fixed_split && !split_pipeline_layers(m.num_layers, pp, v, &first, &last))
+                  continue;
                 for (RecomputeGranularity rc : recomputes) {
                   Layout l;
                   ParallelConfig& p = l.parallel;
@@ -99,6 +103,9 @@ Shapes search_shapes(const ModelConfig& m,
                   p.num_virtual_stages_per_pipeline_rank = v > 1 ? v : 0;
                   p.decoder_first_pipeline_num_layers = first;
                   p.decoder_last_pipeline_num_layers = last;
+                  p.pipeline_model_parallel_layout = o.pipeline_layout;
+                  p.account_for_embedding_in_pipeline_split = o.account_for_embedding;
+                  p.account_for_loss_in_pipeline_split = o.account_for_loss;
                   p.sequence_parallel = o.sequence_parallel && tp > 1;
                   const bool sharded = dp * cp > 1 || world / (etp * ep * pp) > 1;
                   p.use_distributed_optimizer = o.distributed_optimizer && sharded;

@@ -27,6 +27,12 @@ struct SearchOptions {
   // Fixed sizes; 0 searches. vpp 1 disables interleaving.
   int64_t tp = 0, pp = 0, cp = 0, ep = 0, etp = 0, vpp = 0, micro_batch_size = 0;
   std::optional<RecomputeGranularity> recompute;
+  // A fixed split of the layers over the pipeline (ParallelConfig's): Megatron's layout string
+  // (--pipeline-model-parallel-layout, with --pipeline-model-parallel-size; sets VPP), or the
+  // embedding and the loss counted as layers. Without them the search tries even stages and
+  // Megatron's lighter first and last stages.
+  std::string pipeline_layout;
+  bool account_for_embedding = false, account_for_loss = false;
   bool distributed_optimizer = true;  // use it wherever DP x CP > 1
   bool sequence_parallel = true;      // with TP > 1
   bool tp_comm_overlap = true;        // --tp-comm-overlap on GPUs (Megatron's recommended setting)
