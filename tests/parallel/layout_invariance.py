@@ -38,7 +38,8 @@ of tokens while the loss stays the mean over the global batch's unmasked ones; g
 with --eod-mask-loss and --reset-position-ids (its learned positions from 0 after each
 end-of-document token, which CP ranks must find in their chunks' samples). These run without dropout; gpt2_dropout and llama_dropout
 are gpt2 and llama with --hidden-dropout 0.1 --attention-dropout 0.1 (Megatron's default), whose
-masks every layout must reproduce. fp32, same seed and data; gpt2_fp16: gpt2 in fp16 with
+masks every layout must reproduce; mla_fp8: mla with llama_fp8's FP8 recipe (the latent
+projections' GEMMs in FP8 too). fp32, same seed and data; gpt2_fp16: gpt2 in fp16 with
 dynamic loss scaling (the same iterations must be skipped with the same loss scales); llama_fp8:
 llama in bf16 with FP8 GEMMs (hybrid format, delayed scaling, amax history 16, algorithm max;
 the amaxes are reduced over TP and DP x CP, so every layout quantises with the same scales):
@@ -81,6 +82,8 @@ ARCH["qwen2"] = ARCH["llama"] + ["--add-qkv-bias"]
 ARCH["llama_fp8"] = ARCH["llama"] + (
     "--bf16 --fp8-format hybrid --fp8-recipe delayed --fp8-amax-history-len 16 "
     "--fp8-amax-compute-algo max").split()
+# Multi-latent attention in FP8: its down and up projections' GEMMs quantised too.
+ARCH["mla_fp8"] = ARCH["mla"] + ARCH["llama_fp8"][len(ARCH["llama"]):]
 EOD = ["--eod-mask-loss", "--tokenizer-type", "NullTokenizer", "--data-path", "@CORPUS@"]
 ARCH["llama_eod"] = ARCH["llama"] + EOD
 ARCH["gpt2_reset"] = ARCH["gpt2"] + EOD + ["--reset-position-ids"]
@@ -91,13 +94,13 @@ for a in list(ARCH):
     ARCH[a + "_dropout"] = ARCH[a] + DROPOUT
     ARCH[a] = ARCH[a] + NO_DROPOUT
 TOL = 1e-5
-ARCH_TOL = {"gpt2_fp16": 3e-4, "llama_fp8": 1e-4}
-GRAD_TOL = {"llama_fp8": 5e-3}  # the gradient norm's, where it differs
+ARCH_TOL = {"gpt2_fp16": 3e-4, "llama_fp8": 1e-4, "mla_fp8": 1e-4}
+GRAD_TOL = {"llama_fp8": 5e-3, "mla_fp8": 5e-3}  # the gradient norm's, where it differs
 # The loss of the first N iterations within rel. FP8: iteration 2 is the first whose scales come
 # from an amax history, so it tells an amax reduction that is missing (1.5e-5 off). Later ones may
 # move more: on AVX512_BF16 GEMMs (vdpbf16ps rounds per pair of products and flushes denormals) the
 # layouts' different GEMM shapes put iteration 3 1.2e-5 apart under TP2 + SP.
-EARLY = {"llama_fp8": (2, 1e-6)}
+EARLY = {"llama_fp8": (2, 1e-6), "mla_fp8": (2, 1e-6)}
 AUX = ("load_balancing_loss", "seq_load_balancing_loss", "z_loss", "mtp_1 loss", "mtp_2 loss")
 EXPERT_BYTES = re.compile(r"\[mtron r0/\d+\] .*expert weights on this rank: (\d+) bytes")
 

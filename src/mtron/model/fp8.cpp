@@ -61,7 +61,9 @@ int64_t linear_layer(const std::string& name) {
   if (name.rfind(pre, 0) != 0) return -1;
   bool gemm = false;
   for (const char* s :
-       {".linear_qkv.weight", ".linear_proj.weight", ".linear_fc1.weight", ".linear_fc2.weight"}) {
+       {".linear_qkv.weight", ".linear_proj.weight", ".linear_fc1.weight", ".linear_fc2.weight",
+        ".linear_q_proj.weight", ".linear_q_down_proj.weight", ".linear_q_up_proj.weight",
+        ".linear_kv_down_proj.weight", ".linear_kv_up_proj.weight"}) {
     const std::string suffix = s;
     gemm |= name.size() > suffix.size() &&
             name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0;

@@ -76,9 +76,10 @@ class Fp8State {
  public:
   Fp8State(const Fp8Config& cfg, const kernels::Ctx& k);
 
-  // Registers the GEMM weights of `params` (the transformer layers' linear_qkv, linear_proj,
-  // linear_fc1 and linear_fc2, experts included) of the layers that run in FP8; `experts`: the
-  // buffer of routed experts. Then finalize() once, after the last buffer.
+  // Registers the GEMM weights of `params` (the transformer layers' linear_qkv or multi-latent
+  // attention's q and kv projections, linear_proj, linear_fc1 and linear_fc2, experts included)
+  // of the layers that run in FP8; `experts`: the buffer of routed experts. Then finalize()
+  // once, after the last buffer.
   void add_linears(const ParamBuffer& params, int64_t num_layers, bool experts);
   void finalize();
 

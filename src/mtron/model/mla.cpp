@@ -133,12 +133,15 @@ const float* MlaProjection::latent(const RunCtx& rc,
                                    Arena& scratch,
                                    Act x,
                                    float* kpe) const {
-  const int64_t h = h_, Dr = m_.qk_pos_emb_head_dim, kvr = m_.kv_lora_rank;
-  // linear_kv_down_proj's rows [0, kvr) make the latent, rows [kvr, kvr + Dr) the shared RoPE key.
-  const Act w_down = p_.weight(kv_down_);
+  const int64_t h = h_, Dr = m_.qk_pos_emb_head_dim, kvr = m_.kv_lora_rank, W = kvr + Dr;
+  const int64_t f = int64_t(sizeof(float));
+  // linear_kv_down_proj's rows [0, kvr) make the latent, rows [kvr, kvr + Dr) the shared RoPE
+  // key: one GEMM (one FP8 scale per operand, as Megatron's one linear), its columns split.
+  float* down = scratch.alloc<float>(N * W);
+  linear_forward(rc, down, x, p_.weight(kv_down_), nullptr, N, h, W);
   st.ckv = keep.alloc<float>(N * kvr);
-  linear_forward(rc, st.ckv, x, w_down, nullptr, N, h, kvr);
-  linear_forward(rc, kpe, x, w_down.at(kvr * h), nullptr, N, h, Dr);
+  kernels::copy_rows(rc.k, st.ckv, kvr * f, down, W * f, kvr * f, N);
+  kernels::copy_rows(rc.k, kpe, Dr * f, down + kvr, W * f, Dr * f, N);
   kernels::rope_forward(rc.k, kpe, pos, N, 1, Dr, Dr, rope_, 0);
   float* kvn = nullptr;
   st.kvn_in =
@@ -248,11 +251,12 @@ void MlaProjection::backward(const RunCtx& rc,
                   kvr, Hl_ * (Dn + Dv));
   const float* dckv =
       norm_backward(rc, scratch, kv_norm_, dkvn, st.ckv, st.kv_mean, st.kv_rstd, N, kvr);
-  const Act w_down = p_.weight(kv_down_);
-  linear_backward(rc, scratch, dx, p_.grad(kv_down_), nullptr, dckv, x, w_down, N, h, kvr);
-  linear_backward(rc, scratch, part, p_.grad(kv_down_) + kvr * h, nullptr, dkpe, x,
-                  w_down.at(kvr * h), N, h, Dr);
-  kernels::add(rc.k, dx, dx, part, N * h);
+  const int64_t W = kvr + Dr, f = int64_t(sizeof(float));
+  float* ddown = scratch.alloc<float>(N * W);
+  kernels::copy_rows(rc.k, ddown, W * f, dckv, kvr * f, kvr * f, N);
+  kernels::copy_rows(rc.k, ddown + kvr, W * f, dkpe, Dr * f, Dr * f, N);
+  linear_backward(rc, scratch, dx, p_.grad(kv_down_), nullptr, ddown, x, p_.weight(kv_down_), N, h,
+                  W);
   // Query.
   kernels::rope_backward(rc.k, dq + Dn, pos, N, Hl_, Dq, Dr, rope_, 0);
   if (q_down_ >= 0) {

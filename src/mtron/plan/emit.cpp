@@ -69,11 +69,7 @@ std::vector<std::string> train_args(const ModelConfig& m,
   const ParallelConfig& p = l.parallel;
   const bool gpu = !c.hardware.is_cpu;
   const bool fp8 = l.precision == Precision::kFP8;
-  // What `mtron train` runs: FP8 GEMMs outside multi-latent attention, with --fp8-param-gather
-  // only beside the distributed optimizer (Megatron's rule).
-  MT_CHECK(!fp8 || !m.mla.enabled,
-           "no launch script: mtron train has no FP8 path for multi-latent attention's "
-           "projections (plan this model with --bf16 instead of --fp8-format)");
+  // --fp8-param-gather only beside the distributed optimizer (Megatron's rule).
   MT_CHECK(!fp8 || !l.fp8_params || p.use_distributed_optimizer,
            "no launch script: --fp8-param-gather needs the distributed optimizer, which the plan "
            "does not use");

@@ -552,8 +552,6 @@ bool parse_train_args(int argc, char** argv, int64_t world_size, TrainArgs& a) {
       a.optimizer_offload_fraction = offload_fraction;
     }
   }
-  MT_CHECK(!(a.model.mla.enabled && a.fp8.enabled),
-           "--multi-latent-attention with --fp8-format: MLA's projections have no FP8 path");
   validate_fp8_flags(a.fp8, fp8_recipe, a.precision.compute, a.model, par, a.notes);
   validate_schedule_flags(a, warm_iters->count() > 0);
   MT_CHECK(a.log_interval > 0, "--log-interval must be positive");
