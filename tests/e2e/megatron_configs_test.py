@@ -25,8 +25,7 @@ NOTES = {
     "mr_mcore_te_tp1_pp4_persistent_ckpt_disable_bias_linear":
         ["--use-persistent-ckpt-worker has no effect", "--dist-ckpt-save-pre-mcore-014 has no effect"],
     "mr_mcore_te_tp1_pp4_vp1_dist_optimizer_overlap_grad_reduce_param_gather_overlap_optimizer":
-        ["--overlap-param-gather-with-optimizer-step has no effect",
-         "--check-weight-hash-across-dp-replicas-interval 10 has no effect"],
+        ["--overlap-param-gather-with-optimizer-step has no effect"],
     "mr_mcore_te_tp2_pp1_multi_dist_optimizer_instances":
         ["--num-distributed-optimizer-instances 2 has no effect"],
     "mr_mcore_reruns_disable": ["--rerun-mode disabled has no effect"],
@@ -39,6 +38,7 @@ NOTES = {
     "345m_nightly_mcore_tp2_cp2_pp2_ep2_te_4experts2parallel":
         ["--no-bias-gelu-fusion has no effect"],
     "mr_mcore_te_tp2_pp2_ep4_etp1_mtp_resume_torch_dist_fp8": ["--moe-grouped-gemm has no effect"],
+    "mr_mcore_te_tp4_pp1_qk_layernorm_test_mode": [],
 }
 # What --print-layout must show for a config (its pipeline split and schedule): 12 layers over
 # PP4 with 2 on the first and last stages; 6 layers over PP4 x VPP2 with the embedding and the

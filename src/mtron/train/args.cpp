@@ -353,6 +353,15 @@ bool parse_train_args(int argc, char** argv, int64_t world_size, TrainArgs& a) {
   app.add_flag("--profile", a.profile,
                "Print where the time went (per kernel, after the first iteration) at the end")
       ->group(l);
+  app.add_option("--check-weight-hash-across-dp-replicas-interval", a.check_weight_hash_interval,
+                 "Every N iterations and at the end, compare each parameter's hash across its "
+                 "data-parallel replicas; stop on a mismatch")
+      ->check(CLI::PositiveNumber)
+      ->group(l);
+  app.add_flag("--test-mode", a.test_mode,
+               "Compare the parameters' hashes across their data-parallel and (for those not "
+               "sharded over TP) tensor-parallel replicas after every iteration")
+      ->group(l);
   app.add_option("--metrics-file", a.metrics_file,
                  "JSONL metrics (default: mtron-metrics.jsonl in --save, else in "
                  "--tensorboard-dir, else none); appended to on resume")

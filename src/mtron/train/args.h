@@ -94,6 +94,11 @@ struct TrainArgs {
   bool print_layout = false;
   int64_t layout_world_size = 0;  // --world-size: the world --print-layout describes
   bool profile = false;           // per-op time table at the end
+  // Replica checks (train/weight_hash.h): every parameter's hash compared over its data-parallel
+  // replicas every N iterations and at the end (0: never); --test-mode: after every iteration,
+  // and the TP-replicated parameters over TP too.
+  int64_t check_weight_hash_interval = 0;
+  bool test_mode = false;
 
   std::vector<std::string> notes;  // accepted flags without effect, reported at start
 };

@@ -146,9 +146,6 @@ const std::vector<CompatValue>& value_flags() {
       {"--wgrad-deferral-limit", "kernel scheduling choice", {}},
       {"--tp-comm-overlap-cfg", "mtron does not overlap TP collectives with GEMMs", {}},
       {"--max-tokens-to-oom", "it bounds Megatron's inference server, not training", {}},
-      {"--check-weight-hash-across-dp-replicas-interval",
-       "mtron does not hash the weights across data-parallel replicas",
-       {}},
       {"--dist-ckpt-strictness",
        "mtron's loader checks every tensor and refuses a checkpoint that does not match the model "
        "(Megatron's raise_all)",

@@ -23,6 +23,7 @@
 #include "mtron/train/fp8_state.h"
 #include "mtron/train/mock_data.h"
 #include "mtron/train/stages.h"
+#include "mtron/train/weight_hash.h"
 
 namespace mtron::train {
 
@@ -242,6 +243,28 @@ model::MicroBatch Trainer::microbatch(data::Split split, int64_t base, int64_t j
   return mb;
 }
 
+void Trainer::check_replicas() {
+  for (auto* syncs : {&grad_syncs_, &expert_syncs_})
+    for (auto& g : *syncs) g->wait_all_params();
+  std::vector<std::string> bad;
+  for (size_t c = 0; c < chunks_.size(); ++c) {
+    const auto add = [&](const std::vector<std::string>& names, const char* group) {
+      for (const std::string& n : names)
+        bad.push_back(fmt::format("{} in model chunk {} (across {})", n, c, group));
+    };
+    add(replica_mismatches(rc_.k, chunks_[c]->params(), ps_->dp_cp()), "dp-cp");
+    add(replica_mismatches(rc_.k, chunks_[c]->expert_params(), ps_->edp()), "edp");
+    if (a_.test_mode) add(replica_mismatches(rc_.k, chunks_[c]->params(), ps_->tp(), true), "tp");
+  }
+  for (const std::string& b : bad) log_warn("[Rank {}] Hash not matching for {}", world_.rank(), b);
+  int64_t n = int64_t(bad.size());
+  world_.all_reduce(&n, 1, DType::kI64, ReduceOp::kSum);
+  MT_CHECK(n == 0, "Parameter hashes not matching across DP replicas (", n,
+           " parameter replicas differ after iteration ", iteration_, ")");
+  if (world_.rank() == 0)
+    log_plain(fmt::format(">>> Weight hashes match after {} iterations...", iteration_));
+}
+
 double Trainer::evaluate(data::Split split, int64_t iters) {
   const auto& par = a_.parallel;
   MT_CHECK(datasets_[split], "no ", data::split_name(split), " data (see --split)");
@@ -440,6 +463,8 @@ void Trainer::run() {
       }
       in = Interval{};
     }
+    const int64_t hash_every = a_.test_mode ? 1 : a_.check_weight_hash_interval;
+    if (hash_every > 0 && iteration_ % hash_every == 0) check_replicas();
     if (a_.eval_iters > 0 && datasets_.valid && iteration_ % a_.eval_interval == 0) {
       const bool was = profile_enabled();
       profile_enable(false);
@@ -456,6 +481,10 @@ void Trainer::run() {
       break;
     }
   }
+  // As Megatron: once more at the end (unless this iteration was just checked).
+  if (a_.check_weight_hash_interval > 0 && !a_.test_mode &&
+      iteration_ % a_.check_weight_hash_interval != 0)
+    check_replicas();
   checkpointer_->at_end(checkpoint_view());  // the final save (none if this iteration is saved)
   profile_enable(false);
   if (a_.profile && profiled_iters > 0) {

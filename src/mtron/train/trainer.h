@@ -77,6 +77,11 @@ class Trainer {
   double learning_rate(int64_t samples) const;
   std::optional<double> decoupled_learning_rate(int64_t samples) const;  // --decoupled-lr
   void moe_stats(StepResult& r) const;
+  // Compares every parameter's hash across the ranks holding its replicas (dense: DP x CP;
+  // experts: EDP; with --test-mode the TP-replicated ones over TP too); collective over the
+  // world, every rank stops with Megatron's error on a mismatch, naming it on the ranks that see
+  // it.
+  void check_replicas();
   // The tokens whose loss counts in the current-size global batch at sample `base` of a split,
   // for the loss and each MTP depth (data::loss_token_counts), kept for the batch last asked.
   const std::vector<int64_t>& loss_tokens(data::Split split, int64_t base);
