@@ -46,9 +46,6 @@ void MlaConfig::validate(const ModelConfig& m) const {
   MT_CHECK(!m.group_query_attention,
            "--multi-latent-attention does not take --group-query-attention (MLA has one key and "
            "value head per query head)");
-  MT_CHECK(m.position_embedding_type == PositionEmbedding::kRope,
-           "--multi-latent-attention applies its own decoupled RoPE: use "
-           "--position-embedding-type rope");
   MT_CHECK(m.rotary_percent == 1.0f, "--rotary-percent ", m.rotary_percent,
            " with --multi-latent-attention: only 1.0 (RoPE on all qk_pos_emb_head_dim channels)");
   MT_CHECK(rotary_scaling_factor > 0, "--rotary-scaling-factor must be positive (got ",
