@@ -34,6 +34,12 @@ std::vector<T> to_host(const kernels::Ctx& k, const T* src, int64_t n) {
   return v;
 }
 
+// The first of this rank's T token rows in the micro-batch's rows (sequence parallelism splits
+// them over TP).
+int64_t first_row(const RunCtx& rc, int64_t T) {
+  return rc.tp.sequence_parallel ? rc.tp.rank * T : 0;
+}
+
 // c[E] = exp(l[e] - max l): a token's Sinkhorn costs, Megatron's exp(l) scaled by a constant
 // that the token's scale d0 absorbs (the same balanced matrix up to the eps terms, without
 // overflow above l = 88).
@@ -184,7 +190,7 @@ void MoELayer::apply_capacity(const RunCtx& rc, Routing& r, MoEStats& stats, int
 std::vector<int64_t> MoELayer::token_index(const RunCtx& rc,
                                            const TokenLayout& tl,
                                            int64_t T) const {
-  const int64_t row0 = rc.tp.sequence_parallel ? rc.tp.rank * T : 0;
+  const int64_t row0 = first_row(rc, T);
   const std::vector<int32_t> pos = to_host(rc.k, tl.pos + row0, T);
   std::vector<int64_t> token(static_cast<size_t>(T));
   for (int64_t t = 0; t < T; ++t)
@@ -244,7 +250,7 @@ void MoELayer::router_statistics(const RunCtx& rc,
   const int64_t E = E_, k = k_;
   const Comm* group = rc.ep.tokens;
   const int64_t T_mb = T * (group ? group->size() : 1);
-  const int64_t row0 = rc.tp.sequence_parallel ? rc.tp.rank * T : 0;
+  const int64_t row0 = first_row(rc, T);
   const auto lb = cfg_.moe_router_load_balancing_type;
   st.scores = nullptr;
   st.counts = nullptr;
@@ -412,7 +418,7 @@ void MoELayer::backward(const RunCtx& rc,
   // Router: routing weights, auxiliary losses and z-loss -> dlogits -> dW_r, dx.
   const Comm* group = rc.ep.tokens;
   const int64_t T_mb = T * (group ? group->size() : 1);
-  const int64_t row0 = rc.tp.sequence_parallel ? rc.tp.rank * T : 0;
+  const int64_t row0 = first_row(rc, T);
   const bool seq = cfg_.moe_router_load_balancing_type == RouterLoadBalancing::kSeqAuxLoss;
   const int64_t nb = seq ? tl.B : 1;
   const double T_seq = double(T_mb) / double(nb);

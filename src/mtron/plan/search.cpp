@@ -56,6 +56,9 @@ Shapes search_shapes(const ModelConfig& m,
   std::vector<RecomputeGranularity> recomputes = {
       RecomputeGranularity::kNone, RecomputeGranularity::kSelective, RecomputeGranularity::kFull};
   if (o.recompute) recomputes = {*o.recompute};
+  // A split given by the options replaces the search's even and uneven stages.
+  const bool layout = !o.pipeline_layout.empty();
+  const bool fixed_split = layout || o.account_for_embedding || o.account_for_loss;
 
   for (int64_t tp : pick(o.tp, divisors(world))) {
     if (m.num_attention_heads % tp || m.query_groups() % tp || m.ffn() % tp) continue;
@@ -78,15 +81,13 @@ Shapes search_shapes(const ModelConfig& m,
               if (o.global_batch_size % (mbs * dp)) continue;
               const int64_t M = o.global_batch_size / (mbs * dp);
               // (a layout string sets VPP itself: 0 here)
-              std::vector<int64_t> vpps = {o.pipeline_layout.empty() ? 1 : 0};
-              if (pp > 1 && o.vpp != 1 && M % pp == 0 && o.pipeline_layout.empty()) {
+              std::vector<int64_t> vpps = {layout ? 0 : 1};
+              if (pp > 1 && o.vpp != 1 && M % pp == 0 && !layout) {
                 const int64_t per_stage = m.num_layers / pp;
                 for (int64_t v = 2; v <= per_stage; ++v)
                   if (o.vpp == 0 || v == o.vpp) vpps.push_back(v);
               }
-              if (o.vpp > 1 && o.pipeline_layout.empty()) vpps.erase(vpps.begin());
-              const bool fixed_split =
-                  !o.pipeline_layout.empty() || o.account_for_embedding || o.account_for_loss;
+              if (o.vpp > 1 && !layout) vpps.erase(vpps.begin());
               for (int64_t v : vpps) {
                 int64_t first = 0, last = 0;
                 if (!fixed_split && !split_pipeline_layers(m.num_layers, pp, v, &first, &last))
