@@ -40,13 +40,16 @@ NOTES = {
     "mr_mcore_te_tp2_pp2_ep4_etp1_mtp_resume_torch_dist_fp8": ["--moe-grouped-gemm has no effect"],
     "mr_mcore_te_tp4_pp1_qk_layernorm_test_mode": [],
     "mr_mcore_te_tp2_pp2_mla": [],
+    "mr_mcore_te_tp2_pp2_ep4_etp1_selective_recompute_experimental":
+        ["--overlap-moe-expert-parallel-comm has no effect"],
 }
 # What --print-layout must show for a config (its pipeline split and schedule): 12 layers over
 # PP4 with 2 on the first and last stages; 6 layers over PP4 x VPP2 with the embedding and the
 # loss counted as layers, so that the first and last virtual stages hold none; the interleaved
 # schedule's micro-batches in one group of 5 (M = 40 / (4 x DP2)); the model summary naming the
 # interleaved RoPE, the Sinkhorn top-1 routing, multi-latent attention (in FP8) with an MTP depth,
-# or multi-latent attention with learned positions (Megatron's default position type).
+# or multi-latent attention with learned positions (Megatron's default position type); the
+# selective recompute of four modules.
 SHOWN = {
     "mr_mcore_te_tp1_pp4_vp1_uneven_pipeline":
         ["    0  [0, 2) +embedding", "    1  [2, 6)", "    3  [10, 12) +output layer and loss"],
@@ -60,6 +63,8 @@ SHOWN = {
     "mr_mcore_te_tp2_pp2_ep4_etp1_mtp_resume_torch_dist_fp8":
         ["MLA (q rank 1536, kv rank 512", "+1 MTP +output layer and loss"],
     "mr_mcore_te_tp2_pp2_mla": ["learned positions", "MLA (q rank 192, kv rank 64"],
+    "mr_mcore_te_tp2_pp2_ep4_etp1_selective_recompute_experimental":
+        ["activation recompute: selective (moe_act layernorm mla_up_proj mlp)"],
 }
 
 

@@ -33,20 +33,35 @@ std::vector<std::string> llama_flags(int query_groups) {
       std::to_string(query_groups));
 }
 
-// Gradients of one iteration (no optimizer step), flattened.
-std::vector<float> grads_of(const train::TrainArgs& a) {
+// One iteration's gradients (no optimizer step), flattened (the routed experts' after the
+// rest), and the bytes the forward stashed for the backward.
+struct Iteration {
+  std::vector<float> grads;
+  size_t stash_bytes = 0;
+};
+Iteration iteration_of(const train::TrainArgs& a) {
   auto world = make_single_comm();
   train::Trainer t(a, *world);
   auto& chunk = *t.chunks().front();
   chunk.params().zero_grad();
+  if (!chunk.expert_params().specs().empty()) chunk.expert_params().zero_grad();
   model::GPTChunk::Stash st;
+  Iteration it;
   for (int64_t j = 0; j < a.parallel.num_microbatches(); ++j) {
     model::MicroBatch mb = t.microbatch(j);
     chunk.forward(t.run_ctx(), mb, st, nullptr, true);
+    it.stash_bytes = st.keep.used();
     chunk.backward(t.run_ctx(), mb, st, nullptr);
   }
-  const Tensor& g = chunk.params().grad_flat();
-  return std::vector<float>(g.f32(), g.f32() + g.numel());
+  for (const model::ParamBuffer* p : {&chunk.params(), &chunk.expert_params()}) {
+    if (p->specs().empty()) continue;
+    const Tensor& g = p->grad_flat();
+    it.grads.insert(it.grads.end(), g.f32(), g.f32() + g.numel());
+  }
+  return it;
+}
+std::vector<float> grads_of(const train::TrainArgs& a) {
+  return iteration_of(a).grads;
 }
 
 class Recompute : public ::testing::TestWithParam<std::vector<std::string>> {};
@@ -88,6 +103,106 @@ TEST(Recompute, WithDropoutGradientsAreBitIdentical) {
   ASSERT_EQ(plain.size(), recomputed.size());
   EXPECT_EQ(std::memcmp(plain.data(), recomputed.data(), plain.size() * sizeof(float)), 0);
   EXPECT_NE(plain, grads_of(make_args({})));
+}
+
+// Selective recompute (--recompute-modules): for each architecture and set of modules, the
+// gradients (the routed experts' too) are bit for bit those without recompute, and the forward
+// stashes fewer bytes wherever a module drops something (core_attn drops nothing: attention
+// stashes only what its backward reads).
+struct SelectiveCase {
+  std::string arch, modules;
+  bool smaller;  // whether the stash must shrink
+};
+void PrintTo(const SelectiveCase& c, std::ostream* os) {
+  *os << c.arch << " [" << c.modules << "]";
+}
+
+std::vector<std::string> arch_flags(const std::string& arch) {
+  const std::string mla =
+      "--multi-latent-attention --q-lora-rank 24 --kv-lora-rank 16 --qk-head-dim 12 "
+      "--qk-pos-emb-head-dim 8 --v-head-dim 10 --qk-layernorm --swiglu --normalization RMSNorm "
+      "--position-embedding-type rope --disable-bias-linear";
+  const std::string moe =
+      " --num-experts 4 --moe-router-topk 2 --moe-ffn-hidden-size 48 --moe-layer-freq [0,1,1] "
+      "--moe-shared-expert-intermediate-size 32 --moe-aux-loss-coeff 1e-2 --moe-z-loss-coeff 1e-3";
+  if (arch == "gpt") return {};
+  if (arch == "gpt_bf16") return {"--bf16"};
+  if (arch == "llama") return llama_flags(2);
+  if (arch == "llama_bf16") {
+    std::vector<std::string> f = llama_flags(2);
+    f.push_back("--bf16");
+    return f;
+  }
+  if (arch == "mla") return tests::words(mla);
+  if (arch == "mla_no_q_lora") return tests::words(mla + " --q-lora-rank 0");
+  if (arch == "dsv3") return tests::words(mla + moe);
+  if (arch == "dsv3_bf16") return tests::words(mla + moe + " --bf16");
+  if (arch == "moe_gelu") return tests::words("--disable-bias-linear" + moe);
+  ADD_FAILURE() << "no architecture " << arch;
+  return {};
+}
+
+class SelectiveRecompute : public ::testing::TestWithParam<SelectiveCase> {};
+
+TEST_P(SelectiveRecompute, GradientsAreBitIdenticalAndTheStashShrinks) {
+  const SelectiveCase& c = GetParam();
+  const std::vector<std::string> shape = arch_flags(c.arch);
+  const Iteration plain = iteration_of(make_args(shape));
+  std::vector<std::string> flags = shape;
+  flags.push_back("--recompute-granularity");
+  flags.push_back("selective");
+  if (!c.modules.empty()) {
+    flags.push_back("--recompute-modules");
+    for (const std::string& m : tests::words(c.modules)) flags.push_back(m);
+  }
+  const Iteration rec = iteration_of(make_args(flags));
+  ASSERT_EQ(plain.grads.size(), rec.grads.size());
+  EXPECT_EQ(std::memcmp(plain.grads.data(), rec.grads.data(), plain.grads.size() * sizeof(float)),
+            0);
+  if (c.smaller) {
+    EXPECT_LT(rec.stash_bytes, plain.stash_bytes);
+  } else {
+    EXPECT_EQ(rec.stash_bytes, plain.stash_bytes);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Modules,
+    SelectiveRecompute,
+    ::testing::Values(SelectiveCase{"gpt", "", false},  // Megatron's default: core_attn
+                      SelectiveCase{"llama", "core_attn", false},
+                      SelectiveCase{"gpt", "layernorm", true},
+                      SelectiveCase{"gpt", "mlp", true},
+                      SelectiveCase{"gpt_bf16", "layernorm mlp", true},
+                      SelectiveCase{"llama", "layernorm mlp", true},
+                      SelectiveCase{"llama_bf16", "layernorm mlp", true},
+                      SelectiveCase{"mla", "mla_up_proj", true},
+                      SelectiveCase{"mla_no_q_lora", "mla_up_proj layernorm", true},
+                      SelectiveCase{"dsv3", "moe_act", true},
+                      SelectiveCase{"dsv3", "shared_experts", true},
+                      SelectiveCase{"dsv3", "moe", true},
+                      SelectiveCase{"dsv3", "layernorm moe", true},
+                      SelectiveCase{"dsv3", "layernorm mla_up_proj mlp moe_act", true},
+                      SelectiveCase{"dsv3_bf16", "layernorm mla_up_proj mlp moe_act", true},
+                      SelectiveCase{"moe_gelu", "moe_act shared_experts", true}));
+
+// Each module drops what it names, and only that: mlp leaves an MoE layer's shared expert alone
+// (shared_experts or moe take it), so on a model whose only dense MLP is a shared expert it
+// stashes what no recompute stashes.
+TEST(SelectiveRecompute, MlpLeavesSharedExpertsToTheirModules) {
+  std::vector<std::string> shape = arch_flags("moe_gelu");
+  for (std::string& f : shape)
+    if (f == "[0,1,1]") f = "[1,1,1]";
+  const size_t plain = iteration_of(make_args(shape)).stash_bytes;
+  auto with = [&](const char* module) {
+    std::vector<std::string> f = shape;
+    for (const char* w : {"--recompute-granularity", "selective", "--recompute-modules", module})
+      f.push_back(w);
+    return iteration_of(make_args(f)).stash_bytes;
+  };
+  EXPECT_EQ(with("mlp"), plain);
+  EXPECT_LT(with("shared_experts"), plain);
+  EXPECT_LT(with("moe"), with("shared_experts"));
 }
 
 // --apply-layernorm-1p: norm weights w are applied as 1 + w. A 1p model whose norm weights are w

@@ -8,6 +8,46 @@
 
 namespace mtron {
 
+const std::vector<std::pair<std::string_view, RecomputeModule>>& recompute_module_names() {
+  static const std::vector<std::pair<std::string_view, RecomputeModule>> names = {
+      {"core_attn", RecomputeModule::kCoreAttn},
+      {"moe_act", RecomputeModule::kMoeAct},
+      {"layernorm", RecomputeModule::kLayernorm},
+      {"mla_up_proj", RecomputeModule::kMlaUpProj},
+      {"mlp", RecomputeModule::kMlp},
+      {"moe", RecomputeModule::kMoe},
+      {"shared_experts", RecomputeModule::kSharedExperts}};
+  return names;
+}
+
+RecomputeModules parse_recompute_modules(const std::vector<std::string>& words) {
+  RecomputeModules r{0};
+  for (const std::string& w : words) {
+    if (w.empty()) continue;  // `--recompute-modules` alone: an empty list
+    const auto& names = recompute_module_names();
+    const auto it =
+        std::find_if(names.begin(), names.end(), [&](const auto& n) { return n.first == w; });
+    if (it == names.end()) {
+      std::string choices;
+      for (const auto& n : names)
+        choices += std::string(choices.empty() ? "" : ", ") + std::string(n.first);
+      MT_CHECK(false, "--recompute-modules: invalid choice '", w, "' (choose from ", choices, ")");
+    }
+    r.add(it->second);
+  }
+  return r;
+}
+
+std::string RecomputeModules::describe() const {
+  std::string s;
+  for (const auto& [name, m] : recompute_module_names()) {
+    if (!has(m)) continue;
+    if (!s.empty()) s += ' ';
+    s += name;
+  }
+  return s.empty() ? "none" : s;
+}
+
 double flops_per_iteration(const ModelConfig& m, int64_t global_batch, int64_t padded_vocab) {
   const double B = double(global_batch), s = double(m.seq_length), h = double(m.hidden_size);
   // Megatron's count: each MTP depth adds a layer of the last layer's kind, its

@@ -1,4 +1,5 @@
-// defines: flops_per_iteration, RecomputeGranularity, StateBytes, state_bytes_per_parameter,
+// defines: flops_per_iteration, RecomputeGranularity, RecomputeModule, RecomputeModules,
+//          recompute_module_names, StateBytes, state_bytes_per_parameter,
 //          TheoreticalMemory, megatron_theoretical_memory, format_theoretical_memory,
 //          korthikanti_activation_bytes_per_layer, lm_head_rows_per_chunk
 //
@@ -9,6 +10,9 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
 
 #include "mtron/core/hardware.h"
 #include "mtron/core/model_config.h"
@@ -30,6 +34,30 @@ int64_t lm_head_rows_per_chunk(int64_t vocab_local, int64_t chunk_elems);
 
 // --recompute-granularity (none: the flag is absent).
 enum class RecomputeGranularity { kNone, kSelective, kFull };
+
+// Megatron's --recompute-modules: the parts of every transformer layer that selective recompute
+// drops after the forward pass and rebuilds in the backward pass.
+enum class RecomputeModule : uint32_t {
+  kCoreAttn = 1u << 0,       // core_attn: core attention
+  kMoeAct = 1u << 1,         // moe_act: the routed experts' activation function
+  kLayernorm = 1u << 2,      // layernorm: input_layernorm and pre_mlp_layernorm
+  kMlaUpProj = 1u << 3,      // mla_up_proj: multi-latent attention's up projections and RoPE
+  kMlp = 1u << 4,            // mlp: a dense layer's MLP
+  kMoe = 1u << 5,            // moe: an MoE layer's MLP (routed and shared experts)
+  kSharedExperts = 1u << 6,  // shared_experts: an MoE layer's shared expert
+};
+struct RecomputeModules {
+  uint32_t bits = uint32_t(RecomputeModule::kCoreAttn);  // Megatron's default: core_attn
+  bool has(RecomputeModule m) const { return (bits & uint32_t(m)) != 0; }
+  void add(RecomputeModule m) { bits |= uint32_t(m); }
+  // "layernorm mla_up_proj", in Megatron's order of the choices; "none" when empty
+  std::string describe() const;
+};
+// Megatron's names of the modules, in the order of its choices.
+const std::vector<std::pair<std::string_view, RecomputeModule>>& recompute_module_names();
+// The modules of --recompute-modules' words (none: an empty list, as Megatron's nargs='*');
+// throws mtron::Error naming a word that is not a module and the choices.
+RecomputeModules parse_recompute_modules(const std::vector<std::string>& words);
 
 // Bytes of model state per parameter held by one rank (Megatron's table in
 // docs/.../dist_optimizer.md): bf16 params with fp32 grads 18, or 6 + 12/d with the distributed

@@ -1,5 +1,7 @@
 #include "mtron/model/gpt.h"
 
+#include <fmt/core.h>
+
 #include <algorithm>
 #include <type_traits>
 
@@ -27,6 +29,20 @@ const T* on_device(const RunCtx& rc, Arena& arena, const std::vector<T>& v) {
 }
 
 }  // namespace
+
+std::string Recompute::describe() const {
+  switch (granularity) {
+    case RecomputeGranularity::kNone:
+      return "none";
+    case RecomputeGranularity::kSelective:
+      return "selective (" + modules.describe() + ")";
+    case RecomputeGranularity::kFull:
+      return method == RecomputeMethod::kUniform
+                 ? fmt::format("full, uniform groups of {} layer(s)", num_layers)
+                 : fmt::format("full, block: the first {} layer(s) of each stage", num_layers);
+  }
+  MT_ASSERT(false, "bad RecomputeGranularity");
+}
 
 GPTChunk::GPTChunk(const ModelConfig& cfg,
                    ChunkPlacement place,
@@ -68,7 +84,8 @@ GPTChunk::GPTChunk(const ModelConfig& cfg,
   layers_.reserve(size_t(place.num_layers));
   for (int64_t i = 0; i < place.num_layers; ++i) {
     layer_first_.push_back(int(params_.specs().size()));
-    layers_.emplace_back(cfg, place.first_layer + i, tp, ep, params_, expert_params_);
+    layers_.emplace_back(cfg, place.first_layer + i, tp, ep, params_, expert_params_,
+                         recompute.selective());
   }
   if (place.has_head) {
     head_first_ = int(params_.specs().size());

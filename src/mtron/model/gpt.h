@@ -74,6 +74,13 @@ struct Recompute {
   RecomputeGranularity granularity = RecomputeGranularity::kNone;
   RecomputeMethod method = RecomputeMethod::kUniform;
   int64_t num_layers = 1;
+  RecomputeModules modules;  // --recompute-modules: what selective recompute rebuilds
+  // The modules each layer rebuilds: `modules` under selective recompute, else none.
+  RecomputeModules selective() const {
+    return granularity == RecomputeGranularity::kSelective ? modules : RecomputeModules{0};
+  }
+  // "full, uniform groups of 2 layers", "selective (layernorm mlp)"; "none"
+  std::string describe() const;
 };
 
 // The keys and values of every layer of a chunk for `capacity` positions of B sequences

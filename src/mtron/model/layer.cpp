@@ -39,8 +39,9 @@ TransformerLayer::TransformerLayer(const ModelConfig& cfg,
                                    const parallel::ExpertParallel& ep,
                                    ParamBuffer& params,
                                    ParamBuffer& expert_params,
+                                   RecomputeModules recompute,
                                    const std::string& prefix)
-    : cfg_(cfg), p_(params), layer_(layer) {
+    : cfg_(cfg), p_(params), layer_(layer), recompute_(recompute) {
   const int64_t H = cfg.num_attention_heads, G = cfg.query_groups(), D = cfg.qk_dim();
   const bool moe = cfg.is_moe_layer(layer);
   const int64_t F = moe ? cfg.moe_shared_expert_intermediate_size : cfg.ffn();
@@ -64,7 +65,8 @@ TransformerLayer::TransformerLayer(const ModelConfig& cfg,
 
   ln1_.add_params(cfg, pre + "input_layernorm", sp, params);
   if (cfg.mla.enabled) {
-    mla_ = std::make_unique<MlaProjection>(cfg, pre + "self_attention.", tp, params);
+    mla_ = std::make_unique<MlaProjection>(cfg, pre + "self_attention.", tp, params,
+                                           recompute.has(RecomputeModule::kMlaUpProj));
   } else {
     // QKV rows are Megatron's interleaved [group][hpg q | k | v][D]: a TP shard is a contiguous
     // block of whole groups.
@@ -87,7 +89,8 @@ TransformerLayer::TransformerLayer(const ModelConfig& cfg,
 
   ln2_.add_params(cfg, pre + "pre_mlp_layernorm", sp, params);
   if (moe)
-    moe_ = std::make_unique<MoELayer>(cfg, layer, pre + "mlp.", tp, ep, params, expert_params);
+    moe_ = std::make_unique<MoELayer>(cfg, layer, pre + "mlp.", tp, ep, params, expert_params,
+                                      recompute.has(RecomputeModule::kMoeAct));
   if (F == 0) return;  // an MoE layer without a shared expert
   // SwiGLU's fc1 is [gate; up]: as a [2, F, h] tensor sharded along F, each rank holds
   // [gate_r; up_r], which is Megatron's local layout and one GEMM.
@@ -212,9 +215,11 @@ void TransformerLayer::qkv_attention(const RunCtx& rc,
     attention(rc, tl, st, scratch, kv);
     return;
   }
-  st.q = keep.alloc<float>(N * Hl_ * D_);
-  st.k = keep.alloc<float>(N * Gl_ * D_);
-  st.v = keep.alloc<float>(N * Gl_ * Dv_);
+  // (MLA's, with --recompute-modules mla_up_proj, for this forward only)
+  Arena& qkv = mla_ && mla_->recompute_up() ? scratch : keep;
+  st.q = qkv.alloc<float>(N * Hl_ * D_);
+  st.k = qkv.alloc<float>(N * Gl_ * D_);
+  st.v = qkv.alloc<float>(N * Gl_ * Dv_);
   if (mla_) {
     mla_->forward(rc, tl.pos, N, st.mla, keep, scratch, st.ln1_in, st.q, st.k, st.v);
   } else {
@@ -241,6 +246,77 @@ void TransformerLayer::qkv_attention(const RunCtx& rc,
   attention(rc, tl, st, scratch, kv);
 }
 
+Act TransformerLayer::attention_input(const RunCtx& rc,
+                                      const TokenLayout& tl,
+                                      const float* x,
+                                      float* mean,
+                                      float* rstd,
+                                      Arena& keep,
+                                      Arena& scratch) const {
+  // QKV's GEMM input is the norm's output itself without SP (in bf16 written so by the norm);
+  // with SP the gathered rows are.
+  const int64_t N = tl.rows(), Nl = rc.tp.sp_rows(N), h = h_;
+  const bool sp = rc.tp.sequence_parallel;
+  if (!sp && bf16_gemm_inputs(rc)) {
+    bf16* ln1 = keep.alloc<bf16>(N * h);
+    ln1_.forward(rc, cfg_, p_, ln1, mean, rstd, x, Nl);
+    return Act::of(ln1);
+  }
+  float* ln1 = sp ? scratch.alloc<float>(Nl * h) : gemm_input_buffer(rc, keep, scratch, Nl * h);
+  ln1_.forward(rc, cfg_, p_, ln1, mean, rstd, x, Nl);
+  return gathered_gemm_input(rc, keep, scratch, ln1, N, h);
+}
+
+float* TransformerLayer::mlp_input(const RunCtx& rc,
+                                   const TokenLayout& tl,
+                                   const float* x2,
+                                   float* mean,
+                                   float* rstd,
+                                   Act& gemm_in,
+                                   Arena& keep,
+                                   Arena& scratch) const {
+  // The norm's output is fc1's GEMM input without SP (in bf16 without experts written so by the
+  // norm), and the routed experts' input.
+  const int64_t N = tl.rows(), Nl = rc.tp.sp_rows(N), h = h_;
+  const bool sp = rc.tp.sequence_parallel;
+  if (!moe_ && !sp && bf16_gemm_inputs(rc)) {
+    bf16* ln2 = keep.alloc<bf16>(N * h);
+    ln2_.forward(rc, cfg_, p_, ln2, mean, rstd, x2, Nl);
+    gemm_in = Act::of(ln2);
+    return nullptr;
+  }
+  float* ln2 = moe_ ? keep.alloc<float>(Nl * h)
+               : sp ? scratch.alloc<float>(Nl * h)
+                    : gemm_input_buffer(rc, keep, scratch, Nl * h);
+  ln2_.forward(rc, cfg_, p_, ln2, mean, rstd, x2, Nl);
+  if (dense_mlp()) gemm_in = gathered_gemm_input(rc, keep, scratch, ln2, N, h);
+  return moe_ ? ln2 : nullptr;
+}
+
+void TransformerLayer::mlp_up(
+    const RunCtx& rc, int64_t N, Stash& st, Arena& keep, Arena& scratch) const {
+  // The activation's input (and, in the backward, fc2's dgrad) in bf16 where both GEMMs may
+  // write it; GELU then in fc1's GEMM, and its derivative in fc2's dgrad GEMM (squared ReLU and
+  // SwiGLU: their own kernels)
+  const int64_t fc1_w = cfg_.swiglu ? 2 * Fl_ : Fl_, h = h_;
+  if (bf16_gemm_outputs(rc, p_.weight(fc1_w_)) && bf16_gemm_outputs(rc, p_.weight(fc2_w_))) {
+    bf16* fc1 = keep.alloc<bf16>(N * fc1_w);
+    st.fc1 = Act::of(fc1);
+    if (cfg_.activation() == MlpActivation::kGelu) {
+      bf16* act = keep.alloc<bf16>(N * Fl_);
+      linear_forward_gelu(rc, act, fc1, st.ln2_in, p_.weight(fc1_w_), opt16(p_, fc1_b_), N, h, Fl_);
+      st.act_in = Act::of(act);
+      return;
+    }
+    linear_forward(rc, fc1, st.ln2_in, p_.weight(fc1_w_), opt16(p_, fc1_b_), N, h, fc1_w);
+  } else {
+    float* fc1 = keep.alloc<float>(N * fc1_w);
+    linear_forward(rc, fc1, st.ln2_in, p_.weight(fc1_w_), opt(p_, fc1_b_), N, h, fc1_w);
+    st.fc1 = Act::of(fc1);
+  }
+  st.act_in = mlp_activation(rc, keep, scratch, st.fc1, N, Fl_, cfg_.activation());
+}
+
 void TransformerLayer::forward(const RunCtx& rc,
                                const TokenLayout& tl,
                                Stash* stash,
@@ -252,25 +328,18 @@ void TransformerLayer::forward(const RunCtx& rc,
   Stash none;
   Stash& st = stash ? *stash : none;
   Arena& keep = stash ? keep_arena : scratch;
+  // What selective recompute leaves out of the stash lives in scratch (this forward only).
+  Arena& norm_keep = recompute_norms() ? scratch : keep;
   const auto& tp = rc.tp;
   const int64_t N = tl.rows(), Nl = tp.sp_rows(N), h = h_;
   const bool sp = tp.sequence_parallel;
   const bool ln = cfg_.normalization == Normalization::kLayerNorm;
   st.x = x;
 
-  // Attention block. ln1 is QKV's GEMM input itself without SP (in bf16 written so by the norm);
-  // with SP the gathered rows are.
+  // Attention block.
   st.ln1_mean = ln ? keep.alloc<float>(Nl) : nullptr;
   st.ln1_rstd = keep.alloc<float>(Nl);
-  if (!sp && bf16_gemm_inputs(rc)) {
-    bf16* ln1 = keep.alloc<bf16>(N * h);
-    ln1_.forward(rc, cfg_, p_, ln1, st.ln1_mean, st.ln1_rstd, x, Nl);
-    st.ln1_in = Act::of(ln1);
-  } else {
-    float* ln1 = sp ? scratch.alloc<float>(Nl * h) : gemm_input_buffer(rc, keep, scratch, Nl * h);
-    ln1_.forward(rc, cfg_, p_, ln1, st.ln1_mean, st.ln1_rstd, x, Nl);
-    st.ln1_in = gathered_gemm_input(rc, keep, scratch, ln1, N, h);
-  }
+  st.ln1_in = attention_input(rc, tl, x, st.ln1_mean, st.ln1_rstd, norm_keep, scratch);
 
   if (kv) {
     MT_ASSERT(rc.tp.size == 1 && rc.cp.size == 1, "a KV cache holds a whole model's heads");
@@ -299,51 +368,12 @@ void TransformerLayer::forward(const RunCtx& rc,
   hidden_dropout(rc, cfg_, tl, {layer_, "attention_output"}, st.x2);
   if (!residual_in_gemm) kernels::add(rc.k, st.x2, st.x2, x, Nl * h);
 
-  // MLP block: the dense MLP (an MoE layer's shared expert) and/or the routed experts. ln2 is
-  // fc1's GEMM input without SP (in bf16 without experts written so by the norm), and the routed
-  // experts' input.
+  // MLP block: the dense MLP (an MoE layer's shared expert) and/or the routed experts.
   st.ln2_mean = ln ? keep.alloc<float>(Nl) : nullptr;
   st.ln2_rstd = keep.alloc<float>(Nl);
-  const bool ln2_to_gemm = !moe_ && !sp && bf16_gemm_inputs(rc);
-  float* ln2 = nullptr;
-  if (ln2_to_gemm) {
-    bf16* ln2_16 = keep.alloc<bf16>(N * h);
-    ln2_.forward(rc, cfg_, p_, ln2_16, st.ln2_mean, st.ln2_rstd, st.x2, Nl);
-    st.ln2_in = Act::of(ln2_16);
-  } else {
-    ln2 = moe_ ? keep.alloc<float>(Nl * h)
-          : sp ? scratch.alloc<float>(Nl * h)
-               : gemm_input_buffer(rc, keep, scratch, Nl * h);
-    ln2_.forward(rc, cfg_, p_, ln2, st.ln2_mean, st.ln2_rstd, st.x2, Nl);
-  }
+  float* ln2 = mlp_input(rc, tl, st.x2, st.ln2_mean, st.ln2_rstd, st.ln2_in, norm_keep, scratch);
   if (dense_mlp()) {
-    if (!ln2_to_gemm) st.ln2_in = gathered_gemm_input(rc, keep, scratch, ln2, N, h);
-
-    // The activation's input (and, in the backward, fc2's dgrad) in bf16 where both GEMMs may
-    // write it; GELU then in fc1's GEMM, and its derivative in fc2's dgrad GEMM (squared ReLU and
-    // SwiGLU: their own kernels)
-    const int64_t fc1_w = cfg_.swiglu ? 2 * Fl_ : Fl_;
-    Act gelu_out{DType::kBF16, nullptr};
-    if (bf16_gemm_outputs(rc, p_.weight(fc1_w_)) && bf16_gemm_outputs(rc, p_.weight(fc2_w_))) {
-      bf16* fc1 = keep.alloc<bf16>(N * fc1_w);
-      if (cfg_.activation() != MlpActivation::kGelu) {
-        linear_forward(rc, fc1, st.ln2_in, p_.weight(fc1_w_), opt16(p_, fc1_b_), N, h, fc1_w);
-      } else {
-        bf16* act = keep.alloc<bf16>(N * Fl_);
-        linear_forward_gelu(rc, act, fc1, st.ln2_in, p_.weight(fc1_w_), opt16(p_, fc1_b_), N, h,
-                            Fl_);
-        gelu_out = Act::of(act);
-      }
-      st.fc1 = Act::of(fc1);
-    } else {
-      float* fc1 = keep.alloc<float>(N * fc1_w);
-      linear_forward(rc, fc1, st.ln2_in, p_.weight(fc1_w_), opt(p_, fc1_b_), N, h, fc1_w);
-      st.fc1 = Act::of(fc1);
-    }
-    st.act_in = gelu_out.data
-                    ? gelu_out
-                    : mlp_activation(rc, keep, scratch, st.fc1, N, Fl_, cfg_.activation());
-
+    mlp_up(rc, N, st, recompute_mlp() ? scratch : keep, scratch);
     partial = sp ? scratch.alloc<float>(N * h) : y;
     linear_forward(rc, partial, st.act_in, p_.weight(fc2_w_),
                    bias_in_gemm ? opt(p_, fc2_b_) : nullptr, N, Fl_, h,
@@ -353,7 +383,8 @@ void TransformerLayer::forward(const RunCtx& rc,
   }
   if (moe_) {
     float* routed = dense_mlp() ? scratch.alloc<float>(Nl * h) : y;
-    moe_->forward(rc, tl, stash ? &st.moe : nullptr, keep, scratch, ln2, routed);
+    moe_->forward(rc, tl, stash ? &st.moe : nullptr, recompute_moe() ? scratch : keep, scratch, ln2,
+                  routed);
     if (dense_mlp()) kernels::add(rc.k, y, y, routed, Nl * h);
   }
   hidden_dropout(rc, cfg_, tl, {layer_, "mlp_output"}, y);
@@ -460,10 +491,26 @@ void TransformerLayer::attention_block_backward(const RunCtx& rc,
 }
 
 void TransformerLayer::backward(
-    const RunCtx& rc, const TokenLayout& tl, const Stash& st, Arena& scratch, float* dxy) const {
+    const RunCtx& rc, const TokenLayout& tl, Stash& st, Arena& scratch, float* dxy) const {
   const auto& tp = rc.tp;
   const int64_t N = tl.rows(), Nl = tp.sp_rows(N), h = h_;
   const bool sp = tp.sequence_parallel;
+  const bool ln = cfg_.normalization == Normalization::kLayerNorm;
+  // Fresh statistics for a norm computed again (the same values as the stash's).
+  const auto stats = [&] {
+    return std::pair{ln ? scratch.alloc<float>(Nl) : nullptr, scratch.alloc<float>(Nl)};
+  };
+
+  // What selective recompute left out of the MLP block's stash.
+  if (recompute_norms()) {
+    const auto [mean, rstd] = stats();
+    float* ln2 = mlp_input(rc, tl, st.x2, mean, rstd, st.ln2_in, scratch, scratch);
+    if (moe_) st.moe.x = ln2;
+  }
+  if (recompute_moe()) {
+    moe_->forward(rc, tl, &st.moe, scratch, scratch, st.moe.x, scratch.alloc<float>(Nl * h));
+  }
+  if (recompute_mlp()) mlp_up(rc, N, st, scratch, scratch);
 
   // MLP block: y = x2 + dropout(b2 + exit(fc2(act)) (+ routed experts)). dxy holds dy and
   // becomes dx2; dmlp is the MLP output's gradient.
@@ -519,6 +566,17 @@ void TransformerLayer::backward(
   if (sp) {
     dpartial = scratch.alloc<float>(N * h);
     parallel::exit_tp_backward(tp, dpartial, dattn, N, h);
+  }
+  // What selective recompute left out of the attention block's stash.
+  if (recompute_norms()) {
+    const auto [mean, rstd] = stats();
+    st.ln1_in = attention_input(rc, tl, st.x, mean, rstd, scratch, scratch);
+  }
+  if (mla_ && mla_->recompute_up()) {
+    st.q = scratch.alloc<float>(N * Hl_ * D_);
+    st.k = scratch.alloc<float>(N * Gl_ * D_);
+    st.v = scratch.alloc<float>(N * Gl_ * Dv_);
+    mla_->up(rc, tl.pos, N, st.mla, scratch, st.ln1_in, st.q, st.k, st.v);
   }
   float* dln1_full = scratch.alloc<float>(N * h);
   attention_block_backward(rc, tl, st, scratch, dpartial, dln1_full);

@@ -19,7 +19,19 @@
 // masks.
 //
 // forward() saves what backward needs in a Stash carved from an arena the caller owns (one per
-// micro-batch in flight); backward() works in place on the residual gradient. Without a stash
+// micro-batch in flight); backward() works in place on the residual gradient. Selective recompute
+// (--recompute-modules) leaves parts out of the stash (in the scratch arena of the forward
+// only), and backward rebuilds them into its own scratch before the block that reads them, from
+// the same inputs with the same kernels, so the gradients are bit for bit those without:
+//   layernorm       both norms' outputs (from the stashed inputs x and x2)
+//   mla_up_proj     MLA's q, k and v (from its stashed latents and rotated RoPE key)
+//   mlp             a dense layer's fc1 output and activation (from fc1's stashed input)
+//   shared_experts  the same of an MoE layer's shared expert
+//   moe             all of an MoE layer's MLP but its input: the routed experts' forward
+//                   (router, dispatch, experts, combine) runs again, and the shared expert's
+//   moe_act         the routed experts' activation (moe.h)
+//   core_attn       nothing: attention stashes only its output and log-sum-exp, both needed Without
+//   a stash
 // (inference: evaluation of generation) everything comes from the scratch arena. Generation
 // passes a KV cache: the new rows' keys and values are appended to it and the queries attend to
 // every cached position (Megatron's inference key/value memory).
@@ -31,6 +43,7 @@
 #include <string_view>
 
 #include "mtron/core/arena.h"
+#include "mtron/core/formulas.h"
 #include "mtron/core/model_config.h"
 #include "mtron/model/dropout.h"
 #include "mtron/model/linear.h"
@@ -90,15 +103,16 @@ class TransformerLayer {
   };
 
   // Registers this layer's parameters (global layer index `layer`) for TP rank/size of tp; an
-  // MoE layer's experts go to `expert_params` (this EP rank's experts, ETP shards). Parameter
-  // names start with `prefix` (empty: "decoder.layers.<layer>."); the layer index keys the
-  // dropout masks.
+  // MoE layer's experts go to `expert_params` (this EP rank's experts, ETP shards). `recompute`:
+  // the modules selective recompute rebuilds. Parameter names start with `prefix` (empty:
+  // "decoder.layers.<layer>."); the layer index keys the dropout masks.
   TransformerLayer(const ModelConfig& cfg,
                    int64_t layer,
                    const parallel::TensorParallel& tp,
                    const parallel::ExpertParallel& ep,
                    ParamBuffer& params,
                    ParamBuffer& expert_params,
+                   RecomputeModules recompute = RecomputeModules{0},
                    const std::string& prefix = {});
 
   // y[Nl, h] from x[Nl, h]; stash buffers from `keep`, temporaries from `scratch`. st null: no
@@ -114,13 +128,43 @@ class TransformerLayer {
                float* y,
                const LayerKv* kv = nullptr) const;
   // In place: dxy holds dL/dy [Nl, h] on entry and dL/dx on exit. Accumulates parameter grads.
+  // What selective recompute left out of st is rebuilt into `scratch` (st then points there).
   void backward(
-      const RunCtx& rc, const TokenLayout& tl, const Stash& st, Arena& scratch, float* dxy) const;
+      const RunCtx& rc, const TokenLayout& tl, Stash& st, Arena& scratch, float* dxy) const;
   // The routed experts of an MoE layer, else null.
   MoELayer* moe() { return moe_.get(); }
 
  private:
   bool dense_mlp() const { return fc1_w_ >= 0; }
+  // What selective recompute rebuilds in this layer.
+  bool recompute_norms() const { return recompute_.has(RecomputeModule::kLayernorm); }
+  bool recompute_moe() const { return moe_ && recompute_.has(RecomputeModule::kMoe); }
+  bool recompute_mlp() const {
+    return dense_mlp() && (moe_ ? recompute_moe() || recompute_.has(RecomputeModule::kSharedExperts)
+                                : recompute_.has(RecomputeModule::kMlp));
+  }
+  // QKV's (or MLA's) GEMM input from the layer input x [Nl, h]: input_layernorm's output (into
+  // mean and rstd its statistics), gathered over SP; from `keep`.
+  Act attention_input(const RunCtx& rc,
+                      const TokenLayout& tl,
+                      const float* x,
+                      float* mean,
+                      float* rstd,
+                      Arena& keep,
+                      Arena& scratch) const;
+  // pre_mlp_layernorm of x2 [Nl, h] (statistics into mean and rstd): a dense MLP's GEMM input
+  // into gemm_in; returned, the fp32 output [Nl, h] when the routed experts read it (else null).
+  // From `keep`.
+  float* mlp_input(const RunCtx& rc,
+                   const TokenLayout& tl,
+                   const float* x2,
+                   float* mean,
+                   float* rstd,
+                   Act& gemm_in,
+                   Arena& keep,
+                   Arena& scratch) const;
+  // The dense MLP's fc1 output and activation (st.fc1, st.act_in) from st.ln2_in, from `keep`.
+  void mlp_up(const RunCtx& rc, int64_t N, Stash& st, Arena& keep, Arena& scratch) const;
   // st.att (or, with bf16_qkv, st.att_in) from the normed input st.ln1_in: q, k and v (QKV or
   // MLA's projections, norms, RoPE; in st), then attention().
   void qkv_attention(const RunCtx& rc,
@@ -180,6 +224,7 @@ class TransformerLayer {
   int fc1_w_ = -1, fc1_b_ = -1, fc2_w_ = -1, fc2_b_ = -1;  // dense MLP or shared expert
   std::unique_ptr<MoELayer> moe_;
   std::unique_ptr<MlaProjection> mla_;  // multi-latent attention, in place of linear_qkv
+  RecomputeModules recompute_;
 };
 
 }  // namespace mtron::model

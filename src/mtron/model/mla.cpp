@@ -29,8 +29,9 @@ ParamSpec replicated_weight(std::string name,
 MlaProjection::MlaProjection(const ModelConfig& cfg,
                              const std::string& prefix,
                              const parallel::TensorParallel& tp,
-                             ParamBuffer& params)
-    : cfg_(cfg), m_(cfg.mla), p_(params) {
+                             ParamBuffer& params,
+                             bool recompute_up)
+    : cfg_(cfg), m_(cfg.mla), p_(params), recompute_up_(recompute_up) {
   const int64_t H = cfg.num_attention_heads, h = cfg.hidden_size, Dq = m_.q_head_dim();
   Hl_ = H / tp.size;
   h_ = h;
@@ -112,17 +113,35 @@ void MlaProjection::query(const RunCtx& rc,
                           Arena& scratch,
                           Act x,
                           float* q) const {
-  const int64_t Dq = m_.q_head_dim(), qr = m_.q_lora_rank;
+  const int64_t qr = m_.q_lora_rank;
   if (q_down_ >= 0) {
     st.qc = keep.alloc<float>(N * qr);
     linear_forward(rc, st.qc, x, p_.weight(q_down_), nullptr, N, h_, qr);
     st.qn_in = normed_input(rc, q_norm_, keep, scratch, st.qc, N, qr, &st.q_mean, &st.q_rstd);
-    linear_forward(rc, q, st.qn_in, p_.weight(q_up_), nullptr, N, qr, Hl_ * Dq);
-  } else {
-    linear_forward(rc, q, x, p_.weight(q_up_), nullptr, N, h_, Hl_ * Dq);
   }
+  query_up(rc, pos, N, q_down_ >= 0 ? st.qn_in : x, q);
+}
+
+void MlaProjection::query_up(
+    const RunCtx& rc, const int32_t* pos, int64_t N, Act in, float* q) const {
+  const int64_t Dq = m_.q_head_dim();
+  linear_forward(rc, q, in, p_.weight(q_up_), nullptr, N, q_down_ >= 0 ? m_.q_lora_rank : h_,
+                 Hl_ * Dq);
   kernels::rope_forward(rc.k, q + m_.qk_head_dim, pos, N, Hl_, Dq, m_.qk_pos_emb_head_dim, rope_,
                         0);
+}
+
+void MlaProjection::expand(const RunCtx& rc,
+                           int64_t N,
+                           Arena& scratch,
+                           Act kvn_in,
+                           const float* kpe,
+                           float* k,
+                           float* v) const {
+  const int64_t Dn = m_.qk_head_dim, Dr = m_.qk_pos_emb_head_dim, Dv = m_.v_head_dim;
+  float* kv = scratch.alloc<float>(N * Hl_ * (Dn + Dv));
+  linear_forward(rc, kv, kvn_in, p_.weight(kv_up_), nullptr, N, m_.kv_lora_rank, Hl_ * (Dn + Dv));
+  kernels::mla_kv_split(rc.k, k, v, kv, kpe, N, Hl_, Dn, Dr, Dv);
 }
 
 const float* MlaProjection::latent(const RunCtx& rc,
@@ -159,14 +178,25 @@ void MlaProjection::forward(const RunCtx& rc,
                             float* q,
                             float* k,
                             float* v) const {
-  const int64_t Dn = m_.qk_head_dim, Dr = m_.qk_pos_emb_head_dim, Dv = m_.v_head_dim;
   query(rc, pos, N, st, keep, scratch, x, q);
-  float* kpe = scratch.alloc<float>(N * Dr);
+  float* kpe = (recompute_up_ ? keep : scratch).alloc<float>(N * m_.qk_pos_emb_head_dim);
   latent(rc, pos, N, st, keep, scratch, x, kpe);
-  float* kv = scratch.alloc<float>(N * Hl_ * (Dn + Dv));
-  linear_forward(rc, kv, st.kvn_in, p_.weight(kv_up_), nullptr, N, m_.kv_lora_rank,
-                 Hl_ * (Dn + Dv));
-  kernels::mla_kv_split(rc.k, k, v, kv, kpe, N, Hl_, Dn, Dr, Dv);
+  st.kpe = recompute_up_ ? kpe : nullptr;
+  expand(rc, N, scratch, st.kvn_in, kpe, k, v);
+}
+
+void MlaProjection::up(const RunCtx& rc,
+                       const int32_t* pos,
+                       int64_t N,
+                       const Stash& st,
+                       Arena& scratch,
+                       Act x,
+                       float* q,
+                       float* k,
+                       float* v) const {
+  MT_ASSERT(st.kpe, "MLA's up projections recomputed without their stash");
+  query_up(rc, pos, N, q_down_ >= 0 ? st.qn_in : x, q);
+  expand(rc, N, scratch, st.kvn_in, st.kpe, k, v);
 }
 
 void MlaProjection::attend_cached(const RunCtx& rc,

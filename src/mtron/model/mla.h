@@ -41,16 +41,20 @@ class MlaProjection {
     Act qn_in;             // [N, q_lora_rank] q_up's GEMM input
     float* ckv = nullptr;  // [N, kv_lora_rank] kv_down's latent (kv_layernorm's input)
     float *kv_mean = nullptr, *kv_rstd = nullptr;
-    Act kvn_in;  // [N, kv_lora_rank] kv_up's GEMM input
+    Act kvn_in;            // [N, kv_lora_rank] kv_up's GEMM input
+    float* kpe = nullptr;  // [N, Dr] the shared RoPE key after RoPE (with recompute_up only)
   };
 
   MlaProjection(const ModelConfig& cfg,
                 const std::string& prefix,
                 const parallel::TensorParallel& tp,
-                ParamBuffer& params);
+                ParamBuffer& params,
+                bool recompute_up = false);
 
   // From x [N, h] (the GEMM input of all N rows): q [N, Hl, Dq], k [N, Hl, Dq] after RoPE and
-  // v [N, Hl, Dv]. Stash buffers from `keep`, temporaries from `scratch`.
+  // v [N, Hl, Dv]. Stash buffers from `keep`, temporaries from `scratch`. With recompute_up
+  // (--recompute-modules mla_up_proj) the stash also keeps the rotated RoPE key, from which
+  // up() makes q, k and v again.
   void forward(const RunCtx& rc,
                const int32_t* pos,
                int64_t N,
@@ -61,6 +65,17 @@ class MlaProjection {
                float* q,
                float* k,
                float* v) const;
+  // q, k and v again, as forward() made them, from its stash (recompute_up) and x.
+  void up(const RunCtx& rc,
+          const int32_t* pos,
+          int64_t N,
+          const Stash& st,
+          Arena& scratch,
+          Act x,
+          float* q,
+          float* k,
+          float* v) const;
+  bool recompute_up() const { return recompute_up_; }
   // Generation over the cache [capacity, B, MlaConfig::latent_width()] (sequence-major,
   // [kv_layernorm(ckv) | rope(kpe)] per row) whose first `cached` positions are filled: appends the
   // N = S*B new rows x [N, h] (positions cached .. cached + S - 1, pos[N]) and writes att [N,
@@ -105,6 +120,16 @@ class MlaProjection {
              Arena& scratch,
              Act x,
              float* q) const;
+  // q [N, Hl, Dq] after RoPE from q_up's GEMM input (the normed query latent, or x).
+  void query_up(const RunCtx& rc, const int32_t* pos, int64_t N, Act in, float* q) const;
+  // k [N, Hl, Dq] and v [N, Hl, Dv] from kv_up's GEMM input and the rotated RoPE key kpe.
+  void expand(const RunCtx& rc,
+              int64_t N,
+              Arena& scratch,
+              Act kvn_in,
+              const float* kpe,
+              float* k,
+              float* v) const;
   // The latent kv_layernorm(ckv) [N, kv_lora_rank] (returned, fp32; its GEMM input in
   // st.kvn_in) and kpe [N, Dr] after RoPE from x.
   const float* latent(const RunCtx& rc,
@@ -146,6 +171,7 @@ class MlaProjection {
   kernels::RopeFreq rope_;       // plain RoPE or YaRN (core/mla_config.h)
   int q_down_ = -1, q_up_ = -1;  // q_up_: linear_q_up_proj, or linear_q_proj without q_down_
   int kv_down_ = -1, kv_up_ = -1;
+  bool recompute_up_;
 };
 
 }  // namespace mtron::model

@@ -85,8 +85,14 @@ MoELayer::MoELayer(const ModelConfig& cfg,
                    const parallel::TensorParallel& tp,
                    const parallel::ExpertParallel& ep,
                    ParamBuffer& dense,
-                   ParamBuffer& experts)
-    : cfg_(cfg), dense_(dense), experts_(experts), layer_(layer), prefix_(prefix) {
+                   ParamBuffer& experts,
+                   bool recompute_activation)
+    : cfg_(cfg),
+      dense_(dense),
+      experts_(experts),
+      layer_(layer),
+      prefix_(prefix),
+      recompute_activation_(recompute_activation) {
   E_ = cfg.num_experts;
   k_ = cfg.moe_router_topk;
   h_ = cfg.hidden_size;
@@ -367,7 +373,8 @@ void MoELayer::forward(const RunCtx& rc,
     return Act::of(out);
   };
   st.fc1 = bf16_outputs(rc) ? fc1(keep.alloc<bf16>(R * w1)) : fc1(keep.alloc<float>(R * w1));
-  st.act_in = mlp_activation(rc, keep, scratch, st.fc1, R, Fl_, cfg_.activation());
+  st.act_in = mlp_activation(rc, stash && recompute_activation_ ? scratch : keep, scratch, st.fc1,
+                             R, Fl_, cfg_.activation());
   float* eout = scratch.alloc<float>(R * h);  // partial over ETP
   st.plan.for_each_expert([&](int64_t e, int64_t b, int64_t n) {
     linear_forward(rc, eout + b * h, st.act_in.at(b * Fl_), experts_.weight(fc2_w_[e]), nullptr, n,
@@ -396,11 +403,14 @@ void MoELayer::backward(const RunCtx& rc,
   float* deout = scratch.alloc<float>(R * h);
   st.plan.to_experts(deout, dcomb, h, scratch);
   const int64_t w1 = cfg_.swiglu ? 2 * Fl_ : Fl_;
+  const Act act_in = recompute_activation_
+                         ? mlp_activation(rc, scratch, scratch, st.fc1, R, Fl_, cfg_.activation())
+                         : st.act_in;
   // fc2's dgrad in fc1's output type (the activation's backward reads both)
   const auto fc2_dgrad = [&](auto* dact) {
     st.plan.for_each_expert([&](int64_t e, int64_t b, int64_t n) {
       linear_backward(rc, scratch, dact + b * Fl_, experts_.grad(fc2_w_[e]), nullptr, deout + b * h,
-                      st.act_in.at(b * Fl_), experts_.weight(fc2_w_[e]), n, Fl_, h);
+                      act_in.at(b * Fl_), experts_.weight(fc2_w_[e]), n, Fl_, h);
     });
     return Act::of(dact);
   };

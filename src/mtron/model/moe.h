@@ -96,7 +96,7 @@ class MoELayer {
     parallel::DispatchPlan plan;
     Act expert_in;              // [R, h]
     Act fc1;                    // [R, Fl or 2 Fl] before the activation (bf16 or fp32)
-    Act act_in;                 // [R, Fl]
+    Act act_in;                 // [R, Fl] (not kept with recompute_activation)
     float* combined = nullptr;  // [P, h] expert outputs back in local order
     MoEStats stats;             // this micro-batch, this layer
     std::vector<int64_t> kept;  // [E] this rank's kept pairs per expert, on the host
@@ -105,14 +105,17 @@ class MoELayer {
   // Registers the router (in `dense`, replicated, sequence-parallel) and this EP rank's experts
   // (in `experts`, sharded over ETP; named by global expert index) for global layer `layer`
   // (num_layers + depth for an MTP depth's), under the MLP prefix `prefix` (Megatron's
-  // "decoder.layers.L.mlp." or "mtp.layers.<depth>.transformer_layer.mlp.").
+  // "decoder.layers.L.mlp." or "mtp.layers.<depth>.transformer_layer.mlp."). recompute_activation
+  // (--recompute-modules moe_act): the experts' activation output is not stashed; backward
+  // computes it again from fc1's output.
   MoELayer(const ModelConfig& cfg,
            int64_t layer,
            const std::string& prefix,
            const parallel::TensorParallel& tp,
            const parallel::ExpertParallel& ep,
            ParamBuffer& dense,
-           ParamBuffer& experts);
+           ParamBuffer& experts,
+           bool recompute_activation = false);
   // y[T, h] (written) from x[T, h]; stash from `keep`, temporaries from `scratch`. Collective
   // over the EP, ETP and TP x CP groups. st null (inference): no stash, no auxiliary statistics
   // and no capacity limit (dropless, as Hugging Face's Mixtral: the next token does not depend
@@ -178,6 +181,7 @@ class MoELayer {
   int64_t layer_;
   std::string prefix_;
   int64_t E_, k_, h_, El_, Fl_;  // experts, top-k, hidden, local experts, local expert ffn
+  bool recompute_activation_;
   int router_w_ = -1;
   std::vector<int> fc1_w_, fc2_w_;  // per local expert
   std::vector<float> expert_bias_;

@@ -30,7 +30,7 @@ MtpLayer::MtpLayer(const ModelConfig& cfg,
   hnorm_.add_params(cfg, pre + "hnorm", sp, params);
   eh_w_ = params.add(
       sharded_spec(pre + "eh_proj.weight", {h_, 2 * h_}, 0, tp.rank, tp.size, cfg.init_method_std));
-  layer_.emplace(cfg, cfg.num_layers + depth, tp, ep, params, expert_params,
+  layer_.emplace(cfg, cfg.num_layers + depth, tp, ep, params, expert_params, RecomputeModules{0},
                  pre + "transformer_layer.");
   final_norm_.add_params(cfg, pre + "final_layernorm", sp, params);
 }
@@ -94,7 +94,7 @@ void MtpLayer::forward(const RunCtx& rc,
 
 void MtpLayer::backward(const RunCtx& rc,
                         const TokenLayout& tl,
-                        const Stash& st,
+                        Stash& st,
                         Arena& scratch,
                         float* dout,
                         float* de,

@@ -60,7 +60,7 @@ class MtpLayer {
   // d(loss)/d(hid) to dhid [Nl, h]; parameter gradients accumulate.
   void backward(const RunCtx& rc,
                 const TokenLayout& tl,
-                const Stash& st,
+                Stash& st,
                 Arena& scratch,
                 float* dout,
                 float* de,

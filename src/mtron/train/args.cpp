@@ -90,6 +90,18 @@ void validate_schedule_flags(TrainArgs& a, bool warmup_iters_set) {
   }
 }
 
+// Megatron's rules for --recompute-modules under selective recompute (TransformerConfig's
+// __post_init__), with its messages.
+void check_recompute_modules(const RecomputeModules& r,
+                             const ModelConfig& m,
+                             bool shared_expert_overlap) {
+  MT_CHECK(!r.has(RecomputeModule::kMlaUpProj) || m.mla.enabled,
+           "mla_up_proj in recompute_modules is only supported with multi_latent_attention.");
+  MT_CHECK(!r.has(RecomputeModule::kSharedExperts) || m.moe_shared_expert_intermediate_size == 0 ||
+               !shared_expert_overlap,
+           "shared_experts recompute cannot work with --moe-shared-expert-overlap.");
+}
+
 }  // namespace
 
 bool parse_train_args(int argc, char** argv, int64_t world_size, TrainArgs& a) {
@@ -223,6 +235,15 @@ bool parse_train_args(int argc, char** argv, int64_t world_size, TrainArgs& a) {
       ->group(t);
   app.add_option("--recompute-num-layers", a.recompute.num_layers, "Layers per recompute group")
       ->group(t);
+  std::vector<std::string> recompute_modules;
+  auto* modules_opt =
+      app.add_option(
+             "--recompute-modules", recompute_modules,
+             "With --recompute-granularity selective, the parts of every layer that "
+             "backward rebuilds: core_attn (default), moe_act, layernorm, mla_up_proj, mlp, "
+             "moe, shared_experts (docs/flags.md)")
+          ->expected(0, -1)
+          ->group(t);
 
   const char* o = "Optimizer";
   std::string optimizer = "adam";
@@ -371,8 +392,8 @@ bool parse_train_args(int argc, char** argv, int64_t world_size, TrainArgs& a) {
   checkpoint::add_checkpoint_flags(app, a.checkpoint);
   add_compat_flags(app, a.notes);
 
-  std::vector<std::string> args =
-      last_occurrence_only(argc, argv, {"--data-path", "--step-batch-size-schedule"});
+  std::vector<std::string> args = last_occurrence_only(
+      argc, argv, {"--data-path", "--step-batch-size-schedule", "--recompute-modules"});
   std::reverse(args.begin(), args.end());  // CLI11 takes a vector in reverse order
   try {
     app.parse(args);
@@ -575,6 +596,15 @@ bool parse_train_args(int argc, char** argv, int64_t world_size, TrainArgs& a) {
     MT_CHECK(!recompute_method_set,
              "recompute method is not yet supported for selective "
              "recomputing granularity");
+  }
+  if (modules_opt->count() > 0) {
+    a.recompute.modules = parse_recompute_modules(recompute_modules);
+    if (a.recompute.granularity != RecomputeGranularity::kSelective)
+      a.notes.push_back(
+          "--recompute-modules has no effect without --recompute-granularity selective");
+  }
+  if (a.recompute.granularity == RecomputeGranularity::kSelective) {
+    check_recompute_modules(a.recompute.modules, a.model, app.count("--moe-shared-expert-overlap"));
   }
   MT_CHECK(a.recompute.num_layers >= 1, "--recompute-num-layers must be >= 1");
   MT_CHECK(a.ddp_bucket_size >= 0, "--ddp-bucket-size must be >= 0");

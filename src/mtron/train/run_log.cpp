@@ -43,6 +43,8 @@ void log_run_header(const TrainArgs& a, int rank, bool logger, const RunHeader& 
     log_info("mtron {}: {}", mtron_version(), kernels::cpu_summary());
     log_info("model: {}", a.model.summary());
     log_info("layout: {}", par.summary());
+    if (a.recompute.granularity != RecomputeGranularity::kNone)
+      log_info("activation recompute: {}", a.recompute.describe());
     if (a.batches.varies()) log_info("global batch size: {}", a.batches.describe());
     log_info("parameters: {:.2f} M (padded vocab {})",
              double(a.model.num_parameters(par.tp())) / 1e6, a.model.padded_vocab_size(par.tp()));

@@ -40,8 +40,10 @@ std::string stage_layers(const TrainArgs& a) {
 // --print-layout: the layout, the schedule and Megatron's memory estimate, from the flags only.
 std::string layout_report(const TrainArgs& a) {
   std::string s = format_layout(a.parallel) + stage_layers(a);
-  s += fmt::format("\nmodel: {}\nlayout: {}\nglobal batch size: {}; {} iterations\n",
-                   a.model.summary(), a.parallel.summary(), a.batches.describe(), a.train_iters);
+  s += fmt::format("\nmodel: {}\nlayout: {}\n", a.model.summary(), a.parallel.summary());
+  if (a.recompute.granularity != RecomputeGranularity::kNone)
+    s += fmt::format("activation recompute: {}\n", a.recompute.describe());
+  s += fmt::format("global batch size: {}; {} iterations\n", a.batches.describe(), a.train_iters);
   s += format_theoretical_memory(
       megatron_theoretical_memory(a.model, a.parallel, a.recompute.granularity));
   for (const std::string& n : a.notes) s += "\nnote: " + n;
