@@ -12,7 +12,7 @@ fail() { echo "FAIL: $*" >&2; exit 1; }
 # Help is complete: every group and the key flags.
 "$MTRON" plan --help > "$TMP/help"
 for want in "--model" "--hardware" "--gpus" "--global-batch-size" "--tensor-model-parallel-size" \
-            "--recompute-granularity" "--emit" "--json" "--calibrate" "--num-layers" \
+            "--recompute-granularity" "--recompute-modules" "--emit" "--json" "--calibrate" "--num-layers" \
             "--group-query-attention" "--num-experts" "--memory-margin" "--no-distributed-optimizer"; do
   grep -q -- "$want" "$TMP/help" || fail "plan --help lacks $want"
 done
@@ -50,6 +50,29 @@ for flag in --microbatch-group-size-per-virtual-pipeline-stage --decoder-first-p
   set -e
   [ $rc -eq 2 ] && grep -q -- "${flag%%-pipeline*}" "$TMP/err" || fail "$flag: exit $rc, $(cat "$TMP/err")"
 done
+# --recompute-modules: Megatron's names, selective recompute only, Megatron's rules; a plan with
+# them names them (table and JSON).
+expect_refused() {  # expect_refused PATTERN ARGS...: exit 2 and PATTERN in the message
+  local pattern=$1 rc
+  shift
+  set +e
+  "$MTRON" plan "$@" 2> "$TMP/err"; rc=$?
+  set -e
+  [ $rc -eq 2 ] && grep -q -- "$pattern" "$TMP/err" || fail "$*: exit $rc, $(cat "$TMP/err")"
+}
+expect_refused "invalid choice 'attn'.*core_attn, moe_act, layernorm, mla_up_proj, mlp, moe, shared_experts" \
+  --model llama2-7b --gpus 8 --recompute-modules core_attn attn
+expect_refused "applies to --recompute-granularity selective only (got --recompute-granularity full)" \
+  --model llama2-7b --gpus 8 --recompute-granularity full --recompute-modules mlp
+expect_refused "mla_up_proj in recompute_modules is only supported with multi_latent_attention" \
+  --model llama2-7b --gpus 8 --recompute-modules mla_up_proj
+expect_refused "Delayed scaling does not support moe_act and layernorm recompute for fp8" \
+  --model mixtral-8x7b --gpus 64 --fp8-format hybrid --recompute-modules moe_act
+"$MTRON" plan --model llama2-7b --gpus 8 --recompute-granularity selective --recompute-modules \
+  layernorm mlp --json -o "$TMP/rm.json"
+/usr/bin/python3 -c "import json,sys; p=json.load(open(sys.argv[1]))['plans'][0]; assert p['layout']['recompute_modules']==['layernorm','mlp'], p['layout']; assert p['name'].endswith('recompute-selective(layernorm mlp)'), p['name']" "$TMP/rm.json" \
+  || fail "JSON plan with --recompute-modules"
+
 # A fixed split: DeepSeek-V3 at Megatron-Bridge's published layout (the embedding and 1 layer, 30
 # virtual stages of 2, the MTP layer and the loss over PP8 x VP4: 7, 8 x 6 and 6 layers per rank);
 # a layout needs the pipeline size.

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The planner's launch scripts run as written: for eight catalog plans and the three launchers
+# The planner's launch scripts run as written: for ten catalog plans and the three launchers
 # (mpirun, srun, sbatch), `mtron plan --emit` writes a script, which is then executed with
 # stand-in launchers on PATH (tests/e2e/launchers: they run its `mtron train` line once, with
 # --print-layout --world-size N appended, and srun requires --mpi=pmix), so mtron train's own
@@ -7,7 +7,9 @@
 # --device cuda. The committed examples/ and a fresh regeneration of them are checked the same
 # way. GPT-3 plans with its dropout (0.1, the default) and Mixtral with expert parallelism, which
 # --device cuda runs; DeepSeek-V3 at Megatron-Bridge's pipeline layout and Llama 3.1 405B with the
-# embedding and loss counted as layers: the fixed splits reach the script.
+# embedding and loss counted as layers: the fixed splits reach the script. DeepSeek-V3 at
+# Megatron-Bridge's recompute (--recompute-modules mla_up_proj mlp) and Mixtral with moe_act,
+# layernorm and shared_experts: the modules (and moe_act's --moe-grouped-gemm) reach the script.
 # Usage: emit_roundtrip.sh MTRON_BINARY
 set -euo pipefail
 MTRON=$1
@@ -36,6 +38,8 @@ plans=(
   "gpt2-124m --hardware local-cpu --gpus 4 --global-batch-size 8 --fp32 --calibration /nonexistent"
   "deepseek-v3 --gpus 1024 --global-batch-size 8192 --tensor-model-parallel-size 2 --pipeline-model-parallel-size 8 --expert-model-parallel-size 64 --pipeline-model-parallel-layout Et|(tt|)*30mL"
   "llama3.1-405b --gpus 1024 --global-batch-size 512 --tensor-model-parallel-size 8 --pipeline-model-parallel-size 8 --context-parallel-size 2 --num-virtual-stages-per-pipeline-rank 8 --account-for-embedding-in-pipeline-split --account-for-loss-in-pipeline-split"
+  "deepseek-v3 --gpus 1024 --global-batch-size 8192 --fp8-format hybrid --memory-margin 0 --tensor-model-parallel-size 2 --pipeline-model-parallel-size 8 --expert-model-parallel-size 64 --pipeline-model-parallel-layout Et|(tt|)*30mL --recompute-modules mla_up_proj mlp"
+  "mixtral-8x7b --gpus 64 --recompute-modules moe_act layernorm shared_experts"
 )
 n=0
 for p in "${plans[@]}"; do
@@ -54,11 +58,20 @@ for p in "${plans[@]}"; do
       *account*) grep -q -- "--account-for-loss-in-pipeline-split" "$script" \
         || fail "$p: no --account-for-loss-in-pipeline-split in $script" ;;
     esac
+    case "$p" in
+      *recompute-modules*) modules=${p##*--recompute-modules }
+        grep -q -- "--recompute-granularity selective" "$script" \
+          && grep -q -- "--recompute-modules $modules\$" "$script" \
+          || fail "$p: no --recompute-modules $modules in $script" ;;
+    esac
+    case "$p" in
+      *moe_act*) grep -q -- "--moe-grouped-gemm" "$script" || fail "$p: no --moe-grouped-gemm" ;;
+    esac
     run_script "$script" "$TMP/$n.out"
     n=$((n + 1))
   done
 done
-[ $n -eq 24 ] || fail "$n scripts"
+[ $n -eq 30 ] || fail "$n scripts"
 
 # The examples as committed, and regenerated.
 cp -r "$ROOT/examples" "$TMP/regenerated"

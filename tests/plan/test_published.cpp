@@ -112,5 +112,21 @@ TEST(Published, DeepSeekV3FlopsPerTokenAreTheMegatronBridgeRows) {
   EXPECT_NEAR(per_token / (338e12 / 1297), 1.0, 0.005);
 }
 
+// Megatron-Bridge's H100 DeepSeek-V3 run recomputes the MLA up-projections and the dense layers'
+// MLPs (--recompute-modules mla_up_proj mlp): the row is planned at that recompute, and at the
+// published layout it fits the memory model's 80 GB.
+TEST(Published, DeepSeekV3RowRunsItsPublishedRecompute) {
+  const auto rows = rows_where([](const PublishedRow& r) { return r.label == "H100 DEEPSEEK_V3"; });
+  ASSERT_EQ(rows.size(), 1u);
+  const RowPrediction p = row_errors(rows)[0];
+  ASSERT_TRUE(p.planned);
+  const Layout& l = p.plan.layout;
+  EXPECT_EQ(layout_name(l),
+            "TP2 PP8 VPP4 CP1 EP64 ETP1 DP64 mbs1 recompute-selective(mla_up_proj mlp)");
+  EXPECT_TRUE(p.plan.memory.fits(0));
+  std::printf("%s: %.0f predicted, %.0f published (%+.1f%%), %.1f GiB\n", rows[0]->name().c_str(),
+              p.predicted, p.published, 100 * p.error, p.plan.memory.total() / (1 << 30));
+}
+
 }  // namespace
 }  // namespace mtron::plan

@@ -17,25 +17,25 @@ plan's script, and then:
       MTRON_CUDASIM --device cuda (the CUDA code path on the CPU emulation); it must exit 0 and
       log a finite loss for both iterations.
 The scaled copy keeps every flag of the script except these, which it replaces: 2 layers per
-pipeline stage, hidden 64, FFN 128, 4 heads (2 query groups with GQA, kv channels 16), seq and
-max positions 32, vocab 500; multi-latent attention at q rank 24, kv rank 16, head dims 12 + 8
-and 10; 4 experts (8 with router groups: 4 groups, 2 chosen) with top-k at most 2, expert FFN
-48, shared expert 64, --moe-layer-freq lists sampled at evenly spaced layers (DeepSeek-V3 at
-PP1: [0,1]). Each parallel size (TP, PP, CP, EP, ETP, DP) is capped at 2 (DP raised to 2 where
-the expert grid needs it), virtual pipeline stages become 2 where PP stays 2 (one layer per
-virtual stage); an uneven split stays uneven at PP2 (v layers first, 2v last, 3v in all, v the
-virtual stages per rank; dropped at PP1); sequence parallelism, the distributed optimizer and its overlaps,
---tp-comm-overlap, recompute, precision and FP8 flags, dropout, normalization, activation,
-positions, MTP and routing are kept. The batch is 2 x PP micro-batches of 1 sequence per DP
-rank; --train-iters 2, --lr-warmup-iters 1, --eval-iters 0, --log-interval 1. The top plans
-scale to DP2 (2 ranks), TP2 SP DP2 (4), TP2 SP PP2 VPP2 DP2 (8), TP2 SP PP2 DP2 with full
-recompute (8; Llama 3.1 405B), PP2 VPP2 EP2 DP2 (4; Mixtral 8x7B), TP2 SP PP2 VPP2 EP2 DP2 (8;
-Mixtral 8x22B) and TP2 SP PP2 EP2 DP2 with stages of 1 and 2 layers and full recompute (8;
-DeepSeek-V3, whose plan splits its 61 layers 30/31), all with the distributed optimizer and
-bf16. Copies that differ only in constants that select no code path (rotary base, norm epsilon,
-init std, the aux-loss coefficient, max positions) train once: the 28 plans come down to 20
-runs, listed in the output (about 70 CPU-seconds); DeepSeek-V3's FP8 plan trains as TP2 SP PP2
-EP2 DP2 with full recompute and its multi-latent attention's projections in FP8.
+pipeline stage, hidden 64, FFN 128, 4 heads (2 query groups with GQA, kv channels 16), seq and max
+positions 32, vocab 500; multi-latent attention at q rank 24, kv rank 16, head dims 12 + 8 and 10;
+4 experts (8 with router groups: 4 groups, 2 chosen) with top-k at most 2, expert FFN 48, shared
+expert 64, --moe-layer-freq lists sampled at evenly spaced layers (DeepSeek-V3 at PP1: [0,1]). Each
+parallel size (TP, PP, CP, EP, ETP, DP) is capped at 2 (DP raised to 2 where the expert grid needs
+it), virtual pipeline stages become 2 where PP stays 2 (one layer per virtual stage); an uneven
+split stays uneven at PP2 (v layers first, 2v last, 3v in all, v the virtual stages per rank;
+dropped at PP1); sequence parallelism, the distributed optimizer and its overlaps,
+--tp-comm-overlap, recompute (and its modules), precision and FP8 flags, dropout, normalization,
+activation, positions, MTP and routing are kept. The batch is 2 x PP micro-batches of 1 sequence
+per DP rank; --train-iters 2, --lr-warmup-iters 1, --eval-iters 0, --log-interval 1. The top plans
+scale to DP2 (2 ranks), TP2 SP DP2 (4), TP2 SP PP2 VPP2 DP2 (8), TP2 SP PP2 DP2 with full recompute
+(8; Llama 3.1 405B), PP2 VPP2 EP2 DP2 (4; Mixtral 8x7B), TP2 SP PP2 VPP2 EP2 DP2 (8; Mixtral 8x22B)
+and TP2 SP PP2 EP2 DP2 with stages of 1 and 2 layers and selective recompute of mla_up_proj (8;
+DeepSeek-V3, whose plan splits its 61 layers 30/31), all with the distributed optimizer and bf16.
+Copies that differ only in constants that select no code path (rotary base, norm epsilon, init std,
+the aux-loss coefficient, max positions) train once: the 28 plans come down to 20 runs, listed in
+the output (about 70 CPU-seconds); DeepSeek-V3's FP8 plan trains as TP2 SP PP2 EP2 DP2 with
+selective recompute of mla_up_proj and its multi-latent attention's projections in FP8.
 """
 import glob
 import json
@@ -84,18 +84,19 @@ def fail(msg):
 
 
 class Flags:
-    """An argv as ordered (flag, value or None) pairs; a value is a word not starting with --."""
+    """An argv as ordered [flag, values] pairs; values are the words up to the next --word."""
 
     def __init__(self, argv):
         self.items = []
-        i = 0
-        while i < len(argv):
-            has_value = i + 1 < len(argv) and not argv[i + 1].startswith("--")
-            self.items.append([argv[i], argv[i + 1] if has_value else None])
-            i += 2 if has_value else 1
+        for w in argv:
+            if w.startswith("--") or not self.items:
+                self.items.append([w, []])
+            else:
+                self.items[-1][1].append(w)
 
     def get(self, flag, default=None):
-        return next((v for f, v in self.items if f == flag), default)
+        """The flag's value (several: joined by spaces); None for a flag without one."""
+        return next((" ".join(v) if v else None for f, v in self.items if f == flag), default)
 
     def has(self, flag):
         return any(f == flag for f, _ in self.items)
@@ -103,15 +104,15 @@ class Flags:
     def set(self, flag, value):
         for item in self.items:
             if item[0] == flag:
-                item[1] = value
+                item[1] = [value]
                 return
-        self.items.append([flag, value])
+        self.items.append([flag, [value]])
 
     def drop(self, flag):
         self.items = [i for i in self.items if i[0] != flag]
 
     def argv(self):
-        return [w for f, v in self.items for w in ([f] if v is None else [f, v])]
+        return [w for f, v in self.items for w in [f] + v]
 
 
 def script_args(script):
@@ -201,6 +202,8 @@ def layout(ranks, argv):
         words.append("distopt")
     if a.has("--recompute-granularity"):
         words.append(a.get("--recompute-granularity"))
+    if a.has("--recompute-modules"):
+        words[-1] += "(%s)" % a.get("--recompute-modules", "")
     words.append("bf16" if a.has("--bf16") else "fp32")
     if a.has("--fp8-format"):
         words.append("fp8 " + a.get("--fp8-format"))
@@ -209,7 +212,8 @@ def layout(ranks, argv):
 
 def run_key(ranks, argv):
     """What makes two copies the same run: the ranks and the flags (in any order) but CONSTANTS."""
-    return (ranks, tuple(sorted((f, v or "") for f, v in Flags(argv).items if f not in CONSTANTS)))
+    return (ranks, tuple(sorted((f, " ".join(v)) for f, v in Flags(argv).items
+                                if f not in CONSTANTS)))
 
 
 def emit(mtron, tmp, name, gpus, extra, n):

@@ -38,6 +38,11 @@ RecomputeModules parse_recompute_modules(const std::vector<std::string>& words) 
   return r;
 }
 
+void check_recompute_modules(const RecomputeModules& r, const ModelConfig& m) {
+  MT_CHECK(!r.has(RecomputeModule::kMlaUpProj) || m.mla.enabled,
+           "mla_up_proj in recompute_modules is only supported with multi_latent_attention.");
+}
+
 std::string RecomputeModules::describe() const {
   std::string s;
   for (const auto& [name, m] : recompute_module_names()) {

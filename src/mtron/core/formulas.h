@@ -58,6 +58,9 @@ const std::vector<std::pair<std::string_view, RecomputeModule>>& recompute_modul
 // The modules of --recompute-modules' words (none: an empty list, as Megatron's nargs='*');
 // throws mtron::Error naming a word that is not a module and the choices.
 RecomputeModules parse_recompute_modules(const std::vector<std::string>& words);
+// Megatron's rule on the modules that needs only the model (TransformerConfig, its message):
+// mla_up_proj needs multi-latent attention.
+void check_recompute_modules(const RecomputeModules& r, const ModelConfig& m);
 
 // Bytes of model state per parameter held by one rank (Megatron's table in
 // docs/.../dist_optimizer.md): bf16 params with fp32 grads 18, or 6 + 12/d with the distributed

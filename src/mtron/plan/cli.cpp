@@ -62,6 +62,16 @@ std::string list_catalogs() {
   return s;
 }
 
+// Megatron's rules for --recompute-modules (TransformerConfig), with its messages; a plan's
+// launch script runs FP8 with delayed scaling.
+void check_plan_recompute_modules(const RecomputeModules& r, const ModelConfig& m, Precision p) {
+  check_recompute_modules(r, m);
+  MT_CHECK(p != Precision::kFP8 ||
+               !(r.has(RecomputeModule::kMoeAct) || r.has(RecomputeModule::kLayernorm)),
+           "Delayed scaling does not support moe_act and layernorm recompute for fp8 (the "
+           "launch script runs --fp8-recipe delayed).");
+}
+
 // No layout fits: say why, and what would.
 std::string nothing_fits(const ModelConfig& m,
                          const Cluster& c,
@@ -207,6 +217,13 @@ int run_plan(std::vector<std::string> args) {
   app.add_option("--recompute-granularity", recompute, "Fix recompute: none, selective or full")
       ->check(CLI::IsMember({"none", "selective", "full"}))
       ->group(g);
+  std::vector<std::string> recompute_modules;
+  auto* modules_opt =
+      app.add_option("--recompute-modules", recompute_modules,
+                     "Fix selective recompute with these modules (Megatron's names: core_attn, "
+                     "the default; moe_act, layernorm, mla_up_proj, mlp, moe, shared_experts)")
+          ->expected(0, -1)
+          ->group(g);
   app.add_flag("--no-distributed-optimizer", no_distopt,
                "Do not shard the optimizer state (--use-distributed-optimizer is used by "
                "default wherever DP x CP > 1)")
@@ -359,6 +376,15 @@ int run_plan(std::vector<std::string> args) {
     o.recompute = recompute == "none"        ? RecomputeGranularity::kNone
                   : recompute == "selective" ? RecomputeGranularity::kSelective
                                              : RecomputeGranularity::kFull;
+  if (modules_opt->count() > 0) {
+    MT_CHECK(recompute.empty() || recompute == "selective",
+             "--recompute-modules applies to --recompute-granularity selective only (got "
+             "--recompute-granularity ",
+             recompute, ")");
+    o.recompute = RecomputeGranularity::kSelective;
+    o.recompute_modules = parse_recompute_modules(recompute_modules);
+    check_plan_recompute_modules(o.recompute_modules, m, o.precision);
+  }
   o.distributed_optimizer = !no_distopt;
   o.sequence_parallel = !no_sp;
   o.grads_fp32 = !prec.grad_reduce_in_bf16;

@@ -23,14 +23,13 @@ std::string quote(const std::string& w) {
   return q + "'";
 }
 
-// The flags as a bash array body, one flag (with its value) per line.
+// The flags as a bash array body, one flag (with its values) per line.
 std::string args_block(const std::vector<std::string>& args) {
   std::string s;
   for (size_t i = 0; i < args.size(); ++i) {
-    const bool value_follows = i + 1 < args.size() && args[i + 1].rfind("--", 0) != 0;
     s += "  ";
     s += quote(args[i]);
-    if (value_follows) {
+    while (i + 1 < args.size() && args[i + 1].rfind("--", 0) != 0) {
       s += ' ';
       s += quote(args[++i]);
     }
@@ -96,6 +95,13 @@ std::vector<std::string> train_args(const ModelConfig& m,
   if (gpu) add("--device", "cuda");
   if (l.recompute != RecomputeGranularity::kNone)
     add("--recompute-granularity", recompute_name(l.recompute));
+  if (l.recompute == RecomputeGranularity::kSelective &&
+      l.recompute_modules.bits != RecomputeModules{}.bits) {
+    a.push_back("--recompute-modules");
+    for (std::string_view name : recompute_module_list(l.recompute_modules)) a.emplace_back(name);
+    // Megatron runs moe_act recompute only with grouped GEMMs (a kernel choice to mtron train).
+    if (l.recompute_modules.has(RecomputeModule::kMoeAct)) a.push_back("--moe-grouped-gemm");
+  }
   if (l.recompute == RecomputeGranularity::kFull) {
     add("--recompute-method", "uniform");
     add("--recompute-num-layers", 1);

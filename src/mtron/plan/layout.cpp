@@ -18,6 +18,20 @@ std::string_view recompute_name(RecomputeGranularity r) {
   MT_ASSERT(false, "bad RecomputeGranularity");
 }
 
+std::string recompute_label(const Layout& l) {
+  if (l.recompute == RecomputeGranularity::kSelective &&
+      l.recompute_modules.bits != RecomputeModules{}.bits)
+    return fmt::format("selective({})", l.recompute_modules.describe());
+  return std::string(recompute_name(l.recompute));
+}
+
+std::vector<std::string_view> recompute_module_list(const RecomputeModules& r) {
+  std::vector<std::string_view> out;
+  for (const auto& [name, m] : recompute_module_names())
+    if (r.has(m)) out.push_back(name);
+  return out;
+}
+
 std::string layout_name(const Layout& l) {
   const ParallelConfig& p = l.parallel;
   std::string s = fmt::format("TP{} PP{}", p.tp(), p.pp());
@@ -25,8 +39,7 @@ std::string layout_name(const Layout& l) {
   s += fmt::format(" CP{}", p.cp());
   if (p.ep() > 1 || p.etp() != p.tp()) s += fmt::format(" EP{} ETP{}", p.ep(), p.etp());
   s += fmt::format(" DP{} mbs{}", p.dp(), p.micro_batch_size);
-  if (l.recompute != RecomputeGranularity::kNone)
-    s += fmt::format(" recompute-{}", recompute_name(l.recompute));
+  if (l.recompute != RecomputeGranularity::kNone) s += " recompute-" + recompute_label(l);
   return s;
 }
 

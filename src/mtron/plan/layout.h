@@ -1,4 +1,4 @@
-// defines: Cluster, Layout, layout_name
+// defines: Cluster, Layout, layout_name, recompute_name, recompute_label, recompute_module_list
 //
 // The planner's vocabulary: the machine a job runs on, and one candidate layout (a finalized
 // ParallelConfig plus the knobs Megatron sets beside it).
@@ -6,6 +6,8 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
+#include <vector>
 
 #include "mtron/core/formulas.h"
 #include "mtron/core/hardware.h"
@@ -26,6 +28,9 @@ struct Cluster {
 struct Layout {
   ParallelConfig parallel;  // finalized against the model
   RecomputeGranularity recompute = RecomputeGranularity::kNone;
+  // --recompute-modules: what selective recompute drops and rebuilds (Megatron's default
+  // core_attn); meaningless with the other granularities.
+  RecomputeModules recompute_modules;
   Precision precision = Precision::kBF16;
   bool grads_fp32 = true;        // false: --grad-reduce-in-bf16
   bool tp_comm_overlap = false;  // --tp-comm-overlap (TP collectives hidden behind GEMMs)
@@ -41,8 +46,13 @@ struct Layout {
   bool fp8_hybrid = true;
 };
 
-// "TP2 PP4 (VPP5) CP1 EP1 DP8 mbs1 sel" style one-line name.
+// "TP2 PP4 VPP5 CP1 DP8 mbs1 recompute-selective(mla_up_proj mlp)" style one-line name.
 std::string layout_name(const Layout& l);
 std::string_view recompute_name(RecomputeGranularity r);
+// The layout's recompute: "none", "full", "selective", or with modules other than Megatron's
+// default "selective(mla_up_proj mlp)".
+std::string recompute_label(const Layout& l);
+// The names of the modules in `r`, in Megatron's order of its choices.
+std::vector<std::string_view> recompute_module_list(const RecomputeModules& r);
 
 }  // namespace mtron::plan

@@ -123,38 +123,68 @@ double layer_activation_bytes(const ModelConfig& m,
 
   if (l.recompute == RecomputeGranularity::kFull) return e * T * h / st;  // the layer's input
 
+  // Selective recompute drops what each of its modules rebuilds in the backward pass; a module
+  // that has no part in this layer (mla_up_proj without MLA, mlp in an MoE layer, moe, moe_act
+  // and shared_experts in a dense one) drops nothing.
+  auto drops = [&](RecomputeModule x) {
+    return l.recompute == RecomputeGranularity::kSelective && l.recompute_modules.has(x);
+  };
+  // layernorm: the input and pre-MLP norms' outputs (output-discarding recompute; their inputs
+  // stay). They are the QKV (MLA: down projections') input, and the dense MLP's or the shared
+  // expert's fc1 input or the checkpointed MLP's input.
+  const bool norms = drops(RecomputeModule::kLayernorm);
   // Inputs saved for the GEMMs' backward: in fp8 Transformer Engine keeps the fp8 cast.
   const double ei = l.precision == Precision::kFP8 ? 1.0 : e;
   // Attention block: norm input, QKV input, Q/K/V, core attention, projection input, dropout;
   // with multi-latent attention Q/K/V at their head dims and the latents (down projections'
-  // outputs and their norms' outputs, on every TP rank).
+  // outputs and their norms' outputs, on every TP rank). mla_up_proj drops MLA's Q/K/V
+  // (output-discarding; rebuilt from the latents, which stay).
   const MlaConfig& mla = m.mla;
   const double qkv = mla.enabled ? a * double(2 * mla.q_head_dim() + mla.v_head_dim) : q + 2 * kv;
   const double att = mla.enabled ? a * double(mla.v_head_dim) : q;
   const double latents = mla.enabled ? 2.0 * double(mla.q_lora_rank + mla.kv_lora_rank) : 0.0;
-  double bytes = (e + ei) * T * h / st + e * T * qkv / t + ei * T * att / t + e * T * latents +
-                 mask * T * h / st;
+  const double qkv_kept = mla.enabled && drops(RecomputeModule::kMlaUpProj) ? 0.0 : qkv;
+  double bytes = (e + (norms ? 0.0 : ei)) * T * h / st + e * T * qkv_kept / t + ei * T * att / t +
+                 e * T * latents + mask * T * h / st;
   if (fused_attention) {
-    bytes += 4 * T * a / t;  // softmax statistics (log-sum-exp, fp32)
-  } else if (l.recompute != RecomputeGranularity::kSelective) {
+    bytes += 4 * T * a / t;                         // softmax statistics (log-sum-exp, fp32)
+  } else if (!drops(RecomputeModule::kCoreAttn)) {  // core_attn drops the scores
     const double scores = a / t * T * s_kv;
     bytes += e * scores + (m.attention_dropout > 0 ? (1 + e) * scores : 0.0);
   }
-  // MLP block: norm input, fc1 input, fc1 output(s), activation output, dropout mask.
+  // MLP block: norm input, dropout mask, then the MLP: fc1 input (`in` bytes per element),
+  // fc1 output(s) and activation output (each kept or not).
   bytes += e * T * h / st + mask * T * h / st;
-  auto mlp = [&](double tokens, double f, double split) {
-    return ei * tokens * h + e * tokens * f * up / split + ei * tokens * f / split;
+  auto mlp = [&](double tokens, double f, double split, double in, bool fc1_out, bool act_out) {
+    return in * tokens * h + (fc1_out ? e : 0.0) * tokens * f * up / split +
+           (act_out ? ei : 0.0) * tokens * f / split;
   };
+  // A checkpointed MLP (mlp, shared_experts, moe) keeps only its input, the pre-MLP norm's
+  // output, as the checkpoint saves it (bf16, also in fp8 runs), unless layernorm drops that.
+  const double checkpoint_input = (norms ? 0.0 : e) * T * h / st;
   if (!moe_layer) {
-    bytes += mlp(T / st, double(m.ffn()), t / st);
+    // mlp drops the dense MLP's fc1 output(s) and activation output.
+    bytes += drops(RecomputeModule::kMlp)
+                 ? checkpoint_input
+                 : mlp(T / st, double(m.ffn()), t / st, norms ? 0.0 : ei, true, true);
+  } else if (drops(RecomputeModule::kMoe)) {
+    bytes += checkpoint_input;  // moe: the whole MoE block but its input
   } else {
     const double E = double(m.num_experts), k = double(m.moe_router_topk);
     const double etp = double(p.etp());
     const double routed = T * k * etp / st;  // tokens a rank's experts process (balanced)
     bytes += 4 * T / st * E;                 // router logits and probabilities, fp32
-    bytes += mlp(routed, double(m.moe_ffn()), etp) + e * routed * h;  // + expert outputs
-    if (m.moe_shared_expert_intermediate_size > 0)
-      bytes += mlp(T / st, double(m.moe_shared_expert_intermediate_size), t / st);
+    // The routed experts: permuted tokens, fc1 output(s), activation output (moe_act drops it:
+    // output-discarding, rebuilt from fc1's output), and the expert outputs.
+    bytes += mlp(routed, double(m.moe_ffn()), etp, ei, true, !drops(RecomputeModule::kMoeAct)) +
+             e * routed * h;
+    if (m.moe_shared_expert_intermediate_size > 0) {
+      // shared_experts drops the shared expert's fc1 output(s) and activation output.
+      bytes += drops(RecomputeModule::kSharedExperts)
+                   ? checkpoint_input
+                   : mlp(T / st, double(m.moe_shared_expert_intermediate_size), t / st,
+                         norms ? 0.0 : ei, true, true);
+    }
   }
   return bytes;
 }
@@ -220,6 +250,16 @@ MemoryBreakdown estimate_memory(const ModelConfig& m, const Layout& l, const Clu
       b.activations += microbatches_in_flight * (8 * T + (m.hidden_dropout > 0 ? T * h / st : 0.0));
     }
     if (l.recompute == RecomputeGranularity::kFull) b.working = per_layer(no_recompute);
+    if (l.recompute == RecomputeGranularity::kSelective) {
+      // During a layer's backward pass the tensors selective recompute dropped are rebuilt: the
+      // larger of what it drops from a dense and from an MoE layer of the stage.
+      for (const bool moe_layer : {false, true}) {
+        if (moe_layer ? moe_fraction == 0 : moe_fraction == 1) continue;
+        b.working = std::max(b.working,
+                             layer_activation_bytes(m, no_recompute, fused_attention, moe_layer) -
+                                 layer_activation_bytes(m, l, fused_attention, moe_layer));
+      }
+    }
     if (stage == p.pp() - 1) {
       // Final norm and output-layer inputs. GPUs (Megatron): fp32 logits kept for the loss,
       // and during backward the bf16 logits and their fp32 gradient at once. CPUs (mtron's

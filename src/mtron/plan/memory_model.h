@@ -4,10 +4,10 @@
 // Memory per rank: weights, gradients and optimizer state (distributed optimizer over DP x CP
 // for dense parameters and over the expert-data-parallel group for experts), the saved
 // activations of the micro-batches a pipeline stage holds at once (Korthikanti et al. 2022
-// generalised to GQA, SwiGLU, MoE, CP and fused attention), and framework overhead. Every
-// stage is evaluated and the most loaded one reported. Where it models what Megatron's
-// theoretical_memory_usage.py models, it gives the same numbers (tests/plan/test_memory.cpp);
-// docs/planning.md lists the differences.
+// generalised to GQA, SwiGLU, MoE, CP, fused attention and Megatron's --recompute-modules), and
+// framework overhead. Every stage is evaluated and the most loaded one reported. Where it models
+// what Megatron's theoretical_memory_usage.py models, it gives the same numbers
+// (tests/plan/test_memory.cpp); docs/planning.md lists the differences.
 #pragma once
 
 #include <cstdint>
@@ -27,7 +27,8 @@ struct StageParams {
 };
 StageParams stage_parameters(const ModelConfig& m, const ParallelConfig& p, int64_t stage);
 
-// Saved activation bytes of one transformer layer for one micro-batch on one rank.
+// Saved activation bytes of one transformer layer for one micro-batch on one rank, less what the
+// layout's recompute drops (full: all but the layer's input; selective: what its modules drop).
 // fused_attention: flash-style attention keeps no s x s scores (GPU kernels and mtron's CPU
 // kernels; false models kernels that materialise them, as Megatron's before flash attention).
 double layer_activation_bytes(const ModelConfig& m,

@@ -40,6 +40,12 @@ void apply_settings(const json& s, SearchOptions* o) {
                    : r == "selective" ? RecomputeGranularity::kSelective
                                       : RecomputeGranularity::kNone;
   }
+  if (s.contains("recompute_modules")) {
+    o->recompute_modules =
+        parse_recompute_modules(s["recompute_modules"].get<std::vector<std::string>>());
+    MT_ASSERT(o->recompute == RecomputeGranularity::kSelective,
+              "catalog/published: recompute_modules needs \"recompute\": \"selective\"");
+  }
   o->distributed_optimizer = s.value("distributed_optimizer", o->distributed_optimizer);
   o->sequence_parallel = s.value("sequence_parallel", o->sequence_parallel);
   o->tp_comm_overlap = s.value("tp_comm_overlap", o->tp_comm_overlap);

@@ -2,6 +2,8 @@
 
 #include <fmt/core.h>
 
+#include <algorithm>
+
 namespace mtron::plan {
 namespace {
 
@@ -24,6 +26,10 @@ nlohmann::json layout_json(const Layout& l) {
           {"global_batch_size", p.global_batch_size},
           {"num_microbatches", p.num_microbatches()},
           {"recompute_granularity", recompute_name(l.recompute)},
+          // selective recompute's modules (Megatron's names); empty with the other granularities
+          {"recompute_modules", l.recompute == RecomputeGranularity::kSelective
+                                    ? recompute_module_list(l.recompute_modules)
+                                    : std::vector<std::string_view>{}},
           {"precision", precision_name(l.precision)}};
 }
 
@@ -66,15 +72,15 @@ nlohmann::json candidate_json(const Candidate& c) {
           {"reasons", c.reasons}};
 }
 
-std::string table_row(int rank, const Candidate& c) {
+// A row of the plans table; the recompute column `width` characters wide.
+std::string table_row(int rank, const Candidate& c, size_t width) {
   const ParallelConfig& p = c.layout.parallel;
   return fmt::format(
-      "{:>3} {:>3} {:>3} {:>3} {:>3} {:>3} {:>4} {:>4} {:>4} {:<9} {:>8.1f} {:>9.3f} "
+      "{:>3} {:>3} {:>3} {:>3} {:>3} {:>3} {:>4} {:>4} {:>4} {:<{}} {:>8.1f} {:>9.3f} "
       "{:>10.0f} {:>8.4g} {:>5.1f}%\n",
       rank, p.tp(), p.pp(), p.vpp(), p.cp(), p.ep(), p.dp(), p.micro_batch_size,
-      p.num_microbatches(), recompute_name(c.layout.recompute), c.memory.total() / kGiB,
-      c.time.total, c.time.tokens_per_second_per_device, c.time.tflops_per_device,
-      100 * c.time.mfu);
+      p.num_microbatches(), recompute_label(c.layout), width, c.memory.total() / kGiB, c.time.total,
+      c.time.tokens_per_second_per_device, c.time.tflops_per_device, 100 * c.time.mfu);
 }
 
 }  // namespace
@@ -106,10 +112,15 @@ std::string format_plans(const ModelConfig& m,
       "Megatron's rules\n",
       o.global_batch_size, m.seq_length, precision_name(o.precision), r.evaluated, r.invalid);
   if (r.plans.empty()) return s;
-  s += "\n  #  TP  PP VPP  CP  EP  DP  mbs    m recompute  mem GiB    step s  tok/s/GPU "
-       "TFLOP/s   MFU\n";
+  size_t width = 9;  // "recompute", or the longest label shown
   for (size_t i = 0; i < r.plans.size() && int(i) < o.top; ++i)
-    s += table_row(int(i) + 1, r.plans[i]);
+    width = std::max(width, recompute_label(r.plans[i].layout).size());
+  s += fmt::format(
+      "\n  #  TP  PP VPP  CP  EP  DP  mbs    m {:<{}}  mem GiB    step s  tok/s/GPU TFLOP/s   "
+      "MFU\n",
+      "recompute", width);
+  for (size_t i = 0; i < r.plans.size() && int(i) < o.top; ++i)
+    s += table_row(int(i) + 1, r.plans[i], width);
   s += fmt::format("\n(MFU against {})\n", c.device().peak_description(o.precision));
   for (size_t i = 0; i < r.plans.size() && int(i) < o.top; ++i) {
     s += fmt::format("\n#{} {}\n", i + 1, layout_name(r.plans[i].layout));

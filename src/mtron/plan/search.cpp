@@ -53,9 +53,15 @@ Shapes search_shapes(const ModelConfig& m,
   Shapes out;
   const int64_t world = c.num_devices;
   const bool cpu = c.hardware.is_cpu;
-  std::vector<RecomputeGranularity> recomputes = {
-      RecomputeGranularity::kNone, RecomputeGranularity::kSelective, RecomputeGranularity::kFull};
-  if (o.recompute) recomputes = {*o.recompute};
+  using RG = RecomputeGranularity;
+  std::vector<std::pair<RG, RecomputeModules>> recomputes = {
+      {RG::kNone, {}}, {RG::kSelective, {}}, {RG::kFull, {}}};
+  // Multi-latent attention keeps Q/K/V at their expanded head dims; rebuilding them from the
+  // latents costs the two up-projection GEMMs (mla_up_proj, in Megatron-Bridge's DeepSeek
+  // configs).
+  if (m.mla.enabled)
+    recomputes.push_back({RG::kSelective, RecomputeModules{uint32_t(RecomputeModule::kMlaUpProj)}});
+  if (o.recompute) recomputes = {{*o.recompute, o.recompute_modules}};
   // A split given by the options replaces the search's even and uneven stages.
   const bool layout = !o.pipeline_layout.empty();
   const bool fixed_split = layout || o.account_for_embedding || o.account_for_loss;
@@ -92,7 +98,7 @@ Shapes search_shapes(const ModelConfig& m,
                 int64_t first = 0, last = 0;
                 if (!fixed_split && !split_pipeline_layers(m.num_layers, pp, v, &first, &last))
                   continue;
-                for (RecomputeGranularity rc : recomputes) {
+                for (const auto& [rc, modules] : recomputes) {
                   Layout l;
                   ParallelConfig& p = l.parallel;
                   p.world_size = world;
@@ -117,6 +123,7 @@ Shapes search_shapes(const ModelConfig& m,
                   p.micro_batch_size = mbs;
                   p.global_batch_size = o.global_batch_size;
                   l.recompute = rc;
+                  l.recompute_modules = modules;
                   l.precision = o.precision;
                   l.grads_fp32 = o.grads_fp32;
                   l.tp_comm_overlap = o.tp_comm_overlap && tp > 1 && !cpu && p.sequence_parallel;
@@ -227,8 +234,7 @@ std::vector<std::string> explain(const ModelConfig& m,
     plain.recompute = RecomputeGranularity::kNone;
     const MemoryBreakdown mem = estimate_memory(m, plain, cluster);
     r.push_back(fmt::format(
-        "{} recompute ({} of the step){}", recompute_name(c.layout.recompute),
-        pct(t.recompute, t.total),
+        "{} recompute ({} of the step){}", recompute_label(c.layout), pct(t.recompute, t.total),
         mem.fits(margin) ? "" : fmt::format(": without it {} needed", gib(mem.total()))));
   }
   r.push_back(fmt::format("micro-batch {}: {} micro-batches per DP rank per step",

@@ -3,7 +3,8 @@
 //
 // Every layout Megatron accepts (ParallelConfig::finalize is the judge) for a model on a
 // cluster: TP inside an NVLink domain, CP, PP (uneven first/last stages when the layers do not
-// divide), EP and expert TP, micro-batch size, VPP, recompute, the distributed optimizer. Each
+// divide), EP and expert TP, micro-batch size, VPP, recompute (none, selective, full; with
+// multi-latent attention also selective of mla_up_proj alone), the distributed optimizer. Each
 // is costed by the memory and time models; those that fit with the margin are ranked by
 // predicted throughput. For the top plans the result says why, and it explains why the common
 // alternatives (pure DP, TP = node, TP across nodes, PP instead of TP, ...) lose.
@@ -27,6 +28,9 @@ struct SearchOptions {
   // Fixed sizes; 0 searches. vpp 1 disables interleaving.
   int64_t tp = 0, pp = 0, cp = 0, ep = 0, etp = 0, vpp = 0, micro_batch_size = 0;
   std::optional<RecomputeGranularity> recompute;
+  // With `recompute` fixed to selective, its modules (--recompute-modules; Megatron's default
+  // core_attn).
+  RecomputeModules recompute_modules;
   // A fixed split of the layers over the pipeline (ParallelConfig's): Megatron's layout string
   // (--pipeline-model-parallel-layout, with --pipeline-model-parallel-size; sets VPP), or the
   // embedding and the loss counted as layers. Without them the search tries even stages and

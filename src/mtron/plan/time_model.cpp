@@ -165,6 +165,23 @@ StepTime estimate_step_time(const ModelConfig& m, const Layout& l, const PerfPar
   struct LayerTimes {
     double gemm_f = 0, gemm_b = 0, attn_f = 0, attn_b = 0, elem_f = 0, elem_b = 0;
     double tp_f = 0, tp_b = 0, cp_f = 0, cp_b = 0, ep_f = 0, ep_b = 0;
+    // Forward seconds of the parts --recompute-modules names (included in the above), which
+    // selective recompute runs again in the backward pass.
+    double core_attn = 0;       // core attention (with CP its ring; unfused, the softmax passes)
+    double layernorm = 0;       // the input and pre-MLP norms
+    double mla_up_proj = 0;     // MLA's q and kv up projections, RoPE and the K/V expansion
+    double mlp = 0;             // a dense MLP: fc1, activation, fc2 and their TP collectives
+    double moe = 0;             // an MoE MLP: router, dispatch, experts, combine, shared expert
+    double shared_experts = 0;  // the shared expert: fc1, activation, fc2, TP collectives
+    double moe_act = 0;         // the routed experts' activation
+    double selective(const RecomputeModules& r) const {
+      using M = RecomputeModule;
+      // Nested checkpoints (moe with shared_experts or moe_act) run the inner part again.
+      return (r.has(M::kCoreAttn) ? core_attn : 0) + (r.has(M::kLayernorm) ? layernorm : 0) +
+             (r.has(M::kMlaUpProj) ? mla_up_proj : 0) + (r.has(M::kMlp) ? mlp : 0) +
+             (r.has(M::kMoe) ? moe : 0) + (r.has(M::kSharedExperts) ? shared_experts : 0) +
+             (r.has(M::kMoeAct) ? moe_act : 0);
+    }
   };
   auto layer = [&](bool moe) {
     LayerTimes x;
@@ -174,27 +191,32 @@ StepTime estimate_step_time(const ModelConfig& m, const Layout& l, const PerfPar
     const double act = e * T * h;
     const double ar = collective_seconds(Collective::kAllReduce, act, p.tp(), tp_link);
     const double half = collective_seconds(Collective::kAllGather, act, p.tp(), tp_link);
-    // Column-parallel (input side) then row-parallel (output side) linear of a block.
+    // Column-parallel (input side) then row-parallel (output side) linear of a block. Returns
+    // its forward seconds: the column-parallel GEMM's, and everything's (GEMMs, TP collectives).
+    struct BlockForward {
+      double column = 0, total = 0;
+    };
     auto block = [&](LinearShape col, LinearShape row) {
       double cf, cd, cw, rf, rd, rw;
       fwd_bwd(col, &cf, &cd, &cw);
       fwd_bwd(row, &rf, &rd, &rw);
       x.gemm_f += cf + rf;
       x.gemm_b += cd + cw + rd + rw;
-      if (p.tp() == 1) return;
-      if (p.sequence_parallel) {
+      double tp_f = 0;
+      if (p.tp() > 1 && p.sequence_parallel) {
         // fwd: all-gather in, reduce-scatter out. bwd: all-gather of the output gradient,
         // re-gather of the input (behind dgrad), reduce-scatter of dgrad (behind wgrad).
-        x.tp_f +=
-            tp_overlap ? overlapped(half, cf, interf) + overlapped(half, rf, interf) : 2 * half;
+        tp_f = tp_overlap ? overlapped(half, cf, interf) + overlapped(half, rf, interf) : 2 * half;
         x.tp_b += (tp_overlap ? overlapped(half, rd, interf) : half) +
                   overlapped(half, cd, interf) + overlapped(half, cw, interf);
-      } else {
+      } else if (p.tp() > 1) {
         // fwd: all-reduce after the row-parallel linear. bwd: all-reduce of the column-parallel
         // dgrad, behind its wgrad.
-        x.tp_f += tp_overlap ? overlapped(ar, rf, interf) : ar;
+        tp_f = tp_overlap ? overlapped(ar, rf, interf) : ar;
         x.tp_b += overlapped(ar, cw, interf);
       }
+      x.tp_f += tp_f;
+      return BlockForward{cf, cf + rf + tp_f};
     };
     if (!m.mla.enabled) {
       block({T, (q + 2 * kv) / t, h}, {T, h, q / t});
@@ -204,15 +226,16 @@ StepTime estimate_step_time(const ModelConfig& m, const Layout& l, const PerfPar
       // replicated over TP (every rank computes them on all T rows, no communication).
       const MlaConfig& ml = m.mla;
       const double qr = double(ml.q_lora_rank), kvr = double(ml.kv_lora_rank);
-      block({T, q_att / t, qr > 0 ? qr : h}, {T, h, o_att / t});
+      x.mla_up_proj += block({T, q_att / t, qr > 0 ? qr : h}, {T, h, o_att / t}).column;
       auto replicated = [&](LinearShape g) {
         fwd_bwd(g, &f, &dg, &wg);
         x.gemm_f += f;
         x.gemm_b += dg + wg;
+        return f;
       };
-      replicated({T, a * double(ml.qk_head_dim + ml.v_head_dim) / t, kvr});  // kv_up
-      replicated({T, kvr + double(ml.qk_pos_emb_head_dim), h});              // kv_down
-      if (qr > 0) replicated({T, qr, h});                                    // q_down
+      x.mla_up_proj += replicated({T, a * double(ml.qk_head_dim + ml.v_head_dim) / t, kvr});
+      replicated({T, kvr + double(ml.qk_pos_emb_head_dim), h});  // kv_down
+      if (qr > 0) replicated({T, qr, h});                        // q_down
     }
     // Core attention (causal): QK^T and PV over the whole sequence for this rank's queries.
     if (pp.fused_attention && l.fused_attention) {
@@ -234,7 +257,9 @@ StepTime estimate_step_time(const ModelConfig& m, const Layout& l, const PerfPar
       const double scores = batches * sq * s;
       x.elem_f += 4 * e * scores / pp.memory_bandwidth;
       x.elem_b += 6 * e * scores / pp.memory_bandwidth;
+      x.core_attn += 4 * e * scores / pp.memory_bandwidth;
     }
+    x.core_attn += x.attn_f;
     // CP ring: cp-1 steps passing this rank's K and V (and dK, dV backward), each behind the
     // attention of the chunk it brings.
     if (p.cp() > 1) {
@@ -243,12 +268,19 @@ StepTime estimate_step_time(const ModelConfig& m, const Layout& l, const PerfPar
           double(p.cp() - 1) * collective_seconds(Collective::kSendRecv, kv_bytes, 2, cp_link);
       x.cp_f = overlapped(ring, x.attn_f, interf);
       x.cp_b = overlapped(2 * ring, x.attn_b, interf);
+      x.core_attn += x.cp_f;
     }
     // MLP: dense, or routed experts plus the optional shared expert.
+    const double bw = pp.memory_bandwidth;
+    // Biases: added to each linear output (read + write), reduced over tokens backward (read),
+    // about 1.5 passes over [T, outputs] per direction: the projection's, fc1's and fc2's.
+    const bool bias_passes = !pp.fused_bias && m.add_bias_linear;
+    const double proj_bias = bias_passes ? 1.5 * e * T * h / st : 0.0;
+    const double mlp_bias = bias_passes ? 1.5 * e * T * (F * up / t + h / st) : 0.0;
     double mlp_elem = 0;
     if (!moe) {
-      block({T, F * up / t, h}, {T, h, F / t});
       mlp_elem = (up + 1) * e * T * F / t;
+      x.mlp = block({T, F * up / t, h}, {T, h, F / t}).total + (mlp_elem + mlp_bias) / bw;
     } else {
       const double E = double(m.num_experts), k = double(m.moe_router_topk);
       const double etp = double(p.etp()), Fe = double(m.moe_ffn());
@@ -260,40 +292,49 @@ StepTime estimate_step_time(const ModelConfig& m, const Layout& l, const PerfPar
       fwd_bwd({T / st, E, h}, &f, &dg, &wg);  // router
       x.gemm_f += f;
       x.gemm_b += dg + wg;
+      x.moe += f;
       fwd_bwd({per_expert, Fe * up / etp, h}, &f, &dg, &wg);
       x.gemm_f += local_experts * f;
       x.gemm_b += local_experts * (dg + wg);
+      x.moe += local_experts * f;
       fwd_bwd({per_expert, h, Fe / etp}, &f, &dg, &wg);
       x.gemm_f += local_experts * f;
       x.gemm_b += local_experts * (dg + wg);
-      mlp_elem = (up + 1) * e * routed * Fe / etp + 4 * e * routed * h;  // act, (un)permute
+      x.moe += local_experts * f;
+      const double act = (up + 1) * e * routed * Fe / etp;
+      mlp_elem = act + 4 * e * routed * h;  // act, (un)permute
+      x.moe_act = act / bw;
+      x.moe += mlp_elem / bw;
       if (m.moe_shared_expert_intermediate_size > 0) {
         const double Fs = double(m.moe_shared_expert_intermediate_size);
-        block({T, Fs * up / t, h}, {T, h, Fs / t});
-        mlp_elem += (up + 1) * e * T * Fs / t;
+        const double shared_act = (up + 1) * e * T * Fs / t;
+        x.shared_experts = block({T, Fs * up / t, h}, {T, h, Fs / t}).total + shared_act / bw;
+        x.moe += x.shared_experts;
+        mlp_elem += shared_act;
       }
       if (p.ep() > 1) {  // dispatch and combine, forward and backward
         const double a2a =
             collective_seconds(Collective::kAllToAll, e * T / st * k * h, p.ep(), ep_link);
         x.ep_f = 2 * a2a;
         x.ep_b = 2 * a2a;
+        x.moe += x.ep_f;
       }
     }
     // Elementwise: two norms (read+write), two residual adds (2 reads + write), dropout
     // masks, RoPE on Q and K, the MLP activation. Backward moves about twice the bytes.
-    double bytes = (4 + 6) * e * T * h / st + mlp_elem;
-    // Biases: added to each linear output (read + write), reduced over tokens backward (read),
-    // about 1.5 passes over [T, outputs] per direction.
-    if (!pp.fused_bias) {
-      if (m.qkv_bias()) bytes += 1.5 * e * T * (q + 2 * kv) / t;
-      if (m.add_bias_linear) bytes += 1.5 * e * T * (h / st + F * up / t + h / st);
-    }
+    const double norms = 4 * e * T * h / st;
+    x.layernorm = norms / bw;
+    double bytes = norms + 6 * e * T * h / st + mlp_elem;
+    if (!pp.fused_bias && m.qkv_bias()) bytes += 1.5 * e * T * (q + 2 * kv) / t;
+    bytes += proj_bias + mlp_bias;
     if (m.hidden_dropout > 0) bytes += 2 * T * h / st;
     if (!m.mla.enabled && m.position_embedding_type == PositionEmbedding::kRope)
       bytes += 2 * e * T * (q + kv) / t;
     if (m.mla.enabled) {  // RoPE on each head's rope part and the shared key, the K/V expansion
       const double dr = double(m.mla.qk_pos_emb_head_dim);
-      bytes += 2 * e * T * (a * dr / t + dr) + 2 * e * T * (q_att + o_att) / t;
+      const double rope = 2 * e * T * (a * dr / t + dr) + 2 * e * T * (q_att + o_att) / t;
+      bytes += rope;
+      x.mla_up_proj += rope / bw;
     }
     x.elem_f += bytes / pp.memory_bandwidth;
     x.elem_b += 2 * bytes / pp.memory_bandwidth;
@@ -333,7 +374,8 @@ StepTime estimate_step_time(const ModelConfig& m, const Layout& l, const PerfPar
     if (l.recompute == RecomputeGranularity::kFull) {
       x.recompute = x.fwd;
     } else if (l.recompute == RecomputeGranularity::kSelective) {
-      x.recompute = one(&LayerTimes::attn_f);
+      x.recompute = dense * dense_layer.selective(l.recompute_modules) +
+                    moe * moe_layer.selective(l.recompute_modules);
     }
     if (r == 0) x.elementwise += 6 * e * T * h / pp.memory_bandwidth;  // embedding lookup
     if (r == p.pp() - 1) {

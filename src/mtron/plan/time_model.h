@@ -5,7 +5,8 @@
 // - compute: every GEMM of Megatron's FLOPs formula at the device's achievable rate, plus a
 //   memory term for its operands (so small GEMMs run below peak), fused attention at its own
 //   rate, elementwise kernels (norms, residuals, activations, RoPE, softmax, loss) at the
-//   achievable memory bandwidth, recompute when enabled;
+//   achievable memory bandwidth, recompute when enabled (full: the layers' forward; selective:
+//   the forward of each of its --recompute-modules);
 // - tensor parallel: all-reduce (or all-gather + reduce-scatter with SP) per layer, exposed
 //   in the forward pass, overlapped with the weight-gradient GEMM in the backward pass,
 //   hidden behind GEMMs with --tp-comm-overlap (at a fitted interference cost);

@@ -92,11 +92,10 @@ void validate_schedule_flags(TrainArgs& a, bool warmup_iters_set) {
 
 // Megatron's rules for --recompute-modules under selective recompute (TransformerConfig's
 // __post_init__), with its messages.
-void check_recompute_modules(const RecomputeModules& r,
-                             const ModelConfig& m,
-                             bool shared_expert_overlap) {
-  MT_CHECK(!r.has(RecomputeModule::kMlaUpProj) || m.mla.enabled,
-           "mla_up_proj in recompute_modules is only supported with multi_latent_attention.");
+void check_train_recompute_modules(const RecomputeModules& r,
+                                   const ModelConfig& m,
+                                   bool shared_expert_overlap) {
+  check_recompute_modules(r, m);
   MT_CHECK(!r.has(RecomputeModule::kSharedExperts) || m.moe_shared_expert_intermediate_size == 0 ||
                !shared_expert_overlap,
            "shared_experts recompute cannot work with --moe-shared-expert-overlap.");
@@ -244,6 +243,12 @@ bool parse_train_args(int argc, char** argv, int64_t world_size, TrainArgs& a) {
              "moe, shared_experts (docs/flags.md)")
           ->expected(0, -1)
           ->group(t);
+  bool moe_layer_recompute = false;
+  app.add_flag(
+         "--moe-layer-recompute", moe_layer_recompute,
+         "Megatron's deprecated form of --recompute-granularity selective --recompute-modules "
+         "moe (added to the modules)")
+      ->group(t);
 
   const char* o = "Optimizer";
   std::string optimizer = "adam";
@@ -597,14 +602,22 @@ bool parse_train_args(int argc, char** argv, int64_t world_size, TrainArgs& a) {
              "recompute method is not yet supported for selective "
              "recomputing granularity");
   }
-  if (modules_opt->count() > 0) {
-    a.recompute.modules = parse_recompute_modules(recompute_modules);
-    if (a.recompute.granularity != RecomputeGranularity::kSelective)
-      a.notes.push_back(
-          "--recompute-modules has no effect without --recompute-granularity selective");
+  if (modules_opt->count() > 0) a.recompute.modules = parse_recompute_modules(recompute_modules);
+  if (moe_layer_recompute) {  // Megatron's TransformerConfig rule and conversion
+    MT_CHECK(a.recompute.granularity != RecomputeGranularity::kFull,
+             "Do not set --moe-layer-recompute with full recompute granularity. ");
+    a.recompute.granularity = RecomputeGranularity::kSelective;
+    a.recompute.modules.add(RecomputeModule::kMoe);
+    a.notes.push_back(
+        "--moe-layer-recompute is deprecated: it is --recompute-granularity selective with moe "
+        "added to --recompute-modules");
   }
   if (a.recompute.granularity == RecomputeGranularity::kSelective) {
-    check_recompute_modules(a.recompute.modules, a.model, app.count("--moe-shared-expert-overlap"));
+    check_train_recompute_modules(a.recompute.modules, a.model,
+                                  app.count("--moe-shared-expert-overlap"));
+  } else if (modules_opt->count() > 0) {
+    a.notes.push_back(
+        "--recompute-modules has no effect without --recompute-granularity selective");
   }
   MT_CHECK(a.recompute.num_layers >= 1, "--recompute-num-layers must be >= 1");
   MT_CHECK(a.ddp_bucket_size >= 0, "--ddp-bucket-size must be >= 0");
