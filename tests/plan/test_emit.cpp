@@ -202,6 +202,10 @@ TEST(Emit, Fp8PlansRunDelayedScaling) {
   EXPECT_TRUE(has(train_args(mla, mla_fp8, c, {}), "--fp8-format", "hybrid"));
   mla_fp8.precision = Precision::kBF16;
   EXPECT_FALSE(has(train_args(mla, mla_fp8, c, {}), "--fp8-format"));
+  // Megatron's 1F1B overlap of the expert all-to-alls goes into the script when planned.
+  EXPECT_FALSE(has(train_args(mla, mla_fp8, c, {}), "--overlap-moe-expert-parallel-comm"));
+  mla_fp8.ep_comm_overlap = true;
+  EXPECT_TRUE(has(train_args(mla, mla_fp8, c, {}), "--overlap-moe-expert-parallel-comm"));
 }
 
 // 126 layers do not divide over 8 stages: the best plan for Llama 3.1 405B at 32K tokens on 128

@@ -1,6 +1,8 @@
 // The time model's pieces: collectives, GEMMs, link placement, the pipeline bubble, MFU.
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include "mtron/plan/time_model.h"
 #include "util.h"
 
@@ -48,6 +50,27 @@ TEST(Time, GroupsUseTheRightLinks) {
   const PerfParams pcie = perf_from_hardware(test::gpus("h100-pcie", 8), Precision::kBF16);
   EXPECT_EQ(pcie.link_for_group(2, 1).name, "NVLink");
   EXPECT_EQ(pcie.link_for_group(4, 1).name, "PCIe");
+}
+
+// An all-to-all inside a node runs on its link as a ring collective would; across nodes each rank
+// sends the part for other nodes through its own adapter (no sharing of the node's adapters, as
+// a ring crossing between nodes has), beside the part for its node on NVLink.
+TEST(Time, AllToAllAcrossNodesGoesThroughEachRanksAdapter) {
+  const PerfParams p = perf_from_hardware(test::gpus("h100-sxm", 1024), Precision::kBF16);
+  const double B = 1e9;
+  EXPECT_DOUBLE_EQ(all_to_all_seconds(p, B, 8, 1),
+                   collective_seconds(Collective::kAllToAll, B, 8, p.link_for_group(8, 1)));
+  // EP64, 8 ranks per node: 56/64 of the bytes leave the node at one adapter's 50 GB/s (x 0.85),
+  // 7/64 stay on NVLink at the same time.
+  const double steps = 2 * std::log2(64.0) + 1;
+  EXPECT_DOUBLE_EQ(all_to_all_seconds(p, B, 64, 1),
+                   56.0 / 64 * B / (50e9 * 0.85) + steps * p.network.latency);
+  // Strided by ETP 2: 4 ranks per node, 60/64 leave it.
+  EXPECT_DOUBLE_EQ(all_to_all_seconds(p, B, 64, 2),
+                   60.0 / 64 * B / (50e9 * 0.85) + steps * p.network.latency);
+  // The ring formula on the node's summed adapters would be 7x faster: the model's old figure.
+  EXPECT_GT(all_to_all_seconds(p, B, 64, 1),
+            6 * collective_seconds(Collective::kAllToAll, B, 64, p.link_for_group(64, 1)));
 }
 
 Layout make(const ModelConfig& m, int64_t world, int64_t tp, int64_t pp, int64_t vpp, int64_t gbs) {
@@ -104,6 +127,58 @@ TEST(Time, ThroughputFiguresAreConsistent) {
   const ModelConfig m13 = test::model("llama2-13b", {"--num-attention-heads", "80"});
   EXPECT_GT(estimate_step_time(m13, tp16, p16).tp_comm,
             4 * estimate_step_time(m13, tp8, p16).tp_comm);
+}
+
+}  // namespace
+}  // namespace mtron::plan
+
+namespace mtron::plan {
+namespace {
+
+// --overlap-moe-expert-parallel-comm: one micro-batch's all-to-alls behind another's
+// computation. DeepSeek-V3 on 1024 H100s with EP64 across nodes (TP2, no pipeline): the exposed
+// all-to-all time shrinks, the rest of the step stays; the search applies it only where Megatron
+// allows it (EP, an interleaved schedule when pipelined, no full recompute).
+TEST(Time, ExpertAllToAllOverlapHidesBehindComputation) {
+  const ModelConfig m = test::model("deepseek-v3");
+  const Cluster c = test::gpus("h100-sxm", 1024);
+  const PerfParams pp = perf_from_hardware(c, Precision::kBF16);
+  Layout l = test::layout(m, {.world = 1024, .tp = 2, .ep = 64, .etp = 1, .mbs = 1, .gbs = 8192});
+  const StepTime plain = estimate_step_time(m, l, pp);
+  l.ep_comm_overlap = true;
+  const StepTime over = estimate_step_time(m, l, pp);
+  EXPECT_GT(plain.ep_comm, 0);
+  EXPECT_LT(over.ep_comm, 0.8 * plain.ep_comm);
+  EXPECT_DOUBLE_EQ(over.gemm, plain.gemm);
+  EXPECT_LT(over.total, plain.total);
+
+  // Mixtral 8x7B on 128 H100s with EP8: the search's layouts overlap where Megatron allows it.
+  const ModelConfig mixtral = test::model("mixtral-8x7b");
+  const Cluster c128 = test::gpus("h100-sxm", 128);
+  auto overlapping = [&](int64_t vpp, RecomputeGranularity rc) {
+    SearchOptions o;
+    o.precision = Precision::kBF16;
+    o.global_batch_size = 512;
+    o.tp = 1;
+    o.pp = 4;
+    o.vpp = vpp;
+    o.ep = 8;
+    o.recompute = rc;
+    o.ep_comm_overlap = true;
+    const SearchResult r = test::plan(mixtral, c128, o);
+    int n = 0, with = 0;
+    for (const auto& list : {r.plans, r.too_big}) {
+      for (const Candidate& cand : list) {
+        ++n;
+        with += cand.layout.ep_comm_overlap;
+      }
+    }
+    EXPECT_GT(n, 0);
+    return with == n ? 1 : with == 0 ? 0 : -1;  // all, none, or some
+  };
+  EXPECT_EQ(overlapping(2, RecomputeGranularity::kSelective), 1);
+  EXPECT_EQ(overlapping(2, RecomputeGranularity::kFull), 0);       // full recompute
+  EXPECT_EQ(overlapping(1, RecomputeGranularity::kSelective), 0);  // PP without interleaving
 }
 
 }  // namespace

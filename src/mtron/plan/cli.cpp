@@ -235,6 +235,11 @@ int run_plan(std::vector<std::string> args) {
                "Plan without --tp-comm-overlap (TP communication overlapped with GEMMs, on by "
                "default on GPUs with TP > 1 and sequence parallelism)")
       ->group(g);
+  app.add_flag("--overlap-moe-expert-parallel-comm", o.ep_comm_overlap,
+               "Plan Megatron's overlap of one micro-batch's expert-parallel all-to-alls with "
+               "another's computation (the interleaved 1F1B schedule; mtron's trainer accepts the "
+               "flag and runs the all-to-alls in line)")
+      ->group(g);
   app.add_flag("--allow-cross-node-tp", o.allow_cross_node_tp,
                "Also search TP larger than an NVLink domain")
       ->group(g);

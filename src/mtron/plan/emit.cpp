@@ -79,6 +79,7 @@ std::vector<std::string> train_args(const ModelConfig& m,
   };
   for (std::string& f : parallel_flag_args(p, m.is_moe())) a.push_back(std::move(f));
   if (l.tp_comm_overlap) a.push_back("--tp-comm-overlap");
+  if (l.ep_comm_overlap) a.push_back("--overlap-moe-expert-parallel-comm");
   PrecisionFlags prec;
   // --bf16 (also under FP8 GEMMs) or --fp16; fp32 runs without a flag.
   prec.compute = fp8 ? Precision::kBF16 : l.precision;

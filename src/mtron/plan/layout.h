@@ -34,6 +34,9 @@ struct Layout {
   Precision precision = Precision::kBF16;
   bool grads_fp32 = true;        // false: --grad-reduce-in-bf16
   bool tp_comm_overlap = false;  // --tp-comm-overlap (TP collectives hidden behind GEMMs)
+  // --overlap-moe-expert-parallel-comm: the 1F1B schedule runs one micro-batch's expert-parallel
+  // all-to-alls behind another's computation (Megatron; mtron's trainer runs them in line).
+  bool ep_comm_overlap = false;
   // Fused (flash) attention where the device has it; false: the s x s scores are materialised
   // (Megatron's --attention-backend unfused, and Megatron before flash attention).
   bool fused_attention = true;

@@ -49,6 +49,7 @@ void apply_settings(const json& s, SearchOptions* o) {
   o->distributed_optimizer = s.value("distributed_optimizer", o->distributed_optimizer);
   o->sequence_parallel = s.value("sequence_parallel", o->sequence_parallel);
   o->tp_comm_overlap = s.value("tp_comm_overlap", o->tp_comm_overlap);
+  o->ep_comm_overlap = s.value("ep_comm_overlap", o->ep_comm_overlap);
   o->fused_attention = s.value("fused_attention", o->fused_attention);
   o->overlap_dp_comm = s.value("overlap_dp_comm", o->overlap_dp_comm);
   o->fp8_params = s.value("fp8_param_gather", o->fp8_params);

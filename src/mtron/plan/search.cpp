@@ -141,6 +141,11 @@ Shapes search_shapes(const ModelConfig& m,
                     if (out.invalid++ == 0) out.first_invalid = e.what();
                     continue;
                   }
+                  // Megatron's rules for --overlap-moe-expert-parallel-comm: EP, an interleaved
+                  // schedule when pipelined, no full recompute.
+                  l.ep_comm_overlap = o.ep_comm_overlap && !cpu && p.ep() > 1 &&
+                                      (p.pp() == 1 || p.vpp() > 1) &&
+                                      rc != RecomputeGranularity::kFull;
                   ++out.evaluated;
                   Candidate cand = evaluate_layout(m, l, c, perf, o.memory_margin);
                   const ShapeKey key = shape_of(l);

@@ -40,6 +40,7 @@ struct SearchOptions {
   bool distributed_optimizer = true;  // use it wherever DP x CP > 1
   bool sequence_parallel = true;      // with TP > 1
   bool tp_comm_overlap = true;        // --tp-comm-overlap on GPUs (Megatron's recommended setting)
+  bool ep_comm_overlap = false;       // --overlap-moe-expert-parallel-comm (with EP > 1)
   bool grads_fp32 = true;
   bool fp8_params = false;           // --fp8-param-gather (with fp8)
   int64_t fp8_amax_history_len = 1;  // --fp8-amax-history-len (with fp8)

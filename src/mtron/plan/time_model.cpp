@@ -67,6 +67,23 @@ double collective_seconds(Collective c, double bytes, int64_t n, const Link& lin
   MT_ASSERT(false, "bad Collective");
 }
 
+double all_to_all_seconds(const PerfParams& pp, double bytes, int64_t n, int64_t stride) {
+  if (n * stride <= pp.devices_per_node) {
+    return collective_seconds(Collective::kAllToAll, bytes, n, pp.link_for_group(n, stride));
+  }
+  // Across nodes every rank of a node sends off the node at once, each through its own adapter,
+  // so no adapter carries another rank's traffic (unlike a ring, which crosses between nodes at
+  // a few places: link_for_group). The part for the node's own ranks goes over NVLink (PCIe
+  // beyond an NVLink domain) at the same time.
+  const int64_t local =
+      std::clamp<int64_t>(pp.devices_per_node / std::max<int64_t>(stride, 1), 1, n);
+  const Link& in_node = local * stride <= pp.nvlink_domain ? pp.nvlink : pp.pcie;
+  const double off = double(n - local) / double(n) * bytes / pp.network.bandwidth;
+  const double on = double(local - 1) / double(n) * bytes / in_node.bandwidth;
+  const double steps = std::min(double(n - 1), 2 * std::log2(double(n)) + 1);
+  return std::max(off, on) + steps * pp.network.latency;
+}
+
 Link PerfParams::link_for_group(int64_t size, int64_t stride) const {
   const int64_t span = size * stride;
   if (span <= nvlink_domain) return nvlink;
@@ -153,7 +170,6 @@ StepTime estimate_step_time(const ModelConfig& m, const Layout& l, const PerfPar
   // --tp-comm-overlap (Transformer Engine's userbuffers) works over NVLink only.
   const bool tp_overlap = l.tp_comm_overlap && p.tp() <= pp.nvlink_domain;
   const Link cp_link = pp.link_for_group(p.cp(), p.tp());
-  const Link ep_link = pp.link_for_group(p.ep(), p.etp());
 
   auto fwd_bwd = [&](LinearShape g, double* fwd, double* dgrad, double* wgrad) {
     *fwd = gemm_seconds(pp, g.M, g.N, g.K, prec);
@@ -313,8 +329,7 @@ StepTime estimate_step_time(const ModelConfig& m, const Layout& l, const PerfPar
         mlp_elem += shared_act;
       }
       if (p.ep() > 1) {  // dispatch and combine, forward and backward
-        const double a2a =
-            collective_seconds(Collective::kAllToAll, e * T / st * k * h, p.ep(), ep_link);
+        const double a2a = all_to_all_seconds(pp, e * T / st * k * h, p.ep(), p.etp());
         x.ep_f = 2 * a2a;
         x.ep_b = 2 * a2a;
         x.moe += x.ep_f;
@@ -338,6 +353,15 @@ StepTime estimate_step_time(const ModelConfig& m, const Layout& l, const PerfPar
     }
     x.elem_f += bytes / pp.memory_bandwidth;
     x.elem_b += 2 * bytes / pp.memory_bandwidth;
+    if (l.ep_comm_overlap) {
+      // The interleaved 1F1B schedule runs one micro-batch's forward beside another's backward:
+      // the forward's dispatch and combine behind the backward's computation, and the reverse.
+      const double compute_f = x.gemm_f + x.attn_f + x.elem_f;
+      const double compute_b = x.gemm_b + x.attn_b + x.elem_b;
+      const double a2a_f = x.ep_f;
+      x.ep_f = overlapped(a2a_f, compute_b, interf);
+      x.ep_b = overlapped(x.ep_b, compute_f, interf);
+    }
     return x;
   };
   const LayerTimes dense_layer = layer(false);

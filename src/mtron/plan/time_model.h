@@ -1,5 +1,6 @@
-// defines: Link, PerfParams, perf_from_hardware, StepTime, estimate_step_time,
-//          gemm_seconds, collective_seconds, Collective, fused_attention_seconds
+// defines: Link, PerfParams, perf_from_hardware, all_to_all_seconds, StepTime,
+//          estimate_step_time, gemm_seconds, collective_seconds, Collective,
+//          fused_attention_seconds
 //
 // Time of one training iteration on the slowest pipeline stage:
 // - compute: every GEMM of Megatron's FLOPs formula at the device's achievable rate, plus a
@@ -67,6 +68,11 @@ struct PerfParams {
 };
 
 PerfParams perf_from_hardware(const Cluster& c, Precision p);
+
+// An all-to-all of `bytes` per rank over n ranks `stride` apart (expert parallelism's dispatch
+// and combine): within a node the ring formula on its link; across nodes the larger of the part
+// leaving the node through each rank's own network adapter and the part staying on NVLink.
+double all_to_all_seconds(const PerfParams& pp, double bytes, int64_t n, int64_t stride);
 
 // Bytes a GEMM moves: its inputs in the layout's precision (fp8: 1 byte) and an fp32 output
 // (mtron's GEMMs accumulate and write fp32; kernels/gemm.h).
