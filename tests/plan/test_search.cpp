@@ -142,6 +142,27 @@ TEST(Search, UnevenSplits) {
   EXPECT_FALSE(split_pipeline_layers(126, 16, 2, &first, &last));  // 7 and 8 per stage
 }
 
+// Where no uneven split exists, a layout string: the embedding, the MTP depths and the loss count
+// as layers, the stages get equal counts, runs of equal stages are written with Megatron's
+// repetition; mtron's ParallelConfig takes the strings.
+TEST(Search, BalancedPipelineLayouts) {
+  const ModelConfig ds = test::model("deepseek-v3");               // 61 layers, 1 MTP depth
+  EXPECT_EQ(balanced_pipeline_layout(ds, 8, 4), "Et|(tt|)*30mL");  // Megatron-Bridge's H100 split
+  EXPECT_EQ(balanced_pipeline_layout(ds, 8, 1), "Ettttttt|(tttttttt|)*6ttttttmL");
+  // One unit each: the MTP depth would sit apart from the loss.
+  EXPECT_EQ(balanced_pipeline_layout(ds, 8, 8), "");
+  const ModelConfig l405 = test::model("llama3.1-405b");             // 126 layers
+  EXPECT_EQ(balanced_pipeline_layout(l405, 8, 8), "Et|(tt|)*62tL");  // Megatron-Bridge's 405B
+  EXPECT_EQ(balanced_pipeline_layout(l405, 16, 7), "");              // 128 units over 112 stages
+  for (const auto& [m, pp, vpp] :
+       {std::tuple{ds, 8, 4}, std::tuple{ds, 8, 1}, std::tuple{l405, 8, 8}}) {
+    ParallelConfig p = tests::layout({.world = pp, .pp = pp, .mbs = 1, .gbs = 8 * pp});
+    p.pipeline_model_parallel_layout = balanced_pipeline_layout(m, pp, vpp);
+    p.finalize(m);
+    EXPECT_EQ(p.vpp(), vpp) << p.pipeline_model_parallel_layout;
+  }
+}
+
 TEST(Search, NothingValidOrNothingFits) {
   SearchOptions o;
   o.global_batch_size = 64;

@@ -24,18 +24,19 @@ expert 64, --moe-layer-freq lists sampled at evenly spaced layers (DeepSeek-V3 a
 parallel size (TP, PP, CP, EP, ETP, DP) is capped at 2 (DP raised to 2 where the expert grid needs
 it), virtual pipeline stages become 2 where PP stays 2 (one layer per virtual stage); an uneven
 split stays uneven at PP2 (v layers first, 2v last, 3v in all, v the virtual stages per rank;
-dropped at PP1); sequence parallelism, the distributed optimizer and its overlaps,
+dropped at PP1), a layout string becomes `Et|tt|tt|mL` (PP2 x VPP2, 5 layers; the m's as many as
+the MTP depths); sequence parallelism, the distributed optimizer and its overlaps,
 --tp-comm-overlap, recompute (and its modules), precision and FP8 flags, dropout, normalization,
 activation, positions, MTP and routing are kept. The batch is 2 x PP micro-batches of 1 sequence
 per DP rank; --train-iters 2, --lr-warmup-iters 1, --eval-iters 0, --log-interval 1. The top plans
 scale to DP2 (2 ranks), TP2 SP DP2 (4), TP2 SP PP2 VPP2 DP2 (8), TP2 SP PP2 DP2 with full recompute
 (8; Llama 3.1 405B), PP2 VPP2 EP2 DP2 (4; Mixtral 8x7B), TP2 SP PP2 VPP2 EP2 DP2 (8; Mixtral 8x22B)
-and TP2 SP PP2 EP2 DP2 with stages of 1 and 2 layers and selective recompute of mla_up_proj (8;
-DeepSeek-V3, whose plan splits its 61 layers 30/31), all with the distributed optimizer and bf16.
-Copies that differ only in constants that select no code path (rotary base, norm epsilon, init std,
-the aux-loss coefficient, max positions) train once: the 28 plans come down to 20 runs, listed in
-the output (about 70 CPU-seconds); DeepSeek-V3's FP8 plan trains as TP2 SP PP2 EP2 DP2 with
-selective recompute of mla_up_proj and its multi-latent attention's projections in FP8.
+and TP2 SP PP2 EP2 DP2 over a layout string with full recompute (8; DeepSeek-V3, whose plan
+splits its 61 layers, the embedding, the MTP depth and the loss by `Et|(tt|)*30mL` over PP16 x
+VPP2), all with the distributed optimizer and bf16. Copies that differ only in constants that
+select no code path (rotary base, norm epsilon, init std, the aux-loss coefficient, max positions)
+train once: the 28 plans come down to 20 runs, listed in the output (about 90 CPU-seconds);
+DeepSeek-V3's FP8 plan trains the same way with its multi-latent attention's projections in FP8.
 """
 import glob
 import json
@@ -74,6 +75,7 @@ SCHEDULE = {"--train-iters": "2", "--lr-warmup-iters": "1", "--eval-iters": "0",
 CONSTANTS = {"--rotary-base", "--norm-epsilon", "--init-method-std", "--moe-aux-loss-coeff",
              "--max-position-embeddings"}
 UNEVEN = ["--decoder-first-pipeline-num-layers", "--decoder-last-pipeline-num-layers"]
+LAYOUT = "--pipeline-model-parallel-layout"
 PARALLEL = ["--tensor-model-parallel-size", "--pipeline-model-parallel-size",
             "--context-parallel-size", "--expert-model-parallel-size",
             "--expert-tensor-parallel-size"]
@@ -171,6 +173,12 @@ def scale(argv, world):
         layers = 3 * v
         for f in uneven:
             a.set(f, str(v if f == UNEVEN[0] else 2 * v))
+    if a.has(LAYOUT):
+        # A plan's layout string (the embedding, MTP depths and loss counted as layers) keeps its
+        # form over PP2 x VPP2: the embedding and a layer, two stages of two, the MTP depths and
+        # the loss.
+        layers = 5
+        a.set(LAYOUT, "Et|tt|tt|" + "m" * int(a.get("--mtp-num-layers", "0")) + "L")
     if a.has("--moe-layer-freq"):
         a.set("--moe-layer-freq", sampled_layer_freq(a.get("--moe-layer-freq"), layers))
     a.set("--num-layers", str(layers))
@@ -193,6 +201,8 @@ def layout(ranks, argv):
         words.append("VPP" + a.get("--num-virtual-stages-per-pipeline-rank"))
     if any(a.has(f) for f in UNEVEN):
         words.append("(stages %s/%s)" % tuple(a.get(f, "-") for f in UNEVEN))
+    if a.has(LAYOUT):
+        words.append("layout " + a.get(LAYOUT))
     if cp > 1:
         words.append("CP%d" % cp)
     if ep > 1:

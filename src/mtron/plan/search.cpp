@@ -96,8 +96,13 @@ Shapes search_shapes(const ModelConfig& m,
               if (o.vpp > 1 && !layout) vpps.erase(vpps.begin());
               for (int64_t v : vpps) {
                 int64_t first = 0, last = 0;
-                if (!fixed_split && !split_pipeline_layers(m.num_layers, pp, v, &first, &last))
-                  continue;
+                // Where Megatron's uneven split has no answer, a layout string balances the
+                // stages (the embedding, the MTP depths and the loss counted as layers).
+                std::string generated;
+                if (!fixed_split && !split_pipeline_layers(m.num_layers, pp, v, &first, &last)) {
+                  generated = balanced_pipeline_layout(m, pp, v);
+                  if (generated.empty()) continue;
+                }
                 for (const auto& [rc, modules] : recomputes) {
                   Layout l;
                   ParallelConfig& p = l.parallel;
@@ -107,10 +112,11 @@ Shapes search_shapes(const ModelConfig& m,
                   p.context_parallel_size = cp;
                   p.expert_model_parallel_size = ep;
                   p.expert_tensor_parallel_size = etp;
-                  p.num_virtual_stages_per_pipeline_rank = v > 1 ? v : 0;
+                  p.num_virtual_stages_per_pipeline_rank = v > 1 && generated.empty() ? v : 0;
                   p.decoder_first_pipeline_num_layers = first;
                   p.decoder_last_pipeline_num_layers = last;
-                  p.pipeline_model_parallel_layout = o.pipeline_layout;
+                  p.pipeline_model_parallel_layout =
+                      generated.empty() ? o.pipeline_layout : generated;
                   p.account_for_embedding_in_pipeline_split = o.account_for_embedding;
                   p.account_for_loss_in_pipeline_split = o.account_for_loss;
                   p.sequence_parallel = o.sequence_parallel && tp > 1;
@@ -386,6 +392,33 @@ std::vector<std::string> alternatives(const ModelConfig& m,
 }
 
 }  // namespace
+
+std::string balanced_pipeline_layout(const ModelConfig& m, int64_t pp, int64_t vpp) {
+  const std::string units = "E" + std::string(size_t(m.num_layers), 't') +
+                            std::string(size_t(m.mtp_num_layers), 'm') + "L";
+  const int64_t U = int64_t(units.size()), S = pp * vpp;
+  if (U % S) return {};
+  std::vector<std::string> stages;
+  for (int64_t s = 0; s < S; ++s)
+    stages.push_back(units.substr(size_t(s * (U / S)), size_t(U / S)));
+  // Megatron keeps the MTP depths in the last stage, with the loss.
+  for (int64_t s = 0; s + 1 < S; ++s)
+    if (stages[size_t(s)].find('m') != std::string::npos) return {};
+  std::string out;
+  for (size_t s = 0; s < stages.size();) {
+    size_t run = 1;
+    while (s + run + 1 < stages.size() && stages[s + run] == stages[s]) ++run;
+    if (s + 1 == stages.size()) {
+      out += stages[s];
+    } else if (run > 1) {
+      out += "(" + stages[s] + "|)*" + std::to_string(run);
+    } else {
+      out += stages[s] + "|";
+    }
+    s += run;
+  }
+  return out;
+}
 
 bool split_pipeline_layers(int64_t layers, int64_t pp, int64_t vpp, int64_t* first, int64_t* last) {
   *first = *last = 0;

@@ -1,5 +1,5 @@
 // defines: SearchOptions, Candidate, SearchResult, search_layouts, evaluate_layout,
-//          split_pipeline_layers
+//          split_pipeline_layers, balanced_pipeline_layout
 //
 // Every layout Megatron accepts (ParallelConfig::finalize is the judge) for a model on a
 // cluster: TP inside an NVLink domain, CP, PP (uneven first/last stages when the layers do not
@@ -88,5 +88,13 @@ Candidate evaluate_layout(const ModelConfig& m,
 // and lighter first/last stages (they also hold the embedding and the loss). Returns false when
 // no split exists. first = last = 0 for an even split.
 bool split_pipeline_layers(int64_t layers, int64_t pp, int64_t vpp, int64_t* first, int64_t* last);
+
+// Where no such split exists: Megatron's --pipeline-model-parallel-layout string that counts the
+// embedding, each MTP depth and the loss as a layer each and gives the pp x vpp virtual stages
+// equal counts, runs of equal stages written "(tt|)*30" (DeepSeek-V3 over PP8 x VP4:
+// "Et|(tt|)*30mL"; Megatron's --account-for-embedding/loss-in-pipeline-split with the MTP
+// depths counted too). Empty when the stages do not divide the count, or the last stage cannot
+// hold the MTP depths and the loss together.
+std::string balanced_pipeline_layout(const ModelConfig& m, int64_t pp, int64_t vpp);
 
 }  // namespace mtron::plan
