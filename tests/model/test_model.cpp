@@ -205,6 +205,26 @@ TEST(SelectiveRecompute, MlpLeavesSharedExpertsToTheirModules) {
   EXPECT_LT(with("moe"), with("shared_experts"));
 }
 
+// The MTP depths' transformer layers rebuild the modules too (Megatron builds them from the
+// decoder's config): with two depths the stash drops more than without, and the gradients stay
+// bit-identical.
+TEST(SelectiveRecompute, MtpDepthsRebuildTheirLayersToo) {
+  auto dropped = [](std::vector<std::string> shape) {
+    const Iteration plain = iteration_of(make_args(shape));
+    for (const char* w :
+         {"--recompute-granularity", "selective", "--recompute-modules", "layernorm", "mlp"})
+      shape.push_back(w);
+    const Iteration rec = iteration_of(make_args(shape));
+    EXPECT_EQ(plain.grads, rec.grads);
+    return plain.stash_bytes - rec.stash_bytes;
+  };
+  std::vector<std::string> mtp = llama_flags(2);
+  const size_t without = dropped(mtp);
+  mtp.push_back("--mtp-num-layers");
+  mtp.push_back("2");
+  EXPECT_GT(dropped(mtp), without);
+}
+
 // --apply-layernorm-1p: norm weights w are applied as 1 + w. A 1p model whose norm weights are w
 // computes what the standard model with norm weights 1 + w computes (every other weight equal):
 // the same loss and the same gradient for every parameter.

@@ -107,7 +107,7 @@ GPTChunk::GPTChunk(const ModelConfig& cfg,
     if (!cfg.untie_embeddings_and_output_weights) out_w_ = wte_;
     mtp_.reserve(size_t(cfg.mtp_num_layers));
     for (int64_t k = 0; k < cfg.mtp_num_layers; ++k)
-      mtp_.emplace_back(cfg, k, tp, ep, params_, expert_params_);
+      mtp_.emplace_back(cfg, k, tp, ep, params_, expert_params_, recompute.selective());
   }
 }
 

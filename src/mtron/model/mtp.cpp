@@ -22,7 +22,8 @@ MtpLayer::MtpLayer(const ModelConfig& cfg,
                    const parallel::TensorParallel& tp,
                    const parallel::ExpertParallel& ep,
                    ParamBuffer& params,
-                   ParamBuffer& expert_params)
+                   ParamBuffer& expert_params,
+                   RecomputeModules recompute)
     : cfg_(cfg), p_(params), h_(cfg.hidden_size), hl_(cfg.hidden_size / tp.size) {
   const std::string pre = depth_prefix(depth);
   const bool sp = tp.sequence_parallel;
@@ -30,7 +31,7 @@ MtpLayer::MtpLayer(const ModelConfig& cfg,
   hnorm_.add_params(cfg, pre + "hnorm", sp, params);
   eh_w_ = params.add(
       sharded_spec(pre + "eh_proj.weight", {h_, 2 * h_}, 0, tp.rank, tp.size, cfg.init_method_std));
-  layer_.emplace(cfg, cfg.num_layers + depth, tp, ep, params, expert_params, RecomputeModules{0},
+  layer_.emplace(cfg, cfg.num_layers + depth, tp, ep, params, expert_params, recompute,
                  pre + "transformer_layer.");
   final_norm_.add_params(cfg, pre + "final_layernorm", sp, params);
 }

@@ -38,13 +38,16 @@ class MtpLayer {
     float *fn_mean = nullptr, *fn_rstd = nullptr;
   };
 
-  // Registers depth `depth`'s (0-based) parameters, mtp.layers.<depth>.*.
+  // Registers depth `depth`'s (0-based) parameters, mtp.layers.<depth>.*; its transformer layer
+  // rebuilds the modules of selective recompute as the decoder's do (Megatron builds it from the
+  // same config).
   MtpLayer(const ModelConfig& cfg,
            int64_t depth,
            const parallel::TensorParallel& tp,
            const parallel::ExpertParallel& ep,
            ParamBuffer& params,
-           ParamBuffer& expert_params);
+           ParamBuffer& expert_params,
+           RecomputeModules recompute = RecomputeModules{0});
 
   // out[Nl, h] from e[Nl, h] and hid[Nl, h]; stash buffers from `keep`, temporaries from
   // `scratch`.
