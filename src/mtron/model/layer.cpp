@@ -246,51 +246,32 @@ void TransformerLayer::qkv_attention(const RunCtx& rc,
   attention(rc, tl, st, scratch, kv);
 }
 
-Act TransformerLayer::attention_input(const RunCtx& rc,
-                                      const TokenLayout& tl,
-                                      const float* x,
-                                      float* mean,
-                                      float* rstd,
-                                      Arena& keep,
-                                      Arena& scratch) const {
-  // QKV's GEMM input is the norm's output itself without SP (in bf16 written so by the norm);
-  // with SP the gathered rows are.
+float* TransformerLayer::norm_input(const RunCtx& rc,
+                                    const TokenLayout& tl,
+                                    const Norm& norm,
+                                    const float* x,
+                                    float* mean,
+                                    float* rstd,
+                                    bool routed,
+                                    Act* gemm_in,
+                                    Arena& keep,
+                                    Arena& scratch) const {
+  // The GEMM input is the norm's output itself without SP (in bf16 written so by the norm, unless
+  // the routed experts read it in fp32); with SP the gathered rows are.
   const int64_t N = tl.rows(), Nl = rc.tp.sp_rows(N), h = h_;
   const bool sp = rc.tp.sequence_parallel;
-  if (!sp && bf16_gemm_inputs(rc)) {
-    bf16* ln1 = keep.alloc<bf16>(N * h);
-    ln1_.forward(rc, cfg_, p_, ln1, mean, rstd, x, Nl);
-    return Act::of(ln1);
-  }
-  float* ln1 = sp ? scratch.alloc<float>(Nl * h) : gemm_input_buffer(rc, keep, scratch, Nl * h);
-  ln1_.forward(rc, cfg_, p_, ln1, mean, rstd, x, Nl);
-  return gathered_gemm_input(rc, keep, scratch, ln1, N, h);
-}
-
-float* TransformerLayer::mlp_input(const RunCtx& rc,
-                                   const TokenLayout& tl,
-                                   const float* x2,
-                                   float* mean,
-                                   float* rstd,
-                                   Act& gemm_in,
-                                   Arena& keep,
-                                   Arena& scratch) const {
-  // The norm's output is fc1's GEMM input without SP (in bf16 without experts written so by the
-  // norm), and the routed experts' input.
-  const int64_t N = tl.rows(), Nl = rc.tp.sp_rows(N), h = h_;
-  const bool sp = rc.tp.sequence_parallel;
-  if (!moe_ && !sp && bf16_gemm_inputs(rc)) {
-    bf16* ln2 = keep.alloc<bf16>(N * h);
-    ln2_.forward(rc, cfg_, p_, ln2, mean, rstd, x2, Nl);
-    gemm_in = Act::of(ln2);
+  if (!routed && !sp && bf16_gemm_inputs(rc)) {
+    bf16* out = keep.alloc<bf16>(N * h);
+    norm.forward(rc, cfg_, p_, out, mean, rstd, x, Nl);
+    *gemm_in = Act::of(out);
     return nullptr;
   }
-  float* ln2 = moe_ ? keep.alloc<float>(Nl * h)
-               : sp ? scratch.alloc<float>(Nl * h)
-                    : gemm_input_buffer(rc, keep, scratch, Nl * h);
-  ln2_.forward(rc, cfg_, p_, ln2, mean, rstd, x2, Nl);
-  if (dense_mlp()) gemm_in = gathered_gemm_input(rc, keep, scratch, ln2, N, h);
-  return moe_ ? ln2 : nullptr;
+  float* out = routed ? keep.alloc<float>(Nl * h)
+               : sp   ? scratch.alloc<float>(Nl * h)
+                      : gemm_input_buffer(rc, keep, scratch, Nl * h);
+  norm.forward(rc, cfg_, p_, out, mean, rstd, x, Nl);
+  if (gemm_in) *gemm_in = gathered_gemm_input(rc, keep, scratch, out, N, h);
+  return routed ? out : nullptr;
 }
 
 void TransformerLayer::mlp_up(
@@ -339,7 +320,7 @@ void TransformerLayer::forward(const RunCtx& rc,
   // Attention block.
   st.ln1_mean = ln ? keep.alloc<float>(Nl) : nullptr;
   st.ln1_rstd = keep.alloc<float>(Nl);
-  st.ln1_in = attention_input(rc, tl, x, st.ln1_mean, st.ln1_rstd, norm_keep, scratch);
+  norm_input(rc, tl, ln1_, x, st.ln1_mean, st.ln1_rstd, false, &st.ln1_in, norm_keep, scratch);
 
   if (kv) {
     MT_ASSERT(rc.tp.size == 1 && rc.cp.size == 1, "a KV cache holds a whole model's heads");
@@ -371,7 +352,7 @@ void TransformerLayer::forward(const RunCtx& rc,
   // MLP block: the dense MLP (an MoE layer's shared expert) and/or the routed experts.
   st.ln2_mean = ln ? keep.alloc<float>(Nl) : nullptr;
   st.ln2_rstd = keep.alloc<float>(Nl);
-  float* ln2 = mlp_input(rc, tl, st.x2, st.ln2_mean, st.ln2_rstd, st.ln2_in, norm_keep, scratch);
+  float* ln2 = mlp_norm(rc, tl, st, norm_keep, scratch);
   if (dense_mlp()) {
     mlp_up(rc, N, st, recompute_mlp() ? scratch : keep, scratch);
     partial = sp ? scratch.alloc<float>(N * h) : y;
@@ -495,16 +476,11 @@ void TransformerLayer::backward(
   const auto& tp = rc.tp;
   const int64_t N = tl.rows(), Nl = tp.sp_rows(N), h = h_;
   const bool sp = tp.sequence_parallel;
-  const bool ln = cfg_.normalization == Normalization::kLayerNorm;
-  // Fresh statistics for a norm computed again (the same values as the stash's).
-  const auto stats = [&] {
-    return std::pair{ln ? scratch.alloc<float>(Nl) : nullptr, scratch.alloc<float>(Nl)};
-  };
 
-  // What selective recompute left out of the MLP block's stash.
+  // What selective recompute left out of the MLP block's stash (the norm's statistics are written
+  // again with the values they hold).
   if (recompute_norms()) {
-    const auto [mean, rstd] = stats();
-    float* ln2 = mlp_input(rc, tl, st.x2, mean, rstd, st.ln2_in, scratch, scratch);
+    float* ln2 = mlp_norm(rc, tl, st, scratch, scratch);
     if (moe_) st.moe.x = ln2;
   }
   if (recompute_moe()) {
@@ -568,10 +544,8 @@ void TransformerLayer::backward(
     parallel::exit_tp_backward(tp, dpartial, dattn, N, h);
   }
   // What selective recompute left out of the attention block's stash.
-  if (recompute_norms()) {
-    const auto [mean, rstd] = stats();
-    st.ln1_in = attention_input(rc, tl, st.x, mean, rstd, scratch, scratch);
-  }
+  if (recompute_norms())
+    norm_input(rc, tl, ln1_, st.x, st.ln1_mean, st.ln1_rstd, false, &st.ln1_in, scratch, scratch);
   if (mla_ && mla_->recompute_up()) {
     st.q = scratch.alloc<float>(N * Hl_ * D_);
     st.k = scratch.alloc<float>(N * Gl_ * D_);

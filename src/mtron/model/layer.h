@@ -143,26 +143,26 @@ class TransformerLayer {
     return dense_mlp() && (moe_ ? recompute_moe() || recompute_.has(RecomputeModule::kSharedExperts)
                                 : recompute_.has(RecomputeModule::kMlp));
   }
-  // QKV's (or MLA's) GEMM input from the layer input x [Nl, h]: input_layernorm's output (into
-  // mean and rstd its statistics), gathered over SP; from `keep`.
-  Act attention_input(const RunCtx& rc,
-                      const TokenLayout& tl,
-                      const float* x,
-                      float* mean,
-                      float* rstd,
-                      Arena& keep,
-                      Arena& scratch) const;
-  // pre_mlp_layernorm of x2 [Nl, h] (statistics into mean and rstd): a dense MLP's GEMM input
-  // into gemm_in; returned, the fp32 output [Nl, h] when the routed experts read it (else null).
-  // From `keep`.
-  float* mlp_input(const RunCtx& rc,
-                   const TokenLayout& tl,
-                   const float* x2,
-                   float* mean,
-                   float* rstd,
-                   Act& gemm_in,
-                   Arena& keep,
-                   Arena& scratch) const;
+  // norm(x) for x [Nl, h] (statistics into mean and rstd): with gemm_in, the following GEMM's
+  // input of all N rows (gathered over SP; in bf16 written by the norm where it may be); with
+  // `routed`, the fp32 output [Nl, h] returned (the routed experts' input; else null). From `keep`.
+  float* norm_input(const RunCtx& rc,
+                    const TokenLayout& tl,
+                    const Norm& norm,
+                    const float* x,
+                    float* mean,
+                    float* rstd,
+                    bool routed,
+                    Act* gemm_in,
+                    Arena& keep,
+                    Arena& scratch) const;
+  // pre_mlp_layernorm of st.x2 (its statistics and a dense MLP's GEMM input into st): the routed
+  // experts' fp32 input, or null without them.
+  float* mlp_norm(
+      const RunCtx& rc, const TokenLayout& tl, Stash& st, Arena& keep, Arena& scratch) const {
+    return norm_input(rc, tl, ln2_, st.x2, st.ln2_mean, st.ln2_rstd, moe_ != nullptr,
+                      dense_mlp() ? &st.ln2_in : nullptr, keep, scratch);
+  }
   // The dense MLP's fc1 output and activation (st.fc1, st.act_in) from st.ln2_in, from `keep`.
   void mlp_up(const RunCtx& rc, int64_t N, Stash& st, Arena& keep, Arena& scratch) const;
   // st.att (or, with bf16_qkv, st.att_in) from the normed input st.ln1_in: q, k and v (QKV or

@@ -46,14 +46,19 @@ struct LinearShape {
   double M, N, K;  // forward GEMM: [M,K] x [K,N]
 };
 
+// Latency steps of a collective over n ranks: ring steps inside a node, a tree (log steps) beyond
+// a few ranks.
+double latency_steps(int64_t n) {
+  return std::min(double(n - 1), 2 * std::log2(double(n)) + 1);
+}
+
 }  // namespace
 
 double collective_seconds(Collective c, double bytes, int64_t n, const Link& link) {
   if (n <= 1 || bytes <= 0) return 0;
   MT_ASSERT(link.bandwidth > 0, "collective over a link without bandwidth (", link.name, ")");
   const double frac = double(n - 1) / double(n);
-  // Latency: ring steps inside a node, a tree (log steps) beyond a few ranks.
-  const double steps = std::min(double(n - 1), 2 * std::log2(double(n)) + 1);
+  const double steps = latency_steps(n);
   switch (c) {
     case Collective::kAllReduce:
       return 2 * frac * bytes / link.bandwidth + 2 * steps * link.latency;
@@ -80,8 +85,7 @@ double all_to_all_seconds(const PerfParams& pp, double bytes, int64_t n, int64_t
   const Link& in_node = local * stride <= pp.nvlink_domain ? pp.nvlink : pp.pcie;
   const double off = double(n - local) / double(n) * bytes / pp.network.bandwidth;
   const double on = double(local - 1) / double(n) * bytes / in_node.bandwidth;
-  const double steps = std::min(double(n - 1), 2 * std::log2(double(n)) + 1);
-  return std::max(off, on) + steps * pp.network.latency;
+  return std::max(off, on) + latency_steps(n) * pp.network.latency;
 }
 
 Link PerfParams::link_for_group(int64_t size, int64_t stride) const {
