@@ -1,14 +1,17 @@
 #!/usr/bin/python3
-"""bench/cp: bytes each rank sends per training step over the context-parallel group (the ring
-attention's K/V blocks and dK/dV partials), measured (Comm::bytes_sent, logged by
+"""bench/cp: bytes each rank sends per training step over the context-parallel groups (attention's
+K/V blocks, gathers or head all-to-alls, by --cp-comm-type), measured (Comm::bytes_sent, logged by
 `mtron train --profile`) against the analytic volume, with the step time beside it.
 
   comm_volume.py MTRON
 
-Ring attention sends, per attention call and rank, (CP-1) K/V blocks forward and 2 (CP-1)
-blocks backward (K/V, then the dK/dV partials), a block being the rank's K and V:
-KV = 2 * (S/CP) * B * (G/TP) * D * 4 bytes (fp32). Per step: x layers x micro-batches (x 2 for
-the forward with --recompute-granularity full, which runs the forward ring twice).
+Per attention call and rank, with KV = 2 * (S/CP) * B * (G/TP) * D * 4 bytes (the rank's K and V,
+fp32) and X = Q + K + V + O (its q, k, v and output, 4 bytes an element):
+  p2p, all_gather  (CP-1) KV forward, 2 (CP-1) KV backward (over `cp`)
+  a2a              (a-1)/a X forward, 2 (a-1)/a X backward (a = CP, over `cp`)
+  a2a+p2p          a2a's over the first level (`cp-a2a`, a ranks), p2p's over the second
+                   (`cp-ring`, CP/a ranks) with the same KV
+Per step: x layers x micro-batches (x 2 for the forward with --recompute-granularity full).
 """
 import os
 import sys
@@ -24,39 +27,58 @@ BASE = ("--num-layers %d --hidden-size %d --num-attention-heads %d --group-query
         "--metrics-file /dev/null --profile --eval-iters 0" % (L, H, HEADS, GROUPS, S, MBS, GBS, VOCAB)).split()
 
 
-def analytic(cp, tp, pp, dp, recompute):
+def analytic(cp, tp, pp, dp, recompute, comm, a):
+    """Bytes per step and rank by group."""
     if cp == 1:
-        return 0
-    kv = 2 * (S // cp) * MBS * (GROUPS // tp) * (H // HEADS) * 4
+        return {"cp": 0}
     M = GBS // (MBS * dp)
-    forwards = 2 if recompute else 1
-    return (L // pp) * M * (forwards + 2) * (cp - 1) * kv
+    calls = (L // pp) * M
+    passes = (2 if recompute else 1) + 2  # forwards, and the backward's two
+    D, rows = H // HEADS, (S // cp) * MBS
+    kv = 2 * rows * (GROUPS // tp) * D * 4
+    x = 2 * rows * (HEADS // tp) * D * 4 + kv  # q and out, k and v
+    ring = lambda n: calls * passes * (n - 1) * kv
+    heads = lambda n: calls * passes * (n - 1) * x // n
+    if comm in ("p2p", "all_gather"):
+        return {"cp": ring(cp)}
+    if comm == "a2a":
+        return {"cp": heads(cp)}
+    return {"cp": 0, "cp-a2a": heads(a), "cp-ring": ring(cp // a)}
 
 
 def main():
     mtron = sys.argv[1]
+    a2a_p2p = ["--cp-comm-type", "a2a+p2p", "--hierarchical-context-parallel-sizes", "2", "2"]
     layouts = [("CP1", 1, 1, 1, 1, []),
                ("CP2", 2, 2, 1, 1, []),
                ("CP4", 4, 4, 1, 1, []),
                ("TP2xCP2+SP", 4, 2, 2, 1, ["--sequence-parallel"]),
                ("CP2xPP2", 4, 2, 1, 2, []),
-               ("CP2 recompute", 2, 2, 1, 1, ["--recompute-granularity", "full"])]
+               ("CP2 recompute", 2, 2, 1, 1, ["--recompute-granularity", "full"]),
+               ("CP4 all_gather", 4, 4, 1, 1, ["--cp-comm-type", "all_gather"]),
+               ("CP2 a2a", 2, 2, 1, 1, ["--cp-comm-type", "a2a"]),
+               ("CP4 a2a", 4, 4, 1, 1, ["--cp-comm-type", "a2a"]),
+               ("TP2xCP2+SP a2a", 4, 2, 2, 1, ["--sequence-parallel", "--cp-comm-type", "a2a"]),
+               ("CP4 a2a+p2p 2x2", 4, 4, 1, 1, a2a_p2p)]
     print("model: %d layers, hidden %d, %d heads / %d query groups, seq %d, micro-batch %d, "
           "global batch %d, fp32" % (L, H, HEADS, GROUPS, S, MBS, GBS))
-    print("%-15s %4s %14s %14s %8s %10s" % ("layout", "rank", "cp measured B", "analytic B",
-                                            "error", "ms/step"))
+    print("%-16s %4s %-8s %14s %14s %8s %10s" % ("layout", "rank", "group", "measured B",
+                                                 "analytic B", "error", "ms/step"))
     worst = 0.0
     for name, np_, cp, tp, pp, extra in layouts:
         flags = ["--context-parallel-size", str(cp), "--tensor-model-parallel-size", str(tp),
                  "--pipeline-model-parallel-size", str(pp)] + extra
         sent, _, ms = run_profiled(mtron, np_, BASE + flags)
         dp = np_ // (cp * tp * pp)
-        want = analytic(cp, tp, pp, dp, "--recompute-granularity" in extra)
+        comm = extra[extra.index("--cp-comm-type") + 1] if "--cp-comm-type" in extra else "p2p"
+        wants = analytic(cp, tp, pp, dp, "--recompute-granularity" in extra, comm, 2)
         for r in sorted(sent):
-            got = sent[r]["cp"]
-            err = abs(got - want) / want if want else float(got != 0)
-            worst = max(worst, err)
-            print("%-15s %4d %14d %14d %7.2f%% %10.1f" % (name, r, got, want, 100 * err, ms))
+            for group, want in wants.items():
+                got = sent[r][group]
+                err = abs(got - want) / want if want else float(got != 0)
+                worst = max(worst, err)
+                print("%-16s %4d %-8s %14d %14d %7.2f%% %10.1f" % (name, r, group, got, want,
+                                                                   100 * err, ms))
     print("worst error %.2f%%" % (100 * worst))
     return 0 if worst == 0 else 1
 

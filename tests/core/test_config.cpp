@@ -101,6 +101,51 @@ TEST(ParallelConfig, MegatronRules) {
             std::string::npos);
 }
 
+// --cp-comm-type and --hierarchical-context-parallel-sizes: the words (one argument or several,
+// Megatron's "allgather"), one per layer, and Megatron's and mtron's refusals.
+TEST(ParallelConfig, CpCommTypes) {
+  const ModelConfig m = gpt2_124m();  // 12 layers, 12 heads
+  const auto cp = [&](int64_t size, std::vector<std::string> types, std::vector<int64_t> hcp = {}) {
+    ParallelConfig p = tests::layout({.world = 8, .cp = size, .mbs = 1});
+    p.cp_comm_type = std::move(types);
+    p.hierarchical_context_parallel_sizes = std::move(hcp);
+    return p;
+  };
+  ParallelConfig a = cp(4, {"a2a+p2p"}, {2, 2});
+  a.finalize(m);
+  EXPECT_EQ(a.cp_comms(), std::vector<CpCommType>{CpCommType::kA2AP2P});
+  EXPECT_EQ(a.cp_a2a_size(CpCommType::kA2AP2P), 2);
+  EXPECT_EQ(a.cp_a2a_size(CpCommType::kA2A), 4);
+  EXPECT_NE(a.summary().find("CP by a2a+p2p (all-to-all over 2, ring over 2)"), std::string::npos);
+  ParallelConfig words = cp(2, {"a2a a2a allgather", "p2p p2p p2p", "a2a+p2p"}, {1, 2});
+  words.cp_comm_type.insert(words.cp_comm_type.end(), 5, "p2p");
+  words.finalize(m);
+  EXPECT_EQ(words.cp_comms().size(), 12u);
+  EXPECT_EQ(words.cp_comms()[2], CpCommType::kAllGather);
+  EXPECT_NE(words.summary().find("CP by a2a*2 all_gather p2p*3 a2a+p2p p2p*5"), std::string::npos);
+  ParallelConfig one = cp(1, {"a2a"});  // CP 1: no CP communication at all
+  one.finalize(m);
+  EXPECT_EQ(one.cp_comms(), std::vector<CpCommType>{CpCommType::kP2P});
+
+  const auto error = [&](ParallelConfig p) { return error_of([&] { p.finalize(m); }); };
+  EXPECT_EQ(error(cp(2, {"ulysses"})),
+            "--cp-comm-type: 'ulysses' is not one of p2p, all_gather, a2a, a2a+p2p");
+  EXPECT_EQ(error(cp(2, {"a2a", "p2p"})),
+            "Length of cp_comm_type (2) should equal to the total number of transformer layers "
+            "(12)!");
+  EXPECT_EQ(error(cp(4, {"a2a+p2p"})),
+            "--hierarchical-context-parallel-sizes must be set when a2a+p2p is used in cp comm");
+  EXPECT_EQ(error(cp(4, {"p2p"}, {2, 3})),
+            "--hierarchical-context-parallel-sizes (2 x 3 = 6) must multiply to "
+            "--context-parallel-size (4)");
+  EXPECT_NE(error(cp(4, {"a2a+p2p"}, {1, 2, 2})).find("takes two levels"), std::string::npos);
+  EXPECT_EQ(error(cp(8, {"a2a"})),
+            "--cp-comm-type a2a splits the attention heads over 8 ranks (its all-to-all group): "
+            "the heads per tensor-parallel rank (12) and the query groups per tensor-parallel "
+            "rank (12) must be multiples of 8");
+  EXPECT_EQ(error(cp(8, {"a2a+p2p"}, {4, 2})), "");  // 12 heads over all-to-all groups of 4
+}
+
 TEST(Formulas, MegatronFlopsMatchesClosedForm) {
   // Dense MHA, F = 4h, GeLU: 72 B s L h^2 (1 + s/(12h) + V/(12 L h)).
   ModelConfig m = gpt2_124m();

@@ -70,6 +70,28 @@ TEST(ParallelFlags, PipelineSplitsRoundTrip) {
   }
 }
 
+// The CP communication types and hierarchical sizes, written only where they are not the default.
+TEST(ParallelFlags, CpCommRoundTrip) {
+  const ModelConfig dense = model(0);
+  ParallelConfig p = tests::layout({.world = 4, .cp = 4, .mbs = 1});
+  p.finalize(dense);
+  const std::vector<std::string> plain = parallel_flag_args(p, false);
+  EXPECT_EQ(std::find(plain.begin(), plain.end(), "--cp-comm-type"), plain.end());
+  p.cp_comm_type = {"a2a+p2p"};
+  p.hierarchical_context_parallel_sizes = {2, 2};
+  p.finalize(dense);
+  ParallelConfig q = parse(parallel_flag_args(p, false));
+  q.world_size = 4;
+  q.finalize(dense);
+  EXPECT_EQ(q.cp_comms(), p.cp_comms());
+  EXPECT_EQ(q.summary(), p.summary());
+  EXPECT_EQ(parallel_flag_args(q, false), parallel_flag_args(p, false));
+  // Megatron's test harness passes the sizes as one argument
+  ParallelConfig r = parse({"--context-parallel-size", "4", "--cp-comm-type", "a2a+p2p",
+                            "--hierarchical-context-parallel-sizes", "2 2"});
+  EXPECT_EQ(r.hierarchical_context_parallel_sizes, (std::vector<int64_t>{2, 2}));
+}
+
 TEST(ParallelFlags, DenseOmitsExpertSizesAndTheLastValueWins) {
   ParallelConfig p = tests::layout({.world = 4, .tp = 2, .mbs = 1});
   p.finalize(model(0));

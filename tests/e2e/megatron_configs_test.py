@@ -42,6 +42,7 @@ NOTES = {
     "mr_mcore_te_tp2_pp2_mla": [],
     "mr_mcore_te_tp2_pp2_ep4_etp1_selective_recompute_experimental":
         ["--overlap-moe-expert-parallel-comm has no effect"],
+    "mr_mcore_te_tp1_pp2_cp4_a2a_p2p_nondeterministic": [],
 }
 # What --print-layout must show for a config (its pipeline split and schedule): 12 layers over
 # PP4 with 2 on the first and last stages; 6 layers over PP4 x VPP2 with the embedding and the
@@ -49,7 +50,8 @@ NOTES = {
 # schedule's micro-batches in one group of 5 (M = 40 / (4 x DP2)); the model summary naming the
 # interleaved RoPE, the Sinkhorn top-1 routing, multi-latent attention (in FP8) with an MTP depth,
 # or multi-latent attention with learned positions (Megatron's default position type); the
-# selective recompute of four modules.
+# selective recompute of four modules; CP4 as all-to-all groups of 2 and a ring of 2
+# (--hierarchical-context-parallel-sizes given as one argument, "2 2").
 SHOWN = {
     "mr_mcore_te_tp1_pp4_vp1_uneven_pipeline":
         ["    0  [0, 2) +embedding", "    1  [2, 6)", "    3  [10, 12) +output layer and loss"],
@@ -65,6 +67,8 @@ SHOWN = {
     "mr_mcore_te_tp2_pp2_mla": ["learned positions", "MLA (q rank 192, kv rank 64"],
     "mr_mcore_te_tp2_pp2_ep4_etp1_selective_recompute_experimental":
         ["activation recompute: selective (moe_act layernorm mla_up_proj mlp)"],
+    "mr_mcore_te_tp1_pp2_cp4_a2a_p2p_nondeterministic":
+        ["CP 4 x DP 1 x PP 2, CP by a2a+p2p (all-to-all over 2, ring over 2)"],
 }
 
 

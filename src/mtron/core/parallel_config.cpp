@@ -1,6 +1,7 @@
 #include "mtron/core/parallel_config.h"
 
 #include <fmt/core.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <functional>
@@ -57,6 +58,7 @@ void ParallelConfig::finalize(const ModelConfig& m) {
              ") should be a multiple of 2 * context-parallel-size (", 2 * cp(),
              ") if context-parallel-size > 1");
   }
+  check_cp_comm(m);
   if (m.is_moe()) {
     MT_CHECK(m.num_experts % ep() == 0, "Number of experts (", m.num_experts,
              ") should be a multiple of expert model parallel_size (", ep(), ")");
@@ -86,6 +88,77 @@ void ParallelConfig::finalize(const ModelConfig& m) {
            "--microbatch-group-size-per-virtual-pipeline-stage must be positive (got ",
            microbatch_group_size_per_vp_stage, ")");
   check_microbatch_groups(num_microbatches());
+}
+
+const char* cp_comm_name(CpCommType t) {
+  const char* names[] = {"p2p", "all_gather", "a2a", "a2a+p2p"};  // CpCommType's order
+  return names[int(t)];
+}
+
+void ParallelConfig::check_cp_comm(const ModelConfig& m) {
+  std::vector<std::string> words;
+  for (const std::string& arg : cp_comm_type) {
+    for (size_t i = 0; (i = arg.find_first_not_of(' ', i)) != std::string::npos;) {
+      const size_t end = std::min(arg.find(' ', i), arg.size());
+      words.push_back(arg.substr(i, end - i));
+      i = end;
+    }
+  }
+  MT_CHECK(!words.empty(), "--cp-comm-type needs a value: p2p, all_gather, a2a or a2a+p2p");
+  cp_comm_.clear();
+  for (const std::string& w : words) {
+    const std::string name = w == "allgather" ? "all_gather" : w;
+    int t = 0;
+    while (t < 4 && name != cp_comm_name(CpCommType(t))) ++t;
+    MT_CHECK(t < 4, "--cp-comm-type: '", w, "' is not one of p2p, all_gather, a2a, a2a+p2p");
+    cp_comm_.push_back(CpCommType(t));
+  }
+  const auto& hcp = hierarchical_context_parallel_sizes;
+  if (!hcp.empty()) {
+    int64_t product = 1;
+    for (int64_t v : hcp) {
+      MT_CHECK(v >= 1, "--hierarchical-context-parallel-sizes must be >= 1 (got ", v, ")");
+      product *= v;
+    }
+    MT_CHECK(product == cp(), "--hierarchical-context-parallel-sizes (",
+             fmt::format("{}", fmt::join(hcp, " x ")), " = ", product,
+             ") must multiply to --context-parallel-size (", cp(), ")");
+  }
+  if (uses_cp_comm(CpCommType::kA2AP2P)) {
+    MT_CHECK(!hcp.empty(),
+             "--hierarchical-context-parallel-sizes must be set when a2a+p2p is used in cp comm");
+    MT_CHECK(hcp.size() == 2,
+             "--cp-comm-type a2a+p2p takes two levels (the all-to-all group, "
+             "then the ring across them): --hierarchical-context-parallel-sizes has ",
+             hcp.size());
+  }
+  if (cp() == 1) {
+    cp_comm_ = {CpCommType::kP2P};  // Megatron passes no CP communication to attention at CP 1
+    return;
+  }
+  MT_CHECK(cp_comm_.size() == 1 || int64_t(cp_comm_.size()) == m.num_layers,
+           "Length of cp_comm_type (", cp_comm_.size(),
+           ") should equal to the total number of transformer layers (", m.num_layers, ")!");
+  const int64_t heads = m.num_attention_heads / tp(), groups = m.query_groups() / tp();
+  for (CpCommType t : {CpCommType::kA2A, CpCommType::kA2AP2P}) {
+    if (!uses_cp_comm(t)) continue;
+    const int64_t a = cp_a2a_size(t);
+    MT_CHECK(heads % a == 0 && groups % a == 0, "--cp-comm-type ", cp_comm_name(t),
+             " splits the attention heads over ", a,
+             " ranks (its all-to-all group): the heads per tensor-parallel rank (", heads,
+             ") and the query groups per tensor-parallel rank (", groups, ") must be multiples of ",
+             a);
+  }
+}
+
+bool ParallelConfig::uses_cp_comm(CpCommType t) const {
+  return std::find(cp_comm_.begin(), cp_comm_.end(), t) != cp_comm_.end();
+}
+
+int64_t ParallelConfig::cp_a2a_size(CpCommType t) const {
+  if (t == CpCommType::kA2A) return cp();
+  if (t == CpCommType::kA2AP2P) return hierarchical_context_parallel_sizes.at(0);
+  return 1;
 }
 
 void ParallelConfig::check_microbatch_groups(int64_t M) const {
@@ -262,6 +335,20 @@ std::string ParallelConfig::summary() const {
   }
   if (ep() > 1 || etp() != tp())
     s += fmt::format("; experts ETP {} x EP {} x EDP {}", etp(), ep(), edp());
+  if (cp() > 1 && (cp_comm_.size() > 1 || cp_comm_[0] != CpCommType::kP2P)) {
+    std::vector<std::string> names;  // runs of one type as "type*n"
+    for (size_t i = 0, j = 0; i < cp_comm_.size(); i = j) {
+      while (j < cp_comm_.size() && cp_comm_[j] == cp_comm_[i]) ++j;
+      names.push_back(fmt::format("{}{}", cp_comm_name(cp_comm_[i]),
+                                  j - i > 1 ? fmt::format("*{}", j - i) : ""));
+    }
+    s += fmt::format(", CP by {}", fmt::join(names, " "));
+    if (uses_cp_comm(CpCommType::kA2AP2P)) {
+      s +=
+          fmt::format(" (all-to-all over {}, ring over {})", hierarchical_context_parallel_sizes[0],
+                      hierarchical_context_parallel_sizes[1]);
+    }
+  }
   if (sequence_parallel) s += ", sequence parallel";
   if (use_distributed_optimizer) s += ", distributed optimizer";
   s += fmt::format("; micro-batch {}, global batch {} ({} micro-batches per DP rank)",

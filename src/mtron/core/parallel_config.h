@@ -14,6 +14,13 @@
 
 namespace mtron {
 
+// How context parallelism moves attention's inputs (Megatron's --cp-comm-type): K/V blocks round
+// a ring (p2p), K/V all-gathered (all_gather), heads exchanged all-to-all for the whole sequence
+// (a2a, DeepSpeed-Ulysses), or all-to-all inside groups of adjacent CP ranks and a ring across
+// them (a2a+p2p, with --hierarchical-context-parallel-sizes).
+enum class CpCommType { kP2P, kAllGather, kA2A, kA2AP2P };
+const char* cp_comm_name(CpCommType t);
+
 struct ParallelConfig {
   int64_t world_size = 1;
   int64_t tensor_model_parallel_size = 1;
@@ -37,6 +44,12 @@ struct ParallelConfig {
   bool use_tp_pp_dp_mapping = false;  // order tp-cp-ep-pp-dp instead of tp-cp-ep-dp-pp
   int64_t micro_batch_size = 0;
   int64_t global_batch_size = 0;  // 0: micro_batch_size * DP
+  // --cp-comm-type: one word for every layer or one per transformer layer (p2p, all_gather, a2a,
+  // a2a+p2p; "allgather", as Megatron's help spells it, is all_gather); words may come as one
+  // argument separated by spaces. --hierarchical-context-parallel-sizes: the CP group's levels
+  // (a2a+p2p: all-to-all over the first, sizes[0] adjacent CP ranks; a ring over the second).
+  std::vector<std::string> cp_comm_type = {"p2p"};
+  std::vector<int64_t> hierarchical_context_parallel_sizes;
 
   // Derives DP, VPP and the number of micro-batches and checks every rule, throwing
   // mtron::Error with Megatron's message (naming the flags). Needs a finalized model.
@@ -49,6 +62,14 @@ struct ParallelConfig {
   int64_t etp() const { return expert_tensor_parallel_size; }
   int64_t dp() const { return world_size / (tp() * pp() * cp()); }
   int64_t edp() const { return world_size / (etp() * ep() * pp()); }
+  // The layers' CP communication, one per transformer layer or one for all ({p2p} at CP 1).
+  // Needs finalize().
+  const std::vector<CpCommType>& cp_comms() const { return cp_comm_; }
+  // Whether any layer's CP communication is `t`.
+  bool uses_cp_comm(CpCommType t) const;
+  // The heads' all-to-all group of a layer communicating by `t`: all of CP for a2a, the first
+  // hierarchical level for a2a+p2p, 1 (no all-to-all) otherwise.
+  int64_t cp_a2a_size(CpCommType t) const;
   int64_t vpp() const { return vpp_; }  // model chunks per pipeline rank (1: not interleaved)
   int64_t num_microbatches() const { return global_batch_size / (micro_batch_size * dp()); }
   // The interleaved schedule's contiguous micro-batches per virtual stage (N).
@@ -77,7 +98,11 @@ struct ParallelConfig {
   // Derives stage_layers_ from the split flags, checking Megatron's rules.
   void split_layers(const ModelConfig& m);
 
+  // Checks --cp-comm-type and --hierarchical-context-parallel-sizes, deriving cp_comm_.
+  void check_cp_comm(const ModelConfig& m);
+
   int64_t vpp_ = 1;
+  std::vector<CpCommType> cp_comm_;    // one per layer, or one for all
   std::vector<int64_t> stage_layers_;  // transformer layers of each virtual stage, in order
 };
 

@@ -78,6 +78,8 @@ constexpr SwitchFlag kSplitFlags[] = {
 };
 
 constexpr const char* kLayoutFlag = "--pipeline-model-parallel-layout";
+constexpr const char* kCpCommFlag = "--cp-comm-type";
+constexpr const char* kHcpFlag = "--hierarchical-context-parallel-sizes";
 
 }  // namespace
 
@@ -101,7 +103,24 @@ void add_parallel_flags(CLI::App& app, ParallelConfig& p, ParallelFlags which, c
                  "\"Et*3|(tt|)*29,m|L\"); sets the virtual stages per rank")
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast)
       ->group(group);
-  if (which == ParallelFlags::kAll) switches(kSwitchFlags);
+  if (which == ParallelFlags::kAll) {
+    switches(kSwitchFlags);
+    app.add_option(kCpCommFlag, p.cp_comm_type,
+                   "How context parallelism moves attention's inputs: p2p (ring attention, "
+                   "default), all_gather (K/V gathered), a2a (heads exchanged all-to-all: "
+                   "DeepSpeed-Ulysses) or a2a+p2p (all-to-all inside the first level of "
+                   "--hierarchical-context-parallel-sizes, a ring across); one for every layer "
+                   "or one per layer")
+        ->expected(1, CLI::detail::expected_max_vector_size)
+        ->group(group);
+    app.add_option(kHcpFlag, p.hierarchical_context_parallel_sizes,
+                   "The CP group's levels, adjacent CP ranks first (\"2 4\": groups of 2 "
+                   "adjacent ranks, and the ranks at the same place in each); with "
+                   "--cp-comm-type a2a+p2p")
+        ->expected(1, CLI::detail::expected_max_vector_size)
+        ->delimiter(' ')
+        ->group(group);
+  }
 }
 
 std::vector<std::string> parallel_flag_args(const ParallelConfig& p, bool moe) {
@@ -122,6 +141,14 @@ std::vector<std::string> parallel_flag_args(const ParallelConfig& p, bool moe) {
   if (!p.pipeline_model_parallel_layout.empty()) {
     a.push_back(kLayoutFlag);
     a.push_back(p.pipeline_model_parallel_layout);
+  }
+  if (p.cp_comm_type != ParallelConfig{}.cp_comm_type) {
+    a.push_back(kCpCommFlag);
+    a.insert(a.end(), p.cp_comm_type.begin(), p.cp_comm_type.end());
+  }
+  if (!p.hierarchical_context_parallel_sizes.empty()) {
+    a.push_back(kHcpFlag);
+    for (int64_t v : p.hierarchical_context_parallel_sizes) a.push_back(fmt::format("{}", v));
   }
   return a;
 }

@@ -164,9 +164,9 @@ void TransformerLayer::attention(
     const RunCtx& rc, const TokenLayout& tl, Stash& st, Arena& scratch, const LayerKv* kv) const {
   const float scale = softmax_scale_;
   if (!kv) {
-    parallel::ring_attention_forward(rc.k, rc.cp, scratch, st.att, st.lse, st.q, st.k, st.v,
-                                     self_attention_shape(rc, tl, st.fused_qkv),
-                                     attention_dropout(rc, cfg_, tl.drop, layer_, Hl_));
+    parallel::context_attention_forward(rc.k, rc.cp, layer_, scratch, st.att, st.lse, st.q, st.k,
+                                        st.v, self_attention_shape(rc, tl, st.fused_qkv),
+                                        attention_dropout(rc, cfg_, tl.drop, layer_, Hl_));
     return;
   }
   const int64_t krow = tl.B * Gl_ * D_, vrow = tl.B * Gl_ * Dv_;
@@ -431,9 +431,10 @@ void TransformerLayer::attention_block_backward(const RunCtx& rc,
     kernels::fill_zero(rc.k, dk, int64_t(sizeof(float)) * N * Gl_ * D_);
     kernels::fill_zero(rc.k, dv, int64_t(sizeof(float)) * N * Gl_ * Dv_);
   }
-  parallel::ring_attention_backward(rc.k, rc.cp, scratch, dq, dk, dv, datt, st.q, st.k, st.v,
-                                    st.att, st.lse, self_attention_shape(rc, tl, st.fused_qkv),
-                                    attention_dropout(rc, cfg_, tl.drop, layer_, Hl_));
+  parallel::context_attention_backward(rc.k, rc.cp, layer_, scratch, dq, dk, dv, datt, st.q, st.k,
+                                       st.v, st.att, st.lse,
+                                       self_attention_shape(rc, tl, st.fused_qkv),
+                                       attention_dropout(rc, cfg_, tl.drop, layer_, Hl_));
   if (st.fused_qkv) {
     rope_fused_qkv(rc, tl, dq, true);
     // FP8 quantises this gradient from bf16, as from the split path's merge (and as Transformer

@@ -31,9 +31,9 @@
 #include "mtron/kernels/ctx.h"
 #include "mtron/kernels/gemm_operand.h"
 #include "mtron/model/fp8.h"
+#include "mtron/parallel/context_parallel.h"
 #include "mtron/parallel/expert_dispatch.h"
 #include "mtron/parallel/mappings.h"
-#include "mtron/parallel/ring_attention.h"
 
 namespace mtron::model {
 

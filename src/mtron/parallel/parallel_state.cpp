@@ -29,6 +29,18 @@ ParallelState::ParallelState(const ParallelConfig& cfg, Comm& world)
               group_name(kind), ": communicator rank ", c->rank(), "/", c->size(),
               " does not match the rank map (", pos, "/", groups[size_t(g)].size(), ")");
   }
+  if (cfg.cp() > 1 && cfg.uses_cp_comm(CpCommType::kA2AP2P)) {
+    // Megatron's hierarchical CP groups: a adjacent CP ranks, then the ranks at one place in each
+    const int a = int(cfg.cp_a2a_size(CpCommType::kA2AP2P)), r = cp_rank();
+    cp_levels_[0] = cp().split(r / a, r % a);
+    cp_levels_[1] = cp().split(r % a, r / a);
+    cp_levels_[0]->set_name("cp-a2a");
+    cp_levels_[1]->set_name("cp-ring");
+  }
+}
+
+Comm* ParallelState::cp_level(int level) const {
+  return cp_levels_.at(size_t(level)).get();
 }
 
 Comm& ParallelState::group(GroupKind k) const {

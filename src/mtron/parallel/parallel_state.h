@@ -57,6 +57,10 @@ class ParallelState {
   int etp_size() const { return int(cfg_.etp()); }
   int edp_size() const { return int(cfg_.edp()); }
 
+  // With --cp-comm-type a2a+p2p, the hierarchical CP groups (level 0: the all-to-all over
+  // adjacent CP ranks, level 1: the ring across those groups); else nullptr.
+  Comm* cp_level(int level) const;
+
   bool is_first_pp_stage() const { return pp_rank() == 0; }
   bool is_last_pp_stage() const { return pp_rank() == pp_size() - 1; }
   bool in_embedding_group() const { return groups_[size_t(GroupKind::kEmbedding)] != nullptr; }
@@ -75,6 +79,7 @@ class ParallelState {
   RankMap map_;
   Comm& world_;
   std::array<std::unique_ptr<Comm>, kGroupKinds> groups_;
+  std::array<std::unique_ptr<Comm>, 2> cp_levels_;
 };
 
 }  // namespace mtron

@@ -1,11 +1,7 @@
-// defines: ContextParallel, ring_attention_forward, ring_attention_backward
+// defines: ring_attention_forward, ring_attention_backward
 //
-// Context parallelism (Megatron's --context-parallel-size with --cp-comm-type p2p). The sequence
-// is cut into 2*CP chunks of c = S/(2*CP) tokens; CP rank r holds chunks r and 2*CP-1-r (one early,
-// one late: every rank then has the same share of the causal work). Its local rows are the two
-// chunks one after the other, sequence-major as everywhere ([2c, B, ...], row = s_local*B + b).
-//
-// Ring attention: each rank's K/V block (its two chunks) travels round the CP ring, CP-1 hops;
+// Ring attention, context parallelism's p2p communication (context_parallel.h: the chunks each
+// rank holds). Each rank's K/V block (its two chunks) travels round the CP ring, CP-1 hops;
 // at each step a rank attends its queries to the block it holds, chunk pair by chunk pair
 // (chunk j is visible to chunk i if j < i, causally if j == i, not at all if j > i), and merges
 // the partial outputs with their log-sum-exps (online softmax). Backward runs the ring again
@@ -31,28 +27,14 @@
 #include "mtron/comm/comm.h"
 #include "mtron/core/arena.h"
 #include "mtron/kernels/attention.h"
+#include "mtron/parallel/context_parallel.h"
 
 namespace mtron::parallel {
 
-struct ContextParallel {
-  Comm* comm = nullptr;  // the CP group (may be null when size == 1)
-  int64_t rank = 0;
-  int64_t size = 1;
-
-  // Global chunk index of local half `half` (0 or 1).
-  int64_t chunk(int64_t half) const { return half == 0 ? rank : 2 * size - 1 - rank; }
-  // Global sequence position of local sequence index s, with S_local tokens per sequence on
-  // this rank (the identity when size == 1).
-  int64_t position(int64_t s, int64_t S_local) const {
-    if (size == 1) return s;
-    const int64_t c = S_local / 2;
-    return chunk(s / c) * c + s % c;
-  }
-};
-
 // out[S, B, H, Dv] and lse from this rank's q[S, B, H, D], k[S, B, G, D], v[S, B, G, Dv] (S = s.Sq
-// = s.Sk local tokens per sequence), causal over the global sequence. Collective over the CP group;
-// with size 1 it is plain causal attention. Temporaries come from `scratch`.
+// = s.Sk local tokens per sequence), causal over the global sequence. Collective over cp.comm
+// (cp.types are not read); with size 1 it is plain causal attention. Temporaries come from
+// `scratch`.
 void ring_attention_forward(const kernels::Ctx& ctx,
                             const ContextParallel& cp,
                             Arena& scratch,

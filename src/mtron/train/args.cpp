@@ -140,7 +140,7 @@ bool parse_train_args(int argc, char** argv, int64_t world_size, TrainArgs& a) {
   app.add_flag("--tp-comm-overlap", tp_comm_overlap,
                "Accepted (needs --sequence-parallel); mtron does not overlap TP collectives")
       ->group(p);
-  std::string dispatcher = "allgather", router_dtype = "fp32", cp_comm = "p2p";
+  std::string dispatcher = "allgather", router_dtype = "fp32";
   std::string flex_backend = "deepep";
   app.add_option("--moe-token-dispatcher-type", dispatcher,
                  "allgather, alltoall or flex (mtron exchanges tokens all-to-all over EP in every "
@@ -154,9 +154,6 @@ bool parse_train_args(int argc, char** argv, int64_t world_size, TrainArgs& a) {
       ->group(p);
   app.add_option("--moe-router-dtype", router_dtype, "fp32 (mtron's router always runs in fp32)")
       ->check(CLI::IsMember({"fp32"}))
-      ->group(p);
-  app.add_option("--cp-comm-type", cp_comm, "p2p (ring attention; the only one mtron has)")
-      ->check(CLI::IsMember({"p2p"}))
       ->group(p);
 
   const char* t = "Training";

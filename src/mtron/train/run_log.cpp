@@ -100,13 +100,16 @@ constexpr GroupKind kProfiledGroups[] = {GroupKind::kTP, GroupKind::kCP,   Group
                                          GroupKind::kPP, GroupKind::kTPPP, GroupKind::kEmbedding,
                                          GroupKind::kEP, GroupKind::kETP,  GroupKind::kEDP};
 
-// The bytes each profiled group's Comm has sent, then the world's.
+// The bytes each profiled group's Comm has sent, then the hierarchical CP levels' (a2a+p2p; 0
+// without) and the world's.
+constexpr const char* kOtherGroups[] = {"cp-a2a", "cp-ring", "world"};
 std::vector<int64_t> comm_bytes(const ParallelState& ps, const Comm& world) {
   std::vector<int64_t> b;
   for (GroupKind k : kProfiledGroups) {
     b.push_back(k == GroupKind::kEmbedding && !ps.in_embedding_group() ? 0
                                                                        : ps.group(k).bytes_sent());
   }
+  for (int level : {0, 1}) b.push_back(ps.cp_level(level) ? ps.cp_level(level)->bytes_sent() : 0);
   b.push_back(world.bytes_sent());
   return b;
 }
@@ -180,8 +183,8 @@ void log_profile(const ParallelState& ps,
   const std::vector<int64_t> bytes1 = comm_bytes(ps, world);
   std::string line;
   for (size_t i = 0; i < bytes1.size(); ++i) {
-    const char* name =
-        i < std::size(kProfiledGroups) ? group_name(kProfiledGroups[i]).data() : "world";
+    const size_t n = std::size(kProfiledGroups);
+    const char* name = i < n ? group_name(kProfiledGroups[i]).data() : kOtherGroups[i - n];
     line += fmt::format(" {} {}", name, (bytes1[i] - start.bytes[i]) / t.iters);
   }
   log_info("bytes sent per step:{}", line);

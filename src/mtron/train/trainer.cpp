@@ -39,7 +39,10 @@ Trainer::Trainer(const TrainArgs& args, Comm& world, int ranks_per_node)
   rc_.nondeterministic_attention = a_.nondeterministic_attention;
   rc_.tp = parallel::TensorParallel{&ps_->tp(), ps_->tp_rank(), ps_->tp_size(),
                                     a_.parallel.sequence_parallel};
-  rc_.cp = parallel::ContextParallel{&ps_->cp(), ps_->cp_rank(), ps_->cp_size()};
+  rc_.cp = parallel::ContextParallel(&ps_->cp(), ps_->cp_rank(), ps_->cp_size());
+  rc_.cp.types = a_.parallel.cp_comms();
+  rc_.cp.a2a_level = ps_->cp_level(0);
+  rc_.cp.ring_level = ps_->cp_level(1);
   rc_.ep = parallel::ExpertParallel{.ep = &ps_->ep(),
                                     .etp = &ps_->etp(),
                                     .tokens = &ps_->tp_cp(),

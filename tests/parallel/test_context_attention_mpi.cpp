@@ -1,8 +1,11 @@
-// Ring attention (context parallelism) under mpirun: the world is the CP group. Every rank draws
-// the same full q, k, v, dout; its two chunks (r and 2CP-1-r) go through ring attention forward
-// and backward, and its rows of out, lse, dq, dk, dv must equal full causal attention computed
-// by the naive float64 reference. Chunk lengths 1 (sequence 2*CP), 2 and odd ones; GQA and MHA;
-// batch 1 and 2. At one rank (CP = 1) the same code is plain causal attention: sequences 1, 2, 3.
+// Context-parallel attention under mpirun: the world is the CP group. Every rank draws the same
+// full q, k, v, dout; its two chunks (r and 2CP-1-r) go through context_attention_forward and
+// backward with each --cp-comm-type (p2p, all_gather, a2a, and a2a+p2p over every split of the
+// world into all-to-all groups and a ring), and its rows of out, dq, dk, dv (and, where its layout
+// is the two chunks', lse) must equal full causal attention computed by the naive float64
+// reference. a2a must also give the 1-process kernels' results bit for bit (it runs them on the
+// whole sequence, per head). Chunk lengths 1 (sequence 2*CP), 2 and odd ones; GQA and MHA; batch
+// 1 and 2. At one rank (CP = 1) the same code is plain causal attention: sequences 1, 2, 3.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -11,8 +14,9 @@
 #include <vector>
 
 #include "mpi_test_main.h"
+#include "mtron/kernels/attention.h"
 #include "mtron/kernels/ref/ref_ops.h"
-#include "mtron/parallel/ring_attention.h"
+#include "mtron/parallel/context_parallel.h"
 
 namespace mtron::parallel {
 namespace {
@@ -60,10 +64,11 @@ void run_case(const ContextParallel& cp,
               int64_t D,
               int64_t Dv,
               uint64_t seed) {
-  const std::string what = "S " + std::to_string(S) + " B " + std::to_string(B) + " H " +
-                           std::to_string(H) + " G " + std::to_string(G) + " CP " +
-                           std::to_string(cp.size) + " D " + std::to_string(D) + " Dv " +
-                           std::to_string(Dv);
+  const CpCommType type = cp.type(0);
+  const std::string what = std::string(cp_comm_name(type)) + " S " + std::to_string(S) + " B " +
+                           std::to_string(B) + " H " + std::to_string(H) + " G " +
+                           std::to_string(G) + " CP " + std::to_string(cp.size) + " D " +
+                           std::to_string(D) + " Dv " + std::to_string(Dv);
   const float scale = 1.0f / std::sqrt(float(D));
   const auto q = randn(S * B * H * D, seed), k = randn(S * B * G * D, seed + 1),
              v = randn(S * B * G * Dv, seed + 2), dout = randn(S * B * H * Dv, seed + 3);
@@ -84,11 +89,25 @@ void run_case(const ContextParallel& cp,
   std::vector<float> out(doutl.size()), lse(size_t(B * H * Sl)), dq(ql.size(), 0.0f),
       dk(kl.size(), 0.0f), dv(vl.size(), 0.0f);
   Arena scratch;
-  ring_attention_forward(kernels::Ctx{}, cp, scratch, out.data(), lse.data(), ql.data(), kl.data(),
-                         vl.data(), local);
-  ring_attention_backward(kernels::Ctx{}, cp, scratch, dq.data(), dk.data(), dv.data(),
-                          doutl.data(), ql.data(), kl.data(), vl.data(), out.data(), lse.data(),
-                          local);
+  context_attention_forward(kernels::Ctx{}, cp, 0, scratch, out.data(), lse.data(), ql.data(),
+                            kl.data(), vl.data(), local);
+  context_attention_backward(kernels::Ctx{}, cp, 0, scratch, dq.data(), dk.data(), dv.data(),
+                             doutl.data(), ql.data(), kl.data(), vl.data(), out.data(), lse.data(),
+                             local);
+  if (type == CpCommType::kA2A) {
+    // the 1-process kernels on the whole sequence: the same bits
+    std::vector<float> out1(dout.size()), lse1(size_t(B * H * S)), dq1(q.size(), 0.0f),
+        dk1(k.size(), 0.0f), dv1(v.size(), 0.0f);
+    kernels::attention_forward(kernels::Ctx{}, out1.data(), lse1.data(), q.data(), k.data(),
+                               v.data(), full, kernels::AttnMask{});
+    kernels::attention_backward(kernels::Ctx{}, dq1.data(), dk1.data(), dv1.data(), dout.data(),
+                                q.data(), k.data(), v.data(), out1.data(), lse1.data(), full,
+                                kernels::AttnMask{});
+    EXPECT_EQ(out, local_rows(out1, cp, Sl, B, H * Dv)) << "out " << what;
+    EXPECT_EQ(dq, local_rows(dq1, cp, Sl, B, H * D)) << "dq " << what;
+    EXPECT_EQ(dk, local_rows(dk1, cp, Sl, B, G * D)) << "dk " << what;
+    EXPECT_EQ(dv, local_rows(dv1, cp, Sl, B, G * Dv)) << "dv " << what;
+  }
 
   // lse: [B, H, S] globally; locally one [B, H, c] block per chunk (or [B, H, S] at CP 1).
   std::vector<double> lse_want;
@@ -99,20 +118,23 @@ void run_case(const ContextParallel& cp,
         lse_want.push_back(lse_r[size_t(bh * S + cp.position(a * c + s, Sl))]);
   const double atol = 2e-5 * std::sqrt(double(S));
   expect_close(out, local_rows(out_r, cp, Sl, B, H * Dv), 2e-5, 1e-4, "out " + what);
-  expect_close(lse, lse_want, 1e-5, 1e-5, "lse " + what);
+  // (a2a and a2a+p2p keep lse in the head-sharded layout their backward reads)
+  if (type == CpCommType::kP2P || type == CpCommType::kAllGather)
+    expect_close(lse, lse_want, 1e-5, 1e-5, "lse " + what);
   expect_close(dq, local_rows(dq_r, cp, Sl, B, H * D), atol, 1e-4, "dq " + what);
   expect_close(dk, local_rows(dk_r, cp, Sl, B, G * D), atol, 1e-4, "dk " + what);
   expect_close(dv, local_rows(dv_r, cp, Sl, B, G * Dv), atol, 1e-4, "dv " + what);
 }
 
-TEST(RingAttention, EqualsFullCausalAttention) {
-  Comm& world = mpi_test_launch().world();
-  const ContextParallel cp{&world, world.rank(), world.size()};
-  uint64_t seed = 100;
+// Chunk lengths, batches and heads (H, G) for one communication type; the all-to-all splits the
+// heads over a ranks.
+void run_cases(const ContextParallel& cp, int64_t a, uint64_t seed) {
   const std::vector<int64_t> chunk_lens = {1, 2, 3, 7, 13};
+  std::vector<std::pair<int64_t, int64_t>> heads = {{4, 2}, {2, 2}, {3, 1}};
+  if (a > 1) heads = {{2 * a, a}, {a, a}};
   for (int64_t c : chunk_lens) {
     for (int64_t B : {1, 2}) {
-      for (auto [H, G] : {std::pair<int64_t, int64_t>{4, 2}, {2, 2}, {3, 1}}) {
+      for (auto [H, G] : heads) {
         const int64_t S = cp.size == 1 ? c : 2 * cp.size * c;
         const int64_t D = c == 13 ? 64 : 16;
         run_case(cp, S, B, H, G, D, D, seed++);
@@ -123,8 +145,42 @@ TEST(RingAttention, EqualsFullCausalAttention) {
   }
 }
 
+ContextParallel world_cp(CpCommType t) {
+  Comm& world = mpi_test_launch().world();
+  ContextParallel cp(&world, world.rank(), world.size());
+  cp.types = {t};
+  return cp;
+}
+
+TEST(ContextAttention, RingEqualsFullCausalAttention) {
+  run_cases(world_cp(CpCommType::kP2P), 1, 100);
+}
+
+TEST(ContextAttention, AllGatherEqualsFullCausalAttention) {
+  run_cases(world_cp(CpCommType::kAllGather), 1, 200);
+}
+
+TEST(ContextAttention, AllToAllEqualsTheOneProcessKernels) {
+  const ContextParallel cp = world_cp(CpCommType::kA2A);
+  run_cases(cp, cp.size, 300);
+}
+
+// Every split of the world into all-to-all groups of a adjacent ranks and a ring of CP/a.
+TEST(ContextAttention, HierarchicalEqualsFullCausalAttention) {
+  ContextParallel cp = world_cp(CpCommType::kA2AP2P);
+  if (cp.size == 1) GTEST_SKIP() << "a2a+p2p needs CP > 1";
+  for (int a = 1; a <= cp.size; ++a) {
+    if (cp.size % a != 0) continue;
+    const int r = int(cp.rank);
+    const auto level0 = cp.comm->split(r / a, r % a), level1 = cp.comm->split(r % a, r / a);
+    cp.a2a_level = level0.get();
+    cp.ring_level = level1.get();
+    run_cases(cp, a, 400 + 100 * uint64_t(a));
+  }
+}
+
 // Position map of the load-balanced split: every global position exactly once over the ranks.
-TEST(RingAttention, ChunkPositionsCoverTheSequence) {
+TEST(ContextAttention, ChunkPositionsCoverTheSequence) {
   for (int64_t size : {1, 2, 3, 4}) {
     const int64_t c = 3, S = 2 * size * c;
     std::vector<int> seen(size_t(S), 0);

@@ -1,0 +1,114 @@
+// defines: ContextParallel, context_attention_forward, context_attention_backward
+//
+// Context parallelism (Megatron's --context-parallel-size). The sequence is cut into 2*CP chunks
+// of c = S/(2*CP) tokens; CP rank r holds chunks r and 2*CP-1-r (one early, one late: every rank
+// then has the same share of the causal work). Its local rows are the two chunks one after the
+// other, sequence-major as everywhere ([2c, B, ...], row = s_local*B + b).
+//
+// Attention needs every earlier token's keys and values. How they meet the queries is the
+// layer's --cp-comm-type (CpCommType, core/parallel_config.h):
+//   p2p         ring attention (ring_attention.h): K/V blocks travel round the CP ring.
+//   all_gather  every rank gathers the whole sequence's K and V (all_gather over CP, put in
+//               sequence order) and attends each of its chunks to the prefix it sees (chunk i:
+//               chunks 0..i, causal with offset i*c; one attention call per chunk, no merge);
+//               backward gathers them again and reduce-scatters the dK/dV of the whole sequence.
+//   a2a         DeepSpeed-Ulysses: an all-to-all over CP gives every rank the whole sequence,
+//               in order, for H/CP of the heads (G/CP of the K/V groups); attention runs on it as
+//               at CP 1, computing per head what CP 1 computes, and a second all-to-all brings
+//               the output's rows home. Backward sends q, k, v, out and dout again and dq, dk, dv
+//               back (nothing head-sharded is kept between the passes).
+//   a2a+p2p     the all-to-all inside groups of a adjacent CP ranks (the first level of
+//               --hierarchical-context-parallel-sizes): after it, group o (of p = CP/a) holds
+//               chunks o*a .. o*a+a-1 and their mirror images, that is super-chunks o and 2p-1-o
+//               of a*c tokens, for H/a heads: ring attention's layout over p ranks, so the ring
+//               runs across the groups (the second level: the ranks at one place in each group).
+//
+// Bytes each rank sends per attention call (fp32; Q, K, V, O: this rank's q, k, v and out; at
+// a2a+p2p the ring's blocks are as large as this rank's K + V; f = (a-1)/a):
+//   p2p         forward (CP-1)(K+V), backward 2(CP-1)(K+V)
+//   all_gather  forward (CP-1)(K+V), backward 2(CP-1)(K+V)
+//   a2a         forward f(Q+K+V+O), backward 2f(Q+K+V+O)        (a = CP)
+//   a2a+p2p     a2a's over a, plus p2p's over p
+//
+// lse's layout is the communication type's own (what backward reads back): two [B, H, c] halves
+// for p2p and all_gather, the ring's halves of the head-sharded sequence for a2a and a2a+p2p.
+// Attention dropout follows the 1-process run: every call gets its global positions and heads.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "mtron/comm/comm.h"
+#include "mtron/core/arena.h"
+#include "mtron/core/parallel_config.h"
+#include "mtron/kernels/attention.h"
+
+namespace mtron::parallel {
+
+struct ContextParallel {
+  ContextParallel() = default;
+  ContextParallel(Comm* group, int64_t group_rank, int64_t group_size)
+      : comm(group), rank(group_rank), size(group_size) {}
+
+  Comm* comm = nullptr;  // the CP group (may be null when size == 1)
+  int64_t rank = 0;
+  int64_t size = 1;
+  // The layers' --cp-comm-type: one per transformer layer or one for all (ParallelConfig's
+  // cp_comms()); empty: p2p.
+  std::vector<CpCommType> types;
+  // a2a+p2p: the first hierarchical level (the all-to-all over adjacent CP ranks) and the
+  // second (the ring across those groups).
+  Comm* a2a_level = nullptr;
+  Comm* ring_level = nullptr;
+
+  // Global chunk index of local half `half` (0 or 1).
+  int64_t chunk(int64_t half) const { return half == 0 ? rank : 2 * size - 1 - rank; }
+  // Global sequence position of local sequence index s, with S_local tokens per sequence on
+  // this rank (the identity when size == 1).
+  int64_t position(int64_t s, int64_t S_local) const {
+    if (size == 1) return s;
+    const int64_t c = S_local / 2;
+    return chunk(s / c) * c + s % c;
+  }
+  // The communication of transformer layer `layer` (an MTP depth's, numbered from the decoder's
+  // last on, takes the last entry's).
+  CpCommType type(int64_t layer) const {
+    if (types.empty()) return CpCommType::kP2P;
+    return types[layer < int64_t(types.size()) ? size_t(layer) : types.size() - 1];
+  }
+};
+
+// out[S, B, H, Dv] and lse from this rank's q[S, B, H, D], k[S, B, G, D], v[S, B, G, Dv] (S = s.Sq
+// = s.Sk local tokens per sequence), causal over the global sequence, by transformer layer
+// `layer`'s communication type. Collective over the CP group; with size 1 it is plain causal
+// attention. Temporaries come from `scratch`.
+void context_attention_forward(const kernels::Ctx& ctx,
+                               const ContextParallel& cp,
+                               int64_t layer,
+                               Arena& scratch,
+                               float* out,
+                               float* lse,
+                               const float* q,
+                               const float* k,
+                               const float* v,
+                               const kernels::AttnShape& s,
+                               const kernels::AttnDropout& drop = {});
+
+// dq, dk, dv (+=) of this rank's rows; out and lse are the forward's.
+void context_attention_backward(const kernels::Ctx& ctx,
+                                const ContextParallel& cp,
+                                int64_t layer,
+                                Arena& scratch,
+                                float* dq,
+                                float* dk,
+                                float* dv,
+                                const float* dout,
+                                const float* q,
+                                const float* k,
+                                const float* v,
+                                const float* out,
+                                const float* lse,
+                                const kernels::AttnShape& s,
+                                const kernels::AttnDropout& drop = {});
+
+}  // namespace mtron::parallel
