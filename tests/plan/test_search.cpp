@@ -163,6 +163,41 @@ TEST(Search, BalancedPipelineLayouts) {
   }
 }
 
+// --cp-comm-type for the search: a2a+p2p without sizes takes the largest all-to-all group that
+// divides the query groups per TP rank inside the NVLink domain; a2a beyond Llama 3's 8 query
+// groups is refused by name; with CP the alternatives price the all-to-all.
+TEST(Search, ContextParallelCommunication) {
+  const ModelConfig m =
+      test::model("llama3-8b", {"--seq-length", "65536", "--max-position-embeddings", "65536"});
+  SearchOptions o;
+  o.global_batch_size = 16;
+  o.cp = 16;
+  o.cp_comm_type = {"a2a+p2p"};
+  const SearchResult r = test::plan(m, test::gpus("h100-sxm", 32), o);
+  ASSERT_FALSE(r.plans.empty());
+  for (const Candidate& cand : r.plans) {
+    const ParallelConfig& p = cand.layout.parallel;
+    ASSERT_EQ(p.hierarchical_context_parallel_sizes.size(), 2u);
+    const int64_t a = p.hierarchical_context_parallel_sizes[0];
+    EXPECT_EQ(a * p.hierarchical_context_parallel_sizes[1], 16);
+    EXPECT_EQ(a, 8 / p.tp()) << layout_name(cand.layout);
+    EXPECT_NE(layout_name(cand.layout).find("CP16(a2a+p2p "), std::string::npos);
+  }
+  o.cp_comm_type = {"a2a"};
+  const SearchResult bad = test::plan(m, test::gpus("h100-sxm", 32), o);
+  EXPECT_TRUE(bad.plans.empty());
+  EXPECT_NE(bad.first_invalid_reason.find("splits the attention heads over 16 ranks"),
+            std::string::npos)
+      << bad.first_invalid_reason;
+  o.cp = 4;
+  o.cp_comm_type = {"p2p"};
+  const SearchResult ring = test::plan(m, test::gpus("h100-sxm", 32), o);
+  const auto alt =
+      std::find_if(ring.alternatives.begin(), ring.alternatives.end(),
+                   [](const std::string& s) { return s.find("--cp-comm-type a2a") == 0; });
+  ASSERT_NE(alt, ring.alternatives.end());
+}
+
 TEST(Search, NothingValidOrNothingFits) {
   SearchOptions o;
   o.global_batch_size = 64;

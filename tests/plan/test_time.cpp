@@ -73,6 +73,40 @@ TEST(Time, AllToAllAcrossNodesGoesThroughEachRanksAdapter) {
             6 * collective_seconds(Collective::kAllToAll, B, 64, p.link_for_group(64, 1)));
 }
 
+// --cp-comm-type: the ring hides behind attention, all_gather and the heads' all-to-all do not;
+// the all-to-all costs 3 exchanges of q, k, v and the output per layer and micro-batch (one
+// forward, two backward); a2a+p2p adds a ring across its groups; a per-layer list costs the
+// mean of its layers' types. The computation is the same for all.
+TEST(Time, ContextParallelCommunicationTypes) {
+  const ModelConfig m =
+      test::model("llama3-8b", {"--seq-length", "32768", "--max-position-embeddings", "32768"});
+  const Cluster c = test::gpus("h100-sxm", 16);
+  const PerfParams perf = perf_from_hardware(c, Precision::kBF16);
+  auto time = [&](std::vector<std::string> type, std::vector<int64_t> hcp = {}) {
+    Layout l;
+    l.parallel = tests::layout({.world = 16, .cp = 8, .mbs = 1, .gbs = 8});
+    l.parallel.cp_comm_type = std::move(type);
+    l.parallel.hierarchical_context_parallel_sizes = std::move(hcp);
+    l.parallel.finalize(m);
+    return estimate_step_time(m, l, perf);
+  };
+  const StepTime ring = time({"p2p"}), gather = time({"all_gather"}), a2a = time({"a2a"}),
+                 hier = time({"a2a+p2p"}, {2, 4});
+  for (const StepTime* t : {&gather, &a2a, &hier}) {
+    EXPECT_DOUBLE_EQ(t->gemm, ring.gemm);
+    EXPECT_DOUBLE_EQ(t->attention, ring.attention);
+  }
+  // 4096 tokens of a rank x (32 query heads + 8 + 8 groups + 32 output heads) x 128 x 2 bytes,
+  // over CP8 in one node; 32 layers, 4 micro-batches (DP2)
+  const double x = 4096.0 * (32 + 8 + 8 + 32) * 128 * 2;
+  EXPECT_NEAR(a2a.cp_comm, 4 * 32 * 3 * all_to_all_seconds(perf, x, 8, 1), 1e-9 * a2a.cp_comm);
+  EXPECT_GT(gather.cp_comm, ring.cp_comm);  // the same bytes, exposed
+  EXPECT_GT(hier.cp_comm, 4 * 32 * 3 * all_to_all_seconds(perf, x, 2, 1));
+  std::vector<std::string> half(16, "a2a");
+  half.resize(32, "p2p");
+  EXPECT_NEAR(time(half).cp_comm, (a2a.cp_comm + ring.cp_comm) / 2, 1e-9 * ring.cp_comm);
+}
+
 Layout make(const ModelConfig& m, int64_t world, int64_t tp, int64_t pp, int64_t vpp, int64_t gbs) {
   return test::layout(m, {.world = world, .tp = tp, .pp = pp, .vpp = vpp, .mbs = 1, .gbs = gbs});
 }

@@ -335,24 +335,29 @@ std::string ParallelConfig::summary() const {
   }
   if (ep() > 1 || etp() != tp())
     s += fmt::format("; experts ETP {} x EP {} x EDP {}", etp(), ep(), edp());
-  if (cp() > 1 && (cp_comm_.size() > 1 || cp_comm_[0] != CpCommType::kP2P)) {
-    std::vector<std::string> names;  // runs of one type as "type*n"
-    for (size_t i = 0, j = 0; i < cp_comm_.size(); i = j) {
-      while (j < cp_comm_.size() && cp_comm_[j] == cp_comm_[i]) ++j;
-      names.push_back(fmt::format("{}{}", cp_comm_name(cp_comm_[i]),
-                                  j - i > 1 ? fmt::format("*{}", j - i) : ""));
-    }
-    s += fmt::format(", CP by {}", fmt::join(names, " "));
-    if (uses_cp_comm(CpCommType::kA2AP2P)) {
-      s +=
-          fmt::format(" (all-to-all over {}, ring over {})", hierarchical_context_parallel_sizes[0],
-                      hierarchical_context_parallel_sizes[1]);
-    }
-  }
+  const std::string cp_comm = cp_comm_summary();
+  if (!cp_comm.empty()) s += ", CP by " + cp_comm;
   if (sequence_parallel) s += ", sequence parallel";
   if (use_distributed_optimizer) s += ", distributed optimizer";
   s += fmt::format("; micro-batch {}, global batch {} ({} micro-batches per DP rank)",
                    micro_batch_size, global_batch_size, num_microbatches());
+  return s;
+}
+
+std::string ParallelConfig::cp_comm_summary(bool brief) const {
+  if (cp() == 1 || (cp_comm_.size() == 1 && cp_comm_[0] == CpCommType::kP2P)) return "";
+  std::vector<std::string> names;  // runs of one type as "type*n"
+  for (size_t i = 0, j = 0; i < cp_comm_.size(); i = j) {
+    while (j < cp_comm_.size() && cp_comm_[j] == cp_comm_[i]) ++j;
+    names.push_back(
+        fmt::format("{}{}", cp_comm_name(cp_comm_[i]), j - i > 1 ? fmt::format("*{}", j - i) : ""));
+  }
+  std::string s = fmt::format("{}", fmt::join(names, " "));
+  if (uses_cp_comm(CpCommType::kA2AP2P)) {
+    const auto& hcp = hierarchical_context_parallel_sizes;
+    s += brief ? fmt::format(" {}x{}", hcp[0], hcp[1])
+               : fmt::format(" (all-to-all over {}, ring over {})", hcp[0], hcp[1]);
+  }
   return s;
 }
 

@@ -93,6 +93,9 @@ struct ParallelConfig {
   bool uneven_stages() const;
   std::string order() const { return use_tp_pp_dp_mapping ? "tp-cp-ep-pp-dp" : "tp-cp-ep-dp-pp"; }
   std::string summary() const;
+  // The CP communication where it is not p2p everywhere ("a2a*2 p2p*2", "a2a+p2p (all-to-all
+  // over 2, ring over 4)", brief: "a2a+p2p 2x4"); "" at CP 1 or with the ring in every layer.
+  std::string cp_comm_summary(bool brief = false) const;
 
  private:
   // Derives stage_layers_ from the split flags, checking Megatron's rules.

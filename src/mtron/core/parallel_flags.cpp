@@ -103,24 +103,22 @@ void add_parallel_flags(CLI::App& app, ParallelConfig& p, ParallelFlags which, c
                  "\"Et*3|(tt|)*29,m|L\"); sets the virtual stages per rank")
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast)
       ->group(group);
-  if (which == ParallelFlags::kAll) {
-    switches(kSwitchFlags);
-    app.add_option(kCpCommFlag, p.cp_comm_type,
-                   "How context parallelism moves attention's inputs: p2p (ring attention, "
-                   "default), all_gather (K/V gathered), a2a (heads exchanged all-to-all: "
-                   "DeepSpeed-Ulysses) or a2a+p2p (all-to-all inside the first level of "
-                   "--hierarchical-context-parallel-sizes, a ring across); one for every layer "
-                   "or one per layer")
-        ->expected(1, CLI::detail::expected_max_vector_size)
-        ->group(group);
-    app.add_option(kHcpFlag, p.hierarchical_context_parallel_sizes,
-                   "The CP group's levels, adjacent CP ranks first (\"2 4\": groups of 2 "
-                   "adjacent ranks, and the ranks at the same place in each); with "
-                   "--cp-comm-type a2a+p2p")
-        ->expected(1, CLI::detail::expected_max_vector_size)
-        ->delimiter(' ')
-        ->group(group);
-  }
+  app.add_option(kCpCommFlag, p.cp_comm_type,
+                 "How context parallelism moves attention's inputs: p2p (ring attention, "
+                 "default), all_gather (K/V gathered), a2a (heads exchanged all-to-all: "
+                 "DeepSpeed-Ulysses) or a2a+p2p (all-to-all inside the first level of "
+                 "--hierarchical-context-parallel-sizes, a ring across); one for every layer "
+                 "or one per layer")
+      ->expected(1, CLI::detail::expected_max_vector_size)
+      ->group(group);
+  app.add_option(kHcpFlag, p.hierarchical_context_parallel_sizes,
+                 "The CP group's levels, adjacent CP ranks first (\"2 4\": groups of 2 "
+                 "adjacent ranks, and the ranks at the same place in each); with "
+                 "--cp-comm-type a2a+p2p")
+      ->expected(1, CLI::detail::expected_max_vector_size)
+      ->delimiter(' ')
+      ->group(group);
+  if (which == ParallelFlags::kAll) switches(kSwitchFlags);
 }
 
 std::vector<std::string> parallel_flag_args(const ParallelConfig& p, bool moe) {

@@ -20,8 +20,9 @@
 namespace mtron {
 
 enum class ParallelFlags {
-  kSizes,  // the parallel sizes, micro and global batch, and the pipeline split: virtual and
-           // uneven stages, the embedding and loss counted as layers, the layout string
+  kSizes,  // the parallel sizes, micro and global batch, the pipeline split (virtual and uneven
+           // stages, the embedding and loss counted as layers, the layout string) and the CP
+           // communication (--cp-comm-type, --hierarchical-context-parallel-sizes)
   kAll,    // and the execution switches (SP, distributed optimizer, overlaps, rank order)
 };
 

@@ -411,6 +411,8 @@ int run_plan(std::vector<std::string> args) {
       "--decoder-first/last-pipeline-num-layers: the planner chooses them (Megatron's uneven split "
       "with lighter first and last stages, where the pipeline size does not divide the layers)");
   o.pipeline_layout = fixed.pipeline_model_parallel_layout;
+  o.cp_comm_type = fixed.cp_comm_type;
+  o.hierarchical_cp = fixed.hierarchical_context_parallel_sizes;
   o.account_for_embedding = fixed.account_for_embedding_in_pipeline_split;
   o.account_for_loss = fixed.account_for_loss_in_pipeline_split;
   MT_CHECK(o.pipeline_layout.empty() || (o.pp > 0 && o.vpp == 0),

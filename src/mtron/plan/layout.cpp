@@ -37,6 +37,8 @@ std::string layout_name(const Layout& l) {
   std::string s = fmt::format("TP{} PP{}", p.tp(), p.pp());
   if (p.vpp() > 1) s += fmt::format(" VPP{}", p.vpp());
   s += fmt::format(" CP{}", p.cp());
+  const std::string cp_comm = p.cp_comm_summary(true);
+  if (!cp_comm.empty()) s += fmt::format("({})", cp_comm);
   if (p.ep() > 1 || p.etp() != p.tp()) s += fmt::format(" EP{} ETP{}", p.ep(), p.etp());
   s += fmt::format(" DP{} mbs{}", p.dp(), p.micro_batch_size);
   if (l.recompute != RecomputeGranularity::kNone) s += " recompute-" + recompute_label(l);

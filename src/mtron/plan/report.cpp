@@ -9,6 +9,12 @@ namespace {
 
 constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 
+std::vector<std::string> cp_comm_names(const ParallelConfig& p) {
+  std::vector<std::string> names;
+  for (CpCommType t : p.cp_comms()) names.push_back(cp_comm_name(t));
+  return names;
+}
+
 nlohmann::json layout_json(const Layout& l) {
   const ParallelConfig& p = l.parallel;
   return {{"tensor_model_parallel_size", p.tp()},
@@ -17,6 +23,9 @@ nlohmann::json layout_json(const Layout& l) {
           {"decoder_first_pipeline_num_layers", p.decoder_first_pipeline_num_layers},
           {"decoder_last_pipeline_num_layers", p.decoder_last_pipeline_num_layers},
           {"context_parallel_size", p.cp()},
+          // --cp-comm-type: one word for every layer or one per layer (["p2p"] at CP 1)
+          {"cp_comm_type", cp_comm_names(p)},
+          {"hierarchical_context_parallel_sizes", p.hierarchical_context_parallel_sizes},
           {"expert_model_parallel_size", p.ep()},
           {"expert_tensor_parallel_size", p.etp()},
           {"data_parallel_size", p.dp()},

@@ -32,6 +32,25 @@ bool faster(const Candidate& a, const Candidate& b) {
   return a.memory.total() < b.memory.total();
 }
 
+// --hierarchical-context-parallel-sizes for a layout of TP tp and CP cp under --cp-comm-type
+// a2a+p2p without sizes: the largest all-to-all group that divides the heads and query groups
+// per TP rank and stays in the NVLink domain (the ring across the groups takes the network);
+// none for the other types.
+std::vector<int64_t> hierarchical_cp_sizes(
+    const ModelConfig& m, const SearchOptions& o, const PerfParams& perf, int64_t tp, int64_t cp) {
+  const auto& t = o.cp_comm_type;
+  if (std::none_of(t.begin(), t.end(),
+                   [](const std::string& w) { return w.find("a2a+p2p") != std::string::npos; }))
+    return {};
+  int64_t a = 1;
+  for (int64_t d : divisors(cp)) {
+    if ((m.num_attention_heads / tp) % d == 0 && (m.query_groups() / tp) % d == 0 &&
+        d * tp <= perf.nvlink_domain)
+      a = d;
+  }
+  return {a, cp / a};
+}
+
 // The parallel shape a candidate stands for in the ranking (knobs searched within it).
 using ShapeKey = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t>;
 ShapeKey shape_of(const Layout& l) {
@@ -128,6 +147,10 @@ Shapes search_shapes(const ModelConfig& m,
                   p.overlap_param_gather = !cpu && p.use_distributed_optimizer && o.overlap_dp_comm;
                   p.micro_batch_size = mbs;
                   p.global_batch_size = o.global_batch_size;
+                  p.cp_comm_type = o.cp_comm_type;
+                  p.hierarchical_context_parallel_sizes =
+                      o.hierarchical_cp.empty() ? hierarchical_cp_sizes(m, o, perf, tp, cp)
+                                                : o.hierarchical_cp;
                   l.recompute = rc;
                   l.recompute_modules = modules;
                   l.precision = o.precision;
@@ -182,7 +205,7 @@ std::string gib(double bytes) {
 
 // The non-compute costs of a step, named for people.
 std::vector<std::pair<std::string, double>> overheads(const StepTime& t) {
-  return {{"TP communication", t.tp_comm}, {"CP ring exchange", t.cp_comm},
+  return {{"TP communication", t.tp_comm}, {"CP communication", t.cp_comm},
           {"EP all-to-all", t.ep_comm},    {"pipeline bubble", t.pp_bubble},
           {"pipeline p2p", t.pp_p2p},      {"exposed DP communication", t.dp_comm},
           {"recompute", t.recompute},      {"optimizer step", t.optimizer}};
@@ -379,6 +402,12 @@ std::vector<std::string> alternatives(const ModelConfig& m,
         judge_alternative("no context parallelism (CP1)", m, c, perf, fixed(0, 0, 1), best));
   else if (m.seq_length >= 8192 && world % 2 == 0)
     out.push_back(judge_alternative("context parallelism CP2", m, c, perf, fixed(0, 0, 2), best));
+  if (b.cp() > 1 && b.cp_comms() != std::vector<CpCommType>{CpCommType::kA2A}) {
+    same_shape("--cp-comm-type a2a (the heads exchanged all-to-all, not hidden)", [](Layout& l) {
+      l.parallel.cp_comm_type = {"a2a"};
+      l.parallel.hierarchical_context_parallel_sizes.clear();
+    });
+  }
   if (b.use_distributed_optimizer)
     same_shape("without the distributed optimizer", [](Layout& l) {
       l.parallel.use_distributed_optimizer = false;

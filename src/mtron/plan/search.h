@@ -37,6 +37,11 @@ struct SearchOptions {
   // Megatron's lighter first and last stages.
   std::string pipeline_layout;
   bool account_for_embedding = false, account_for_loss = false;
+  // --cp-comm-type for every layout with CP > 1 (ParallelConfig's words), and
+  // --hierarchical-context-parallel-sizes; with a2a+p2p and no sizes each layout takes the
+  // largest all-to-all group that divides the heads per TP rank and stays in the NVLink domain.
+  std::vector<std::string> cp_comm_type = {"p2p"};
+  std::vector<int64_t> hierarchical_cp;
   bool distributed_optimizer = true;  // use it wherever DP x CP > 1
   bool sequence_parallel = true;      // with TP > 1
   bool tp_comm_overlap = true;        // --tp-comm-overlap on GPUs (Megatron's recommended setting)

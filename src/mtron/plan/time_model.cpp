@@ -280,14 +280,35 @@ StepTime estimate_step_time(const ModelConfig& m, const Layout& l, const PerfPar
       x.core_attn += 4 * e * scores / pp.memory_bandwidth;
     }
     x.core_attn += x.attn_f;
-    // CP ring: cp-1 steps passing this rank's K and V (and dK, dV backward), each behind the
-    // attention of the chunk it brings.
+    // CP by --cp-comm-type (parallel/context_parallel.h), per layer the mean over the layers'
+    // types. p2p: a ring of cp-1 steps passing this rank's K and V (and dK, dV backward), each
+    // behind the attention of the chunk it brings. all_gather: K and V gathered (again in the
+    // backward, and dK, dV reduce-scattered), exposed. a2a: q, k, v and the output exchanged
+    // all-to-all over the group of a ranks (twice as much backward: the inputs again, the
+    // gradients back), exposed; a2a+p2p then runs the ring over cp / a with the same blocks.
     if (p.cp() > 1) {
       const double kv_bytes = e * T * (k_ring + v_ring) / t;
-      const double ring =
-          double(p.cp() - 1) * collective_seconds(Collective::kSendRecv, kv_bytes, 2, cp_link);
-      x.cp_f = overlapped(ring, x.attn_f, interf);
-      x.cp_b = overlapped(2 * ring, x.attn_b, interf);
+      const double x_bytes = kv_bytes + e * T * (q_att + o_att) / t;
+      double f = 0, b = 0;
+      for (CpCommType type : p.cp_comms()) {
+        const int64_t a = p.cp_a2a_size(type), n = p.cp() / a;
+        const double heads = a > 1 ? all_to_all_seconds(pp, x_bytes, a, p.tp()) : 0.0;
+        f += heads;
+        b += 2 * heads;
+        if (type == CpCommType::kAllGather) {
+          const double ag =
+              collective_seconds(Collective::kAllGather, double(n) * kv_bytes, n, cp_link);
+          f += ag;
+          b += 2 * ag;
+        } else if (n > 1) {
+          const double ring = double(n - 1) * collective_seconds(Collective::kSendRecv, kv_bytes, 2,
+                                                                 pp.link_for_group(n, p.tp() * a));
+          f += overlapped(ring, x.attn_f, interf);
+          b += overlapped(2 * ring, x.attn_b, interf);
+        }
+      }
+      x.cp_f = f / double(p.cp_comms().size());
+      x.cp_b = b / double(p.cp_comms().size());
       x.core_attn += x.cp_f;
     }
     // MLP: dense, or routed experts plus the optional shared expert.
@@ -523,7 +544,7 @@ std::string format_step_time(const StepTime& t) {
   line("elementwise", t.elementwise);
   line("recompute", t.recompute);
   line("TP communication", t.tp_comm);
-  line("CP ring exchange", t.cp_comm);
+  line("CP communication", t.cp_comm);
   line("EP all-to-all", t.ep_comm);
   line("pipeline bubble", t.pp_bubble);
   line("pipeline p2p", t.pp_p2p);
