@@ -95,24 +95,29 @@ const char* cp_comm_name(CpCommType t) {
   return names[int(t)];
 }
 
-void ParallelConfig::check_cp_comm(const ModelConfig& m) {
-  std::vector<std::string> words;
-  for (const std::string& arg : cp_comm_type) {
+std::vector<CpCommType> parse_cp_comm_types(const std::vector<std::string>& args) {
+  std::vector<CpCommType> types;
+  for (const std::string& arg : args) {
     for (size_t i = 0; (i = arg.find_first_not_of(' ', i)) != std::string::npos;) {
       const size_t end = std::min(arg.find(' ', i), arg.size());
-      words.push_back(arg.substr(i, end - i));
+      const std::string w = arg.substr(i, end - i), name = w == "allgather" ? "all_gather" : w;
+      int t = 0;
+      while (t < 4 && name != cp_comm_name(CpCommType(t))) ++t;
+      MT_CHECK(t < 4, "--cp-comm-type: '", w, "' is not one of p2p, all_gather, a2a, a2a+p2p");
+      types.push_back(CpCommType(t));
       i = end;
     }
   }
-  MT_CHECK(!words.empty(), "--cp-comm-type needs a value: p2p, all_gather, a2a or a2a+p2p");
-  cp_comm_.clear();
-  for (const std::string& w : words) {
-    const std::string name = w == "allgather" ? "all_gather" : w;
-    int t = 0;
-    while (t < 4 && name != cp_comm_name(CpCommType(t))) ++t;
-    MT_CHECK(t < 4, "--cp-comm-type: '", w, "' is not one of p2p, all_gather, a2a, a2a+p2p");
-    cp_comm_.push_back(CpCommType(t));
-  }
+  MT_CHECK(!types.empty(), "--cp-comm-type needs a value: p2p, all_gather, a2a or a2a+p2p");
+  return types;
+}
+
+bool cp_heads_divide(const ModelConfig& m, int64_t tp, int64_t a) {
+  return (m.num_attention_heads / tp) % a == 0 && (m.query_groups() / tp) % a == 0;
+}
+
+void ParallelConfig::check_cp_comm(const ModelConfig& m) {
+  cp_comm_ = parse_cp_comm_types(cp_comm_type);
   const auto& hcp = hierarchical_context_parallel_sizes;
   if (!hcp.empty()) {
     int64_t product = 1;
@@ -143,7 +148,7 @@ void ParallelConfig::check_cp_comm(const ModelConfig& m) {
   for (CpCommType t : {CpCommType::kA2A, CpCommType::kA2AP2P}) {
     if (!uses_cp_comm(t)) continue;
     const int64_t a = cp_a2a_size(t);
-    MT_CHECK(heads % a == 0 && groups % a == 0, "--cp-comm-type ", cp_comm_name(t),
+    MT_CHECK(cp_heads_divide(m, tp(), a), "--cp-comm-type ", cp_comm_name(t),
              " splits the attention heads over ", a,
              " ranks (its all-to-all group): the heads per tensor-parallel rank (", heads,
              ") and the query groups per tensor-parallel rank (", groups, ") must be multiples of ",

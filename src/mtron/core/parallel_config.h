@@ -20,6 +20,13 @@ namespace mtron {
 // them (a2a+p2p, with --hierarchical-context-parallel-sizes).
 enum class CpCommType { kP2P, kAllGather, kA2A, kA2AP2P };
 const char* cp_comm_name(CpCommType t);
+// The types of --cp-comm-type's words (arguments may hold several, separated by spaces;
+// "allgather", as Megatron's help spells it, is all_gather); throws mtron::Error naming an
+// unknown word or an empty list.
+std::vector<CpCommType> parse_cp_comm_types(const std::vector<std::string>& args);
+// Whether the heads' all-to-all over a ranks fits m at tensor-parallel size tp: the heads and the
+// query groups per TP rank are multiples of a.
+bool cp_heads_divide(const ModelConfig& m, int64_t tp, int64_t a);
 
 struct ParallelConfig {
   int64_t world_size = 1;

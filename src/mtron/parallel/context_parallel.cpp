@@ -158,9 +158,10 @@ void gather_sequence(const kernels::Ctx& ctx,
     cp.comm->all_gather(local, ranks, 2 * chunk, DType::kF32);
   }
   for (int64_t j = 0; j < cp.size; ++j) {
-    const ContextParallel rj(nullptr, j, cp.size);
-    for (int64_t h = 0; h < 2; ++h)
-      kernels::copy(ctx, full + rj.chunk(h) * chunk, ranks + (2 * j + h) * chunk, kF * chunk);
+    for (int64_t h = 0; h < 2; ++h) {
+      kernels::copy(ctx, full + ContextParallel::chunk_of(j, cp.size, h) * chunk,
+                    ranks + (2 * j + h) * chunk, kF * chunk);
+    }
   }
 }
 
@@ -174,9 +175,10 @@ void reduce_scatter_sequence(const kernels::Ctx& ctx,
                              int64_t chunk) {
   float* ranks = scratch.alloc<float>(2 * cp.size * chunk);
   for (int64_t j = 0; j < cp.size; ++j) {
-    const ContextParallel rj(nullptr, j, cp.size);
-    for (int64_t h = 0; h < 2; ++h)
-      kernels::copy(ctx, ranks + (2 * j + h) * chunk, full + rj.chunk(h) * chunk, kF * chunk);
+    for (int64_t h = 0; h < 2; ++h) {
+      kernels::copy(ctx, ranks + (2 * j + h) * chunk,
+                    full + ContextParallel::chunk_of(j, cp.size, h) * chunk, kF * chunk);
+    }
   }
   float* mine = scratch.alloc<float>(2 * chunk);
   {
@@ -246,7 +248,7 @@ void context_attention_forward(const kernels::Ctx& ctx,
                                const float* v,
                                const kernels::AttnShape& s,
                                const kernels::AttnDropout& drop) {
-  const CpCommType t = cp.size == 1 ? CpCommType::kP2P : cp.type(layer);
+  const CpCommType t = cp.type(layer);
   if (t == CpCommType::kP2P) {
     ring_attention_forward(ctx, cp, scratch, out, lse, q, k, v, s, drop);
     return;
@@ -282,7 +284,7 @@ void context_attention_backward(const kernels::Ctx& ctx,
                                 const float* lse,
                                 const kernels::AttnShape& s,
                                 const kernels::AttnDropout& drop) {
-  const CpCommType t = cp.size == 1 ? CpCommType::kP2P : cp.type(layer);
+  const CpCommType t = cp.type(layer);
   if (t == CpCommType::kP2P) {
     ring_attention_backward(ctx, cp, scratch, dq, dk, dv, dout, q, k, v, out, lse, s, drop);
     return;

@@ -61,8 +61,11 @@ struct ContextParallel {
   Comm* a2a_level = nullptr;
   Comm* ring_level = nullptr;
 
-  // Global chunk index of local half `half` (0 or 1).
-  int64_t chunk(int64_t half) const { return half == 0 ? rank : 2 * size - 1 - rank; }
+  // Global chunk index of local half `half` (0 or 1), of this rank or of CP rank r of `cp_size`.
+  int64_t chunk(int64_t half) const { return chunk_of(rank, size, half); }
+  static int64_t chunk_of(int64_t r, int64_t cp_size, int64_t half) {
+    return half == 0 ? r : 2 * cp_size - 1 - r;
+  }
   // Global sequence position of local sequence index s, with S_local tokens per sequence on
   // this rank (the identity when size == 1).
   int64_t position(int64_t s, int64_t S_local) const {
@@ -71,9 +74,9 @@ struct ContextParallel {
     return chunk(s / c) * c + s % c;
   }
   // The communication of transformer layer `layer` (an MTP depth's, numbered from the decoder's
-  // last on, takes the last entry's).
+  // last on, takes the last entry's); p2p (plain attention) at size 1.
   CpCommType type(int64_t layer) const {
-    if (types.empty()) return CpCommType::kP2P;
+    if (types.empty() || size == 1) return CpCommType::kP2P;
     return types[layer < int64_t(types.size()) ? size_t(layer) : types.size() - 1];
   }
 };

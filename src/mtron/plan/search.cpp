@@ -38,16 +38,11 @@ bool faster(const Candidate& a, const Candidate& b) {
 // none for the other types.
 std::vector<int64_t> hierarchical_cp_sizes(
     const ModelConfig& m, const SearchOptions& o, const PerfParams& perf, int64_t tp, int64_t cp) {
-  const auto& t = o.cp_comm_type;
-  if (std::none_of(t.begin(), t.end(),
-                   [](const std::string& w) { return w.find("a2a+p2p") != std::string::npos; }))
-    return {};
+  const std::vector<CpCommType> types = parse_cp_comm_types(o.cp_comm_type);
+  if (std::find(types.begin(), types.end(), CpCommType::kA2AP2P) == types.end()) return {};
   int64_t a = 1;
-  for (int64_t d : divisors(cp)) {
-    if ((m.num_attention_heads / tp) % d == 0 && (m.query_groups() / tp) % d == 0 &&
-        d * tp <= perf.nvlink_domain)
-      a = d;
-  }
+  for (int64_t d : divisors(cp))
+    if (cp_heads_divide(m, tp, d) && d * tp <= perf.nvlink_domain) a = d;
   return {a, cp / a};
 }
 
