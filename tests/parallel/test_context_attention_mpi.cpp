@@ -4,8 +4,10 @@
 // world into all-to-all groups and a ring), and its rows of out, dq, dk, dv (and, where its layout
 // is the two chunks', lse) must equal full causal attention computed by the naive float64
 // reference. a2a must also give the 1-process kernels' results bit for bit (it runs them on the
-// whole sequence, per head). Chunk lengths 1 (sequence 2*CP), 2 and odd ones; GQA and MHA; batch
-// 1 and 2. At one rank (CP = 1) the same code is plain causal attention: sequences 1, 2, 3.
+// whole sequence, per head). On inputs that hold bf16 values, the bf16 exchanges (bf16_values)
+// must give the fp32 exchanges' results bit for bit in half the forward's bytes. Chunk lengths 1
+// (sequence 2*CP), 2 and odd ones; GQA and MHA; batch 1 and 2. At one rank (CP = 1) the same code
+// is plain causal attention: sequences 1, 2, 3.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -54,6 +56,50 @@ std::vector<T> local_rows(
     out.insert(out.end(), full.begin() + g * B * X, full.begin() + (g + 1) * B * X);
   }
   return out;
+}
+
+std::vector<float> rounded(std::vector<float> x) {
+  for (float& f : x) f = bf16_to_float(float_to_bf16(f));
+  return x;
+}
+
+// Inputs that hold bf16 values (q, k, v, dout rounded) with bf16_values: what moves as bf16
+// moves exactly, so out (rounded: a2a's exchange rounds it), lse, dq, dk and dv are the fp32
+// exchanges' bit for bit; and the forward sends half the bytes.
+void check_bf16_values(const ContextParallel& cp,
+                       const std::vector<float>& q,
+                       const std::vector<float>& k,
+                       const std::vector<float>& v,
+                       const std::vector<float>& dout,
+                       const kernels::AttnShape& s,
+                       const std::string& what) {
+  const auto qb = rounded(q), kb = rounded(k), vb = rounded(v), doutb = rounded(dout);
+  struct Result {
+    std::vector<float> out, lse, dq, dk, dv;
+    int64_t forward_bytes = 0;
+  };
+  auto run = [&](bool narrow) {
+    Result r{std::vector<float>(dout.size()), std::vector<float>(size_t(s.B * s.H * s.Sq)),
+             std::vector<float>(q.size(), 0.0f), std::vector<float>(k.size(), 0.0f),
+             std::vector<float>(v.size(), 0.0f)};
+    Arena scratch;
+    const int64_t before = cp.size > 1 ? cp.comm->bytes_sent() : 0;
+    context_attention_forward(kernels::Ctx{}, cp, 0, scratch, r.out.data(), r.lse.data(), qb.data(),
+                              kb.data(), vb.data(), s, {}, narrow);
+    if (cp.size > 1) r.forward_bytes = cp.comm->bytes_sent() - before;
+    r.out = rounded(r.out);  // as the caller does
+    context_attention_backward(kernels::Ctx{}, cp, 0, scratch, r.dq.data(), r.dk.data(),
+                               r.dv.data(), doutb.data(), qb.data(), kb.data(), vb.data(),
+                               r.out.data(), r.lse.data(), s, {}, narrow);
+    return r;
+  };
+  const Result f = run(false), b = run(true);
+  EXPECT_EQ(b.out, f.out) << "bf16 values: out " << what;
+  EXPECT_EQ(b.lse, f.lse) << "bf16 values: lse " << what;
+  EXPECT_EQ(b.dq, f.dq) << "bf16 values: dq " << what;
+  EXPECT_EQ(b.dk, f.dk) << "bf16 values: dk " << what;
+  EXPECT_EQ(b.dv, f.dv) << "bf16 values: dv " << what;
+  EXPECT_EQ(2 * b.forward_bytes, f.forward_bytes) << "bf16 values: forward bytes " << what;
 }
 
 void run_case(const ContextParallel& cp,
@@ -108,6 +154,8 @@ void run_case(const ContextParallel& cp,
     EXPECT_EQ(dk, local_rows(dk1, cp, Sl, B, G * D)) << "dk " << what;
     EXPECT_EQ(dv, local_rows(dv1, cp, Sl, B, G * Dv)) << "dv " << what;
   }
+
+  check_bf16_values(cp, ql, kl, vl, doutl, local, what);
 
   // lse: [B, H, S] globally; locally one [B, H, c] block per chunk (or [B, H, S] at CP 1).
   std::vector<double> lse_want;

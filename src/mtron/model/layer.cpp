@@ -166,7 +166,8 @@ void TransformerLayer::attention(
   if (!kv) {
     parallel::context_attention_forward(rc.k, rc.cp, layer_, scratch, st.att, st.lse, st.q, st.k,
                                         st.v, self_attention_shape(rc, tl, st.fused_qkv),
-                                        attention_dropout(rc, cfg_, tl.drop, layer_, Hl_));
+                                        attention_dropout(rc, cfg_, tl.drop, layer_, Hl_),
+                                        st.bf16_values);
     return;
   }
   const int64_t krow = tl.B * Gl_ * D_, vrow = tl.B * Gl_ * Dv_;
@@ -189,9 +190,11 @@ void TransformerLayer::qkv_attention(const RunCtx& rc,
   const bool ln = cfg_.normalization == Normalization::kLayerNorm;
   // Attention reads q, k, v where the QKV projection wrote them (RoPE rotating them there)
   // unless they are normed first (--qk-layernorm), travel (ring attention) or go to a KV cache.
-  st.fused_qkv = !mla_ && !kv && rc.cp.size == 1 && q_norm_.w < 0;
+  const bool fusable = !mla_ && !kv && q_norm_.w < 0;
+  st.fused_qkv = fusable && rc.cp.size == 1;
   st.qkv16 = nullptr;
   st.att = nullptr;
+  st.bf16_values = fusable && rc.cp.size > 1 && bf16_qkv(rc, tl, true);
   if (bf16_qkv(rc, tl, st.fused_qkv)) {
     st.qkv16 = keep.alloc<bf16>(N * qkv_l_);
     linear_forward(rc, st.qkv16, st.ln1_in, p_.weight(qkv_w_), opt16(p_, qkv_b_), N, h, qkv_l_);
@@ -201,6 +204,18 @@ void TransformerLayer::qkv_attention(const RunCtx& rc,
     kernels::attention_forward(rc.k, att, st.lse, v.q, v.k, v.v, self_attention_shape(rc, tl, true),
                                kernels::AttnMask{true, 0});
     st.att_in = Act::of(att);
+    return;
+  }
+  if (st.bf16_values) {
+    // CP 1's bf16 q, k, v (after RoPE), stashed in bf16 and widened into temporaries for the
+    // CP code, which exchanges them as bf16; forward() stashes the output as the projection's
+    // bf16 input alone.
+    st.qkv16 = keep.alloc<bf16>(N * qkv_l_);
+    linear_forward(rc, st.qkv16, st.ln1_in, p_.weight(qkv_w_), opt16(p_, qkv_b_), N, h, qkv_l_);
+    rope_fused_qkv(rc, tl, st.qkv16, false);
+    widen_qkv(rc, tl, st, scratch);
+    st.att = scratch.alloc<float>(N * Hl_ * Dv_);
+    attention(rc, tl, st, scratch, kv);
     return;
   }
   st.att = keep.alloc<float>(N * Hl_ * Dv_);
@@ -244,6 +259,19 @@ void TransformerLayer::qkv_attention(const RunCtx& rc,
     }
   }
   attention(rc, tl, st, scratch, kv);
+}
+
+void TransformerLayer::widen_qkv(const RunCtx& rc,
+                                 const TokenLayout& tl,
+                                 Stash& st,
+                                 Arena& scratch) const {
+  const int64_t N = tl.rows();
+  float* qkv = scratch.alloc<float>(N * qkv_l_);
+  kernels::convert(rc.k, qkv, st.qkv16, N * qkv_l_);
+  st.q = scratch.alloc<float>(N * Hl_ * D_);
+  st.k = scratch.alloc<float>(N * Gl_ * D_);
+  st.v = scratch.alloc<float>(N * Gl_ * Dv_);
+  kernels::qkv_split(rc.k, st.q, st.k, st.v, qkv, N, Gl_, Hl_ / Gl_, D_);
 }
 
 float* TransformerLayer::norm_input(const RunCtx& rc,
@@ -334,6 +362,7 @@ void TransformerLayer::forward(const RunCtx& rc,
     qkv_attention(rc, tl, st, keep, scratch, kv);
   }
   if (st.att) st.att_in = as_gemm_input(rc, keep, st.att, N * Hl_ * Dv_);
+  if (st.bf16_values) st.q = st.k = st.v = st.att = nullptr;  // temporaries (backward widens)
 
   st.x2 = keep.alloc<float>(Nl * h);
   float* partial = sp ? scratch.alloc<float>(N * h) : st.x2;
@@ -401,7 +430,7 @@ void TransformerLayer::attention_block_backward(const RunCtx& rc,
                     dpartial, st.att_in, p_.weight(proj_w_), N, Hl_ * Dv_, h);
     return datt;
   };
-  if (st.qkv16) {
+  if (st.qkv16 && !st.bf16_values) {
     const bf16* datt = proj_dgrad(scratch.alloc<bf16>(N * Hl_ * Dv_));
     bf16* dqkv = scratch.alloc<bf16>(N * qkv_l_);
     const auto d = kernels::fused_qkv_views(dqkv, Hl_, Gl_, D_);
@@ -414,7 +443,13 @@ void TransformerLayer::attention_block_backward(const RunCtx& rc,
                     st.ln1_in, p_.weight(qkv_w_), N, h, qkv_l_);
     return;
   }
-  const float* datt = proj_dgrad(scratch.alloc<float>(N * Hl_ * Dv_));
+  float* datt = nullptr;
+  if (st.bf16_values) {  // CP 1's bf16 output gradient, widened
+    datt = scratch.alloc<float>(N * Hl_ * Dv_);
+    kernels::convert(rc.k, datt, proj_dgrad(scratch.alloc<bf16>(N * Hl_ * Dv_)), N * Hl_ * Dv_);
+  } else {
+    datt = proj_dgrad(scratch.alloc<float>(N * Hl_ * Dv_));
+  }
   // dq, dk, dv: in the fused layout one buffer, QKV's output gradient
   float *dq = nullptr, *dk = nullptr, *dv = nullptr;
   if (st.fused_qkv) {
@@ -431,11 +466,18 @@ void TransformerLayer::attention_block_backward(const RunCtx& rc,
     kernels::fill_zero(rc.k, dk, int64_t(sizeof(float)) * N * Gl_ * D_);
     kernels::fill_zero(rc.k, dv, int64_t(sizeof(float)) * N * Gl_ * Dv_);
   }
-  parallel::context_attention_backward(rc.k, rc.cp, layer_, scratch, dq, dk, dv, datt, st.q, st.k,
-                                       st.v, st.att, st.lse,
-                                       self_attention_shape(rc, tl, st.fused_qkv),
-                                       attention_dropout(rc, cfg_, tl.drop, layer_, Hl_));
-  if (st.fused_qkv) {
+  parallel::context_attention_backward(
+      rc.k, rc.cp, layer_, scratch, dq, dk, dv, datt, st.q, st.k, st.v, st.att, st.lse,
+      self_attention_shape(rc, tl, st.fused_qkv), attention_dropout(rc, cfg_, tl.drop, layer_, Hl_),
+      st.bf16_values);
+  if (st.bf16_values) {
+    // CP 1's order: the gradients rounded to bf16 in QKV's layout, RoPE's adjoint over them.
+    bf16* dqkv = scratch.alloc<bf16>(N * qkv_l_);
+    kernels::qkv_merge_grad(rc.k, dqkv, dq, dk, dv, N, Gl_, Hl_ / Gl_, D_);
+    rope_fused_qkv(rc, tl, dqkv, true);
+    linear_backward(rc, scratch, dln1_full, p_.grad(qkv_w_), opt_grad(p_, qkv_b_), Act::of(dqkv),
+                    st.ln1_in, p_.weight(qkv_w_), N, h, qkv_l_);
+  } else if (st.fused_qkv) {
     rope_fused_qkv(rc, tl, dq, true);
     // FP8 quantises this gradient from bf16, as from the split path's merge (and as Transformer
     // Engine from its bf16 attention gradients); its bias gradient then sums bf16 values too.
@@ -552,6 +594,11 @@ void TransformerLayer::backward(
     st.k = scratch.alloc<float>(N * Gl_ * D_);
     st.v = scratch.alloc<float>(N * Gl_ * Dv_);
     mla_->up(rc, tl.pos, N, st.mla, scratch, st.ln1_in, st.q, st.k, st.v);
+  }
+  if (st.bf16_values) {  // the bf16 q, k, v and output, widened
+    widen_qkv(rc, tl, st, scratch);
+    st.att = scratch.alloc<float>(N * Hl_ * Dv_);
+    kernels::convert(rc.k, st.att, static_cast<const bf16*>(st.att_in.data), N * Hl_ * Dv_);
   }
   float* dln1_full = scratch.alloc<float>(N * h);
   attention_block_backward(rc, tl, st, scratch, dpartial, dln1_full);

@@ -88,6 +88,11 @@ class TransformerLayer {
     // bf16 attention (bf16_qkv): the QKV projection's bf16 output that attention reads in place
     // (q, k, v above null); its bf16 output is att_in (att null).
     bf16* qkv16 = nullptr;
+    // Context parallelism where bf16_qkv would hold without it: q, k, v, att and attention's
+    // output gradient hold the bf16 values CP 1's bf16 attention reads, so the CP exchanges
+    // move them as bf16. The stash keeps qkv16 (after RoPE) and att_in alone: q, k, v and att
+    // are temporaries widened from them (widen_qkv), in the forward and again in the backward.
+    bool bf16_values = false;
     MlaProjection::Stash mla;  // multi-latent attention's latents
     // --qk-layernorm (without MLA): q and k before their norms, the norms' statistics per head row.
     float *q_in = nullptr, *k_in = nullptr;
@@ -179,6 +184,8 @@ class TransformerLayer {
   // kernels run (bf16 products, no attention dropout) and both projections' GEMMs write bf16
   // (not FP8).
   bool bf16_qkv(const RunCtx& rc, const TokenLayout& tl, bool fused_qkv) const;
+  // st.q, st.k, st.v from st.qkv16: widened and split into temporaries from `scratch`.
+  void widen_qkv(const RunCtx& rc, const TokenLayout& tl, Stash& st, Arena& scratch) const;
   // RoPE (with --position-embedding-type rope; else nothing) in place over the fused QKV buffer
   // qkv [N, Gl, Hl / Gl + 2, D] (fp32 or bf16) or its gradient (adjoint): the query and key
   // heads rotated, the value heads not.

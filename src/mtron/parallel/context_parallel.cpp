@@ -13,6 +13,34 @@ namespace {
 
 constexpr int64_t kF = int64_t(sizeof(float));
 
+// Element i of a buffer of es-byte elements.
+void* at(void* p, int64_t i, int64_t es) {
+  return static_cast<char*>(p) + i * es;
+}
+const void* at(const void* p, int64_t i, int64_t es) {
+  return static_cast<const char*>(p) + i * es;
+}
+
+// What an exchange sends of n fp32 values: the values, or with `narrow` (they hold bf16 values)
+// their bf16 copy, half the bytes and exact.
+struct Wire {
+  Wire(const kernels::Ctx& ctx, Arena& scratch, bool narrow, const float* src, int64_t n)
+      : dtype(narrow ? DType::kBF16 : DType::kF32), es(int64_t(dtype_size(dtype))), data(src) {
+    if (!narrow) return;
+    bf16* copy = scratch.alloc<bf16>(n);
+    kernels::convert(ctx, copy, src, n);
+    data = copy;
+  }
+  // Room for n elements of the wire's type.
+  void* alloc(Arena& scratch, int64_t n) const {
+    return es == 2 ? static_cast<void*>(scratch.alloc<bf16>(n))
+                   : static_cast<void*>(scratch.alloc<float>(n));
+  }
+  DType dtype;
+  int64_t es;
+  const void* data;
+};
+
 // One tensor of this rank: its two local chunks of c tokens for B sequences, H heads of W floats.
 struct Rows {
   int64_t c, B, H, W;
@@ -36,42 +64,60 @@ struct HeadExchange {
     }
   }
 
-  // Local chunk h's heads for rank j, [cB, H/a, W], from or into their columns of [cB, H, W].
-  void pack(const kernels::Ctx& ctx, float* dst, const float* src, int64_t h) const {
+  // Local chunk h's heads for rank j, [cB, H/a, W], from or into their columns of [cB, H, W],
+  // es bytes an element.
+  void pack(const kernels::Ctx& ctx, void* dst, const void* src, int64_t h, int64_t es) const {
     for (int64_t j = 0; j < a; ++j) {
-      kernels::copy_rows(ctx, dst + j * piece, kF * hs * r.W, src + h * r.chunk() + j * hs * r.W,
-                         kF * r.H * r.W, kF * hs * r.W, r.c * r.B);
+      kernels::copy_rows(ctx, at(dst, j * piece, es), es * hs * r.W,
+                         at(src, h * r.chunk() + j * hs * r.W, es), es * r.H * r.W, es * hs * r.W,
+                         r.c * r.B);
     }
   }
-  void unpack(const kernels::Ctx& ctx, float* dst, const float* src, int64_t h) const {
+  void unpack(const kernels::Ctx& ctx, void* dst, const void* src, int64_t h, int64_t es) const {
     for (int64_t j = 0; j < a; ++j) {
-      kernels::copy_rows(ctx, dst + h * r.chunk() + j * hs * r.W, kF * r.H * r.W, src + j * piece,
-                         kF * hs * r.W, kF * hs * r.W, r.c * r.B);
+      kernels::copy_rows(ctx, at(dst, h * r.chunk() + j * hs * r.W, es), es * r.H * r.W,
+                         at(src, j * piece, es), es * hs * r.W, es * hs * r.W, r.c * r.B);
     }
   }
 
-  void seq_to_heads(const kernels::Ctx& ctx, Arena& scratch, float* dst, const float* src) const {
-    float* buf = scratch.alloc<float>(a * piece);
+  // With `narrow` (src holds bf16 values) the exchange moves bf16, exactly.
+  void seq_to_heads(
+      const kernels::Ctx& ctx, Arena& scratch, float* dst, const float* src, bool narrow) const {
+    const Wire w(ctx, scratch, narrow, src, 2 * r.chunk());
+    void* buf = w.alloc(scratch, a * piece);
+    void* to = narrow ? w.alloc(scratch, 2 * a * piece) : dst;
     for (int64_t h = 0; h < 2; ++h) {
-      pack(ctx, buf, src, h);
+      pack(ctx, buf, w.data, h, w.es);
       MT_PROFILE("cp.all_to_all");
-      g.all_to_all_v(buf, counts.data(), packed.data(), dst, counts.data(), sharded[h].data(),
-                     DType::kF32);
+      g.all_to_all_v(buf, counts.data(), packed.data(), to, counts.data(), sharded[h].data(),
+                     w.dtype);
     }
+    if (narrow) kernels::convert(ctx, dst, static_cast<const bf16*>(to), 2 * a * piece);
   }
-  void heads_to_seq(
-      const kernels::Ctx& ctx, Arena& scratch, float* dst, const float* src, bool add) const {
-    float* buf = scratch.alloc<float>(a * piece);
-    float* out = add ? scratch.alloc<float>(2 * r.chunk()) : dst;
+  // The inverse, adding into dst when `add`; with `narrow` (not with `add`) src is rounded to
+  // bf16 for the exchange.
+  void heads_to_seq(const kernels::Ctx& ctx,
+                    Arena& scratch,
+                    float* dst,
+                    const float* src,
+                    bool add,
+                    bool narrow) const {
+    MT_ASSERT(!(add && narrow), "the heads' all-to-all adds fp32 values only");
+    const Wire w(ctx, scratch, narrow, src, 2 * a * piece);
+    void* buf = w.alloc(scratch, a * piece);
+    void* out = dst;
+    if (add) out = scratch.alloc<float>(2 * r.chunk());
+    if (narrow) out = w.alloc(scratch, 2 * r.chunk());
     for (int64_t h = 0; h < 2; ++h) {
       {
         MT_PROFILE("cp.all_to_all");
-        g.all_to_all_v(src, counts.data(), sharded[h].data(), buf, counts.data(), packed.data(),
-                       DType::kF32);
+        g.all_to_all_v(w.data, counts.data(), sharded[h].data(), buf, counts.data(), packed.data(),
+                       w.dtype);
       }
-      unpack(ctx, out, buf, h);
+      unpack(ctx, out, buf, h, w.es);
     }
-    if (add) kernels::add(ctx, dst, dst, out, 2 * r.chunk());
+    if (narrow) kernels::convert(ctx, dst, static_cast<const bf16*>(out), 2 * r.chunk());
+    if (add) kernels::add(ctx, dst, dst, static_cast<const float*>(out), 2 * r.chunk());
   }
 
   Comm& g;
@@ -118,9 +164,10 @@ struct HeadSharded {
   float* send(const kernels::Ctx& ctx,
               Arena& scratch,
               const HeadExchange& x,
-              const float* src) const {
+              const float* src,
+              bool narrow) const {
     float* p = alloc(scratch, x);
-    x.seq_to_heads(ctx, scratch, p, src);
+    x.seq_to_heads(ctx, scratch, p, src, narrow);
     return p;
   }
   // q, k and v exchanged, in this order on every rank (the all-to-alls are collective).
@@ -131,10 +178,11 @@ struct HeadSharded {
                Arena& scratch,
                const float* q_local,
                const float* k_local,
-               const float* v_local) const {
-    const float* qh = send(ctx, scratch, q, q_local);
-    const float* kh = send(ctx, scratch, k, k_local);
-    return Qkv{qh, kh, send(ctx, scratch, v, v_local)};
+               const float* v_local,
+               bool narrow) const {
+    const float* qh = send(ctx, scratch, q, q_local, narrow);
+    const float* kh = send(ctx, scratch, k, k_local, narrow);
+    return Qkv{qh, kh, send(ctx, scratch, v, v_local, narrow)};
   }
 
   Comm& group;
@@ -151,16 +199,23 @@ void gather_sequence(const kernels::Ctx& ctx,
                      Arena& scratch,
                      float* full,
                      const float* local,
-                     int64_t chunk) {
-  float* ranks = scratch.alloc<float>(2 * cp.size * chunk);  // rank-major
+                     int64_t chunk,
+                     bool narrow) {
+  const Wire w(ctx, scratch, narrow, local, 2 * chunk);
+  void* ranks = w.alloc(scratch, 2 * cp.size * chunk);  // rank-major
   {
     MT_PROFILE("cp.all_gather");
-    cp.comm->all_gather(local, ranks, 2 * chunk, DType::kF32);
+    cp.comm->all_gather(w.data, ranks, 2 * chunk, w.dtype);
   }
   for (int64_t j = 0; j < cp.size; ++j) {
     for (int64_t h = 0; h < 2; ++h) {
-      kernels::copy(ctx, full + ContextParallel::chunk_of(j, cp.size, h) * chunk,
-                    ranks + (2 * j + h) * chunk, kF * chunk);
+      float* to = full + ContextParallel::chunk_of(j, cp.size, h) * chunk;
+      const void* from = at(ranks, (2 * j + h) * chunk, w.es);
+      if (narrow) {
+        kernels::convert(ctx, to, static_cast<const bf16*>(from), chunk);
+      } else {
+        kernels::copy(ctx, to, from, kF * chunk);
+      }
     }
   }
 }
@@ -195,13 +250,14 @@ struct GatheredKv {
              Arena& scratch,
              const float* k_local,
              const float* v_local,
-             const kernels::AttnShape& s)
+             const kernels::AttnShape& s,
+             bool narrow)
       : kc(s.Sq / 2 * s.B * s.G * s.D),
         vc(s.Sq / 2 * s.B * s.G * s.Dv),
         k(scratch.alloc<float>(2 * cp.size * kc)),
         v(scratch.alloc<float>(2 * cp.size * vc)) {
-    gather_sequence(ctx, cp, scratch, k, k_local, kc);
-    gather_sequence(ctx, cp, scratch, v, v_local, vc);
+    gather_sequence(ctx, cp, scratch, k, k_local, kc, narrow);
+    gather_sequence(ctx, cp, scratch, v, v_local, vc, narrow);
   }
   int64_t kc, vc;
   float *k, *v;
@@ -247,15 +303,16 @@ void context_attention_forward(const kernels::Ctx& ctx,
                                const float* k,
                                const float* v,
                                const kernels::AttnShape& s,
-                               const kernels::AttnDropout& drop) {
+                               const kernels::AttnDropout& drop,
+                               bool bf16_values) {
   const CpCommType t = cp.type(layer);
   if (t == CpCommType::kP2P) {
-    ring_attention_forward(ctx, cp, scratch, out, lse, q, k, v, s, drop);
+    ring_attention_forward(ctx, cp, scratch, out, lse, q, k, v, s, drop, bf16_values);
     return;
   }
   check_shape(s);
   if (t == CpCommType::kAllGather) {
-    const GatheredKv kv(ctx, cp, scratch, k, v, s);
+    const GatheredKv kv(ctx, cp, scratch, k, v, s, bf16_values);
     for (int64_t h = 0; h < 2; ++h) {
       const GatheredChunk g(cp, s, drop, h);
       kernels::attention_forward(ctx, out + g.o, lse + g.lse, q + g.q, kv.k, kv.v, g.shape, g.mask);
@@ -263,10 +320,11 @@ void context_attention_forward(const kernels::Ctx& ctx,
     return;
   }
   const HeadSharded x(cp, t, s);
-  const HeadSharded::Qkv h = x.send_qkv(ctx, scratch, q, k, v);
+  const HeadSharded::Qkv h = x.send_qkv(ctx, scratch, q, k, v, bf16_values);
   float* oh = x.alloc(scratch, x.o);
-  ring_attention_forward(ctx, x.ring, scratch, oh, lse, h.q, h.k, h.v, x.shape, x.dropout(drop));
-  x.o.heads_to_seq(ctx, scratch, out, oh, false);
+  ring_attention_forward(ctx, x.ring, scratch, oh, lse, h.q, h.k, h.v, x.shape, x.dropout(drop),
+                         bf16_values);
+  x.o.heads_to_seq(ctx, scratch, out, oh, false, bf16_values);
 }
 
 void context_attention_backward(const kernels::Ctx& ctx,
@@ -283,15 +341,17 @@ void context_attention_backward(const kernels::Ctx& ctx,
                                 const float* out,
                                 const float* lse,
                                 const kernels::AttnShape& s,
-                                const kernels::AttnDropout& drop) {
+                                const kernels::AttnDropout& drop,
+                                bool bf16_values) {
   const CpCommType t = cp.type(layer);
   if (t == CpCommType::kP2P) {
-    ring_attention_backward(ctx, cp, scratch, dq, dk, dv, dout, q, k, v, out, lse, s, drop);
+    ring_attention_backward(ctx, cp, scratch, dq, dk, dv, dout, q, k, v, out, lse, s, drop,
+                            bf16_values);
     return;
   }
   check_shape(s);
   if (t == CpCommType::kAllGather) {
-    const GatheredKv kv(ctx, cp, scratch, k, v, s);
+    const GatheredKv kv(ctx, cp, scratch, k, v, s, bf16_values);
     float* dkf = scratch.alloc<float>(2 * cp.size * kv.kc);
     float* dvf = scratch.alloc<float>(2 * cp.size * kv.vc);
     kernels::fill_zero(ctx, dkf, kF * 2 * cp.size * kv.kc);
@@ -308,14 +368,14 @@ void context_attention_backward(const kernels::Ctx& ctx,
   const HeadSharded x(cp, t, s);
   float *dqh = x.zeros(ctx, scratch, x.q), *dkh = x.zeros(ctx, scratch, x.k),
         *dvh = x.zeros(ctx, scratch, x.v);
-  const HeadSharded::Qkv h = x.send_qkv(ctx, scratch, q, k, v);
-  const float* oh = x.send(ctx, scratch, x.o, out);
-  const float* doh = x.send(ctx, scratch, x.o, dout);
+  const HeadSharded::Qkv h = x.send_qkv(ctx, scratch, q, k, v, bf16_values);
+  const float* oh = x.send(ctx, scratch, x.o, out, bf16_values);
+  const float* doh = x.send(ctx, scratch, x.o, dout, bf16_values);
   ring_attention_backward(ctx, x.ring, scratch, dqh, dkh, dvh, doh, h.q, h.k, h.v, oh, lse, x.shape,
-                          x.dropout(drop));
-  x.q.heads_to_seq(ctx, scratch, dq, dqh, true);
-  x.k.heads_to_seq(ctx, scratch, dk, dkh, true);
-  x.v.heads_to_seq(ctx, scratch, dv, dvh, true);
+                          x.dropout(drop), bf16_values);
+  x.q.heads_to_seq(ctx, scratch, dq, dqh, true, false);
+  x.k.heads_to_seq(ctx, scratch, dk, dkh, true, false);
+  x.v.heads_to_seq(ctx, scratch, dv, dvh, true, false);
 }
 
 }  // namespace mtron::parallel

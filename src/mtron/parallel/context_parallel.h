@@ -23,12 +23,18 @@
 //               of a*c tokens, for H/a heads: ring attention's layout over p ranks, so the ring
 //               runs across the groups (the second level: the ranks at one place in each group).
 //
-// Bytes each rank sends per attention call (fp32; Q, K, V, O: this rank's q, k, v and out; at
+// Bytes each rank sends per attention call (Q, K, V, O: this rank's q, k, v and out in fp32; at
 // a2a+p2p the ring's blocks are as large as this rank's K + V; f = (a-1)/a):
 //   p2p         forward (CP-1)(K+V), backward 2(CP-1)(K+V)
 //   all_gather  forward (CP-1)(K+V), backward 2(CP-1)(K+V)
 //   a2a         forward f(Q+K+V+O), backward 2f(Q+K+V+O)        (a = CP)
 //   a2a+p2p     a2a's over a, plus p2p's over p
+// With bf16 values (bf16 training: q, k, v, out and dout hold bf16 values, as CP 1's bf16
+// attention reads them) those tensors travel as bf16, exactly; gradients and partial sums (the
+// ring's dK/dV partials, all_gather's reduce-scatter, a2a's dq, dk, dv) stay fp32:
+//   p2p         forward (CP-1)(K+V)/2, backward 3/2 (CP-1)(K+V)
+//   all_gather  forward (CP-1)(K+V)/2, backward 3/2 (CP-1)(K+V)
+//   a2a         forward f(Q+K+V+O)/2, backward f(3/2 (Q+K+V) + O)
 //
 // lse's layout is the communication type's own (what backward reads back): two [B, H, c] halves
 // for p2p and all_gather, the ring's halves of the head-sharded sequence for a2a and a2a+p2p.
@@ -84,7 +90,8 @@ struct ContextParallel {
 // out[S, B, H, Dv] and lse from this rank's q[S, B, H, D], k[S, B, G, D], v[S, B, G, Dv] (S = s.Sq
 // = s.Sk local tokens per sequence), causal over the global sequence, by transformer layer
 // `layer`'s communication type. Collective over the CP group; with size 1 it is plain causal
-// attention. Temporaries come from `scratch`.
+// attention. Temporaries come from `scratch`. bf16_values: q, k, v hold bf16 values and the
+// caller rounds `out` to bf16 (which a2a's exchange of it then does).
 void context_attention_forward(const kernels::Ctx& ctx,
                                const ContextParallel& cp,
                                int64_t layer,
@@ -95,9 +102,11 @@ void context_attention_forward(const kernels::Ctx& ctx,
                                const float* k,
                                const float* v,
                                const kernels::AttnShape& s,
-                               const kernels::AttnDropout& drop = {});
+                               const kernels::AttnDropout& drop = {},
+                               bool bf16_values = false);
 
-// dq, dk, dv (+=) of this rank's rows; out and lse are the forward's.
+// dq, dk, dv (+=) of this rank's rows; out and lse are the forward's. bf16_values: q, k, v, out
+// and dout hold bf16 values.
 void context_attention_backward(const kernels::Ctx& ctx,
                                 const ContextParallel& cp,
                                 int64_t layer,
@@ -112,6 +121,7 @@ void context_attention_backward(const kernels::Ctx& ctx,
                                 const float* out,
                                 const float* lse,
                                 const kernels::AttnShape& s,
-                                const kernels::AttnDropout& drop = {});
+                                const kernels::AttnDropout& drop = {},
+                                bool bf16_values = false);
 
 }  // namespace mtron::parallel

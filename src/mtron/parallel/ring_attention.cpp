@@ -55,13 +55,6 @@ bool chunk_mask(
   return true;
 }
 
-// Copies this rank's K and V into a ring block.
-void load_block(
-    const kernels::Ctx& ctx, float* blk, const float* k, const float* v, const Half& hf) {
-  kernels::copy(ctx, blk, k, int64_t(sizeof(float)) * 2 * hf.k);
-  kernels::copy(ctx, blk + 2 * hf.k, v, int64_t(sizeof(float)) * 2 * hf.v);
-}
-
 int64_t ring_next(const ContextParallel& cp) {
   return (cp.rank + 1) % cp.size;
 }
@@ -69,18 +62,67 @@ int64_t ring_prev(const ContextParallel& cp) {
   return (cp.rank + cp.size - 1) % cp.size;
 }
 
-// Posts this step's K/V exchange (`cur` to the successor, the predecessor's block into `nxt`) to
-// `reqs` and starts it: NCCL defers posted sends and receives to the first wait or test, and
-// started now, the exchange runs beside the step's attention.
-void post_kv(const ContextParallel& cp,
-             float* nxt,
-             const float* cur,
-             int64_t block,
-             std::vector<std::unique_ptr<Request>>* reqs) {
-  reqs->push_back(cp.comm->irecv(nxt, block, DType::kF32, int(ring_prev(cp)), kTagKV));
-  reqs->push_back(cp.comm->isend(cur, block, DType::kF32, int(ring_next(cp)), kTagKV));
-  reqs->back()->test();
-}
+// The K/V blocks going round the ring: `cur` (held, and passed on) and `nxt` (arriving), each
+// [k chunk 0 | k chunk 1 | v chunk 0 | v chunk 1], in fp32 or, where K and V hold bf16 values,
+// in bf16 (half the bytes, exactly) with an fp32 copy of `cur` for the kernels.
+class KvRing {
+ public:
+  KvRing(const kernels::Ctx& ctx,
+         const ContextParallel& cp,
+         Arena& scratch,
+         const float* k,
+         const float* v,
+         const Half& hf,
+         bool bf16_kv)
+      : ctx_(ctx), cp_(cp), hf_(hf), n_(hf.block()), wire_(bf16_kv ? DType::kBF16 : DType::kF32) {
+    if (bf16_kv) {
+      bf16* cur = scratch.alloc<bf16>(n_);
+      kernels::convert(ctx, cur, k, 2 * hf.k);
+      kernels::convert(ctx, cur + 2 * hf.k, v, 2 * hf.v);
+      cur_ = cur;
+      nxt_ = scratch.alloc<bf16>(n_);
+      work_ = scratch.alloc<float>(n_);
+      widen();
+    } else {
+      float* cur = scratch.alloc<float>(n_);
+      kernels::copy(ctx, cur, k, int64_t(sizeof(float)) * 2 * hf.k);
+      kernels::copy(ctx, cur + 2 * hf.k, v, int64_t(sizeof(float)) * 2 * hf.v);
+      cur_ = work_ = cur;
+      nxt_ = scratch.alloc<float>(n_);
+    }
+  }
+  // Chunk b's keys and values of the block held.
+  const float* k(int64_t b) const { return work_ + b * hf_.k; }
+  const float* v(int64_t b) const { return work_ + 2 * hf_.k + b * hf_.v; }
+
+  // Posts this step's exchange (the block held to the successor, the predecessor's into `nxt`)
+  // to `reqs` and starts it: NCCL defers posted sends and receives to the first wait or test,
+  // and started now, the exchange runs beside the step's attention.
+  void post(std::vector<std::unique_ptr<Request>>* reqs) {
+    reqs->push_back(cp_.comm->irecv(nxt_, n_, wire_, int(ring_prev(cp_)), kTagKV));
+    reqs->push_back(cp_.comm->isend(cur_, n_, wire_, int(ring_next(cp_)), kTagKV));
+    reqs->back()->test();
+  }
+  // After the exchange: the block that arrived is held.
+  void advance() {
+    std::swap(cur_, nxt_);
+    if (wire_ == DType::kBF16)
+      widen();
+    else
+      work_ = static_cast<float*>(cur_);
+  }
+
+ private:
+  void widen() { kernels::convert(ctx_, work_, static_cast<const bf16*>(cur_), n_); }
+
+  const kernels::Ctx& ctx_;
+  const ContextParallel& cp_;
+  Half hf_;
+  int64_t n_;
+  DType wire_;
+  void *cur_, *nxt_;
+  float* work_;
+};
 
 }  // namespace
 
@@ -93,16 +135,14 @@ void ring_attention_forward(const kernels::Ctx& ctx,
                             const float* k,
                             const float* v,
                             const kernels::AttnShape& s,
-                            const kernels::AttnDropout& drop) {
+                            const kernels::AttnDropout& drop,
+                            bool bf16_kv) {
   if (cp.size == 1) {
     kernels::attention_forward(ctx, out, lse, q, k, v, s, kernels::AttnMask{true, 0, drop});
     return;
   }
   const Half hf = half_of(s);
-  const int64_t block = hf.block();
-  float* cur = scratch.alloc<float>(block);
-  float* nxt = scratch.alloc<float>(block);
-  load_block(ctx, cur, k, v, hf);
+  KvRing kv(ctx, cp, scratch, k, v, hf, bf16_kv);
   float* blk_out = scratch.alloc<float>(hf.o);
   float* blk_lse = scratch.alloc<float>(hf.lse);
   bool have[2] = {false, false};
@@ -110,7 +150,7 @@ void ring_attention_forward(const kernels::Ctx& ctx,
   for (int64_t step = 0; step < cp.size; ++step) {
     const int64_t src = (cp.rank - step + cp.size) % cp.size;  // owner of the block in `cur`
     std::vector<std::unique_ptr<Request>> reqs;
-    if (step + 1 < cp.size) post_kv(cp, nxt, cur, block, &reqs);  // passed on while in use
+    if (step + 1 < cp.size) kv.post(&reqs);  // passed on while in use
     for (int64_t a = 0; a < 2; ++a) {
       for (int64_t b = 0; b < 2; ++b) {
         kernels::AttnMask mask;
@@ -118,20 +158,19 @@ void ring_attention_forward(const kernels::Ctx& ctx,
         if (!chunk_mask(cp.chunk(a), kc, hf.c, drop, &mask)) continue;
         float* o = out + a * hf.o;
         float* l = lse + a * hf.lse;
-        const float* kb = cur + b * hf.k;
-        const float* vb = cur + 2 * hf.k + b * hf.v;
         if (!have[a]) {
-          kernels::attention_forward(ctx, o, l, q + a * hf.q, kb, vb, hf.shape, mask);
+          kernels::attention_forward(ctx, o, l, q + a * hf.q, kv.k(b), kv.v(b), hf.shape, mask);
           have[a] = true;
         } else {
-          kernels::attention_forward(ctx, blk_out, blk_lse, q + a * hf.q, kb, vb, hf.shape, mask);
+          kernels::attention_forward(ctx, blk_out, blk_lse, q + a * hf.q, kv.k(b), kv.v(b),
+                                     hf.shape, mask);
           kernels::attention_merge(ctx, o, l, blk_out, blk_lse, hf.shape);
         }
       }
     }
     MT_PROFILE("cp.ring_wait");
     for (auto& r : reqs) r->wait();
-    if (step + 1 < cp.size) std::swap(cur, nxt);
+    if (step + 1 < cp.size) kv.advance();
   }
   MT_ASSERT(have[0] && have[1], "ring attention: a local chunk saw no keys");
 }
@@ -149,7 +188,8 @@ void ring_attention_backward(const kernels::Ctx& ctx,
                              const float* out,
                              const float* lse,
                              const kernels::AttnShape& s,
-                             const kernels::AttnDropout& drop) {
+                             const kernels::AttnDropout& drop,
+                             bool bf16_kv) {
   if (cp.size == 1) {
     kernels::attention_backward(ctx, dq, dk, dv, dout, q, k, v, out, lse, s,
                                 kernels::AttnMask{true, 0, drop});
@@ -157,9 +197,7 @@ void ring_attention_backward(const kernels::Ctx& ctx,
   }
   const Half hf = half_of(s);
   const int64_t block = hf.block();
-  float* cur = scratch.alloc<float>(block);
-  float* nxt = scratch.alloc<float>(block);
-  load_block(ctx, cur, k, v, hf);
+  KvRing kv(ctx, cp, scratch, k, v, hf, bf16_kv);
   // dK/dV partials ([dk chunk 0 | dk chunk 1 | dv 0 | dv 1]) of the block in `cur`, from step 1
   // on: part[step % 2]; the partial of the next step's block arrives in the other one.
   float* part[2] = {scratch.alloc<float>(block), scratch.alloc<float>(block)};
@@ -171,7 +209,7 @@ void ring_attention_backward(const kernels::Ctx& ctx,
     // the dK/dV partial, and waits for all of them at its end: every pair of ranks matches its
     // messages in the order they were posted (as NCCL does, which has no tags).
     std::vector<std::unique_ptr<Request>> reqs;
-    if (step + 1 < cp.size) post_kv(cp, nxt, cur, block, &reqs);
+    if (step + 1 < cp.size) kv.post(&reqs);
     // Where this step's dK/dV go: our own gradients for our own block, else the block's partial
     // (zero at step 1, from the predecessor after that).
     float* dkb = step == 0 ? dk : part[step % 2];
@@ -182,9 +220,8 @@ void ring_attention_backward(const kernels::Ctx& ctx,
         const int64_t kc = b == 0 ? src : 2 * cp.size - 1 - src;
         if (!chunk_mask(cp.chunk(a), kc, hf.c, drop, &mask)) continue;
         kernels::attention_backward(ctx, dq + a * hf.q, dkb + b * hf.k, dvb + b * hf.v,
-                                    dout + a * hf.o, q + a * hf.q, cur + b * hf.k,
-                                    cur + 2 * hf.k + b * hf.v, out + a * hf.o, lse + a * hf.lse,
-                                    hf.shape, mask);
+                                    dout + a * hf.o, q + a * hf.q, kv.k(b), kv.v(b), out + a * hf.o,
+                                    lse + a * hf.lse, hf.shape, mask);
       }
     }
     if (step > 0) {
@@ -197,7 +234,7 @@ void ring_attention_backward(const kernels::Ctx& ctx,
     }
     MT_PROFILE("cp.ring_wait");
     for (auto& r : reqs) r->wait();
-    if (step + 1 < cp.size) std::swap(cur, nxt);
+    if (step + 1 < cp.size) kv.advance();
   }
   // Our own block's partial, home after the last step: add it to our gradients.
   const float* home = part[cp.size % 2];

@@ -8,12 +8,14 @@
 // with the final out/lse (exact per block): dQ stays local, each block's dK/dV partial travels
 // with it, starting at the block owner's successor, and after CP-1 hops arrives home.
 //
-// Bytes each rank sends per attention call (fp32, KV = S_local * B * G * (D + Dv) * 4, the
-// rank's K and V): forward (CP-1) * KV, backward 2 * (CP-1) * KV.
+// Bytes each rank sends per attention call (KV = S_local * B * G * (D + Dv) * 4, the rank's K
+// and V in fp32): forward (CP-1) * KV, backward 2 * (CP-1) * KV. With bf16_kv (K and V hold bf16
+// values) the K/V blocks travel as bf16, exactly: forward (CP-1) * KV / 2, backward
+// 3/2 * (CP-1) * KV (the dK/dV partials are sums, and stay fp32).
 //
-// Every buffer is on ctx's device: the blocks are loaded with kernels::copy and travel through
-// the Comm, a block's partial result joins the accumulated one by kernels::attention_merge, and
-// a partial that has come home is added with kernels::add.
+// Every buffer is on ctx's device: the blocks are loaded with kernels::copy (kernels::convert for
+// bf16) and travel through the Comm, a block's partial result joins the accumulated one by
+// kernels::attention_merge, and a partial that has come home is added with kernels::add.
 //
 // lse is saved as two [B, H, c] halves (one per local chunk), not as one [B, H, 2c] array.
 //
@@ -44,7 +46,8 @@ void ring_attention_forward(const kernels::Ctx& ctx,
                             const float* k,
                             const float* v,
                             const kernels::AttnShape& s,
-                            const kernels::AttnDropout& drop = {});
+                            const kernels::AttnDropout& drop = {},
+                            bool bf16_kv = false);
 
 // dq, dk, dv (+=) of this rank's rows; out and lse are the forward's.
 void ring_attention_backward(const kernels::Ctx& ctx,
@@ -60,6 +63,7 @@ void ring_attention_backward(const kernels::Ctx& ctx,
                              const float* out,
                              const float* lse,
                              const kernels::AttnShape& s,
-                             const kernels::AttnDropout& drop = {});
+                             const kernels::AttnDropout& drop = {},
+                             bool bf16_kv = false);
 
 }  // namespace mtron::parallel
