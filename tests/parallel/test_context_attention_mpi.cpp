@@ -5,7 +5,8 @@
 // is the two chunks', lse) must equal full causal attention computed by the naive float64
 // reference. a2a must also give the 1-process kernels' results bit for bit (it runs them on the
 // whole sequence, per head). On inputs that hold bf16 values, the bf16 exchanges (bf16_values)
-// must give the fp32 exchanges' results bit for bit in half the forward's bytes. Chunk lengths 1
+// must give the fp32 exchanges' results bit for bit in half the forward's bytes, and a2a over bf16
+// tensors in QKV's fused layout the 1-process bf16 ops' results. Chunk lengths 1
 // (sequence 2*CP), 2 and odd ones; GQA and MHA; batch 1 and 2. At one rank (CP = 1) the same code
 // is plain causal attention: sequences 1, 2, 3.
 #include <gtest/gtest.h>
@@ -224,6 +225,68 @@ TEST(ContextAttention, HierarchicalEqualsFullCausalAttention) {
     cp.a2a_level = level0.get();
     cp.ring_level = level1.get();
     run_cases(cp, a, 400 + 100 * uint64_t(a));
+  }
+}
+
+// a2a over bf16 tensors in QKV's fused layout (fused_attention_forward/backward): out and dqkv
+// are the 1-process bf16 ops' on the whole sequence, bit for bit; each pass sends
+// (CP-1)/CP of this rank's qkv and output, in bf16. At CP 1 the same calls are those ops.
+TEST(ContextAttention, FusedAllToAllEqualsTheOneProcessBf16Ops) {
+  const ContextParallel cp = world_cp(CpCommType::kA2A);
+  const int64_t a = cp.size;
+  uint64_t seed = 700;
+  auto bits = [](const std::vector<bf16>& x) {
+    std::vector<uint16_t> b;
+    for (bf16 v : x) b.push_back(v.bits);
+    return b;
+  };
+  for (int64_t c : {1, 3, 8}) {
+    for (int64_t B : {1, 2}) {
+      for (auto [H, G] : std::vector<std::pair<int64_t, int64_t>>{{2 * a, a}, {a, a}}) {
+        const int64_t D = c == 8 ? 64 : 16, S = cp.size == 1 ? c : 2 * cp.size * c;
+        const int64_t row = G * (H / G + 2) * D;
+        const std::string what = "S " + std::to_string(S) + " B " + std::to_string(B) + " H " +
+                                 std::to_string(H) + " G " + std::to_string(G);
+        auto narrow = [](const std::vector<float>& x) {
+          std::vector<bf16> y;
+          for (float f : x) y.push_back(float_to_bf16(f));
+          return y;
+        };
+        const auto qkv = narrow(randn(S * B * row, seed++));
+        const auto dout = narrow(randn(S * B * H * D, seed++));
+        kernels::AttnShape full{B, S, S, H, G, D, D, 1.0f / std::sqrt(float(D)), true, true};
+        std::vector<bf16> out1(dout.size()), dqkv1(qkv.size());
+        std::vector<float> lse1(size_t(B * H * S));
+        const auto v1 = kernels::fused_qkv_views(qkv.data(), H, G, D);
+        const auto d1 = kernels::fused_qkv_views(dqkv1.data(), H, G, D);
+        kernels::attention_forward(kernels::Ctx{}, out1.data(), lse1.data(), v1.q, v1.k, v1.v, full,
+                                   kernels::AttnMask{});
+        kernels::attention_backward(kernels::Ctx{}, d1.q, d1.k, d1.v, dout.data(), v1.q, v1.k, v1.v,
+                                    out1.data(), lse1.data(), full, kernels::AttnMask{});
+
+        const int64_t Sl = S / cp.size;
+        const auto qkvl = local_rows(qkv, cp, Sl, B, row),
+                   doutl = local_rows(dout, cp, Sl, B, H * D);
+        kernels::AttnShape local = full;
+        local.Sq = local.Sk = Sl;
+        std::vector<bf16> out(doutl.size()), dqkv(qkvl.size());
+        std::vector<float> lse(size_t(B * H * Sl));
+        Arena keep, scratch;
+        const int64_t before = cp.size > 1 ? cp.comm->bytes_sent() : 0;
+        const FusedHeads heads = fused_attention_forward(
+            kernels::Ctx{}, cp, 0, keep, scratch, out.data(), lse.data(), qkvl.data(), local);
+        const int64_t forward_bytes = cp.size > 1 ? cp.comm->bytes_sent() - before : 0;
+        fused_attention_backward(kernels::Ctx{}, cp, 0, scratch, dqkv.data(), doutl.data(), heads,
+                                 lse.data(), local);
+        const int64_t backward_bytes =
+            cp.size > 1 ? cp.comm->bytes_sent() - before - forward_bytes : 0;
+        EXPECT_EQ(bits(out), bits(local_rows(out1, cp, Sl, B, H * D))) << "out " << what;
+        EXPECT_EQ(bits(dqkv), bits(local_rows(dqkv1, cp, Sl, B, row))) << "dqkv " << what;
+        const int64_t want = (a - 1) * int64_t(sizeof(bf16)) * (Sl * B * (row + H * D)) / a;
+        EXPECT_EQ(forward_bytes, want) << "forward bytes " << what;
+        EXPECT_EQ(backward_bytes, want) << "backward bytes " << what;
+      }
+    }
   }
 }
 

@@ -192,17 +192,18 @@ void TransformerLayer::qkv_attention(const RunCtx& rc,
   // unless they are normed first (--qk-layernorm), travel (ring attention) or go to a KV cache.
   const bool fusable = !mla_ && !kv && q_norm_.w < 0;
   st.fused_qkv = fusable && rc.cp.size == 1;
+  st.fused16 = {};
   st.qkv16 = nullptr;
   st.att = nullptr;
-  st.bf16_values = fusable && rc.cp.size > 1 && bf16_qkv(rc, tl, true);
-  if (bf16_qkv(rc, tl, st.fused_qkv)) {
-    st.qkv16 = keep.alloc<bf16>(N * qkv_l_);
-    linear_forward(rc, st.qkv16, st.ln1_in, p_.weight(qkv_w_), opt16(p_, qkv_b_), N, h, qkv_l_);
-    rope_fused_qkv(rc, tl, st.qkv16, false);
+  const bool bf16_attn = bf16_qkv(rc, tl, fusable);
+  st.bf16_values = bf16_attn && !parallel::attends_fused(rc.cp, layer_);
+  if (bf16_attn && !st.bf16_values) {  // CP 1 or a2a: the bf16 ops on the fused layout
+    bf16* qkv16 = (rc.cp.size == 1 ? keep : scratch).alloc<bf16>(N * qkv_l_);
+    linear_forward(rc, qkv16, st.ln1_in, p_.weight(qkv_w_), opt16(p_, qkv_b_), N, h, qkv_l_);
+    rope_fused_qkv(rc, tl, qkv16, false);
     bf16* att = keep.alloc<bf16>(N * Hl_ * Dv_);
-    const auto v = kernels::fused_qkv_views(st.qkv16, Hl_, Gl_, D_);
-    kernels::attention_forward(rc.k, att, st.lse, v.q, v.k, v.v, self_attention_shape(rc, tl, true),
-                               kernels::AttnMask{true, 0});
+    st.fused16 = parallel::fused_attention_forward(rc.k, rc.cp, layer_, keep, scratch, att, st.lse,
+                                                   qkv16, self_attention_shape(rc, tl, true));
     st.att_in = Act::of(att);
     return;
   }
@@ -430,14 +431,11 @@ void TransformerLayer::attention_block_backward(const RunCtx& rc,
                     dpartial, st.att_in, p_.weight(proj_w_), N, Hl_ * Dv_, h);
     return datt;
   };
-  if (st.qkv16 && !st.bf16_values) {
+  if (st.fused16.qkv) {
     const bf16* datt = proj_dgrad(scratch.alloc<bf16>(N * Hl_ * Dv_));
     bf16* dqkv = scratch.alloc<bf16>(N * qkv_l_);
-    const auto d = kernels::fused_qkv_views(dqkv, Hl_, Gl_, D_);
-    const auto v = kernels::fused_qkv_views(st.qkv16, Hl_, Gl_, D_);
-    kernels::attention_backward(rc.k, d.q, d.k, d.v, datt, v.q, v.k, v.v,
-                                static_cast<const bf16*>(st.att_in.data), st.lse,
-                                self_attention_shape(rc, tl, true), kernels::AttnMask{true, 0});
+    parallel::fused_attention_backward(rc.k, rc.cp, layer_, scratch, dqkv, datt, st.fused16, st.lse,
+                                       self_attention_shape(rc, tl, true));
     rope_fused_qkv(rc, tl, dqkv, true);
     linear_backward(rc, scratch, dln1_full, p_.grad(qkv_w_), opt_grad(p_, qkv_b_), Act::of(dqkv),
                     st.ln1_in, p_.weight(qkv_w_), N, h, qkv_l_);

@@ -85,14 +85,17 @@ class TransformerLayer {
     float *q = nullptr, *k = nullptr,
           *v = nullptr;      // [N, Hl, D], [N, Gl, D] after RoPE, [N, Gl, Dv]
     bool fused_qkv = false;  // q, k, v: views of the QKV projection's output (AttnShape)
-    // bf16 attention (bf16_qkv): the QKV projection's bf16 output that attention reads in place
-    // (q, k, v above null); its bf16 output is att_in (att null).
-    bf16* qkv16 = nullptr;
-    // Context parallelism where bf16_qkv would hold without it: q, k, v, att and attention's
-    // output gradient hold the bf16 values CP 1's bf16 attention reads, so the CP exchanges
-    // move them as bf16. The stash keeps qkv16 (after RoPE) and att_in alone: q, k, v and att
-    // are temporaries widened from them (widen_qkv), in the forward and again in the backward.
+    // bf16 attention (bf16_qkv) at CP 1 or by an a2a layer (parallel::attends_fused): what the
+    // bf16 ops read and wrote, the QKV projection's bf16 output (after RoPE) and attention's
+    // output, head-sharded under a2a (q, k, v above null; att_in the bf16 output, att null).
+    parallel::FusedHeads fused16;
+    // bf16 attention by the other CP communications: q, k, v, att and attention's output
+    // gradient hold the bf16 values CP 1's bf16 attention reads, so the CP exchanges move them
+    // as bf16. The stash keeps qkv16 (the QKV projection's bf16 output after RoPE) and att_in
+    // alone: q, k, v and att are temporaries widened from them (widen_qkv), in the forward and
+    // again in the backward.
     bool bf16_values = false;
+    bf16* qkv16 = nullptr;
     MlaProjection::Stash mla;  // multi-latent attention's latents
     // --qk-layernorm (without MLA): q and k before their norms, the norms' statistics per head row.
     float *q_in = nullptr, *k_in = nullptr;

@@ -21,6 +21,12 @@ const void* at(const void* p, int64_t i, int64_t es) {
   return static_cast<const char*>(p) + i * es;
 }
 
+// Room for n elements of type t (kF32 or kBF16).
+void* room(Arena& scratch, int64_t n, DType t) {
+  return t == DType::kBF16 ? static_cast<void*>(scratch.alloc<bf16>(n))
+                           : static_cast<void*>(scratch.alloc<float>(n));
+}
+
 // What an exchange sends of n fp32 values: the values, or with `narrow` (they hold bf16 values)
 // their bf16 copy, half the bytes and exact.
 struct Wire {
@@ -31,17 +37,13 @@ struct Wire {
     kernels::convert(ctx, copy, src, n);
     data = copy;
   }
-  // Room for n elements of the wire's type.
-  void* alloc(Arena& scratch, int64_t n) const {
-    return es == 2 ? static_cast<void*>(scratch.alloc<bf16>(n))
-                   : static_cast<void*>(scratch.alloc<float>(n));
-  }
   DType dtype;
   int64_t es;
   const void* data;
 };
 
-// One tensor of this rank: its two local chunks of c tokens for B sequences, H heads of W floats.
+// One tensor of this rank: its two local chunks of c tokens for B sequences, H heads of W
+// elements.
 struct Rows {
   int64_t c, B, H, W;
   int64_t chunk() const { return c * B * H * W; }  // elements of one local chunk
@@ -51,7 +53,7 @@ struct Rows {
 // [j H/a, (j+1) H/a) of both local chunks; what arrives is the group's chunks for this rank's
 // heads in sequence order, [2ac, B, H/a, W]: the first chunks of ranks 0..a-1, then the second
 // chunks of ranks a-1..0 (rank r of the group holds chunks r and 2a-1-r of the group's 2a).
-// heads_to_seq is its inverse, adding into dst when `add`.
+// heads_to_seq is its inverse. Any element type: fp32 tensors, their bf16 copies, bf16 tensors.
 struct HeadExchange {
   HeadExchange(Comm& group, const Rows& rows)
       : g(group), r(rows), a(g.size()), hs(r.H / a), piece(r.c * r.B * hs * r.W) {
@@ -80,44 +82,31 @@ struct HeadExchange {
     }
   }
 
-  // With `narrow` (src holds bf16 values) the exchange moves bf16, exactly.
+  int64_t sharded_elems() const { return 2 * a * piece; }  // [2ac, B, H/a, W]
+
+  // src [2 local chunks, cB, H, W] to dst [2ac, B, H/a, W], elements of type t.
   void seq_to_heads(
-      const kernels::Ctx& ctx, Arena& scratch, float* dst, const float* src, bool narrow) const {
-    const Wire w(ctx, scratch, narrow, src, 2 * r.chunk());
-    void* buf = w.alloc(scratch, a * piece);
-    void* to = narrow ? w.alloc(scratch, 2 * a * piece) : dst;
+      const kernels::Ctx& ctx, Arena& scratch, void* dst, const void* src, DType t) const {
+    const int64_t es = int64_t(dtype_size(t));
+    void* buf = room(scratch, a * piece, t);
     for (int64_t h = 0; h < 2; ++h) {
-      pack(ctx, buf, w.data, h, w.es);
+      pack(ctx, buf, src, h, es);
       MT_PROFILE("cp.all_to_all");
-      g.all_to_all_v(buf, counts.data(), packed.data(), to, counts.data(), sharded[h].data(),
-                     w.dtype);
+      g.all_to_all_v(buf, counts.data(), packed.data(), dst, counts.data(), sharded[h].data(), t);
     }
-    if (narrow) kernels::convert(ctx, dst, static_cast<const bf16*>(to), 2 * a * piece);
   }
-  // The inverse, adding into dst when `add`; with `narrow` (not with `add`) src is rounded to
-  // bf16 for the exchange.
-  void heads_to_seq(const kernels::Ctx& ctx,
-                    Arena& scratch,
-                    float* dst,
-                    const float* src,
-                    bool add,
-                    bool narrow) const {
-    MT_ASSERT(!(add && narrow), "the heads' all-to-all adds fp32 values only");
-    const Wire w(ctx, scratch, narrow, src, 2 * a * piece);
-    void* buf = w.alloc(scratch, a * piece);
-    void* out = dst;
-    if (add) out = scratch.alloc<float>(2 * r.chunk());
-    if (narrow) out = w.alloc(scratch, 2 * r.chunk());
+  // The inverse.
+  void heads_to_seq(
+      const kernels::Ctx& ctx, Arena& scratch, void* dst, const void* src, DType t) const {
+    const int64_t es = int64_t(dtype_size(t));
+    void* buf = room(scratch, a * piece, t);
     for (int64_t h = 0; h < 2; ++h) {
       {
         MT_PROFILE("cp.all_to_all");
-        g.all_to_all_v(w.data, counts.data(), sharded[h].data(), buf, counts.data(), packed.data(),
-                       w.dtype);
+        g.all_to_all_v(src, counts.data(), sharded[h].data(), buf, counts.data(), packed.data(), t);
       }
-      unpack(ctx, out, buf, h, w.es);
+      unpack(ctx, dst, buf, h, es);
     }
-    if (narrow) kernels::convert(ctx, dst, static_cast<const bf16*>(out), 2 * r.chunk());
-    if (add) kernels::add(ctx, dst, dst, static_cast<const float*>(out), 2 * r.chunk());
   }
 
   Comm& g;
@@ -152,13 +141,14 @@ struct HeadSharded {
     d.h0 += group.rank() * shape.H;
     return d;
   }
-  // A head-sharded buffer for q, k, v or out (or its gradient), zeroed or the exchange of `src`.
+  // A head-sharded buffer for q, k, v or out (or its gradient), zeroed or the exchange of `src`
+  // (with `narrow`, src holding bf16 values, as bf16: exactly, half the bytes).
   float* alloc(Arena& scratch, const HeadExchange& x) const {
-    return scratch.alloc<float>(2 * x.a * x.piece);
+    return scratch.alloc<float>(x.sharded_elems());
   }
   float* zeros(const kernels::Ctx& ctx, Arena& scratch, const HeadExchange& x) const {
     float* p = alloc(scratch, x);
-    kernels::fill_zero(ctx, p, kF * 2 * x.a * x.piece);
+    kernels::fill_zero(ctx, p, kF * x.sharded_elems());
     return p;
   }
   float* send(const kernels::Ctx& ctx,
@@ -167,8 +157,27 @@ struct HeadSharded {
               const float* src,
               bool narrow) const {
     float* p = alloc(scratch, x);
-    x.seq_to_heads(ctx, scratch, p, src, narrow);
+    const Wire w(ctx, scratch, narrow, src, 2 * x.r.chunk());
+    void* to = narrow ? room(scratch, x.sharded_elems(), w.dtype) : p;
+    x.seq_to_heads(ctx, scratch, to, w.data, w.dtype);
+    if (narrow) kernels::convert(ctx, p, static_cast<const bf16*>(to), x.sharded_elems());
     return p;
+  }
+  // The head-sharded `src` home into dst: the output (with `narrow` rounded to bf16 for the
+  // exchange, which the caller rounds anyway), or gradients added into it (fp32).
+  void home(const kernels::Ctx& ctx,
+            Arena& scratch,
+            const HeadExchange& x,
+            float* dst,
+            const float* src,
+            bool add,
+            bool narrow) const {
+    MT_ASSERT(!(add && narrow), "the heads' all-to-all adds fp32 values only");
+    const Wire w(ctx, scratch, narrow, src, x.sharded_elems());
+    void* to = add || narrow ? room(scratch, 2 * x.r.chunk(), w.dtype) : dst;
+    x.heads_to_seq(ctx, scratch, to, w.data, w.dtype);
+    if (narrow) kernels::convert(ctx, dst, static_cast<const bf16*>(to), 2 * x.r.chunk());
+    if (add) kernels::add(ctx, dst, dst, static_cast<const float*>(to), 2 * x.r.chunk());
   }
   // q, k and v exchanged, in this order on every rank (the all-to-alls are collective).
   struct Qkv {
@@ -202,7 +211,7 @@ void gather_sequence(const kernels::Ctx& ctx,
                      int64_t chunk,
                      bool narrow) {
   const Wire w(ctx, scratch, narrow, local, 2 * chunk);
-  void* ranks = w.alloc(scratch, 2 * cp.size * chunk);  // rank-major
+  void* ranks = room(scratch, 2 * cp.size * chunk, w.dtype);  // rank-major
   {
     MT_PROFILE("cp.all_gather");
     cp.comm->all_gather(w.data, ranks, 2 * chunk, w.dtype);
@@ -285,6 +294,26 @@ struct GatheredChunk {
   int64_t q, o, lse;  // offsets of the chunk's q, out and lse
 };
 
+// a2a over bf16 tensors in QKV's fused layout: a row's groups (each its H/G query heads, its key
+// and its value head, adjacent) split over the group's ranks as the fp32 exchange splits the heads
+// (rank j: groups [j G/a, (j+1) G/a), whose query heads are [j H/a, (j+1) H/a)).
+struct FusedExchange {
+  FusedExchange(const ContextParallel& cp, const kernels::AttnShape& s)
+      : c(s.Sq / 2),
+        qkv(*cp.comm, Rows{c, s.B, s.G, (s.H / s.G + 2) * s.D}),
+        out(*cp.comm, Rows{c, s.B, s.H, s.Dv}),
+        shape(s) {
+    MT_ASSERT(s.fused_qkv && s.Sq == s.Sk && s.Sq % 2 == 0,
+              "a2a in the fused layout takes two equal local chunks of the QKV output");
+    shape.Sq = shape.Sk = 2 * qkv.a * c;
+    shape.H = s.H / qkv.a;
+    shape.G = s.G / qkv.a;
+  }
+  int64_t c;
+  HeadExchange qkv, out;
+  kernels::AttnShape shape;  // the head-sharded whole sequence's
+};
+
 void check_shape(const kernels::AttnShape& s) {
   MT_ASSERT(s.Sq == s.Sk && s.Sq % 2 == 0 && !s.fused_qkv,
             "context-parallel attention takes two equal local chunks of packed q, k, v (S ", s.Sq,
@@ -324,7 +353,7 @@ void context_attention_forward(const kernels::Ctx& ctx,
   float* oh = x.alloc(scratch, x.o);
   ring_attention_forward(ctx, x.ring, scratch, oh, lse, h.q, h.k, h.v, x.shape, x.dropout(drop),
                          bf16_values);
-  x.o.heads_to_seq(ctx, scratch, out, oh, false, bf16_values);
+  x.home(ctx, scratch, x.o, out, oh, false, bf16_values);
 }
 
 void context_attention_backward(const kernels::Ctx& ctx,
@@ -373,9 +402,85 @@ void context_attention_backward(const kernels::Ctx& ctx,
   const float* doh = x.send(ctx, scratch, x.o, dout, bf16_values);
   ring_attention_backward(ctx, x.ring, scratch, dqh, dkh, dvh, doh, h.q, h.k, h.v, oh, lse, x.shape,
                           x.dropout(drop), bf16_values);
-  x.q.heads_to_seq(ctx, scratch, dq, dqh, true, false);
-  x.k.heads_to_seq(ctx, scratch, dk, dkh, true, false);
-  x.v.heads_to_seq(ctx, scratch, dv, dvh, true, false);
+  x.home(ctx, scratch, x.q, dq, dqh, true, false);
+  x.home(ctx, scratch, x.k, dk, dkh, true, false);
+  x.home(ctx, scratch, x.v, dv, dvh, true, false);
+}
+
+bool attends_fused(const ContextParallel& cp, int64_t layer) {
+  return cp.size == 1 || cp.type(layer) == CpCommType::kA2A;
+}
+
+namespace {
+
+void check_fused(const ContextParallel& cp, int64_t layer) {
+  MT_ASSERT(attends_fused(cp, layer), "attention in the fused layout: CP ", cp.size, " by ",
+            cp_comm_name(cp.type(layer)));
+}
+
+// The bf16 ops over the fused layout's q, k, v, causal.
+void attend_fused(
+    const kernels::Ctx& ctx, bf16* out, float* lse, const bf16* qkv, const kernels::AttnShape& s) {
+  const auto v = kernels::fused_qkv_views(qkv, s.H, s.G, s.D);
+  kernels::attention_forward(ctx, out, lse, v.q, v.k, v.v, s, kernels::AttnMask{true, 0});
+}
+void attend_fused_backward(const kernels::Ctx& ctx,
+                           bf16* dqkv,
+                           const bf16* dout,
+                           const FusedHeads& heads,
+                           const float* lse,
+                           const kernels::AttnShape& s) {
+  const auto d = kernels::fused_qkv_views(dqkv, s.H, s.G, s.D);
+  const auto v = kernels::fused_qkv_views(heads.qkv, s.H, s.G, s.D);
+  kernels::attention_backward(ctx, d.q, d.k, d.v, dout, v.q, v.k, v.v, heads.out, lse, s,
+                              kernels::AttnMask{true, 0});
+}
+
+}  // namespace
+
+FusedHeads fused_attention_forward(const kernels::Ctx& ctx,
+                                   const ContextParallel& cp,
+                                   int64_t layer,
+                                   Arena& keep,
+                                   Arena& scratch,
+                                   bf16* out,
+                                   float* lse,
+                                   const bf16* qkv,
+                                   const kernels::AttnShape& s) {
+  check_fused(cp, layer);
+  if (cp.size == 1) {
+    attend_fused(ctx, out, lse, qkv, s);
+    return FusedHeads{qkv, out};
+  }
+  const FusedExchange x(cp, s);
+  bf16* qkv_h = keep.alloc<bf16>(x.qkv.sharded_elems());
+  x.qkv.seq_to_heads(ctx, scratch, qkv_h, qkv, DType::kBF16);
+  bf16* out_h = keep.alloc<bf16>(x.out.sharded_elems());
+  attend_fused(ctx, out_h, lse, qkv_h, x.shape);
+  x.out.heads_to_seq(ctx, scratch, out, out_h, DType::kBF16);
+  return FusedHeads{qkv_h, out_h};
+}
+
+void fused_attention_backward(const kernels::Ctx& ctx,
+                              const ContextParallel& cp,
+                              int64_t layer,
+                              Arena& scratch,
+                              bf16* dqkv,
+                              const bf16* dout,
+                              const FusedHeads& heads,
+                              const float* lse,
+                              const kernels::AttnShape& s) {
+  check_fused(cp, layer);
+  if (cp.size == 1) {
+    attend_fused_backward(ctx, dqkv, dout, heads, lse, s);
+    return;
+  }
+  const FusedExchange x(cp, s);
+  bf16* dout_h = scratch.alloc<bf16>(x.out.sharded_elems());
+  x.out.seq_to_heads(ctx, scratch, dout_h, dout, DType::kBF16);
+  bf16* dqkv_h = scratch.alloc<bf16>(x.qkv.sharded_elems());
+  attend_fused_backward(ctx, dqkv_h, dout_h, heads, lse, x.shape);
+  x.qkv.heads_to_seq(ctx, scratch, dqkv, dqkv_h, DType::kBF16);
 }
 
 }  // namespace mtron::parallel
