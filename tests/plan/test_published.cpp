@@ -1,7 +1,8 @@
 // Throughput against the published rows of catalog/published: the five calibration rows
 // (Megatron-Core r0.8.0's 1.7B, 16B, 70B on H100; Narayanan et al. 2021's 1.7B and 145B on A100)
-// within 10%, the rows held out from the fit within a median of 10%, and the hardware
-// catalog's constants are what the fit gives.
+// within 10%, the rows held out from the fit within a median of 10%, NeMo's long-sequence rows
+// (context parallelism up to 32 at 1M tokens) each within 10%, and the hardware catalog's
+// constants are what the fit gives.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -46,6 +47,21 @@ TEST(Published, SectionEightRowsWithin10Percent) {
   const auto pred = row_errors(rows);
   for (size_t i = 0; i < rows.size(); ++i) {
     ASSERT_TRUE(pred[i].planned) << rows[i]->name();
+    EXPECT_LT(std::abs(pred[i].error), 0.10) << rows[i]->name();
+  }
+}
+
+// NeMo's long-sequence rows: Llama2-7B at 4K to 1M tokens, context parallelism up to CP32 (ring
+// attention behind the attention it feeds; at 1M tokens attention is 97% of the FLOPs), each
+// within 10%. Measured: +0.7% (4K) to +8.3% (64K), -0.2% at 512K, +2.0% at 1M.
+TEST(Published, LongSequenceRowsWithin10Percent) {
+  const auto rows =
+      rows_where([](const PublishedRow& r) { return r.table == "nemo-long-sequence"; });
+  ASSERT_EQ(rows.size(), 9u);
+  const auto pred = row_errors(rows);
+  for (size_t i = 0; i < rows.size(); ++i) {
+    ASSERT_TRUE(pred[i].planned) << rows[i]->name();
+    EXPECT_EQ(pred[i].plan.layout.parallel.context_parallel_size, rows[i]->options.cp);
     EXPECT_LT(std::abs(pred[i].error), 0.10) << rows[i]->name();
   }
 }
