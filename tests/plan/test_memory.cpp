@@ -22,6 +22,27 @@ Layout make(const ModelConfig& m,
       m, {.world = world, .tp = tp, .pp = pp, .ep = ep, .vpp = vpp, .mbs = mbs, .gbs = gbs});
 }
 
+// Llama 3 8B at 128K over CP8: this rank's 16384 tokens' K and V (8 groups x 128 each) are
+// 64 MiB in bf16, q and the output (32 heads x 128 each) 256 MiB.
+TEST(Memory, ContextParallelBuffers) {
+  const ModelConfig m =
+      test::model("llama3-8b", {"--seq-length", "131072", "--max-position-embeddings", "131072"});
+  auto bytes = [&](std::vector<std::string> type, std::vector<int64_t> hcp = {}) {
+    ParallelConfig p = tests::layout({.world = 8, .cp = 8, .mbs = 1, .gbs = 1});
+    p.cp_comm_type = std::move(type);
+    p.hierarchical_context_parallel_sizes = std::move(hcp);
+    p.finalize(m);
+    return cp_transient_bytes(m, p, 16384, 2) / double(1 << 20);
+  };
+  EXPECT_DOUBLE_EQ(bytes({"p2p"}), 4 * 64);             // 2 K/V blocks and 2 dK/dV partials
+  EXPECT_DOUBLE_EQ(bytes({"all_gather"}), 2 * 8 * 64);  // the sequence's K, V and dK, dV
+  EXPECT_DOUBLE_EQ(bytes({"a2a"}), 64 + 256);           // q, k, v and the output
+  EXPECT_DOUBLE_EQ(bytes({"a2a+p2p"}, {2, 4}), 64 + 256 + 4 * 64);
+  std::vector<std::string> mixed(31, "p2p");
+  mixed.push_back("all_gather");
+  EXPECT_DOUBLE_EQ(bytes(mixed), 2 * 8 * 64);  // per layer: the largest
+}
+
 TEST(Memory, StageParametersAddUpToTheModel) {
   for (const char* name : {"gpt2-124m", "llama2-7b", "mixtral-8x7b", "gpt3-1.3b", "deepseek-v3"}) {
     const ModelConfig m = test::model(name);

@@ -82,13 +82,15 @@ TEST(Time, ContextParallelCommunicationTypes) {
       test::model("llama3-8b", {"--seq-length", "32768", "--max-position-embeddings", "32768"});
   const Cluster c = test::gpus("h100-sxm", 16);
   const PerfParams perf = perf_from_hardware(c, Precision::kBF16);
-  auto time = [&](std::vector<std::string> type, std::vector<int64_t> hcp = {}) {
+  auto time = [&](std::vector<std::string> type, std::vector<int64_t> hcp = {},
+                  Precision prec = Precision::kBF16) {
     Layout l;
+    l.precision = prec;
     l.parallel = tests::layout({.world = 16, .cp = 8, .mbs = 1, .gbs = 8});
     l.parallel.cp_comm_type = std::move(type);
     l.parallel.hierarchical_context_parallel_sizes = std::move(hcp);
     l.parallel.finalize(m);
-    return estimate_step_time(m, l, perf);
+    return estimate_step_time(m, l, perf_from_hardware(c, prec));
   };
   const StepTime ring = time({"p2p"}), gather = time({"all_gather"}), a2a = time({"a2a"}),
                  hier = time({"a2a+p2p"}, {2, 4});
@@ -97,9 +99,12 @@ TEST(Time, ContextParallelCommunicationTypes) {
     EXPECT_DOUBLE_EQ(t->attention, ring.attention);
   }
   // 4096 tokens of a rank x (32 query heads + 8 + 8 groups + 32 output heads) x 128 x 2 bytes,
-  // over CP8 in one node; 32 layers, 4 micro-batches (DP2)
+  // over CP8 in one node; 32 layers, 4 micro-batches (DP2); forward and backward once each (the
+  // head-sharded tensors kept), in fp32 twice backward (4 bytes an element)
   const double x = 4096.0 * (32 + 8 + 8 + 32) * 128 * 2;
-  EXPECT_NEAR(a2a.cp_comm, 4 * 32 * 3 * all_to_all_seconds(perf, x, 8, 1), 1e-9 * a2a.cp_comm);
+  EXPECT_NEAR(a2a.cp_comm, 4 * 32 * 2 * all_to_all_seconds(perf, x, 8, 1), 1e-9 * a2a.cp_comm);
+  EXPECT_NEAR(time({"a2a"}, {}, Precision::kFP32).cp_comm,
+              4 * 32 * 3 * all_to_all_seconds(perf, 2 * x, 8, 1), 1e-9 * a2a.cp_comm);
   EXPECT_GT(gather.cp_comm, ring.cp_comm);  // the same bytes, exposed
   EXPECT_GT(hier.cp_comm, 4 * 32 * 3 * all_to_all_seconds(perf, x, 2, 1));
   std::vector<std::string> half(16, "a2a");

@@ -112,6 +112,13 @@ struct ModelConfig {
   // (--add-qkv-bias), as Megatron's SelfAttention.
   bool qkv_bias() const { return add_bias_linear || add_qkv_bias; }
   int64_t kv_size() const { return query_groups() * kv_channels; }
+  // Per token, the widths of the q, k, v and output tensors the attention kernel reads and writes
+  // (what context parallelism exchanges): heads x head dims; k and v GQA's groups, or MLA's
+  // per-head expanded keys and values.
+  int64_t attention_q_width() const { return num_attention_heads * qk_dim(); }
+  int64_t attention_o_width() const { return num_attention_heads * v_dim(); }
+  int64_t attention_k_width() const { return mla.enabled ? attention_q_width() : kv_size(); }
+  int64_t attention_v_width() const { return mla.enabled ? attention_o_width() : kv_size(); }
   int64_t ffn() const { return ffn_hidden_size; }
   MlpActivation activation() const {
     return swiglu ? MlpActivation::kSwiglu

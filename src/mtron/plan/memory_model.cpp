@@ -189,6 +189,24 @@ double layer_activation_bytes(const ModelConfig& m,
   return bytes;
 }
 
+double cp_transient_bytes(const ModelConfig& m, const ParallelConfig& p, double T, double e) {
+  if (p.cp() == 1) return 0;
+  const double per_token = e * T / double(p.tp());
+  const double kv = per_token * double(m.attention_k_width() + m.attention_v_width());
+  const double x = kv + per_token * double(m.attention_q_width() + m.attention_o_width());
+  double most = 0;
+  for (CpCommType type : p.cp_comms()) {
+    const int64_t a = p.cp_a2a_size(type), n = p.cp() / a;
+    double bytes = a > 1 ? x : 0.0;
+    if (type == CpCommType::kAllGather)
+      bytes += 2 * double(n) * kv;
+    else if (n > 1)
+      bytes += 4 * kv;
+    most = std::max(most, bytes);
+  }
+  return most;
+}
+
 MemoryBreakdown estimate_memory(const ModelConfig& m, const Layout& l, const Cluster& c) {
   const ParallelConfig& p = l.parallel;
   const Hardware dev = c.device();
@@ -260,6 +278,8 @@ MemoryBreakdown estimate_memory(const ModelConfig& m, const Layout& l, const Clu
                                  layer_activation_bytes(m, l, fused_attention, moe_layer));
       }
     }
+    // A layer's context-parallel buffers come on top of what its backward rebuilds.
+    if (layers > 0) b.working += cp_transient_bytes(m, p, T, e);
     if (stage == p.pp() - 1) {
       // Final norm and output-layer inputs. GPUs (Megatron): fp32 logits kept for the loss,
       // and during backward the bf16 logits and their fp32 gradient at once. CPUs (mtron's

@@ -46,7 +46,7 @@ struct MemoryBreakdown {
   double fp8_weights = 0;  // fp8 weight copies (--fp8-format)
   double fp8_state = 0;    // TE's amax histories and scales (--fp8-format)
   double activations = 0;  // saved activations of the in-flight micro-batches
-  double working = 0;      // transient peak: a recomputed layer, logits and their gradient
+  double working = 0;      // transient peak: a recomputed layer and its CP buffers, or logits
   double overhead = 0;     // runtime, communication buffers, allocator fragmentation
   double in_flight = 0;    // micro-batch-layers held by the stage (layers x micro-batches)
   double capacity = 0;     // device memory (per rank)
@@ -58,6 +58,15 @@ struct MemoryBreakdown {
 };
 
 MemoryBreakdown estimate_memory(const ModelConfig& m, const Layout& l, const Cluster& c);
+
+// Context parallelism's buffers during one layer's attention (T tokens of the micro-batch on this
+// rank, e bytes an element; the largest over the layers' --cp-comm-type), which come on top of
+// what the layer's backward rebuilds: p2p: the ring's K/V block in use and the one arriving, and
+// backward also a dK/dV partial in use and one arriving, each the size of this rank's K and V;
+// all_gather: the whole sequence's K and V, and backward their gradients too; a2a: the
+// all-to-all's copies of q, k, v and the output (the head-sharded ones replace the local ones in
+// the stash); a2a+p2p: both levels'.
+double cp_transient_bytes(const ModelConfig& m, const ParallelConfig& p, double T, double e);
 
 // Multi-line human-readable breakdown (GiB), as `mtron plan` prints it.
 std::string format_memory(const MemoryBreakdown& b);

@@ -164,8 +164,8 @@ StepTime estimate_step_time(const ModelConfig& m, const Layout& l, const PerfPar
   // attention: qk_head_dim + qk_pos_emb_head_dim and v_head_dim, else kv_channels); the K and V
   // a CP ring passes: GQA's key/value widths, or MLA's per-head expanded K and V.
   const double qk_dim = double(m.qk_dim()), v_dim = double(m.v_dim());
-  const double q_att = a * qk_dim, o_att = a * v_dim;
-  const double k_ring = m.mla.enabled ? q_att : kv, v_ring = m.mla.enabled ? o_att : kv;
+  const double q_att = double(m.attention_q_width()), o_att = double(m.attention_o_width());
+  const double k_ring = double(m.attention_k_width()), v_ring = double(m.attention_v_width());
   const double up = m.swiglu ? 2.0 : 1.0;
   const double F = double(m.ffn());
   const double V = double(m.padded_vocab_size(p.tp()));
@@ -284,8 +284,11 @@ StepTime estimate_step_time(const ModelConfig& m, const Layout& l, const PerfPar
     // types. p2p: a ring of cp-1 steps passing this rank's K and V (and dK, dV backward), each
     // behind the attention of the chunk it brings. all_gather: K and V gathered (again in the
     // backward, and dK, dV reduce-scattered), exposed. a2a: q, k, v and the output exchanged
-    // all-to-all over the group of a ranks (twice as much backward: the inputs again, the
-    // gradients back), exposed; a2a+p2p then runs the ring over cp / a with the same blocks.
+    // all-to-all over the group of a ranks, exposed; backward the output gradient there and dq,
+    // dk, dv back, as much again (an a2a layer in 16-bit training keeps the head-sharded tensors,
+    // as Transformer Engine does), or twice as much in fp32 and at a2a+p2p's first level, whose
+    // backward sends the inputs again; a2a+p2p then runs the ring over cp / a with the same
+    // blocks.
     if (p.cp() > 1) {
       const double kv_bytes = e * T * (k_ring + v_ring) / t;
       const double x_bytes = kv_bytes + e * T * (q_att + o_att) / t;
@@ -293,8 +296,9 @@ StepTime estimate_step_time(const ModelConfig& m, const Layout& l, const PerfPar
       for (CpCommType type : p.cp_comms()) {
         const int64_t a = p.cp_a2a_size(type), n = p.cp() / a;
         const double heads = a > 1 ? all_to_all_seconds(pp, x_bytes, a, p.tp()) : 0.0;
+        const bool kept = type == CpCommType::kA2A && prec != Precision::kFP32;
         f += heads;
-        b += 2 * heads;
+        b += (kept ? 1 : 2) * heads;
         if (type == CpCommType::kAllGather) {
           const double ag =
               collective_seconds(Collective::kAllGather, double(n) * kv_bytes, n, cp_link);
