@@ -196,6 +196,19 @@ TEST(Search, ContextParallelCommunication) {
       std::find_if(ring.alternatives.begin(), ring.alternatives.end(),
                    [](const std::string& s) { return s.find("--cp-comm-type a2a") == 0; });
   ASSERT_NE(alt, ring.alternatives.end());
+  // The ring over CP16 at TP1 leaves the NVLink domain: the hierarchy is priced as an alternative,
+  // the all-to-all over the node's 8 ranks.
+  o.tp = 1;
+  o.cp = 16;
+  const SearchResult wide = test::plan(m, test::gpus("h100-sxm", 32), o);
+  ASSERT_FALSE(wide.plans.empty());
+  EXPECT_NE(std::find_if(wide.alternatives.begin(), wide.alternatives.end(),
+                         [](const std::string& s) {
+                           return s.find(
+                                      "--cp-comm-type a2a+p2p "
+                                      "--hierarchical-context-parallel-sizes 8 2") == 0;
+                         }),
+            wide.alternatives.end());
 }
 
 TEST(Search, NothingValidOrNothingFits) {

@@ -403,6 +403,20 @@ std::vector<std::string> alternatives(const ModelConfig& m,
       l.parallel.hierarchical_context_parallel_sizes.clear();
     });
   }
+  // Across NVLink domains: the all-to-all inside one, the ring across.
+  SearchOptions hier = o;
+  hier.cp_comm_type = {"a2a+p2p"};
+  const std::vector<int64_t> sizes = hierarchical_cp_sizes(m, hier, perf, b.tp(), b.cp());
+  if (b.cp_comms() != std::vector<CpCommType>{CpCommType::kA2AP2P} && sizes[0] > 1 &&
+      sizes[1] > 1) {
+    same_shape(fmt::format("--cp-comm-type a2a+p2p --hierarchical-context-parallel-sizes {} {} "
+                           "(all-to-all in the NVLink domain, the ring across)",
+                           sizes[0], sizes[1]),
+               [&](Layout& l) {
+                 l.parallel.cp_comm_type = {"a2a+p2p"};
+                 l.parallel.hierarchical_context_parallel_sizes = sizes;
+               });
+  }
   if (b.use_distributed_optimizer)
     same_shape("without the distributed optimizer", [](Layout& l) {
       l.parallel.use_distributed_optimizer = false;
