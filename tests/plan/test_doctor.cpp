@@ -211,6 +211,71 @@ TEST(Doctor, ParsesTheFormatsOfRealLogs) {
   EXPECT_FALSE(cut.iterations[0].has_loss);
 }
 
+// Megatron's result validation (--rerun-mode validate_results), its lines as core_v0.15.0's
+// megatron/core/rerun_state_machine.py logs them (Python logging's LEVEL:name:message, which
+// Megatron's functional tests gpt3_mr_mcore_reruns_* grep for): each outcome of the recomputed
+// iteration is named, the suspicious GPU where the line names it; an injected error is
+// information only, and the rejected check's message ("found NaN ...") is no NaN by itself.
+TEST(Doctor, ResultValidationOutcomes) {
+  const std::string w = "WARNING:megatron.core.rerun_state_machine:";
+  const std::string e = "ERROR:megatron.core.rerun_state_machine:";
+  const std::string at = "Rank 3, node dgx-017, device 3, iteration #5: ";
+  const std::vector<std::string> head = {
+      w + "Result validation enabled",
+      " [2025-03-02 10:14:07] iteration        4/      50 | consumed samples:          512 | "
+      "elapsed time per iteration (ms): 2048.1 | learning rate: 3.000000E-04 | global batch "
+      "size:   128 | lm loss: 1.083012E+01 | loss scale: 1.0 | grad norm: 2.314 | number of "
+      "skipped iterations:   0 | number of nan iterations:   0 |"};
+  auto run = [&](const std::string& result, std::vector<std::string> tail) {
+    std::vector<std::string> lines = head;
+    lines.push_back(e + "Unexpected result " + result +
+                    " on rank 3 at iteration #5 invocation #1 (message='found NaN in local "
+                    "forward loss calculation')");
+    lines.push_back(w + "Need to rerun step to check reproducibility of initial result");
+    lines.insert(lines.end(), tail.begin(), tail.end());
+    return diagnose(parse_log(lines), h100());
+  };
+  const auto transient =
+      run("nan", {e + at +
+                      "First rerun: unexpected result is not reproducible within the tolerance "
+                      "(10.830118 != nan)!",
+                  e + at + "Possible transient error!!",
+                  w + "Exiting now. The job can be resumed from a previous checkpoint"});
+  EXPECT_EQ(transient[0].kind, "sdc_transient");
+  EXPECT_NE(transient[0].title.find("node dgx-017, device 3"), std::string::npos);
+  const auto pending = run(
+      "nan", {e + at +
+                  "First rerun: unexpected result is reproducible within the tolerance (nan = "
+                  "nan). Need to rerun on a different GPU to verify correctness.!",
+              w + "Saving a checkpoint and exiting now. Please resume the job from the checkpoint "
+                  "to rerun the last iteration and establish a diagnostic"});
+  EXPECT_EQ(pending[0].kind, "result_validation_pending");
+  EXPECT_NE(pending[0].fixes[0].find("on another node"), std::string::npos);
+  const std::string other = "Rank 3, node dgx-022, device 1, iteration #5: ";
+  const auto persistent =
+      run("nan", {w + "Second rerun: unexpected result is not reproducible on a different GPU, "
+                      "therefore was likely incorrect (10.830118 != nan)",
+                  e + other + "Possible persistent error!!"});
+  EXPECT_EQ(persistent[0].kind, "sdc_persistent");
+  EXPECT_EQ(persistent[0].title.find("dgx-022"), std::string::npos);  // the healthy GPU
+  const auto real =
+      run("nan", {w + "Second rerun: unexpected result is reproducible on a different GPU, "
+                      "therefore it was likely correct (nan = nan)",
+                  e + other +
+                      "Correct result (but possible Application error) (found NaN in local forward "
+                      "loss calculation)!"});
+  EXPECT_EQ(real[0].kind, "divergence");
+  const auto injected = run(
+      "10.830118", {w + "Injecting error type Transient error",
+                    e + at +
+                        "First rerun: unexpected result is not reproducible within the tolerance "
+                        "(10.830118 != 10.830118)!",
+                    e + at + "Possible transient error!!"});
+  EXPECT_EQ(injected[0].kind, "sdc_transient");
+  EXPECT_EQ(injected[0].severity, Severity::kInfo);
+  EXPECT_FALSE(has_problems(injected)) << injected[0].title;
+}
+
 // The advice follows the device: mtron's CPU trainer says "threads per rank" (trainer.cpp's
 // "precision: ...; MFU against ..." line), and its out-of-memory fixes then name no GPU tools.
 TEST(Doctor, AdviceFollowsTheDevice) {

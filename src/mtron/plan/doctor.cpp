@@ -153,6 +153,13 @@ void find_nan(const LogReport& log, std::vector<Finding>* out) {
   }
   for (size_t i = 0; i < log.lines.size(); ++i) {
     const std::string l = lower(log.lines[i]);
+    // Megatron's result validation names the check that rejected a result ("Unexpected result
+    // 10.8 ... (message='found NaN in local forward loss calculation')"): NaN only if the
+    // result is.
+    if (contains(l, "unexpected result") && contains(l, "message=") &&
+        !contains(l, "unexpected result nan") && !contains(l, "unexpected result inf") &&
+        !contains(l, "unexpected result -inf"))
+      continue;
     if (contains(l, "found nan") || contains(l, "nan in") || contains(l, "found inf") ||
         contains(l, "is nan") || contains(l, "detected nan") || contains(l, "=nan)")) {
       add_evidence(f, log, int64_t(i + 1));
@@ -662,6 +669,101 @@ void find_hang(const LogReport& log, bool gpu, std::vector<Finding>* out) {
   out->push_back(f);
 }
 
+// Megatron's result validation (--rerun-mode validate_results, megatron/core/
+// rerun_state_machine.py): an unexpected result (NaN, Inf, a spiky loss) is recomputed on the same
+// GPU; a different result there is a transient hardware error, the same one makes it save a
+// checkpoint and exit (code 16) so that the iteration is recomputed on another GPU after resuming,
+// where a different result means the first GPU is faulty and the same one a real problem.
+void find_result_validation(const LogReport& log, bool gpu, std::vector<Finding>* out) {
+  struct Outcome {
+    const char* marker;  // lower case
+    Severity severity;
+    const char* kind;
+    const char* title;
+    double score;
+    bool names_gpu;  // the line's "Rank R, node N, device D" is the GPU under suspicion
+  };
+  static const Outcome kOutcomes[] = {
+      {"possible transient error", Severity::kCritical, "sdc_transient",
+       "result validation: an unexpected result was not reproducible on the same GPU: a "
+       "transient hardware error (silent data corruption)",
+       93, true},
+      {"possible persistent error", Severity::kCritical, "sdc_persistent",
+       "result validation: an unexpected result reproduced on its GPU but not on another: the "
+       "GPU of the first rerun (named in the stopped job's log) computes wrongly",
+       94, false},
+      {"correct result (but possible application error)", Severity::kCritical, "divergence",
+       "result validation: the unexpected result reproduced on a different GPU: not the "
+       "hardware, the loss or gradients really went bad",
+       91, false},
+      {"got rescheduled on the same gpu", Severity::kCritical, "result_validation_pending",
+       "result validation: the job resumed on the GPU under suspicion and stopped again: resume "
+       "it on another node",
+       92, false},
+      {"unexpected result is reproducible within the tolerance", Severity::kCritical,
+       "result_validation_pending",
+       "result validation: an unexpected result reproduced on the same GPU; the job saved a "
+       "checkpoint and stopped (exit code 16) to recompute the iteration on another GPU",
+       92, true},
+  };
+  int64_t injected = 0, unexpected = 0;
+  std::string where;  // "rank R, node N, device D" of the failing check
+  const Outcome* found = nullptr;
+  std::vector<int64_t> lines;
+  for (size_t i = 0; i < log.lines.size(); ++i) {
+    const std::string l = lower(log.lines[i]);
+    if (contains(l, "injecting error type") && !injected) injected = int64_t(i + 1);
+    if (contains(l, "unexpected result") && contains(l, "message=") && !unexpected)
+      unexpected = int64_t(i + 1);
+    for (const Outcome& o : kOutcomes) {
+      if (!contains(l, o.marker)) continue;
+      // The most telling outcome: the order of kOutcomes (a second rerun's decides).
+      if (!found || &o < found) found = &o;
+      lines.push_back(int64_t(i + 1));
+      const std::string& line = log.lines[i];
+      if (const size_t r = line.find("Rank "); o.names_gpu && r != std::string::npos) {
+        const size_t end = line.find(", iteration", r);
+        where = line.substr(r, end == std::string::npos ? std::string::npos : end - r);
+      }
+    }
+  }
+  if (!found) return;
+  Finding f = make(found->severity, found->kind, found->title, found->score);
+  if (found->names_gpu && !where.empty()) f.title += " (" + where + ")";
+  if (unexpected) add_evidence(f, log, unexpected);
+  for (int64_t line : lines) add_evidence(f, log, line);
+  if (injected) {
+    // --error-injection-rate / --error-injection-type: the machinery's own test.
+    f.severity = Severity::kInfo;
+    f.title += ", an error injected on purpose";
+    add_evidence(f, log, injected);
+    f.fixes = {
+        "nothing to fix: --error-injection-rate and --error-injection-type test the "
+        "result validation; drop them for real training"};
+    out->push_back(f);
+    return;
+  }
+  if (found->kind == std::string("divergence")) {
+    f.fixes = divergence_fixes();
+  } else if (found->kind == std::string("result_validation_pending")) {
+    f.fixes = {
+        "resume from the checkpoint it saved (--load, the same flags) on another node: "
+        "sbatch --exclude the node named above; the resumed job recomputes the iteration "
+        "and says whether the GPU or the run is at fault"};
+  } else {
+    f.fixes = fixes_for(
+        gpu, {{"take the node named above out of service and test its GPU: dcgmi diag -r 3, "
+               "nvidia-smi -q (ECC errors, retired pages), dmesg (Xid errors)",
+               Fix::kGpu},
+              {"resume from the checkpoint (--load) with the node excluded (sbatch --exclude): "
+               "validation goes on from the iteration it stopped at"},
+              {"rerun the node's cores on a known workload (a memory test, `mtron train` of a "
+               "small model compared with another node's losses)",
+               Fix::kCpu}});
+  }
+  out->push_back(f);
+}
+
 bool ends_with(const std::string& s, const char* tail) {
   const size_t n = strlen(tail);
   return s.size() > n && s.compare(s.size() - n, n, tail) == 0;
@@ -753,6 +855,7 @@ std::vector<Finding> diagnose(const LogReport& log, const DoctorOptions& o) {
   find_nan(log, &out);
   find_hang(log, gpu, &out);
   find_crash(log, &out);
+  find_result_validation(log, gpu, &out);
   find_loss_anomalies(log, &out);
   find_skipped(log, &out);
   find_stragglers(log, gpu, &out);

@@ -29,7 +29,8 @@ enum class Severity { kCritical, kWarning, kInfo };
 struct Finding {
   Severity severity = Severity::kWarning;
   std::string kind;   // oom, nan, divergence, loss_spike, skipped_iterations, loss_scale_warmup,
-                      // low_mfu, throughput_drop, straggler, hang, crash, no_iterations
+                      // low_mfu, throughput_drop, straggler, hang, crash, no_iterations,
+                      // sdc_transient, sdc_persistent, result_validation_pending
   std::string title;  // one line
   std::vector<std::string> evidence;  // "line N: text"
   std::vector<std::string> fixes;
