@@ -14,9 +14,8 @@ fp32), Q = O = (S/CP) * B * (H/TP) * D * 4 (its q and its output) and X = Q + K 
 With --bf16 (and no attention dropout) q, k, v, the output and its gradient hold bf16 values and
 travel as bf16; gradients and partial sums stay fp32:
   p2p, all_gather  (CP-1) KV / 2 forward, 3/2 (CP-1) KV backward
-  a2a+p2p's a2a    (a-1)/a (Q+K+V+O) / 2 forward, (a-1)/a (3/2 (Q+K+V) + O) backward
-  a2a              (a-1)/a (Q+K+V+O) / 2 forward and backward (the bf16 attention ops in QKV's
-                   fused layout; the head-sharded q, k, v and output kept for the backward)
+  a2a, a2a+p2p's   (a-1)/a (Q+K+V+O) / 2 forward and backward (QKV's fused layout; the
+  all-to-all       head-sharded q, k, v and output kept for the backward)
 Per step: x layers x micro-batches (x 2 for the forward with --recompute-granularity full).
 """
 import os
@@ -53,11 +52,11 @@ def analytic(cp, tp, pp, dp, recompute, comm, a, bf16):
         forwards * w * (2 * qo + kv) + w * (3 * qo + kv) + qo + kv))
     if comm in ("p2p", "all_gather"):
         return {"cp": ring(cp)}
-    if comm == "a2a" and bf16:  # the fused layout: q, k, v and out there, out and dq, dk, dv back
-        return {"cp": int(calls * Fraction(cp - 1, cp) * (forwards + 1) * w * (2 * qo + kv))}
+    # bf16: the fused layout's all-to-all, q, k, v and out there, out and dq, dk, dv back
+    fused = lambda n: int(calls * Fraction(n - 1, n) * (forwards + 1) * w * (2 * qo + kv))
     if comm == "a2a":
-        return {"cp": heads(cp)}
-    return {"cp": 0, "cp-a2a": heads(a), "cp-ring": ring(cp // a)}
+        return {"cp": fused(cp) if bf16 else heads(cp)}
+    return {"cp": 0, "cp-a2a": fused(a) if bf16 else heads(a), "cp-ring": ring(cp // a)}
 
 
 def main():

@@ -19,6 +19,7 @@
 #include "mpi_test_main.h"
 #include "mtron/kernels/attention.h"
 #include "mtron/kernels/ref/ref_ops.h"
+#include "mtron/kernels/rope.h"
 #include "mtron/parallel/context_parallel.h"
 
 namespace mtron::parallel {
@@ -57,6 +58,22 @@ std::vector<T> local_rows(
     out.insert(out.end(), full.begin() + g * B * X, full.begin() + (g + 1) * B * X);
   }
   return out;
+}
+
+std::vector<bf16> narrow(const std::vector<float>& x) {
+  std::vector<bf16> y;
+  for (float f : x) y.push_back(float_to_bf16(f));
+  return y;
+}
+std::vector<float> wide(const std::vector<bf16>& x) {
+  std::vector<float> y;
+  for (bf16 v : x) y.push_back(bf16_to_float(v));
+  return y;
+}
+std::vector<uint16_t> bits(const std::vector<bf16>& x) {
+  std::vector<uint16_t> b;
+  for (bf16 v : x) b.push_back(v.bits);
+  return b;
 }
 
 std::vector<float> rounded(std::vector<float> x) {
@@ -214,18 +231,25 @@ TEST(ContextAttention, AllToAllEqualsTheOneProcessKernels) {
   run_cases(cp, cp.size, 300);
 }
 
-// Every split of the world into all-to-all groups of a adjacent ranks and a ring of CP/a.
-TEST(ContextAttention, HierarchicalEqualsFullCausalAttention) {
+// Calls f(cp, a) with a2a+p2p over every split of the world into all-to-all groups of a
+// adjacent ranks and a ring of CP/a.
+template <typename F>
+void for_each_split(F f) {
   ContextParallel cp = world_cp(CpCommType::kA2AP2P);
-  if (cp.size == 1) GTEST_SKIP() << "a2a+p2p needs CP > 1";
   for (int a = 1; a <= cp.size; ++a) {
     if (cp.size % a != 0) continue;
     const int r = int(cp.rank);
     const auto level0 = cp.comm->split(r / a, r % a), level1 = cp.comm->split(r % a, r / a);
     cp.a2a_level = level0.get();
     cp.ring_level = level1.get();
-    run_cases(cp, a, 400 + 100 * uint64_t(a));
+    f(cp, int64_t(a));
   }
+}
+
+TEST(ContextAttention, HierarchicalEqualsFullCausalAttention) {
+  if (world_cp(CpCommType::kA2AP2P).size == 1) GTEST_SKIP() << "a2a+p2p needs CP > 1";
+  for_each_split(
+      [](const ContextParallel& cp, int64_t a) { run_cases(cp, a, 400 + 100 * uint64_t(a)); });
 }
 
 // a2a over bf16 tensors in QKV's fused layout (fused_attention_forward/backward): out and dqkv
@@ -235,11 +259,6 @@ TEST(ContextAttention, FusedAllToAllEqualsTheOneProcessBf16Ops) {
   const ContextParallel cp = world_cp(CpCommType::kA2A);
   const int64_t a = cp.size;
   uint64_t seed = 700;
-  auto bits = [](const std::vector<bf16>& x) {
-    std::vector<uint16_t> b;
-    for (bf16 v : x) b.push_back(v.bits);
-    return b;
-  };
   for (int64_t c : {1, 3, 8}) {
     for (int64_t B : {1, 2}) {
       for (auto [H, G] : std::vector<std::pair<int64_t, int64_t>>{{2 * a, a}, {a, a}}) {
@@ -247,11 +266,6 @@ TEST(ContextAttention, FusedAllToAllEqualsTheOneProcessBf16Ops) {
         const int64_t row = G * (H / G + 2) * D;
         const std::string what = "S " + std::to_string(S) + " B " + std::to_string(B) + " H " +
                                  std::to_string(H) + " G " + std::to_string(G);
-        auto narrow = [](const std::vector<float>& x) {
-          std::vector<bf16> y;
-          for (float f : x) y.push_back(float_to_bf16(f));
-          return y;
-        };
         const auto qkv = narrow(randn(S * B * row, seed++));
         const auto dout = narrow(randn(S * B * H * D, seed++));
         kernels::AttnShape full{B, S, S, H, G, D, D, 1.0f / std::sqrt(float(D)), true, true};
@@ -288,6 +302,53 @@ TEST(ContextAttention, FusedAllToAllEqualsTheOneProcessBf16Ops) {
       }
     }
   }
+}
+
+// a2a+p2p over bf16 tensors in QKV's fused layout, over every split of the world: the all-to-all
+// of the fused rows, the ring on the widened values, the output and the gradients rounded once:
+// bit for bit what the generic path (context_attention_*, bf16 exchanges) gives on the same
+// values once the caller has rounded them into QKV's layout.
+TEST(ContextAttention, FusedHierarchicalEqualsTheGenericPath) {
+  if (world_cp(CpCommType::kA2AP2P).size == 1) GTEST_SKIP() << "a2a+p2p needs CP > 1";
+  uint64_t seed = 900;
+  for_each_split([&](const ContextParallel& cp, int64_t a) {
+    for (int64_t c : {1, 3}) {
+      const int64_t H = 2 * a, G = a, D = 16, B = 2, Sl = 2 * c, hpg = H / G;
+      const int64_t row = G * (hpg + 2) * D, N = Sl * B;
+      const std::string what = "a " + std::to_string(a) + " c " + std::to_string(c);
+      const auto qkv = narrow(randn(N * row, seed++));
+      const auto dout = narrow(randn(N * H * D, seed++));
+      kernels::AttnShape fused{B, Sl, Sl, H, G, D, D, 1.0f / std::sqrt(float(D)), true, true};
+      std::vector<bf16> out(size_t(N * H * D)), dqkv(qkv.size());
+      std::vector<float> lse(size_t(B * H * Sl));
+      Arena keep, scratch;
+      const FusedHeads heads = fused_attention_forward(kernels::Ctx{}, cp, 0, keep, scratch,
+                                                       out.data(), lse.data(), qkv.data(), fused);
+      fused_attention_backward(kernels::Ctx{}, cp, 0, scratch, dqkv.data(), dout.data(), heads,
+                               lse.data(), fused);
+
+      const auto qkvw = wide(qkv);
+      std::vector<float> q(size_t(N * H * D)), k(size_t(N * G * D)), v(k.size());
+      kernels::qkv_split(kernels::Ctx{}, q.data(), k.data(), v.data(), qkvw.data(), N, G, hpg, D);
+      kernels::AttnShape packed = fused;
+      packed.fused_qkv = false;
+      std::vector<float> o(q.size()), l(lse.size()), dq(q.size(), 0.0f), dk(k.size(), 0.0f),
+          dv(v.size(), 0.0f);
+      context_attention_forward(kernels::Ctx{}, cp, 0, scratch, o.data(), l.data(), q.data(),
+                                k.data(), v.data(), packed, {}, true);
+      const auto o16 = narrow(o);
+      const auto ow = wide(o16);
+      context_attention_backward(kernels::Ctx{}, cp, 0, scratch, dq.data(), dk.data(), dv.data(),
+                                 wide(dout).data(), q.data(), k.data(), v.data(), ow.data(),
+                                 l.data(), packed, {}, true);
+      std::vector<bf16> dqkv_generic(qkv.size());
+      kernels::qkv_merge_grad(kernels::Ctx{}, dqkv_generic.data(), dq.data(), dk.data(), dv.data(),
+                              N, G, hpg, D);
+      EXPECT_EQ(bits(out), bits(o16)) << "out " << what;
+      EXPECT_EQ(lse, l) << "lse " << what;
+      EXPECT_EQ(bits(dqkv), bits(dqkv_generic)) << "dqkv " << what;
+    }
+  });
 }
 
 // Position map of the load-balanced split: every global position exactly once over the ranks.

@@ -5,6 +5,7 @@
 #include "mtron/core/error.h"
 #include "mtron/core/profile.h"
 #include "mtron/kernels/elementwise.h"
+#include "mtron/kernels/rope.h"
 #include "mtron/parallel/ring_attention.h"
 
 namespace mtron::parallel {
@@ -115,24 +116,35 @@ struct HeadExchange {
   std::vector<int64_t> counts, packed, sharded[2];
 };
 
+// The all-to-all group of a2a (the CP group) or a2a+p2p (its first level).
+Comm& a2a_group(const ContextParallel& cp, CpCommType t) {
+  return t == CpCommType::kA2A ? *cp.comm : *cp.a2a_level;
+}
+
+// The ring after the all-to-all: of size 1 for a2a; a2a+p2p's second level.
+ContextParallel ring_after_a2a(const ContextParallel& cp, CpCommType t) {
+  if (t != CpCommType::kA2AP2P) return ContextParallel();
+  const Comm& group = *cp.a2a_level;
+  const int64_t a = group.size();
+  MT_ASSERT(cp.ring_level && cp.ring_level->size() * a == cp.size &&
+                cp.ring_level->rank() == cp.rank / a && group.rank() == cp.rank % a,
+            "a2a+p2p: the hierarchical groups do not match CP rank ", cp.rank);
+  return ContextParallel(cp.ring_level, cp.ring_level->rank(), cp.ring_level->size());
+}
+
 // a2a and a2a+p2p: the heads' all-to-all over `group`, then ring attention over `ring` (the
 // groups' ring; of size 1 for a2a) on the head-sharded sequence.
 struct HeadSharded {
   HeadSharded(const ContextParallel& cp, CpCommType t, const kernels::AttnShape& s)
-      : group(t == CpCommType::kA2A ? *cp.comm : *cp.a2a_level),
+      : group(a2a_group(cp, t)),
         c(s.Sq / 2),
         q(group, Rows{c, s.B, s.H, s.D}),
         k(group, Rows{c, s.B, s.G, s.D}),
         v(group, Rows{c, s.B, s.G, s.Dv}),
         o(group, Rows{c, s.B, s.H, s.Dv}),
-        shape(s) {
+        shape(s),
+        ring(ring_after_a2a(cp, t)) {
     const int64_t a = group.size();
-    if (t == CpCommType::kA2AP2P) {
-      MT_ASSERT(cp.ring_level && cp.ring_level->size() * a == cp.size &&
-                    cp.ring_level->rank() == cp.rank / a && group.rank() == cp.rank % a,
-                "a2a+p2p: the hierarchical groups do not match CP rank ", cp.rank);
-      ring = ContextParallel(cp.ring_level, cp.ring_level->rank(), cp.ring_level->size());
-    }
     shape.Sq = shape.Sk = 2 * a * c;
     shape.H = s.H / a;
     shape.G = s.G / a;
@@ -294,24 +306,49 @@ struct GatheredChunk {
   int64_t q, o, lse;  // offsets of the chunk's q, out and lse
 };
 
-// a2a over bf16 tensors in QKV's fused layout: a row's groups (each its H/G query heads, its key
-// and its value head, adjacent) split over the group's ranks as the fp32 exchange splits the heads
-// (rank j: groups [j G/a, (j+1) G/a), whose query heads are [j H/a, (j+1) H/a)).
+// The all-to-all of a2a and a2a+p2p over bf16 tensors in QKV's fused layout: a row's groups (each
+// its H/G query heads, its key and its value head, adjacent) split over the group's ranks as the
+// fp32 exchange splits the heads (rank j: groups [j G/a, (j+1) G/a), whose query heads are
+// [j H/a, (j+1) H/a)); then a2a+p2p's ring.
 struct FusedExchange {
-  FusedExchange(const ContextParallel& cp, const kernels::AttnShape& s)
+  FusedExchange(const ContextParallel& cp, CpCommType t, const kernels::AttnShape& s)
       : c(s.Sq / 2),
-        qkv(*cp.comm, Rows{c, s.B, s.G, (s.H / s.G + 2) * s.D}),
-        out(*cp.comm, Rows{c, s.B, s.H, s.Dv}),
-        shape(s) {
+        qkv(a2a_group(cp, t), Rows{c, s.B, s.G, (s.H / s.G + 2) * s.D}),
+        out(a2a_group(cp, t), Rows{c, s.B, s.H, s.Dv}),
+        shape(s),
+        ring(ring_after_a2a(cp, t)) {
     MT_ASSERT(s.fused_qkv && s.Sq == s.Sk && s.Sq % 2 == 0,
               "a2a in the fused layout takes two equal local chunks of the QKV output");
     shape.Sq = shape.Sk = 2 * qkv.a * c;
     shape.H = s.H / qkv.a;
     shape.G = s.G / qkv.a;
   }
+  // The ring's shape: q, k, v apart.
+  kernels::AttnShape packed() const {
+    kernels::AttnShape p = shape;
+    p.fused_qkv = false;
+    return p;
+  }
   int64_t c;
   HeadExchange qkv, out;
-  kernels::AttnShape shape;  // the head-sharded whole sequence's
+  kernels::AttnShape shape;  // the head-sharded sequence's (the whole one at a2a)
+  ContextParallel ring;      // size 1 for a2a
+};
+
+// q, k, v widened from the fused layout's bf16 qkv of shape s into fp32 temporaries, apart.
+struct Widened {
+  Widened(const kernels::Ctx& ctx, Arena& scratch, const bf16* qkv, const kernels::AttnShape& s)
+      : rows(s.Sq * s.B),
+        q(scratch.alloc<float>(rows * s.H * s.D)),
+        k(scratch.alloc<float>(rows * s.G * s.D)),
+        v(scratch.alloc<float>(rows * s.G * s.D)) {
+    const int64_t n = rows * s.G * (s.H / s.G + 2) * s.D;
+    float* wide = scratch.alloc<float>(n);
+    kernels::convert(ctx, wide, qkv, n);
+    kernels::qkv_split(ctx, q, k, v, wide, rows, s.G, s.H / s.G, s.D);
+  }
+  int64_t rows;
+  float *q, *k, *v;
 };
 
 void check_shape(const kernels::AttnShape& s) {
@@ -408,7 +445,8 @@ void context_attention_backward(const kernels::Ctx& ctx,
 }
 
 bool attends_fused(const ContextParallel& cp, int64_t layer) {
-  return cp.size == 1 || cp.type(layer) == CpCommType::kA2A;
+  return cp.size == 1 || cp.type(layer) == CpCommType::kA2A ||
+         cp.type(layer) == CpCommType::kA2AP2P;
 }
 
 namespace {
@@ -452,11 +490,18 @@ FusedHeads fused_attention_forward(const kernels::Ctx& ctx,
     attend_fused(ctx, out, lse, qkv, s);
     return FusedHeads{qkv, out};
   }
-  const FusedExchange x(cp, s);
+  const FusedExchange x(cp, cp.type(layer), s);
   bf16* qkv_h = keep.alloc<bf16>(x.qkv.sharded_elems());
   x.qkv.seq_to_heads(ctx, scratch, qkv_h, qkv, DType::kBF16);
   bf16* out_h = keep.alloc<bf16>(x.out.sharded_elems());
-  attend_fused(ctx, out_h, lse, qkv_h, x.shape);
+  if (x.ring.size == 1) {
+    attend_fused(ctx, out_h, lse, qkv_h, x.shape);
+  } else {  // the ring over the groups, its K/V blocks as bf16; the output rounded as CP 1's
+    const Widened w(ctx, scratch, qkv_h, x.shape);
+    float* o = scratch.alloc<float>(x.out.sharded_elems());
+    ring_attention_forward(ctx, x.ring, scratch, o, lse, w.q, w.k, w.v, x.packed(), {}, true);
+    kernels::convert(ctx, out_h, o, x.out.sharded_elems());
+  }
   x.out.heads_to_seq(ctx, scratch, out, out_h, DType::kBF16);
   return FusedHeads{qkv_h, out_h};
 }
@@ -475,11 +520,28 @@ void fused_attention_backward(const kernels::Ctx& ctx,
     attend_fused_backward(ctx, dqkv, dout, heads, lse, s);
     return;
   }
-  const FusedExchange x(cp, s);
+  const FusedExchange x(cp, cp.type(layer), s);
   bf16* dout_h = scratch.alloc<bf16>(x.out.sharded_elems());
   x.out.seq_to_heads(ctx, scratch, dout_h, dout, DType::kBF16);
   bf16* dqkv_h = scratch.alloc<bf16>(x.qkv.sharded_elems());
-  attend_fused_backward(ctx, dqkv_h, dout_h, heads, lse, x.shape);
+  if (x.ring.size == 1) {
+    attend_fused_backward(ctx, dqkv_h, dout_h, heads, lse, x.shape);
+  } else {  // the ring's fp32 sums, rounded once into QKV's bf16 layout
+    const Widened w(ctx, scratch, heads.qkv, x.shape);
+    const int64_t no = x.out.sharded_elems(), nq = w.rows * x.shape.H * s.D,
+                  nk = w.rows * x.shape.G * s.D;
+    float *o = scratch.alloc<float>(no), *d = scratch.alloc<float>(no);
+    kernels::convert(ctx, o, heads.out, no);
+    kernels::convert(ctx, d, dout_h, no);
+    float *dq = scratch.alloc<float>(nq), *dk = scratch.alloc<float>(nk),
+          *dv = scratch.alloc<float>(nk);
+    kernels::fill_zero(ctx, dq, kF * nq);
+    kernels::fill_zero(ctx, dk, kF * nk);
+    kernels::fill_zero(ctx, dv, kF * nk);
+    ring_attention_backward(ctx, x.ring, scratch, dq, dk, dv, d, w.q, w.k, w.v, o, lse, x.packed(),
+                            {}, true);
+    kernels::qkv_merge_grad(ctx, dqkv_h, dq, dk, dv, w.rows, x.shape.G, x.shape.H / x.shape.G, s.D);
+  }
   x.qkv.heads_to_seq(ctx, scratch, dqkv, dqkv_h, DType::kBF16);
 }
 

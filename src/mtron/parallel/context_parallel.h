@@ -35,8 +35,8 @@
 // ring's dK/dV partials, all_gather's reduce-scatter, a2a's dq, dk, dv) stay fp32:
 //   p2p         forward (CP-1)(K+V)/2, backward 3/2 (CP-1)(K+V)
 //   all_gather  forward (CP-1)(K+V)/2, backward 3/2 (CP-1)(K+V)
-//   a2a         forward f(Q+K+V+O)/2, backward f(3/2 (Q+K+V) + O)   (a2a+p2p's first level; an
-//               a2a layer in bf16 training attends in the fused layout instead, below)
+//   a2a         forward f(Q+K+V+O)/2, backward f(3/2 (Q+K+V) + O)
+// (bf16 training's a2a and a2a+p2p layers, in QKV's fused layout, exchange less: below).
 //
 // lse's layout is the communication type's own (what backward reads back): two [B, H, c] halves
 // for p2p and all_gather, the ring's halves of the head-sharded sequence for a2a and a2a+p2p.
@@ -127,20 +127,23 @@ void context_attention_backward(const kernels::Ctx& ctx,
                                 bool bf16_values = false);
 
 // bf16 attention in QKV's fused layout (bf16 training's: kernels::AttnShape::fused_qkv, the bf16
-// attention ops) at CP 1, and under an a2a layer (attends_fused): an all-to-all of the fused rows
-// gives each rank the whole sequence for G/CP of the query groups, each with its query heads, key
-// and value (adjacent in a row), attention runs there as at CP 1, by the same bf16 ops (cuDNN's
-// fused attention on CUDA where it takes the shape), and a second all-to-all brings the bf16
-// output home. Backward sends the output gradient there and dq, dk, dv back. The head-sharded
-// q, k, v and output are kept for the backward (as Transformer Engine keeps them), so each pass
-// exchanges two tensors, all bf16: forward f (Q + K + V + O) / 2 bytes, backward the same
-// (f = (CP-1)/CP, Q, K, V, O this rank's q, k, v and output in fp32).
+// attention ops) at CP 1, and under an a2a or a2a+p2p layer (attends_fused): an all-to-all of the
+// fused rows gives each rank the whole sequence (a2a+p2p: its group's super-chunks) for G/a of the
+// query groups, each with its query heads, key and value (adjacent in a row). a2a attends there
+// as at CP 1, by the same bf16 ops (cuDNN's fused attention on CUDA where it takes the shape);
+// a2a+p2p runs the ring across the groups on the widened q, k, v (K/V blocks as bf16) and rounds
+// its output as CP 1 does. A second all-to-all brings the bf16 output home. Backward sends the
+// output gradient there and dq, dk, dv back (a2a+p2p: the ring's fp32 sums rounded once). The
+// head-sharded q, k, v and output are kept for the backward (as Transformer Engine keeps them),
+// so each pass of the all-to-all exchanges two tensors, all bf16: forward f (Q + K + V + O) / 2
+// bytes, backward the same (f = (a-1)/a, Q, K, V, O this rank's q, k, v and output in fp32).
 struct FusedHeads {
   const bf16* qkv = nullptr;  // [S, B, G', H'/G' + 2, D]: what attention read (after RoPE)
   const bf16* out = nullptr;  // [S, B, H', Dv]: what it wrote
 };
 
-// Whether transformer layer `layer` attends in the fused layout: CP 1, or an a2a layer.
+// Whether transformer layer `layer` attends in the fused layout: CP 1, or an a2a or a2a+p2p
+// layer.
 bool attends_fused(const ContextParallel& cp, int64_t layer);
 
 // out [S, B, H, Dv] (this rank's rows) and lse from this rank's qkv (the QKV projection's bf16
