@@ -167,7 +167,7 @@ void TransformerLayer::attention(
     parallel::context_attention_forward(rc.k, rc.cp, layer_, scratch, st.att, st.lse, st.q, st.k,
                                         st.v, self_attention_shape(rc, tl, st.fused_qkv),
                                         attention_dropout(rc, cfg_, tl.drop, layer_, Hl_),
-                                        st.bf16_values);
+                                        st.bf16_values());
     return;
   }
   const int64_t krow = tl.B * Gl_ * D_, vrow = tl.B * Gl_ * Dv_;
@@ -195,25 +195,24 @@ void TransformerLayer::qkv_attention(const RunCtx& rc,
   st.fused16 = {};
   st.qkv16 = nullptr;
   st.att = nullptr;
-  const bool bf16_attn = bf16_qkv(rc, tl, fusable);
-  st.bf16_values = bf16_attn && !parallel::attends_fused(rc.cp, layer_);
-  if (bf16_attn && !st.bf16_values) {  // CP 1 or a2a: the bf16 ops on the fused layout
-    bf16* qkv16 = (rc.cp.size == 1 ? keep : scratch).alloc<bf16>(N * qkv_l_);
+  if (bf16_qkv(rc, tl, fusable)) {
+    // The QKV projection's bf16 output, RoPE rotating it there; an a2a or a2a+p2p layer stashes
+    // its head-sharded copy instead.
+    const bool fused = parallel::attends_fused(rc.cp, layer_);
+    bf16* qkv16 = (fused && rc.cp.size > 1 ? scratch : keep).alloc<bf16>(N * qkv_l_);
     linear_forward(rc, qkv16, st.ln1_in, p_.weight(qkv_w_), opt16(p_, qkv_b_), N, h, qkv_l_);
     rope_fused_qkv(rc, tl, qkv16, false);
-    bf16* att = keep.alloc<bf16>(N * Hl_ * Dv_);
-    st.fused16 = parallel::fused_attention_forward(rc.k, rc.cp, layer_, keep, scratch, att, st.lse,
-                                                   qkv16, self_attention_shape(rc, tl, true));
-    st.att_in = Act::of(att);
-    return;
-  }
-  if (st.bf16_values) {
-    // CP 1's bf16 q, k, v (after RoPE), stashed in bf16 and widened into temporaries for the
-    // CP code, which exchanges them as bf16; forward() stashes the output as the projection's
-    // bf16 input alone.
-    st.qkv16 = keep.alloc<bf16>(N * qkv_l_);
-    linear_forward(rc, st.qkv16, st.ln1_in, p_.weight(qkv_w_), opt16(p_, qkv_b_), N, h, qkv_l_);
-    rope_fused_qkv(rc, tl, st.qkv16, false);
+    if (fused) {  // CP 1, a2a, a2a+p2p: the bf16 ops on the fused layout
+      bf16* att = keep.alloc<bf16>(N * Hl_ * Dv_);
+      st.fused16 =
+          parallel::fused_attention_forward(rc.k, rc.cp, layer_, keep, scratch, att, st.lse, qkv16,
+                                            self_attention_shape(rc, tl, true));
+      st.att_in = Act::of(att);
+      return;
+    }
+    // The other CP communications: widened into temporaries for the CP code, which exchanges
+    // them as bf16; forward() stashes the output as the projection's bf16 input alone.
+    st.qkv16 = qkv16;
     widen_qkv(rc, tl, st, scratch);
     st.att = scratch.alloc<float>(N * Hl_ * Dv_);
     attention(rc, tl, st, scratch, kv);
@@ -266,13 +265,11 @@ void TransformerLayer::widen_qkv(const RunCtx& rc,
                                  const TokenLayout& tl,
                                  Stash& st,
                                  Arena& scratch) const {
-  const int64_t N = tl.rows();
-  float* qkv = scratch.alloc<float>(N * qkv_l_);
-  kernels::convert(rc.k, qkv, st.qkv16, N * qkv_l_);
-  st.q = scratch.alloc<float>(N * Hl_ * D_);
-  st.k = scratch.alloc<float>(N * Gl_ * D_);
-  st.v = scratch.alloc<float>(N * Gl_ * Dv_);
-  kernels::qkv_split(rc.k, st.q, st.k, st.v, qkv, N, Gl_, Hl_ / Gl_, D_);
+  const parallel::WidenedQkv w =
+      parallel::widen_qkv(rc.k, scratch, st.qkv16, tl.rows(), Hl_, Gl_, D_);
+  st.q = w.q;
+  st.k = w.k;
+  st.v = w.v;
 }
 
 float* TransformerLayer::norm_input(const RunCtx& rc,
@@ -363,7 +360,7 @@ void TransformerLayer::forward(const RunCtx& rc,
     qkv_attention(rc, tl, st, keep, scratch, kv);
   }
   if (st.att) st.att_in = as_gemm_input(rc, keep, st.att, N * Hl_ * Dv_);
-  if (st.bf16_values) st.q = st.k = st.v = st.att = nullptr;  // temporaries (backward widens)
+  if (st.bf16_values()) st.q = st.k = st.v = st.att = nullptr;  // temporaries (backward widens)
 
   st.x2 = keep.alloc<float>(Nl * h);
   float* partial = sp ? scratch.alloc<float>(N * h) : st.x2;
@@ -431,18 +428,22 @@ void TransformerLayer::attention_block_backward(const RunCtx& rc,
                     dpartial, st.att_in, p_.weight(proj_w_), N, Hl_ * Dv_, h);
     return datt;
   };
+  // QKV's bf16 output gradient: RoPE's adjoint over it, then the QKV GEMMs' backward.
+  const auto qkv_backward16 = [&](bf16* dqkv) {
+    rope_fused_qkv(rc, tl, dqkv, true);
+    linear_backward(rc, scratch, dln1_full, p_.grad(qkv_w_), opt_grad(p_, qkv_b_), Act::of(dqkv),
+                    st.ln1_in, p_.weight(qkv_w_), N, h, qkv_l_);
+  };
   if (st.fused16.qkv) {
     const bf16* datt = proj_dgrad(scratch.alloc<bf16>(N * Hl_ * Dv_));
     bf16* dqkv = scratch.alloc<bf16>(N * qkv_l_);
     parallel::fused_attention_backward(rc.k, rc.cp, layer_, scratch, dqkv, datt, st.fused16, st.lse,
                                        self_attention_shape(rc, tl, true));
-    rope_fused_qkv(rc, tl, dqkv, true);
-    linear_backward(rc, scratch, dln1_full, p_.grad(qkv_w_), opt_grad(p_, qkv_b_), Act::of(dqkv),
-                    st.ln1_in, p_.weight(qkv_w_), N, h, qkv_l_);
+    qkv_backward16(dqkv);
     return;
   }
   float* datt = nullptr;
-  if (st.bf16_values) {  // CP 1's bf16 output gradient, widened
+  if (st.bf16_values()) {  // CP 1's bf16 output gradient, widened
     datt = scratch.alloc<float>(N * Hl_ * Dv_);
     kernels::convert(rc.k, datt, proj_dgrad(scratch.alloc<bf16>(N * Hl_ * Dv_)), N * Hl_ * Dv_);
   } else {
@@ -467,14 +468,12 @@ void TransformerLayer::attention_block_backward(const RunCtx& rc,
   parallel::context_attention_backward(
       rc.k, rc.cp, layer_, scratch, dq, dk, dv, datt, st.q, st.k, st.v, st.att, st.lse,
       self_attention_shape(rc, tl, st.fused_qkv), attention_dropout(rc, cfg_, tl.drop, layer_, Hl_),
-      st.bf16_values);
-  if (st.bf16_values) {
+      st.bf16_values());
+  if (st.bf16_values()) {
     // CP 1's order: the gradients rounded to bf16 in QKV's layout, RoPE's adjoint over them.
     bf16* dqkv = scratch.alloc<bf16>(N * qkv_l_);
     kernels::qkv_merge_grad(rc.k, dqkv, dq, dk, dv, N, Gl_, Hl_ / Gl_, D_);
-    rope_fused_qkv(rc, tl, dqkv, true);
-    linear_backward(rc, scratch, dln1_full, p_.grad(qkv_w_), opt_grad(p_, qkv_b_), Act::of(dqkv),
-                    st.ln1_in, p_.weight(qkv_w_), N, h, qkv_l_);
+    qkv_backward16(dqkv);
   } else if (st.fused_qkv) {
     rope_fused_qkv(rc, tl, dq, true);
     // FP8 quantises this gradient from bf16, as from the split path's merge (and as Transformer
@@ -593,7 +592,7 @@ void TransformerLayer::backward(
     st.v = scratch.alloc<float>(N * Gl_ * Dv_);
     mla_->up(rc, tl.pos, N, st.mla, scratch, st.ln1_in, st.q, st.k, st.v);
   }
-  if (st.bf16_values) {  // the bf16 q, k, v and output, widened
+  if (st.bf16_values()) {  // the bf16 q, k, v and output, widened
     widen_qkv(rc, tl, st, scratch);
     st.att = scratch.alloc<float>(N * Hl_ * Dv_);
     kernels::convert(rc.k, st.att, static_cast<const bf16*>(st.att_in.data), N * Hl_ * Dv_);

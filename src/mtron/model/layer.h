@@ -89,13 +89,13 @@ class TransformerLayer {
     // bf16 ops read and wrote, the QKV projection's bf16 output (after RoPE) and attention's
     // output, head-sharded under a2a (q, k, v above null; att_in the bf16 output, att null).
     parallel::FusedHeads fused16;
-    // bf16 attention by the other CP communications: q, k, v, att and attention's output
-    // gradient hold the bf16 values CP 1's bf16 attention reads, so the CP exchanges move them
-    // as bf16. The stash keeps qkv16 (the QKV projection's bf16 output after RoPE) and att_in
-    // alone: q, k, v and att are temporaries widened from them (widen_qkv), in the forward and
-    // again in the backward.
-    bool bf16_values = false;
+    // bf16 attention by the other CP communications (bf16_values()): the QKV projection's bf16
+    // output after RoPE. q, k, v, att and attention's output gradient then hold the bf16 values
+    // CP 1's bf16 attention reads, so the CP exchanges move them as bf16. The stash keeps qkv16
+    // and att_in alone: q, k, v and att are temporaries widened from them (widen_qkv), in the
+    // forward and again in the backward.
     bf16* qkv16 = nullptr;
+    bool bf16_values() const { return qkv16 != nullptr; }
     MlaProjection::Stash mla;  // multi-latent attention's latents
     // --qk-layernorm (without MLA): q and k before their norms, the norms' statistics per head row.
     float *q_in = nullptr, *k_in = nullptr;

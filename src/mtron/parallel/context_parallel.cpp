@@ -323,6 +323,7 @@ struct FusedExchange {
     shape.H = s.H / qkv.a;
     shape.G = s.G / qkv.a;
   }
+  int64_t rows() const { return shape.Sq * shape.B; }  // of the head-sharded tensors
   // The ring's shape: q, k, v apart.
   kernels::AttnShape packed() const {
     kernels::AttnShape p = shape;
@@ -333,22 +334,6 @@ struct FusedExchange {
   HeadExchange qkv, out;
   kernels::AttnShape shape;  // the head-sharded sequence's (the whole one at a2a)
   ContextParallel ring;      // size 1 for a2a
-};
-
-// q, k, v widened from the fused layout's bf16 qkv of shape s into fp32 temporaries, apart.
-struct Widened {
-  Widened(const kernels::Ctx& ctx, Arena& scratch, const bf16* qkv, const kernels::AttnShape& s)
-      : rows(s.Sq * s.B),
-        q(scratch.alloc<float>(rows * s.H * s.D)),
-        k(scratch.alloc<float>(rows * s.G * s.D)),
-        v(scratch.alloc<float>(rows * s.G * s.D)) {
-    const int64_t n = rows * s.G * (s.H / s.G + 2) * s.D;
-    float* wide = scratch.alloc<float>(n);
-    kernels::convert(ctx, wide, qkv, n);
-    kernels::qkv_split(ctx, q, k, v, wide, rows, s.G, s.H / s.G, s.D);
-  }
-  int64_t rows;
-  float *q, *k, *v;
 };
 
 void check_shape(const kernels::AttnShape& s) {
@@ -444,6 +429,22 @@ void context_attention_backward(const kernels::Ctx& ctx,
   x.home(ctx, scratch, x.v, dv, dvh, true, false);
 }
 
+WidenedQkv widen_qkv(const kernels::Ctx& ctx,
+                     Arena& scratch,
+                     const bf16* qkv,
+                     int64_t rows,
+                     int64_t H,
+                     int64_t G,
+                     int64_t D) {
+  const int64_t n = rows * G * (H / G + 2) * D;
+  float* wide = scratch.alloc<float>(n);
+  kernels::convert(ctx, wide, qkv, n);
+  const WidenedQkv w{scratch.alloc<float>(rows * H * D), scratch.alloc<float>(rows * G * D),
+                     scratch.alloc<float>(rows * G * D)};
+  kernels::qkv_split(ctx, w.q, w.k, w.v, wide, rows, G, H / G, D);
+  return w;
+}
+
 bool attends_fused(const ContextParallel& cp, int64_t layer) {
   return cp.size == 1 || cp.type(layer) == CpCommType::kA2A ||
          cp.type(layer) == CpCommType::kA2AP2P;
@@ -497,7 +498,7 @@ FusedHeads fused_attention_forward(const kernels::Ctx& ctx,
   if (x.ring.size == 1) {
     attend_fused(ctx, out_h, lse, qkv_h, x.shape);
   } else {  // the ring over the groups, its K/V blocks as bf16; the output rounded as CP 1's
-    const Widened w(ctx, scratch, qkv_h, x.shape);
+    const WidenedQkv w = widen_qkv(ctx, scratch, qkv_h, x.rows(), x.shape.H, x.shape.G, s.D);
     float* o = scratch.alloc<float>(x.out.sharded_elems());
     ring_attention_forward(ctx, x.ring, scratch, o, lse, w.q, w.k, w.v, x.packed(), {}, true);
     kernels::convert(ctx, out_h, o, x.out.sharded_elems());
@@ -527,9 +528,9 @@ void fused_attention_backward(const kernels::Ctx& ctx,
   if (x.ring.size == 1) {
     attend_fused_backward(ctx, dqkv_h, dout_h, heads, lse, x.shape);
   } else {  // the ring's fp32 sums, rounded once into QKV's bf16 layout
-    const Widened w(ctx, scratch, heads.qkv, x.shape);
-    const int64_t no = x.out.sharded_elems(), nq = w.rows * x.shape.H * s.D,
-                  nk = w.rows * x.shape.G * s.D;
+    const WidenedQkv w = widen_qkv(ctx, scratch, heads.qkv, x.rows(), x.shape.H, x.shape.G, s.D);
+    const int64_t no = x.out.sharded_elems(), nq = x.rows() * x.shape.H * s.D,
+                  nk = x.rows() * x.shape.G * s.D;
     float *o = scratch.alloc<float>(no), *d = scratch.alloc<float>(no);
     kernels::convert(ctx, o, heads.out, no);
     kernels::convert(ctx, d, dout_h, no);
@@ -540,7 +541,8 @@ void fused_attention_backward(const kernels::Ctx& ctx,
     kernels::fill_zero(ctx, dv, kF * nk);
     ring_attention_backward(ctx, x.ring, scratch, dq, dk, dv, d, w.q, w.k, w.v, o, lse, x.packed(),
                             {}, true);
-    kernels::qkv_merge_grad(ctx, dqkv_h, dq, dk, dv, w.rows, x.shape.G, x.shape.H / x.shape.G, s.D);
+    kernels::qkv_merge_grad(ctx, dqkv_h, dq, dk, dv, x.rows(), x.shape.G, x.shape.H / x.shape.G,
+                            s.D);
   }
   x.qkv.heads_to_seq(ctx, scratch, dqkv, dqkv_h, DType::kBF16);
 }

@@ -1,5 +1,5 @@
 // defines: ContextParallel, context_attention_forward, context_attention_backward, FusedHeads,
-//          attends_fused, fused_attention_forward, fused_attention_backward
+//          attends_fused, fused_attention_forward, fused_attention_backward, WidenedQkv, widen_qkv
 //
 // Context parallelism (Megatron's --context-parallel-size). The sequence is cut into 2*CP chunks
 // of c = S/(2*CP) tokens; CP rank r holds chunks r and 2*CP-1-r (one early, one late: every rank
@@ -141,6 +141,20 @@ struct FusedHeads {
   const bf16* qkv = nullptr;  // [S, B, G', H'/G' + 2, D]: what attention read (after RoPE)
   const bf16* out = nullptr;  // [S, B, H', Dv]: what it wrote
 };
+
+// q [rows, H, D], k and v [rows, G, D] in fp32, from `scratch`: the fused layout's bf16 qkv
+// [rows, G, H/G + 2, D] widened and split (what the CP code takes where bf16 training's q, k, v
+// live in the fused layout).
+struct WidenedQkv {
+  float *q, *k, *v;
+};
+WidenedQkv widen_qkv(const kernels::Ctx& ctx,
+                     Arena& scratch,
+                     const bf16* qkv,
+                     int64_t rows,
+                     int64_t H,
+                     int64_t G,
+                     int64_t D);
 
 // Whether transformer layer `layer` attends in the fused layout: CP 1, or an a2a or a2a+p2p
 // layer.

@@ -64,7 +64,8 @@ int64_t ring_prev(const ContextParallel& cp) {
 
 // The K/V blocks going round the ring: `cur` (held, and passed on) and `nxt` (arriving), each
 // [k chunk 0 | k chunk 1 | v chunk 0 | v chunk 1], in fp32 or, where K and V hold bf16 values,
-// in bf16 (half the bytes, exactly) with an fp32 copy of `cur` for the kernels.
+// in bf16 (half the bytes, exactly) with an fp32 copy of an arrived block for the kernels. The
+// kernels read this rank's own block (the first step's) where k and v lie.
 class KvRing {
  public:
   KvRing(const kernels::Ctx& ctx,
@@ -74,7 +75,13 @@ class KvRing {
          const float* v,
          const Half& hf,
          bool bf16_kv)
-      : ctx_(ctx), cp_(cp), hf_(hf), n_(hf.block()), wire_(bf16_kv ? DType::kBF16 : DType::kF32) {
+      : ctx_(ctx),
+        cp_(cp),
+        hf_(hf),
+        n_(hf.block()),
+        wire_(bf16_kv ? DType::kBF16 : DType::kF32),
+        k_(k),
+        v_(v) {
     if (bf16_kv) {
       bf16* cur = scratch.alloc<bf16>(n_);
       kernels::convert(ctx, cur, k, 2 * hf.k);
@@ -82,18 +89,17 @@ class KvRing {
       cur_ = cur;
       nxt_ = scratch.alloc<bf16>(n_);
       work_ = scratch.alloc<float>(n_);
-      widen();
     } else {
       float* cur = scratch.alloc<float>(n_);
       kernels::copy(ctx, cur, k, int64_t(sizeof(float)) * 2 * hf.k);
       kernels::copy(ctx, cur + 2 * hf.k, v, int64_t(sizeof(float)) * 2 * hf.v);
-      cur_ = work_ = cur;
+      cur_ = cur;
       nxt_ = scratch.alloc<float>(n_);
     }
   }
   // Chunk b's keys and values of the block held.
-  const float* k(int64_t b) const { return work_ + b * hf_.k; }
-  const float* v(int64_t b) const { return work_ + 2 * hf_.k + b * hf_.v; }
+  const float* k(int64_t b) const { return k_ + b * hf_.k; }
+  const float* v(int64_t b) const { return v_ + b * hf_.v; }
 
   // Posts this step's exchange (the block held to the successor, the predecessor's into `nxt`)
   // to `reqs` and starts it: NCCL defers posted sends and receives to the first wait or test,
@@ -106,22 +112,24 @@ class KvRing {
   // After the exchange: the block that arrived is held.
   void advance() {
     std::swap(cur_, nxt_);
-    if (wire_ == DType::kBF16)
-      widen();
-    else
-      work_ = static_cast<float*>(cur_);
+    const float* held = static_cast<const float*>(cur_);
+    if (wire_ == DType::kBF16) {
+      kernels::convert(ctx_, work_, static_cast<const bf16*>(cur_), n_);
+      held = work_;
+    }
+    k_ = held;
+    v_ = held + 2 * hf_.k;
   }
 
  private:
-  void widen() { kernels::convert(ctx_, work_, static_cast<const bf16*>(cur_), n_); }
-
   const kernels::Ctx& ctx_;
   const ContextParallel& cp_;
   Half hf_;
   int64_t n_;
   DType wire_;
   void *cur_, *nxt_;
-  float* work_;
+  float* work_ = nullptr;
+  const float *k_, *v_;
 };
 
 }  // namespace

@@ -32,18 +32,26 @@ bool faster(const Candidate& a, const Candidate& b) {
   return a.memory.total() < b.memory.total();
 }
 
-// --hierarchical-context-parallel-sizes for a layout of TP tp and CP cp under --cp-comm-type
-// a2a+p2p without sizes: the largest all-to-all group that divides the heads and query groups
-// per TP rank and stays in the NVLink domain (the ring across the groups takes the network);
-// none for the other types.
-std::vector<int64_t> hierarchical_cp_sizes(
-    const ModelConfig& m, const SearchOptions& o, const PerfParams& perf, int64_t tp, int64_t cp) {
-  const std::vector<CpCommType> types = parse_cp_comm_types(o.cp_comm_type);
-  if (std::find(types.begin(), types.end(), CpCommType::kA2AP2P) == types.end()) return {};
+// a2a+p2p's levels for a layout of TP tp and CP cp: the largest all-to-all group that divides
+// the heads and query groups per TP rank and stays in the NVLink domain (the ring across the
+// groups takes the network).
+std::vector<int64_t> nvlink_a2a_sizes(const ModelConfig& m,
+                                      const PerfParams& perf,
+                                      int64_t tp,
+                                      int64_t cp) {
   int64_t a = 1;
   for (int64_t d : divisors(cp))
     if (cp_heads_divide(m, tp, d) && d * tp <= perf.nvlink_domain) a = d;
   return {a, cp / a};
+}
+
+// --hierarchical-context-parallel-sizes under --cp-comm-type a2a+p2p without sizes:
+// nvlink_a2a_sizes; none for the other types.
+std::vector<int64_t> hierarchical_cp_sizes(
+    const ModelConfig& m, const SearchOptions& o, const PerfParams& perf, int64_t tp, int64_t cp) {
+  const std::vector<CpCommType> types = parse_cp_comm_types(o.cp_comm_type);
+  if (std::find(types.begin(), types.end(), CpCommType::kA2AP2P) == types.end()) return {};
+  return nvlink_a2a_sizes(m, perf, tp, cp);
 }
 
 // The parallel shape a candidate stands for in the ranking (knobs searched within it).
@@ -404,9 +412,7 @@ std::vector<std::string> alternatives(const ModelConfig& m,
     });
   }
   // Across NVLink domains: the all-to-all inside one, the ring across.
-  SearchOptions hier = o;
-  hier.cp_comm_type = {"a2a+p2p"};
-  const std::vector<int64_t> sizes = hierarchical_cp_sizes(m, hier, perf, b.tp(), b.cp());
+  const std::vector<int64_t> sizes = nvlink_a2a_sizes(m, perf, b.tp(), b.cp());
   if (b.cp_comms() != std::vector<CpCommType>{CpCommType::kA2AP2P} && sizes[0] > 1 &&
       sizes[1] > 1) {
     same_shape(fmt::format("--cp-comm-type a2a+p2p --hierarchical-context-parallel-sizes {} {} "
