@@ -43,6 +43,8 @@ NOTES = {
     "mr_mcore_te_tp2_pp2_ep4_etp1_selective_recompute_experimental":
         ["--overlap-moe-expert-parallel-comm has no effect"],
     "mr_mcore_te_tp1_pp2_cp4_a2a_p2p_nondeterministic": [],
+    "gpt3_mcore_te_tp2_zp_z3_resume_fsdp_dtensor": ["--use-persistent-ckpt-worker has no effect"],
+    "gpt3_mcore_te_tp2_pp1_fsdp2_resume_torch_dist": ["--async-save has no effect"],
 }
 # What --print-layout must show for a config (its pipeline split and schedule): 12 layers over
 # PP4 with 2 on the first and last stages; 6 layers over PP4 x VPP2 with the embedding and the
@@ -51,7 +53,8 @@ NOTES = {
 # interleaved RoPE, the Sinkhorn top-1 routing, multi-latent attention (in FP8) with an MTP depth,
 # or multi-latent attention with learned positions (Megatron's default position type); the
 # selective recompute of four modules; CP4 as all-to-all groups of 2 and a ring of 2
-# (--hierarchical-context-parallel-sizes given as one argument, "2 2").
+# (--hierarchical-context-parallel-sizes given as one argument, "2 2"); Megatron-FSDP's and
+# FSDP2's sharding.
 SHOWN = {
     "mr_mcore_te_tp1_pp4_vp1_uneven_pipeline":
         ["    0  [0, 2) +embedding", "    1  [2, 6)", "    3  [10, 12) +output layer and loss"],
@@ -69,6 +72,9 @@ SHOWN = {
         ["activation recompute: selective (moe_act layernorm mla_up_proj mlp)"],
     "mr_mcore_te_tp1_pp2_cp4_a2a_p2p_nondeterministic":
         ["CP 4 x DP 1 x PP 2, CP by a2a+p2p (all-to-all over 2, ring over 2)"],
+    "gpt3_mcore_te_tp2_zp_z3_resume_fsdp_dtensor":
+        ["TP 2 x CP 1 x DP 4 x PP 1, Megatron-FSDP optim_grads_params"],
+    "gpt3_mcore_te_tp2_pp1_fsdp2_resume_torch_dist": ["DP 4 x PP 1, FSDP2"],
 }
 
 
@@ -78,6 +84,8 @@ def model_args(path):
         line = line.rstrip("\n")
         if line.startswith("MODEL_ARGS:"):
             inside = True
+            continue
+        if inside and line.lstrip().startswith("#"):  # a YAML comment, indented or not
             continue
         if inside and line and not line.startswith(" "):
             break

@@ -51,11 +51,12 @@ int64_t total(const std::vector<FlatRange>& rs) {
   return n;
 }
 
-// The ranges of a chunk's flat buffer this rank writes: its distributed-optimizer shards, or
+// The ranges of a chunk's flat buffer this rank writes: its distributed-optimizer shards (with or
+// without the optimizer state: under FSDP they are all of the master weights it holds), or
 // (replicated optimizer state) its equal part of the buffer among the dp_cp replicas.
 std::vector<FlatRange> write_ranges(const ChunkState& c, const Comm& dp_cp) {
   const int64_t size = c.params->size();
-  if (c.exp_avg && total(c.opt_shards) < size) return c.opt_shards;
+  if (total(c.opt_shards) < size) return c.opt_shards;
   const int64_t w = dp_cp.size(), part = (size + w - 1) / w;
   const int64_t b = std::min(size, dp_cp.rank() * part);
   return {{b, std::min(size, b + part)}};

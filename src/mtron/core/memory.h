@@ -1,4 +1,5 @@
-// defines: device_alloc, device_free, set_device_allocator, MemoryStats, memory_stats
+// defines: device_alloc, device_free, device_discard, set_device_allocator, MemoryStats,
+// memory_stats
 //
 // Every byte a Tensor or Arena owns comes through device_alloc, so the per-device counters
 // (allocated now, peak) are exact; device_free takes the size device_alloc was given. The CPU
@@ -23,6 +24,10 @@ struct DeviceAllocator {
 void set_device_allocator(Device d, DeviceAllocator a);
 void* device_alloc(Device d, size_t bytes);
 void device_free(Device d, void* ptr, size_t bytes);
+// Returns the whole pages inside [ptr, ptr + bytes) of a CPU block to the system (the block stays
+// allocated; those pages read as zeros until written again) and the bytes returned. Other
+// devices keep their memory: 0.
+int64_t device_discard(Device d, void* ptr, size_t bytes);
 
 struct MemoryStats {
   int64_t allocated = 0;      // bytes held now

@@ -73,10 +73,29 @@ void ParallelConfig::finalize(const ModelConfig& m) {
              "(--expert-model-parallel-size ",
              ep(), " needs --num-experts)");
   }
+  MT_CHECK(!use_megatron_fsdp || !use_torch_fsdp2,
+           "--use-megatron-fsdp and --use-torch-fsdp2 exclude each other");
+  if (use_torch_fsdp2) {  // Megatron's rules (arguments.py), its words
+    MT_CHECK(pp() == 1, "--use-torch-fsdp2 is not supported with pipeline parallelism");
+    MT_CHECK(ep() == 1, "--use-torch-fsdp2 is not supported with expert parallelism");
+    MT_CHECK(!use_distributed_optimizer,
+             "--use-torch-fsdp2 is not supported with MCore's distributed optimizer");
+    MT_CHECK(m.untie_embeddings_and_output_weights,
+             "--use-torch-fsdp2 requires --untie-embeddings-and-output-weights");
+  }
+  if (use_megatron_fsdp || use_torch_fsdp2) {
+    const std::string& s = data_parallel_sharding_strategy;
+    MT_CHECK(s == "no_shard" || s == "optim" || s == "optim_grads" || s == "optim_grads_params",
+             "--data-parallel-sharding-strategy ", s,
+             ": expected no_shard, optim, optim_grads or optim_grads_params");
+    // FSDP shards what the distributed optimizer shards (and more), with its shards.
+    use_distributed_optimizer = use_torch_fsdp2 || s != "no_shard";
+  }
   if (overlap_param_gather) {
-    MT_CHECK(use_distributed_optimizer && overlap_grad_reduce,
-             "--overlap-param-gather only supported with distributed optimizer and "
-             "--overlap-grad-reduce");
+    MT_CHECK(use_distributed_optimizer || use_megatron_fsdp,
+             "--overlap-param-gather only supported with distributed optimizer, megatron fsdp, "
+             "or dist_muon");
+    MT_CHECK(overlap_grad_reduce, "Must use --overlap-param-gather with --overlap-grad-reduce");
   }
 
   if (global_batch_size == 0) global_batch_size = micro_batch_size * dp();
@@ -343,7 +362,13 @@ std::string ParallelConfig::summary() const {
   const std::string cp_comm = cp_comm_summary();
   if (!cp_comm.empty()) s += ", CP by " + cp_comm;
   if (sequence_parallel) s += ", sequence parallel";
-  if (use_distributed_optimizer) s += ", distributed optimizer";
+  if (use_torch_fsdp2) {
+    s += ", FSDP2 (parameters, gradients and optimizer state sharded)";
+  } else if (use_megatron_fsdp) {
+    s += ", Megatron-FSDP " + data_parallel_sharding_strategy;
+  } else if (use_distributed_optimizer) {
+    s += ", distributed optimizer";
+  }
   s += fmt::format("; micro-batch {}, global batch {} ({} micro-batches per DP rank)",
                    micro_batch_size, global_batch_size, num_microbatches());
   return s;

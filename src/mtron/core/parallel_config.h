@@ -49,6 +49,13 @@ struct ParallelConfig {
   bool overlap_grad_reduce = false;
   bool overlap_param_gather = false;
   bool use_tp_pp_dp_mapping = false;  // order tp-cp-ep-pp-dp instead of tp-cp-ep-dp-pp
+  // Fully sharded data parallelism: Megatron-FSDP (--use-megatron-fsdp) with
+  // --data-parallel-sharding-strategy no_shard (DDP), optim (the distributed optimizer),
+  // optim_grads or optim_grads_params (the parameters sharded too: ZeRO-3), or PyTorch's FSDP2
+  // (--use-torch-fsdp2: ZeRO-3). finalize() derives use_distributed_optimizer from them.
+  bool use_megatron_fsdp = false;
+  bool use_torch_fsdp2 = false;
+  std::string data_parallel_sharding_strategy = "optim_grads_params";
   int64_t micro_batch_size = 0;
   int64_t global_batch_size = 0;  // 0: micro_batch_size * DP
   // --cp-comm-type: one word for every layer or one per transformer layer (p2p, all_gather, a2a,
@@ -78,6 +85,12 @@ struct ParallelConfig {
   // hierarchical level for a2a+p2p, 1 (no all-to-all) otherwise.
   int64_t cp_a2a_size(CpCommType t) const;
   int64_t vpp() const { return vpp_; }  // model chunks per pipeline rank (1: not interleaved)
+  bool fsdp() const { return use_megatron_fsdp || use_torch_fsdp2; }
+  // Whether each rank holds only its shard of the parameters between their uses (ZeRO-3).
+  bool shard_params() const {
+    return use_torch_fsdp2 ||
+           (use_megatron_fsdp && data_parallel_sharding_strategy == "optim_grads_params");
+  }
   int64_t num_microbatches() const { return global_batch_size / (micro_batch_size * dp()); }
   // The interleaved schedule's contiguous micro-batches per virtual stage (N).
   int64_t microbatch_group() const {

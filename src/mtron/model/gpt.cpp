@@ -84,11 +84,13 @@ GPTChunk::GPTChunk(const ModelConfig& cfg,
   layers_.reserve(size_t(place.num_layers));
   for (int64_t i = 0; i < place.num_layers; ++i) {
     layer_first_.push_back(int(params_.specs().size()));
+    params_.begin_unit();
     layers_.emplace_back(cfg, place.first_layer + i, tp, ep, params_, expert_params_,
                          recompute.selective());
   }
   if (place.has_head) {
     head_first_ = int(params_.specs().size());
+    params_.begin_unit();
     lnf_.add_params(cfg, "decoder.final_layernorm", tp.sequence_parallel, params_);
     if (cfg.untie_embeddings_and_output_weights) {
       ParamSpec s = word_embedding_spec();
@@ -125,6 +127,23 @@ int64_t GPTChunk::group_end(int64_t i) const {
 std::pair<int64_t, int64_t> GPTChunk::param_range(int first, int next_first) const {
   const int64_t end = next_first < 0 ? params_.size() : params_.spec(next_first).offset;
   return {params_.spec(first).offset, end};
+}
+
+void GPTChunk::use_part(const ParamsUse& params, int64_t i, bool use) const {
+  if (!params) return;
+  const int64_t L = int64_t(layers_.size());
+  // The handle after part i's parameters (-1: the rest of the buffer).
+  auto next_first = [&](int64_t j) {
+    return j + 1 < L ? layer_first_[size_t(j + 1)] : head_first_;
+  };
+  const int first = i < 0 ? 0 : i < L ? layer_first_[size_t(i)] : head_first_;
+  const auto [lo, hi] = param_range(first, i < L ? next_first(i) : -1);
+  params(lo, hi, use);
+  const bool reads_embedding = out_w_ == wte_ || !mtp_.empty();
+  if (i == L && reads_embedding && wte_ >= 0 && wte_ < head_first_) {
+    const ParamSpec& e = params_.spec(wte_);
+    params(e.offset, e.offset + e.numel(), use);
+  }
 }
 
 float* GPTChunk::embed(const RunCtx& rc,
@@ -323,18 +342,7 @@ const float* GPTChunk::forward(const RunCtx& rc,
                                Stash& st,
                                const float* input,
                                bool train,
-                               const ParamsNeeded& params_needed) {
-  // The handle after layer i's parameters (or -1: the rest of the buffer).
-  auto next_first = [&](int64_t i) {
-    if (i + 1 < int64_t(layer_first_.size())) return layer_first_[size_t(i + 1)];
-    return head_first_;
-  };
-  auto need = [&](int first, int next) {
-    if (params_needed) {
-      const auto [lo, hi] = param_range(first, next);
-      params_needed(lo, hi);
-    }
-  };
+                               const ParamsUse& params) {
   const auto& tp = rc.tp;
   for (Arena* a : {&st.keep, &scratch_, &recompute_arena_}) use_device(*a, rc.k.device);
   st.keep.reset();
@@ -358,14 +366,15 @@ const float* GPTChunk::forward(const RunCtx& rc,
 
   const float* x = input;
   if (place_.has_embedding) {
-    need(0, next_first(-1));
+    use_part(params, -1, true);
     x = embed(rc, st.keep, tl, st.tokens, st.embed_pos);
+    use_part(params, -1, false);
   }
   MT_ASSERT(x != nullptr, "a chunk without embeddings needs an input");
 
   const int64_t L = int64_t(layers_.size());
   for (int64_t i = 0; i < L; ++i) {
-    need(layer_first_[size_t(i)], next_first(i));
+    use_part(params, i, true);
     st.inputs[size_t(i)] = x;
     scratch_.reset();
     float* y;
@@ -387,13 +396,14 @@ const float* GPTChunk::forward(const RunCtx& rc,
       if (train && layers_[size_t(i)].moe())
         layers_[size_t(i)].moe()->count_tokens(st.layers[size_t(i)].moe);
     }
+    use_part(params, i, false);
     x = y;
   }
   st.out = x;
   if (!place_.has_head) return x;
 
   scratch_.reset();
-  need(head_first_, -1);
+  use_part(params, L, true);
   st.lnf_mean =
       cfg_.normalization == Normalization::kLayerNorm ? st.keep.alloc<float>(Nl) : nullptr;
   st.lnf_rstd = st.keep.alloc<float>(Nl);
@@ -437,6 +447,7 @@ const float* GPTChunk::forward(const RunCtx& rc,
                .dloss = mb.dloss};
   lm_head_loss(rc, scratch_, a);
   if (train && !mtp_.empty()) mtp_forward(rc, mb, st, tl, acc + 1);
+  use_part(params, L, false);
   if (!st.loss_dev) {
     std::vector<double> sums(1 + mtp_.size());
     kernels::copy_to_host(rc.k, sums.data(), acc, int64_t(sizeof(double) * sums.size()));
@@ -450,7 +461,8 @@ const float* GPTChunk::backward(const RunCtx& rc,
                                 const MicroBatch& mb,
                                 Stash& st,
                                 const float* dout,
-                                const GradsReady& grads_ready) {
+                                const GradsReady& grads_ready,
+                                const ParamsUse& params) {
   auto ready = [&](int handle) {
     if (grads_ready) grads_ready(params_.spec(handle).offset);
   };
@@ -462,6 +474,7 @@ const float* GPTChunk::backward(const RunCtx& rc,
 
   if (place_.has_head) {
     MT_ASSERT(st.dhead, "backward of the head chunk needs a training forward");
+    use_part(params, int64_t(layers_.size()), true);
     scratch_.reset();
     float* dlnf = !tp.sequence_parallel ? st.dhead
                   : mtp_.empty()        ? scratch_.alloc<float>(Nl * h)
@@ -470,6 +483,7 @@ const float* GPTChunk::backward(const RunCtx& rc,
     if (!mtp_.empty()) mtp_backward(rc, st, tl, dlnf);
     kernels::fill_zero(rc.k, g, int64_t(sizeof(float)) * Nl * h);
     lnf_.backward(rc, cfg_, params_, g, dlnf, st.out, st.lnf_mean, st.lnf_rstd, Nl);
+    use_part(params, int64_t(layers_.size()), false);
     ready(head_first_);
   } else {
     MT_ASSERT(dout, "backward of a middle chunk needs the output gradient");
@@ -486,14 +500,18 @@ const float* GPTChunk::backward(const RunCtx& rc,
       recompute_arena_.reset();
       const float* x = st.inputs[size_t(start)];
       for (int64_t j = start; j <= i; ++j) {
+        use_part(params, j, true);
         scratch_.reset();
         float* y = recompute_arena_.alloc<float>(Nl * h);
         layers_[size_t(j)].forward(rc, tl, &st.layers[size_t(j)], recompute_arena_, scratch_, x, y);
+        use_part(params, j, false);
         x = y;
       }
     }
+    use_part(params, i, true);
     scratch_.reset();
     layers_[size_t(i)].backward(rc, tl, st.layers[size_t(i)], scratch_, g);
+    use_part(params, i, false);
     ready(layer_first_[size_t(i)]);
   }
 

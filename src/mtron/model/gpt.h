@@ -150,18 +150,20 @@ class GPTChunk {
   // The routed parts of this chunk's MoE layers, in layer order, then its MTP depths'.
   std::vector<MoELayer*> moe_layers();
 
+  // params, when given, is called for each part of a pass (the embeddings, each layer, the head
+  // with the word embeddings it reads) with the buffer range [begin, end) of its parameters:
+  // before the part reads them (use true) and after (use false). FSDP gathers and releases them
+  // there; --overlap-param-gather waits for their all-gather.
+  using ParamsUse = std::function<void(int64_t begin, int64_t end, bool use)>;
   // input: [Nl, h] from the previous stage (null on the first chunk). Returns the output
   // [Nl, h] (null on the head chunk, which instead fills st.loss_sum and, when `train`, the
-  // loss gradient in st.dhead). params_needed, when given, is called before each part (the
-  // embeddings, each layer, the head) with the buffer range [begin, end) of its parameters,
-  // so their all-gather can overlap with the parts before (--overlap-param-gather).
-  using ParamsNeeded = std::function<void(int64_t begin, int64_t end)>;
+  // loss gradient in st.dhead).
   const float* forward(const RunCtx& rc,
                        const MicroBatch& mb,
                        Stash& st,
                        const float* input,
                        bool train,
-                       const ParamsNeeded& params_needed = nullptr);
+                       const ParamsUse& params = nullptr);
   // dout: d(loss)/d(output) [Nl, h] (ignored on the head chunk). Returns d(loss)/d(input)
   // [Nl, h] in the stash (null on the first chunk). Parameter gradients accumulate.
   // grads_ready, when given, is called as backward proceeds with an offset in the parameter
@@ -172,7 +174,8 @@ class GPTChunk {
                         const MicroBatch& mb,
                         Stash& st,
                         const float* dout,
-                        const GradsReady& grads_ready = nullptr);
+                        const GradsReady& grads_ready = nullptr,
+                        const ParamsUse& params = nullptr);
 
   // An empty KV cache of `capacity` positions for mb.B sequences, on rc's device.
   KvCache make_kv_cache(const RunCtx& rc, int64_t B, int64_t capacity) const;
@@ -212,6 +215,9 @@ class GPTChunk {
   bool recomputed(int64_t i) const;  // is local layer i in a recompute group?
   // Buffer range of parameter handles [first, next_first) (next_first < 0: to the end).
   std::pair<int64_t, int64_t> param_range(int first, int next_first) const;
+  // Calls params(range, use) for layer i's parameters (-1: the embeddings; layers_.size(): the
+  // head, and the word embeddings where the output layer or the MTP depths read them here).
+  void use_part(const ParamsUse& params, int64_t i, bool use) const;
   int64_t group_end(int64_t i) const;
 
   const ModelConfig& cfg_;

@@ -39,6 +39,8 @@ int ParamBuffer::add(ParamSpec spec) {
                 " differs from the global shape");
     }
   }
+  spec.unit_start = spec.unit_start || unit_next_;
+  unit_next_ = false;
   specs_.push_back(std::move(spec));
   return int(specs_.size()) - 1;
 }
@@ -53,7 +55,8 @@ int ParamBuffer::find(const std::string& name) const {
 void ParamBuffer::allocate(Precision precision,
                            int64_t shards,
                            int64_t bucket_elems,
-                           const kernels::Ctx& k) {
+                           const kernels::Ctx& k,
+                           bool unit_buckets) {
   MT_ASSERT(precision == Precision::kFP32 || precision == Precision::kBF16 ||
                 precision == Precision::kFP16,
             "parameters in fp32, bf16 or fp16, not ", precision_name(precision));
@@ -70,7 +73,8 @@ void ParamBuffer::allocate(Precision precision,
     offset = end;
   };
   for (ParamSpec& s : specs_) {
-    if (s.cross_stage) close_bucket(false);  // alone in its own bucket
+    // A cross-stage embedding is alone in its bucket; with unit buckets a unit starts one.
+    if (s.cross_stage || (unit_buckets && s.unit_start)) close_bucket(false);
     s.offset = offset;
     offset += (s.numel() + 63) / 64 * 64;
     const int64_t begin = buckets_.empty() ? 0 : buckets_.back().end;
@@ -92,9 +96,12 @@ void ParamBuffer::allocate(Precision precision,
 }
 
 void ParamBuffer::init(uint64_t seed) {
-  const Tensor init = Tensor::zeros(master_.shape(), DType::kF32);  // on the host
+  // Drawn in place on the CPU (the buffer is zero, padding included); elsewhere staged on the host.
+  const bool host = ctx_.device == Device::kCPU;
+  const Tensor staging = host ? Tensor() : Tensor::zeros(master_.shape(), DType::kF32);
+  float* const base = host ? master_.f32() : staging.f32();
   for (const ParamSpec& s : specs_) {
-    float* w = init.f32() + s.offset;
+    float* w = base + s.offset;
     switch (s.init) {
       case ParamInit::kNormal:
         fill_normal_shard(w, rng_key(seed, s.name), s.init_std, s.global_shape, s.shard_dim,
@@ -108,7 +115,7 @@ void ParamBuffer::init(uint64_t seed) {
         break;
     }
   }
-  kernels::copy_from_host(ctx_, master_.raw(), init.raw(), int64_t(init.nbytes()));
+  if (!host) kernels::copy_from_host(ctx_, master_.raw(), staging.raw(), int64_t(staging.nbytes()));
   refresh_compute();
 }
 

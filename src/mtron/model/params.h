@@ -42,6 +42,7 @@ struct ParamSpec {
   bool tied_copy = false;    // last stage's replica of the word embeddings (PP > 1)
   bool cross_stage = false;  // tied word embeddings split over two pipeline stages: its
                              // gradient is summed over the embedding group first
+  bool unit_start = false;   // first parameter of a layer or of the head (begin_unit())
   int64_t offset = 0;        // element offset in the flat buffers
   int64_t numel() const { return mtron::numel(local_shape); }
   bool tp_replicated() const { return shard_dim < 0; }
@@ -72,16 +73,21 @@ class ParamBuffer {
   // Registers a parameter; its slice of the global shape along shard_dim is
   // [shard_offset, shard_offset + local extent). Returns its handle.
   int add(ParamSpec spec);
+  // The next parameter registered starts a unit: a layer, or the head (final norm, output layer,
+  // MTP depths). With unit buckets (FSDP) every unit starts a bucket.
+  void begin_unit() { unit_next_ = true; }
 
   // Lays out every registered parameter (64-element aligned) in buckets of at least
   // `bucket_elems` elements (0: one bucket), each padded to a multiple of 64 * `shards` (the
   // distributed optimizer's shard count; padding is zero), and allocates the buffers on k's
   // device (ops on them then run on k). precision: kFP32, or kBF16 / kFP16 (adds the bf16 / fp16
-  // compute copy).
+  // compute copy). unit_buckets: a bucket also closes before each unit (begin_unit()), so that
+  // FSDP gathers and releases a layer's parameters as one bucket.
   void allocate(Precision precision,
                 int64_t shards,
                 int64_t bucket_elems = 0,
-                const kernels::Ctx& k = {});
+                const kernels::Ctx& k = {},
+                bool unit_buckets = false);
   // Fills master weights per their specs (on the host, then copied to the device) and
   // refreshes the compute copy.
   void init(uint64_t seed);
@@ -115,6 +121,7 @@ class ParamBuffer {
   Precision precision_ = Precision::kFP32;
   kernels::Ctx ctx_;
   Tensor master_, grad_, compute_;
+  bool unit_next_ = false;
 };
 
 }  // namespace mtron::model

@@ -13,6 +13,7 @@
 #include "mtron/data/tokenizer.h"
 #include "mtron/train/checkpoint_args.h"
 #include "mtron/train/fp8_flags.h"
+#include "mtron/train/fsdp_flags.h"
 #include "mtron/train/megatron_flags.h"
 
 #include <fmt/format.h>
@@ -117,6 +118,8 @@ bool parse_train_args(int argc, char** argv, int64_t world_size, TrainArgs& a) {
 
   const char* p = "Parallelism";
   add_parallel_flags(app, a.parallel, ParallelFlags::kAll, p);
+  FsdpFlags fsdp;
+  add_fsdp_flags(app, a.parallel, fsdp, p);
   app.add_option("--ddp-bucket-size", a.ddp_bucket_size,
                  "Gradient bucket size in elements (default: one bucket, or max(40M, 1M x DP) "
                  "with --overlap-grad-reduce)")
@@ -436,6 +439,13 @@ bool parse_train_args(int argc, char** argv, int64_t world_size, TrainArgs& a) {
     a.notes.push_back("--moe-token-dispatcher-type flex (" + flex_backend +
                       ") runs as alltoall: the same routing and results, mtron's own all-to-all "
                       "instead of DeepEP/HybridEP kernels");
+  }
+  validate_fsdp_flags(fsdp, a.parallel, a.precision, a.checkpoint.ckpt_format,
+                      a.check_weight_hash_interval, a.notes);
+  if (a.parallel.shard_params() && a.device == Device::kCUDA) {
+    a.notes.push_back(
+        "FSDP on CUDA: the parameters are gathered layer by layer, but their device memory stays "
+        "allocated (mtron releases the pages of the shards it does not hold on the CPU only)");
   }
   if (!a.checkpoint.ckpt_format.empty()) {
     a.notes.push_back("--ckpt-format " + a.checkpoint.ckpt_format +

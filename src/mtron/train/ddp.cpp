@@ -40,7 +40,8 @@ optim::OptimBuffer ddp_buffer(const model::RunCtx& rc,
                               std::vector<std::unique_ptr<GradSync>>& syncs) {
   const bool sharded = ps.config().use_distributed_optimizer;
   Comm& dp = experts ? ps.edp() : ps.dp_cp();
-  p.allocate(rc.precision, sharded ? dp.size() : 1, o.bucket_elems, rc.k);
+  p.allocate(rc.precision, sharded ? dp.size() : 1, o.bucket_elems, rc.k,
+             o.unit_buckets && !experts);
   p.init(seed);
   syncs.push_back(std::make_unique<GradSync>(p, dp, sharded, o.grad_reduce_in_bf16));
   optim::OptimBuffer b{.master = p.master_flat().f32(),

@@ -40,6 +40,7 @@ struct DdpOptions {
   int64_t bucket_elems = 0;  // ddp_bucket_elems
   bool grad_reduce_in_bf16 = false;
   bool decoupled_lr = false;  // --decoupled-lr (the dense buffers' embedding and output layer)
+  bool unit_buckets = false;  // FSDP: a bucket per layer (dense buffers), as Megatron-FSDP's
 };
 
 // Makes buffer `p` of a chunk (its dense parameters, or with `experts` its routed experts)

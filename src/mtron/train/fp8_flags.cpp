@@ -87,9 +87,10 @@ void validate_fp8_flags(model::Fp8Config& c,
     }
   }
   // Megatron's arguments.py rule and message.
-  MT_CHECK(!c.param_gather || p.use_distributed_optimizer,
-           "--fp8-param-gather only supported with distributed optimizer, torch fsdp2, megatron "
-           "fsdp, or inference mode");
+  MT_CHECK(
+      !c.param_gather || p.use_distributed_optimizer || p.use_megatron_fsdp || p.use_torch_fsdp2,
+      "--fp8-param-gather only supported with distributed optimizer, torch fsdp2, megatron "
+      "fsdp, or inference mode");
   if (c.param_gather) {
     notes.push_back(
         "--fp8-param-gather has no numeric effect: mtron quantises the bf16 weights before each "

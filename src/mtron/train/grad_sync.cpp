@@ -1,5 +1,6 @@
 #include "mtron/train/grad_sync.h"
 
+#include "mtron/core/memory.h"
 #include "mtron/kernels/elementwise.h"
 
 namespace mtron::train {
@@ -124,6 +125,78 @@ void GradSync::wait_params(int64_t begin, int64_t end) {
     }
   }
   pending_params_ = any_left;
+}
+
+void GradSync::drop(size_t i) {
+  const model::Bucket& b = p_.buckets()[i];
+  const int64_t len = b.shard_len(dp_.size()), own = b.begin + dp_.rank() * len;
+  for (const Tensor* t : {&p_.master_flat(), &p_.compute_flat()}) {
+    if (!t->defined()) continue;
+    const int64_t e = int64_t(dtype_size(t->dtype()));
+    char* base = static_cast<char*>(t->raw());
+    device_discard(t->device(), base + b.begin * e, size_t((own - b.begin) * e));
+    device_discard(t->device(), base + (own + len) * e, size_t((b.end - own - len) * e));
+  }
+  held_[i] = false;
+}
+
+void GradSync::shard_params() {
+  MT_ASSERT(distributed_, "parameter sharding needs the distributed optimizer's shards");
+  wait_all_params();
+  const size_t n = p_.buckets().size();
+  sharded_ = true;
+  hold_all_ = false;
+  uses_.assign(n, 0);
+  held_.assign(n, false);
+  if (dp_.size() == 1) return;
+  for (size_t i = 0; i < n; ++i) drop(i);
+}
+
+void GradSync::gather(const std::vector<size_t>& buckets) {
+  std::vector<std::unique_ptr<Request>> reqs;
+  for (size_t i : buckets) {
+    const model::Bucket& b = p_.buckets()[i];
+    const int64_t len = b.shard_len(dp_.size());
+    float* m = p_.master_flat().f32() + b.begin;
+    reqs.push_back(dp_.iall_gather(m + dp_.rank() * len, m, len, DType::kF32));
+  }
+  for (size_t k = 0; k < buckets.size(); ++k) {
+    reqs[k]->wait();
+    const model::Bucket& b = p_.buckets()[buckets[k]];
+    p_.refresh_compute(b.begin, b.end);
+    held_[buckets[k]] = true;
+  }
+}
+
+void GradSync::use_params(int64_t begin, int64_t end) {
+  if (!sharded_ || dp_.size() == 1) return;
+  const auto& buckets = p_.buckets();
+  std::vector<size_t> missing;
+  for (size_t i = 0; i < buckets.size(); ++i) {
+    if (buckets[i].begin >= end || begin >= buckets[i].end) continue;
+    ++uses_[i];
+    if (!held_[i]) missing.push_back(i);
+  }
+  gather(missing);
+}
+
+void GradSync::release_params(int64_t begin, int64_t end) {
+  if (!sharded_ || dp_.size() == 1) return;
+  const auto& buckets = p_.buckets();
+  for (size_t i = 0; i < buckets.size(); ++i) {
+    if (buckets[i].begin >= end || begin >= buckets[i].end) continue;
+    MT_ASSERT(uses_[i] > 0, "parameters released more often than used");
+    if (--uses_[i] == 0 && !hold_all_) drop(i);
+  }
+}
+
+void GradSync::gather_all_params() {
+  if (!sharded_ || dp_.size() == 1) return;
+  std::vector<size_t> missing;
+  for (size_t i = 0; i < held_.size(); ++i)
+    if (!held_[i]) missing.push_back(i);
+  gather(missing);
+  hold_all_ = true;
 }
 
 }  // namespace mtron::train

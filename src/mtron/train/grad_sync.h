@@ -9,6 +9,7 @@
 // the caller has summed them over the embedding group. After the optimizer step the updated
 // master weights are all-gathered bucket by bucket; with --overlap-param-gather the gathers run
 // in the background and the next forward waits for each bucket just before it needs it.
+// With FSDP's optim_grads_params (ZeRO-3) the parameters are sharded too: see shard_params().
 // With bf16 reduction (--grad-reduce-in-bf16) each bucket is rounded to bf16, reduced in bf16 (the
 // sum rounded to bf16 at each step, half the bytes on the wire) and widened back to fp32.
 #pragma once
@@ -42,8 +43,27 @@ class GradSync {
   void wait_all_params() { wait_params(0, p_.size()); }
   bool params_pending() const { return pending_params_; }
 
+  // FSDP's optim_grads_params (ZeRO-3): outside the parts of a pass that read them, a bucket's
+  // parameters beyond this rank's shard are not held. shard_params() drops them (after
+  // initialisation, a checkpoint load and every optimizer step, when this rank's shard is the
+  // current one); use_params() all-gathers the buckets holding elements [begin, end) from every
+  // rank's shard of the fp32 master weights and narrows their compute copy (the model reads both
+  // in mixed precision: embeddings, norms and biases the master, GEMMs the copy), as
+  // gather_params() does; release_params() drops them again once no part uses them. On the CPU
+  // the dropped pages go back to the system (device_discard); other devices keep them.
+  void shard_params();
+  void use_params(int64_t begin, int64_t end);
+  void release_params(int64_t begin, int64_t end);
+  // Gathers every bucket and holds them until the next shard_params(): for reads of the whole
+  // model (generation, export).
+  void gather_all_params();
+  bool params_sharded() const { return sharded_; }
+
  private:
   void launch(size_t b);
+  void gather(const std::vector<size_t>& buckets);
+  // Drops bucket i's other shards of the master weights and of their compute copy.
+  void drop(size_t i);
 
   model::ParamBuffer& p_;
   Comm& dp_;
@@ -54,6 +74,9 @@ class GradSync {
   std::vector<Tensor> bf16_send_, bf16_recv_;       // bf16 reduction: per bucket
   std::vector<std::unique_ptr<Request>> gathers_;   // per bucket, in flight
   bool pending_params_ = false;
+  bool sharded_ = false, hold_all_ = false;
+  std::vector<int> uses_;   // per bucket: parts using it now (sharded)
+  std::vector<bool> held_;  // per bucket: gathered (sharded)
 };
 
 }  // namespace mtron::train

@@ -57,12 +57,7 @@ class Trainer::Stages : public parallel::StageModel {
     model::GPTChunk::Stash& st = acquire({chunk, m});
     model::GPTChunk& c = *t_.chunks_[size_t(chunk)];
     st.loss_dev = loss_dev_;
-    // --overlap-param-gather: the parameter all-gathers of the last step are still in flight.
-    model::GPTChunk::ParamsNeeded need;
-    GradSync* sync = t_.grad_syncs_[size_t(chunk)].get();
-    if (sync->params_pending())
-      need = [sync](int64_t lo, int64_t hi) { sync->wait_params(lo, hi); };
-    const float* out = c.forward(t_.rc_, mb(m), st, input, train_, need);
+    const float* out = c.forward(t_.rc_, mb(m), st, input, train_, params_use(chunk));
     moe_.add(st.moe);
     if (!train_) pending_ = {chunk, m};
     return out;
@@ -77,7 +72,8 @@ class Trainer::Stages : public parallel::StageModel {
       GradSync* sync = t_.grad_syncs_[size_t(chunk)].get();
       ready = [sync](int64_t offset) { sync->ready(offset); };
     }
-    const float* d = t_.chunks_[size_t(chunk)]->backward(t_.rc_, mb(m), st, dout, ready);
+    const float* d =
+        t_.chunks_[size_t(chunk)]->backward(t_.rc_, mb(m), st, dout, ready, params_use(chunk));
     pending_ = {chunk, m};  // the schedule copies d before the next call
     return d;
   }
@@ -92,6 +88,20 @@ class Trainer::Stages : public parallel::StageModel {
  private:
   using Key = std::pair<int, int64_t>;
 
+  // FSDP (ZeRO-3): each part's parameters gathered before it and dropped after;
+  // --overlap-param-gather: the parameter all-gathers of the last step may still be in flight.
+  model::GPTChunk::ParamsUse params_use(int chunk) const {
+    GradSync* sync = t_.grad_syncs_[size_t(chunk)].get();
+    if (sync->params_sharded()) {
+      return [sync](int64_t lo, int64_t hi, bool use) {
+        use ? sync->use_params(lo, hi) : sync->release_params(lo, hi);
+      };
+    }
+    if (!sync->params_pending()) return nullptr;
+    return [sync](int64_t lo, int64_t hi, bool use) {
+      if (use) sync->wait_params(lo, hi);
+    };
+  }
   const model::MicroBatch& mb(int64_t m) {
     auto it = mbs_.find(m);
     if (it == mbs_.end()) it = mbs_.emplace(m, t_.microbatch(split_, base_, m)).first;

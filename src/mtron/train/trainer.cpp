@@ -81,6 +81,9 @@ Trainer::Trainer(const TrainArgs& args, Comm& world, int ranks_per_node)
   checkpointer_ =
       std::make_unique<checkpoint::Checkpointer>(a_.checkpoint, checkpoint_run_info(), *ps_);
   checkpointer_->load(checkpoint_view());
+  // FSDP (ZeRO-3): from here on each rank holds its shard of the dense parameters.
+  if (a_.parallel.shard_params())
+    for (auto& g : grad_syncs_) g->shard_params();
   batch_size_ = a_.batches.batch_size_at(consumed_samples_);
   num_microbatches_ = batch_size_ / (a_.parallel.micro_batch_size * a_.parallel.dp());
   // The last rank logs, as Megatron's.
@@ -96,7 +99,7 @@ void Trainer::build_model() {
   const int64_t P = par.pp(), v = par.vpp();
   const DdpOptions ddp{
       ddp_bucket_elems(a_.ddp_bucket_size, par.overlap_grad_reduce, ps_->dp_cp().size()),
-      a_.precision.grad_reduce_in_bf16, a_.decoupled_lr.has_value()};
+      a_.precision.grad_reduce_in_bf16, a_.decoupled_lr.has_value(), par.fsdp()};
   std::vector<optim::OptimBuffer> bufs;
   for (int64_t c = 0; c < v; ++c) {
     const int64_t vs = c * P + ps_->pp_rank();  // virtual stage
@@ -247,8 +250,12 @@ model::MicroBatch Trainer::microbatch(data::Split split, int64_t base, int64_t j
 }
 
 void Trainer::check_replicas() {
-  for (auto* syncs : {&grad_syncs_, &expert_syncs_})
-    for (auto& g : *syncs) g->wait_all_params();
+  for (auto* syncs : {&grad_syncs_, &expert_syncs_}) {
+    for (auto& g : *syncs) {
+      g->wait_all_params();
+      g->gather_all_params();  // FSDP: the whole model, until the next shard_params()
+    }
+  }
   std::vector<std::string> bad;
   for (size_t c = 0; c < chunks_.size(); ++c) {
     const auto add = [&](const std::vector<std::string>& names, const char* group) {
@@ -266,6 +273,8 @@ void Trainer::check_replicas() {
            " parameter replicas differ after iteration ", iteration_, ")");
   if (world_.rank() == 0)
     log_plain(fmt::format(">>> Weight hashes match after {} iterations...", iteration_));
+  for (auto& g : grad_syncs_)
+    if (g->params_sharded()) g->shard_params();
 }
 
 double Trainer::evaluate(data::Split split, int64_t iters) {
@@ -326,7 +335,9 @@ StepResult Trainer::step() {
   if (!r.skipped) lr_samples_ += batch_size_;
   // Every rank updated its shards of the master weights: gather the whole model back (in the
   // background with --overlap-param-gather: the next forward waits bucket by bucket).
-  for (auto& g : grad_syncs_) g->gather_params(par.overlap_param_gather);
+  // FSDP (ZeRO-3): each rank keeps its updated shard, the next pass gathers layer by layer.
+  for (auto& g : grad_syncs_)
+    par.shard_params() ? g->shard_params() : g->gather_params(par.overlap_param_gather);
   for (auto& g : expert_syncs_) g->gather_params(false);
   if (a_.model.is_moe()) moe_stats(r);
   if (a_.model.moe_router_enable_expert_bias) {
