@@ -102,15 +102,15 @@ void device_free(Device d, void* ptr, size_t bytes) {
   account(d, -int64_t(bytes));
 }
 
-int64_t device_discard(Device d, void* ptr, size_t bytes) {
-  if (d != Device::kCPU || !ptr) return 0;
+std::pair<size_t, size_t> device_discard(Device d, void* ptr, size_t bytes) {
+  if (d != Device::kCPU || !ptr) return {0, 0};
   const auto page = uintptr_t(sysconf(_SC_PAGESIZE));
-  const uintptr_t lo = (reinterpret_cast<uintptr_t>(ptr) + page - 1) / page * page;
-  const uintptr_t hi = (reinterpret_cast<uintptr_t>(ptr) + bytes) / page * page;
-  if (hi <= lo) return 0;
+  const auto at = reinterpret_cast<uintptr_t>(ptr);
+  const uintptr_t lo = (at + page - 1) / page * page, hi = (at + bytes) / page * page;
+  if (hi <= lo) return {0, 0};
   MT_CHECK(madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_DONTNEED) == 0,
            "madvise(MADV_DONTNEED) failed on ", hi - lo, " bytes");
-  return int64_t(hi - lo);
+  return {lo - at, hi - at};
 }
 
 MemoryStats memory_stats(Device d) {

@@ -11,6 +11,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <utility>
 
 #include "mtron/core/dtype.h"
 
@@ -25,9 +26,9 @@ void set_device_allocator(Device d, DeviceAllocator a);
 void* device_alloc(Device d, size_t bytes);
 void device_free(Device d, void* ptr, size_t bytes);
 // Returns the whole pages inside [ptr, ptr + bytes) of a CPU block to the system (the block stays
-// allocated; those pages read as zeros until written again) and the bytes returned. Other
-// devices keep their memory: 0.
-int64_t device_discard(Device d, void* ptr, size_t bytes);
+// allocated; those pages read as zeros until written again): the byte range [first, last) of
+// [ptr, ptr + bytes) so returned. Other devices keep their memory: {0, 0}.
+std::pair<size_t, size_t> device_discard(Device d, void* ptr, size_t bytes);
 
 struct MemoryStats {
   int64_t allocated = 0;      // bytes held now

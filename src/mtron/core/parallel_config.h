@@ -86,6 +86,12 @@ struct ParallelConfig {
   int64_t cp_a2a_size(CpCommType t) const;
   int64_t vpp() const { return vpp_; }  // model chunks per pipeline rank (1: not interleaved)
   bool fsdp() const { return use_megatron_fsdp || use_torch_fsdp2; }
+  // Whether each rank reduce-scatters every micro-batch's gradients into its shard (ZeRO-2).
+  bool shard_grads() const {
+    return use_torch_fsdp2 ||
+           (use_megatron_fsdp && (data_parallel_sharding_strategy == "optim_grads" ||
+                                  data_parallel_sharding_strategy == "optim_grads_params"));
+  }
   // Whether each rank holds only its shard of the parameters between their uses (ZeRO-3).
   bool shard_params() const {
     return use_torch_fsdp2 ||

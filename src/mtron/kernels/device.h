@@ -1,7 +1,7 @@
 // defines: device_count, device_unavailable, chunk_elems, init_device, DeviceProperties,
 //          device_properties, DeviceMemory, device_memory, reset_peak_memory, default_stream,
 //          create_stream, destroy_stream, synchronize, copy_to_host, copy_from_host,
-//          copy_from_host_async, DeviceWork, device_work
+//          copy_from_host_async, zero_release, DeviceWork, device_work
 //
 // Device management behind the same per-device dispatch as the ops, so that code above kernels
 // never names CUDA. On the CPU these are trivial (one device, no streams, memcpy).
@@ -74,6 +74,11 @@ void copy_from_host(const Ctx& ctx, void* dst, const void* host_src, int64_t byt
 // slot is reused only once the copy queued from it has completed (CUDA: an event per slot).
 // Counted as a copy, not a host synchronisation. On the CPU: memcpy.
 void copy_from_host_async(const Ctx& ctx, void* dst, const void* host_src, int64_t bytes);
+// x[0, bytes) = 0. On the CPU the whole pages inside are returned to the system instead of
+// written (they read as zeros, and take memory again once written), the partial ones at the ends
+// written; other devices keep their memory (fill_zero). For buffers mostly unused at a time:
+// FSDP's shards of parameters and gradients.
+void zero_release(const Ctx& ctx, void* x, int64_t bytes);
 
 // What this process has queued on devices of kind d since it started, and how often the host
 // waited for one: kernel launches, GEMMs (cuBLASLt calls), device-side copies and memsets, and

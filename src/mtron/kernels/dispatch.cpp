@@ -165,4 +165,11 @@ void copy_from_host_async(const Ctx& ctx, void* dst, const void* host_src, int64
   host_device_copy("copy_from_host_async", ctx, dst, host_src, bytes, cuda::copy_from_host_async);
 }
 
+void zero_release(const Ctx& ctx, void* x, int64_t bytes) {
+  char* p = static_cast<char*>(x);
+  const auto [lo, hi] = device_discard(ctx.device, p, size_t(bytes));
+  fill_zero(ctx, p, int64_t(lo));
+  fill_zero(ctx, p + hi, bytes - int64_t(hi));
+}
+
 }  // namespace mtron::kernels

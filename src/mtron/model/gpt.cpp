@@ -515,10 +515,9 @@ const float* GPTChunk::backward(const RunCtx& rc,
     ready(layer_first_[size_t(i)]);
   }
 
-  if (!place_.has_embedding) return g;
-  embed_backward(rc, tl, g, st.tokens, st.embed_pos);
-  if (grads_ready) grads_ready(0);
-  return nullptr;
+  if (place_.has_embedding) embed_backward(rc, tl, g, st.tokens, st.embed_pos);
+  if (grads_ready) grads_ready(0);  // every gradient of the chunk (one without parts too)
+  return place_.has_embedding ? nullptr : g;
 }
 
 }  // namespace mtron::model

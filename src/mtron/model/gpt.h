@@ -168,7 +168,8 @@ class GPTChunk {
   // [Nl, h] in the stash (null on the first chunk). Parameter gradients accumulate.
   // grads_ready, when given, is called as backward proceeds with an offset in the parameter
   // buffer: this micro-batch's contributions to every parameter at or above it are complete
-  // (after the head, after each layer, after the embeddings), for overlapping the reduction.
+  // (after the head, after each layer, and with 0 at the end), for overlapping the reduction and
+  // for FSDP's reduce-scatter of every micro-batch's gradients.
   using GradsReady = std::function<void(int64_t offset)>;
   const float* backward(const RunCtx& rc,
                         const MicroBatch& mb,

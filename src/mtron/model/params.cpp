@@ -85,9 +85,10 @@ void ParamBuffer::allocate(Precision precision,
   close_bucket(false);
   if (buckets_.empty()) buckets_.push_back({0, m, false});
   const int64_t total = buckets_.back().end;
+  // Zero, and on the CPU not yet resident: FSDP keeps most of it so.
   auto zeros = [&](DType t) {
     Tensor z = Tensor::empty({total}, t, k.device);
-    kernels::fill_zero(k, z.raw(), int64_t(z.nbytes()));
+    kernels::zero_release(k, z.raw(), int64_t(z.nbytes()));
     return z;
   };
   master_ = zeros(DType::kF32);

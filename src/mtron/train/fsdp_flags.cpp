@@ -1,6 +1,7 @@
 #include "mtron/train/fsdp_flags.h"
 
 #include <CLI/CLI.hpp>
+#include <tuple>
 
 #include "mtron/core/error.h"
 
@@ -16,9 +17,9 @@ void add_fsdp_flags(CLI::App& app, ParallelConfig& p, FsdpFlags& f, const char* 
       ->group(group);
   app.add_option("--data-parallel-sharding-strategy", p.data_parallel_sharding_strategy,
                  "With --use-megatron-fsdp: no_shard (DDP), optim (the distributed optimizer), "
-                 "optim_grads (the same in mtron), optim_grads_params (default: each rank holds "
-                 "its shard of the parameters, gathered layer by layer as forward and backward "
-                 "read them)")
+                 "optim_grads (each micro-batch's gradients reduce-scattered into the rank's "
+                 "shard), optim_grads_params (default: and each rank holds its shard of the "
+                 "parameters, gathered layer by layer as forward and backward read them)")
       ->check(CLI::IsMember({"no_shard", "optim", "optim_grads", "optim_grads_params"}))
       ->group(group);
   app.add_option("--megatron-fsdp-main-params-dtype", f.main_params_dtype,
@@ -84,12 +85,15 @@ void validate_fsdp_flags(const FsdpFlags& f,
     MT_CHECK(f.grad_comm_dtype != "fp16",
              "--megatron-fsdp-grad-comm-dtype fp16: mtron reduces gradients in fp32 or bf16");
   }
-  if (p.use_megatron_fsdp && p.data_parallel_sharding_strategy == "optim_grads") {
-    notes.push_back(
-        "--data-parallel-sharding-strategy optim_grads runs as optim: mtron accumulates the "
-        "micro-batches' gradients in a whole fp32 buffer and reduce-scatters it once per step "
-        "(Megatron-FSDP reduce-scatters after every micro-batch), so only the optimizer state "
-        "is sharded; optim_grads_params shards the parameters too");
+  for (const auto& [on, flag, sharded] :
+       {std::tuple{p.overlap_grad_reduce, "--overlap-grad-reduce", p.shard_grads()},
+        std::tuple{p.overlap_param_gather, "--overlap-param-gather", p.shard_params()}}) {
+    if (on && sharded) {
+      notes.push_back(std::string(flag) +
+                      " has no effect under --data-parallel-sharding-strategy " +
+                      p.data_parallel_sharding_strategy +
+                      ": mtron's FSDP gathers and reduce-scatters layer by layer without overlap");
+    }
   }
 }
 

@@ -1,6 +1,9 @@
 #include "mtron/train/grad_sync.h"
 
+#include <algorithm>
+
 #include "mtron/core/memory.h"
+#include "mtron/kernels/device.h"
 #include "mtron/kernels/elementwise.h"
 
 namespace mtron::train {
@@ -64,6 +67,7 @@ void GradSync::launch(size_t i) {
 
 void GradSync::ready(int64_t offset) {
   const auto& buckets = p_.buckets();
+  MT_ASSERT(!grads_sharded_, "sharded gradients are reduced by scatter()");
   for (size_t i = 0; i < buckets.size(); ++i) {
     if (!launched_[i] && !buckets[i].deferred && buckets[i].begin >= offset) launch(i);
   }
@@ -76,6 +80,16 @@ void GradSync::ready(int64_t offset) {
 void GradSync::finish() {
   const auto& buckets = p_.buckets();
   for (size_t i = 0; i < buckets.size(); ++i) {
+    if (grads_sharded_ && !buckets[i].deferred) {
+      MT_ASSERT(summed_[i], "no micro-batch's gradients reached bucket ", i);
+      const int64_t len = buckets[i].shard_len(dp_.size());
+      if (!sums_.empty()) {  // bf16 reduction: the fp32 sum into the buffer's shard
+        kernels::copy(p_.ctx(), p_.grad_flat().f32() + buckets[i].begin + dp_.rank() * len,
+                      sums_[i].f32(), int64_t(sizeof(float)) * len);
+      }
+      summed_[i] = reduced_[i] = false;
+      continue;
+    }
     if (!launched_[i]) launch(i);
     if (requests_[i]) {
       requests_[i]->wait();
@@ -197,6 +211,87 @@ void GradSync::gather_all_params() {
     if (!held_[i]) missing.push_back(i);
   gather(missing);
   hold_all_ = true;
+}
+
+void GradSync::shard_grads() {
+  MT_ASSERT(distributed_, "gradient sharding needs the distributed optimizer's shards");
+  if (dp_.size() == 1) return;
+  grads_sharded_ = true;
+  const auto& buckets = p_.buckets();
+  const Device dev = p_.ctx().device;
+  int64_t largest = 0;
+  sums_.clear();
+  for (const model::Bucket& b : buckets) {
+    const int64_t len = b.shard_len(dp_.size());
+    if (!bf16_send_.empty())
+      sums_.push_back(b.deferred ? Tensor() : Tensor::empty({len}, DType::kF32, dev));
+    if (!b.deferred) largest = std::max(largest, len);
+  }
+  part_ = Tensor::empty({std::max<int64_t>(1, largest)}, DType::kF32, dev);
+  summed_.assign(buckets.size(), false);
+  reduced_.assign(buckets.size(), false);
+  // The whole-step reduce-scatter outputs serve the deferred buckets only now.
+  for (size_t i = 0; i < scattered_.size(); ++i)
+    if (!buckets[i].deferred) scattered_[i] = Tensor();
+}
+
+void GradSync::zero_grads(int64_t begin, int64_t end) {
+  kernels::zero_release(p_.ctx(), p_.grad_flat().f32() + begin,
+                        int64_t(sizeof(float)) * (end - begin));
+}
+
+void GradSync::scatter_bucket(size_t i) {
+  const model::Bucket& b = p_.buckets()[i];
+  const int64_t n = b.end - b.begin, len = b.shard_len(dp_.size());
+  const int64_t own = b.begin + dp_.rank() * len;
+  float* g = p_.grad_flat().f32();
+  if (bf16_send_.empty()) {
+    // This rank's part of the bucket holds the sum of the step's earlier micro-batches and the
+    // other ranks' parts are zero there, so the reduction adds this micro-batch to the sum.
+    dp_.ireduce_scatter(g + b.begin, part_.f32(), len, DType::kF32, ReduceOp::kSum)->wait();
+    kernels::copy(p_.ctx(), g + own, part_.f32(), int64_t(sizeof(float)) * len);
+  } else {
+    // Rounded to bf16 for the wire: the sum over the micro-batches is kept apart, in fp32.
+    float* sum = sums_[i].f32();
+    float* out = summed_[i] ? part_.f32() : sum;
+    kernels::convert(p_.ctx(), bf16_send_[i].bf(), g + b.begin, n);
+    dp_.ireduce_scatter(bf16_send_[i].bf(), bf16_recv_[i].bf(), len, DType::kBF16, ReduceOp::kSum)
+        ->wait();
+    kernels::convert(p_.ctx(), out, bf16_recv_[i].bf(), len);
+    if (summed_[i]) kernels::add(p_.ctx(), sum, sum, out, len);
+    zero_grads(own, own + len);
+  }
+  summed_[i] = true;
+  zero_grads(b.begin, own);
+  zero_grads(own + len, b.end);
+}
+
+void GradSync::scatter(int64_t offset) {
+  const auto& buckets = p_.buckets();
+  bool all = true;
+  for (size_t i = 0; i < buckets.size(); ++i) {
+    if (buckets[i].deferred) continue;
+    if (!reduced_[i] && buckets[i].begin >= offset) {
+      scatter_bucket(i);
+      reduced_[i] = true;
+    }
+    all = all && reduced_[i];
+  }
+  if (all) reduced_.assign(buckets.size(), false);  // the micro-batch's backward is complete
+}
+
+void GradSync::zero_grad() {
+  if (!grads_sharded_) {
+    p_.zero_grad();
+    return;
+  }
+  float* g = p_.grad_flat().f32();
+  for (const model::Bucket& b : p_.buckets()) {
+    const int64_t len = b.shard_len(dp_.size());
+    const int64_t at = b.deferred ? b.begin : b.begin + dp_.rank() * len;
+    const int64_t n = b.deferred ? b.end - b.begin : len;
+    kernels::fill_zero(p_.ctx(), g + at, int64_t(sizeof(float)) * n);
+  }
 }
 
 }  // namespace mtron::train

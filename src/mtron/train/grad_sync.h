@@ -59,11 +59,31 @@ class GradSync {
   void gather_all_params();
   bool params_sharded() const { return sharded_; }
 
+  // FSDP's optim_grads and optim_grads_params: the gradients are sharded too. After
+  // shard_grads(), scatter(offset) is called as each micro-batch's backward completes the
+  // gradients at or above `offset`: it reduce-scatters the buckets there not yet reduced in this
+  // micro-batch into this rank's shard, which holds the sum of the step's micro-batches (in the
+  // buffer: the other ranks' zeroed parts make the reduction add to it; with bf16 reduction in a
+  // separate fp32 sum that finish() writes back), and zeroes the rest of the bucket (on the CPU
+  // by dropping its pages), so a rank holds the whole gradients of about one layer at a time
+  // besides its shards. A deferred bucket (tied embeddings split over pipeline stages) is reduced
+  // once per step as without.
+  void shard_grads();
+  bool grads_sharded() const { return grads_sharded_; }
+  void scatter(int64_t offset);
+  // Zeroes the gradients for the next step: the whole buffer, or with sharded gradients what is
+  // not zero already (this rank's shards and the deferred buckets).
+  void zero_grad();
+
  private:
   void launch(size_t b);
   void gather(const std::vector<size_t>& buckets);
   // Drops bucket i's other shards of the master weights and of their compute copy.
   void drop(size_t i);
+  // Reduce-scatters bucket i's gradients of one micro-batch into its shard's sum; zeroes them.
+  void scatter_bucket(size_t i);
+  // Zeroes gradient elements [begin, end), returning their whole pages on the CPU.
+  void zero_grads(int64_t begin, int64_t end);
 
   model::ParamBuffer& p_;
   Comm& dp_;
@@ -77,6 +97,11 @@ class GradSync {
   bool sharded_ = false, hold_all_ = false;
   std::vector<int> uses_;   // per bucket: parts using it now (sharded)
   std::vector<bool> held_;  // per bucket: gathered (sharded)
+  bool grads_sharded_ = false;
+  std::vector<Tensor> sums_;   // per bucket, bf16 reduction: the shard's sum over micro-batches
+  std::vector<bool> summed_;   // per bucket: sums_ holds a micro-batch of this step
+  std::vector<bool> reduced_;  // per bucket: reduced in the current micro-batch
+  Tensor part_;                // one micro-batch's shard (the largest bucket's)
 };
 
 }  // namespace mtron::train

@@ -66,10 +66,14 @@ class Trainer::Stages : public parallel::StageModel {
   const float* backward(int chunk, int64_t m, const float* dout) override {
     release_pending();
     model::GPTChunk::Stash& st = *in_use_.at({chunk, m});
-    // The last micro-batch's backward completes each gradient: start reducing buckets then.
+    // FSDP's sharded gradients: every micro-batch's are reduce-scattered as backward completes
+    // them. Otherwise the last micro-batch's backward completes each gradient: start reducing
+    // buckets then.
     model::GPTChunk::GradsReady ready;
-    if (t_.a_.parallel.overlap_grad_reduce && m == t_.num_microbatches_ - 1) {
-      GradSync* sync = t_.grad_syncs_[size_t(chunk)].get();
+    GradSync* sync = t_.grad_syncs_[size_t(chunk)].get();
+    if (sync->grads_sharded()) {
+      ready = [sync](int64_t offset) { sync->scatter(offset); };
+    } else if (t_.a_.parallel.overlap_grad_reduce && m == t_.num_microbatches_ - 1) {
       ready = [sync](int64_t offset) { sync->ready(offset); };
     }
     const float* d =

@@ -81,9 +81,12 @@ Trainer::Trainer(const TrainArgs& args, Comm& world, int ranks_per_node)
   checkpointer_ =
       std::make_unique<checkpoint::Checkpointer>(a_.checkpoint, checkpoint_run_info(), *ps_);
   checkpointer_->load(checkpoint_view());
-  // FSDP (ZeRO-3): from here on each rank holds its shard of the dense parameters.
-  if (a_.parallel.shard_params())
-    for (auto& g : grad_syncs_) g->shard_params();
+  // FSDP: from here on each rank holds its shard of the dense parameters (ZeRO-3) and
+  // reduce-scatters their gradients micro-batch by micro-batch (ZeRO-2).
+  for (auto& g : grad_syncs_) {
+    if (a_.parallel.shard_params()) g->shard_params();
+    if (a_.parallel.shard_grads()) g->shard_grads();
+  }
   batch_size_ = a_.batches.batch_size_at(consumed_samples_);
   num_microbatches_ = batch_size_ / (a_.parallel.micro_batch_size * a_.parallel.dp());
   // The last rank logs, as Megatron's.
@@ -306,9 +309,9 @@ StepResult Trainer::step() {
   r.lr = learning_rate(lr_samples_);
   batch_size_ = a_.batches.batch_size_at(consumed_samples_);
   num_microbatches_ = batch_size_ / (par.micro_batch_size * par.dp());
-  for (auto& c : chunks_) {
-    c->params().zero_grad();
-    if (!c->expert_params().specs().empty()) c->expert_params().zero_grad();
+  for (size_t c = 0; c < chunks_.size(); ++c) {
+    grad_syncs_[c]->zero_grad();
+    if (!chunks_[c]->expert_params().specs().empty()) chunks_[c]->expert_params().zero_grad();
   }
 
   stages_->begin(true, data::Split::kTrain, consumed_samples_);
