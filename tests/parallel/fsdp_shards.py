@@ -14,6 +14,7 @@ rank writes the master weights and moments it holds) must resume it bit for bit.
 per rank (the logging rank's peak resident set) must fall by at least half of what each strategy
 stops holding at DP 2: half of the fp32 gradients (optim_grads against optim), half of the fp32
 master weights and, in bf16, of their compute copy (optim_grads_params against optim_grads).
+With gradients reduced in bf16, optim_grads_params must stay within 1e-3 of optim.
 """
 import os
 import sys
@@ -92,6 +93,15 @@ def main():
                               4 * params() / 2)
             ok &= less_memory(runs["optim_grads"], runs["optim_grads_params"],
                               precision + ": optim_grads_params", param_bytes * params() / 2)
+        # bf16 on the wire (--megatron-fsdp-grad-comm-dtype bf16, Megatron-FSDP's name for it):
+        # each micro-batch's gradients rounded to bf16 for the reduction, summed in fp32; close
+        # to optim's --grad-reduce-in-bf16, which rounds the step's sum once.
+        comm16 = run(mtron, d, "comm16", FSDP + ["--bf16", "--megatron-fsdp-grad-comm-dtype", "bf16"]
+                     + iters)
+        reduce16 = run(mtron, d, "reduce16", FSDP + [STRATEGY, "optim", "--bf16",
+                                                     "--grad-reduce-in-bf16"] + iters)
+        ok &= same(reduce16, comm16, "bf16 gradient reduction: optim_grads_params against optim",
+                   1e-3)
         # bf16: the optim_grads_params run saved after 2 iterations resumes as it ran on.
         ckpt = os.path.join(d, "ckpt")
         run(mtron, d, "save", FSDP + ["--bf16", "--train-iters", "2", "--save", ckpt,

@@ -219,20 +219,28 @@ void GradSync::shard_grads() {
   grads_sharded_ = true;
   const auto& buckets = p_.buckets();
   const Device dev = p_.ctx().device;
-  int64_t largest = 0;
+  const bool bf16 = !bf16_send_.empty();
+  int64_t largest = 1, largest_shard = 1;
   sums_.clear();
-  for (const model::Bucket& b : buckets) {
+  for (size_t i = 0; i < buckets.size(); ++i) {
+    const model::Bucket& b = buckets[i];
     const int64_t len = b.shard_len(dp_.size());
-    if (!bf16_send_.empty())
-      sums_.push_back(b.deferred ? Tensor() : Tensor::empty({len}, DType::kF32, dev));
-    if (!b.deferred) largest = std::max(largest, len);
+    if (bf16) sums_.push_back(b.deferred ? Tensor() : Tensor::empty({len}, DType::kF32, dev));
+    if (b.deferred) continue;
+    largest = std::max(largest, b.end - b.begin);
+    largest_shard = std::max(largest_shard, len);
+    // The whole-step path's per-bucket buffers serve the deferred buckets only now: one bucket's
+    // at a time does for the others.
+    if (!scattered_.empty()) scattered_[i] = Tensor();
+    if (bf16) bf16_send_[i] = bf16_recv_[i] = Tensor();
   }
-  part_ = Tensor::empty({std::max<int64_t>(1, largest)}, DType::kF32, dev);
+  part_ = Tensor::empty({largest_shard}, DType::kF32, dev);
+  if (bf16) {
+    send16_ = Tensor::empty({largest}, DType::kBF16, dev);
+    recv16_ = Tensor::empty({largest_shard}, DType::kBF16, dev);
+  }
   summed_.assign(buckets.size(), false);
   reduced_.assign(buckets.size(), false);
-  // The whole-step reduce-scatter outputs serve the deferred buckets only now.
-  for (size_t i = 0; i < scattered_.size(); ++i)
-    if (!buckets[i].deferred) scattered_[i] = Tensor();
 }
 
 void GradSync::zero_grads(int64_t begin, int64_t end) {
@@ -254,10 +262,9 @@ void GradSync::scatter_bucket(size_t i) {
     // Rounded to bf16 for the wire: the sum over the micro-batches is kept apart, in fp32.
     float* sum = sums_[i].f32();
     float* out = summed_[i] ? part_.f32() : sum;
-    kernels::convert(p_.ctx(), bf16_send_[i].bf(), g + b.begin, n);
-    dp_.ireduce_scatter(bf16_send_[i].bf(), bf16_recv_[i].bf(), len, DType::kBF16, ReduceOp::kSum)
-        ->wait();
-    kernels::convert(p_.ctx(), out, bf16_recv_[i].bf(), len);
+    kernels::convert(p_.ctx(), send16_.bf(), g + b.begin, n);
+    dp_.ireduce_scatter(send16_.bf(), recv16_.bf(), len, DType::kBF16, ReduceOp::kSum)->wait();
+    kernels::convert(p_.ctx(), out, recv16_.bf(), len);
     if (summed_[i]) kernels::add(p_.ctx(), sum, sum, out, len);
     zero_grads(own, own + len);
   }

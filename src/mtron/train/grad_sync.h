@@ -102,6 +102,7 @@ class GradSync {
   std::vector<bool> summed_;   // per bucket: sums_ holds a micro-batch of this step
   std::vector<bool> reduced_;  // per bucket: reduced in the current micro-batch
   Tensor part_;                // one micro-batch's shard (the largest bucket's)
+  Tensor send16_, recv16_;     // bf16 reduction: one bucket and its shard (the largest)
 };
 
 }  // namespace mtron::train
