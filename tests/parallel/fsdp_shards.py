@@ -23,10 +23,10 @@ import tempfile
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts"))
 import mtron_run  # noqa: E402
 
-# 4 layers of hidden 768 (7.1M parameters each) and untied embeddings of a 1024-token vocabulary:
-# 30M parameters, big enough for their shards to show in the resident set.
-LAYERS, HIDDEN, VOCAB, SEQ = 4, 768, 1024, 64
-MODEL = ("--num-layers %d --hidden-size %d --num-attention-heads 12 --seq-length %d "
+# 4 layers of hidden 512 (3.2M parameters each) and untied embeddings of a 1024-token vocabulary:
+# 13.7M parameters, big enough for their shards to show in the resident set.
+LAYERS, HIDDEN, VOCAB, SEQ = 4, 512, 1024, 64
+MODEL = ("--num-layers %d --hidden-size %d --num-attention-heads 8 --seq-length %d "
          "--max-position-embeddings %d --micro-batch-size 2 --global-batch-size 8 --lr 1e-4 "
          "--lr-decay-iters 4 "
          "--mock-data --vocab-size %d --seed 1234 --log-interval 1 --eval-iters 0 "
