@@ -113,14 +113,22 @@ void GradSync::finish() {
 
 void GradSync::gather_params(bool overlap) {
   if (!distributed_ || dp_.size() == 1) return;
-  const auto& buckets = p_.buckets();
-  for (size_t i = 0; i < buckets.size(); ++i) {
-    const int64_t len = buckets[i].shard_len(dp_.size());
-    float* m = p_.master_flat().f32() + buckets[i].begin;
-    gathers_[i] = dp_.iall_gather(m + dp_.rank() * len, m, len, DType::kF32);
-  }
+  for (size_t i = 0; i < p_.buckets().size(); ++i) launch_gather(i);
   pending_params_ = true;
   if (!overlap) wait_all_params();
+}
+
+void GradSync::launch_gather(size_t i) {
+  const model::Bucket& b = p_.buckets()[i];
+  const int64_t len = b.shard_len(dp_.size());
+  float* m = p_.master_flat().f32() + b.begin;
+  gathers_[i] = dp_.iall_gather(m + dp_.rank() * len, m, len, DType::kF32);
+}
+
+void GradSync::complete_gather(size_t i) {
+  gathers_[i]->wait();
+  gathers_[i].reset();
+  p_.refresh_compute(p_.buckets()[i].begin, p_.buckets()[i].end);
 }
 
 void GradSync::wait_params(int64_t begin, int64_t end) {
@@ -130,9 +138,7 @@ void GradSync::wait_params(int64_t begin, int64_t end) {
   for (size_t i = 0; i < buckets.size(); ++i) {
     if (!gathers_[i]) continue;
     if (buckets[i].begin < end && begin < buckets[i].end) {
-      gathers_[i]->wait();
-      gathers_[i].reset();
-      p_.refresh_compute(buckets[i].begin, buckets[i].end);
+      complete_gather(i);
     } else {
       gathers_[i]->test();  // let Open MPI progress the others
       any_left = true;
@@ -167,18 +173,10 @@ void GradSync::shard_params() {
 }
 
 void GradSync::gather(const std::vector<size_t>& buckets) {
-  std::vector<std::unique_ptr<Request>> reqs;
+  for (size_t i : buckets) launch_gather(i);
   for (size_t i : buckets) {
-    const model::Bucket& b = p_.buckets()[i];
-    const int64_t len = b.shard_len(dp_.size());
-    float* m = p_.master_flat().f32() + b.begin;
-    reqs.push_back(dp_.iall_gather(m + dp_.rank() * len, m, len, DType::kF32));
-  }
-  for (size_t k = 0; k < buckets.size(); ++k) {
-    reqs[k]->wait();
-    const model::Bucket& b = p_.buckets()[buckets[k]];
-    p_.refresh_compute(b.begin, b.end);
-    held_[buckets[k]] = true;
+    complete_gather(i);
+    held_[i] = true;
   }
 }
 

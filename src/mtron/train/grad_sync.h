@@ -77,6 +77,10 @@ class GradSync {
 
  private:
   void launch(size_t b);
+  // Starts bucket i's all-gather of the master weights; completes it and narrows the compute copy.
+  void launch_gather(size_t i);
+  void complete_gather(size_t i);
+  // Gathers the buckets (launched together) and marks them held.
   void gather(const std::vector<size_t>& buckets);
   // Drops bucket i's other shards of the master weights and of their compute copy.
   void drop(size_t i);
