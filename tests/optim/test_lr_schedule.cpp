@@ -67,11 +67,46 @@ TEST(LrSchedule, InverseSquareRootWithinTheDecay) {
     EXPECT_NEAR(s.lr_at(n), 3e-3 * std::sqrt(40.0) / std::sqrt(double(n)), 1e-15) << n;
   }
   EXPECT_DOUBLE_EQ(s.lr_at(99000), 3e-4);  // floored at min_lr
+  // Past the decay Megatron returns min_lr before it looks at the style.
+  const LrSchedule short_decay = schedule(LrDecayStyle::kInverseSquareRoot, 40, 160);
+  EXPECT_NEAR(short_decay.lr_at(160), 3e-3 / 2, 1e-15);
+  EXPECT_DOUBLE_EQ(short_decay.lr_at(161), 3e-4);
   // Without warmup Megatron takes max(warmup, 1) and max(samples, 1).
   const LrSchedule w = schedule(LrDecayStyle::kInverseSquareRoot, 0, 100000);
   EXPECT_DOUBLE_EQ(w.lr_at(0), 3e-3);
   EXPECT_DOUBLE_EQ(w.lr_at(1), 3e-3);
   EXPECT_NEAR(w.lr_at(4), 3e-3 / 2, 1e-15);
+}
+
+// WSD: lr until the last wsd_decay_samples of the decay, then each annealing style; min_lr after.
+TEST(LrSchedule, WsdHoldsThenAnneals) {
+  LrSchedule s = schedule(LrDecayStyle::kWsd, 40, 400);
+  s.wsd_decay_samples = 100;  // anneals over samples 301..400
+  const auto want = [](WsdDecayStyle style, double r) {
+    switch (style) {
+      case WsdDecayStyle::kExponential:
+        return 2.0 * std::pow(0.5, r) - 1.0;
+      case WsdDecayStyle::kLinear:
+        return 1.0 - r;
+      case WsdDecayStyle::kCosine:
+        return 0.5 * (std::cos(kPi * r) + 1.0);
+      case WsdDecayStyle::kMinusSqrt:
+        return 1.0 - std::sqrt(r);
+    }
+    return -1.0;
+  };
+  for (const WsdDecayStyle style : {WsdDecayStyle::kExponential, WsdDecayStyle::kLinear,
+                                    WsdDecayStyle::kCosine, WsdDecayStyle::kMinusSqrt}) {
+    s.wsd_style = style;
+    EXPECT_DOUBLE_EQ(s.lr_at(20), 1e-5 + (3e-3 - 1e-5) * 20 / 40);             // warmup
+    for (int64_t n : {41, 200, 300}) EXPECT_DOUBLE_EQ(s.lr_at(n), 3e-3) << n;  // stable
+    for (int64_t n : {301, 325, 350, 399, 400}) {
+      const double r = double(n - 300) / 100.0;
+      EXPECT_NEAR(s.lr_at(n), 3e-4 + want(style, r) * (3e-3 - 3e-4), 1e-15) << n;
+    }
+    EXPECT_NEAR(s.lr_at(400), 3e-4, 1e-15);  // every style ends at min_lr
+    EXPECT_DOUBLE_EQ(s.lr_at(401), 3e-4);
+  }
 }
 
 // The schedule's warmup in samples, as Megatron's scheduler counts it (global batch 2 here):
@@ -85,6 +120,25 @@ int64_t warmup_samples(const std::vector<std::string>& extra) {
       extra, 1, a));
   EXPECT_EQ(a.parallel.global_batch_size, 2);
   return a.schedule.warmup_samples;
+}
+
+// WSD's annealing phase from the flags: iterations x global batch, or samples.
+TEST(LrSchedule, WsdFlags) {
+  const char* base =
+      "--num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 16 "
+      "--micro-batch-size 2 --lr 1e-3 --mock-data --vocab-size 100 --lr-decay-style WSD ";
+  train::TrainArgs a;
+  ASSERT_TRUE(tests::parse_train_flags(
+      std::string(base) + "--train-iters 90",
+      {"--lr-wsd-decay-iters", "30", "--lr-wsd-decay-style", "minus_sqrt"}, 1, a));
+  EXPECT_EQ(a.schedule.style, LrDecayStyle::kWsd);
+  EXPECT_EQ(a.schedule.wsd_decay_samples, 60);
+  EXPECT_EQ(a.schedule.wsd_style, WsdDecayStyle::kMinusSqrt);
+  train::TrainArgs b;
+  ASSERT_TRUE(tests::parse_train_flags(std::string(base) + "--train-samples 180",
+                                       {"--lr-wsd-decay-samples", "50"}, 1, b));
+  EXPECT_EQ(b.schedule.wsd_decay_samples, 50);
+  EXPECT_EQ(b.schedule.wsd_style, WsdDecayStyle::kExponential);  // Megatron's default
 }
 
 TEST(LrSchedule, WarmupFractionOfTheDecayIterations) {

@@ -154,6 +154,11 @@ void check_lr(const optim::LrSchedule& ck, const optim::LrSchedule& run, const s
        ck.decay_samples, run.decay_samples);
   same(ck.style == run.style, "--lr-decay-style", lr_style_name(ck.style),
        lr_style_name(run.style));
+  if (run.style != optim::LrDecayStyle::kWsd) return;
+  same(ck.wsd_decay_samples == run.wsd_decay_samples, "WSD annealing samples (--lr-wsd-decay-*)",
+       ck.wsd_decay_samples, run.wsd_decay_samples);
+  same(ck.wsd_style == run.wsd_style, "--lr-wsd-decay-style", wsd_style_name(ck.wsd_style),
+       wsd_style_name(run.wsd_style));
 }
 
 std::string layout_str(const LayoutRecord& l, bool moe) {

@@ -64,12 +64,24 @@ constexpr EnumName<optim::LrDecayStyle> kLrDecayStyleNames[] = {
     {optim::LrDecayStyle::kConstant, "constant"},
     {optim::LrDecayStyle::kLinear, "linear"},
     {optim::LrDecayStyle::kCosine, "cosine"},
-    {optim::LrDecayStyle::kInverseSquareRoot, "inverse-square-root"}};
+    {optim::LrDecayStyle::kInverseSquareRoot, "inverse-square-root"},
+    {optim::LrDecayStyle::kWsd, "WSD"}};
+
+// --lr-wsd-decay-style's names.
+constexpr EnumName<optim::WsdDecayStyle> kWsdDecayStyleNames[] = {
+    {optim::WsdDecayStyle::kExponential, "exponential"},
+    {optim::WsdDecayStyle::kLinear, "linear"},
+    {optim::WsdDecayStyle::kCosine, "cosine"},
+    {optim::WsdDecayStyle::kMinusSqrt, "minus_sqrt"}};
 
 }  // namespace
 
 std::string lr_style_name(optim::LrDecayStyle s) {
   return name_of(kLrDecayStyleNames, s);
+}
+
+std::string wsd_style_name(optim::WsdDecayStyle s) {
+  return name_of(kWsdDecayStyleNames, s);
 }
 
 ordered_json model_config_to_json(const ModelConfig& m) {
@@ -296,6 +308,10 @@ std::string manifest_to_json(const Manifest& m) {
                          {"decay_samples", s.decay_samples},
                          {"decay_style", lr_style_name(s.style)},
                          {"num_samples", m.lr_samples}};
+    if (s.style == optim::LrDecayStyle::kWsd) {
+      j["lr_scheduler"]["wsd_decay_samples"] = s.wsd_decay_samples;
+      j["lr_scheduler"]["wsd_decay_style"] = wsd_style_name(s.wsd_style);
+    }
   } else {
     j["lr_scheduler"] = nullptr;
   }
@@ -382,6 +398,11 @@ Manifest manifest_from_json(std::string_view text, const std::string& file) {
     lr.warmup_samples = field<int64_t>(s, "warmup_samples", file);
     lr.decay_samples = field<int64_t>(s, "decay_samples", file);
     lr.style = named_field(s, "decay_style", kLrDecayStyleNames, "lr decay style", file);
+    if (lr.style == optim::LrDecayStyle::kWsd) {
+      lr.wsd_decay_samples = field<int64_t>(s, "wsd_decay_samples", file);
+      lr.wsd_style =
+          named_field(s, "wsd_decay_style", kWsdDecayStyleNames, "WSD decay style", file);
+    }
     m.lr_schedule = lr;
     m.lr_samples = field_or<int64_t>(s, "num_samples", m.consumed_samples, file);
   }

@@ -86,5 +86,6 @@ Manifest manifest_from_json(std::string_view text, const std::string& file);
 Manifest read_manifest(const std::string& dir);
 
 std::string lr_style_name(optim::LrDecayStyle s);
+std::string wsd_style_name(optim::WsdDecayStyle s);
 
 }  // namespace mtron::checkpoint

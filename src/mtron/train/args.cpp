@@ -55,6 +55,7 @@ void validate_schedule_flags(TrainArgs& a, bool warmup_iters_set) {
     if (a.lr_decay_iters == 0) a.lr_decay_iters = a.train_iters;
     a.schedule.decay_samples = a.lr_decay_iters * gbs;
     a.schedule.warmup_samples = a.lr_warmup_iters * gbs;
+    a.schedule.wsd_decay_samples = a.lr_wsd_decay_iters * gbs;
   } else {
     MT_CHECK(a.lr_decay_iters == 0,
              "--lr-decay-iters needs --train-iters (expected sample-based learning rate decay: "
@@ -68,7 +69,24 @@ void validate_schedule_flags(TrainArgs& a, bool warmup_iters_set) {
     if (a.lr_decay_samples == 0) a.lr_decay_samples = a.train_samples;
     a.schedule.decay_samples = a.lr_decay_samples;
     a.schedule.warmup_samples = a.lr_warmup_samples;
+    a.schedule.wsd_decay_samples = a.lr_wsd_decay_samples;
   }
+  // Megatron reads --lr-wsd-decay-iters in iteration-based training and --lr-wsd-decay-samples
+  // in sample-based training.
+  if (a.lr_decay_style == optim::LrDecayStyle::kWsd) {
+    const char* want = a.train_samples > 0 ? "--lr-wsd-decay-samples" : "--lr-wsd-decay-iters";
+    MT_CHECK(a.train_samples > 0 ? a.lr_wsd_decay_iters == 0 : a.lr_wsd_decay_samples == 0,
+             a.train_samples > 0 ? "--lr-wsd-decay-iters" : "--lr-wsd-decay-samples", " needs ",
+             a.train_samples > 0 ? "--train-iters" : "--train-samples", " (expected ", want, ")");
+    MT_CHECK(a.schedule.wsd_decay_samples > 0, "--lr-decay-style WSD needs ", want,
+             " (the annealing phase at the end of the decay)");
+  } else if (a.lr_wsd_decay_iters > 0 || a.lr_wsd_decay_samples > 0) {
+    a.notes.push_back(
+        "--lr-wsd-decay-iters/--lr-wsd-decay-samples have no effect without --lr-decay-style "
+        "WSD");
+    a.schedule.wsd_decay_samples = 0;
+  }
+  a.schedule.wsd_style = a.lr_wsd_decay_style;
   if (a.lr_warmup_fraction >= 0) {
     MT_CHECK(!warmup_iters_set && a.lr_warmup_samples == 0,
              "can only specify one of --lr-warmup-fraction and --lr-warmup-iters/samples");
@@ -266,13 +284,29 @@ bool parse_train_args(int argc, char** argv, int64_t world_size, TrainArgs& a) {
          "Their minimum learning rate (default: --min-lr)")
       ->group(o);
   app.add_option("--lr-decay-style", a.lr_decay_style,
-                 "constant, linear, cosine, inverse-square-root")
+                 "constant, linear, cosine, inverse-square-root, WSD (warmup, stable, decay)")
       ->transform(choices(std::map<std::string, optim::LrDecayStyle>{
           {"constant", optim::LrDecayStyle::kConstant},
           {"linear", optim::LrDecayStyle::kLinear},
           {"cosine", optim::LrDecayStyle::kCosine},
-          {"inverse-square-root", optim::LrDecayStyle::kInverseSquareRoot}}))
+          {"inverse-square-root", optim::LrDecayStyle::kInverseSquareRoot},
+          {"WSD", optim::LrDecayStyle::kWsd}}))
       ->type_name("TEXT")
+      ->group(o);
+  app.add_option("--lr-wsd-decay-style", a.lr_wsd_decay_style,
+                 "WSD's annealing: exponential (default), linear, cosine, minus_sqrt")
+      ->transform(choices(std::map<std::string, optim::WsdDecayStyle>{
+          {"exponential", optim::WsdDecayStyle::kExponential},
+          {"linear", optim::WsdDecayStyle::kLinear},
+          {"cosine", optim::WsdDecayStyle::kCosine},
+          {"minus_sqrt", optim::WsdDecayStyle::kMinusSqrt}}))
+      ->type_name("TEXT")
+      ->group(o);
+  app.add_option("--lr-wsd-decay-iters", a.lr_wsd_decay_iters,
+                 "WSD: anneal over the last this many iterations of the decay")
+      ->group(o);
+  app.add_option("--lr-wsd-decay-samples", a.lr_wsd_decay_samples,
+                 "WSD: anneal over the last this many samples of the decay")
       ->group(o);
   app.add_option("--lr-decay-iters", a.lr_decay_iters,
                  "Decay over this many iterations (default: --train-iters)")

@@ -54,6 +54,8 @@ struct TrainArgs {
   int64_t lr_warmup_iters = 0, lr_decay_iters = 0;
   int64_t lr_warmup_samples = 0, lr_decay_samples = 0;
   optim::LrDecayStyle lr_decay_style = optim::LrDecayStyle::kLinear;
+  int64_t lr_wsd_decay_iters = 0, lr_wsd_decay_samples = 0;
+  optim::WsdDecayStyle lr_wsd_decay_style = optim::WsdDecayStyle::kExponential;
   // --decoupled-lr / --decoupled-min-lr: the word embeddings' and output layer's peak and
   // minimum learning rates (the same warmup and decay shape).
   std::optional<double> decoupled_lr, decoupled_min_lr;

@@ -57,6 +57,12 @@ constexpr Compat kSwitches[] = {
     {"--log-progress", "progress.txt is not written"},
     {"--log-energy", "energy is not measured"},
     {"--use-persistent-ckpt-worker", "mtron saves synchronously, with no checkpoint worker"},
+    {"--verify-integrity",
+     "mtron's checkpoints always carry a CRC-32C of every tensor and file header, checked on "
+     "every load"},
+    {"--check-for-large-grads",
+     "mtron has no rerun engine to replay an iteration with unexpectedly large gradients "
+     "(NaN and Inf gradients are counted and the iteration skipped)"},
     {"--ckpt-assume-constant-structure",
      "mtron's checkpoint writer keeps no structure between saves to reuse"},
     {"--no-ckpt-fully-parallel-save",
@@ -153,6 +159,7 @@ const std::vector<CompatValue>& value_flags() {
       {"--wandb-save-dir", "without --wandb-project nothing is sent to Weights & Biases", {}},
       {"--wandb-entity", "without --wandb-project nothing is sent to Weights & Biases", {}},
       {"--logging-level", "mtron's log has one level (errors, notes and the log line)", {}},
+      {"--async-strategy", "mtron saves synchronously", {"nvrx", "mcore"}},
       {"--rerun-mode",
        "mtron has no rerun engine: an iteration with a NaN or Inf loss or gradient is counted "
        "and skipped",
