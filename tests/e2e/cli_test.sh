@@ -30,10 +30,10 @@ help)
     grep -q "^$group" "$TMP/help" || fail "--help lacks the group '$group'"
   done
   grep -q -- "--device.*{cpu,cuda}" "$TMP/help" || fail "--device choices"
-  grep -q -- "--lr-decay-style.*{constant,cosine,inverse-square-root,linear}" "$TMP/help" \
+  grep -q -- "--lr-decay-style.*{WSD,constant,cosine,inverse-square-root,linear}" "$TMP/help" \
     || fail "--lr-decay-style choices"
   for flag in --tensorboard-dir --train-samples --rampup-batch-size --decoupled-lr \
-              --use-checkpoint-opt_param-scheduler --wandb-project --manual-gc; do
+              --use-checkpoint-opt_param-scheduler --wandb-project --manual-gc --muon-momentum; do
     grep -q -- "$flag" "$TMP/help" || fail "--help lacks $flag"
   done
   ;;

@@ -45,13 +45,18 @@ NOTES = {
     "mr_mcore_te_tp1_pp2_cp4_a2a_p2p_nondeterministic": [],
     "gpt3_mcore_te_tp2_zp_z3_resume_fsdp_dtensor": ["--use-persistent-ckpt-worker has no effect"],
     "gpt3_mcore_te_tp2_pp1_fsdp2_resume_torch_dist": ["--async-save has no effect"],
+    "gpt3_moe_mcore_te_ep8_resume_torch_dist_dist_muon":
+        ["--use-distributed-optimizer with Muon: Megatron's layer-wise distributed optimizer",
+         "--no-use-layer-wise-param-layout has no effect"],
+    "gpt3_moe_mcore_te_ep8_resume_torch_dist_muon": ["--use-persistent-ckpt-worker has no effect"],
 }
 # What --print-layout must show for a config (its pipeline split and schedule): 12 layers over
 # PP4 with 2 on the first and last stages; 6 layers over PP4 x VPP2 with the embedding and the
 # loss counted as layers, so that the first and last virtual stages hold none; the interleaved
 # schedule's micro-batches in one group of 5 (M = 40 / (4 x DP2)); the model summary naming the
 # interleaved RoPE, the Sinkhorn top-1 routing, multi-latent attention (in FP8) with an MTP depth,
-# or multi-latent attention with learned positions (Megatron's default position type); the
+# or multi-latent attention with learned positions (Megatron's default position type); Muon's
+# settings; the
 # selective recompute of four modules; CP4 as all-to-all groups of 2 and a ring of 2
 # (--hierarchical-context-parallel-sizes given as one argument, "2 2"); Megatron-FSDP's and
 # FSDP2's sharding.
@@ -75,6 +80,10 @@ SHOWN = {
     "gpt3_mcore_te_tp2_zp_z3_resume_fsdp_dtensor":
         ["TP 2 x CP 1 x DP 4 x PP 1, Megatron-FSDP optim_grads_params"],
     "gpt3_mcore_te_tp2_pp1_fsdp2_resume_torch_dist": ["DP 4 x PP 1, FSDP2"],
+    "gpt3_moe_mcore_te_ep8_resume_torch_dist_dist_muon":
+        ["optimizer: Muon (momentum 0.9, spectral scale x 0.2, quintic Newton-Schulz x 5 in bf16"],
+    "gpt3_moe_mcore_te_ep8_resume_torch_dist_muon":
+        ["optimizer: Muon (momentum 0.9, spectral scale x 0.2"],
 }
 
 

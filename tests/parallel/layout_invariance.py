@@ -52,7 +52,10 @@ llama in bf16 (tolerance 5e-4 over 10 iterations: bf16's rounding boundaries), a
 gradient norm of the first 2 iterations within 1e-6 and 2e-6: under context parallelism q, k, v,
 the attention output and its gradient must be rounded where the 1-process run's bf16 attention
 rounds them (CP2 without that rounding: iteration 2's loss 2.0e-6 off, iteration 1's gradient
-norm 7.5e-6).
+norm 7.5e-6). gpt2_muon, llama_muon (Nesterov) and moe_muon: --optimizer muon; gpt2_muon's
+Newton-Schulz runs in bf16 (Megatron's default), whose rounding turns the layouts' fp32
+differences of 1e-8 into 2.5e-4 within 10 iterations: tolerance 1e-3, the first 2 iterations' loss
+and gradient norm within 1e-6; llama_muon and moe_muon's in fp32 (--muon-fp32-matmul-prec high).
 """
 import os
 import re
@@ -94,13 +97,21 @@ EOD = ["--eod-mask-loss", "--tokenizer-type", "NullTokenizer", "--data-path", "@
 ARCH["llama_eod"] = ARCH["llama"] + EOD
 ARCH["gpt2_reset"] = ARCH["gpt2"] + EOD + ["--reset-position-ids"]
 ARCH["mtp_eod"] = ARCH["mtp"] + EOD
+# Muon: every layout orthogonalises the same whole matrices (gathered over TP and expert TP in
+# their global order; the fused QKV weight's q, k and v rows apart; SwiGLU's fc1 gate over up):
+# in fp32 on llama and moe, in bf16 (Megatron's default precision) on gpt2.
+MUON = ["--optimizer", "muon"]
+ARCH["gpt2_muon"] = ARCH["gpt2"] + MUON
+ARCH["llama_muon"] = ARCH["llama"] + MUON + ["--muon-nesterov", "--muon-fp32-matmul-prec", "high"]
+ARCH["moe_muon"] = ARCH["moe"] + MUON + ["--muon-fp32-matmul-prec", "high"]
 NO_DROPOUT = "--hidden-dropout 0 --attention-dropout 0".split()
 DROPOUT = "--hidden-dropout 0.1 --attention-dropout 0.1".split()
 for a in list(ARCH):
     ARCH[a + "_dropout"] = ARCH[a] + DROPOUT
     ARCH[a] = ARCH[a] + NO_DROPOUT
 TOL = 1e-5
-ARCH_TOL = {"gpt2_fp16": 3e-4, "llama_fp8": 1e-4, "mla_fp8": 1e-4, "llama_bf16": 5e-4}
+ARCH_TOL = {"gpt2_fp16": 3e-4, "llama_fp8": 1e-4, "mla_fp8": 1e-4, "llama_bf16": 5e-4,
+            "gpt2_muon": 1e-3}
 GRAD_TOL = {"llama_fp8": 5e-3, "mla_fp8": 5e-3}  # the gradient norm's, where it differs
 # The loss of the first N iterations within rel. FP8: iteration 2 is the first whose scales come
 # from an amax history, so it tells an amax reduction that is missing (1.5e-5 off). Later ones may
@@ -108,7 +119,8 @@ GRAD_TOL = {"llama_fp8": 5e-3, "mla_fp8": 5e-3}  # the gradient norm's, where it
 # layouts' different GEMM shapes put iteration 3 1.2e-5 apart under TP2 + SP.
 # bf16: the gradient norm of the first N iterations too (the third figure), where the layouts
 # differ only by fp32 summation orders before bf16's rounding boundaries amplify them.
-EARLY = {"llama_fp8": (2, 1e-6), "mla_fp8": (2, 1e-6), "llama_bf16": (2, 1e-6, 2e-6)}
+EARLY = {"llama_fp8": (2, 1e-6), "mla_fp8": (2, 1e-6), "llama_bf16": (2, 1e-6, 2e-6),
+         "gpt2_muon": (2, 1e-6, 1e-6)}
 AUX = ("load_balancing_loss", "seq_load_balancing_loss", "z_loss", "mtp_1 loss", "mtp_2 loss")
 EXPERT_BYTES = re.compile(r"\[mtron r0/\d+\] .*expert weights on this rank: (\d+) bytes")
 

@@ -324,6 +324,7 @@ std::string save_checkpoint(const std::string& save_dir,
     m.lr_samples = progress.lr_samples;
     if (with_optimizer) m.grad_scaler = progress.grad_scaler;
     m.adam = info.adam;
+    m.muon = info.muon;
     m.lr_schedule = info.lr_schedule;
     m.seed = info.seed;
     m.tokenizer = carry_tokenizer(info.tokenizer, tmp);

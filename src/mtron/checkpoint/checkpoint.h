@@ -80,6 +80,7 @@ struct RunInfo {
   LayoutRecord layout;
   Precision precision = Precision::kFP32;
   optim::AdamWConfig adam;
+  std::optional<optim::MuonConfig> muon;  // --optimizer muon (its momenta are the exp_avg tensors)
   std::optional<optim::LrSchedule> lr_schedule;
   std::optional<uint64_t> seed;
   TokenizerRecord tokenizer;

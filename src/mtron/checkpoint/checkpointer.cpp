@@ -299,6 +299,12 @@ void Checkpointer::load(const TrainView& v) {
     if (root) log_info("note: {} has no optimizer state; the optimizer starts fresh", *dir);
     load_optim = false;
   }
+  if (load_optim) {
+    const char* saved = m.muon ? "muon" : "adam";
+    MT_CHECK(bool(m.muon) == bool(info_.muon), "checkpoint ", *dir, " holds --optimizer ", saved,
+             " state; pass --optimizer ", saved,
+             " to resume it, or --no-load-optim to start this run's optimizer afresh");
+  }
   if (!a_.no_load_rng && !a_.finetune && m.seed && info_.seed && *m.seed != *info_.seed) {
     MT_CHECK(false, "checkpoint ", *dir, " was trained with --seed ", *m.seed, "; pass --seed ",
              *m.seed, " to resume exactly, or --no-load-rng to continue with --seed ", *info_.seed);

@@ -80,7 +80,7 @@ struct TrainView {
   int64_t* iteration = nullptr;
   int64_t* consumed_samples = nullptr;
   int64_t* lr_samples = nullptr;  // where the learning-rate schedule stands (steps not skipped)
-  optim::AdamW* optimizer = nullptr;
+  optim::Optimizer* optimizer = nullptr;
   optim::LrSchedule* schedule = nullptr;  // replaced by the checkpoint's on request
   // The loss scaler (null without one); a dynamic one's state is saved and restored with the
   // optimizer state.

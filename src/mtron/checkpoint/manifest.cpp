@@ -67,6 +67,16 @@ constexpr EnumName<optim::LrDecayStyle> kLrDecayStyleNames[] = {
     {optim::LrDecayStyle::kInverseSquareRoot, "inverse-square-root"},
     {optim::LrDecayStyle::kWsd, "WSD"}};
 
+// --muon-scale-mode's names.
+constexpr EnumName<optim::MuonScale> kMuonScaleNames[] = {
+    {optim::MuonScale::kSpectral, "spectral"},
+    {optim::MuonScale::kUnitRmsNorm, "unit_rms_norm"},
+    {optim::MuonScale::kShapeScaling, "shape_scaling"}};
+
+std::string muon_scale_name(optim::MuonScale s) {
+  return name_of(kMuonScaleNames, s);
+}
+
 // --lr-wsd-decay-style's names.
 constexpr EnumName<optim::WsdDecayStyle> kWsdDecayStyleNames[] = {
     {optim::WsdDecayStyle::kExponential, "exponential"},
@@ -284,13 +294,23 @@ std::string manifest_to_json(const Manifest& m) {
                  {"use_distributed_optimizer", l.distributed_optimizer}};
   j["precision"] = std::string(precision_name(m.precision));
   if (m.has_optimizer) {
-    j["optimizer"] = {{"type", "adamw"},
+    j["optimizer"] = {{"type", m.muon ? "muon" : "adamw"},
                       {"steps", m.optimizer_steps},
                       {"beta1", tidy(m.adam.beta1)},
                       {"beta2", tidy(m.adam.beta2)},
                       {"eps", tidy(m.adam.eps)},
                       {"weight_decay", tidy(m.adam.weight_decay)},
                       {"clip_grad", tidy(m.adam.clip_grad)}};
+    if (m.muon) {
+      j["optimizer"]["muon"] = {{"momentum", tidy(m.muon->momentum)},
+                                {"nesterov", m.muon->nesterov},
+                                {"scale_mode", muon_scale_name(m.muon->scale)},
+                                {"extra_scale_factor", tidy(m.muon->extra_scale)},
+                                {"coefficient_type", m.muon->coefficients},
+                                {"num_ns_steps", m.muon->ns_steps},
+                                {"bf16_newton_schulz", m.muon->bf16},
+                                {"split_qkv", m.muon->split_qkv}};
+    }
     if (m.grad_scaler) {
       j["optimizer"]["grad_scaler"] = {{"scale", m.grad_scaler->scale},
                                        {"growth_tracker", m.grad_scaler->growth_tracker},
@@ -371,8 +391,25 @@ Manifest manifest_from_json(std::string_view text, const std::string& file) {
   m.precision = parse_precision(field_or<std::string>(j, "precision", "fp32", file));
   if (j.contains("optimizer") && !j["optimizer"].is_null()) {
     const json& o = j["optimizer"];
-    MT_CHECK(o.is_object() && field<std::string>(o, "type", file) == "adamw", file,
-             ": unknown optimizer (expected adamw)");
+    MT_CHECK(o.is_object(), file, ": optimizer is not an object");
+    const std::string type = field<std::string>(o, "type", file);
+    MT_CHECK(type == "adamw" || type == "muon", file, ": unknown optimizer type '", type,
+             "' (expected adamw or muon)");
+    if (type == "muon") {
+      MT_CHECK(o.contains("muon") && o["muon"].is_object(), file,
+               ": optimizer.muon is missing or not an object");
+      const json& u = o["muon"];
+      optim::MuonConfig c;
+      c.momentum = field<float>(u, "momentum", file);
+      c.nesterov = field<bool>(u, "nesterov", file);
+      c.scale = named_field(u, "scale_mode", kMuonScaleNames, "Muon scale mode", file);
+      c.extra_scale = field<float>(u, "extra_scale_factor", file);
+      c.coefficients = field<std::string>(u, "coefficient_type", file);
+      c.ns_steps = field<int>(u, "num_ns_steps", file);
+      c.bf16 = field<bool>(u, "bf16_newton_schulz", file);
+      c.split_qkv = field<bool>(u, "split_qkv", file);
+      m.muon = c;
+    }
     m.has_optimizer = true;
     m.optimizer_steps = field<int64_t>(o, "steps", file);
     m.adam.beta1 = field<float>(o, "beta1", file);

@@ -63,6 +63,9 @@ struct Manifest {
   bool has_optimizer = false;
   int64_t optimizer_steps = 0;
   optim::AdamWConfig adam;
+  // Muon's settings when it stepped the matrices (optimizer.type "muon"; their exp_avg tensors
+  // hold its momenta, their exp_avg_sq zeros), else AdamW alone (type "adamw").
+  std::optional<optim::MuonConfig> muon;
   // A dynamic loss scaler's state (optimizer.grad_scaler; --fp16), saved with the optimizer.
   std::optional<optim::GradScalerState> grad_scaler;
   std::optional<optim::LrSchedule> lr_schedule;

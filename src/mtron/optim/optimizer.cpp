@@ -5,6 +5,7 @@
 #include <utility>
 #include <vector>
 
+#include "mtron/core/error.h"
 #include "mtron/kernels/device.h"
 #include "mtron/kernels/elementwise.h"
 #include "mtron/kernels/gemm_operand.h"
@@ -45,14 +46,24 @@ int64_t offloaded_elems(const OptimBuffer& b, double fraction) {
 
 }  // namespace
 
-AdamW::AdamW(std::vector<OptimBuffer> buffers,
-             AdamWConfig cfg,
-             const kernels::Ctx& k,
-             double offload_fraction)
+Optimizer::Optimizer(std::vector<OptimBuffer> buffers,
+                     AdamWConfig cfg,
+                     const kernels::Ctx& k,
+                     double offload_fraction,
+                     std::optional<MuonConfig> muon)
     : buffers_(std::move(buffers)),
       cfg_(cfg),
       k_(k),
       norm_sum_(Tensor::empty({1}, DType::kF64, k.device)) {
+  if (muon) {
+    muon_ = std::make_unique<Muon>(*muon, k);
+    MT_ASSERT(offload_fraction == 0, "Muon with optimizer offload");
+    for (const OptimBuffer& b : buffers_) {  // whole: the moments in element order
+      int64_t at = 0;
+      for (const OptimBuffer::Shard& s : b.shards) at = s.begin == at ? s.end : -1;
+      MT_ASSERT(b.muon.empty() || at == b.size, "Muon over a sharded buffer");
+    }
+  }
   const kernels::Ctx host{};
   auto zeros = [](const kernels::Ctx& ctx, int64_t n) {
     Tensor t = Tensor::empty({n}, DType::kF32, ctx.device);
@@ -71,14 +82,14 @@ AdamW::AdamW(std::vector<OptimBuffer> buffers,
   }
 }
 
-MomentSplit AdamW::split(size_t i,
-                         const std::vector<Tensor>& dev,
-                         const std::vector<Tensor>& host) const {
+MomentSplit Optimizer::split(size_t i,
+                             const std::vector<Tensor>& dev,
+                             const std::vector<Tensor>& host) const {
   return {host[i].f32(), dev[i].f32(), host_[i]};
 }
 
 template <typename F>
-void AdamW::for_each_offloaded(size_t i, F&& f) const {
+void Optimizer::for_each_offloaded(size_t i, F&& f) const {
   int64_t m = 0;  // moments (and host elements) before this shard
   for (const OptimBuffer::Shard& s : buffers_[i].shards) {
     const int64_t n = std::min(s.end - s.begin, host_[i] - m);
@@ -88,7 +99,7 @@ void AdamW::for_each_offloaded(size_t i, F&& f) const {
   }
 }
 
-void AdamW::offload_copy(size_t i, float* device, float* host, bool to_host) const {
+void Optimizer::offload_copy(size_t i, float* device, float* host, bool to_host) const {
   for_each_offloaded(i, [&](int64_t begin, int64_t at, int64_t n) {
     const int64_t bytes = int64_t(sizeof(float)) * n;
     if (to_host) {
@@ -103,7 +114,7 @@ void AdamW::offload_copy(size_t i, float* device, float* host, bool to_host) con
 // in buffer order, counted ones joined across the padding between them (zero:
 // ParamBuffer::zero_grad clears the whole buffer), a run ending at a piece that is not counted.
 // The runs add to one double on the device, read once (one host synchronisation on a GPU).
-double AdamW::grad_norm(Comm& norm_group) const {
+double Optimizer::grad_norm(Comm& norm_group) const {
   double* total = static_cast<double*>(norm_sum_.raw());
   kernels::fill_zero(k_, total, sizeof(double));
   for (const OptimBuffer& b : buffers_) {
@@ -136,7 +147,7 @@ double AdamW::grad_norm(Comm& norm_group) const {
   return std::sqrt(sumsq);
 }
 
-void AdamW::scale_grads(float s) {
+void Optimizer::scale_grads(float s) {
   for (const OptimBuffer& b : buffers_) {
     for (const OptimBuffer::Shard& sh : b.shards) {
       kernels::scale_inplace(k_, b.grad + sh.begin, s, sh.end - sh.begin);
@@ -144,7 +155,7 @@ void AdamW::scale_grads(float s) {
   }
 }
 
-bool AdamW::step(double lr, double grad_norm, std::optional<double> decoupled_lr) {
+bool Optimizer::step(double lr, double grad_norm, std::optional<double> decoupled_lr) {
   if (!std::isfinite(grad_norm)) return false;
   // As Megatron and torch's clip_grad_norm_: scale by max_norm / (norm + 1e-6) when below 1.
   const double coeff = cfg_.clip_grad > 0 ? cfg_.clip_grad / (grad_norm + 1e-6) : 1.0;
@@ -166,6 +177,7 @@ bool AdamW::step(double lr, double grad_norm, std::optional<double> decoupled_lr
     const int64_t h = host_[i];
     std::vector<kernels::AdamWRun> runs;
     for_each_piece(b, [&](int64_t lo, int64_t hi, const OptimRange& r, int64_t mo) {
+      if (r.muon) return;
       const kernels::AdamWRun run{.begin = lo,
                                   .n = hi - lo,
                                   .moment = mo - h,
@@ -181,6 +193,10 @@ bool AdamW::step(double lr, double grad_norm, std::optional<double> decoupled_lr
     kernels::adamw_step_runs(k_, b.master, m_[i].f32(), v_[i].f32(), b.grad,
                              fused ? static_cast<bf16*>(b.compute) : nullptr, runs.data(),
                              int64_t(runs.size()), p);
+    for (const MuonMatrix& mm : b.muon) {  // whole buffer: a parameter's moment is its offset
+      muon_->step(mm, b.master, b.grad, b.compute, b.compute_dtype, m_[i].f32() + mm.begin, lr,
+                  cfg_.weight_decay, clip);
+    }
     if (b.compute && !fused) {  // fp16: the compute copy of each shard, padding included
       for (const OptimBuffer::Shard& sh : b.shards) {
         kernels::narrow_operand(k_, b.compute_dtype, static_cast<f16*>(b.compute) + sh.begin,
@@ -207,13 +223,13 @@ bool AdamW::step(double lr, double grad_norm, std::optional<double> decoupled_lr
   return true;
 }
 
-int64_t AdamW::state_bytes() const {
+int64_t Optimizer::state_bytes() const {
   int64_t n = 0;
   for (size_t i = 0; i < m_.size(); ++i) n += int64_t(m_[i].nbytes() + v_[i].nbytes());
   return n;
 }
 
-int64_t AdamW::host_state_bytes() const {
+int64_t Optimizer::host_state_bytes() const {
   int64_t n = 0;
   for (size_t i = 0; i < mh_.size(); ++i) n += int64_t(mh_[i].nbytes() + vh_[i].nbytes());
   return n;

@@ -1,11 +1,14 @@
-// defines: OptimRange, OptimBuffer, AdamWConfig, AdamW
+// defines: OptimRange, OptimBuffer, AdamWConfig, Optimizer
 //
-// AdamW over flat fp32 buffers (one per model chunk). The optimizer knows nothing of the model:
+// AdamW, and with --optimizer muon Muon for the parameters marked (optim/muon.h), over flat fp32
+// buffers (one per model chunk). The optimizer knows nothing of the model:
 // a buffer is a master/grad(/compute copy) triple plus ranges with their weight-decay and norm
 // flags (the trainer builds them from the parameter registry). With the distributed optimizer each
 // data-parallel rank owns one equal part of every gradient bucket (Megatron's layout: each
 // bucket is reduce-scattered on its own), its `shards`, and keeps Adam's moments for those
-// elements only, stored one after another in shard order.
+// elements only, stored one after another in shard order. Muon keeps its momentum where Adam's
+// first moment would be (the second stays zero) and needs whole parameters: its buffers are not
+// sharded.
 //
 // Optimizer offload (Megatron's --optimizer-cpu-offload, --optimizer-offload-fraction): the first
 // moments of each buffer, up to the parameter boundary nearest that fraction of its shard
@@ -18,12 +21,14 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <vector>
 
 #include "mtron/comm/comm.h"
 #include "mtron/core/tensor.h"
 #include "mtron/kernels/adamw.h"
+#include "mtron/optim/muon.h"
 
 namespace mtron::optim {
 
@@ -33,6 +38,7 @@ struct OptimRange {
   // false for replicas counted on another rank (TP duplicates, tied copies)
   bool count_in_norm = true;
   bool decoupled_lr = false;  // steps with the decoupled learning rate (--decoupled-lr)
+  bool muon = false;          // stepped by Muon (one of the buffer's `muon` matrices), not AdamW
 };
 
 struct OptimBuffer {
@@ -47,7 +53,8 @@ struct OptimBuffer {
   struct Shard {
     int64_t begin, end;
   };
-  std::vector<Shard> shards;  // this rank's part, sorted (the whole buffer unless sharded)
+  std::vector<Shard> shards;     // this rank's part, sorted (the whole buffer unless sharded)
+  std::vector<MuonMatrix> muon;  // the parameters Muon steps (ranges marked muon)
   int64_t shard_elems() const;
 };
 
@@ -69,23 +76,25 @@ struct AdamWConfig {
   float clip_grad = 1.0f;  // global L2 norm; <= 0: no clipping
 };
 
-class AdamW {
+class Optimizer {
  public:
   // The buffers live on k's device; the moments go there too and the steps run on k, except the
   // offloaded part (offload_fraction in [0, 1], of each buffer's shard elements), which stays
-  // in host memory and steps on the CPU.
-  AdamW(std::vector<OptimBuffer> buffers,
-        AdamWConfig cfg,
-        const kernels::Ctx& k = {},
-        double offload_fraction = 0);
+  // in host memory and steps on the CPU. With `muon` the ranges marked muon step by Muon (no
+  // offload then).
+  Optimizer(std::vector<OptimBuffer> buffers,
+            AdamWConfig cfg,
+            const kernels::Ctx& k = {},
+            double offload_fraction = 0,
+            std::optional<MuonConfig> muon = std::nullopt);
 
   // The global gradient norm over this rank's shards, summed over `norm_group` (the ranks that
   // hold different parts of the gradient: model parallel, and data parallel when sharded).
   double grad_norm(Comm& norm_group) const;
-  // One AdamW step with learning rate lr over each buffer's shard (decoupled_lr, when given, for
-  // the ranges marked decoupled_lr), of the gradients clipped by the given global norm (the
-  // factor applied as the step reads them; the gradient buffers are left as they are). Returns
-  // false (and changes nothing) if the norm is not finite.
+  // One step (AdamW's, and Muon's for its ranges) with learning rate lr over each buffer's shard
+  // (decoupled_lr, when given, for the ranges marked decoupled_lr), of the gradients clipped by the
+  // given global norm (the factor applied as the step reads them; the gradient buffers are left as
+  // they are). Returns false (and changes nothing) if the norm is not finite.
   bool step(double lr, double grad_norm, std::optional<double> decoupled_lr = std::nullopt);
   // grad *= s over this rank's shards (the loss scaler's unscaling).
   void scale_grads(float s);
@@ -122,6 +131,7 @@ class AdamW {
   std::vector<int64_t> host_;
   std::vector<Tensor> grad_h_, master_h_;
   Tensor norm_sum_;  // [1] double on the device: grad_norm's sum of squares
+  std::unique_ptr<Muon> muon_;
   int64_t step_ = 0;
 };
 

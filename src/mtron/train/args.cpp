@@ -15,6 +15,7 @@
 #include "mtron/train/fp8_flags.h"
 #include "mtron/train/fsdp_flags.h"
 #include "mtron/train/megatron_flags.h"
+#include "mtron/train/muon_flags.h"
 
 #include <fmt/format.h>
 
@@ -269,10 +270,8 @@ bool parse_train_args(int argc, char** argv, int64_t world_size, TrainArgs& a) {
       ->group(t);
 
   const char* o = "Optimizer";
-  std::string optimizer = "adam";
-  app.add_option("--optimizer", optimizer, "adam (AdamW, decoupled weight decay)")
-      ->check(CLI::IsMember({"adam"}))
-      ->group(o);
+  OptimizerFlags optimizer;
+  add_optimizer_flags(app, optimizer, o);
   app.add_option("--lr", a.lr, "Peak learning rate")->group(o);
   app.add_option("--min-lr", a.min_lr, "Minimum learning rate (default 0)")->group(o);
   app.add_option_function<double>(
@@ -628,6 +627,8 @@ bool parse_train_args(int argc, char** argv, int64_t world_size, TrainArgs& a) {
       a.optimizer_offload_fraction = offload_fraction;
     }
   }
+  a.muon =
+      validate_optimizer_flags(optimizer, a.parallel, a.precision.compute, cpu_offload, a.notes);
   validate_fp8_flags(a.fp8, fp8_recipe, a.precision.compute, a.model, par, a.notes);
   validate_schedule_flags(a, warm_iters->count() > 0);
   MT_CHECK(a.log_interval > 0, "--log-interval must be positive");

@@ -33,6 +33,7 @@ struct TrainArgs {
   PrecisionFlags precision;  // --bf16, --fp16, --grad-reduce-in-bf16
   model::Fp8Config fp8;      // --fp8-format and the FP8 recipe's flags (fp8_flags.h)
   optim::AdamWConfig adam;
+  std::optional<optim::MuonConfig> muon;  // --optimizer muon (Adam for what Muon does not step)
   // --optimizer-cpu-offload with --optimizer-offload-fraction: the fraction of the optimizer
   // state (Adam's moments) and step in host memory (optim/optimizer.h); 0 without offload and on
   // --device cpu, where the state is in host memory already.

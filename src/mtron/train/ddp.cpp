@@ -7,10 +7,25 @@
 
 namespace mtron::train {
 
-std::vector<optim::OptimRange> optim_ranges(const model::ParamBuffer& p,
-                                            const ParallelState& ps,
-                                            bool experts,
-                                            bool decoupled) {
+namespace {
+
+bool embedding_or_output(const model::ParamSpec& s) {
+  return s.name == "embedding.word_embeddings.weight" || s.name == "output_layer.weight";
+}
+
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() &&
+         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+}  // namespace
+
+bool muon_steps(const model::ParamSpec& s) {
+  return ends_with(s.name, ".weight") && s.global_shape.size() >= 2 && !embedding_or_output(s);
+}
+
+std::vector<optim::OptimRange> optim_ranges(
+    const model::ParamBuffer& p, const ParallelState& ps, bool experts, bool decoupled, bool muon) {
   const bool sharded = ps.config().use_distributed_optimizer;
   const bool dp_first = experts ? ps.edp_rank() == 0 : ps.dp_rank() == 0 && ps.cp_rank() == 0;
   std::vector<optim::OptimRange> r;
@@ -18,10 +33,8 @@ std::vector<optim::OptimRange> optim_ranges(const model::ParamBuffer& p,
     const bool tp_first = experts ? (!s.tp_replicated() || ps.etp_rank() == 0)
                                   : (!s.tp_replicated() || ps.tp_rank() == 0);
     const bool counted = !s.tied_copy && tp_first && (sharded || dp_first);
-    const bool embedding_or_output =
-        s.name == "embedding.word_embeddings.weight" || s.name == "output_layer.weight";
     r.push_back({s.offset, s.offset + s.numel(), s.weight_decay, counted,
-                 decoupled && embedding_or_output});
+                 decoupled && embedding_or_output(s), muon && muon_steps(s)});
   }
   return r;
 }
@@ -44,14 +57,36 @@ optim::OptimBuffer ddp_buffer(const model::RunCtx& rc,
              o.unit_buckets && !experts);
   p.init(seed);
   syncs.push_back(std::make_unique<GradSync>(p, dp, sharded, o.grad_reduce_in_bf16));
-  optim::OptimBuffer b{.master = p.master_flat().f32(),
-                       .grad = p.grad_flat().f32(),
-                       .compute = p.compute_flat().defined() ? p.compute_flat().raw() : nullptr,
-                       .compute_dtype = compute_dtype(rc.precision),
-                       .size = p.size(),
-                       .ranges = optim_ranges(p, ps, experts, !experts && o.decoupled_lr),
-                       .shards = {}};
+  optim::OptimBuffer b{
+      .master = p.master_flat().f32(),
+      .grad = p.grad_flat().f32(),
+      .compute = p.compute_flat().defined() ? p.compute_flat().raw() : nullptr,
+      .compute_dtype = compute_dtype(rc.precision),
+      .size = p.size(),
+      .ranges = optim_ranges(p, ps, experts, !experts && o.decoupled_lr, o.muon != nullptr),
+      .shards = {},
+      .muon = {}};
   for (const auto& [lo, hi] : syncs.back()->shards()) b.shards.push_back({lo, hi});
+  if (!o.muon) return b;
+  Comm& tp = experts ? ps.etp() : ps.tp();
+  for (const model::ParamSpec& s : p.specs()) {
+    if (!muon_steps(s)) continue;
+    optim::MuonMatrix m{.begin = s.offset,
+                        .global = s.global_shape,
+                        .local = s.local_shape,
+                        .shard_dim = s.shard_dim,
+                        .shard_offset = s.shard_offset,
+                        .group = s.tp_replicated() ? nullptr : &tp,
+                        .qkv_rows = {},
+                        .weight_decay = s.weight_decay};
+    int64_t per_group = 0;
+    for (int64_t r : o.qkv_rows) per_group += r;
+    // Megatron splits a linear_qkv weight whose rows are whole query groups.
+    if (o.muon->split_qkv && ends_with(s.name, "linear_qkv.weight") && per_group > 0 &&
+        s.global_shape[0] % per_group == 0)
+      m.qkv_rows = o.qkv_rows;
+    b.muon.push_back(std::move(m));
+  }
   return b;
 }
 

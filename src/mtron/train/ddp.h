@@ -26,11 +26,17 @@ namespace mtron::train {
 // shards them, parameters on replica 0 of their data-parallel group (DP x CP; EDP for the
 // routed experts). With `decoupled` (--decoupled-lr) the word embeddings and the output layer
 // (both copies when tied across stages) take the decoupled learning rate, as Megatron's
-// is_embedding_or_output_parameter.
+// is_embedding_or_output_parameter. With `muon` the weights Muon steps (muon_steps) are marked.
 std::vector<optim::OptimRange> optim_ranges(const model::ParamBuffer& p,
                                             const ParallelState& ps,
                                             bool experts,
-                                            bool decoupled);
+                                            bool decoupled,
+                                            bool muon = false);
+
+// Whether Muon steps parameter `s`, as Megatron picks them: the weights that are matrices
+// (SwiGLU's [2, F, h] fc1 is Megatron's [2F, h]) other than the word embeddings and the output
+// layer (the learned position embeddings are Muon's, as in Megatron).
+bool muon_steps(const model::ParamSpec& s);
 
 // Megatron's DDP bucket size in elements: `flag` (--ddp-bucket-size) when set, else
 // max(40M, 1M x DP) when overlapping the reduction with backward, else 0 (one bucket).
@@ -41,6 +47,8 @@ struct DdpOptions {
   bool grad_reduce_in_bf16 = false;
   bool decoupled_lr = false;  // --decoupled-lr (the dense buffers' embedding and output layer)
   bool unit_buckets = false;  // FSDP: a bucket per layer (dense buffers), as Megatron-FSDP's
+  const optim::MuonConfig* muon = nullptr;  // --optimizer muon
+  std::vector<int64_t> qkv_rows;            // a fused QKV weight's q, k, v rows per query group
 };
 
 // Makes buffer `p` of a chunk (its dense parameters, or with `experts` its routed experts)

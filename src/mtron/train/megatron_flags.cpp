@@ -57,6 +57,9 @@ constexpr Compat kSwitches[] = {
     {"--log-progress", "progress.txt is not written"},
     {"--log-energy", "energy is not measured"},
     {"--use-persistent-ckpt-worker", "mtron saves synchronously, with no checkpoint worker"},
+    {"--no-use-layer-wise-param-layout",
+     "mtron's Muon steps every parameter whole on each data-parallel rank, without the layer-wise "
+     "optimizer's buffer layouts"},
     {"--verify-integrity",
      "mtron's checkpoints always carry a CRC-32C of every tensor and file header, checked on "
      "every load"},

@@ -100,9 +100,17 @@ void Trainer::build_model() {
   const auto& m = a_.model;
   const auto& par = a_.parallel;
   const int64_t P = par.pp(), v = par.vpp();
-  const DdpOptions ddp{
-      ddp_bucket_elems(a_.ddp_bucket_size, par.overlap_grad_reduce, ps_->dp_cp().size()),
-      a_.precision.grad_reduce_in_bf16, a_.decoupled_lr.has_value(), par.fsdp()};
+  DdpOptions ddp{ddp_bucket_elems(a_.ddp_bucket_size, par.overlap_grad_reduce, ps_->dp_cp().size()),
+                 a_.precision.grad_reduce_in_bf16,
+                 a_.decoupled_lr.has_value(),
+                 par.fsdp(),
+                 nullptr,
+                 {}};
+  if (a_.muon) {
+    ddp.muon = &*a_.muon;
+    const int64_t D = m.kv_channels, hpg = m.num_attention_heads / m.query_groups();
+    ddp.qkv_rows = {hpg * D, D, D};  // Megatron's split shapes: q, k, v rows per query group
+  }
   std::vector<optim::OptimBuffer> bufs;
   for (int64_t c = 0; c < v; ++c) {
     const int64_t vs = c * P + ps_->pp_rank();  // virtual stage
@@ -117,8 +125,8 @@ void Trainer::build_model() {
     if (!x.specs().empty())
       bufs.push_back(ddp_buffer(rc_, *ps_, ddp, x, true, a_.seed, expert_syncs_));
   }
-  optimizer_ = std::make_unique<optim::AdamW>(std::move(bufs), a_.adam, rc_.k,
-                                              a_.optimizer_offload_fraction);
+  optimizer_ = std::make_unique<optim::Optimizer>(std::move(bufs), a_.adam, rc_.k,
+                                                  a_.optimizer_offload_fraction, a_.muon);
   if (a_.fp8.enabled) {
     fp8_ = std::make_unique<model::Fp8State>(a_.fp8, rc_.k);
     for (auto& c : chunks_) {
@@ -186,6 +194,7 @@ checkpoint::RunInfo Trainer::checkpoint_run_info() const {
               par.use_distributed_optimizer};
   r.precision = a_.precision.compute;
   r.adam = a_.adam;
+  r.muon = a_.muon;
   r.lr_schedule = a_.schedule;
   r.seed = a_.seed;
   r.tokenizer = {a_.tokenizer_type, a_.vocab_file, a_.merge_file, a_.tokenizer_model};

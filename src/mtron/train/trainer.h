@@ -54,7 +54,7 @@ class Trainer {
   const ParallelState& parallel_state() const { return *ps_; }
   std::vector<std::unique_ptr<model::GPTChunk>>& chunks() { return chunks_; }
   const model::RunCtx& run_ctx() const { return rc_; }
-  const optim::AdamW& optimizer() const { return *optimizer_; }
+  const optim::Optimizer& optimizer() const { return *optimizer_; }
   // Micro-batch `j` of the global batch that starts at sample `base` of a split, as this rank
   // sees it (its data-parallel slice); without a split: the current training iteration's.
   model::MicroBatch microbatch(data::Split split, int64_t base, int64_t j);
@@ -104,7 +104,7 @@ class Trainer {
   std::vector<std::unique_ptr<model::GPTChunk>> chunks_;
   std::vector<std::unique_ptr<GradSync>> grad_syncs_;    // one per chunk
   std::vector<std::unique_ptr<GradSync>> expert_syncs_;  // one per chunk with routed experts
-  std::unique_ptr<optim::AdamW> optimizer_;
+  std::unique_ptr<optim::Optimizer> optimizer_;
   data::TrainValidTest datasets_;
   int64_t consumed_eval_samples_[3] = {0, 0, 0};
   std::unique_ptr<Stages> stages_;
