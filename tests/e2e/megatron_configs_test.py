@@ -46,8 +46,7 @@ NOTES = {
     "gpt3_mcore_te_tp2_zp_z3_resume_fsdp_dtensor": ["--use-persistent-ckpt-worker has no effect"],
     "gpt3_mcore_te_tp2_pp1_fsdp2_resume_torch_dist": ["--async-save has no effect"],
     "gpt3_moe_mcore_te_ep8_resume_torch_dist_dist_muon":
-        ["--use-distributed-optimizer with Muon: Megatron's layer-wise distributed optimizer",
-         "--no-use-layer-wise-param-layout has no effect"],
+        ["--no-use-layer-wise-param-layout has no effect"],
     "gpt3_moe_mcore_te_ep8_resume_torch_dist_muon": ["--use-persistent-ckpt-worker has no effect"],
 }
 # What --print-layout must show for a config (its pipeline split and schedule): 12 layers over
@@ -81,7 +80,8 @@ SHOWN = {
         ["TP 2 x CP 1 x DP 4 x PP 1, Megatron-FSDP optim_grads_params"],
     "gpt3_mcore_te_tp2_pp1_fsdp2_resume_torch_dist": ["DP 4 x PP 1, FSDP2"],
     "gpt3_moe_mcore_te_ep8_resume_torch_dist_dist_muon":
-        ["optimizer: Muon (momentum 0.9, spectral scale x 0.2, quintic Newton-Schulz x 5 in bf16"],
+        ["optimizer: Muon (momentum 0.9, spectral scale x 0.2, quintic Newton-Schulz x 5 in bf16",
+         "; layer-wise distributed optimizer"],
     "gpt3_moe_mcore_te_ep8_resume_torch_dist_muon":
         ["optimizer: Muon (momentum 0.9, spectral scale x 0.2"],
 }

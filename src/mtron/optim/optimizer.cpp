@@ -58,11 +58,6 @@ Optimizer::Optimizer(std::vector<OptimBuffer> buffers,
   if (muon) {
     muon_ = std::make_unique<Muon>(*muon, k);
     MT_ASSERT(offload_fraction == 0, "Muon with optimizer offload");
-    for (const OptimBuffer& b : buffers_) {  // whole: the moments in element order
-      int64_t at = 0;
-      for (const OptimBuffer::Shard& s : b.shards) at = s.begin == at ? s.end : -1;
-      MT_ASSERT(b.muon.empty() || at == b.size, "Muon over a sharded buffer");
-    }
   }
   const kernels::Ctx host{};
   auto zeros = [](const kernels::Ctx& ctx, int64_t n) {
@@ -193,9 +188,21 @@ bool Optimizer::step(double lr, double grad_norm, std::optional<double> decouple
     kernels::adamw_step_runs(k_, b.master, m_[i].f32(), v_[i].f32(), b.grad,
                              fused ? static_cast<bf16*>(b.compute) : nullptr, runs.data(),
                              int64_t(runs.size()), p);
-    for (const MuonMatrix& mm : b.muon) {  // whole buffer: a parameter's moment is its offset
-      muon_->step(mm, b.master, b.grad, b.compute, b.compute_dtype, m_[i].f32() + mm.begin, lr,
-                  cfg_.weight_decay, clip);
+    for (const MuonMatrix& mm : b.muon) {  // the matrices whole in this rank's shards
+      const int64_t n = numel(mm.local);
+      int64_t moment = 0;
+      const OptimBuffer::Shard* in = nullptr;
+      for (const OptimBuffer::Shard& s : b.shards) {
+        if (mm.begin >= s.begin && mm.begin < s.end) {
+          in = &s;
+          break;
+        }
+        moment += s.end - s.begin;
+      }
+      if (!in) continue;  // another rank's (the layer-wise distributed optimizer)
+      MT_ASSERT(mm.begin + n <= in->end, "a Muon matrix split between shards");
+      muon_->step(mm, b.master, b.grad, b.compute, b.compute_dtype,
+                  m_[i].f32() + moment + (mm.begin - in->begin), lr, cfg_.weight_decay, clip);
     }
     if (b.compute && !fused) {  // fp16: the compute copy of each shard, padding included
       for (const OptimBuffer::Shard& sh : b.shards) {

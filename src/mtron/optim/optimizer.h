@@ -7,8 +7,8 @@
 // data-parallel rank owns one equal part of every gradient bucket (Megatron's layout: each
 // bucket is reduce-scattered on its own), its `shards`, and keeps Adam's moments for those
 // elements only, stored one after another in shard order. Muon keeps its momentum where Adam's
-// first moment would be (the second stays zero) and needs whole parameters: its buffers are not
-// sharded.
+// first moment would be (the second stays zero) and steps the matrices that lie whole in the
+// shards (the whole buffer, or with the layer-wise distributed optimizer the rank's parameters).
 //
 // Optimizer offload (Megatron's --optimizer-cpu-offload, --optimizer-offload-fraction): the first
 // moments of each buffer, up to the parameter boundary nearest that fraction of its shard

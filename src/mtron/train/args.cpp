@@ -627,8 +627,8 @@ bool parse_train_args(int argc, char** argv, int64_t world_size, TrainArgs& a) {
       a.optimizer_offload_fraction = offload_fraction;
     }
   }
-  a.muon =
-      validate_optimizer_flags(optimizer, a.parallel, a.precision.compute, cpu_offload, a.notes);
+  a.muon = validate_optimizer_flags(optimizer, a.parallel, a.precision.compute, cpu_offload,
+                                    a.layer_wise_optimizer, a.notes);
   validate_fp8_flags(a.fp8, fp8_recipe, a.precision.compute, a.model, par, a.notes);
   validate_schedule_flags(a, warm_iters->count() > 0);
   MT_CHECK(a.log_interval > 0, "--log-interval must be positive");

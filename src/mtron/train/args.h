@@ -34,6 +34,8 @@ struct TrainArgs {
   model::Fp8Config fp8;      // --fp8-format and the FP8 recipe's flags (fp8_flags.h)
   optim::AdamWConfig adam;
   std::optional<optim::MuonConfig> muon;  // --optimizer muon (Adam for what Muon does not step)
+  // Muon's distributed optimizer: each data-parallel rank owns whole parameters (layer-wise).
+  bool layer_wise_optimizer = false;
   // --optimizer-cpu-offload with --optimizer-offload-fraction: the fraction of the optimizer
   // state (Adam's moments) and step in host memory (optim/optimizer.h); 0 without offload and on
   // --device cpu, where the state is in host memory already.

@@ -24,9 +24,13 @@ bool muon_steps(const model::ParamSpec& s) {
   return ends_with(s.name, ".weight") && s.global_shape.size() >= 2 && !embedding_or_output(s);
 }
 
-std::vector<optim::OptimRange> optim_ranges(
-    const model::ParamBuffer& p, const ParallelState& ps, bool experts, bool decoupled, bool muon) {
-  const bool sharded = ps.config().use_distributed_optimizer;
+std::vector<optim::OptimRange> optim_ranges(const model::ParamBuffer& p,
+                                            const ParallelState& ps,
+                                            bool experts,
+                                            bool decoupled,
+                                            bool muon,
+                                            bool layer_wise) {
+  const bool sharded = ps.config().use_distributed_optimizer || layer_wise;
   const bool dp_first = experts ? ps.edp_rank() == 0 : ps.dp_rank() == 0 && ps.cp_rank() == 0;
   std::vector<optim::OptimRange> r;
   for (const model::ParamSpec& s : p.specs()) {
@@ -57,15 +61,16 @@ optim::OptimBuffer ddp_buffer(const model::RunCtx& rc,
              o.unit_buckets && !experts);
   p.init(seed);
   syncs.push_back(std::make_unique<GradSync>(p, dp, sharded, o.grad_reduce_in_bf16));
-  optim::OptimBuffer b{
-      .master = p.master_flat().f32(),
-      .grad = p.grad_flat().f32(),
-      .compute = p.compute_flat().defined() ? p.compute_flat().raw() : nullptr,
-      .compute_dtype = compute_dtype(rc.precision),
-      .size = p.size(),
-      .ranges = optim_ranges(p, ps, experts, !experts && o.decoupled_lr, o.muon != nullptr),
-      .shards = {},
-      .muon = {}};
+  if (o.layer_wise) syncs.back()->own_whole_params();
+  optim::OptimBuffer b{.master = p.master_flat().f32(),
+                       .grad = p.grad_flat().f32(),
+                       .compute = p.compute_flat().defined() ? p.compute_flat().raw() : nullptr,
+                       .compute_dtype = compute_dtype(rc.precision),
+                       .size = p.size(),
+                       .ranges = optim_ranges(p, ps, experts, !experts && o.decoupled_lr,
+                                              o.muon != nullptr, o.layer_wise),
+                       .shards = {},
+                       .muon = {}};
   for (const auto& [lo, hi] : syncs.back()->shards()) b.shards.push_back({lo, hi});
   if (!o.muon) return b;
   Comm& tp = experts ? ps.etp() : ps.tp();

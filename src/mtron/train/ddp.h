@@ -27,11 +27,14 @@ namespace mtron::train {
 // routed experts). With `decoupled` (--decoupled-lr) the word embeddings and the output layer
 // (both copies when tied across stages) take the decoupled learning rate, as Megatron's
 // is_embedding_or_output_parameter. With `muon` the weights Muon steps (muon_steps) are marked.
+// With `layer_wise` (each data-parallel rank steps the whole parameters it owns) parameters count
+// as under the distributed optimizer.
 std::vector<optim::OptimRange> optim_ranges(const model::ParamBuffer& p,
                                             const ParallelState& ps,
                                             bool experts,
                                             bool decoupled,
-                                            bool muon = false);
+                                            bool muon = false,
+                                            bool layer_wise = false);
 
 // Whether Muon steps parameter `s`, as Megatron picks them: the weights that are matrices
 // (SwiGLU's [2, F, h] fc1 is Megatron's [2F, h]) other than the word embeddings and the output
@@ -49,6 +52,7 @@ struct DdpOptions {
   bool unit_buckets = false;  // FSDP: a bucket per layer (dense buffers), as Megatron-FSDP's
   const optim::MuonConfig* muon = nullptr;  // --optimizer muon
   std::vector<int64_t> qkv_rows;            // a fused QKV weight's q, k, v rows per query group
+  bool layer_wise = false;  // the layer-wise distributed optimizer (GradSync::own_whole_params)
 };
 
 // Makes buffer `p` of a chunk (its dense parameters, or with `experts` its routed experts)

@@ -30,7 +30,31 @@ GradSync::GradSync(model::ParamBuffer& params,
   }
 }
 
+void GradSync::own_whole_params() {
+  const std::vector<model::ParamSpec>& specs = p_.specs();
+  const int64_t w = dp_.size();
+  int64_t total = 0;
+  for (const model::ParamSpec& s : specs) total += s.numel();
+  // Parameter i goes to the rank whose equal share of `total` holds its middle element.
+  owned_.assign(size_t(w), {p_.size(), p_.size()});
+  int64_t before = 0;
+  for (size_t i = 0; i < specs.size(); ++i) {
+    const int64_t n = specs[i].numel();
+    const int64_t r = std::min(w - 1, (before + n / 2) * w / std::max<int64_t>(total, 1));
+    auto& [lo, hi] = owned_[size_t(r)];
+    lo = std::min(lo, specs[i].offset);
+    hi = i + 1 < specs.size() ? specs[i + 1].offset : p_.size();
+    before += n;
+  }
+  for (auto& [lo, hi] : owned_) hi = std::max(lo, hi);
+}
+
 std::vector<std::pair<int64_t, int64_t>> GradSync::shards() const {
+  if (!owned_.empty()) {
+    const auto& mine = owned_[size_t(dp_.rank())];
+    if (mine.first == mine.second) return {};
+    return {mine};
+  }
   std::vector<std::pair<int64_t, int64_t>> out;
   for (const model::Bucket& b : p_.buckets()) {
     if (distributed_) {
@@ -112,6 +136,15 @@ void GradSync::finish() {
 }
 
 void GradSync::gather_params(bool overlap) {
+  if (!owned_.empty() && dp_.size() > 1) {
+    for (int r = 0; r < dp_.size(); ++r) {
+      const auto [lo, hi] = owned_[size_t(r)];
+      if (lo == hi) continue;
+      dp_.broadcast(p_.master_flat().f32() + lo, hi - lo, DType::kF32, r);
+      if (r != dp_.rank()) p_.refresh_compute(lo, hi);
+    }
+    return;
+  }
   if (!distributed_ || dp_.size() == 1) return;
   for (size_t i = 0; i < p_.buckets().size(); ++i) launch_gather(i);
   pending_params_ = true;

@@ -10,6 +10,8 @@
 // master weights are all-gathered bucket by bucket; with --overlap-param-gather the gathers run
 // in the background and the next forward waits for each bucket just before it needs it.
 // With FSDP's optim_grads_params (ZeRO-3) the parameters are sharded too: see shard_params().
+// With the layer-wise distributed optimizer (Megatron's, for Muon) the gradients are all-reduced
+// and each rank owns whole parameters: see own_whole_params().
 // With bf16 reduction (--grad-reduce-in-bf16) each bucket is rounded to bf16, reduced in bf16 (the
 // sum rounded to bf16 at each step, half the bytes on the wire) and widened back to fp32.
 #pragma once
@@ -27,8 +29,14 @@ class GradSync {
  public:
   GradSync(model::ParamBuffer& params, Comm& dp, bool distributed_optimizer, bool bf16_reduce);
 
-  // This rank's shard of each bucket (the whole bucket without the distributed optimizer).
+  // This rank's shard of each bucket (the whole bucket without the distributed optimizer), or
+  // with own_whole_params() the parameters it owns.
   std::vector<std::pair<int64_t, int64_t>> shards() const;
+  // The layer-wise distributed optimizer (without the distributed optimizer's sharding): the
+  // buffer's parameters in order are cut into one run of whole parameters per rank, of about
+  // equal element counts; each rank steps its run and gather_params() broadcasts every run from
+  // its owner. Identical on ranks with the same buffer layout (TP and expert-TP peers).
+  void own_whole_params();
 
   // Launches every bucket not yet launched whose parameters all sit at or above `offset`.
   void ready(int64_t offset);
@@ -92,6 +100,7 @@ class GradSync {
   model::ParamBuffer& p_;
   Comm& dp_;
   bool distributed_;
+  std::vector<std::pair<int64_t, int64_t>> owned_;  // layer-wise: each rank's run of elements
   std::vector<bool> launched_;
   std::vector<std::unique_ptr<Request>> requests_;  // per bucket (null when not in flight)
   std::vector<Tensor> scattered_;                   // reduce-scatter outputs per bucket

@@ -58,8 +58,8 @@ constexpr Compat kSwitches[] = {
     {"--log-energy", "energy is not measured"},
     {"--use-persistent-ckpt-worker", "mtron saves synchronously, with no checkpoint worker"},
     {"--no-use-layer-wise-param-layout",
-     "mtron's Muon steps every parameter whole on each data-parallel rank, without the layer-wise "
-     "optimizer's buffer layouts"},
+     "mtron's layer-wise distributed optimizer cuts each buffer into one run of whole parameters "
+     "per data-parallel rank; there is no other layout to opt out of"},
     {"--verify-integrity",
      "mtron's checkpoints always carry a CRC-32C of every tensor and file header, checked on "
      "every load"},

@@ -56,12 +56,14 @@ std::optional<optim::MuonConfig> validate_optimizer_flags(const OptimizerFlags& 
                                                           ParallelConfig& p,
                                                           Precision compute,
                                                           bool cpu_offload,
+                                                          bool& layer_wise,
                                                           std::vector<std::string>& notes) {
+  layer_wise = false;
   if (f.optimizer == "adam") return std::nullopt;
   // Megatron's rules (arguments.py, the emerging-optimizer check), its words. Its third, the
   // checkpoint format torch or torch_dist, follows here from the FSDP ones: mtron takes the
   // other two formats only with FSDP.
-  bool layer_wise = p.use_distributed_optimizer;
+  layer_wise = p.use_distributed_optimizer;
   if (f.optimizer == "dist_muon") {
     notes.push_back(
         "optimizer='dist_muon' is deprecated. Use --optimizer muon --use-distributed-optimizer "
@@ -81,13 +83,7 @@ std::optional<optim::MuonConfig> validate_optimizer_flags(const OptimizerFlags& 
   MT_CHECK(!optim::ns_coefficients(f.muon.coefficients, f.muon.ns_steps).empty(),
            "Unsupported muon coefficient type '", f.muon.coefficients, "' with ", f.muon.ns_steps,
            " steps: one of ", optim::ns_coefficient_names(), " (cubic5 takes exactly 5 steps)");
-  if (layer_wise) {
-    p.use_distributed_optimizer = false;
-    notes.push_back(
-        "--use-distributed-optimizer with Muon: Megatron's layer-wise distributed optimizer; "
-        "mtron steps every parameter whole on each data-parallel rank (the same updates; the "
-        "optimizer state is not sharded)");
-  }
+  p.use_distributed_optimizer = false;  // the layer-wise optimizer instead
   if (f.use_syrk) notes.push_back("--muon-use-syrk has no effect: kernel choice");
   optim::MuonConfig m = f.muon;
   m.scale = f.scale_mode == "spectral"        ? optim::MuonScale::kSpectral

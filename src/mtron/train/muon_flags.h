@@ -7,9 +7,8 @@
 //   --muon-num-ns-steps, --muon-tp-mode, --muon-use-syrk, --muon-scalar-optimizer (adam)
 // Megatron's rules for its "emerging optimizers", its words: no fp16, no FSDP (and so the
 // checkpoint format torch or torch_dist); dist_muon is muon with the layer-wise distributed
-// optimizer, which
-// --use-distributed-optimizer also selects. mtron steps Muon's parameters whole on every
-// data-parallel rank (the results of the layer-wise optimizer; its state is not sharded).
+// optimizer, which --use-distributed-optimizer also selects: each data-parallel rank owns whole
+// parameters and keeps their optimizer state (train/grad_sync.h, own_whole_params).
 #pragma once
 
 #include <CLI/App.hpp>
@@ -33,12 +32,14 @@ struct OptimizerFlags {
 
 void add_optimizer_flags(CLI::App& app, OptimizerFlags& f, const char* group);
 
-// The Muon configuration for --optimizer muon (nullopt for adam), after Megatron's rules; clears
-// p.use_distributed_optimizer for Muon (with a note) and refuses CPU offload.
+// The Muon configuration for --optimizer muon (nullopt for adam), after Megatron's rules; refuses
+// CPU offload. Muon's distributed optimizer (--use-distributed-optimizer, dist_muon) is the
+// layer-wise one: p.use_distributed_optimizer is cleared and layer_wise set.
 std::optional<optim::MuonConfig> validate_optimizer_flags(const OptimizerFlags& f,
                                                           ParallelConfig& p,
                                                           Precision compute,
                                                           bool cpu_offload,
+                                                          bool& layer_wise,
                                                           std::vector<std::string>& notes);
 
 }  // namespace mtron::train

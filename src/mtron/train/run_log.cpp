@@ -37,6 +37,15 @@ void RunLog::validation(const std::string& where,
   if (tensorboard_) tensorboard_->validation(iteration, consumed, loss);
 }
 
+std::string optimizer_summary(const TrainArgs& a) {
+  if (!a.muon) return "AdamW";
+  return a.muon->describe() +
+         (a.layer_wise_optimizer
+              ? "; layer-wise distributed optimizer (each data-parallel rank steps its own whole "
+                "parameters and keeps their state)"
+              : "");
+}
+
 void log_run_header(const TrainArgs& a, int rank, bool logger, const RunHeader& h) {
   const auto& par = a.parallel;
   if (rank == 0) {
@@ -46,7 +55,7 @@ void log_run_header(const TrainArgs& a, int rank, bool logger, const RunHeader& 
     if (a.recompute.granularity != RecomputeGranularity::kNone)
       log_info("activation recompute: {}", a.recompute.describe());
     if (a.batches.varies()) log_info("global batch size: {}", a.batches.describe());
-    if (a.muon) log_info("optimizer: {}", a.muon->describe());
+    if (a.muon) log_info("optimizer: {}", optimizer_summary(a));
     log_info("parameters: {:.2f} M (padded vocab {})",
              double(a.model.num_parameters(par.tp())) / 1e6, a.model.padded_vocab_size(par.tp()));
     log_info("precision: {}{}; MFU against {} ({})",
@@ -75,7 +84,9 @@ void log_run_header(const TrainArgs& a, int rank, bool logger, const RunHeader& 
   if (rank != 0 && !logger) return;
   log_info("optimizer state: {:.3f} MB ({} bytes) on this rank{}{}",
            double(h.optimizer_state_bytes) / 1048576.0, h.optimizer_state_bytes,
-           par.use_distributed_optimizer ? " (distributed optimizer shard)" : "",
+           par.use_distributed_optimizer ? " (distributed optimizer shard)"
+           : a.layer_wise_optimizer      ? " (layer-wise distributed optimizer: its own parameters)"
+                                         : "",
            h.optimizer_host_state_bytes > 0
                ? fmt::format(", and {:.3f} MB offloaded to host memory (--optimizer-cpu-offload)",
                              double(h.optimizer_host_state_bytes) / 1048576.0)

@@ -1,5 +1,5 @@
-// defines: RunLog, RunHeader, log_run_header, ProfileStart, profile_start, ProfileTimes,
-//          log_profile
+// defines: RunLog, RunHeader, log_run_header, optimizer_summary, ProfileStart, profile_start,
+//          ProfileTimes, log_profile
 //
 // Where the last rank's training log goes, as Megatron's training_log and
 // evaluate_and_print_results send it: the per-iteration line and the evaluation blocks on
@@ -56,6 +56,9 @@ struct RunHeader {
 // context-parallel rank 0; on rank 0 and the logging rank (`logger`) the optimizer state and,
 // for MoE, the expert weights this rank holds.
 void log_run_header(const TrainArgs& a, int rank, bool logger, const RunHeader& h);
+// The optimizer as the run header and --print-layout name it: "AdamW", or Muon's settings and,
+// with its distributed optimizer, the layer-wise ownership.
+std::string optimizer_summary(const TrainArgs& a);
 
 // --profile's counters at the first profiled iteration: the bytes each of the ParallelState's
 // groups' Comm has sent (TP, CP, DP x CP, PP, TP x PP, embedding, EP, ETP, EDP), then the

@@ -8,6 +8,7 @@
 #include "mtron/core/log.h"
 #include "mtron/parallel/launch.h"
 #include "mtron/parallel/rank_map.h"
+#include "mtron/train/run_log.h"
 #include "mtron/train/trainer.h"
 
 namespace mtron::train {
@@ -43,7 +44,7 @@ std::string layout_report(const TrainArgs& a) {
   s += fmt::format("\nmodel: {}\nlayout: {}\n", a.model.summary(), a.parallel.summary());
   if (a.recompute.granularity != RecomputeGranularity::kNone)
     s += fmt::format("activation recompute: {}\n", a.recompute.describe());
-  if (a.muon) s += fmt::format("optimizer: {}\n", a.muon->describe());
+  if (a.muon) s += fmt::format("optimizer: {}\n", optimizer_summary(a));
   s += fmt::format("global batch size: {}; {} iterations\n", a.batches.describe(), a.train_iters);
   s += format_theoretical_memory(
       megatron_theoretical_memory(a.model, a.parallel, a.recompute.granularity));

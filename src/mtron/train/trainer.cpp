@@ -110,6 +110,7 @@ void Trainer::build_model() {
     ddp.muon = &*a_.muon;
     const int64_t D = m.kv_channels, hpg = m.num_attention_heads / m.query_groups();
     ddp.qkv_rows = {hpg * D, D, D};  // Megatron's split shapes: q, k, v rows per query group
+    ddp.layer_wise = a_.layer_wise_optimizer;
   }
   std::vector<optim::OptimBuffer> bufs;
   for (int64_t c = 0; c < v; ++c) {
