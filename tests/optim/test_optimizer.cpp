@@ -10,6 +10,7 @@
 #include "mtron/comm/single.h"
 #include "mtron/model/gpt.h"
 #include "mtron/optim/optimizer.h"
+#include "mtron/parallel/parallel_state.h"
 #include "mtron/train/ddp.h"
 #include "test_helpers.h"
 
@@ -136,6 +137,38 @@ TEST(Optimizer, RegistryExcludesBiasesAndNormWeightsFromDecay) {
     });
     EXPECT_GT(decayed, 0);
     EXPECT_GT(excluded, 0);
+  }
+}
+
+// --apply-wd-to-qk-layernorm (Megatron's "q_layernorm." / "k_layernorm." names): the q and k
+// norms' weights take weight decay; the other norms and the biases still do not.
+TEST(Optimizer, ApplyWdToQkLayernorm) {
+  ModelConfig m = tests::model_shape(2, 32, 4, 8, 50);
+  tests::set_llama_architecture(m);
+  m.qk_layernorm = true;
+  m.finalize();
+  ParallelConfig cfg;
+  cfg.micro_batch_size = 1;
+  cfg.finalize(m);
+  const auto world = make_single_comm();
+  const ParallelState ps(cfg, *world);
+  model::GPTChunk c(m, {0, 2, true, true}, parallel::TensorParallel{}, {});
+  for (const bool on : {false, true}) {
+    train::DdpOptions o;
+    o.wd_qk_layernorm = on;
+    const std::vector<OptimRange> r = train::optim_ranges(c.params(), ps, false, o);
+    int qk = 0;
+    for (size_t i = 0; i < r.size(); ++i) {
+      const model::ParamSpec& s = c.params().spec(int(i));
+      const bool qk_norm = s.name.find("q_layernorm.") != std::string::npos ||
+                           s.name.find("k_layernorm.") != std::string::npos;
+      qk += qk_norm;
+      EXPECT_EQ(r[i].weight_decay, s.weight_decay || (on && qk_norm)) << s.name;
+      if (qk_norm) {
+        EXPECT_FALSE(s.weight_decay) << s.name;
+      }
+    }
+    EXPECT_EQ(qk, 4);  // two layers' q and k norm weights
   }
 }
 

@@ -324,6 +324,21 @@ bool parse_train_args(int argc, char** argv, int64_t world_size, TrainArgs& a) {
       ->group(o);
   app.add_option("--clip-grad", a.adam.clip_grad, "Global gradient-norm clip (default 1.0)")
       ->group(o);
+  app.add_flag("--apply-wd-to-qk-layernorm", a.apply_wd_to_qk_layernorm,
+               "Weight decay on the q and k layernorms too (Qwen3-Next's choice; other norms and "
+               "biases stay without)")
+      ->group(o);
+  app.add_option_function<std::string>(
+         "--no-weight-decay-cond-type",
+         [&a](const std::string&) {
+           a.notes.push_back(
+               "WARNING: --no-weight-decay-cond-type is deprecated. Please use "
+               "--apply-wd-to-qk-layernorm instead.");
+           a.apply_wd_to_qk_layernorm = true;
+         },
+         "Megatron's deprecated form of --apply-wd-to-qk-layernorm")
+      ->check(CLI::IsMember({"apply_wd_to_qk_layernorm"}))
+      ->group(o);
   app.add_option("--adam-beta1", a.adam.beta1, "Adam beta1 (default 0.9)")->group(o);
   app.add_option("--adam-beta2", a.adam.beta2, "Adam beta2 (default 0.999)")->group(o);
   app.add_option("--adam-eps", a.adam.eps, "Adam epsilon (default 1e-8)")->group(o);

@@ -36,6 +36,8 @@ struct TrainArgs {
   std::optional<optim::MuonConfig> muon;  // --optimizer muon (Adam for what Muon does not step)
   // Muon's distributed optimizer: each data-parallel rank owns whole parameters (layer-wise).
   bool layer_wise_optimizer = false;
+  // --apply-wd-to-qk-layernorm: weight decay on the q/k layernorms' weights and biases too.
+  bool apply_wd_to_qk_layernorm = false;
   // --optimizer-cpu-offload with --optimizer-offload-fraction: the fraction of the optimizer
   // state (Adam's moments) and step in host memory (optim/optimizer.h); 0 without offload and on
   // --device cpu, where the state is in host memory already.

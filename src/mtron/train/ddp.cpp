@@ -27,18 +27,19 @@ bool muon_steps(const model::ParamSpec& s) {
 std::vector<optim::OptimRange> optim_ranges(const model::ParamBuffer& p,
                                             const ParallelState& ps,
                                             bool experts,
-                                            bool decoupled,
-                                            bool muon,
-                                            bool layer_wise) {
-  const bool sharded = ps.config().use_distributed_optimizer || layer_wise;
+                                            const DdpOptions& o) {
+  const bool sharded = ps.config().use_distributed_optimizer || o.layer_wise;
   const bool dp_first = experts ? ps.edp_rank() == 0 : ps.dp_rank() == 0 && ps.cp_rank() == 0;
   std::vector<optim::OptimRange> r;
   for (const model::ParamSpec& s : p.specs()) {
     const bool tp_first = experts ? (!s.tp_replicated() || ps.etp_rank() == 0)
                                   : (!s.tp_replicated() || ps.tp_rank() == 0);
     const bool counted = !s.tied_copy && tp_first && (sharded || dp_first);
-    r.push_back({s.offset, s.offset + s.numel(), s.weight_decay, counted,
-                 decoupled && embedding_or_output(s), muon && muon_steps(s)});
+    const bool qk_norm = s.name.find("q_layernorm.") != std::string::npos ||
+                         s.name.find("k_layernorm.") != std::string::npos;
+    r.push_back({s.offset, s.offset + s.numel(), s.weight_decay || (o.wd_qk_layernorm && qk_norm),
+                 counted, !experts && o.decoupled_lr && embedding_or_output(s),
+                 o.muon != nullptr && muon_steps(s)});
   }
   return r;
 }
@@ -67,8 +68,7 @@ optim::OptimBuffer ddp_buffer(const model::RunCtx& rc,
                        .compute = p.compute_flat().defined() ? p.compute_flat().raw() : nullptr,
                        .compute_dtype = compute_dtype(rc.precision),
                        .size = p.size(),
-                       .ranges = optim_ranges(p, ps, experts, !experts && o.decoupled_lr,
-                                              o.muon != nullptr, o.layer_wise),
+                       .ranges = optim_ranges(p, ps, experts, o),
                        .shards = {},
                        .muon = {}};
   for (const auto& [lo, hi] : syncs.back()->shards()) b.shards.push_back({lo, hi});

@@ -19,28 +19,6 @@
 
 namespace mtron::train {
 
-// The optimizer's view of buffer `p` (a chunk's dense parameters, or its routed experts'):
-// one range per parameter. The global gradient norm sums over the world, so each replica is
-// counted on one rank only: TP-replicated parameters on TP rank 0, the last stage's tied
-// embedding copy not at all (the first stage counts it), and, unless the distributed optimizer
-// shards them, parameters on replica 0 of their data-parallel group (DP x CP; EDP for the
-// routed experts). With `decoupled` (--decoupled-lr) the word embeddings and the output layer
-// (both copies when tied across stages) take the decoupled learning rate, as Megatron's
-// is_embedding_or_output_parameter. With `muon` the weights Muon steps (muon_steps) are marked.
-// With `layer_wise` (each data-parallel rank steps the whole parameters it owns) parameters count
-// as under the distributed optimizer.
-std::vector<optim::OptimRange> optim_ranges(const model::ParamBuffer& p,
-                                            const ParallelState& ps,
-                                            bool experts,
-                                            bool decoupled,
-                                            bool muon = false,
-                                            bool layer_wise = false);
-
-// Whether Muon steps parameter `s`, as Megatron picks them: the weights that are matrices
-// (SwiGLU's [2, F, h] fc1 is Megatron's [2F, h]) other than the word embeddings and the output
-// layer (the learned position embeddings are Muon's, as in Megatron).
-bool muon_steps(const model::ParamSpec& s);
-
 // Megatron's DDP bucket size in elements: `flag` (--ddp-bucket-size) when set, else
 // max(40M, 1M x DP) when overlapping the reduction with backward, else 0 (one bucket).
 int64_t ddp_bucket_elems(int64_t flag, bool overlap_grad_reduce, int64_t dp_size);
@@ -53,7 +31,28 @@ struct DdpOptions {
   const optim::MuonConfig* muon = nullptr;  // --optimizer muon
   std::vector<int64_t> qkv_rows;            // a fused QKV weight's q, k, v rows per query group
   bool layer_wise = false;  // the layer-wise distributed optimizer (GradSync::own_whole_params)
+  bool wd_qk_layernorm = false;  // --apply-wd-to-qk-layernorm
 };
+
+// Whether Muon steps parameter `s`, as Megatron picks them: the weights that are matrices
+// (SwiGLU's [2, F, h] fc1 is Megatron's [2F, h]) other than the word embeddings and the output
+// layer (the learned position embeddings are Muon's, as in Megatron).
+bool muon_steps(const model::ParamSpec& s);
+
+// The optimizer's view of buffer `p` (a chunk's dense parameters, or its routed experts'):
+// one range per parameter. The global gradient norm sums over the world, so each replica is
+// counted on one rank only: TP-replicated parameters on TP rank 0, the last stage's tied
+// embedding copy not at all (the first stage counts it), and, unless the distributed optimizer
+// shards them or the layer-wise one gives them to their owners, parameters on replica 0 of their
+// data-parallel group (DP x CP; EDP for the routed experts). With o.decoupled_lr (dense buffers)
+// the word embeddings and the output layer (both copies when tied across stages) take the
+// decoupled learning rate, as Megatron's is_embedding_or_output_parameter. With o.muon the weights
+// Muon steps (muon_steps) are marked. With o.wd_qk_layernorm the q and k layernorms' weights and
+// biases take weight decay, as Megatron's "q_layernorm." / "k_layernorm." name test.
+std::vector<optim::OptimRange> optim_ranges(const model::ParamBuffer& p,
+                                            const ParallelState& ps,
+                                            bool experts,
+                                            const DdpOptions& o);
 
 // Makes buffer `p` of a chunk (its dense parameters, or with `experts` its routed experts)
 // ready for data parallelism over its group (DP x CP, or EDP for the experts): allocates it in

@@ -105,7 +105,9 @@ void Trainer::build_model() {
                  a_.decoupled_lr.has_value(),
                  par.fsdp(),
                  nullptr,
-                 {}};
+                 {},
+                 false,
+                 a_.apply_wd_to_qk_layernorm};
   if (a_.muon) {
     ddp.muon = &*a_.muon;
     const int64_t D = m.kv_channels, hpg = m.num_attention_heads / m.query_groups();
