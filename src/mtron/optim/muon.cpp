@@ -249,12 +249,16 @@ void Muon::step(const MuonMatrix& mm,
     outer = product(mm.global, 0, s);
     inner = mm.local[s] * tail;
     stride = mm.global[s] * tail;
-    float* stage = buffer(stage_, total);
     full = buffer(full_, total);
-    mm.group->all_gather(u, stage, n, DType::kF32);
-    for (int r = 0; r < mm.group->size(); ++r) {
-      kernels::copy_rows(k_, full + r * inner, stride * 4, stage + r * n, inner * 4, inner * 4,
-                         outer);
+    if (outer == 1) {  // sliced along the first dim: the ranks' slices in order are the whole
+      mm.group->all_gather(u, full, n, DType::kF32);
+    } else {
+      float* stage = buffer(stage_, total);
+      mm.group->all_gather(u, stage, n, DType::kF32);
+      for (int r = 0; r < mm.group->size(); ++r) {
+        kernels::copy_rows(k_, full + r * inner, stride * 4, stage + r * n, inner * 4, inner * 4,
+                           outer);
+      }
     }
   }
   // Each part (the whole, or the QKV weight's q, k and v rows of every group) through x_.
