@@ -44,10 +44,7 @@ int main(int argc, char** argv) {
   optim::MuonConfig cfg;
   cfg.momentum = c["momentum"];
   cfg.nesterov = c["nesterov"];
-  const std::string mode = c["scale_mode"];
-  cfg.scale = mode == "spectral"        ? optim::MuonScale::kSpectral
-              : mode == "unit_rms_norm" ? optim::MuonScale::kUnitRmsNorm
-                                        : optim::MuonScale::kShapeScaling;
+  cfg.scale = *value_of(optim::kMuonScaleNames, c["scale_mode"].get<std::string>());
   cfg.extra_scale = c["extra_scale"];
   cfg.coefficients = c["coefficients"];
   cfg.ns_steps = c["ns_steps"];

@@ -67,16 +67,6 @@ constexpr EnumName<optim::LrDecayStyle> kLrDecayStyleNames[] = {
     {optim::LrDecayStyle::kInverseSquareRoot, "inverse-square-root"},
     {optim::LrDecayStyle::kWsd, "WSD"}};
 
-// --muon-scale-mode's names.
-constexpr EnumName<optim::MuonScale> kMuonScaleNames[] = {
-    {optim::MuonScale::kSpectral, "spectral"},
-    {optim::MuonScale::kUnitRmsNorm, "unit_rms_norm"},
-    {optim::MuonScale::kShapeScaling, "shape_scaling"}};
-
-std::string muon_scale_name(optim::MuonScale s) {
-  return name_of(kMuonScaleNames, s);
-}
-
 // --lr-wsd-decay-style's names.
 constexpr EnumName<optim::WsdDecayStyle> kWsdDecayStyleNames[] = {
     {optim::WsdDecayStyle::kExponential, "exponential"},
@@ -304,7 +294,7 @@ std::string manifest_to_json(const Manifest& m) {
     if (m.muon) {
       j["optimizer"]["muon"] = {{"momentum", tidy(m.muon->momentum)},
                                 {"nesterov", m.muon->nesterov},
-                                {"scale_mode", muon_scale_name(m.muon->scale)},
+                                {"scale_mode", name_of(optim::kMuonScaleNames, m.muon->scale)},
                                 {"extra_scale_factor", tidy(m.muon->extra_scale)},
                                 {"coefficient_type", m.muon->coefficients},
                                 {"num_ns_steps", m.muon->ns_steps},
@@ -402,7 +392,7 @@ Manifest manifest_from_json(std::string_view text, const std::string& file) {
       optim::MuonConfig c;
       c.momentum = field<float>(u, "momentum", file);
       c.nesterov = field<bool>(u, "nesterov", file);
-      c.scale = named_field(u, "scale_mode", kMuonScaleNames, "Muon scale mode", file);
+      c.scale = named_field(u, "scale_mode", optim::kMuonScaleNames, "Muon scale mode", file);
       c.extra_scale = field<float>(u, "extra_scale_factor", file);
       c.coefficients = field<std::string>(u, "coefficient_type", file);
       c.ns_steps = field<int>(u, "num_ns_steps", file);

@@ -8,10 +8,11 @@
 namespace mtron::optim {
 namespace {
 
-// The share of (lr - min_lr) left after the fraction r of a decay of the given style.
+// The share of (lr - min_lr) left after the fraction r of a decay of the given style (linear and
+// cosine decays anneal as WSD's styles of those names).
 double decay_coeff(LrDecayStyle style, WsdDecayStyle wsd, double r) {
-  if (style == LrDecayStyle::kLinear) return 1.0 - r;
-  if (style == LrDecayStyle::kCosine) return 0.5 * (std::cos(M_PI * r) + 1.0);
+  if (style == LrDecayStyle::kLinear) wsd = WsdDecayStyle::kLinear;
+  if (style == LrDecayStyle::kCosine) wsd = WsdDecayStyle::kCosine;
   switch (wsd) {
     case WsdDecayStyle::kExponential:
       return 2.0 * std::pow(0.5, r) - 1.0;

@@ -122,11 +122,10 @@ std::string ns_coefficient_names() {
 }
 
 std::string MuonConfig::describe() const {
-  const char* modes[] = {"spectral", "unit_rms_norm", "shape_scaling"};
   return fmt::format(
       "Muon (momentum {:g}{}, {} scale{}, {} Newton-Schulz x {} in {}{}) for the weight "
       "matrices, AdamW for the rest",
-      momentum, nesterov ? " Nesterov" : "", modes[int(scale)],
+      momentum, nesterov ? " Nesterov" : "", name_of(kMuonScaleNames, scale),
       extra_scale != 1.0f ? fmt::format(" x {:g}", extra_scale) : "", coefficients, ns_steps,
       bf16 ? "bf16" : "fp32", split_qkv ? ", QKV split" : "");
 }

@@ -1,4 +1,4 @@
-// defines: MuonScale, MuonConfig, MuonMatrix, ns_coefficients, Muon
+// defines: MuonScale, kMuonScaleNames, MuonConfig, MuonMatrix, ns_coefficients, Muon
 //
 // Muon (Megatron's --optimizer muon, with the emerging_optimizers package's arithmetic): for a
 // 2-D weight W with gradient G (already clipped by the global norm), momentum mu, learning rate
@@ -26,12 +26,18 @@
 #include <vector>
 
 #include "mtron/comm/comm.h"
+#include "mtron/core/model_names.h"
 #include "mtron/core/tensor.h"
 #include "mtron/kernels/ctx.h"
 
 namespace mtron::optim {
 
 enum class MuonScale { kSpectral, kUnitRmsNorm, kShapeScaling };
+// --muon-scale-mode's names (the flag, the manifest and the run's log).
+inline constexpr EnumName<MuonScale> kMuonScaleNames[] = {
+    {MuonScale::kSpectral, "spectral"},
+    {MuonScale::kUnitRmsNorm, "unit_rms_norm"},
+    {MuonScale::kShapeScaling, "shape_scaling"}};
 
 struct MuonConfig {
   float momentum = 0.9f;  // Megatron's --muon-momentum default

@@ -13,15 +13,10 @@ bool embedding_or_output(const model::ParamSpec& s) {
   return s.name == "embedding.word_embeddings.weight" || s.name == "output_layer.weight";
 }
 
-bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() &&
-         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-
 }  // namespace
 
 bool muon_steps(const model::ParamSpec& s) {
-  return ends_with(s.name, ".weight") && s.global_shape.size() >= 2 && !embedding_or_output(s);
+  return s.name.ends_with(".weight") && s.global_shape.size() >= 2 && !embedding_or_output(s);
 }
 
 std::vector<optim::OptimRange> optim_ranges(const model::ParamBuffer& p,
@@ -87,7 +82,7 @@ optim::OptimBuffer ddp_buffer(const model::RunCtx& rc,
     int64_t per_group = 0;
     for (int64_t r : o.qkv_rows) per_group += r;
     // Megatron splits a linear_qkv weight whose rows are whole query groups.
-    if (o.muon->split_qkv && ends_with(s.name, "linear_qkv.weight") && per_group > 0 &&
+    if (o.muon->split_qkv && s.name.ends_with("linear_qkv.weight") && per_group > 0 &&
         s.global_shape[0] % per_group == 0)
       m.qkv_rows = o.qkv_rows;
     b.muon.push_back(std::move(m));

@@ -86,9 +86,7 @@ std::optional<optim::MuonConfig> validate_optimizer_flags(const OptimizerFlags& 
   p.use_distributed_optimizer = false;  // the layer-wise optimizer instead
   if (f.use_syrk) notes.push_back("--muon-use-syrk has no effect: kernel choice");
   optim::MuonConfig m = f.muon;
-  m.scale = f.scale_mode == "spectral"        ? optim::MuonScale::kSpectral
-            : f.scale_mode == "unit_rms_norm" ? optim::MuonScale::kUnitRmsNorm
-                                              : optim::MuonScale::kShapeScaling;
+  m.scale = *value_of(optim::kMuonScaleNames, f.scale_mode);  // the flag checked the name
   m.bf16 = f.matmul_prec == "medium";
   return m;
 }

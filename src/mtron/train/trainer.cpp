@@ -100,14 +100,15 @@ void Trainer::build_model() {
   const auto& m = a_.model;
   const auto& par = a_.parallel;
   const int64_t P = par.pp(), v = par.vpp();
-  DdpOptions ddp{ddp_bucket_elems(a_.ddp_bucket_size, par.overlap_grad_reduce, ps_->dp_cp().size()),
-                 a_.precision.grad_reduce_in_bf16,
-                 a_.decoupled_lr.has_value(),
-                 par.fsdp(),
-                 nullptr,
-                 {},
-                 false,
-                 a_.apply_wd_to_qk_layernorm};
+  DdpOptions ddp{.bucket_elems = ddp_bucket_elems(a_.ddp_bucket_size, par.overlap_grad_reduce,
+                                                  ps_->dp_cp().size()),
+                 .grad_reduce_in_bf16 = a_.precision.grad_reduce_in_bf16,
+                 .decoupled_lr = a_.decoupled_lr.has_value(),
+                 .unit_buckets = par.fsdp(),
+                 .muon = nullptr,
+                 .qkv_rows = {},
+                 .layer_wise = false,
+                 .wd_qk_layernorm = a_.apply_wd_to_qk_layernorm};
   if (a_.muon) {
     ddp.muon = &*a_.muon;
     const int64_t D = m.kv_channels, hpg = m.num_attention_heads / m.query_groups();
