@@ -266,11 +266,16 @@ TEST(Builder, SplitParsingAndRangesFollowMegatron) {
 }
 
 TEST(Builder, SampleCountsFollowMegatron) {
-  const SampleCounts c = megatron_sample_counts(1000, 32, 100, 10);
+  const SampleCounts c = megatron_sample_counts(1000, 32, 32, 100, 10);
   EXPECT_EQ(c.train, 32000);
   EXPECT_EQ(c.valid, (1000 / 100 + 1) * 10 * 32);
   EXPECT_EQ(c.test, 320);
-  EXPECT_EQ(megatron_sample_counts(1000, 32, 100, 10, 5000).train, 5000);
+  EXPECT_EQ(megatron_sample_counts(1000, 32, 32, 100, 10, 5000).train, 5000);
+  // --eval-global-batch-size sizes the validation and test splits.
+  const SampleCounts e = megatron_sample_counts(1000, 32, 48, 100, 10);
+  EXPECT_EQ(e.train, 32000);
+  EXPECT_EQ(e.valid, (1000 / 100 + 1) * 10 * 48);
+  EXPECT_EQ(e.test, 480);
 }
 
 TEST(Builder, DataPathForms) {

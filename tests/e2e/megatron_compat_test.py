@@ -4,9 +4,11 @@
 Usage: megatron_compat_test.py MTRON CASE, one CASE per CTest test:
   tensorboard   event files (read by tfevents_reader.py, written independently of mtron) on the
                 last rank only, Megatron's tags and switches; `lm loss` per iteration equals the log;
-                no grad-norm event on an iteration the fp16 loss scaler skipped
+                no grad-norm event on an iteration the fp16 loss scaler skipped; with
+                --wandb-project the same events in the W&B directory
   samples       --train-samples / --lr-decay-samples / --lr-warmup-samples train exactly as their
-                iteration equivalents (same log line but for the timings)
+                iteration equivalents (same log line but for the timings); one validation
+                iteration of --eval-global-batch-size 8 is two of --global-batch-size 4
   rampup        --rampup-batch-size and --step-batch-size-schedule: the batch size of every
                 iteration and the iteration count, as Megatron's calculators compute them
                 (reimplemented below from their definition)
@@ -98,13 +100,21 @@ def case_tensorboard(work):
     check([st for st, _ in series["lm loss validation vs samples"]] == [12, 24, 24],
           "validation vs samples")
     # The interval and the switches: every 2nd iteration, no loss scale, no timers.
-    tb2 = os.path.join(work, "tb2")
-    run(TINY + ["--train-iters", "6", "--tensorboard-dir", tb2, "--tensorboard-log-interval", "2",
-                "--no-log-loss-scale-to-tensorboard", "--metrics-file", "/dev/null"])
+    # With --wandb-project the same stream goes to the W&B directory too.
+    tb2, wb = os.path.join(work, "tb2"), os.path.join(work, "wandb")
+    out2 = run(TINY + ["--train-iters", "6", "--tensorboard-dir", tb2, "--tensorboard-log-interval",
+                       "2", "--no-log-loss-scale-to-tensorboard", "--metrics-file", "/dev/null",
+                       "--wandb-project", "proj", "--wandb-exp-name", "run1", "--wandb-entity",
+                       "team", "--wandb-save-dir", wb])
     s2 = tfevents_reader.scalars(glob.glob(os.path.join(tb2, "events.out.tfevents.*"))[0])
     check(sorted(s2["lm loss"]) == [2, 4, 6], "--tensorboard-log-interval 2: %s" % s2["lm loss"])
     check("loss-scale" not in s2 and "iteration-time" not in s2 and "mem-allocated-bytes" not in s2,
           "switches off: %s" % sorted(s2))
+    wfiles = glob.glob(os.path.join(wb, "events.out.tfevents.*"))
+    check(len(wfiles) == 1 and tfevents_reader.scalars(wfiles[0]) == s2,
+          "the W&B directory's event file: %s" % wfiles)
+    check("upload them with `wandb sync --sync-tensorboard -p proj -e team %s`" % wb in out2,
+          "the W&B note: %s" % out2[:2000])
     # --fp16 from a loss scale of 2^24: the first iterations are skipped; as Megatron (whose grad
     # norm is None there) they have no grad-norm event, the others have the log line's.
     tb3 = os.path.join(work, "tb3")
@@ -139,6 +149,17 @@ def case_samples(work):
     frac_i = strip_timing(run(common + ["--train-iters", "8", "--lr-warmup-fraction", "0.25"]))
     frac_s = strip_timing(run(common + ["--train-samples", "32", "--lr-warmup-fraction", "0.25"]))
     check(frac_i == frac_s, "--lr-warmup-fraction: %s vs %s" % (frac_i, frac_s))
+    # --eval-global-batch-size 8: a validation iteration of 8 sequences is two of --global-batch-size
+    # 4 (the same samples: token-weighted mean loss), at iteration 2 and at the end.
+    ev = TINY + ["--global-batch-size", "4", "--train-iters", "2", "--eval-interval", "2",
+                 "--metrics-file", "/dev/null"]
+    val = re.compile(r"validation loss at (iteration \d+|the end of training for val data) \| "
+                     r"lm loss value: (\S+) \|")
+    one = val.findall(run(ev + ["--eval-iters", "1", "--eval-global-batch-size", "8"]))
+    two = val.findall(run(ev + ["--eval-iters", "2"]))
+    check(len(one) == 2 and [w for w, _ in one] == [w for w, _ in two] and
+          all(abs(float(a) - float(b)) <= 1e-6 * float(b) for (_, a), (_, b) in zip(one, two)),
+          "--eval-global-batch-size 8 x 1 vs 4 x 2: %s vs %s" % (one, two))
     # Megatron's rules: iteration- and sample-based flags do not mix.
     out = run(common + ["--train-iters", "8", "--lr-decay-samples", "24"], rc=2)
     check("--lr-decay-samples needs --train-samples" in out, out)

@@ -48,6 +48,11 @@ NOTES = {
     "gpt3_moe_mcore_te_ep8_resume_torch_dist_dist_muon":
         ["--no-use-layer-wise-param-layout has no effect"],
     "gpt3_moe_mcore_te_ep8_resume_torch_dist_muon": ["--use-persistent-ckpt-worker has no effect"],
+    "gpt3_15b_8t_release_gb200":
+        ["--wandb-project megatron-core-release-runs: mtron does not talk to Weights & Biases; the "
+         "last rank writes the scalars W&B would get to /nonexistent as TensorBoard event files; "
+         "upload them with `wandb sync --sync-tensorboard -p megatron-core-release-runs -e adlr "
+         "/nonexistent`"],
 }
 # What --print-layout must show for a config (its pipeline split and schedule): 12 layers over
 # PP4 with 2 on the first and last stages; 6 layers over PP4 x VPP2 with the embedding and the

@@ -29,14 +29,15 @@ std::string trim(const std::string& s) {
 
 SampleCounts megatron_sample_counts(int64_t train_iters,
                                     int64_t global_batch_size,
+                                    int64_t eval_global_batch_size,
                                     int64_t eval_interval,
                                     int64_t eval_iters,
                                     std::optional<int64_t> train_samples) {
   MT_CHECK(eval_interval > 0, "--eval-interval must be positive (got ", eval_interval, ")");
   SampleCounts c;
   c.train = train_samples ? *train_samples : train_iters * global_batch_size;
-  c.valid = (train_iters / eval_interval + 1) * eval_iters * global_batch_size;
-  c.test = eval_iters * global_batch_size;
+  c.valid = (train_iters / eval_interval + 1) * eval_iters * eval_global_batch_size;
+  c.test = eval_iters * eval_global_batch_size;
   return c;
 }
 

@@ -15,7 +15,8 @@
 // A split whose share is 0 has no dataset (nullptr).
 //
 // Sample counts (megatron_sample_counts): train = train_iters * GBS,
-// valid = (train_iters // eval_interval + 1) * eval_iters * GBS, test = eval_iters * GBS.
+// valid = (train_iters // eval_interval + 1) * eval_iters * EGBS, test = eval_iters * EGBS
+// (EGBS: the evaluation's global batch size).
 #pragma once
 
 #include <array>
@@ -48,6 +49,7 @@ struct SampleCounts {
 // train_iters * GBS when --train-samples is given.
 SampleCounts megatron_sample_counts(int64_t train_iters,
                                     int64_t global_batch_size,
+                                    int64_t eval_global_batch_size,
                                     int64_t eval_interval,
                                     int64_t eval_iters,
                                     std::optional<int64_t> train_samples = std::nullopt);

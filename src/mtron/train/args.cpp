@@ -140,9 +140,13 @@ bool parse_train_args(int argc, char** argv, int64_t world_size, TrainArgs& a) {
   FsdpFlags fsdp;
   add_fsdp_flags(app, a.parallel, fsdp, p);
   app.add_option("--ddp-bucket-size", a.ddp_bucket_size,
-                 "Gradient bucket size in elements (default: one bucket, or max(40M, 1M x DP) "
-                 "with --overlap-grad-reduce)")
+                 "Gradient bucket size in elements with --overlap-grad-reduce (default max(40M, "
+                 "1M x DP); without it one bucket)")
       ->group(p);
+  auto* num_buckets =
+      app.add_option("--ddp-num-buckets", a.ddp_num_buckets,
+                     "With --overlap-grad-reduce: buckets of the rank's parameters over N")
+          ->group(p);
   app.add_option("--distributed-timeout-minutes", a.distributed_timeout_minutes,
                  "A collective waiting longer ends the job, naming it (default 10; fractions "
                  "accepted)")
@@ -195,6 +199,13 @@ bool parse_train_args(int argc, char** argv, int64_t world_size, TrainArgs& a) {
                  "\"TOKENS:BATCH ...\": the global batch size from each token count on (suffixes "
                  "K, M, B, T)")
       ->expected(1, CLI::detail::expected_max_vector_size)
+      ->group(t);
+  app.add_option("--eval-global-batch-size", a.eval_global_batch_size,
+                 "Sequences per validation iteration (default --global-batch-size)")
+      ->group(t);
+  int64_t eval_micro_batch_size = 0;
+  app.add_option("--eval-micro-batch-size", eval_micro_batch_size,
+                 "Only --micro-batch-size's value (mtron evaluates in training's micro-batches)")
       ->group(t);
   app.add_option("--seed", a.seed, "Random seed (default 1234)")->group(t);
   add_precision_flags(app, a.precision, t);
@@ -602,6 +613,18 @@ bool parse_train_args(int argc, char** argv, int64_t world_size, TrainArgs& a) {
     a.batches = BatchSchedule::constant(par.global_batch_size);
   }
   a.batches.validate(par);
+  // Megatron's evaluation batch: --eval-global-batch-size, else the global batch size, in
+  // micro-batches of --eval-micro-batch-size (mtron: --micro-batch-size only).
+  MT_CHECK(eval_micro_batch_size == 0 || eval_micro_batch_size == par.micro_batch_size,
+           "--eval-micro-batch-size ", eval_micro_batch_size,
+           ": mtron evaluates in micro-batches of --micro-batch-size (", par.micro_batch_size,
+           "); leave it out or pass the same value");
+  if (a.eval_global_batch_size == 0) a.eval_global_batch_size = par.global_batch_size;
+  MT_CHECK(a.eval_global_batch_size > 0 &&
+               a.eval_global_batch_size % (par.micro_batch_size * par.dp()) == 0,
+           "eval_global_batch_size (", a.eval_global_batch_size,
+           ") must be divisible by eval_micro_batch_size (", par.micro_batch_size,
+           ") * data_parallel_size (", par.dp(), ") (--eval-global-batch-size)");
   // Megatron's MoELayer raises this in training: each TP rank must route distinct tokens.
   MT_CHECK(!a.model.is_moe() || par.tp() == 1 || par.sequence_parallel,
            "During training, performance may degrade if MoE and tensor parallelism are "
@@ -650,6 +673,7 @@ bool parse_train_args(int argc, char** argv, int64_t world_size, TrainArgs& a) {
   MT_CHECK(a.eval_interval > 0, "--eval-interval must be positive");
   MT_CHECK(a.eval_iters >= 0, "--eval-iters must be >= 0");
   MT_CHECK(a.tensorboard.log_interval > 0, "--tensorboard-log-interval must be positive");
+  validate_wandb_flags(a.tensorboard, a.checkpoint.save, a.notes);
   MT_CHECK(a.distributed_timeout_minutes > 0, "--distributed-timeout-minutes must be positive");
   MT_CHECK(a.adam.beta1 >= 0 && a.adam.beta1 < 1, "--adam-beta1 must be in [0, 1)");
   MT_CHECK(a.adam.beta2 >= 0 && a.adam.beta2 < 1, "--adam-beta2 must be in [0, 1)");
@@ -678,6 +702,12 @@ bool parse_train_args(int argc, char** argv, int64_t world_size, TrainArgs& a) {
   }
   MT_CHECK(a.recompute.num_layers >= 1, "--recompute-num-layers must be >= 1");
   MT_CHECK(a.ddp_bucket_size >= 0, "--ddp-bucket-size must be >= 0");
+  // Megatron's DistributedDataParallelConfig checks.
+  MT_CHECK(a.ddp_num_buckets == 0 || a.ddp_bucket_size == 0,
+           "Cannot specify both num_buckets and bucket_size (--ddp-num-buckets and "
+           "--ddp-bucket-size)");
+  MT_CHECK(num_buckets->count() == 0 || a.ddp_num_buckets > 0,
+           "num_buckets must be greater than 0 (--ddp-num-buckets ", a.ddp_num_buckets, ")");
   checkpoint::validate_checkpoint_args(a.checkpoint);
   return true;
 }

@@ -76,7 +76,9 @@ struct TrainArgs {
   // NVTE_ALLOW_NONDETERMINISTIC_ALGO=1 without --deterministic-mode, on CUDA: cuDNN's attention
   // backward may accumulate dq atomically (model::RunCtx::nondeterministic_attention).
   bool nondeterministic_attention = false;
-  int64_t ddp_bucket_size = 0;  // elements per gradient bucket; 0: Megatron's default
+  int64_t eval_global_batch_size = 0;  // --eval-global-batch-size (default: the global batch)
+  int64_t ddp_bucket_size = 0;         // elements per gradient bucket; 0: Megatron's default
+  int64_t ddp_num_buckets = 0;         // --ddp-num-buckets; 0: by ddp_bucket_size
   double distributed_timeout_minutes = 10;
 
   // data

@@ -39,9 +39,15 @@ std::vector<optim::OptimRange> optim_ranges(const model::ParamBuffer& p,
   return r;
 }
 
-int64_t ddp_bucket_elems(int64_t flag, bool overlap_grad_reduce, int64_t dp_size) {
+int64_t ddp_bucket_elems(int64_t flag,
+                         int64_t num_buckets,
+                         int64_t rank_params,
+                         bool overlap_grad_reduce,
+                         int64_t dp_size) {
+  if (!overlap_grad_reduce) return 0;
+  if (num_buckets > 0) return std::max<int64_t>(1, rank_params / num_buckets);
   if (flag > 0) return flag;
-  return overlap_grad_reduce ? std::max<int64_t>(40000000, 1000000 * dp_size) : 0;
+  return std::max<int64_t>(40000000, 1000000 * dp_size);
 }
 
 optim::OptimBuffer ddp_buffer(const model::RunCtx& rc,

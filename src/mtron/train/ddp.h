@@ -19,9 +19,15 @@
 
 namespace mtron::train {
 
-// Megatron's DDP bucket size in elements: `flag` (--ddp-bucket-size) when set, else
-// max(40M, 1M x DP) when overlapping the reduction with backward, else 0 (one bucket).
-int64_t ddp_bucket_elems(int64_t flag, bool overlap_grad_reduce, int64_t dp_size);
+// Megatron's DDP bucket size in elements (resolve_ddp_bucket_size): 0 (one bucket) without
+// overlapping the reduction with backward; else the rank's parameters (all its model chunks,
+// experts included) over `num_buckets` (--ddp-num-buckets) when set, else `flag`
+// (--ddp-bucket-size) when set, else max(40M, 1M x DP).
+int64_t ddp_bucket_elems(int64_t flag,
+                         int64_t num_buckets,
+                         int64_t rank_params,
+                         bool overlap_grad_reduce,
+                         int64_t dp_size);
 
 struct DdpOptions {
   int64_t bucket_elems = 0;  // ddp_bucket_elems

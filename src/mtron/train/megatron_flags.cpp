@@ -75,6 +75,9 @@ constexpr Compat kSwitches[] = {
     {"--ddp-average-in-collective",
      "mtron's gradients are already divided by the global batch's tokens, so the data-parallel "
      "reduction is a sum either way"},
+    {"--ddp-pad-buckets-for-high-nccl-busbw",
+     "bucket padding for NCCL's bus bandwidth is a communication-speed choice (the gradients "
+     "are the same)"},
     {"--delay-wgrad-compute", "kernel scheduling choice (the weight gradients are the same)"},
     {"--log-straggler", "mtron does not time the ranks against each other"},
     {"--dist-ckpt-save-pre-mcore-014", "mtron writes its own checkpoint format"},
@@ -158,9 +161,6 @@ const std::vector<CompatValue>& value_flags() {
       {"--tiktoken-pattern",
        "only TikTokenizer uses it, and mtron has no TikTokenizer",
        {"v1", "v2"}},
-      {"--wandb-exp-name", "without --wandb-project nothing is sent to Weights & Biases", {}},
-      {"--wandb-save-dir", "without --wandb-project nothing is sent to Weights & Biases", {}},
-      {"--wandb-entity", "without --wandb-project nothing is sent to Weights & Biases", {}},
       {"--logging-level", "mtron's log has one level (errors, notes and the log line)", {}},
       {"--async-strategy", "mtron saves synchronously", {"nvrx", "mcore"}},
       {"--rerun-mode",
@@ -242,18 +242,6 @@ void add_compat_flags(CLI::App& app, std::vector<std::string>& notes) {
                     "rank");
          },
          "--profile reports rank 0 and the last rank")
-      ->group(kGroup);
-  // Services mtron cannot reach: rejected, with what to use instead. An empty project is
-  // Megatron's default (no W&B), so scripts that pass it unset still run.
-  app.add_option_function<std::string>(
-         "--wandb-project",
-         [](const std::string& v) {
-           MT_CHECK(v.empty(), "--wandb-project ", v,
-                    ": mtron does not talk to Weights & Biases; use --tensorboard-dir DIR "
-                    "(TensorBoard event files; `wandb sync DIR` uploads them) or --metrics-file "
-                    "(JSONL)");
-         },
-         "Rejected: use --tensorboard-dir or --metrics-file")
       ->group(kGroup);
 }
 

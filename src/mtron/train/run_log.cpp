@@ -14,8 +14,9 @@ namespace mtron::train {
 RunLog::RunLog(const TrainArgs& a, int64_t world_size, bool resumed) {
   const std::string path = metrics_path(a);
   if (!path.empty()) metrics_ = std::make_unique<MetricsWriter>(path, resumed);
-  if (!a.tensorboard.dir.empty())
-    tensorboard_ = std::make_unique<TensorBoard>(a.tensorboard, world_size, a.device);
+  if (!a.tensorboard.dir.empty() || !wandb_dir(a.tensorboard, a.checkpoint.save).empty())
+    tensorboard_ =
+        std::make_unique<TensorBoard>(a.tensorboard, a.checkpoint.save, world_size, a.device);
 }
 
 void RunLog::step(const TensorBoardStep& s) {

@@ -4,7 +4,7 @@
 // Where the last rank's training log goes, as Megatron's training_log and
 // evaluate_and_print_results send it: the per-iteration line and the evaluation blocks on
 // stdout (metrics.h), the JSONL metrics file when one is set (metrics_path), the TensorBoard
-// event file with --tensorboard-dir (tensorboard.h).
+// event files with --tensorboard-dir and --wandb-project (tensorboard.h).
 #pragma once
 
 #include <memory>

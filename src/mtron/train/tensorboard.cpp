@@ -15,6 +15,7 @@
 #include "mtron/core/error.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 namespace mtron::train {
 namespace {
@@ -88,19 +89,60 @@ void add_tensorboard_flags(CLI::App& app, TensorBoardArgs& a, const char* group)
       ->group(group);
   app.add_flag("--log-world-size-to-tensorboard", a.log_world_size, "Also world-size")
       ->group(group);
+  app.add_option("--wandb-project", a.wandb_project,
+                 "Weights & Biases project: mtron writes the scalars W&B would get as TensorBoard "
+                 "event files in --wandb-save-dir (`wandb sync --sync-tensorboard` uploads them)")
+      ->group(group);
+  app.add_option("--wandb-exp-name", a.wandb_exp_name, "W&B run name (needed with a project)")
+      ->group(group);
+  app.add_option("--wandb-entity", a.wandb_entity, "W&B entity (team or user)")->group(group);
+  app.add_option("--wandb-save-dir", a.wandb_save_dir,
+                 "Directory of the W&B event files (default <save>/wandb)")
+      ->group(group);
 }
 
-EventFile::EventFile(const std::string& dir) {
+std::string wandb_dir(const TensorBoardArgs& a, const std::string& save) {
+  if (a.wandb_project.empty()) return "";
+  if (!a.wandb_save_dir.empty()) return a.wandb_save_dir;
+  return save.empty() ? "" : (std::filesystem::path(save) / "wandb").string();
+}
+
+void validate_wandb_flags(const TensorBoardArgs& a,
+                          const std::string& save,
+                          std::vector<std::string>& notes) {
+  if (a.wandb_project.empty()) {
+    std::vector<std::string> set;
+    if (!a.wandb_exp_name.empty()) set.push_back("--wandb-exp-name");
+    if (!a.wandb_entity.empty()) set.push_back("--wandb-entity");
+    if (!a.wandb_save_dir.empty()) set.push_back("--wandb-save-dir");
+    if (!set.empty())
+      notes.push_back(fmt::format("{}: no effect without --wandb-project", fmt::join(set, ", ")));
+    return;
+  }
+  MT_CHECK(!a.wandb_exp_name.empty(), "--wandb-project ", a.wandb_project,
+           " needs --wandb-exp-name (the W&B run's name), as in Megatron");
+  const std::string dir = wandb_dir(a, save);
+  MT_CHECK(!dir.empty(), "--wandb-project ", a.wandb_project,
+           " needs --wandb-save-dir DIR or --save DIR (then <save>/wandb) for its event files");
+  notes.push_back(fmt::format(
+      "--wandb-project {}: mtron does not talk to Weights & Biases; the last rank writes the "
+      "scalars W&B would get to {} as TensorBoard event files; upload them with `wandb sync "
+      "--sync-tensorboard -p {}{} {}`",
+      a.wandb_project, dir, a.wandb_project, a.wandb_entity.empty() ? "" : " -e " + a.wandb_entity,
+      dir));
+}
+
+EventFile::EventFile(const std::string& dir, const std::string& flag) {
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
-  MT_CHECK(!ec, "--tensorboard-dir ", dir, ": cannot create the directory: ", ec.message());
+  MT_CHECK(!ec, flag, " ", dir, ": cannot create the directory: ", ec.message());
   char host[256] = "localhost";
   gethostname(host, sizeof(host) - 1);
   path_ = (std::filesystem::path(dir) /
            fmt::format("events.out.tfevents.{}.{}.{}", std::time(nullptr), host, getpid()))
               .string();
   f_ = std::fopen(path_.c_str(), "wb");
-  MT_CHECK(f_, "--tensorboard-dir ", dir, ": cannot write ", path_, ": ", std::strerror(errno));
+  MT_CHECK(f_, flag, " ", dir, ": cannot write ", path_, ": ", std::strerror(errno));
   std::string version;
   put_bytes(version, 3, "brain.Event:2");
   record(event(0, version));
@@ -137,49 +179,67 @@ void EventFile::flush() {
   std::fflush(f_);
 }
 
-TensorBoard::TensorBoard(const TensorBoardArgs& a, int64_t world_size, Device device)
-    : a_(a), world_size_(world_size), device_(device), file_(a.dir) {}
+TensorBoard::TensorBoard(const TensorBoardArgs& a,
+                         const std::string& save,
+                         int64_t world_size,
+                         Device device)
+    : a_(a), world_size_(world_size), device_(device) {
+  if (!a.dir.empty()) files_.push_back(std::make_unique<EventFile>(a.dir, "--tensorboard-dir"));
+  const std::string w = wandb_dir(a, save);
+  if (!w.empty())
+    files_.push_back(std::make_unique<EventFile>(w, a.wandb_save_dir.empty()
+                                                        ? "--save (the W&B directory <save>/wandb)"
+                                                        : "--wandb-save-dir"));
+}
+
+void TensorBoard::scalar(const std::string& tag, double value, int64_t step) {
+  for (const auto& f : files_) f->scalar(tag, value, step);
+}
+
+void TensorBoard::flush() {
+  for (const auto& f : files_) f->flush();
+}
 
 void TensorBoard::iteration(const TensorBoardStep& s) {
   if (s.iteration % a_.log_interval != 0) return;
   auto both = [&](const std::string& tag, double v) {
-    file_.scalar(tag, v, s.iteration);
-    file_.scalar(tag + " vs samples", v, s.consumed_samples);
+    scalar(tag, v, s.iteration);
+    scalar(tag + " vs samples", v, s.consumed_samples);
   };
   both("learning-rate", s.learning_rate);
   if (s.decoupled_learning_rate)
-    file_.scalar("decoupled-learning-rate", *s.decoupled_learning_rate, s.iteration);
+    scalar("decoupled-learning-rate", *s.decoupled_learning_rate, s.iteration);
   both("batch-size", double(s.batch_size));
   both("lm loss", s.lm_loss);
   if (a_.log_loss_scale) both("loss-scale", s.loss_scale);
   if (a_.log_world_size) both("world-size", double(world_size_));
   if (s.grad_norm) both("grad-norm", *s.grad_norm);
-  for (const auto& [name, v] : s.aux_losses) file_.scalar(name, v, s.iteration);
+  for (const auto& [name, v] : s.aux_losses) scalar(name, v, s.iteration);
   if (a_.log_memory) {
     const kernels::DeviceMemory m = kernels::device_memory(device_);
-    file_.scalar("mem-reserved-bytes", double(m.reserved), s.iteration);
-    file_.scalar("mem-allocated-bytes", double(m.allocated), s.iteration);
-    file_.scalar("mem-max-allocated-bytes", double(m.max_allocated), s.iteration);
+    scalar("mem-reserved-bytes", double(m.reserved), s.iteration);
+    scalar("mem-allocated-bytes", double(m.allocated), s.iteration);
+    scalar("mem-max-allocated-bytes", double(m.max_allocated), s.iteration);
   }
-  file_.flush();
+  flush();
 }
 
 void TensorBoard::timers(int64_t iteration, double seconds, double tflops) {
   if (!a_.log_timers) return;
-  file_.scalar("iteration-time", seconds, iteration);
-  file_.scalar("throughput", tflops, iteration);
-  file_.flush();
+  scalar("iteration-time", seconds, iteration);
+  scalar("throughput", tflops, iteration);
+  flush();
 }
 
 void TensorBoard::validation(int64_t iteration, int64_t consumed, double loss) {
-  file_.scalar("lm loss validation", loss, iteration);
-  file_.scalar("lm loss validation vs samples", loss, consumed);
+  scalar("lm loss validation", loss, iteration);
+  scalar("lm loss validation vs samples", loss, consumed);
   if (a_.log_validation_ppl) {
     const double ppl = std::exp(std::min(20.0, loss));
-    file_.scalar("lm loss validation ppl", ppl, iteration);
-    file_.scalar("lm loss validation ppl vs samples", ppl, consumed);
+    scalar("lm loss validation ppl", ppl, iteration);
+    scalar("lm loss validation ppl vs samples", ppl, consumed);
   }
-  file_.flush();
+  flush();
 }
 
 }  // namespace mtron::train

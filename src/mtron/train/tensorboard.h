@@ -1,4 +1,5 @@
-// defines: TensorBoardArgs, add_tensorboard_flags, EventFile, TensorBoard
+// defines: TensorBoardArgs, add_tensorboard_flags, wandb_dir, validate_wandb_flags, EventFile,
+//          TensorBoard
 //
 // TensorBoard event files, written without TensorBoard or protobuf libraries. An event file
 // (events.out.tfevents.<unix time>.<host>.<pid>) is a sequence of TFRecords:
@@ -19,11 +20,16 @@
 // Megatron writes one; at --log-interval `iteration-time` (seconds) and `throughput` (TFLOP/s
 // per GPU) with --log-timers-to-tensorboard; after each evaluation `lm loss validation` (and
 // `lm loss validation ppl` with --log-validation-ppl-to-tensorboard), with their `vs samples`.
+//
+// Weights & Biases: Megatron's --wandb-project sends the same scalars to W&B from the last rank.
+// mtron does not talk to W&B; with --wandb-project it writes the event stream a second time into
+// W&B's directory (wandb_dir), from where `wandb sync --sync-tensorboard` uploads it.
 #pragma once
 
 #include <CLI/App.hpp>
 #include <cstdint>
 #include <cstdio>
+#include <memory>
 #include <optional>
 #include <string>
 #include <utility>
@@ -41,14 +47,25 @@ struct TensorBoardArgs {
   bool log_validation_ppl = false;  // --log-validation-ppl-to-tensorboard
   bool log_memory = false;          // --log-memory-to-tensorboard: mem-* bytes
   bool log_world_size = false;      // --log-world-size-to-tensorboard
+  // --wandb-project (empty: no W&B), --wandb-exp-name (needed with a project, as in Megatron),
+  // --wandb-entity, --wandb-save-dir.
+  std::string wandb_project, wandb_exp_name, wandb_entity, wandb_save_dir;
 };
 void add_tensorboard_flags(CLI::App& app, TensorBoardArgs& a, const char* group);
+// Where the W&B copy of the event stream goes: --wandb-save-dir, else <save>/wandb (Megatron's
+// wandb.init dir); empty without --wandb-project.
+std::string wandb_dir(const TensorBoardArgs& a, const std::string& save);
+// Megatron's rule (a project needs a run name) and a directory to write to; the note that says
+// where the W&B scalars go and how to upload them.
+void validate_wandb_flags(const TensorBoardArgs& a,
+                          const std::string& save,
+                          std::vector<std::string>& notes);
 
 class EventFile {
  public:
   // Creates `dir` (and parents) and a new event file in it; throws mtron::Error naming the
-  // directory when it cannot.
-  explicit EventFile(const std::string& dir);
+  // flag that set the directory, and the directory, when it cannot.
+  EventFile(const std::string& dir, const std::string& flag);
   ~EventFile();
   EventFile(const EventFile&) = delete;
   EventFile& operator=(const EventFile&) = delete;
@@ -74,19 +91,24 @@ struct TensorBoardStep {
   std::vector<std::pair<std::string, double>> aux_losses;
 };
 
+// The event stream, written to --tensorboard-dir and to the W&B directory (those set).
 class TensorBoard {
  public:
-  TensorBoard(const TensorBoardArgs& a, int64_t world_size, Device device);
+  // save: --save (the W&B directory's default parent).
+  TensorBoard(const TensorBoardArgs& a, const std::string& save, int64_t world_size, Device device);
   void iteration(const TensorBoardStep& s);
   // At --log-interval: seconds per iteration and TFLOP/s per GPU over the interval.
   void timers(int64_t iteration, double seconds_per_iteration, double tflops_per_device);
   void validation(int64_t iteration, int64_t consumed_samples, double lm_loss);
 
  private:
+  void scalar(const std::string& tag, double value, int64_t step);
+  void flush();
+
   TensorBoardArgs a_;
   int64_t world_size_;
   Device device_;
-  EventFile file_;
+  std::vector<std::unique_ptr<EventFile>> files_;
 };
 
 }  // namespace mtron::train

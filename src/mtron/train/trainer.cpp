@@ -68,7 +68,8 @@ Trainer::Trainer(const TrainArgs& args, Comm& world, int ranks_per_node)
                         .cache_path = a_.data_cache_path,
                         .write_cache = world_.rank() == 0};
     const data::SampleCounts counts = data::megatron_sample_counts(
-        a_.train_iters, a_.parallel.global_batch_size, a_.eval_interval, a_.eval_iters,
+        a_.train_iters, a_.parallel.global_batch_size, a_.eval_global_batch_size, a_.eval_interval,
+        a_.eval_iters,
         a_.train_samples > 0 ? std::optional<int64_t>(a_.train_samples) : std::nullopt);
     if (world_.rank() == 0) datasets_ = data::build_train_valid_test(dc, counts);
     world_.barrier();
@@ -100,15 +101,29 @@ void Trainer::build_model() {
   const auto& m = a_.model;
   const auto& par = a_.parallel;
   const int64_t P = par.pp(), v = par.vpp();
-  DdpOptions ddp{.bucket_elems = ddp_bucket_elems(a_.ddp_bucket_size, par.overlap_grad_reduce,
-                                                  ps_->dp_cp().size()),
-                 .grad_reduce_in_bf16 = a_.precision.grad_reduce_in_bf16,
-                 .decoupled_lr = a_.decoupled_lr.has_value(),
-                 .unit_buckets = par.fsdp(),
-                 .muon = nullptr,
-                 .qkv_rows = {},
-                 .layer_wise = false,
-                 .wd_qk_layernorm = a_.apply_wd_to_qk_layernorm};
+  // Every chunk's parameters are declared before any buffer is allocated: --ddp-num-buckets
+  // divides the rank's total.
+  for (int64_t c = 0; c < v; ++c) {
+    const int64_t vs = c * P + ps_->pp_rank();  // virtual stage
+    const ParallelConfig::StageLayers layers = par.virtual_stage_layers(vs);
+    const model::ChunkPlacement place{layers.first_layer, layers.num_layers, vs == 0,
+                                      vs == P * v - 1};
+    chunks_.push_back(std::make_unique<model::GPTChunk>(m, place, rc_.tp, a_.recompute, rc_.ep));
+  }
+  int64_t rank_params = 0;
+  for (const auto& c : chunks_)
+    for (const model::ParamBuffer* b : {&c->params(), &c->expert_params()})
+      for (const model::ParamSpec& s : b->specs()) rank_params += s.numel();
+  DdpOptions ddp{
+      .bucket_elems = ddp_bucket_elems(a_.ddp_bucket_size, a_.ddp_num_buckets, rank_params,
+                                       par.overlap_grad_reduce, ps_->dp_cp().size()),
+      .grad_reduce_in_bf16 = a_.precision.grad_reduce_in_bf16,
+      .decoupled_lr = a_.decoupled_lr.has_value(),
+      .unit_buckets = par.fsdp(),
+      .muon = nullptr,
+      .qkv_rows = {},
+      .layer_wise = false,
+      .wd_qk_layernorm = a_.apply_wd_to_qk_layernorm};
   if (a_.muon) {
     ddp.muon = &*a_.muon;
     const int64_t D = m.kv_channels, hpg = m.num_attention_heads / m.query_groups();
@@ -116,18 +131,18 @@ void Trainer::build_model() {
     ddp.layer_wise = a_.layer_wise_optimizer;
   }
   std::vector<optim::OptimBuffer> bufs;
-  for (int64_t c = 0; c < v; ++c) {
-    const int64_t vs = c * P + ps_->pp_rank();  // virtual stage
-    const ParallelConfig::StageLayers layers = par.virtual_stage_layers(vs);
-    const model::ChunkPlacement place{layers.first_layer, layers.num_layers, vs == 0,
-                                      vs == P * v - 1};
-    chunks_.push_back(std::make_unique<model::GPTChunk>(m, place, rc_.tp, a_.recompute, rc_.ep));
-    bufs.push_back(
-        ddp_buffer(rc_, *ps_, ddp, chunks_.back()->params(), false, a_.seed, grad_syncs_));
+  for (auto& chunk : chunks_) {
+    bufs.push_back(ddp_buffer(rc_, *ps_, ddp, chunk->params(), false, a_.seed, grad_syncs_));
     // The routed experts: their own buffer, reduced (and sharded) over expert data parallel.
-    model::ParamBuffer& x = chunks_.back()->expert_params();
+    model::ParamBuffer& x = chunk->expert_params();
     if (!x.specs().empty())
       bufs.push_back(ddp_buffer(rc_, *ps_, ddp, x, true, a_.seed, expert_syncs_));
+    // Megatron's line for each of its buffers (the routed experts' after the dense ones').
+    if (world_.rank() == 0)
+      for (const model::ParamBuffer* b : {&chunk->params(), &x})
+        if (!b->specs().empty())
+          log_info("Number of buckets for gradient all-reduce / reduce-scatter: {}",
+                   b->buckets().size());
   }
   optimizer_ = std::make_unique<optim::Optimizer>(std::move(bufs), a_.adam, rc_.k,
                                                   a_.optimizer_offload_fraction, a_.muon);
@@ -297,19 +312,19 @@ double Trainer::evaluate(data::Split split, int64_t iters) {
   const auto& par = a_.parallel;
   MT_CHECK(datasets_[split], "no ", data::split_name(split), " data (see --split)");
   for (auto& g : grad_syncs_) g->wait_all_params();
-  // Evaluation batches are --global-batch-size (the next step sets its own size again).
-  batch_size_ = par.global_batch_size;
-  num_microbatches_ = par.num_microbatches();
+  // Evaluation batches are --eval-global-batch-size (the next step sets its own size again).
+  batch_size_ = a_.eval_global_batch_size;
+  num_microbatches_ = batch_size_ / (par.micro_batch_size * par.dp());
   double loss = 0;
   int64_t tokens = 0;
   int64_t& consumed = consumed_eval_samples_[int(split)];
   for (int64_t it = 0; it < iters; ++it) {
     stages_->begin(false, split, consumed);
-    parallel::run_pipeline(*stages_, ps_->pp(), int(par.vpp()), par.num_microbatches(),
+    parallel::run_pipeline(*stages_, ps_->pp(), int(par.vpp()), num_microbatches_,
                            par.microbatch_group(), true);
     if (ps_->is_last_pp_stage()) loss += stages_->loss_sum();
     tokens += loss_tokens(split, consumed)[0];
-    consumed += par.global_batch_size;
+    consumed += batch_size_;
   }
   if (ps_->dp_cp().size() > 1) loss = ps_->dp_cp().all_reduce_sum(loss);
   if (ps_->pp().size() > 1) loss = ps_->pp().all_reduce_sum(loss);
