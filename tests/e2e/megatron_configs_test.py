@@ -48,6 +48,7 @@ NOTES = {
     "gpt3_moe_mcore_te_ep8_resume_torch_dist_dist_muon":
         ["--no-use-layer-wise-param-layout has no effect"],
     "gpt3_moe_mcore_te_ep8_resume_torch_dist_muon": ["--use-persistent-ckpt-worker has no effect"],
+    "gpt3_15b_8t_release": ["--wandb-project megatron-core-release-runs: mtron does not talk"],
     "gpt3_15b_8t_release_gb200":
         ["--wandb-project megatron-core-release-runs: mtron does not talk to Weights & Biases; the "
          "last rank writes the scalars W&B would get to /nonexistent as TensorBoard event files; "
@@ -60,10 +61,10 @@ NOTES = {
 # schedule's micro-batches in one group of 5 (M = 40 / (4 x DP2)); the model summary naming the
 # interleaved RoPE, the Sinkhorn top-1 routing, multi-latent attention (in FP8) with an MTP depth,
 # or multi-latent attention with learned positions (Megatron's default position type); Muon's
-# settings; the
-# selective recompute of four modules; CP4 as all-to-all groups of 2 and a ring of 2
-# (--hierarchical-context-parallel-sizes given as one argument, "2 2"); Megatron-FSDP's and
-# FSDP2's sharding.
+# settings; the selective recompute of four modules; CP4 as all-to-all groups of 2 and a ring of
+# 2 (--hierarchical-context-parallel-sizes given as one argument, "2 2"); Megatron-FSDP's and
+# FSDP2's sharding; the release runs' step batch schedule, whose validation batch is Megatron's
+# global_batch_size default (micro-batch x DP: 4 x 1) unless --eval-global-batch-size sets it.
 SHOWN = {
     "mr_mcore_te_tp1_pp4_vp1_uneven_pipeline":
         ["    0  [0, 2) +embedding", "    1  [2, 6)", "    3  [10, 12) +output layer and loss"],
@@ -89,6 +90,10 @@ SHOWN = {
          "; layer-wise distributed optimizer"],
     "gpt3_moe_mcore_te_ep8_resume_torch_dist_muon":
         ["optimizer: Muon (momentum 0.9, spectral scale x 0.2"],
+    "gpt3_15b_8t_release": ["global batch size: step schedule 0:384 48828125:768 97656250:1152 "
+                            "(samples:batch); 50863 iterations; validation batch 4"],
+    "gpt3_15b_8t_release_gb200": ["global batch size: step schedule 0:384 48828125:768 "
+                                  "97656250:1152 (samples:batch); 50863 iterations\n"],
 }
 
 

@@ -593,6 +593,9 @@ bool parse_train_args(int argc, char** argv, int64_t world_size, TrainArgs& a) {
   const std::string step_schedule = fmt::format("{}", fmt::join(step_words, " "));
   MT_CHECK(rampup.empty() || step_schedule.empty(),
            "--rampup-batch-size and --step-batch-size-schedule exclude each other");
+  // Megatron's evaluation batch under a step schedule without --global-batch-size: its
+  // global_batch_size default, micro-batch x DP (set below, once DP is known).
+  const bool eval_batch_is_microbatch_dp = !step_schedule.empty() && par.global_batch_size == 0;
   if (!step_schedule.empty()) {
     a.batches = BatchSchedule::steps(step_schedule, a.model.seq_length);
     // Megatron-LM rejects --global-batch-size with a schedule, yet its GPT-3 example passes
@@ -613,13 +616,16 @@ bool parse_train_args(int argc, char** argv, int64_t world_size, TrainArgs& a) {
     a.batches = BatchSchedule::constant(par.global_batch_size);
   }
   a.batches.validate(par);
-  // Megatron's evaluation batch: --eval-global-batch-size, else the global batch size, in
-  // micro-batches of --eval-micro-batch-size (mtron: --micro-batch-size only).
+  // Megatron's evaluation batch: --eval-global-batch-size, else the global batch size (micro-batch
+  // x DP under a step schedule, as above), in micro-batches of --eval-micro-batch-size (mtron:
+  // --micro-batch-size only).
   MT_CHECK(eval_micro_batch_size == 0 || eval_micro_batch_size == par.micro_batch_size,
            "--eval-micro-batch-size ", eval_micro_batch_size,
            ": mtron evaluates in micro-batches of --micro-batch-size (", par.micro_batch_size,
            "); leave it out or pass the same value");
-  if (a.eval_global_batch_size == 0) a.eval_global_batch_size = par.global_batch_size;
+  if (a.eval_global_batch_size == 0)
+    a.eval_global_batch_size =
+        eval_batch_is_microbatch_dp ? par.micro_batch_size * par.dp() : par.global_batch_size;
   MT_CHECK(a.eval_global_batch_size > 0 &&
                a.eval_global_batch_size % (par.micro_batch_size * par.dp()) == 0,
            "eval_global_batch_size (", a.eval_global_batch_size,

@@ -56,6 +56,8 @@ void log_run_header(const TrainArgs& a, int rank, bool logger, const RunHeader& 
     if (a.recompute.granularity != RecomputeGranularity::kNone)
       log_info("activation recompute: {}", a.recompute.describe());
     if (a.batches.varies()) log_info("global batch size: {}", a.batches.describe());
+    if (a.eval_iters > 0 && a.eval_global_batch_size != par.global_batch_size)
+      log_info("validation batch size: {}", a.eval_global_batch_size);
     if (a.muon) log_info("optimizer: {}", optimizer_summary(a));
     log_info("parameters: {:.2f} M (padded vocab {})",
              double(a.model.num_parameters(par.tp())) / 1e6, a.model.padded_vocab_size(par.tp()));

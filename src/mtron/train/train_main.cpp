@@ -45,7 +45,10 @@ std::string layout_report(const TrainArgs& a) {
   if (a.recompute.granularity != RecomputeGranularity::kNone)
     s += fmt::format("activation recompute: {}\n", a.recompute.describe());
   if (a.muon) s += fmt::format("optimizer: {}\n", optimizer_summary(a));
-  s += fmt::format("global batch size: {}; {} iterations\n", a.batches.describe(), a.train_iters);
+  s += fmt::format("global batch size: {}; {} iterations", a.batches.describe(), a.train_iters);
+  if (a.eval_global_batch_size != a.parallel.global_batch_size)
+    s += fmt::format("; validation batch {}", a.eval_global_batch_size);
+  s += "\n";
   s += format_theoretical_memory(
       megatron_theoretical_memory(a.model, a.parallel, a.recompute.granularity));
   for (const std::string& n : a.notes) s += "\nnote: " + n;
