@@ -6,6 +6,9 @@
 
 #include "mtron/core/error.h"
 
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
 namespace mtron::train {
 namespace {
 
@@ -79,6 +82,9 @@ constexpr Compat kSwitches[] = {
      "bucket padding for NCCL's bus bandwidth is a communication-speed choice (the gradients "
      "are the same)"},
     {"--delay-wgrad-compute", "kernel scheduling choice (the weight gradients are the same)"},
+    {"--async-ckpt-use-cpu-shm", "mtron saves synchronously; the result is the same checkpoint"},
+    {"--use-transformer-engine-op-fuser",
+     "mtron has one transformer implementation (the fused operations compute the same)"},
     {"--log-straggler", "mtron does not time the ranks against each other"},
     {"--dist-ckpt-save-pre-mcore-014", "mtron writes its own checkpoint format"},
     {"--overlap-p2p-communication-warmup-flush", "pipeline send/recv scheduling choice"},
@@ -136,6 +142,25 @@ struct CompatValue {
   std::vector<std::string> choices;  // empty: any value
 };
 
+// Flags that take a list of values (nargs='+' in Megatron).
+const std::vector<CompatValue>& list_flags() {
+  const std::vector<std::string> kCudaGraphModules = {"attn",
+                                                      "mlp",
+                                                      "moe",
+                                                      "moe_router",
+                                                      "moe_preprocess",
+                                                      "mamba",
+                                                      "full",
+                                                      "full_iteration",
+                                                      "full_iteration_inference"};
+  static const std::vector<CompatValue> v = {
+      {"--profile-ranks", "--profile reports rank 0 and the last rank", {}},
+      {"--cuda-graph-modules", kNoCudaGraphs, kCudaGraphModules},
+      {"--cuda-graph-scope", kNoCudaGraphs, kCudaGraphModules},  // Megatron's deprecated name
+  };
+  return v;
+}
+
 const std::vector<CompatValue>& value_flags() {
   static const std::vector<CompatValue> v = {
       {"--transformer-impl",
@@ -149,7 +174,6 @@ const std::vector<CompatValue>& value_flags() {
        "mtron's sampler is Megatron's 'single' (in order from consumed samples)",
        {"single"}},
       {"--cuda-graph-impl", kNoCudaGraphs, {"none", "local", "transformer_engine"}},
-      {"--cuda-graph-scope", kNoCudaGraphs, {"full", "attn", "full_iteration"}},
       {"--cuda-graph-warmup-steps", kNoCudaGraphs, {}},
       {"--profile-step-start", "--profile times every iteration after the first", {}},
       {"--profile-step-end", "--profile times every iteration after the first", {}},
@@ -234,15 +258,17 @@ void add_compat_flags(CLI::App& app, std::vector<std::string>& notes) {
     o->multi_option_policy(CLI::MultiOptionPolicy::TakeLast)->group(kGroup);
     if (!c.choices.empty()) o->check(CLI::IsMember(c.choices));
   }
-  app.add_option_function<std::vector<std::string>>(
-         "--profile-ranks",
-         [&notes](const std::vector<std::string>&) {
-           add_note(notes,
-                    "--profile-ranks has no effect: --profile reports rank 0 and the last "
-                    "rank");
-         },
-         "--profile reports rank 0 and the last rank")
-      ->group(kGroup);
+  for (const CompatValue& c : list_flags()) {
+    const std::string flag = c.flag, why = c.why;
+    auto* o = app.add_option_function<std::vector<std::string>>(
+        flag,
+        [&notes, flag, why](const std::vector<std::string>& v) {
+          add_note(notes, fmt::format("{} {} has no effect: {}", flag, fmt::join(v, " "), why));
+        },
+        why);
+    o->group(kGroup);
+    if (!c.choices.empty()) o->check(CLI::IsMember(c.choices));
+  }
 }
 
 std::vector<std::string> last_occurrence_only(int argc,
