@@ -47,7 +47,8 @@ the loss within rel 1e-4, the gradient norm within 5e-3 (the layouts' different 
 summation orders move a few values across FP8 rounding boundaries, each by a whole FP8 step;
 plain bf16 already differs by 1.3e-4 in the gradient norm after 10 iterations), and the loss of
 the first 3 iterations within 1e-6, before those differences accumulate (with scales that
-differ between layouts, amaxes not reduced, iteration 2 already differs by 1e-5). llama_bf16:
+differ between layouts, amaxes not reduced, iteration 2 already differs by 1e-5); llama_fp8_fp32:
+the same FP8 recipe without --bf16 (quantised from fp32), the same tolerances. llama_bf16:
 llama in bf16 (tolerance 5e-4 over 10 iterations: bf16's rounding boundaries), and the loss and
 gradient norm of the first 2 iterations within 1e-6 and 2e-6: under context parallelism q, k, v,
 the attention output and its gradient must be rounded where the 1-process run's bf16 attention
@@ -92,6 +93,8 @@ ARCH["llama_fp8"] = ARCH["llama"] + (
     "--bf16 --fp8-format hybrid --fp8-recipe delayed --fp8-amax-history-len 16 "
     "--fp8-amax-compute-algo max").split()
 ARCH["llama_bf16"] = ARCH["llama"] + ["--bf16"]
+# FP8 without --bf16: the GEMM operands quantised from fp32, the rest of the model fp32.
+ARCH["llama_fp8_fp32"] = ARCH["llama"] + ARCH["llama_fp8"][len(ARCH["llama"]) + 1:]
 # Multi-latent attention in FP8: its down and up projections' GEMMs quantised too.
 ARCH["mla_fp8"] = ARCH["mla"] + ARCH["llama_fp8"][len(ARCH["llama"]):]
 EOD = ["--eod-mask-loss", "--tokenizer-type", "NullTokenizer", "--data-path", "@CORPUS@"]
@@ -111,16 +114,18 @@ for a in list(ARCH):
     ARCH[a + "_dropout"] = ARCH[a] + DROPOUT
     ARCH[a] = ARCH[a] + NO_DROPOUT
 TOL = 1e-5
-ARCH_TOL = {"gpt2_fp16": 3e-4, "llama_fp8": 1e-4, "mla_fp8": 1e-4, "llama_bf16": 5e-4,
+ARCH_TOL = {"gpt2_fp16": 3e-4, "llama_fp8": 1e-4, "llama_fp8_fp32": 1e-4, "mla_fp8": 1e-4,
+            "llama_bf16": 5e-4,
             "gpt2_muon": 1e-3}
-GRAD_TOL = {"llama_fp8": 5e-3, "mla_fp8": 5e-3}  # the gradient norm's, where it differs
+GRAD_TOL = {"llama_fp8": 5e-3, "llama_fp8_fp32": 5e-3, "mla_fp8": 5e-3}  # the gradient norm's, where it differs
 # The loss of the first N iterations within rel. FP8: iteration 2 is the first whose scales come
 # from an amax history, so it tells an amax reduction that is missing (1.5e-5 off). Later ones may
 # move more: on AVX512_BF16 GEMMs (vdpbf16ps rounds per pair of products and flushes denormals) the
 # layouts' different GEMM shapes put iteration 3 1.2e-5 apart under TP2 + SP.
 # bf16: the gradient norm of the first N iterations too (the third figure), where the layouts
 # differ only by fp32 summation orders before bf16's rounding boundaries amplify them.
-EARLY = {"llama_fp8": (2, 1e-6), "mla_fp8": (2, 1e-6), "llama_bf16": (2, 1e-6, 2e-6)}
+EARLY = {"llama_fp8": (2, 1e-6), "llama_fp8_fp32": (2, 1e-6), "mla_fp8": (2, 1e-6),
+         "llama_bf16": (2, 1e-6, 2e-6)}
 AUX = ("load_balancing_loss", "seq_load_balancing_loss", "z_loss", "mtp_1 loss", "mtp_2 loss")
 EXPERT_BYTES = re.compile(r"\[mtron r0/\d+\] .*expert weights on this rank: (\d+) bytes")
 

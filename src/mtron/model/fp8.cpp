@@ -77,7 +77,7 @@ Fp8State::Fp8State(const Fp8Config& cfg, const kernels::Ctx& k) : cfg_(cfg), k_(
 
 void Fp8State::add_linears(const ParamBuffer& params, int64_t num_layers, bool experts) {
   if (params.specs().empty()) return;  // no routed experts
-  MT_ASSERT(params.precision() == Precision::kBF16, "FP8 runs with bf16 compute copies");
+  MT_ASSERT(params.precision() != Precision::kFP16, "FP8 runs with bf16 or fp32 weights");
   for (size_t h = 0; h < params.specs().size(); ++h) {
     const std::string& n = params.specs()[h].name;
     const int64_t layer = linear_layer(n);

@@ -85,7 +85,7 @@ class Fp8State {
 
   const Fp8Config& config() const { return cfg_; }
   kernels::Fp8Format format(Fp8Role r) const;
-  // The linear layer whose GEMM weight operand starts at `weight`, or -1 (a GEMM in bf16).
+  // The linear layer whose GEMM weight operand starts at `weight`, or -1 (not an FP8 GEMM).
   int find(const void* weight) const;
   // The delayed scale the layer's role quantises with this iteration.
   float scale(int linear, Fp8Role r) const;

@@ -70,8 +70,10 @@ void validate_fp8_flags(model::Fp8Config& c,
     c = model::Fp8Config{};
     return;
   }
-  MT_CHECK(compute == Precision::kBF16,
-           "--fp8-format needs --bf16 (the parts of the model outside the FP8 GEMMs run in bf16)");
+  // Without --bf16 the rest of the model runs in fp32 (Megatron's FP8 without --bf16, as its
+  // FSDP proxy tests run); fp16's compute copies are not quantised from.
+  MT_CHECK(compute != Precision::kFP16,
+           "--fp8-format with --fp16 is not supported (use --bf16, or neither for fp32)");
   MT_CHECK(c.amax_history_len >= 1, "--fp8-amax-history-len must be >= 1 (got ", c.amax_history_len,
            ")");
   // Megatron's TransformerConfig rules and message.
@@ -93,8 +95,8 @@ void validate_fp8_flags(model::Fp8Config& c,
       "fsdp, or inference mode");
   if (c.param_gather) {
     notes.push_back(
-        "--fp8-param-gather has no numeric effect: mtron quantises the bf16 weights before each "
-        "GEMM and gathers them in bf16");
+        "--fp8-param-gather has no numeric effect: mtron quantises the compute weights (bf16, or "
+        "fp32 without --bf16) before each GEMM and gathers them unquantised");
   }
   if (c.recipe == model::Fp8Recipe::kTensorwise &&
       (c.margin != 0 || c.amax_history_len != 1 ||

@@ -25,8 +25,8 @@ namespace mtron::train {
 
 void add_fp8_flags(CLI::App& app, model::Fp8Config& c, std::string& recipe, const char* group);
 
-// Megatron's rules and mtron's (FP8 needs --bf16); throws mtron::Error naming the flag. `recipe`
-// is --fp8-recipe's word; flags that have no effect add a note.
+// Megatron's rules and mtron's (FP8 with bf16 or fp32, not fp16); throws mtron::Error naming the
+// flag. `recipe` is --fp8-recipe's word; flags that have no effect add a note.
 void validate_fp8_flags(model::Fp8Config& c,
                         const std::string& recipe,
                         Precision compute,
