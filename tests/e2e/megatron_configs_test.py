@@ -48,6 +48,7 @@ NOTES = {
     "gpt3_moe_mcore_te_ep8_resume_torch_dist_dist_muon":
         ["--no-use-layer-wise-param-layout has no effect"],
     "gpt3_moe_mcore_te_ep8_resume_torch_dist_muon": ["--use-persistent-ckpt-worker has no effect"],
+    "deepseek_proxy_fsdp_ep2_fsdp2": ["--fp8-param-gather has no numeric effect"],
     "gpt3_15b_8t_release": ["--wandb-project megatron-core-release-runs: mtron does not talk"],
     "gpt3_15b_8t_release_gb200":
         ["--wandb-project megatron-core-release-runs: mtron does not talk to Weights & Biases; the "
@@ -64,7 +65,8 @@ NOTES = {
 # settings; the selective recompute of four modules; CP4 as all-to-all groups of 2 and a ring of
 # 2 (--hierarchical-context-parallel-sizes given as one argument, "2 2"); Megatron-FSDP's and
 # FSDP2's sharding; the release runs' step batch schedule, whose validation batch is Megatron's
-# global_batch_size default (micro-batch x DP: 4 x 1) unless --eval-global-batch-size sets it.
+# global_batch_size default (micro-batch x DP: 4 x 1) unless --eval-global-batch-size sets it;
+# a DeepSeek-style proxy under Megatron-FSDP with experts over EP 2, in FP8 without --bf16.
 SHOWN = {
     "mr_mcore_te_tp1_pp4_vp1_uneven_pipeline":
         ["    0  [0, 2) +embedding", "    1  [2, 6)", "    3  [10, 12) +output layer and loss"],
@@ -90,6 +92,8 @@ SHOWN = {
          "; layer-wise distributed optimizer"],
     "gpt3_moe_mcore_te_ep8_resume_torch_dist_muon":
         ["optimizer: Muon (momentum 0.9, spectral scale x 0.2"],
+    "deepseek_proxy_fsdp_ep2_fsdp2":
+        ["experts ETP 1 x EP 2 x EDP 4, Megatron-FSDP optim_grads_params"],
     "gpt3_15b_8t_release": ["global batch size: step schedule 0:384 48828125:768 97656250:1152 "
                             "(samples:batch); 50863 iterations; validation batch 4"],
     "gpt3_15b_8t_release_gb200": ["global batch size: step schedule 0:384 48828125:768 "
