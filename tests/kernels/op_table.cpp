@@ -840,6 +840,32 @@ void adamw_cases(Checker& ck, bool small) {
   }
 }
 
+// Muon's momentum step (with and without Nesterov, a clipping factor) and the normalisation by a
+// sum of squares held on the device.
+void muon_cases(Checker& ck, bool small) {
+  std::vector<int64_t> sizes = {1, 33, 1000, 10007};
+  if (!small) sizes.push_back(3 << 20);
+  for (int64_t n : sizes)
+    for (bool nesterov : {false, true}) {
+      ck.run("muon_momentum", str("n", n, nesterov ? " Nesterov, grad scale 0.37" : ""), [&] {
+        Pair<float> m(randn(n, 0.1f)), u(poison(n)), g(randn(n));
+        const float scale = nesterov ? 0.37f : 1.0f;
+        ref::muon_momentum(m.host(), u.host(), g.host(), scale, 0.95f, nesterov, n);
+        muon_momentum(g_dev, m.dev(), u.dev(), g.dev(), scale, 0.95f, nesterov, n);
+        ck.check("momentum", m, kTolF32);
+        ck.check("update", u, kTolF32);
+      });
+    }
+  for (int64_t n : sizes)
+    ck.run("scale_by_inverse_norm", str("n", n), [&] {
+      Pair<float> x(randn(n));
+      Pair<double> sumsq(std::vector<double>{12.5});
+      ref::scale_by_inverse_norm(x.host(), 12.5, 1e-15, n);
+      scale_by_inverse_norm(g_dev, x.dev(), sumsq.dev(), 1e-15, n);
+      ck.check("x", x, kTolF32);
+    });
+}
+
 // Ops on a stream of their own (kernels::create_stream; none on the CPU) instead of the default
 // one: GEMM (its workspace is per stream), attention (stream-ordered scratch) and a
 // host-returning reduction.
@@ -888,6 +914,7 @@ int run_op_table(const Ctx& device, const OpTableOptions& options) {
   xent_cases(ck, options.small);
   moe_cases(ck, options.small);
   adamw_cases(ck, options.small);
+  muon_cases(ck, options.small);
   stream_cases(ck);
   std::printf("op table: %d of %d comparisons failed\n", ck.failed(), ck.rows());
   return ck.failed();

@@ -446,6 +446,16 @@ inline OpCost adamw_step_runs_contract(MT_PARAMS(adamw_step_runs)) {
   for (int64_t i = 0; i < n_runs; ++i) n += runs[i].n;
   return traffic(0, adamw_bytes(n, param_bf16));
 }
+// Muon: reads the gradient and the momentum, writes the momentum and the update (optimizer state,
+// fp32 at the minimum too); the normalisation reads and writes its matrix.
+inline OpCost muon_momentum_contract(MT_PARAMS(muon_momentum)) {
+  unused(momentum, update, grad, grad_scale, mu, nesterov);
+  return traffic(0, 4 * f32s(n));
+}
+inline OpCost scale_by_inverse_norm_contract(float*, const double* sumsq, double eps, int64_t n) {
+  MT_CHECK(sumsq != nullptr && eps > 0, "scale_by_inverse_norm: a sum of squares and eps > 0");
+  return traffic(0, 2 * f32s(n));
+}
 // The quantised values are stored as bf16 (docs/precision.md); the minimum writes FP8 bytes
 // from a bf16 input.
 template <typename S>

@@ -9,6 +9,7 @@
 #include "mtron/kernels/fp8.h"
 #include "mtron/kernels/gemm.h"
 #include "mtron/kernels/moe.h"
+#include "mtron/kernels/muon.h"
 #include "mtron/kernels/norm.h"
 #include "mtron/kernels/rope.h"
 #include "mtron/kernels/xent.h"
@@ -24,4 +25,5 @@
   MTRON_XENT_OPS(OP)         \
   MTRON_MOE_OPS(OP)          \
   MTRON_ADAMW_OPS(OP)        \
+  MTRON_MUON_OPS(OP)         \
   MTRON_FP8_OPS(OP)

@@ -11,6 +11,7 @@
 #include "mtron/kernels/elementwise.h"
 #include "mtron/kernels/gemm.h"
 #include "mtron/kernels/gemm_operand.h"
+#include "mtron/kernels/muon.h"
 
 namespace mtron::optim {
 namespace {
@@ -147,12 +148,11 @@ void Muon::orthogonalize(int64_t r, int64_t c, float scale) {
   const bool t = r > c;  // iterate on X^T: the Gram matrix is c x c
   const int64_t m = t ? c : r, n = r * c;
   float* x = buffer(x_, n);
+  // X / max(|X|_F, 1e-15), the norm left on the device.
   double* total = static_cast<double*>(norm_.raw());
   kernels::fill_zero(k_, total, sizeof(double));
   kernels::sum_squares(k_, total, x, n);
-  double sumsq = 0;
-  kernels::copy_to_host(k_, &sumsq, total, sizeof(double));
-  kernels::scale_inplace(k_, x, float(1.0 / std::max(std::sqrt(sumsq), 1e-15)), n);
+  kernels::scale_by_inverse_norm(k_, x, total, 1e-15, n);
   float* y = buffer(y_, n);
   float* a = buffer(a_, m * m);
   float* b = buffer(b_, m * m);
@@ -219,21 +219,11 @@ void Muon::step(const MuonMatrix& mm,
                 float grad_scale) {
   const int64_t n = numel(mm.local), total = numel(mm.global);
   const int64_t cols = mm.global.back(), rows = total / cols;
-  const int64_t bytes = int64_t(sizeof(float)) * n;
   float* w = master + mm.begin;
   // t = (1 - mu) g;  M = mu M + t;  U = nesterov ? mu M + t : M
-  float* t = buffer(g_, n);
-  kernels::copy(k_, t, grad + mm.begin, bytes);
-  if (grad_scale != 1.0f) kernels::scale_inplace(k_, t, grad_scale, n);
-  kernels::scale_inplace(k_, t, 1.0f - cfg_.momentum, n);
-  kernels::scale_inplace(k_, momentum, cfg_.momentum, n);
-  kernels::add(k_, momentum, momentum, t, n);
   float* u = buffer(u_, n);
-  kernels::copy(k_, u, momentum, bytes);
-  if (cfg_.nesterov) {
-    kernels::scale_inplace(k_, u, cfg_.momentum, n);
-    kernels::add(k_, u, u, t, n);
-  }
+  kernels::muon_momentum(k_, momentum, u, grad + mm.begin, grad_scale, cfg_.momentum, cfg_.nesterov,
+                         n);
   if (mm.weight_decay && weight_decay != 0.0f)
     kernels::scale_inplace(k_, w, float(1.0 - lr * double(weight_decay)), n);
 

@@ -95,7 +95,7 @@ class Muon {
   MuonConfig cfg_;
   std::vector<std::array<float, 3>> coeffs_;
   kernels::Ctx k_;
-  Tensor g_, u_, stage_, full_, x_, y_, a_, b_, xb_, ab_, bb_, norm_;
+  Tensor u_, stage_, full_, x_, y_, a_, b_, xb_, ab_, bb_, norm_;
 };
 
 }  // namespace mtron::optim

@@ -15,6 +15,7 @@
 #include "mtron/kernels/ref/fp8.h"
 #include "mtron/kernels/ref/gemm.h"
 #include "mtron/kernels/ref/moe.h"
+#include "mtron/kernels/ref/muon.h"
 #include "mtron/kernels/ref/norm.h"
 #include "mtron/kernels/ref/rope.h"
 #include "mtron/kernels/ref/xent.h"

@@ -184,3 +184,8 @@ inline float __fmul_rn(float a, float b) {
   volatile float p = a * b;
   return p;
 }
+// a sum rounded to fp32, never fused with a preceding product
+inline float __fadd_rn(float a, float b) {
+  volatile float s = a + b;
+  return s;
+}
