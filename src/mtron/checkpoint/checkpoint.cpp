@@ -64,13 +64,9 @@ std::vector<FlatRange> write_ranges(const ChunkState& c, const Comm& dp_cp) {
 
 // Where flat element `i` of the buffer sits in the concatenated moments of `shards`.
 int64_t moment_index(const std::vector<FlatRange>& shards, int64_t i) {
-  int64_t at = 0;
-  for (const FlatRange& r : shards) {
-    if (i >= r.begin && i < r.end) return at + (i - r.begin);
-    at += r.end - r.begin;
-  }
-  MT_ASSERT(false, "element ", i, " outside the optimizer shards");
-  return -1;
+  const int64_t m = optim::shard_moment(shards, i);
+  MT_ASSERT(m >= 0, "element ", i, " outside the optimizer shards");
+  return m;
 }
 
 // The region of parameter spec `s` that flat elements [lo, hi) of its buffer hold.

@@ -43,10 +43,8 @@
 
 namespace mtron::checkpoint {
 
-// A range [begin, end) of a chunk's flat buffer.
-struct FlatRange {
-  int64_t begin = 0, end = 0;
-};
+// A range [begin, end) of a chunk's flat buffer (the optimizer's shards are such ranges).
+using FlatRange = optim::OptimBuffer::Shard;
 
 // A small tensor every rank of a chunk's replica group holds whole and alike (the FP8 scaling
 // state of its linear layers): written whole by the group's first rank (TP rank 0 of DP x CP

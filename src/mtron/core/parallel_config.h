@@ -97,7 +97,9 @@ struct ParallelConfig {
     return use_torch_fsdp2 ||
            (use_megatron_fsdp && data_parallel_sharding_strategy == "optim_grads_params");
   }
-  int64_t num_microbatches() const { return global_batch_size / (micro_batch_size * dp()); }
+  int64_t num_microbatches() const { return num_microbatches(global_batch_size); }
+  // Micro-batches per DP rank of a global batch of `batch` sequences (a rampup's, evaluation's).
+  int64_t num_microbatches(int64_t batch) const { return batch / (micro_batch_size * dp()); }
   // The interleaved schedule's contiguous micro-batches per virtual stage (N).
   int64_t microbatch_group() const {
     return microbatch_group_size_per_vp_stage > 0 ? microbatch_group_size_per_vp_stage : pp();

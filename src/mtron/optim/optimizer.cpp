@@ -18,6 +18,15 @@ int64_t OptimBuffer::shard_elems() const {
   return n;
 }
 
+int64_t shard_moment(const std::vector<OptimBuffer::Shard>& shards, int64_t element) {
+  int64_t at = 0;
+  for (const OptimBuffer::Shard& s : shards) {
+    if (element >= s.begin && element < s.end) return at + (element - s.begin);
+    at += s.end - s.begin;
+  }
+  return -1;
+}
+
 namespace {
 // Calls f(lo, hi, range, moment_offset) for every piece of `b` in both a shard and a range.
 template <typename F>
@@ -189,20 +198,13 @@ bool Optimizer::step(double lr, double grad_norm, std::optional<double> decouple
                              fused ? static_cast<bf16*>(b.compute) : nullptr, runs.data(),
                              int64_t(runs.size()), p);
     for (const MuonMatrix& mm : b.muon) {  // the matrices whole in this rank's shards
-      const int64_t n = numel(mm.local);
-      int64_t moment = 0;
-      const OptimBuffer::Shard* in = nullptr;
-      for (const OptimBuffer::Shard& s : b.shards) {
-        if (mm.begin >= s.begin && mm.begin < s.end) {
-          in = &s;
-          break;
-        }
-        moment += s.end - s.begin;
-      }
-      if (!in) continue;  // another rank's (the layer-wise distributed optimizer)
-      MT_ASSERT(mm.begin + n <= in->end, "a Muon matrix split between shards");
-      muon_->step(mm, b.master, b.grad, b.compute, b.compute_dtype,
-                  m_[i].f32() + moment + (mm.begin - in->begin), lr, cfg_.weight_decay, clip);
+      const int64_t moment = shard_moment(b.shards, mm.begin);
+      if (moment < 0) continue;  // another rank's (the layer-wise distributed optimizer)
+      const int64_t last = mm.begin + numel(mm.local) - 1;
+      MT_ASSERT(shard_moment(b.shards, last) == moment + (last - mm.begin),
+                "a Muon matrix split between shards");
+      muon_->step(mm, b.master, b.grad, b.compute, b.compute_dtype, m_[i].f32() + moment, lr,
+                  cfg_.weight_decay, clip);
     }
     if (b.compute && !fused) {  // fp16: the compute copy of each shard, padding included
       for (const OptimBuffer::Shard& sh : b.shards) {

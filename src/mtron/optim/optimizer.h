@@ -58,6 +58,10 @@ struct OptimBuffer {
   int64_t shard_elems() const;
 };
 
+// Where buffer element `element` has its moments: its index in the shards' elements stored one
+// after another (the moments' order), or -1 when no shard holds it.
+int64_t shard_moment(const std::vector<OptimBuffer::Shard>& shards, int64_t element);
+
 // Where Adam's moment buffer (m or v) of one OptimBuffer lives: its first host_elems elements in
 // host memory (the offloaded part), the rest on the buffers' device (device[0] is element
 // host_elems). A parameter's moments never straddle the two.

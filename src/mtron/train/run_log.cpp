@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "mtron/core/error.h"
 #include "mtron/core/formulas.h"
 #include "mtron/core/hardware.h"
 #include "mtron/core/log.h"
@@ -39,7 +40,7 @@ void RunLog::validation(const std::string& where,
 }
 
 std::string optimizer_summary(const TrainArgs& a) {
-  if (!a.muon) return "AdamW";
+  MT_ASSERT(a.muon, "optimizer_summary of an AdamW run (its header names no optimizer)");
   return a.muon->describe() +
          (a.layer_wise_optimizer
               ? "; layer-wise distributed optimizer (each data-parallel rank steps its own whole "

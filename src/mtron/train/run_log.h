@@ -56,8 +56,8 @@ struct RunHeader {
 // context-parallel rank 0; on rank 0 and the logging rank (`logger`) the optimizer state and,
 // for MoE, the expert weights this rank holds.
 void log_run_header(const TrainArgs& a, int rank, bool logger, const RunHeader& h);
-// The optimizer as the run header and --print-layout name it: "AdamW", or Muon's settings and,
-// with its distributed optimizer, the layer-wise ownership.
+// The optimizer line of a Muon run's header and --print-layout: Muon's settings and, with its
+// distributed optimizer, the layer-wise ownership (an AdamW run prints none).
 std::string optimizer_summary(const TrainArgs& a);
 
 // --profile's counters at the first profiled iteration: the bytes each of the ParallelState's

@@ -89,7 +89,7 @@ Trainer::Trainer(const TrainArgs& args, Comm& world, int ranks_per_node)
     if (a_.parallel.shard_grads()) g->shard_grads();
   }
   batch_size_ = a_.batches.batch_size_at(consumed_samples_);
-  num_microbatches_ = batch_size_ / (a_.parallel.micro_batch_size * a_.parallel.dp());
+  num_microbatches_ = a_.parallel.num_microbatches(batch_size_);
   // The last rank logs, as Megatron's.
   if (world_.rank() == world_.size() - 1)
     log_ = std::make_unique<RunLog>(a_, world_.size(), iteration_ > 0);
@@ -183,7 +183,7 @@ checkpoint::TrainView Trainer::checkpoint_view() {
   auto add = [&](model::ParamBuffer& p, bool experts) {
     checkpoint::ChunkState c{&p, optimizer_->exp_avg(i), optimizer_->exp_avg_sq(i), {}, experts,
                              {}};
-    for (const auto& s : optimizer_->buffers()[i].shards) c.opt_shards.push_back({s.begin, s.end});
+    c.opt_shards = optimizer_->buffers()[i].shards;
     if (fp8_) add_fp8_states(c, *fp8_, p, experts);
     v.chunks.push_back(std::move(c));
     ++i;
@@ -314,7 +314,7 @@ double Trainer::evaluate(data::Split split, int64_t iters) {
   for (auto& g : grad_syncs_) g->wait_all_params();
   // Evaluation batches are --eval-global-batch-size (the next step sets its own size again).
   batch_size_ = a_.eval_global_batch_size;
-  num_microbatches_ = batch_size_ / (par.micro_batch_size * par.dp());
+  num_microbatches_ = par.num_microbatches(batch_size_);
   double loss = 0;
   int64_t tokens = 0;
   int64_t& consumed = consumed_eval_samples_[int(split)];
@@ -336,7 +336,7 @@ StepResult Trainer::step() {
   StepResult r;
   r.lr = learning_rate(lr_samples_);
   batch_size_ = a_.batches.batch_size_at(consumed_samples_);
-  num_microbatches_ = batch_size_ / (par.micro_batch_size * par.dp());
+  num_microbatches_ = par.num_microbatches(batch_size_);
   for (size_t c = 0; c < chunks_.size(); ++c) {
     grad_syncs_[c]->zero_grad();
     if (!chunks_[c]->expert_params().specs().empty()) chunks_[c]->expert_params().zero_grad();
