@@ -79,14 +79,15 @@ void set_device_allocator(Device d, DeviceAllocator a) {
   g_allocators[int(d)] = a;
 }
 
-void* device_alloc(Device d, size_t bytes) {
+void* device_alloc(Device d, size_t bytes, bool discardable) {
   void* p = nullptr;
   if (d == Device::kCPU) {
     p = cpu_alloc(bytes);
   } else {
-    MT_CHECK(g_allocators[int(d)].alloc, "device ", device_name(d),
+    const DeviceAllocator& a = g_allocators[int(d)];
+    MT_CHECK(a.alloc, "device ", device_name(d),
              " is not available: this mtron was built without its backend");
-    p = g_allocators[int(d)].alloc(bytes);
+    p = discardable && a.alloc_discardable ? a.alloc_discardable(bytes) : a.alloc(bytes);
   }
   account(d, int64_t(bytes));
   return p;
@@ -94,16 +95,24 @@ void* device_alloc(Device d, size_t bytes) {
 
 void device_free(Device d, void* ptr, size_t bytes) {
   if (!ptr) return;
+  int64_t held = int64_t(bytes);
   if (d == Device::kCPU) {
     cpu_free(ptr, bytes);
   } else {
-    g_allocators[int(d)].free(ptr, bytes);
+    held = g_allocators[int(d)].free(ptr, bytes);
   }
-  account(d, -int64_t(bytes));
+  account(d, -held);
 }
 
 std::pair<size_t, size_t> device_discard(Device d, void* ptr, size_t bytes) {
-  if (d != Device::kCPU || !ptr) return {0, 0};
+  if (!ptr) return {0, 0};
+  if (d != Device::kCPU) {
+    const DeviceAllocator& a = g_allocators[int(d)];
+    if (!a.discard) return {0, 0};
+    const Discarded r = a.discard(ptr, bytes);
+    account(d, -r.released);
+    return {r.first, r.last};
+  }
   const auto page = uintptr_t(sysconf(_SC_PAGESIZE));
   const auto at = reinterpret_cast<uintptr_t>(ptr);
   const uintptr_t lo = (at + page - 1) / page * page, hi = (at + bytes) / page * page;
@@ -111,6 +120,12 @@ std::pair<size_t, size_t> device_discard(Device d, void* ptr, size_t bytes) {
   MT_CHECK(madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_DONTNEED) == 0,
            "madvise(MADV_DONTNEED) failed on ", hi - lo, " bytes");
   return {lo - at, hi - at};
+}
+
+void device_commit(Device d, void* ptr, size_t bytes) {
+  if (d == Device::kCPU || !ptr || bytes == 0) return;
+  const DeviceAllocator& a = g_allocators[int(d)];
+  if (a.commit) account(d, a.commit(ptr, bytes));
 }
 
 MemoryStats memory_stats(Device d) {

@@ -22,17 +22,25 @@ Tensor::Storage::~Storage() {
   device_free(device, ptr, bytes);
 }
 
-Tensor Tensor::empty(const Shape& shape, DType dtype, Device device) {
+Tensor Tensor::allocate(const Shape& shape, DType dtype, Device device, bool discardable) {
   for (int64_t d : shape) MT_ASSERT(d >= 0, "negative dimension in ", shape_str(shape));
   Tensor t;
   t.storage_ = std::make_shared<Storage>();
   t.storage_->bytes = size_t(mtron::numel(shape)) * dtype_size(dtype);
   t.storage_->device = device;
-  t.storage_->ptr = device_alloc(device, t.storage_->bytes);
+  t.storage_->ptr = device_alloc(device, t.storage_->bytes, discardable);
   t.shape_ = shape;
   t.dtype_ = dtype;
   t.device_ = device;
   return t;
+}
+
+Tensor Tensor::empty(const Shape& shape, DType dtype, Device device) {
+  return allocate(shape, dtype, device, false);
+}
+
+Tensor Tensor::empty_discardable(const Shape& shape, DType dtype, Device device) {
+  return allocate(shape, dtype, device, true);
 }
 
 Tensor Tensor::zeros(const Shape& shape, DType dtype, Device device) {

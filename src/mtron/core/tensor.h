@@ -28,6 +28,9 @@ class Tensor {
   // Uninitialised storage; zeros() fills with 0.
   static Tensor empty(const Shape& shape, DType dtype, Device device = Device::kCPU);
   static Tensor zeros(const Shape& shape, DType dtype, Device device = Device::kCPU);
+  // Uninitialised storage whose parts device_discard can return and device_commit back again
+  // (memory.h): FSDP's sharded parameter and gradient buffers.
+  static Tensor empty_discardable(const Shape& shape, DType dtype, Device device);
 
   // A view of numel(shape) elements starting `offset` elements into this tensor's data.
   Tensor view(int64_t offset, const Shape& shape) const;
@@ -62,6 +65,8 @@ class Tensor {
     Device device = Device::kCPU;
     ~Storage();
   };
+
+  static Tensor allocate(const Shape& shape, DType dtype, Device device, bool discardable);
 
   template <typename T>
   T* checked(DType want) const {

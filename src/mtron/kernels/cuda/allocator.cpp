@@ -15,8 +15,12 @@
 // The compute stream is non-blocking: the legacy default stream, which synchronises with every
 // blocking stream, is never used, so NCCL's own stream overlaps it.
 //
-// Memory reporting: allocated / max allocated are core's exact counters; reserved / max
-// reserved are the pool's (cudaMemPoolAttrReservedMemCurrent / High), which include scratch.
+// Discardable blocks (FSDP's sharded buffers) are mapped granule by granule instead (vmm.cpp).
+//
+// Memory reporting: allocated / max allocated are core's exact counters (a discardable block's
+// backed granules); reserved / max reserved are the pool's (cudaMemPoolAttrReservedMemCurrent /
+// High), which include scratch, plus the discardable blocks' physical memory (its current
+// amount in both: the driver keeps no high-water mark of it).
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -26,6 +30,7 @@
 #include "mtron/core/memory.h"
 #include "mtron/kernels/cuda/cuda_ops.h"
 #include "mtron/kernels/cuda/runtime.h"
+#include "mtron/kernels/cuda/vmm.h"
 
 namespace mtron::kernels::cuda {
 namespace {
@@ -73,10 +78,13 @@ void* cuda_alloc(size_t bytes) {
   return p;
 }
 
-void cuda_free(void* p, size_t) {
+int64_t cuda_free(void* p, size_t bytes) {
+  const int64_t held = vmm_free(p);
+  if (held >= 0) return held;
   const cudaError_t e = cudaFreeAsync(p, compute_stream);
   if (e != cudaSuccess)  // called from destructors: report, do not throw
     std::fprintf(stderr, "mtron: cudaFreeAsync failed: %s\n", cudaGetErrorString(e));
+  return int64_t(bytes);
 }
 
 }  // namespace
@@ -95,7 +103,8 @@ void init_device(int ordinal) {
   MT_CUDA_CHECK(cudaDeviceGetDefaultMemPool(&pool, ordinal));
   uint64_t keep_all = UINT64_MAX;
   MT_CUDA_CHECK(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep_all));
-  set_device_allocator(Device::kCUDA, DeviceAllocator{cuda_alloc, cuda_free});
+  set_device_allocator(Device::kCUDA,
+                       DeviceAllocator{cuda_alloc, cuda_free, vmm_alloc, vmm_discard, vmm_commit});
 }
 
 void* default_stream() {
@@ -106,8 +115,8 @@ DeviceMemory device_memory() {
   const MemoryStats m = memory_stats(Device::kCUDA);
   const cudaMemPool_t pool = current_pool();
   return DeviceMemory{m.allocated, m.max_allocated,
-                      pool_attr(pool, cudaMemPoolAttrReservedMemCurrent),
-                      pool_attr(pool, cudaMemPoolAttrReservedMemHigh)};
+                      pool_attr(pool, cudaMemPoolAttrReservedMemCurrent) + vmm_reserved(),
+                      pool_attr(pool, cudaMemPoolAttrReservedMemHigh) + vmm_reserved()};
 }
 
 void reset_peak_memory() {

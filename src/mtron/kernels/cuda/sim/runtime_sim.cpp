@@ -6,12 +6,14 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <map>
 #include <mutex>
 #include <new>
+#include <vector>
 
 #include "mtron/core/error.h"
 #include "mtron/core/memory.h"
@@ -96,7 +98,12 @@ class DeviceHeap {
 
   void enter() {
     std::lock_guard lock(mu_);
-    if (depth_++ == 0) protect(0, mapped_, true);
+    if (depth_++ > 0) return;
+    protect(0, mapped_, true);
+    for (const auto& [start, b] : blocks_) {
+      for (size_t g = 0; g < b.backed.size(); ++g)
+        if (!b.backed[g]) protect(start + g * kGranule, kGranule, false);
+    }
   }
   void leave() {
     std::lock_guard lock(mu_);
@@ -113,6 +120,83 @@ class DeviceHeap {
     pins_.erase(token);
   }
 
+  // Discardable blocks (core/memory.h), in granules of 2 MiB (a GPU's mapping granularity), each
+  // backed or not. A granule not backed has no memory (MADV_DONTNEED: it reads as zeros once
+  // backed again) and stays inaccessible inside a DeviceAccess too, so device work that touches
+  // it faults, as it would on a GPU.
+  void* alloc_discardable(size_t bytes) {
+    const size_t n = (bytes + kGranule - 1) / kGranule;
+    char* raw = static_cast<char*>(alloc(std::max<size_t>(n, 1) * kGranule + kGranule));
+    std::lock_guard lock(mu_);
+    const size_t start = (offset(raw) + kGranule - 1) / kGranule * kGranule;
+    blocks_[start] = Block{offset(raw), bytes, std::vector<bool>(n, true)};
+    return base_ + start;
+  }
+
+  // The bytes a block holds, if p is a discardable block (then it is freed), else -1.
+  int64_t free_discardable(void* p) {
+    size_t raw = 0;
+    int64_t held = 0;
+    {
+      std::lock_guard lock(mu_);
+      auto it = blocks_.find(offset(p));
+      if (it == blocks_.end()) return -1;
+      for (size_t g = 0; g < it->second.backed.size(); ++g)
+        if (it->second.backed[g]) held += granule_bytes(it->second, g);
+      raw = it->second.raw;
+      blocks_.erase(it);
+    }
+    free(base_ + raw);
+    return held;
+  }
+
+  Discarded discard(void* p, size_t bytes) {
+    std::lock_guard lock(mu_);
+    auto [start, b] = block_of(p);
+    if (!b) return {};
+    const size_t off = offset(p) - start;
+    const size_t g0 = (off + kGranule - 1) / kGranule;
+    const size_t g1 = std::min((off + bytes) / kGranule, b->backed.size());
+    if (g1 <= g0) return {};
+    Discarded r{g0 * kGranule - off, g1 * kGranule - off, 0};
+    for (size_t g = g0; g < g1; ++g) {
+      if (!b->backed[g]) continue;
+      char* at = base_ + start + g * kGranule;
+      MT_ASSERT(madvise(at, kGranule, MADV_DONTNEED) == 0, "CUDA emulation: madvise failed");
+      protect(start + g * kGranule, kGranule, false);
+      b->backed[g] = false;
+      r.released += granule_bytes(*b, g);
+    }
+    return r;
+  }
+
+  int64_t commit(void* p, size_t bytes) {
+    std::lock_guard lock(mu_);
+    auto [start, b] = block_of(p);
+    if (!b) return 0;
+    const size_t off = offset(p) - start;
+    const size_t g1 = std::min((off + bytes + kGranule - 1) / kGranule, b->backed.size());
+    int64_t backed = 0;
+    for (size_t g = off / kGranule; g < g1; ++g) {
+      if (b->backed[g]) continue;
+      b->backed[g] = true;
+      if (depth_ > 0) protect(start + g * kGranule, kGranule, true);
+      backed += granule_bytes(*b, g);
+    }
+    if (backed > 0) ++work().copies;  // a GPU zeroes them with a memset
+    return backed;
+  }
+
+  // Whether p lies in a discarded granule (read from the fault handler: no lock).
+  bool discarded(const void* p) const {
+    const size_t off = offset(p);
+    auto it = blocks_.upper_bound(off);
+    if (it == blocks_.begin()) return false;
+    --it;
+    const size_t g = (off - it->first) / kGranule;
+    return g < it->second.backed.size() && !it->second.backed[g];
+  }
+
   bool contains(const void* p) const { return p >= base_ && p < base_ + kReserve; }
   size_t offset(const void* p) const { return size_t(static_cast<const char*>(p) - base_); }
 
@@ -123,8 +207,28 @@ class DeviceHeap {
     MT_ASSERT(rc == 0, "CUDA emulation: mprotect failed: ", std::strerror(errno));
   }
 
+  static constexpr size_t kGranule = size_t(2) << 20;
+  struct Block {
+    size_t raw = 0;    // the heap block it lies in (offset)
+    size_t bytes = 0;  // the size asked for
+    std::vector<bool> backed;
+  };
+  static int64_t granule_bytes(const Block& b, size_t g) {
+    return int64_t(std::min(kGranule, b.bytes - g * kGranule));
+  }
+  // The discardable block holding p: its offset and itself (null if p lies in none).
+  std::pair<size_t, Block*> block_of(const void* p) {
+    const size_t off = offset(p);
+    auto it = blocks_.upper_bound(off);
+    if (it == blocks_.begin()) return {0, nullptr};
+    --it;
+    if (off >= it->first + it->second.backed.size() * kGranule) return {0, nullptr};
+    return {it->first, &it->second};
+  }
+
   char* base_ = nullptr;
   size_t top_ = 0, mapped_ = 0;
+  std::map<size_t, Block> blocks_;  // discardable blocks by offset
   int depth_ = 0;
   std::map<size_t, size_t> free_, used_;                // offset -> bytes
   std::map<uint64_t, std::pair<size_t, size_t>> pins_;  // token -> (offset, bytes)
@@ -149,6 +253,13 @@ void on_segv(int sig, siginfo_t* info, void* uctx) {
                                 "which a GPU does not allow; use kernels/device.h\n",
                                 heap().offset(info->si_addr));
     if (n > 0) (void)!write(2, msg, size_t(n));
+    if (heap().discarded(info->si_addr)) {
+      const char* why =
+          "CUDA emulation: the address lies in a discarded granule of a discardable block "
+          "(device_discard, core/memory.h): it must be committed again (device_commit) before "
+          "use\n";
+      (void)!write(2, why, std::strlen(why));
+    }
     std::abort();
   }
   // Not ours: the previous handler's fault.
@@ -176,8 +287,20 @@ void install_segv_handler() {
 void* sim_alloc(size_t bytes) {
   return heap().alloc(bytes);
 }
-void sim_free(void* p, size_t) {
+int64_t sim_free(void* p, size_t bytes) {
+  const int64_t held = heap().free_discardable(p);
+  if (held >= 0) return held;
   heap().free(p);
+  return int64_t(bytes);
+}
+void* sim_alloc_discardable(size_t bytes) {
+  return heap().alloc_discardable(bytes);
+}
+Discarded sim_discard(void* p, size_t bytes) {
+  return heap().discard(p, bytes);
+}
+int64_t sim_commit(void* p, size_t bytes) {
+  return heap().commit(p, bytes);
 }
 
 }  // namespace
@@ -192,7 +315,7 @@ Scratch::Scratch(size_t bytes, cudaStream_t stream) : stream_(stream) {
   if (bytes > 0) ptr_ = sim_alloc(bytes);
 }
 Scratch::~Scratch() {
-  sim_free(ptr_, 0);
+  heap().free(ptr_);
 }
 
 // Counted as runtime.cpp counts them: the same calls wait or queue work on a GPU.
@@ -276,7 +399,8 @@ void init_device(int ordinal) {
   MT_CHECK(ordinal >= 0 && ordinal < kEmulatedDevices, "the CUDA emulation has ", kEmulatedDevices,
            " devices, not ", ordinal);
   install_segv_handler();
-  set_device_allocator(Device::kCUDA, DeviceAllocator{sim_alloc, sim_free});
+  set_device_allocator(Device::kCUDA, DeviceAllocator{sim_alloc, sim_free, sim_alloc_discardable,
+                                                      sim_discard, sim_commit});
 }
 DeviceProperties device_properties() {
   return DeviceProperties{.name = "CUDA emulation on the CPU"};
