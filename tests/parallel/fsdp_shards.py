@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """FSDP's sharded gradients and parameters against sharded optimizer state alone, at DP 2.
 
-  fsdp_shards.py MTRON
+  fsdp_shards.py MTRON [--device cuda]
 
 --use-megatron-fsdp's strategies on the same per-layer buckets: optim (the distributed
 optimizer's sharding), optim_grads (every micro-batch's gradients reduce-scattered as backward
@@ -15,6 +15,12 @@ per rank (the logging rank's peak resident set) must fall by at least half of wh
 stops holding at DP 2: half of the fp32 gradients (optim_grads against optim), half of the fp32
 master weights and, in bf16, of their compute copy (optim_grads_params against optim_grads).
 With gradients reduced in bf16, optim_grads_params must stay within 1e-3 of optim.
+
+--device cuda (MTRON: mtron_cudasim, the CPU emulation of a GPU): the same in bf16 on a model
+sized for the emulation's 2 MiB granules (4 layers of hidden 768), where the peak is the device
+memory the tensors hold (FSDP's buffers mapped granule by granule, kernels/cuda/vmm.cpp on a
+GPU), and the optim_grads_params run must match the CPU's within 3e-4 and resume from its
+checkpoint bit for bit.
 """
 import os
 import sys
@@ -23,28 +29,41 @@ import tempfile
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts"))
 import mtron_run  # noqa: E402
 
-# 4 layers of hidden 512 (3.2M parameters each) and untied embeddings of a 1024-token vocabulary:
-# 13.7M parameters, big enough for their shards to show in the resident set.
-LAYERS, HIDDEN, VOCAB, SEQ = 4, 512, 1024, 64
-MODEL = ("--num-layers %d --hidden-size %d --num-attention-heads 8 --seq-length %d "
-         "--max-position-embeddings %d --micro-batch-size 2 --global-batch-size 8 --lr 1e-4 "
-         "--lr-decay-iters 4 "
-         "--mock-data --vocab-size %d --seed 1234 --log-interval 1 --eval-iters 0 "
-         "--untie-embeddings-and-output-weights --hidden-dropout 0 --attention-dropout 0"
-         % (LAYERS, HIDDEN, SEQ, SEQ, VOCAB)).split()
+# On the CPU: 4 layers of hidden 512 (3.2M parameters each) and untied embeddings of a
+# 1024-token vocabulary: 13.7M parameters, big enough for their shards to show in the resident
+# set. On the emulated GPU: 4 layers of hidden 768 (7.1M parameters, 28 MB of fp32 each, so that
+# a rank's half of a layer spans several 2 MiB granules) on short sequences of a small
+# vocabulary, which the emulation runs in seconds.
+LAYERS = 4
+CPU = dict(hidden=512, vocab=1024, seq=64, mbs=2, gbs=8)
+CUDA = dict(hidden=768, vocab=256, seq=32, mbs=1, gbs=4)
+
+
+def model(shape):
+    return ("--num-layers %d --hidden-size %d --num-attention-heads 8 --seq-length %d "
+            "--max-position-embeddings %d --micro-batch-size %d --global-batch-size %d --lr 1e-4 "
+            "--lr-decay-iters 4 "
+            "--mock-data --vocab-size %d --seed 1234 --log-interval 1 --eval-iters 0 "
+            "--untie-embeddings-and-output-weights --hidden-dropout 0 --attention-dropout 0"
+            % (LAYERS, shape["hidden"], shape["seq"], shape["seq"], shape["mbs"], shape["gbs"],
+               shape["vocab"])).split()
+
 FSDP = ["--use-megatron-fsdp", "--ckpt-format", "fsdp_dtensor"]
 STRATEGY = "--data-parallel-sharding-strategy"
 
 
-def params():
-    layer = 12 * HIDDEN * HIDDEN + 13 * HIDDEN  # QKV, projection, MLP (4h), their biases, 2 norms
-    return LAYERS * layer + 2 * VOCAB * HIDDEN + SEQ * HIDDEN + 2 * HIDDEN
+def params(shape):
+    h, v, seq = shape["hidden"], shape["vocab"], shape["seq"]
+    layer = 12 * h * h + 13 * h  # QKV, projection, MLP (4h), their biases, 2 norms
+    return LAYERS * layer + 2 * v * h + seq * h + 2 * h
 
 
-def run(mtron, d, name, flags):
-    rows, _ = mtron_run.train(mtron, 2, MODEL + flags, os.path.join(d, name + ".jsonl"),
-                              timeout=600)
-    return rows
+def runner(mtron, d, shape, device):
+    def run(name, flags):
+        rows, _ = mtron_run.train(mtron, 2, model(shape) + flags + ["--device", device],
+                                  os.path.join(d, device + "_" + name + ".jsonl"), timeout=600)
+        return rows
+    return run
 
 
 def same(a, b, what, rel=0.0):
@@ -72,43 +91,68 @@ def less_memory(a, b, what, shard_bytes):
     return ok
 
 
+def strategies(run, precision, extra, iters, param_bytes, rel, n):
+    """The three strategies' runs, compared; returns (ok, the runs by strategy)."""
+    runs = {}
+    for strategy in ("optim", "optim_grads", "optim_grads_params"):
+        runs[strategy] = run(precision + "_" + strategy, FSDP + [STRATEGY, strategy] + extra + iters)
+    ok = same(runs["optim_grads"], runs["optim_grads_params"],
+              precision + ": optim_grads_params against optim_grads")
+    ok &= same(runs["optim"], runs["optim_grads_params"],
+               precision + ": optim_grads_params against optim", rel)
+    ok &= less_memory(runs["optim"], runs["optim_grads"], precision + ": optim_grads", 4 * n / 2)
+    ok &= less_memory(runs["optim_grads"], runs["optim_grads_params"],
+                      precision + ": optim_grads_params", param_bytes * n / 2)
+    return ok, runs
+
+
+def resumes(run, d, ran, iters):
+    """bf16: an optim_grads_params run saved after `iters` iterations resumes as `ran` ran on."""
+    ckpt = os.path.join(d, "ckpt")
+    run("save", FSDP + ["--bf16", "--train-iters", str(iters), "--save", ckpt,
+                        "--save-interval", str(iters)])
+    resumed = run("resume", FSDP + ["--bf16", "--train-iters", str(len(ran)), "--load", ckpt])
+    return same(ran[iters:], resumed,
+                "bf16: resumed from its checkpoint, iterations %d-%d" % (iters + 1, len(ran)))
+
+
+def main_cuda(mtron, d):
+    run = runner(mtron, d, CUDA, "cuda")
+    iters = ["--train-iters", "2"]
+    ok, runs = strategies(run, "bf16", ["--bf16"], iters, 6, 1e-4, params(CUDA))
+    cpu = runner(mtron, d, CUDA, "cpu")("bf16_optim_grads_params",
+                                         FSDP + ["--bf16"] + iters)
+    ok &= same(cpu, runs["optim_grads_params"], "bf16: the emulated GPU against the CPU", 3e-4)
+    ok &= resumes(run, d, runs["optim_grads_params"], 1)
+    return ok
+
+
+def main_cpu(mtron, d):
+    run = runner(mtron, d, CPU, "cpu")
+    iters = ["--train-iters", "4"]
+    ok = True
+    runs = {}
+    # The summation order's differences: in fp32 a few ulp; in bf16 they move values across
+    # bf16 rounding boundaries (as the layouts of layout_llama_bf16 do).
+    for precision, extra, param_bytes, rel in (("fp32", [], 4, 1e-6),
+                                               ("bf16", ["--bf16"], 6, 1e-4)):
+        good, runs = strategies(run, precision, extra, iters, param_bytes, rel, params(CPU))
+        ok &= good
+    # bf16 on the wire (--megatron-fsdp-grad-comm-dtype bf16, Megatron-FSDP's name for it):
+    # each micro-batch's gradients rounded to bf16 for the reduction, summed in fp32; close
+    # to optim's --grad-reduce-in-bf16, which rounds the step's sum once.
+    comm16 = run("comm16", FSDP + ["--bf16", "--megatron-fsdp-grad-comm-dtype", "bf16"] + iters)
+    reduce16 = run("reduce16", FSDP + [STRATEGY, "optim", "--bf16", "--grad-reduce-in-bf16"] + iters)
+    ok &= same(reduce16, comm16, "bf16 gradient reduction: optim_grads_params against optim", 1e-3)
+    ok &= resumes(run, d, runs["optim_grads_params"], 2)
+    return ok
+
+
 def main():
     mtron = sys.argv[1]
-    ok = True
+    cuda = sys.argv[2:] == ["--device", "cuda"]
     with tempfile.TemporaryDirectory() as d:
-        iters = ["--train-iters", "4"]
-        # The summation order's differences: in fp32 a few ulp; in bf16 they move values across
-        # bf16 rounding boundaries (as the layouts of layout_llama_bf16 do).
-        for precision, extra, param_bytes, rel in (("fp32", [], 4, 1e-6),
-                                                   ("bf16", ["--bf16"], 6, 1e-4)):
-            runs = {}
-            for strategy in ("optim", "optim_grads", "optim_grads_params"):
-                runs[strategy] = run(mtron, d, precision + "_" + strategy,
-                                     FSDP + [STRATEGY, strategy] + extra + iters)
-            ok &= same(runs["optim_grads"], runs["optim_grads_params"],
-                       precision + ": optim_grads_params against optim_grads")
-            ok &= same(runs["optim"], runs["optim_grads_params"],
-                       precision + ": optim_grads_params against optim", rel)
-            ok &= less_memory(runs["optim"], runs["optim_grads"], precision + ": optim_grads",
-                              4 * params() / 2)
-            ok &= less_memory(runs["optim_grads"], runs["optim_grads_params"],
-                              precision + ": optim_grads_params", param_bytes * params() / 2)
-        # bf16 on the wire (--megatron-fsdp-grad-comm-dtype bf16, Megatron-FSDP's name for it):
-        # each micro-batch's gradients rounded to bf16 for the reduction, summed in fp32; close
-        # to optim's --grad-reduce-in-bf16, which rounds the step's sum once.
-        comm16 = run(mtron, d, "comm16", FSDP + ["--bf16", "--megatron-fsdp-grad-comm-dtype", "bf16"]
-                     + iters)
-        reduce16 = run(mtron, d, "reduce16", FSDP + [STRATEGY, "optim", "--bf16",
-                                                     "--grad-reduce-in-bf16"] + iters)
-        ok &= same(reduce16, comm16, "bf16 gradient reduction: optim_grads_params against optim",
-                   1e-3)
-        # bf16: the optim_grads_params run saved after 2 iterations resumes as it ran on.
-        ckpt = os.path.join(d, "ckpt")
-        run(mtron, d, "save", FSDP + ["--bf16", "--train-iters", "2", "--save", ckpt,
-                                      "--save-interval", "2"])
-        resumed = run(mtron, d, "resume", FSDP + ["--bf16", "--train-iters", "4", "--load", ckpt])
-        ok &= same(runs["optim_grads_params"][2:], resumed,
-                   "bf16: resumed from its checkpoint, iterations 3-4")
+        ok = main_cuda(mtron, d) if cuda else main_cpu(mtron, d)
     print("fsdp shards: %s" % ("ok" if ok else "FAILED"))
     return 0 if ok else 1
 

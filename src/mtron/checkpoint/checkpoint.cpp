@@ -369,10 +369,15 @@ Manifest load_checkpoint(const std::string& dir,
       bytes += n * 4;
     };
     float* master = p.master_flat().f32();
-    for_each_param_in(p, 0, p.size(), [&](const model::ParamSpec& s, int64_t lo, int64_t hi) {
-      read(s.name, param_region(s, lo, hi), master + lo, is_vocab_parameter(s.name), device);
-    });
-    p.refresh_compute();
+    const std::vector<FlatRange> held =
+        c.params_sharded ? c.opt_shards : std::vector<FlatRange>{{0, p.size()}};
+    for (const FlatRange& h : held) {
+      p.commit_params(h.begin, h.end);
+      for_each_param_in(p, h.begin, h.end, [&](const model::ParamSpec& s, int64_t lo, int64_t hi) {
+        read(s.name, param_region(s, lo, hi), master + lo, is_vocab_parameter(s.name), device);
+      });
+      p.refresh_compute(h.begin, h.end);
+    }
     for (const StateTensor& t : c.states) {
       if (reader.has(t.name)) reader.read(t.name, Region::whole(t.shape), t.data);
     }

@@ -70,6 +70,9 @@ struct ChunkState {
   // DP x CP.
   bool experts = false;
   std::vector<StateTensor> states;  // the chunk's FP8 scaling state (--fp8-format)
+  // FSDP's sharded parameters (ZeRO-3): the rank holds only the master weights of opt_shards,
+  // and a load reads only those.
+  bool params_sharded = false;
 };
 
 // What the manifest records about the run.

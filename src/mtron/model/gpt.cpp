@@ -130,7 +130,10 @@ std::pair<int64_t, int64_t> GPTChunk::param_range(int first, int next_first) con
 }
 
 void GPTChunk::use_part(const ParamsUse& params, int64_t i, bool use) const {
-  if (!params) return;
+  if (params) for_part(i, [&](int64_t lo, int64_t hi) { params(lo, hi, use); });
+}
+
+void GPTChunk::for_part(int64_t i, const std::function<void(int64_t, int64_t)>& f) const {
   const int64_t L = int64_t(layers_.size());
   // The handle after part i's parameters (-1: the rest of the buffer).
   auto next_first = [&](int64_t j) {
@@ -138,11 +141,11 @@ void GPTChunk::use_part(const ParamsUse& params, int64_t i, bool use) const {
   };
   const int first = i < 0 ? 0 : i < L ? layer_first_[size_t(i)] : head_first_;
   const auto [lo, hi] = param_range(first, i < L ? next_first(i) : -1);
-  params(lo, hi, use);
+  f(lo, hi);
   const bool reads_embedding = out_w_ == wte_ || !mtp_.empty();
   if (i == L && reads_embedding && wte_ >= 0 && wte_ < head_first_) {
     const ParamSpec& e = params_.spec(wte_);
-    params(e.offset, e.offset + e.numel(), use);
+    f(e.offset, e.offset + e.numel());
   }
 }
 
@@ -462,9 +465,13 @@ const float* GPTChunk::backward(const RunCtx& rc,
                                 Stash& st,
                                 const float* dout,
                                 const GradsReady& grads_ready,
-                                const ParamsUse& params) {
+                                const ParamsUse& params,
+                                const GradsUse& grads_use) {
   auto ready = [&](int handle) {
     if (grads_ready) grads_ready(params_.spec(handle).offset);
+  };
+  auto write_grads = [&](int64_t part) {
+    if (grads_use) for_part(part, grads_use);
   };
   const auto& tp = rc.tp;
   TokenLayout tl = mb.layout();
@@ -475,6 +482,7 @@ const float* GPTChunk::backward(const RunCtx& rc,
   if (place_.has_head) {
     MT_ASSERT(st.dhead, "backward of the head chunk needs a training forward");
     use_part(params, int64_t(layers_.size()), true);
+    write_grads(int64_t(layers_.size()));
     scratch_.reset();
     float* dlnf = !tp.sequence_parallel ? st.dhead
                   : mtp_.empty()        ? scratch_.alloc<float>(Nl * h)
@@ -509,13 +517,17 @@ const float* GPTChunk::backward(const RunCtx& rc,
       }
     }
     use_part(params, i, true);
+    write_grads(i);
     scratch_.reset();
     layers_[size_t(i)].backward(rc, tl, st.layers[size_t(i)], scratch_, g);
     use_part(params, i, false);
     ready(layer_first_[size_t(i)]);
   }
 
-  if (place_.has_embedding) embed_backward(rc, tl, g, st.tokens, st.embed_pos);
+  if (place_.has_embedding) {
+    write_grads(-1);
+    embed_backward(rc, tl, g, st.tokens, st.embed_pos);
+  }
   if (grads_ready) grads_ready(0);  // every gradient of the chunk (one without parts too)
   return place_.has_embedding ? nullptr : g;
 }

@@ -170,13 +170,18 @@ class GPTChunk {
   // buffer: this micro-batch's contributions to every parameter at or above it are complete
   // (after the head, after each layer, and with 0 at the end), for overlapping the reduction and
   // for FSDP's reduce-scatter of every micro-batch's gradients.
+  // grads_use, when given, is called with the buffer ranges of each part's parameters before
+  // the part's backward first writes their gradients (FSDP's sharded gradients back there what
+  // the last reduce-scatter returned).
   using GradsReady = std::function<void(int64_t offset)>;
+  using GradsUse = std::function<void(int64_t begin, int64_t end)>;
   const float* backward(const RunCtx& rc,
                         const MicroBatch& mb,
                         Stash& st,
                         const float* dout,
                         const GradsReady& grads_ready = nullptr,
-                        const ParamsUse& params = nullptr);
+                        const ParamsUse& params = nullptr,
+                        const GradsUse& grads_use = nullptr);
 
   // An empty KV cache of `capacity` positions for mb.B sequences, on rc's device.
   KvCache make_kv_cache(const RunCtx& rc, int64_t B, int64_t capacity) const;
@@ -216,8 +221,11 @@ class GPTChunk {
   bool recomputed(int64_t i) const;  // is local layer i in a recompute group?
   // Buffer range of parameter handles [first, next_first) (next_first < 0: to the end).
   std::pair<int64_t, int64_t> param_range(int first, int next_first) const;
-  // Calls params(range, use) for layer i's parameters (-1: the embeddings; layers_.size(): the
-  // head, and the word embeddings where the output layer or the MTP depths read them here).
+  // Calls f(begin, end) for the buffer ranges of part i's parameters (-1: the embeddings;
+  // layers_.size(): the head, and the word embeddings where the output layer or the MTP depths
+  // read them here).
+  void for_part(int64_t i, const std::function<void(int64_t, int64_t)>& f) const;
+  // Calls params(range, use) for part i's parameters, if params is given.
   void use_part(const ParamsUse& params, int64_t i, bool use) const;
   int64_t group_end(int64_t i) const;
 

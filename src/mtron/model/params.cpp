@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "mtron/core/memory.h"
 #include "mtron/core/philox.h"
 #include "mtron/kernels/device.h"
 #include "mtron/kernels/elementwise.h"
@@ -56,7 +57,8 @@ void ParamBuffer::allocate(Precision precision,
                            int64_t shards,
                            int64_t bucket_elems,
                            const kernels::Ctx& k,
-                           bool unit_buckets) {
+                           bool unit_buckets,
+                           bool discardable) {
   MT_ASSERT(precision == Precision::kFP32 || precision == Precision::kBF16 ||
                 precision == Precision::kFP16,
             "parameters in fp32, bf16 or fp16, not ", precision_name(precision));
@@ -85,9 +87,10 @@ void ParamBuffer::allocate(Precision precision,
   close_bucket(false);
   if (buckets_.empty()) buckets_.push_back({0, m, false});
   const int64_t total = buckets_.back().end;
-  // Zero, and on the CPU not yet resident: FSDP keeps most of it so.
+  // Zero, and on the CPU (or discardable) not yet backed: FSDP keeps most of it so.
   auto zeros = [&](DType t) {
-    Tensor z = Tensor::empty({total}, t, k.device);
+    Tensor z = discardable ? Tensor::empty_discardable({total}, t, k.device)
+                           : Tensor::empty({total}, t, k.device);
     kernels::zero_release(k, z.raw(), int64_t(z.nbytes()));
     return z;
   };
@@ -96,28 +99,46 @@ void ParamBuffer::allocate(Precision precision,
   if (precision != Precision::kFP32) compute_ = zeros(compute_dtype(precision));
 }
 
-void ParamBuffer::init(uint64_t seed) {
-  // Drawn in place on the CPU (the buffer is zero, padding included); elsewhere staged on the host.
+void ParamBuffer::init(uint64_t seed, const std::vector<std::pair<int64_t, int64_t>>& keep) {
+  const std::vector<std::pair<int64_t, int64_t>> ranges =
+      keep.empty() ? std::vector<std::pair<int64_t, int64_t>>{{0, size()}} : keep;
+  for (const auto& [lo, hi] : ranges) commit_params(lo, hi);
+  // Each parameter is drawn on the host, then the parts of it in `ranges` are copied (the buffer
+  // is zero, padding included).
   const bool host = ctx_.device == Device::kCPU;
-  const Tensor staging = host ? Tensor() : Tensor::zeros(master_.shape(), DType::kF32);
-  float* const base = host ? master_.f32() : staging.f32();
+  std::vector<float> w;
   for (const ParamSpec& s : specs_) {
-    float* w = base + s.offset;
+    const int64_t begin = s.offset, end = s.offset + s.numel();
+    auto parts = [&](auto&& f) {
+      for (const auto& [lo, hi] : ranges)
+        if (std::max(lo, begin) < std::min(hi, end)) f(std::max(lo, begin), std::min(hi, end));
+    };
+    bool any = false;
+    parts([&](int64_t, int64_t) { any = true; });
+    if (!any) continue;
+    w.resize(size_t(s.numel()));
     switch (s.init) {
       case ParamInit::kNormal:
-        fill_normal_shard(w, rng_key(seed, s.name), s.init_std, s.global_shape, s.shard_dim,
+        fill_normal_shard(w.data(), rng_key(seed, s.name), s.init_std, s.global_shape, s.shard_dim,
                           s.shard_offset, s.shard_dim < 0 ? 0 : s.local_shape[size_t(s.shard_dim)]);
         break;
       case ParamInit::kOnes:
-        std::fill(w, w + s.numel(), 1.0f);
+        std::fill(w.begin(), w.end(), 1.0f);
         break;
       case ParamInit::kZeros:
-        std::fill(w, w + s.numel(), 0.0f);
+        std::fill(w.begin(), w.end(), 0.0f);
         break;
     }
+    parts([&](int64_t lo, int64_t hi) {
+      const float* from = w.data() + (lo - begin);
+      if (host) {
+        std::copy(from, from + (hi - lo), master_.f32() + lo);
+      } else {
+        kernels::copy_from_host(ctx_, master_.f32() + lo, from, int64_t(sizeof(float)) * (hi - lo));
+      }
+    });
   }
-  if (!host) kernels::copy_from_host(ctx_, master_.raw(), staging.raw(), int64_t(staging.nbytes()));
-  refresh_compute();
+  for (const auto& [lo, hi] : ranges) refresh_compute(lo, hi);
 }
 
 void ParamBuffer::refresh_compute() {
@@ -128,6 +149,25 @@ void ParamBuffer::refresh_compute(int64_t begin, int64_t end) {
   if (!compute_.defined()) return;
   char* at = static_cast<char*>(compute_.raw()) + begin * int64_t(dtype_size(compute_.dtype()));
   kernels::narrow_operand(ctx_, compute_.dtype(), at, master_.f32() + begin, end - begin);
+}
+
+namespace {
+
+void commit(const Tensor& t, int64_t begin, int64_t end) {
+  if (!t.defined() || end <= begin) return;
+  const int64_t e = int64_t(dtype_size(t.dtype()));
+  device_commit(t.device(), static_cast<char*>(t.raw()) + begin * e, size_t((end - begin) * e));
+}
+
+}  // namespace
+
+void ParamBuffer::commit_params(int64_t begin, int64_t end) const {
+  commit(master_, begin, end);
+  commit(compute_, begin, end);
+}
+
+void ParamBuffer::commit_grads(int64_t begin, int64_t end) const {
+  commit(grad_, begin, end);
 }
 
 void ParamBuffer::zero_grad() {

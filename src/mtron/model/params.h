@@ -14,6 +14,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "mtron/core/precision.h"
@@ -82,20 +83,31 @@ class ParamBuffer {
   // distributed optimizer's shard count; padding is zero), and allocates the buffers on k's
   // device (ops on them then run on k). precision: kFP32, or kBF16 / kFP16 (adds the bf16 / fp16
   // compute copy). unit_buckets: a bucket also closes before each unit (begin_unit()), so that
-  // FSDP gathers and releases a layer's parameters as one bucket.
+  // FSDP gathers and releases a layer's parameters as one bucket. discardable: the buffers are
+  // discardable device memory (memory.h) that starts out discarded: FSDP's sharded gradients
+  // return what a rank does not hold, and every writer of a part of the buffers commits it first
+  // (commit_params, commit_grads; init commits the ranges it fills).
   void allocate(Precision precision,
                 int64_t shards,
                 int64_t bucket_elems = 0,
                 const kernels::Ctx& k = {},
-                bool unit_buckets = false);
+                bool unit_buckets = false,
+                bool discardable = false);
   // Fills master weights per their specs (on the host, then copied to the device) and
-  // refreshes the compute copy.
-  void init(uint64_t seed);
+  // refreshes the compute copy: of every element, or only of the element ranges `keep` (FSDP's
+  // sharded parameters: a rank's shards; the rest stays zero and, where it can be, not backed).
+  // Each element's value is the same either way.
+  void init(uint64_t seed, const std::vector<std::pair<int64_t, int64_t>>& keep = {});
   // master -> compute copy (after loading or an optimizer step that did not write it), of the
   // whole buffer or of elements [begin, end); nothing in fp32 mode.
   void refresh_compute();
   void refresh_compute(int64_t begin, int64_t end);
   void zero_grad();
+  // Backs elements [begin, end) of the master weights and their compute copy, or of the
+  // gradients, where device_discard returned them (those elements then read as zero); nothing to
+  // do where they are held.
+  void commit_params(int64_t begin, int64_t end) const;
+  void commit_grads(int64_t begin, int64_t end) const;
 
   const std::vector<Bucket>& buckets() const { return buckets_; }
   const ParamSpec& spec(int h) const { return specs_[size_t(h)]; }

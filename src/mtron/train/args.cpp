@@ -501,11 +501,6 @@ bool parse_train_args(int argc, char** argv, int64_t world_size, TrainArgs& a) {
   }
   validate_fsdp_flags(fsdp, a.parallel, a.precision, a.checkpoint.ckpt_format,
                       a.check_weight_hash_interval, a.notes);
-  if (a.parallel.shard_params() && a.device == Device::kCUDA) {
-    a.notes.push_back(
-        "FSDP on CUDA: the parameters are gathered layer by layer, but their device memory stays "
-        "allocated (mtron releases the pages of the shards it does not hold on the CPU only)");
-  }
   if (!a.checkpoint.ckpt_format.empty()) {
     a.notes.push_back("--ckpt-format " + a.checkpoint.ckpt_format +
                       " has no effect: mtron writes sharded safetensors checkpoints that load "

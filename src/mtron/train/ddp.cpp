@@ -60,9 +60,10 @@ optim::OptimBuffer ddp_buffer(const model::RunCtx& rc,
   const bool sharded = ps.config().use_distributed_optimizer;
   Comm& dp = experts ? ps.edp() : ps.dp_cp();
   p.allocate(rc.precision, sharded ? dp.size() : 1, o.bucket_elems, rc.k,
-             o.unit_buckets && !experts);
-  p.init(seed);
+             o.unit_buckets && !experts, o.discardable && !experts);
   syncs.push_back(std::make_unique<GradSync>(p, dp, sharded, o.grad_reduce_in_bf16));
+  p.init(seed, o.shard_params && !experts ? syncs.back()->shards()
+                                          : std::vector<std::pair<int64_t, int64_t>>{});
   if (o.layer_wise) syncs.back()->own_whole_params();
   optim::OptimBuffer b{.master = p.master_flat().f32(),
                        .grad = p.grad_flat().f32(),
@@ -119,23 +120,37 @@ void finalize_model_grads(const model::RunCtx& rc,
   // are summed over TP. With the distributed optimizer only the shard part of the sum is used; TP
   // ranks share the layout.
   if (rc.tp.size > 1) {
-    for (auto& c : chunks) {
-      model::ParamBuffer& p = c->params();
+    for (size_t c = 0; c < chunks.size(); ++c) {
+      model::ParamBuffer& p = chunks[c]->params();
+      // Their buffer ranges; with FSDP's sharded gradients only the parts in this rank's shards,
+      // the rest not being held (the same ranges on every TP rank).
+      const GradSync& sync = *grad_syncs[c];
+      const auto shards = sync.shards();
+      std::vector<std::pair<int64_t, int64_t>> ranges;
       int64_t total = 0;
-      for (const model::ParamSpec& s : p.specs()) total += s.sequence_parallel ? s.numel() : 0;
+      for (const model::ParamSpec& s : p.specs()) {
+        if (!s.sequence_parallel) continue;
+        const int64_t lo = s.offset, hi = s.offset + s.numel();
+        if (!sync.grads_sharded()) {
+          ranges.emplace_back(lo, hi);
+        } else {
+          for (const auto& [a, b] : shards)
+            if (std::max(a, lo) < std::min(b, hi))
+              ranges.emplace_back(std::max(a, lo), std::min(b, hi));
+        }
+      }
+      for (const auto& [lo, hi] : ranges) total += hi - lo;
       if (total == 0) continue;
       const Tensor packed = Tensor::empty({total}, DType::kF32, rc.k.device);
       // Packs (to_packed) or unpacks the sequence-parallel gradients.
       auto move = [&](bool to_packed) {
         int64_t at = 0;
-        for (size_t i = 0; i < p.specs().size(); ++i) {
-          const model::ParamSpec& s = p.spec(int(i));
-          if (!s.sequence_parallel) continue;
-          float* g = p.grad(int(i));
+        for (const auto& [lo, hi] : ranges) {
+          float* g = p.grad_flat().f32() + lo;
           float* q = packed.f32() + at;
           kernels::copy(rc.k, to_packed ? q : g, to_packed ? g : q,
-                        int64_t(sizeof(float)) * s.numel());
-          at += s.numel();
+                        int64_t(sizeof(float)) * (hi - lo));
+          at += hi - lo;
         }
       };
       move(true);

@@ -34,6 +34,12 @@ struct DdpOptions {
   bool grad_reduce_in_bf16 = false;
   bool decoupled_lr = false;  // --decoupled-lr (the dense buffers' embedding and output layer)
   bool unit_buckets = false;  // FSDP: a bucket per layer (dense buffers), as Megatron-FSDP's
+  // FSDP's sharded gradients (ZeRO-2 and -3, DP > 1): the dense buffers are discardable device
+  // memory (ParamBuffer::allocate), so that what a rank does not hold is returned on CUDA too.
+  bool discardable = false;
+  // FSDP's sharded parameters (ZeRO-3): each rank initialises only its shards of the dense
+  // buffer's master weights (the others are gathered when used).
+  bool shard_params = false;
   const optim::MuonConfig* muon = nullptr;  // --optimizer muon
   std::vector<int64_t> qkv_rows;            // a fused QKV weight's q, k, v rows per query group
   bool layer_wise = false;  // the layer-wise distributed optimizer (GradSync::own_whole_params)

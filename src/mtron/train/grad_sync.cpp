@@ -12,22 +12,19 @@ GradSync::GradSync(model::ParamBuffer& params,
                    Comm& dp,
                    bool distributed_optimizer,
                    bool bf16_reduce)
-    : p_(params), dp_(dp), distributed_(distributed_optimizer) {
-  const auto& buckets = p_.buckets();
-  launched_.assign(buckets.size(), false);
-  requests_.resize(buckets.size());
-  gathers_.resize(buckets.size());
-  if (dp_.size() == 1) return;
-  const Device dev = p_.ctx().device;
-  for (const model::Bucket& b : buckets) {
-    const int64_t shard = b.shard_len(dp_.size());
-    if (bf16_reduce) {
-      bf16_send_.push_back(Tensor::empty({b.end - b.begin}, DType::kBF16, dev));
-      if (distributed_) bf16_recv_.push_back(Tensor::empty({shard}, DType::kBF16, dev));
-    } else if (distributed_) {
-      scattered_.push_back(Tensor::empty({shard}, DType::kF32, dev));
-    }
-  }
+    : p_(params),
+      dp_(dp),
+      distributed_(distributed_optimizer),
+      bf16_(bf16_reduce && dp.size() > 1) {
+  const size_t n = p_.buckets().size();
+  launched_.assign(n, false);
+  requests_.resize(n);
+  gathers_.resize(n);
+  // The whole-step reduction's buffers are allocated at a bucket's first launch (with FSDP's
+  // sharded gradients only the deferred buckets have one).
+  scattered_.resize(n);
+  bf16_send_.resize(n);
+  bf16_recv_.resize(n);
 }
 
 void GradSync::own_whole_params() {
@@ -72,7 +69,13 @@ void GradSync::launch(size_t i) {
   if (dp_.size() == 1) return;
   const model::Bucket& b = p_.buckets()[i];
   float* g = p_.grad_flat().f32() + b.begin;
-  if (!bf16_send_.empty()) {
+  const int64_t shard = b.shard_len(dp_.size());
+  const Device dev = p_.ctx().device;
+  if (bf16_) {
+    if (!bf16_send_[i].defined()) {
+      bf16_send_[i] = Tensor::empty({b.end - b.begin}, DType::kBF16, dev);
+      if (distributed_) bf16_recv_[i] = Tensor::empty({shard}, DType::kBF16, dev);
+    }
     bf16* s = bf16_send_[i].bf();
     kernels::convert(p_.ctx(), s, g, b.end - b.begin);
     requests_[i] = distributed_
@@ -82,8 +85,8 @@ void GradSync::launch(size_t i) {
     return;
   }
   if (distributed_) {
-    requests_[i] = dp_.ireduce_scatter(g, scattered_[i].f32(), b.shard_len(dp_.size()), DType::kF32,
-                                       ReduceOp::kSum);
+    if (!scattered_[i].defined()) scattered_[i] = Tensor::empty({shard}, DType::kF32, dev);
+    requests_[i] = dp_.ireduce_scatter(g, scattered_[i].f32(), shard, DType::kF32, ReduceOp::kSum);
   } else {
     requests_[i] = dp_.iall_reduce(g, b.end - b.begin, DType::kF32, ReduceOp::kSum);
   }
@@ -108,8 +111,10 @@ void GradSync::finish() {
       MT_ASSERT(summed_[i], "no micro-batch's gradients reached bucket ", i);
       const int64_t len = buckets[i].shard_len(dp_.size());
       if (!sums_.empty()) {  // bf16 reduction: the fp32 sum into the buffer's shard
-        kernels::copy(p_.ctx(), p_.grad_flat().f32() + buckets[i].begin + dp_.rank() * len,
-                      sums_[i].f32(), int64_t(sizeof(float)) * len);
+        const int64_t own = buckets[i].begin + dp_.rank() * len;
+        p_.commit_grads(own, own + len);
+        kernels::copy(p_.ctx(), p_.grad_flat().f32() + own, sums_[i].f32(),
+                      int64_t(sizeof(float)) * len);
       }
       summed_[i] = reduced_[i] = false;
       continue;
@@ -121,7 +126,7 @@ void GradSync::finish() {
     }
     const int64_t len = buckets[i].shard_len(dp_.size());
     float* shard = p_.grad_flat().f32() + buckets[i].begin + dp_.rank() * len;
-    if (!bf16_send_.empty()) {
+    if (bf16_) {
       if (distributed_) {
         kernels::convert(p_.ctx(), shard, bf16_recv_[i].bf(), len);
       } else {
@@ -155,6 +160,7 @@ void GradSync::launch_gather(size_t i) {
   const model::Bucket& b = p_.buckets()[i];
   const int64_t len = b.shard_len(dp_.size());
   float* m = p_.master_flat().f32() + b.begin;
+  p_.commit_params(b.begin, b.end);
   gathers_[i] = dp_.iall_gather(m + dp_.rank() * len, m, len, DType::kF32);
 }
 
@@ -250,7 +256,7 @@ void GradSync::shard_grads() {
   grads_sharded_ = true;
   const auto& buckets = p_.buckets();
   const Device dev = p_.ctx().device;
-  const bool bf16 = !bf16_send_.empty();
+  const bool bf16 = bf16_;
   int64_t largest = 1, largest_shard = 1;
   sums_.clear();
   for (size_t i = 0; i < buckets.size(); ++i) {
@@ -260,10 +266,6 @@ void GradSync::shard_grads() {
     if (b.deferred) continue;
     largest = std::max(largest, b.end - b.begin);
     largest_shard = std::max(largest_shard, len);
-    // The whole-step path's per-bucket buffers serve the deferred buckets only now: one bucket's
-    // at a time does for the others.
-    if (!scattered_.empty()) scattered_[i] = Tensor();
-    if (bf16) bf16_send_[i] = bf16_recv_[i] = Tensor();
   }
   part_ = Tensor::empty({largest_shard}, DType::kF32, dev);
   if (bf16) {
@@ -284,7 +286,7 @@ void GradSync::scatter_bucket(size_t i) {
   const int64_t n = b.end - b.begin, len = b.shard_len(dp_.size());
   const int64_t own = b.begin + dp_.rank() * len;
   float* g = p_.grad_flat().f32();
-  if (bf16_send_.empty()) {
+  if (!bf16_) {
     // This rank's part of the bucket holds the sum of the step's earlier micro-batches and the
     // other ranks' parts are zero there, so the reduction adds this micro-batch to the sum.
     dp_.ireduce_scatter(g + b.begin, part_.f32(), len, DType::kF32, ReduceOp::kSum)->wait();
@@ -302,6 +304,10 @@ void GradSync::scatter_bucket(size_t i) {
   summed_[i] = true;
   zero_grads(b.begin, own);
   zero_grads(own + len, b.end);
+}
+
+void GradSync::use_grads(int64_t begin, int64_t end) {
+  if (grads_sharded_) p_.commit_grads(begin, end);
 }
 
 void GradSync::scatter(int64_t offset) {
@@ -328,6 +334,7 @@ void GradSync::zero_grad() {
     const int64_t len = b.shard_len(dp_.size());
     const int64_t at = b.deferred ? b.begin : b.begin + dp_.rank() * len;
     const int64_t n = b.deferred ? b.end - b.begin : len;
+    p_.commit_grads(at, at + n);
     kernels::fill_zero(p_.ctx(), g + at, int64_t(sizeof(float)) * n);
   }
 }

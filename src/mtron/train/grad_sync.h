@@ -58,7 +58,9 @@ class GradSync {
   // rank's shard of the fp32 master weights and narrows their compute copy (the model reads both
   // in mixed precision: embeddings, norms and biases the master, GEMMs the copy), as
   // gather_params() does; release_params() drops them again once no part uses them. On the CPU
-  // the dropped pages go back to the system (device_discard); other devices keep them.
+  // the dropped pages go back to the system (device_discard); on CUDA the granules of the
+  // buffers (discardable: ParamBuffer::allocate) wholly inside them, until use_params() or a
+  // gather backs them again.
   void shard_params();
   void use_params(int64_t begin, int64_t end);
   void release_params(int64_t begin, int64_t end);
@@ -72,13 +74,16 @@ class GradSync {
   // gradients at or above `offset`: it reduce-scatters the buckets there not yet reduced in this
   // micro-batch into this rank's shard, which holds the sum of the step's micro-batches (in the
   // buffer: the other ranks' zeroed parts make the reduction add to it; with bf16 reduction in a
-  // separate fp32 sum that finish() writes back), and zeroes the rest of the bucket (on the CPU
-  // by dropping its pages), so a rank holds the whole gradients of about one layer at a time
-  // besides its shards. A deferred bucket (tied embeddings split over pipeline stages) is reduced
-  // once per step as without.
+  // separate fp32 sum that finish() writes back), and zeroes the rest of the bucket (dropping its
+  // pages on the CPU, its granules on CUDA: device_discard), so a rank holds the whole gradients of
+  // about one layer at a time besides its shards. A deferred bucket (tied embeddings split over
+  // pipeline stages) is reduced once per step as without.
   void shard_grads();
   bool grads_sharded() const { return grads_sharded_; }
   void scatter(int64_t offset);
+  // Sharded gradients: backs the gradient elements [begin, end) that scatter() returned (zero),
+  // before a part's backward writes them (discardable buffers: a GPU faults on the others).
+  void use_grads(int64_t begin, int64_t end);
   // Zeroes the gradients for the next step: the whole buffer, or with sharded gradients what is
   // not zero already (this rank's shards and the deferred buckets).
   void zero_grad();
@@ -100,6 +105,7 @@ class GradSync {
   model::ParamBuffer& p_;
   Comm& dp_;
   bool distributed_;
+  bool bf16_;                                       // bf16 reduction (at DP > 1)
   std::vector<std::pair<int64_t, int64_t>> owned_;  // layer-wise: each rank's run of elements
   std::vector<bool> launched_;
   std::vector<std::unique_ptr<Request>> requests_;  // per bucket (null when not in flight)

@@ -70,14 +70,16 @@ class Trainer::Stages : public parallel::StageModel {
     // them. Otherwise the last micro-batch's backward completes each gradient: start reducing
     // buckets then.
     model::GPTChunk::GradsReady ready;
+    model::GPTChunk::GradsUse write;
     GradSync* sync = t_.grad_syncs_[size_t(chunk)].get();
     if (sync->grads_sharded()) {
       ready = [sync](int64_t offset) { sync->scatter(offset); };
+      write = [sync](int64_t lo, int64_t hi) { sync->use_grads(lo, hi); };
     } else if (t_.a_.parallel.overlap_grad_reduce && m == t_.num_microbatches_ - 1) {
       ready = [sync](int64_t offset) { sync->ready(offset); };
     }
-    const float* d =
-        t_.chunks_[size_t(chunk)]->backward(t_.rc_, mb(m), st, dout, ready, params_use(chunk));
+    const float* d = t_.chunks_[size_t(chunk)]->backward(t_.rc_, mb(m), st, dout, ready,
+                                                         params_use(chunk), write);
     pending_ = {chunk, m};  // the schedule copies d before the next call
     return d;
   }

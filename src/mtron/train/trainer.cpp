@@ -120,6 +120,8 @@ void Trainer::build_model() {
       .grad_reduce_in_bf16 = a_.precision.grad_reduce_in_bf16,
       .decoupled_lr = a_.decoupled_lr.has_value(),
       .unit_buckets = par.fsdp(),
+      .discardable = par.shard_grads() && ps_->dp_cp().size() > 1,
+      .shard_params = par.shard_params(),
       .muon = nullptr,
       .qkv_rows = {},
       .layer_wise = false,
@@ -184,6 +186,7 @@ checkpoint::TrainView Trainer::checkpoint_view() {
     checkpoint::ChunkState c{&p, optimizer_->exp_avg(i), optimizer_->exp_avg_sq(i), {}, experts,
                              {}};
     c.opt_shards = optimizer_->buffers()[i].shards;
+    c.params_sharded = !experts && a_.parallel.shard_params();
     if (fp8_) add_fp8_states(c, *fp8_, p, experts);
     v.chunks.push_back(std::move(c));
     ++i;
