@@ -869,31 +869,6 @@ void muon_cases(Checker& ck, bool small) {
 // Ops on a stream of their own (kernels::create_stream; none on the CPU) instead of the default
 // one: GEMM (its workspace is per stream), attention (stream-ordered scratch) and a
 // host-returning reduction.
-void stream_cases(Checker& ck) {
-  ck.run("stream", "gemm, attention, sum_squares on a created stream", [&] {
-    const Ctx sdev{g_dev.device, create_stream(g_dev.device)};
-    const int64_t M = 65, N = 70, K = 33;
-    Pair<float> A(randn(M * K)), B(randn(N * K)), C(poison(M * N));
-    ref::gemm(Trans::kN, Trans::kT, M, N, K, 1.0f, A.host(), K, B.host(), K, 0.0f, C.host(), N);
-    gemm(sdev, Trans::kN, Trans::kT, M, N, K, 1.0f, A.dev(), K, B.dev(), K, 0.0f, C.dev(), N);
-    synchronize(sdev);
-    ck.check("gemm C", C, kTolF32);
-    const AttnShape s{1, 40, 40, 2, 1, 32, 32, 1.0f / std::sqrt(32.0f)};
-    const int64_t nq = 40 * 2 * 32, nk = 40 * 32;
-    Pair<float> q(randn(nq)), k(randn(nk)), v(randn(nk)), out(poison(nq)), lse(poison(80));
-    ref::attention_forward(out.host(), lse.host(), q.host(), k.host(), v.host(), s, {true, 0});
-    attention_forward(sdev, out.dev(), lse.dev(), q.dev(), k.dev(), v.dev(), s, {true, 0});
-    synchronize(sdev);
-    ck.check("attention out", out, kTolF32);
-    Pair<double> total(std::vector<double>{0.0});
-    const double r = ref::sum_squares(out.host(), nq);
-    sum_squares(sdev, total.dev(), out.dev(), nq);
-    synchronize(sdev);
-    ck.check("sum_squares", {float(total.dev_result()[0])}, {float(r)}, kTolF32);
-    destroy_stream(sdev.device, sdev.stream);
-  });
-}
-
 }  // namespace
 
 int run_op_table(const Ctx& device, const OpTableOptions& options) {
@@ -916,6 +891,7 @@ int run_op_table(const Ctx& device, const OpTableOptions& options) {
   adamw_cases(ck, options.small);
   muon_cases(ck, options.small);
   stream_cases(ck);
+  memory_cases(ck);
   std::printf("op table: %d of %d comparisons failed\n", ck.failed(), ck.rows());
   return ck.failed();
 }
