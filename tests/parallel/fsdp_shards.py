@@ -17,10 +17,10 @@ master weights and, in bf16, of their compute copy (optim_grads_params against o
 With gradients reduced in bf16, optim_grads_params must stay within 1e-3 of optim.
 
 --device cuda (MTRON: mtron_cudasim, the CPU emulation of a GPU): the same in bf16 on a model
-sized for the emulation's 2 MiB granules (4 layers of hidden 768), where the peak is the device
-memory the tensors hold (FSDP's buffers mapped granule by granule, kernels/cuda/vmm.cpp on a
-GPU), and the optim_grads_params run must match the CPU's within 3e-4 and resume from its
-checkpoint bit for bit.
+sized for the emulation's 2 MiB granules (4 layers of hidden 768, a 4096-token vocabulary),
+where the peak is the device memory the tensors hold (FSDP's buffers mapped granule by granule,
+kernels/cuda/vmm.cpp on a GPU), and the optim_grads_params run must match the CPU's within 3e-4
+and resume from its checkpoint bit for bit.
 """
 import os
 import sys
@@ -32,11 +32,13 @@ import mtron_run  # noqa: E402
 # On the CPU: 4 layers of hidden 512 (3.2M parameters each) and untied embeddings of a
 # 1024-token vocabulary: 13.7M parameters, big enough for their shards to show in the resident
 # set. On the emulated GPU: 4 layers of hidden 768 (7.1M parameters, 28 MB of fp32 each, so that
-# a rank's half of a layer spans several 2 MiB granules) on short sequences of a small
-# vocabulary, which the emulation runs in seconds.
+# a rank's half of a layer spans several 2 MiB granules) and a 4096-token vocabulary (the
+# embeddings' and the output layer's halves span granules too: the output layer's gradient is
+# written in the forward pass, with the loss) on short sequences, which the emulation runs in
+# seconds.
 LAYERS = 4
 CPU = dict(hidden=512, vocab=1024, seq=64, mbs=2, gbs=8)
-CUDA = dict(hidden=768, vocab=256, seq=32, mbs=1, gbs=4)
+CUDA = dict(hidden=768, vocab=4096, seq=32, mbs=1, gbs=4)
 
 
 def model(shape):

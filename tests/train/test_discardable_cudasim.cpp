@@ -111,7 +111,7 @@ TEST_F(DiscardableCudaSimDeathTest, DeviceWorkOnADiscardedGranuleFaults) {
         device_discard(Device::kCUDA, t.raw(), size_t(8 * kMiB));
         kernels::fill(kGpu, t.f32() + kMiB, 1.0f, 16);  // byte 4 MiB: discarded
       },
-      "discarded granule");
+      "discarded granule of a discardable block was accessed");
 }
 
 }  // namespace

@@ -345,7 +345,8 @@ const float* GPTChunk::forward(const RunCtx& rc,
                                Stash& st,
                                const float* input,
                                bool train,
-                               const ParamsUse& params) {
+                               const ParamsUse& params,
+                               const GradsUse& grads_use) {
   const auto& tp = rc.tp;
   for (Arena* a : {&st.keep, &scratch_, &recompute_arena_}) use_device(*a, rc.k.device);
   st.keep.reset();
@@ -407,6 +408,7 @@ const float* GPTChunk::forward(const RunCtx& rc,
 
   scratch_.reset();
   use_part(params, L, true);
+  if (train && grads_use) for_part(L, grads_use);
   st.lnf_mean =
       cfg_.normalization == Normalization::kLayerNorm ? st.keep.alloc<float>(Nl) : nullptr;
   st.lnf_rstd = st.keep.alloc<float>(Nl);

@@ -155,6 +155,11 @@ class GPTChunk {
   // before the part reads them (use true) and after (use false). FSDP gathers and releases them
   // there; --overlap-param-gather waits for their all-gather.
   using ParamsUse = std::function<void(int64_t begin, int64_t end, bool use)>;
+  // grads_use, when given, is called with the buffer ranges of each part's parameters before
+  // the part first writes their gradients (FSDP's sharded gradients back there what the last
+  // reduce-scatter returned): in backward, and for the head in a training forward, whose output
+  // layer (and MTP depths) compute their weight gradient with the loss.
+  using GradsUse = std::function<void(int64_t begin, int64_t end)>;
   // input: [Nl, h] from the previous stage (null on the first chunk). Returns the output
   // [Nl, h] (null on the head chunk, which instead fills st.loss_sum and, when `train`, the
   // loss gradient in st.dhead).
@@ -163,18 +168,15 @@ class GPTChunk {
                        Stash& st,
                        const float* input,
                        bool train,
-                       const ParamsUse& params = nullptr);
+                       const ParamsUse& params = nullptr,
+                       const GradsUse& grads_use = nullptr);
   // dout: d(loss)/d(output) [Nl, h] (ignored on the head chunk). Returns d(loss)/d(input)
   // [Nl, h] in the stash (null on the first chunk). Parameter gradients accumulate.
   // grads_ready, when given, is called as backward proceeds with an offset in the parameter
   // buffer: this micro-batch's contributions to every parameter at or above it are complete
   // (after the head, after each layer, and with 0 at the end), for overlapping the reduction and
   // for FSDP's reduce-scatter of every micro-batch's gradients.
-  // grads_use, when given, is called with the buffer ranges of each part's parameters before
-  // the part's backward first writes their gradients (FSDP's sharded gradients back there what
-  // the last reduce-scatter returned).
   using GradsReady = std::function<void(int64_t offset)>;
-  using GradsUse = std::function<void(int64_t begin, int64_t end)>;
   const float* backward(const RunCtx& rc,
                         const MicroBatch& mb,
                         Stash& st,

@@ -57,7 +57,8 @@ class Trainer::Stages : public parallel::StageModel {
     model::GPTChunk::Stash& st = acquire({chunk, m});
     model::GPTChunk& c = *t_.chunks_[size_t(chunk)];
     st.loss_dev = loss_dev_;
-    const float* out = c.forward(t_.rc_, mb(m), st, input, train_, params_use(chunk));
+    const float* out =
+        c.forward(t_.rc_, mb(m), st, input, train_, params_use(chunk), grads_use(chunk));
     moe_.add(st.moe);
     if (!train_) pending_ = {chunk, m};
     return out;
@@ -70,16 +71,14 @@ class Trainer::Stages : public parallel::StageModel {
     // them. Otherwise the last micro-batch's backward completes each gradient: start reducing
     // buckets then.
     model::GPTChunk::GradsReady ready;
-    model::GPTChunk::GradsUse write;
     GradSync* sync = t_.grad_syncs_[size_t(chunk)].get();
     if (sync->grads_sharded()) {
       ready = [sync](int64_t offset) { sync->scatter(offset); };
-      write = [sync](int64_t lo, int64_t hi) { sync->use_grads(lo, hi); };
     } else if (t_.a_.parallel.overlap_grad_reduce && m == t_.num_microbatches_ - 1) {
       ready = [sync](int64_t offset) { sync->ready(offset); };
     }
     const float* d = t_.chunks_[size_t(chunk)]->backward(t_.rc_, mb(m), st, dout, ready,
-                                                         params_use(chunk), write);
+                                                         params_use(chunk), grads_use(chunk));
     pending_ = {chunk, m};  // the schedule copies d before the next call
     return d;
   }
@@ -107,6 +106,12 @@ class Trainer::Stages : public parallel::StageModel {
     return [sync](int64_t lo, int64_t hi, bool use) {
       if (use) sync->wait_params(lo, hi);
     };
+  }
+  // FSDP's sharded gradients: each part's backed before the part writes them.
+  model::GPTChunk::GradsUse grads_use(int chunk) const {
+    GradSync* sync = t_.grad_syncs_[size_t(chunk)].get();
+    if (!sync->grads_sharded()) return nullptr;
+    return [sync](int64_t lo, int64_t hi) { sync->use_grads(lo, hi); };
   }
   const model::MicroBatch& mb(int64_t m) {
     auto it = mbs_.find(m);

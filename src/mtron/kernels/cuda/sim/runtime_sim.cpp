@@ -247,19 +247,18 @@ struct sigaction previous_segv;
 // debugger shows the host frame that did it).
 void on_segv(int sig, siginfo_t* info, void* uctx) {
   if (heap().contains(info->si_addr)) {
-    char msg[256];
-    const int n = std::snprintf(msg, sizeof msg,
-                                "CUDA emulation: host code accessed device memory (offset %zu), "
-                                "which a GPU does not allow; use kernels/device.h\n",
-                                heap().offset(info->si_addr));
+    // Device work touching a granule not backed, or host code touching device memory.
+    const bool discarded = heap().discarded(info->si_addr);
+    char msg[320];
+    const int n = std::snprintf(
+        msg, sizeof msg,
+        discarded ? "CUDA emulation: device memory (offset %zu) in a discarded granule of a "
+                    "discardable block was accessed (device_discard, core/memory.h): it must be "
+                    "committed again (device_commit) before use\n"
+                  : "CUDA emulation: host code accessed device memory (offset %zu), which a GPU "
+                    "does not allow; use kernels/device.h\n",
+        heap().offset(info->si_addr));
     if (n > 0) (void)!write(2, msg, size_t(n));
-    if (heap().discarded(info->si_addr)) {
-      const char* why =
-          "CUDA emulation: the address lies in a discarded granule of a discardable block "
-          "(device_discard, core/memory.h): it must be committed again (device_commit) before "
-          "use\n";
-      (void)!write(2, why, std::strlen(why));
-    }
     std::abort();
   }
   // Not ours: the previous handler's fault.
