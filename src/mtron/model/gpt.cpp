@@ -129,8 +129,11 @@ std::pair<int64_t, int64_t> GPTChunk::param_range(int first, int next_first) con
   return {params_.spec(first).offset, end};
 }
 
-void GPTChunk::use_part(const ParamsUse& params, int64_t i, bool use) const {
-  if (params) for_part(i, [&](int64_t lo, int64_t hi) { params(lo, hi, use); });
+void GPTChunk::use_part(const ParamsUse& params, int64_t i, PartUse use) const {
+  if (!params) return;
+  const int64_t L = int64_t(layers_.size());
+  if (use == PartUse::kPrefetch && (i < 0 || i > L || (i == L && !place_.has_head))) return;
+  for_part(i, [&](int64_t lo, int64_t hi) { params(lo, hi, use); });
 }
 
 void GPTChunk::for_part(int64_t i, const std::function<void(int64_t, int64_t)>& f) const {
@@ -370,15 +373,17 @@ const float* GPTChunk::forward(const RunCtx& rc,
 
   const float* x = input;
   if (place_.has_embedding) {
-    use_part(params, -1, true);
+    use_part(params, -1, PartUse::kUse);
+    use_part(params, 0, PartUse::kPrefetch);
     x = embed(rc, st.keep, tl, st.tokens, st.embed_pos);
-    use_part(params, -1, false);
+    use_part(params, -1, PartUse::kRelease);
   }
   MT_ASSERT(x != nullptr, "a chunk without embeddings needs an input");
 
   const int64_t L = int64_t(layers_.size());
   for (int64_t i = 0; i < L; ++i) {
-    use_part(params, i, true);
+    use_part(params, i, PartUse::kUse);
+    use_part(params, i + 1, PartUse::kPrefetch);
     st.inputs[size_t(i)] = x;
     scratch_.reset();
     float* y;
@@ -400,14 +405,14 @@ const float* GPTChunk::forward(const RunCtx& rc,
       if (train && layers_[size_t(i)].moe())
         layers_[size_t(i)].moe()->count_tokens(st.layers[size_t(i)].moe);
     }
-    use_part(params, i, false);
+    use_part(params, i, PartUse::kRelease);
     x = y;
   }
   st.out = x;
   if (!place_.has_head) return x;
 
   scratch_.reset();
-  use_part(params, L, true);
+  use_part(params, L, PartUse::kUse);
   if (train && grads_use) for_part(L, grads_use);
   st.lnf_mean =
       cfg_.normalization == Normalization::kLayerNorm ? st.keep.alloc<float>(Nl) : nullptr;
@@ -452,7 +457,7 @@ const float* GPTChunk::forward(const RunCtx& rc,
                .dloss = mb.dloss};
   lm_head_loss(rc, scratch_, a);
   if (train && !mtp_.empty()) mtp_forward(rc, mb, st, tl, acc + 1);
-  use_part(params, L, false);
+  use_part(params, L, PartUse::kRelease);
   if (!st.loss_dev) {
     std::vector<double> sums(1 + mtp_.size());
     kernels::copy_to_host(rc.k, sums.data(), acc, int64_t(sizeof(double) * sums.size()));
@@ -483,7 +488,8 @@ const float* GPTChunk::backward(const RunCtx& rc,
 
   if (place_.has_head) {
     MT_ASSERT(st.dhead, "backward of the head chunk needs a training forward");
-    use_part(params, int64_t(layers_.size()), true);
+    use_part(params, int64_t(layers_.size()), PartUse::kUse);
+    use_part(params, int64_t(layers_.size()) - 1, PartUse::kPrefetch);
     write_grads(int64_t(layers_.size()));
     scratch_.reset();
     float* dlnf = !tp.sequence_parallel ? st.dhead
@@ -493,7 +499,7 @@ const float* GPTChunk::backward(const RunCtx& rc,
     if (!mtp_.empty()) mtp_backward(rc, st, tl, dlnf);
     kernels::fill_zero(rc.k, g, int64_t(sizeof(float)) * Nl * h);
     lnf_.backward(rc, cfg_, params_, g, dlnf, st.out, st.lnf_mean, st.lnf_rstd, Nl);
-    use_part(params, int64_t(layers_.size()), false);
+    use_part(params, int64_t(layers_.size()), PartUse::kRelease);
     ready(head_first_);
   } else {
     MT_ASSERT(dout, "backward of a middle chunk needs the output gradient");
@@ -510,19 +516,20 @@ const float* GPTChunk::backward(const RunCtx& rc,
       recompute_arena_.reset();
       const float* x = st.inputs[size_t(start)];
       for (int64_t j = start; j <= i; ++j) {
-        use_part(params, j, true);
+        use_part(params, j, PartUse::kUse);
         scratch_.reset();
         float* y = recompute_arena_.alloc<float>(Nl * h);
         layers_[size_t(j)].forward(rc, tl, &st.layers[size_t(j)], recompute_arena_, scratch_, x, y);
-        use_part(params, j, false);
+        use_part(params, j, PartUse::kRelease);
         x = y;
       }
     }
-    use_part(params, i, true);
+    use_part(params, i, PartUse::kUse);
+    use_part(params, i - 1, PartUse::kPrefetch);
     write_grads(i);
     scratch_.reset();
     layers_[size_t(i)].backward(rc, tl, st.layers[size_t(i)], scratch_, g);
-    use_part(params, i, false);
+    use_part(params, i, PartUse::kRelease);
     ready(layer_first_[size_t(i)]);
   }
 

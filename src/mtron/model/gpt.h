@@ -152,9 +152,13 @@ class GPTChunk {
 
   // params, when given, is called for each part of a pass (the embeddings, each layer, the head
   // with the word embeddings it reads) with the buffer range [begin, end) of its parameters:
-  // before the part reads them (use true) and after (use false). FSDP gathers and releases them
-  // there; --overlap-param-gather waits for their all-gather.
-  using ParamsUse = std::function<void(int64_t begin, int64_t end, bool use)>;
+  // before the part reads them (kUse) and after (kRelease), and, as the part before it starts,
+  // for the part that comes next in the pass (kPrefetch: forward, the next layer or the head;
+  // backward, the layer below). FSDP gathers and releases them there (and with
+  // --overlap-param-gather starts the next part's gather early); the distributed optimizer's
+  // --overlap-param-gather waits for their all-gather at kUse.
+  enum class PartUse { kUse, kRelease, kPrefetch };
+  using ParamsUse = std::function<void(int64_t begin, int64_t end, PartUse use)>;
   // grads_use, when given, is called with the buffer ranges of each part's parameters before
   // the part first writes their gradients (FSDP's sharded gradients back there what the last
   // reduce-scatter returned): in backward, and for the head in a training forward, whose output
@@ -227,8 +231,9 @@ class GPTChunk {
   // layers_.size(): the head, and the word embeddings where the output layer or the MTP depths
   // read them here).
   void for_part(int64_t i, const std::function<void(int64_t, int64_t)>& f) const;
-  // Calls params(range, use) for part i's parameters, if params is given.
-  void use_part(const ParamsUse& params, int64_t i, bool use) const;
+  // Calls params(range, use) for part i's parameters, if params is given (and, for kPrefetch, if
+  // part i exists: i in [0, L), or L on the head chunk).
+  void use_part(const ParamsUse& params, int64_t i, PartUse use) const;
   int64_t group_end(int64_t i) const;
 
   const ModelConfig& cfg_;

@@ -85,15 +85,12 @@ void validate_fsdp_flags(const FsdpFlags& f,
     MT_CHECK(f.grad_comm_dtype != "fp16",
              "--megatron-fsdp-grad-comm-dtype fp16: mtron reduces gradients in fp32 or bf16");
   }
-  for (const auto& [on, flag, sharded] :
-       {std::tuple{p.overlap_grad_reduce, "--overlap-grad-reduce", p.shard_grads()},
-        std::tuple{p.overlap_param_gather, "--overlap-param-gather", p.shard_params()}}) {
-    if (on && sharded) {
-      notes.push_back(std::string(flag) +
-                      " has no effect under --data-parallel-sharding-strategy " +
-                      p.data_parallel_sharding_strategy +
-                      ": mtron's FSDP gathers and reduce-scatters layer by layer without overlap");
-    }
+  if (p.overlap_grad_reduce && p.shard_grads()) {
+    notes.push_back("--overlap-grad-reduce has no effect under --data-parallel-sharding-strategy " +
+                    p.data_parallel_sharding_strategy +
+                    ": mtron's FSDP reduce-scatters each layer's gradients as its backward "
+                    "completes, without overlap (--overlap-param-gather does overlap the "
+                    "parameters' gathers)");
   }
 }
 

@@ -202,6 +202,8 @@ void GradSync::drop(size_t i) {
 void GradSync::shard_params() {
   MT_ASSERT(distributed_, "parameter sharding needs the distributed optimizer's shards");
   wait_all_params();
+  for (size_t i = 0; i < gathers_.size(); ++i)  // prefetched, not used
+    if (gathers_[i]) complete_gather(i);
   const size_t n = p_.buckets().size();
   sharded_ = true;
   hold_all_ = false;
@@ -212,7 +214,8 @@ void GradSync::shard_params() {
 }
 
 void GradSync::gather(const std::vector<size_t>& buckets) {
-  for (size_t i : buckets) launch_gather(i);
+  for (size_t i : buckets)
+    if (!gathers_[i]) launch_gather(i);  // else prefetched
   for (size_t i : buckets) {
     complete_gather(i);
     held_[i] = true;
@@ -229,6 +232,15 @@ void GradSync::use_params(int64_t begin, int64_t end) {
     if (!held_[i]) missing.push_back(i);
   }
   gather(missing);
+}
+
+void GradSync::prefetch_params(int64_t begin, int64_t end) {
+  if (!sharded_ || dp_.size() == 1) return;
+  const auto& buckets = p_.buckets();
+  for (size_t i = 0; i < buckets.size(); ++i) {
+    if (buckets[i].begin >= end || begin >= buckets[i].end) continue;
+    if (!held_[i] && !gathers_[i]) launch_gather(i);
+  }
 }
 
 void GradSync::release_params(int64_t begin, int64_t end) {

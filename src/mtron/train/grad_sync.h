@@ -61,8 +61,12 @@ class GradSync {
   // the dropped pages go back to the system (device_discard); on CUDA the granules of the
   // buffers (discardable: ParamBuffer::allocate) wholly inside them, until use_params() or a
   // gather backs them again.
+  // prefetch_params() starts the all-gathers of the buckets holding [begin, end) that are not
+  // held, without waiting: use_params() completes them (--overlap-param-gather: the next part's
+  // gather runs while the current part computes; a rank then holds about two parts' parameters).
   void shard_params();
   void use_params(int64_t begin, int64_t end);
+  void prefetch_params(int64_t begin, int64_t end);
   void release_params(int64_t begin, int64_t end);
   // Gathers every bucket and holds them until the next shard_params(): for reads of the whole
   // model (generation, export).

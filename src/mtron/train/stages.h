@@ -93,18 +93,23 @@ class Trainer::Stages : public parallel::StageModel {
  private:
   using Key = std::pair<int, int64_t>;
 
-  // FSDP (ZeRO-3): each part's parameters gathered before it and dropped after;
+  // FSDP (ZeRO-3): each part's parameters gathered before it and dropped after, with
+  // --overlap-param-gather the next part's gather started as a part begins; otherwise with
   // --overlap-param-gather: the parameter all-gathers of the last step may still be in flight.
   model::GPTChunk::ParamsUse params_use(int chunk) const {
+    using U = model::GPTChunk::PartUse;
     GradSync* sync = t_.grad_syncs_[size_t(chunk)].get();
     if (sync->params_sharded()) {
-      return [sync](int64_t lo, int64_t hi, bool use) {
-        use ? sync->use_params(lo, hi) : sync->release_params(lo, hi);
+      const bool prefetch = t_.a_.parallel.overlap_param_gather;
+      return [sync, prefetch](int64_t lo, int64_t hi, U use) {
+        if (use == U::kUse) sync->use_params(lo, hi);
+        if (use == U::kRelease) sync->release_params(lo, hi);
+        if (use == U::kPrefetch && prefetch) sync->prefetch_params(lo, hi);
       };
     }
     if (!sync->params_pending()) return nullptr;
-    return [sync](int64_t lo, int64_t hi, bool use) {
-      if (use) sync->wait_params(lo, hi);
+    return [sync](int64_t lo, int64_t hi, U use) {
+      if (use == U::kUse) sync->wait_params(lo, hi);
     };
   }
   // FSDP's sharded gradients: each part's backed before the part writes them.
