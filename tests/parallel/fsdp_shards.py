@@ -8,9 +8,10 @@ optimizer's sharding), optim_grads (every micro-batch's gradients reduce-scatter
 completes them, summed into the rank's shard) and optim_grads_params (each rank holds its shard
 of the parameters too, gathering a layer's for its forward and again for its backward).
 optim_grads_params must give optim_grads' losses and gradient norms bit for bit (the gathers copy
-exactly), and so with --overlap-param-gather (each part's gather started before it; with
---overlap-grad-reduce, which it needs), in fp32 and bf16, and optim's within 1e-6 in fp32 and 1e-4 in bf16 (the micro-batches' gradients are summed
-after the reduction instead of before it). A checkpoint the optim_grads_params run saves (each
+exactly), and so with --overlap-grad-reduce --overlap-param-gather (each part's gather started
+before it, its reduce-scatters completed after the next part's backward), in fp32 and bf16
+(with bf16 reduction too), and optim's within 1e-6 in fp32 and 1e-4 in bf16 (the micro-batches'
+gradients are summed after the reduction instead of before it). A checkpoint the optim_grads_params run saves (each
 rank writes the master weights and moments it holds) must resume it bit for bit. The peak memory
 per rank (the logging rank's peak resident set) must fall by at least half of what each strategy
 stops holding at DP 2: half of the fp32 gradients (optim_grads against optim), half of the fp32
@@ -101,10 +102,10 @@ def strategies(run, precision, extra, iters, param_bytes, rel, n):
         runs[strategy] = run(precision + "_" + strategy, FSDP + [STRATEGY, strategy] + extra + iters)
     ok = same(runs["optim_grads"], runs["optim_grads_params"],
               precision + ": optim_grads_params against optim_grads")
-    # --overlap-param-gather: the next part's gather started as a part begins (the same values).
+    # Overlapped gathers and reduce-scatters (the same values).
     overlap = run(precision + "_overlap", FSDP + ["--overlap-grad-reduce", "--overlap-param-gather"] + extra + iters)
     ok &= same(runs["optim_grads_params"], overlap,
-               precision + ": optim_grads_params with its gathers overlapped")
+               precision + ": optim_grads_params overlapped")
     ok &= same(runs["optim"], runs["optim_grads_params"],
                precision + ": optim_grads_params against optim", rel)
     ok &= less_memory(runs["optim"], runs["optim_grads"], precision + ": optim_grads", 4 * n / 2)
@@ -151,6 +152,10 @@ def main_cpu(mtron, d):
     comm16 = run("comm16", FSDP + ["--bf16", "--megatron-fsdp-grad-comm-dtype", "bf16"] + iters)
     reduce16 = run("reduce16", FSDP + [STRATEGY, "optim", "--bf16", "--grad-reduce-in-bf16"] + iters)
     ok &= same(reduce16, comm16, "bf16 gradient reduction: optim_grads_params against optim", 1e-3)
+    overlap16 = run("comm16_overlap", FSDP + ["--bf16", "--megatron-fsdp-grad-comm-dtype", "bf16",
+                                              "--overlap-grad-reduce", "--overlap-param-gather"]
+                    + iters)
+    ok &= same(comm16, overlap16, "bf16 gradient reduction: overlapped")
     ok &= resumes(run, d, runs["optim_grads_params"], 2)
     return ok
 

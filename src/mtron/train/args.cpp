@@ -500,7 +500,7 @@ bool parse_train_args(int argc, char** argv, int64_t world_size, TrainArgs& a) {
                       "instead of DeepEP/HybridEP kernels");
   }
   validate_fsdp_flags(fsdp, a.parallel, a.precision, a.checkpoint.ckpt_format,
-                      a.check_weight_hash_interval, a.notes);
+                      a.check_weight_hash_interval);
   if (!a.checkpoint.ckpt_format.empty()) {
     a.notes.push_back("--ckpt-format " + a.checkpoint.ckpt_format +
                       " has no effect: mtron writes sharded safetensors checkpoints that load "

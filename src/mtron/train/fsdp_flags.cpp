@@ -41,8 +41,7 @@ void validate_fsdp_flags(const FsdpFlags& f,
                          const ParallelConfig& p,
                          PrecisionFlags& precision,
                          const std::string& ckpt_format,
-                         int64_t check_weight_hash_interval,
-                         std::vector<std::string>& notes) {
+                         int64_t check_weight_hash_interval) {
   const std::string format = ckpt_format.empty() ? "torch_dist" : ckpt_format;
   if (p.use_megatron_fsdp) {
     MT_CHECK(format == "fsdp_dtensor",
@@ -84,13 +83,6 @@ void validate_fsdp_flags(const FsdpFlags& f,
   } else {
     MT_CHECK(f.grad_comm_dtype != "fp16",
              "--megatron-fsdp-grad-comm-dtype fp16: mtron reduces gradients in fp32 or bf16");
-  }
-  if (p.overlap_grad_reduce && p.shard_grads()) {
-    notes.push_back("--overlap-grad-reduce has no effect under --data-parallel-sharding-strategy " +
-                    p.data_parallel_sharding_strategy +
-                    ": mtron's FSDP reduce-scatters each layer's gradients as its backward "
-                    "completes, without overlap (--overlap-param-gather does overlap the "
-                    "parameters' gathers)");
   }
 }
 

@@ -36,7 +36,6 @@ void validate_fsdp_flags(const FsdpFlags& f,
                          const ParallelConfig& p,
                          PrecisionFlags& precision,
                          const std::string& ckpt_format,
-                         int64_t check_weight_hash_interval,
-                         std::vector<std::string>& notes);
+                         int64_t check_weight_hash_interval);
 
 }  // namespace mtron::train

@@ -262,27 +262,22 @@ void GradSync::gather_all_params() {
   hold_all_ = true;
 }
 
-void GradSync::shard_grads() {
+void GradSync::shard_grads(bool overlap) {
   MT_ASSERT(distributed_, "gradient sharding needs the distributed optimizer's shards");
   if (dp_.size() == 1) return;
   grads_sharded_ = true;
+  overlap_scatter_ = overlap;
   const auto& buckets = p_.buckets();
   const Device dev = p_.ctx().device;
-  const bool bf16 = bf16_;
-  int64_t largest = 1, largest_shard = 1;
+  largest_ = largest_shard_ = 1;
   sums_.clear();
   for (size_t i = 0; i < buckets.size(); ++i) {
     const model::Bucket& b = buckets[i];
     const int64_t len = b.shard_len(dp_.size());
-    if (bf16) sums_.push_back(b.deferred ? Tensor() : Tensor::empty({len}, DType::kF32, dev));
+    if (bf16_) sums_.push_back(b.deferred ? Tensor() : Tensor::empty({len}, DType::kF32, dev));
     if (b.deferred) continue;
-    largest = std::max(largest, b.end - b.begin);
-    largest_shard = std::max(largest_shard, len);
-  }
-  part_ = Tensor::empty({largest_shard}, DType::kF32, dev);
-  if (bf16) {
-    send16_ = Tensor::empty({largest}, DType::kBF16, dev);
-    recv16_ = Tensor::empty({largest_shard}, DType::kBF16, dev);
+    largest_ = std::max(largest_, b.end - b.begin);
+    largest_shard_ = std::max(largest_shard_, len);
   }
   summed_.assign(buckets.size(), false);
   reduced_.assign(buckets.size(), false);
@@ -293,29 +288,56 @@ void GradSync::zero_grads(int64_t begin, int64_t end) {
                         int64_t(sizeof(float)) * (end - begin));
 }
 
-void GradSync::scatter_bucket(size_t i) {
+void GradSync::launch_scatter(size_t i) {
+  Scatter sc;
+  if (spare_.empty()) {
+    const Device dev = p_.ctx().device;
+    sc.part = Tensor::empty({largest_shard_}, DType::kF32, dev);
+    if (bf16_) {
+      sc.send16 = Tensor::empty({largest_}, DType::kBF16, dev);
+      sc.recv16 = Tensor::empty({largest_shard_}, DType::kBF16, dev);
+    }
+  } else {
+    sc = std::move(spare_.back());
+    spare_.pop_back();
+  }
+  sc.bucket = i;
   const model::Bucket& b = p_.buckets()[i];
-  const int64_t n = b.end - b.begin, len = b.shard_len(dp_.size());
-  const int64_t own = b.begin + dp_.rank() * len;
-  float* g = p_.grad_flat().f32();
+  const int64_t len = b.shard_len(dp_.size());
+  float* g = p_.grad_flat().f32() + b.begin;
   if (!bf16_) {
     // This rank's part of the bucket holds the sum of the step's earlier micro-batches and the
     // other ranks' parts are zero there, so the reduction adds this micro-batch to the sum.
-    dp_.ireduce_scatter(g + b.begin, part_.f32(), len, DType::kF32, ReduceOp::kSum)->wait();
-    kernels::copy(p_.ctx(), g + own, part_.f32(), int64_t(sizeof(float)) * len);
+    sc.req = dp_.ireduce_scatter(g, sc.part.f32(), len, DType::kF32, ReduceOp::kSum);
   } else {
     // Rounded to bf16 for the wire: the sum over the micro-batches is kept apart, in fp32.
+    kernels::convert(p_.ctx(), sc.send16.bf(), g, b.end - b.begin);
+    sc.req = dp_.ireduce_scatter(sc.send16.bf(), sc.recv16.bf(), len, DType::kBF16, ReduceOp::kSum);
+  }
+  flying_.push_back(std::move(sc));
+}
+
+void GradSync::complete_scatter(Scatter& sc) {
+  const size_t i = sc.bucket;
+  const model::Bucket& b = p_.buckets()[i];
+  const int64_t len = b.shard_len(dp_.size());
+  const int64_t own = b.begin + dp_.rank() * len;
+  float* g = p_.grad_flat().f32();
+  sc.req->wait();
+  sc.req.reset();
+  if (!bf16_) {
+    kernels::copy(p_.ctx(), g + own, sc.part.f32(), int64_t(sizeof(float)) * len);
+  } else {
     float* sum = sums_[i].f32();
-    float* out = summed_[i] ? part_.f32() : sum;
-    kernels::convert(p_.ctx(), send16_.bf(), g + b.begin, n);
-    dp_.ireduce_scatter(send16_.bf(), recv16_.bf(), len, DType::kBF16, ReduceOp::kSum)->wait();
-    kernels::convert(p_.ctx(), out, recv16_.bf(), len);
+    float* out = summed_[i] ? sc.part.f32() : sum;
+    kernels::convert(p_.ctx(), out, sc.recv16.bf(), len);
     if (summed_[i]) kernels::add(p_.ctx(), sum, sum, out, len);
     zero_grads(own, own + len);
   }
   summed_[i] = true;
   zero_grads(b.begin, own);
   zero_grads(own + len, b.end);
+  spare_.push_back(std::move(sc));
 }
 
 void GradSync::use_grads(int64_t begin, int64_t end) {
@@ -324,15 +346,21 @@ void GradSync::use_grads(int64_t begin, int64_t end) {
 
 void GradSync::scatter(int64_t offset) {
   const auto& buckets = p_.buckets();
+  const size_t before = flying_.size();  // launched by earlier calls
   bool all = true;
   for (size_t i = 0; i < buckets.size(); ++i) {
     if (buckets[i].deferred) continue;
     if (!reduced_[i] && buckets[i].begin >= offset) {
-      scatter_bucket(i);
+      launch_scatter(i);
       reduced_[i] = true;
     }
     all = all && reduced_[i];
   }
+  // Overlapped: the reductions launched by the last call ran while this part's backward computed;
+  // this call's run during the next part's. At the end of the micro-batch every one completes.
+  const size_t done = overlap_scatter_ && !all ? before : flying_.size();
+  for (size_t k = 0; k < done; ++k) complete_scatter(flying_[k]);
+  flying_.erase(flying_.begin(), flying_.begin() + int64_t(done));
   if (all) reduced_.assign(buckets.size(), false);  // the micro-batch's backward is complete
 }
 

@@ -82,7 +82,10 @@ class GradSync {
   // pages on the CPU, its granules on CUDA: device_discard), so a rank holds the whole gradients of
   // about one layer at a time besides its shards. A deferred bucket (tied embeddings split over
   // pipeline stages) is reduced once per step as without.
-  void shard_grads();
+  // overlap (--overlap-grad-reduce): a part's reduce-scatters complete after the next part's
+  // backward has been issued (on CUDA they run on NCCL's stream during it), each micro-batch's
+  // last ones at its end; a rank then holds about two parts' gradients whole.
+  void shard_grads(bool overlap = false);
   bool grads_sharded() const { return grads_sharded_; }
   void scatter(int64_t offset);
   // Sharded gradients: backs the gradient elements [begin, end) that scatter() returned (zero),
@@ -101,8 +104,17 @@ class GradSync {
   void gather(const std::vector<size_t>& buckets);
   // Drops bucket i's other shards of the master weights and of their compute copy.
   void drop(size_t i);
-  // Reduce-scatters bucket i's gradients of one micro-batch into its shard's sum; zeroes them.
-  void scatter_bucket(size_t i);
+  // A reduce-scatter of one bucket's gradients of one micro-batch in flight, with its buffers.
+  struct Scatter {
+    size_t bucket = 0;
+    std::unique_ptr<Request> req;
+    Tensor part;            // the rank's shard of the sum (the largest bucket's size)
+    Tensor send16, recv16;  // bf16 reduction: the bucket and its shard
+  };
+  // Launches bucket i's reduce-scatter; complete_scatter adds it into the shard's sum over the
+  // micro-batches and zeroes the bucket's gradients (returning what device_discard can).
+  void launch_scatter(size_t i);
+  void complete_scatter(Scatter& sc);
   // Zeroes gradient elements [begin, end), returning their whole pages on the CPU.
   void zero_grads(int64_t begin, int64_t end);
 
@@ -124,8 +136,9 @@ class GradSync {
   std::vector<Tensor> sums_;   // per bucket, bf16 reduction: the shard's sum over micro-batches
   std::vector<bool> summed_;   // per bucket: sums_ holds a micro-batch of this step
   std::vector<bool> reduced_;  // per bucket: reduced in the current micro-batch
-  Tensor part_;                // one micro-batch's shard (the largest bucket's)
-  Tensor send16_, recv16_;     // bf16 reduction: one bucket and its shard (the largest)
+  bool overlap_scatter_ = false;
+  int64_t largest_ = 1, largest_shard_ = 1;  // elements: the largest bucket and shard
+  std::vector<Scatter> flying_, spare_;      // launched, not completed; buffers to reuse
 };
 
 }  // namespace mtron::train

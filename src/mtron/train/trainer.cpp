@@ -86,7 +86,7 @@ Trainer::Trainer(const TrainArgs& args, Comm& world, int ranks_per_node)
   // reduce-scatters their gradients micro-batch by micro-batch (ZeRO-2).
   for (auto& g : grad_syncs_) {
     if (a_.parallel.shard_params()) g->shard_params();
-    if (a_.parallel.shard_grads()) g->shard_grads();
+    if (a_.parallel.shard_grads()) g->shard_grads(a_.parallel.overlap_grad_reduce);
   }
   batch_size_ = a_.batches.batch_size_at(consumed_samples_);
   num_microbatches_ = a_.parallel.num_microbatches(batch_size_);
