@@ -140,7 +140,8 @@ class Vmm {
     b.bytes = bytes;
     b.granule = granule;
     b.g.resize(n);
-    check(d.reserve(&b.va, n * granule, granule, 0, 0), "cuMemAddressReserve");
+    // Aligned to the device's granularity (alignment 0), as every granule's offset is.
+    check(d.reserve(&b.va, n * granule, 0, 0, 0), "cuMemAddressReserve");
     for (size_t i = 0; i < n; ++i) map(b, i, prop);
     set_access(b, 0, n, prop);
     void* p = reinterpret_cast<void*>(b.va);
