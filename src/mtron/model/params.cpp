@@ -64,6 +64,7 @@ void ParamBuffer::allocate(Precision precision,
             "parameters in fp32, bf16 or fp16, not ", precision_name(precision));
   precision_ = precision;
   ctx_ = k;
+  discardable_ = discardable;
   const int64_t m = std::max<int64_t>(1, shards) * 64;
   int64_t offset = 0;
   buckets_.clear();
@@ -109,13 +110,11 @@ void ParamBuffer::init(uint64_t seed, const std::vector<std::pair<int64_t, int64
   std::vector<float> w;
   for (const ParamSpec& s : specs_) {
     const int64_t begin = s.offset, end = s.offset + s.numel();
-    auto parts = [&](auto&& f) {
-      for (const auto& [lo, hi] : ranges)
-        if (std::max(lo, begin) < std::min(hi, end)) f(std::max(lo, begin), std::min(hi, end));
-    };
-    bool any = false;
-    parts([&](int64_t, int64_t) { any = true; });
-    if (!any) continue;
+    std::vector<std::pair<int64_t, int64_t>> parts;  // of the parameter, in `ranges`
+    for (const auto& [lo, hi] : ranges)
+      if (std::max(lo, begin) < std::min(hi, end))
+        parts.emplace_back(std::max(lo, begin), std::min(hi, end));
+    if (parts.empty()) continue;
     w.resize(size_t(s.numel()));
     switch (s.init) {
       case ParamInit::kNormal:
@@ -129,14 +128,14 @@ void ParamBuffer::init(uint64_t seed, const std::vector<std::pair<int64_t, int64
         std::fill(w.begin(), w.end(), 0.0f);
         break;
     }
-    parts([&](int64_t lo, int64_t hi) {
+    for (const auto& [lo, hi] : parts) {
       const float* from = w.data() + (lo - begin);
       if (host) {
         std::copy(from, from + (hi - lo), master_.f32() + lo);
       } else {
         kernels::copy_from_host(ctx_, master_.f32() + lo, from, int64_t(sizeof(float)) * (hi - lo));
       }
-    });
+    }
   }
   for (const auto& [lo, hi] : ranges) refresh_compute(lo, hi);
 }
@@ -162,12 +161,13 @@ void commit(const Tensor& t, int64_t begin, int64_t end) {
 }  // namespace
 
 void ParamBuffer::commit_params(int64_t begin, int64_t end) const {
+  if (!discardable_) return;
   commit(master_, begin, end);
   commit(compute_, begin, end);
 }
 
 void ParamBuffer::commit_grads(int64_t begin, int64_t end) const {
-  commit(grad_, begin, end);
+  if (discardable_) commit(grad_, begin, end);
 }
 
 void ParamBuffer::zero_grad() {

@@ -67,6 +67,10 @@ struct Bucket {
   int64_t begin = 0, end = 0;
   bool deferred = false;
   int64_t shard_len(int64_t shards) const { return (end - begin) / shards; }
+  // Where shard `rank` of `shards` begins.
+  int64_t shard_begin(int64_t shards, int64_t rank) const {
+    return begin + rank * shard_len(shards);
+  }
 };
 
 class ParamBuffer {
@@ -133,6 +137,7 @@ class ParamBuffer {
   Precision precision_ = Precision::kFP32;
   kernels::Ctx ctx_;
   Tensor master_, grad_, compute_;
+  bool discardable_ = false;  // allocate's: commit_params and commit_grads have work
   bool unit_next_ = false;
 };
 

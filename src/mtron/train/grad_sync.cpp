@@ -55,8 +55,8 @@ std::vector<std::pair<int64_t, int64_t>> GradSync::shards() const {
   std::vector<std::pair<int64_t, int64_t>> out;
   for (const model::Bucket& b : p_.buckets()) {
     if (distributed_) {
-      const int64_t len = b.shard_len(dp_.size());
-      out.emplace_back(b.begin + dp_.rank() * len, b.begin + (dp_.rank() + 1) * len);
+      const int64_t at = b.shard_begin(dp_.size(), dp_.rank());
+      out.emplace_back(at, at + b.shard_len(dp_.size()));
     } else {
       out.emplace_back(b.begin, b.end);
     }
@@ -111,7 +111,7 @@ void GradSync::finish() {
       MT_ASSERT(summed_[i], "no micro-batch's gradients reached bucket ", i);
       const int64_t len = buckets[i].shard_len(dp_.size());
       if (!sums_.empty()) {  // bf16 reduction: the fp32 sum into the buffer's shard
-        const int64_t own = buckets[i].begin + dp_.rank() * len;
+        const int64_t own = buckets[i].shard_begin(dp_.size(), dp_.rank());
         p_.commit_grads(own, own + len);
         kernels::copy(p_.ctx(), p_.grad_flat().f32() + own, sums_[i].f32(),
                       int64_t(sizeof(float)) * len);
@@ -125,7 +125,7 @@ void GradSync::finish() {
       requests_[i].reset();
     }
     const int64_t len = buckets[i].shard_len(dp_.size());
-    float* shard = p_.grad_flat().f32() + buckets[i].begin + dp_.rank() * len;
+    float* shard = p_.grad_flat().f32() + buckets[i].shard_begin(dp_.size(), dp_.rank());
     if (bf16_) {
       if (distributed_) {
         kernels::convert(p_.ctx(), shard, bf16_recv_[i].bf(), len);
@@ -188,7 +188,7 @@ void GradSync::wait_params(int64_t begin, int64_t end) {
 
 void GradSync::drop(size_t i) {
   const model::Bucket& b = p_.buckets()[i];
-  const int64_t len = b.shard_len(dp_.size()), own = b.begin + dp_.rank() * len;
+  const int64_t len = b.shard_len(dp_.size()), own = b.shard_begin(dp_.size(), dp_.rank());
   for (const Tensor* t : {&p_.master_flat(), &p_.compute_flat()}) {
     if (!t->defined()) continue;
     const int64_t e = int64_t(dtype_size(t->dtype()));
@@ -321,7 +321,7 @@ void GradSync::complete_scatter(Scatter& sc) {
   const size_t i = sc.bucket;
   const model::Bucket& b = p_.buckets()[i];
   const int64_t len = b.shard_len(dp_.size());
-  const int64_t own = b.begin + dp_.rank() * len;
+  const int64_t own = b.shard_begin(dp_.size(), dp_.rank());
   float* g = p_.grad_flat().f32();
   sc.req->wait();
   sc.req.reset();
@@ -372,7 +372,7 @@ void GradSync::zero_grad() {
   float* g = p_.grad_flat().f32();
   for (const model::Bucket& b : p_.buckets()) {
     const int64_t len = b.shard_len(dp_.size());
-    const int64_t at = b.deferred ? b.begin : b.begin + dp_.rank() * len;
+    const int64_t at = b.deferred ? b.begin : b.shard_begin(dp_.size(), dp_.rank());
     const int64_t n = b.deferred ? b.end - b.begin : len;
     p_.commit_grads(at, at + n);
     kernels::fill_zero(p_.ctx(), g + at, int64_t(sizeof(float)) * n);
